@@ -1,0 +1,54 @@
+// Plain configuration structs for the model, optimizer, data and training
+// loop. launch/ fills them from the TOML spec (and validates them there);
+// model/, moe/ and rl/ only read them. Defaults are the quickstart config.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace troupe::model {
+
+struct ModelConfig {
+  int64_t vocab_size = 256;     // token ids in [0, vocab_size); the data source may require more
+  int64_t d_model = 128;        // residual width
+  int64_t n_layers = 4;         // decoder blocks
+  int64_t n_heads = 4;          // attention heads; d_model % n_heads == 0, head dim even (RoPE)
+  int64_t seq_len = 128;        // tokens per sequence (context length)
+  std::string ffn = "moe";      // "dense" (SwiGLU) or "moe"
+  int64_t dense_hidden = 512;   // hidden width of dense SwiGLU FFNs
+  int64_t n_experts = 8;        // routed experts per MoE layer
+  int64_t top_k = 2;            // experts per token, <= n_experts
+  int64_t expert_hidden = 256;  // hidden width of each expert's SwiGLU
+  int64_t shared_experts = 0;   // always-on shared experts (0 or more), hidden = expert_hidden
+  std::string balance = "aux_loss";  // "aux_loss", "bias" (DeepSeek-V3 aux-loss-free) or "none"
+  double aux_loss_alpha = 0.01;      // alpha in alpha * E * sum_i f_i P_i
+  double bias_update_rate = 0.001;   // gamma in bias += gamma * sign(mean load - load)
+  double capacity_factor = 0.0;      // 0 = dropless; else capacity = ceil(cf * T * k / E)
+  bool tie_embeddings = true;   // LM head shares the token embedding matrix
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
+  double init_std = 0.02;
+};
+
+struct OptimConfig {
+  double lr = 3e-3;            // peak learning rate
+  double min_lr_ratio = 0.1;   // cosine decays to lr * min_lr_ratio
+  int64_t warmup_steps = 20;   // linear warmup from 0
+  std::string schedule = "cosine";  // "cosine" or "constant" (after warmup)
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;   // decoupled; not applied to norms and router bias
+  double grad_clip = 1.0;      // max global grad norm, 0 = off
+};
+
+struct DataConfig {
+  std::string source = "addition";  // "addition" (built-in task) or "text" (byte-level file)
+  std::string path;                 // text: the file to read
+  double val_fraction = 0.1;        // text: tail fraction held out for validation
+  int64_t batch_size = 16;          // sequences per optimizer step (all microbatches together)
+  int64_t digits = 3;               // addition: max digits per operand
+  int64_t eval_problems = 500;      // addition: held-out problems scored for exact match
+};
+
+}  // namespace troupe::model
