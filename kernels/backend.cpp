@@ -1,0 +1,85 @@
+// Backend-independent helpers: typed upload/download, zero-filled tensors,
+// global gradient clipping and the backend factory.
+#include "kernels/backend.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "kernels/host_backend.hpp"
+#include "kernels/opencl_backend.hpp"
+
+namespace troupe::kernels {
+
+Tensor Backend::zeros(Shape shape, DType dtype) {
+  Tensor t = empty(std::move(shape), dtype);
+  if (dtype == DType::f32) {
+    fill(t, 0.0f);
+  } else {
+    std::vector<int32_t> z(static_cast<size_t>(t.numel()), 0);
+    upload(t, z.data(), t.bytes());
+  }
+  return t;
+}
+
+static void check_transfer(const Tensor& t, DType dtype, size_t count, const char* what) {
+  if (t.dtype() != dtype || static_cast<size_t>(t.numel()) != count)
+    throw std::invalid_argument(std::string(what) + ": tensor " + shape_str(t.shape()) + " " +
+                                dtype_name(t.dtype()) + " vs " + std::to_string(count) + " " +
+                                dtype_name(dtype) + " elements");
+}
+
+void Backend::upload_f32(const Tensor& dst, std::span<const float> src) {
+  check_transfer(dst, DType::f32, src.size(), "upload_f32");
+  upload(dst, src.data(), src.size_bytes());
+}
+
+void Backend::upload_i32(const Tensor& dst, std::span<const int32_t> src) {
+  check_transfer(dst, DType::i32, src.size(), "upload_i32");
+  upload(dst, src.data(), src.size_bytes());
+}
+
+std::vector<float> Backend::download_f32(const Tensor& src) {
+  std::vector<float> out(static_cast<size_t>(src.numel()));
+  check_transfer(src, DType::f32, out.size(), "download_f32");
+  download(out.data(), src, src.bytes());
+  return out;
+}
+
+std::vector<int32_t> Backend::download_i32(const Tensor& src) {
+  std::vector<int32_t> out(static_cast<size_t>(src.numel()));
+  check_transfer(src, DType::i32, out.size(), "download_i32");
+  download(out.data(), src, src.bytes());
+  return out;
+}
+
+Tensor Backend::from_f32(Shape shape, std::span<const float> src) {
+  Tensor t = empty(std::move(shape), DType::f32);
+  upload_f32(t, src);
+  return t;
+}
+
+Tensor Backend::from_i32(Shape shape, std::span<const int32_t> src) {
+  Tensor t = empty(std::move(shape), DType::i32);
+  upload_i32(t, src);
+  return t;
+}
+
+double clip_grad_norm(Backend& backend, std::span<const Tensor> grads, double max_norm) {
+  double sq = 0.0;
+  for (const Tensor& g : grads) sq += backend.squared_norm(g);
+  const double norm = std::sqrt(sq);
+  if (max_norm > 0.0 && norm > max_norm) {
+    const float s = static_cast<float>(max_norm / (norm + 1e-6));
+    for (const Tensor& g : grads) backend.scale(g, s);
+  }
+  return norm;
+}
+
+std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
+  if (options.kind == "host") return make_host_backend(options);
+  if (options.kind == "opencl") return make_opencl_backend(options);
+  throw std::invalid_argument("unknown backend kind '" + options.kind +
+                              "' (expected \"host\" or \"opencl\")");
+}
+
+}  // namespace troupe::kernels

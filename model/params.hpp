@@ -1,0 +1,47 @@
+// ParamLayout: every model parameter is a named view into ONE flat float32
+// buffer. Optimizer shards own ranges of it, gradients use the same layout,
+// and a checkpoint or safetensors export is one pass over the entries.
+// Names follow Hugging Face conventions (documented in the README) so exported
+// weights load in PyTorch tooling; matrices are stored [out, in] like
+// torch.nn.Linear.weight.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/tensor.hpp"
+#include "model/config.hpp"
+
+namespace troupe::model {
+
+struct ParamEntry {
+  std::string name;      // e.g. "model.layers.0.self_attn.q_proj.weight"
+  kernels::Shape shape;  // e.g. [d_model, d_model]
+  int64_t offset = 0;    // first element in the flat buffer
+  int64_t numel = 0;
+  bool trainable = true;  // false: state such as the aux-loss-free router bias
+  bool decay = true;      // AdamW weight decay applies (false for norms)
+};
+
+class ParamLayout {
+ public:
+  // Appends an entry at the end of the buffer and returns it.
+  const ParamEntry& add(std::string name, kernels::Shape shape, bool trainable = true,
+                        bool decay = true);
+  const std::vector<ParamEntry>& entries() const { return entries_; }
+  int64_t total() const { return total_; }
+  // nullptr when absent.
+  const ParamEntry* find(const std::string& name) const;
+  // The entry that must exist (throws std::out_of_range naming it otherwise).
+  const ParamEntry& at(const std::string& name) const;
+
+ private:
+  std::vector<ParamEntry> entries_;
+  int64_t total_ = 0;
+};
+
+// The layout of the decoder described by `config` (model/params.cpp).
+ParamLayout build_param_layout(const ModelConfig& config);
+
+}  // namespace troupe::model
