@@ -1,0 +1,151 @@
+// Argument parsing and dispatch for the `troupe` CLI. Commands that take a
+// spec load it here (the built-in default when none is given), so every
+// command reports spec problems the same way.
+#include "launch/cli.hpp"
+
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <spdlog/spdlog.h>
+
+#include "launch/spec.hpp"
+
+#ifndef TROUPE_VERSION
+#define TROUPE_VERSION "0.0.0"
+#endif
+
+namespace troupe::launch {
+
+static const char* kHelp = R"(troupe — actor-model asynchronous training for Mixture-of-Experts models and online RL
+
+usage:
+  troupe run [SPEC] [options]       train as the spec says (the built-in default spec when SPEC is omitted)
+  troupe validate [SPEC] [options]  check a spec and print the resolved topology (every actor, its device and process)
+  troupe eval [SPEC] --checkpoint DIR
+                                    validation loss and task accuracy of a checkpoint
+  troupe sample [SPEC] --checkpoint DIR --prompt TEXT [--max-new-tokens N] [--temperature T] [--top-p P]
+                                    generate from a checkpoint (greedy when T = 0)
+  troupe export [SPEC] --checkpoint DIR --format safetensors --output FILE
+                                    write the checkpoint's parameters as safetensors
+  troupe import [SPEC] --checkpoint DIR --input FILE
+                                    make a fresh checkpoint from safetensors weights
+  troupe keys                       print every spec key (Markdown table: key, type, default, meaning)
+  troupe --help | --version
+
+options:
+  --set SECTION.KEY=VALUE   override a spec key (repeatable), e.g. --set run.steps=20
+  --log-level LEVEL         trace, debug, info, warn, error, off (overrides [log] level)
+
+exit codes:
+  0    success
+  1    the run failed (backend error, I/O failure, training diverged)
+  2    bad command line
+  3    invalid spec (every problem is printed as file:line:col: error: ...)
+  4    a checkpoint or input file is missing or corrupt
+  130  interrupted
+)";
+
+static int usage_error(const std::string& message) {
+  std::fprintf(stderr, "troupe: %s\nRun 'troupe --help' for usage.\n", message.c_str());
+  return kExitUsage;
+}
+
+int run_cli(int argc, char** argv) {
+  CliOptions opt;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty()) {
+    std::fputs(kHelp, stdout);
+    return kExitUsage;
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&](const char* flag) -> const std::string* {
+      if (i + 1 >= args.size()) return nullptr;
+      (void)flag;
+      return &args[++i];
+    };
+    auto need = [&](const char* flag, std::string& dst) {
+      const std::string* v = value(flag);
+      if (!v) return false;
+      dst = *v;
+      return true;
+    };
+    if (a == "-h" || a == "--help" || a == "help") {
+      std::fputs(kHelp, stdout);
+      return kExitOk;
+    }
+    if (a == "--version" || a == "-V") {
+      std::printf("troupe %s\n", TROUPE_VERSION);
+      return kExitOk;
+    }
+    std::string tmp;
+    if (a == "--set") {
+      if (!need("--set", tmp)) return usage_error("--set needs SECTION.KEY=VALUE");
+      const auto eq = tmp.find('=');
+      if (eq == std::string::npos) return usage_error("--set " + tmp + ": expected SECTION.KEY=VALUE");
+      opt.overrides.push_back({tmp.substr(0, eq), tmp.substr(eq + 1)});
+    } else if (a == "--log-level") {
+      if (!need(a.c_str(), opt.log_level)) return usage_error("--log-level needs a level");
+      if (spdlog::level::from_str(opt.log_level) == spdlog::level::off && opt.log_level != "off")
+        return usage_error("--log-level " + opt.log_level + ": expected trace, debug, info, warn, error or off");
+    } else if (a == "--checkpoint") {
+      if (!need(a.c_str(), opt.checkpoint)) return usage_error("--checkpoint needs a directory");
+    } else if (a == "--prompt") {
+      if (!need(a.c_str(), opt.prompt)) return usage_error("--prompt needs text");
+    } else if (a == "--format") {
+      if (!need(a.c_str(), opt.format)) return usage_error("--format needs a format");
+    } else if (a == "--output" || a == "--input") {
+      if (!need(a.c_str(), opt.output)) return usage_error(a + " needs a path");
+    } else if (a == "--max-new-tokens" || a == "--temperature" || a == "--top-p") {
+      if (!need(a.c_str(), tmp)) return usage_error(a + " needs a number");
+      try {
+        size_t used = 0;
+        if (a == "--max-new-tokens") opt.max_new_tokens = std::stoll(tmp, &used);
+        else if (a == "--temperature") opt.temperature = std::stod(tmp, &used);
+        else opt.top_p = std::stod(tmp, &used);
+        if (used != tmp.size()) throw std::invalid_argument(tmp);
+      } catch (const std::exception&) {
+        return usage_error(a + " " + tmp + ": not a number");
+      }
+    } else if (a.size() > 1 && a[0] == '-') {
+      return usage_error("unknown option " + a);
+    } else if (opt.command.empty()) {
+      opt.command = a;
+    } else {
+      opt.positional.push_back(a);
+    }
+  }
+
+  static const char* kCommands[] = {"run", "validate", "eval", "sample", "export", "import", "keys"};
+  bool known = false;
+  for (const char* c : kCommands) known = known || opt.command == c;
+  if (!known) return usage_error("unknown command '" + opt.command + "'");
+  if (opt.command == "keys") {
+    std::fputs(spec_keys_markdown().c_str(), stdout);
+    return kExitOk;
+  }
+  if (opt.positional.size() > 1) return usage_error("expected at most one SPEC, got " + std::to_string(opt.positional.size()));
+  if (opt.command == "validate" && opt.positional.empty() && opt.overrides.empty())
+    return usage_error("validate needs a SPEC file");
+
+  Spec spec;
+  try {
+    spec = opt.positional.empty() ? load_default_spec(opt.overrides)
+                                  : load_spec_file(opt.positional[0], opt.overrides);
+  } catch (const SpecError& e) {
+    for (const auto& d : e.diagnostics()) std::fprintf(stderr, "%s\n", d.str().c_str());
+    std::fprintf(stderr, "troupe: %zu problem(s) in the spec; nothing was run\n", e.diagnostics().size());
+    return kExitBadSpec;
+  }
+  if (!opt.log_level.empty()) spec.log.level = opt.log_level;
+  spdlog::set_level(spdlog::level::from_str(spec.log.level));
+
+  if (opt.command == "validate") return command_validate(opt, spec);
+  if (opt.command == "run") return command_run(opt, spec);
+  if (opt.command == "eval") return command_eval(opt, spec);
+  if (opt.command == "sample") return command_sample(opt, spec);
+  if (opt.command == "export") return command_export(opt, spec);
+  return command_import(opt, spec);
+}
+
+}  // namespace troupe::launch

@@ -1,0 +1,45 @@
+// The `troupe` command line: argument parsing, dispatch and exit codes.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "launch/spec.hpp"
+
+namespace troupe::launch {
+
+// Exit codes (documented in `troupe --help`).
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitRuntime = 1,     // the run failed (backend error, I/O failure, divergence)
+  kExitUsage = 2,       // bad command line
+  kExitBadSpec = 3,     // the spec is invalid (every problem is printed)
+  kExitBadInput = 4,    // a checkpoint or input file is missing or corrupt
+  kExitInterrupted = 130,
+};
+
+struct CliOptions {
+  std::string command;              // run, validate, keys, eval, sample, export, import
+  std::vector<std::string> positional;
+  std::vector<Override> overrides;  // --set section.key=value
+  std::string log_level;            // --log-level (overrides [log] level)
+  std::string checkpoint;           // --checkpoint DIR
+  std::string prompt;               // sample: --prompt TEXT
+  int64_t max_new_tokens = 32;      // sample: --max-new-tokens N
+  double temperature = 0.0;         // sample: --temperature T (0 = greedy)
+  double top_p = 1.0;               // sample: --top-p P
+  std::string format;               // export: --format safetensors
+  std::string output;               // export/import: --output PATH
+};
+
+int run_cli(int argc, char** argv);
+
+// Command implementations (launch/commands_*.cpp). Each returns an ExitCode.
+int command_validate(const CliOptions& options, const Spec& spec);
+int command_run(const CliOptions& options, const Spec& spec);
+int command_eval(const CliOptions& options, const Spec& spec);
+int command_sample(const CliOptions& options, const Spec& spec);
+int command_export(const CliOptions& options, const Spec& spec);
+int command_import(const CliOptions& options, const Spec& spec);
+
+}  // namespace troupe::launch

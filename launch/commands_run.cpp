@@ -1,0 +1,117 @@
+// `troupe run`: single-process training as the spec says, with progress on
+// the terminal, a log file and metrics.jsonl in the output directory.
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "launch/cli.hpp"
+#include "launch/progress.hpp"
+#include "launch/topology.hpp"
+#include "launch/train_options.hpp"
+#include "model/checkpoint.hpp"
+
+namespace troupe::launch {
+
+kernels::BackendOptions backend_options(const Spec& spec) {
+  kernels::BackendOptions b;
+  b.kind = spec.topology.device_kind;
+  b.threads = static_cast<int>(spec.topology.threads_per_device);
+  b.platform = static_cast<int>(spec.topology.opencl_platform);
+  b.device = static_cast<int>(spec.topology.opencl_device);
+  b.device_type = spec.topology.opencl_device_type;
+  return b;
+}
+
+model::TrainOptions train_options(const Spec& spec) {
+  model::TrainOptions o;
+  o.model = spec.model;
+  o.optim = spec.optim;
+  o.data = spec.data;
+  o.seed = static_cast<uint64_t>(spec.run.seed);
+  o.steps = spec.run.steps;
+  o.microbatches = spec.topology.microbatches;
+  o.eval_every = spec.run.eval_every;
+  o.eval_batches = spec.run.eval_batches;
+  o.checkpoint_every = spec.checkpoint.every;
+  o.checkpoint_dir = spec.checkpoint_dir();
+  o.save_final_checkpoint = spec.checkpoint.save_final;
+  o.resume_from = spec.checkpoint.resume;
+  o.backend = backend_options(spec);
+  return o;
+}
+
+// Logs go to stderr and to <out_dir>/troupe.log.
+static void setup_logging(const Spec& spec, const std::string& out_dir) {
+  auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+  auto file = std::make_shared<spdlog::sinks::basic_file_sink_mt>(out_dir + "/troupe.log");
+  auto logger = std::make_shared<spdlog::logger>("troupe", spdlog::sinks_init_list{console, file});
+  logger->set_level(spdlog::level::from_str(spec.log.level));
+  logger->flush_on(spdlog::level::info);
+  spdlog::set_default_logger(logger);
+}
+
+int command_run(const CliOptions&, const Spec& spec) {
+  const std::string out_dir = spec.out_dir();
+  std::error_code ec;
+  std::filesystem::create_directories(out_dir, ec);
+  if (ec) {
+    std::fprintf(stderr, "troupe: cannot create output directory %s: %s\n", out_dir.c_str(), ec.message().c_str());
+    return kExitRuntime;
+  }
+  setup_logging(spec, out_dir);
+  const Topology topo = resolve_topology(spec);
+  spdlog::info("run '{}' from {}: {} parameters, {} steps, {} device(s) ({}), output in {}", spec.run.name,
+               spec.source, topo.parameters, spec.run.steps, spec.topology.devices, spec.topology.device_kind, out_dir);
+
+  MetricsWriter metrics;
+  std::string style = spec.log.progress;
+  if (style == "auto") style = isatty(fileno(stderr)) ? "bar" : "plain";
+  try {
+    if (spec.log.metrics) {
+      metrics.open(out_dir + "/metrics.jsonl");
+      metrics.write_line(JsonObject()
+                             .add("type", std::string("start"))
+                             .add("name", spec.run.name)
+                             .add("spec", spec.source)
+                             .add("seed", spec.run.seed)
+                             .add("steps", spec.run.steps)
+                             .add("parameters", topo.parameters)
+                             .str());
+    }
+    const model::TrainOptions options = train_options(spec);
+    const int64_t start = 0;
+    ProgressObserver progress(style, spec.run.steps, start, spec.log.progress_every, &metrics);
+    const model::TrainSummary summary = model::train(options, progress);
+    progress.finish();
+    metrics.write_line(JsonObject()
+                           .add("type", std::string("end"))
+                           .add("steps", summary.steps_done)
+                           .add("final_loss", summary.final_loss)
+                           .add("final_val_loss", summary.final_val_loss)
+                           .add("accuracy", summary.accuracy)
+                           .str());
+    if (std::isnan(summary.accuracy))
+      spdlog::info("done: {} steps, final loss {:.4f}, val loss {:.4f}", summary.steps_done, summary.final_loss,
+                   summary.final_val_loss);
+    else
+      spdlog::info("done: {} steps, final loss {:.4f}, val loss {:.4f}, exact-match accuracy {:.1f}%",
+                   summary.steps_done, summary.final_loss, summary.final_val_loss, 100.0 * summary.accuracy);
+    if (!std::isfinite(summary.final_loss)) {
+      spdlog::error("training diverged (loss is not finite)");
+      return kExitRuntime;
+    }
+  } catch (const model::CheckpointError& e) {
+    spdlog::error("{}", e.what());
+    return kExitBadInput;
+  } catch (const std::exception& e) {
+    spdlog::error("run failed: {}", e.what());
+    return kExitRuntime;
+  }
+  return kExitOk;
+}
+
+}  // namespace troupe::launch

@@ -1,0 +1,167 @@
+// Progress display and metrics lines for `troupe run` (see progress.hpp).
+#include "launch/progress.hpp"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+#include <stdexcept>
+
+namespace troupe::launch {
+
+MetricsWriter::~MetricsWriter() {
+  if (file_) std::fclose(file_);
+}
+
+void MetricsWriter::open(const std::string& path) {
+  file_ = std::fopen(path.c_str(), "a");
+  if (!file_) throw std::runtime_error("cannot open metrics file " + path + ": " + std::strerror(errno));
+}
+
+void MetricsWriter::write_line(const std::string& json) {
+  if (!file_) return;
+  std::fputs(json.c_str(), file_);
+  std::fputc('\n', file_);
+  std::fflush(file_);
+}
+
+std::string json_escape(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", c);
+          out += buf;
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+void JsonObject::key(const char* k) {
+  if (!body_.empty()) body_ += ',';
+  body_ += json_escape(k) + ':';
+}
+JsonObject& JsonObject::add(const char* k, double v) {
+  key(k);
+  if (!std::isfinite(v)) {
+    body_ += "null";
+  } else {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.9g", v);
+    body_ += buf;
+  }
+  return *this;
+}
+JsonObject& JsonObject::add(const char* k, int64_t v) {
+  key(k);
+  body_ += std::to_string(v);
+  return *this;
+}
+JsonObject& JsonObject::add(const char* k, const std::string& v) {
+  key(k);
+  body_ += json_escape(v);
+  return *this;
+}
+JsonObject& JsonObject::add_raw(const char* k, const std::string& json) {
+  key(k);
+  body_ += json;
+  return *this;
+}
+
+ProgressObserver::ProgressObserver(std::string style, int64_t total_steps, int64_t start_step,
+                                   int64_t plain_every, MetricsWriter* metrics)
+    : style_(std::move(style)), total_(total_steps), start_(start_step), every_(plain_every),
+      metrics_(metrics), t0_(std::chrono::steady_clock::now()) {}
+
+std::string ProgressObserver::eta_text(int64_t step) const {
+  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  const int64_t done = step - start_;
+  if (done <= 0) return "?";
+  const auto left = static_cast<int64_t>(elapsed / static_cast<double>(done) * static_cast<double>(total_ - step));
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%lld:%02lld", static_cast<long long>(left / 60), static_cast<long long>(left % 60));
+  return buf;
+}
+
+void ProgressObserver::on_step(const model::StepMetrics& m) {
+  const double tps = m.step_seconds > 0 ? static_cast<double>(m.tokens) / m.step_seconds : 0.0;
+  smoothed_tps_ = smoothed_tps_ == 0.0 ? tps : 0.9 * smoothed_tps_ + 0.1 * tps;
+  if (metrics_ && metrics_->is_open()) {
+    std::string load = "[";
+    for (size_t l = 0; l < m.expert_load.size(); ++l) {
+      load += l ? ",[" : "[";
+      for (size_t e = 0; e < m.expert_load[l].size(); ++e)
+        load += (e ? "," : "") + std::to_string(m.expert_load[l][e]);
+      load += "]";
+    }
+    load += "]";
+    metrics_->write_line(JsonObject()
+                             .add("type", std::string("step"))
+                             .add("step", m.step)
+                             .add("loss", m.loss)
+                             .add("aux_loss", m.aux_loss)
+                             .add("lr", m.lr)
+                             .add("grad_norm", m.grad_norm)
+                             .add("tokens", m.tokens)
+                             .add("step_seconds", m.step_seconds)
+                             .add("tokens_per_s", tps)
+                             .add_raw("expert_load", load)
+                             .str());
+  }
+  if (style_ == "bar") {
+    const int width = 30;
+    const int filled = total_ > 0 ? static_cast<int>(width * m.step / total_) : width;
+    std::fprintf(stderr, "\r\033[Kstep %lld/%lld [%s%s] loss %.4f | %.0f tok/s | ETA %s",
+                 static_cast<long long>(m.step), static_cast<long long>(total_),
+                 std::string(static_cast<size_t>(filled), '#').c_str(),
+                 std::string(static_cast<size_t>(width - filled), '.').c_str(), m.loss, smoothed_tps_,
+                 eta_text(m.step).c_str());
+    std::fflush(stderr);
+    bar_drawn_ = true;
+  } else if (style_ == "plain" && (m.step % every_ == 0 || m.step == total_ || m.step == start_ + 1)) {
+    std::fprintf(stderr, "step %lld/%lld loss %.4f aux %.4f lr %.3g gnorm %.3f tok/s %.0f eta %s\n",
+                 static_cast<long long>(m.step), static_cast<long long>(total_), m.loss, m.aux_loss, m.lr,
+                 m.grad_norm, smoothed_tps_, eta_text(m.step).c_str());
+  }
+}
+
+void ProgressObserver::on_eval(const model::EvalMetrics& m) {
+  if (metrics_ && metrics_->is_open())
+    metrics_->write_line(JsonObject()
+                             .add("type", std::string("eval"))
+                             .add("step", m.step)
+                             .add("val_loss", m.val_loss)
+                             .add("accuracy", m.accuracy)
+                             .add("problems", m.problems)
+                             .str());
+  if (style_ == "off") return;
+  if (bar_drawn_) std::fputc('\n', stderr), bar_drawn_ = false;
+  if (std::isnan(m.accuracy))
+    std::fprintf(stderr, "eval step %lld: val_loss %.4f\n", static_cast<long long>(m.step), m.val_loss);
+  else
+    std::fprintf(stderr, "eval step %lld: val_loss %.4f exact-match %.1f%% (%lld problems)\n",
+                 static_cast<long long>(m.step), m.val_loss, 100.0 * m.accuracy, static_cast<long long>(m.problems));
+}
+
+void ProgressObserver::on_checkpoint(int64_t step, const std::string& dir) {
+  if (metrics_ && metrics_->is_open())
+    metrics_->write_line(JsonObject().add("type", std::string("checkpoint")).add("step", step).add("dir", dir).str());
+  if (style_ == "off") return;
+  if (bar_drawn_) std::fputc('\n', stderr), bar_drawn_ = false;
+  std::fprintf(stderr, "checkpoint step %lld -> %s\n", static_cast<long long>(step), dir.c_str());
+}
+
+void ProgressObserver::finish() {
+  if (bar_drawn_) std::fputc('\n', stderr), bar_drawn_ = false;
+}
+
+}  // namespace troupe::launch

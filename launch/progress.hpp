@@ -1,0 +1,63 @@
+// Terminal progress and machine-readable metrics for `troupe run`:
+// a redrawn bar on a TTY, plain lines otherwise, and JSON lines in
+// <out_dir>/metrics.jsonl (one object per step, evaluation and checkpoint).
+#pragma once
+
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "model/trainer.hpp"
+
+namespace troupe::launch {
+
+// Appends one JSON object per line; flushes each line so a crash loses nothing written.
+class MetricsWriter {
+ public:
+  MetricsWriter() = default;
+  ~MetricsWriter();
+  // Throws std::runtime_error when the file cannot be opened.
+  void open(const std::string& path);
+  void write_line(const std::string& json);
+  bool is_open() const { return file_ != nullptr; }
+
+ private:
+  std::FILE* file_ = nullptr;
+};
+
+// Small JSON object builder (numbers: NaN/inf become null).
+class JsonObject {
+ public:
+  JsonObject& add(const char* key, double v);
+  JsonObject& add(const char* key, int64_t v);
+  JsonObject& add(const char* key, const std::string& v);
+  JsonObject& add_raw(const char* key, const std::string& json);
+  std::string str() const { return "{" + body_ + "}"; }
+
+ private:
+  void key(const char* k);
+  std::string body_;
+};
+std::string json_escape(const std::string& s);
+
+class ProgressObserver : public model::TrainObserver {
+ public:
+  // style: "bar", "plain" or "off" ("auto" resolved by the caller).
+  ProgressObserver(std::string style, int64_t total_steps, int64_t start_step, int64_t plain_every,
+                   MetricsWriter* metrics);
+  void on_step(const model::StepMetrics& m) override;
+  void on_eval(const model::EvalMetrics& m) override;
+  void on_checkpoint(int64_t step, const std::string& dir) override;
+  void finish();
+
+ private:
+  std::string eta_text(int64_t step) const;
+  std::string style_;
+  int64_t total_, start_, every_;
+  MetricsWriter* metrics_;
+  std::chrono::steady_clock::time_point t0_;
+  double smoothed_tps_ = 0.0;
+  bool bar_drawn_ = false;
+};
+
+}  // namespace troupe::launch

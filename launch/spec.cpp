@@ -1,0 +1,434 @@
+// Launch-spec parsing and validation with toml++. Every problem becomes a
+// Diagnostic (file:line:col + message) and all of them are reported together.
+#include "launch/spec.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <tuple>
+#include <toml++/toml.h>
+
+#include "launch/spec_keys.hpp"
+
+namespace troupe::launch {
+
+extern const char* const kDefaultSpecText;  // launch/specs/default.toml, embedded
+
+std::string Diagnostic::str() const {
+  std::ostringstream os;
+  os << file;
+  if (line > 0) os << ':' << line << ':' << column;
+  os << ": error: " << message;
+  return os.str();
+}
+
+static std::string join_diagnostics(const std::vector<Diagnostic>& ds) {
+  std::string s;
+  for (const auto& d : ds) {
+    if (!s.empty()) s += '\n';
+    s += d.str();
+  }
+  return s;
+}
+
+SpecError::SpecError(std::vector<Diagnostic> diagnostics)
+    : std::runtime_error(join_diagnostics(diagnostics)), diagnostics_(std::move(diagnostics)) {}
+
+std::string Spec::out_dir() const { return run.out_dir.empty() ? "runs/" + run.name : run.out_dir; }
+std::string Spec::checkpoint_dir() const {
+  return checkpoint.dir.empty() ? out_dir() + "/checkpoint" : checkpoint.dir;
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+namespace {
+
+const std::vector<std::string> kSections = {"run", "model", "data", "optim", "topology", "checkpoint", "log"};
+
+// Where a key was set: a file position, or a command-line override.
+struct Pos {
+  std::string file;
+  int line = 0;
+  int column = 0;
+};
+
+Pos pos_of(const toml::source_region& r, const std::string& fallback_file) {
+  Pos p;
+  p.file = r.path ? std::string(*r.path) : fallback_file;
+  p.line = static_cast<int>(r.begin.line);
+  p.column = static_cast<int>(r.begin.column);
+  return p;
+}
+
+// First letters of the underscore-separated words: "learning_rate" -> "lr".
+std::string initials(const std::string& word) {
+  std::string out;
+  for (size_t i = 0; i < word.size(); ++i)
+    if (i == 0 || word[i - 1] == '_') out += word[i];
+  return out;
+}
+
+// Closest candidate within a small edit distance (or whose name is the
+// word's initials, for abbreviations such as lr), or "".
+std::string closest(const std::string& word, const std::vector<std::string>& candidates) {
+  if (word.find('_') != std::string::npos)
+    for (const auto& c : candidates)
+      if (c.size() >= 2 && c == initials(word)) return c;
+  std::string best;
+  size_t best_d = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const auto& c : candidates) {
+    const size_t d = edit_distance(word, c);
+    if (d < best_d) best_d = d, best = c;
+  }
+  return best;
+}
+
+std::string join(const std::vector<std::string>& xs, const char* sep = ", ") {
+  std::string s;
+  for (const auto& x : xs) {
+    if (!s.empty()) s += sep;
+    s += x;
+  }
+  return s;
+}
+
+const char* node_type_name(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::string: return "string";
+    case toml::node_type::integer: return "integer";
+    case toml::node_type::floating_point: return "float";
+    case toml::node_type::boolean: return "boolean";
+    case toml::node_type::date: return "date";
+    case toml::node_type::time: return "time";
+    case toml::node_type::date_time: return "date-time";
+    case toml::node_type::array: return "array";
+    case toml::node_type::table: return "table";
+    default: return "value";
+  }
+}
+
+std::string node_text(const toml::node& n) {
+  std::ostringstream os;
+  if (auto s = n.as_string()) os << '"' << s->get() << '"';
+  else if (n.is_table()) os << "{...}";
+  else if (n.is_array()) os << "[...]";
+  else if (auto f = n.as_floating_point()) os << f->get();
+  else n.visit([&](auto&& v) { os << v; });
+  return os.str();
+}
+
+std::string num_text(double v) {
+  std::ostringstream os;
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  if (std::fabs(v) >= 1e9) os << v;
+  else if (v == std::floor(v)) os << static_cast<long long>(v);
+  else os << v;
+  return os.str();
+}
+
+class Parser {
+ public:
+  explicit Parser(Spec& spec) : spec_(spec) {}
+
+  void error(const Pos& p, std::string message) {
+    diags_.push_back({p.file, p.line, p.column, std::move(message)});
+  }
+  std::vector<Diagnostic>& diagnostics() { return diags_; }
+
+  void parse_document(const std::string& text, const std::string& file) {
+    toml::table root;
+    try {
+      root = toml::parse(text, file);
+    } catch (const toml::parse_error& e) {
+      error(pos_of(e.source(), file), "invalid TOML: " + std::string(e.description()));
+      return;
+    }
+    for (auto&& [k, node] : root) {
+      const std::string section(k.str());
+      const Pos kp = pos_of(k.source(), file);
+      if (section == "faults") {
+        error(kp, "[[faults]]: not supported yet: failure injection arrives with the actor runtime's supervisors");
+        continue;
+      }
+      if (std::find(kSections.begin(), kSections.end(), section) == kSections.end()) {
+        std::string msg = "unknown section [" + section + "]";
+        if (auto c = closest(section, kSections); !c.empty()) msg += "; did you mean [" + c + "]?";
+        msg += " (valid sections: " + join(kSections) + ")";
+        if (!node.is_table()) {
+          // A bare key at top level: perhaps it belongs in a section.
+          if (auto owner = section_of(section); !owner.empty())
+            msg = "key '" + section + "' must be inside a section: put it under [" + owner + "]";
+        }
+        error(kp, msg);
+        continue;
+      }
+      if (!node.is_table()) {
+        error(kp, "'" + section + "' must be a table ([" + section + "]), got " + node_type_name(node));
+        continue;
+      }
+      section_pos_[section] = kp;
+      for (auto&& [key, value] : *node.as_table())
+        apply(section, std::string(key.str()), value, pos_of(key.source(), file));
+    }
+  }
+
+  void apply_override(const Override& o) {
+    const std::string where = "--set " + o.path + "=" + o.value;
+    const Pos p{where, 0, 0};
+    const auto dot = o.path.find('.');
+    if (dot == std::string::npos || dot == 0 || dot + 1 == o.path.size()) {
+      error(p, "override must look like section.key=value (e.g. run.steps=10)");
+      return;
+    }
+    const std::string section = o.path.substr(0, dot), key = o.path.substr(dot + 1);
+    if (std::find(kSections.begin(), kSections.end(), section) == kSections.end()) {
+      std::string msg = "unknown section [" + section + "]";
+      if (auto c = closest(section, kSections); !c.empty()) msg += "; did you mean [" + c + "]?";
+      error(p, msg + " (valid sections: " + join(kSections) + ")");
+      return;
+    }
+    toml::table t;
+    try {
+      t = toml::parse("v = " + o.value, where);
+    } catch (const toml::parse_error& e) {
+      // A bare word is taken as a string, so --set run.name=demo works unquoted.
+      const bool bare_word = !o.value.empty() && o.value.find_first_of("\"'[]{}=#, ") == std::string::npos;
+      if (!bare_word) {
+        error(p, "invalid value: " + std::string(e.description()));
+        return;
+      }
+      t.insert_or_assign("v", o.value);
+    }
+    apply(section, key, *t.get("v"), p);
+  }
+
+  void apply(const std::string& section, const std::string& key, const toml::node& value, const Pos& p) {
+    const KeyDef* def = find(section, key);
+    if (!def) {
+      std::vector<std::string> valid;
+      for (const auto& d : spec_keys())
+        if (d.section == section) valid.push_back(d.key);
+      std::string msg = "unknown key '" + key + "' in [" + section + "]";
+      if (auto c = closest(key, valid); !c.empty()) msg += "; did you mean '" + c + "'?";
+      else if (auto owner = section_of(key); !owner.empty()) msg += "; '" + key + "' belongs in [" + owner + "]";
+      error(p, msg + " (valid keys: " + join(valid) + ")");
+      return;
+    }
+    const std::string name = "[" + section + "] " + key;
+    if (set_.count(def->path()) && set_[def->path()].file == p.file) {
+      error(p, name + " is set twice");
+      return;
+    }
+    void* field = def->field(spec_);
+    switch (def->type) {
+      case KeyType::Int: {
+        auto v = value.as_integer();
+        if (!v) return type_error(*def, value, p);
+        const double x = static_cast<double>(v->get());
+        if (x < def->min || x > def->max) return range_error(*def, value, p);
+        *static_cast<int64_t*>(field) = v->get();
+        break;
+      }
+      case KeyType::Float: {
+        double x;
+        if (auto f = value.as_floating_point()) x = f->get();
+        else if (auto i = value.as_integer()) x = static_cast<double>(i->get());
+        else return type_error(*def, value, p);
+        if (!std::isfinite(x) || x < def->min || x > def->max) return range_error(*def, value, p);
+        *static_cast<double*>(field) = x;
+        break;
+      }
+      case KeyType::Bool: {
+        auto b = value.as_boolean();
+        if (!b) return type_error(*def, value, p);
+        *static_cast<bool*>(field) = b->get();
+        break;
+      }
+      case KeyType::String: {
+        auto s = value.as_string();
+        if (!s) return type_error(*def, value, p);
+        const std::string v = s->get();
+        if (!def->choices.empty() &&
+            std::find(def->choices.begin(), def->choices.end(), v) == def->choices.end()) {
+          std::vector<std::string> quoted;
+          for (const auto& c : def->choices) quoted.push_back("\"" + c + "\"");
+          std::string msg = name + " = \"" + v + "\" is not one of " + join(quoted);
+          if (auto c = closest(v, def->choices); !c.empty()) msg += "; did you mean \"" + c + "\"?";
+          return error(p, msg);
+        }
+        *static_cast<std::string*>(field) = v;
+        break;
+      }
+    }
+    set_[def->path()] = p;
+  }
+
+  // Position of a key if it was set, else of its section header, else the file.
+  Pos where(const std::string& path) const {
+    if (auto it = set_.find(path); it != set_.end()) return it->second;
+    const std::string section = path.substr(0, path.find('.'));
+    if (auto it = section_pos_.find(section); it != section_pos_.end()) return it->second;
+    return Pos{spec_.source, 0, 0};
+  }
+
+ private:
+  static const KeyDef* find(const std::string& section, const std::string& key) {
+    for (const auto& d : spec_keys())
+      if (d.section == section && d.key == key) return &d;
+    return nullptr;
+  }
+  static std::string section_of(const std::string& key) {
+    for (const auto& d : spec_keys())
+      if (d.key == key) return d.section;
+    return "";
+  }
+  void type_error(const KeyDef& def, const toml::node& value, const Pos& p) {
+    std::string msg = "[" + def.section + "] " + def.key + ": expected " +
+                      (def.type == KeyType::Int ? "an " : "a ") + key_type_name(def.type) +
+                      ", got " + node_type_name(value) + " " + node_text(value);
+    if (def.type == KeyType::Int && value.is_floating_point()) msg += " (write it without a fraction)";
+    if (value.is_string() && def.type != KeyType::String) msg += " (remove the quotes)";
+    error(p, msg);
+  }
+  void range_error(const KeyDef& def, const toml::node& value, const Pos& p) {
+    error(p, "[" + def.section + "] " + def.key + " = " + node_text(value) +
+                 " is out of range (allowed " + num_text(def.min) + " .. " + num_text(def.max) + ")");
+  }
+
+  Spec& spec_;
+  std::vector<Diagnostic> diags_;
+  std::map<std::string, Pos> set_;
+  std::map<std::string, Pos> section_pos_;
+};
+
+// Rules that involve more than one key. Each message names the keys and values.
+void check_cross_fields(const Spec& s, Parser& p) {
+  const auto& m = s.model;
+  const auto& t = s.topology;
+  auto v = [](int64_t x) { return std::to_string(x); };
+  if (m.d_model % m.n_heads != 0)
+    p.error(p.where("model.n_heads"), "[model] n_heads = " + v(m.n_heads) + " must divide d_model = " + v(m.d_model));
+  else if ((m.d_model / m.n_heads) % 2 != 0)
+    p.error(p.where("model.n_heads"), "[model] head size d_model/n_heads = " + v(m.d_model / m.n_heads) + " must be even (RoPE rotates pairs)");
+  if (m.ffn == "moe" && m.top_k > m.n_experts)
+    p.error(p.where("model.top_k"), "[model] top_k = " + v(m.top_k) + " must be <= n_experts = " + v(m.n_experts));
+  if (m.ffn == "moe" && m.balance == "bias" && m.bias_update_rate <= 0)
+    p.error(p.where("model.bias_update_rate"), "[model] balance = \"bias\" needs bias_update_rate > 0");
+  if (t.stages > m.n_layers)
+    p.error(p.where("topology.stages"), "[topology] stages = " + v(t.stages) + " must be <= [model] n_layers = " + v(m.n_layers));
+  if ((t.schedule == "dualpipe" || t.schedule == "dualpipev") && t.stages % 2 != 0)
+    p.error(p.where("topology.schedule"), "[topology] schedule = \"" + t.schedule + "\" needs an even number of stages, got stages = " + v(t.stages));
+  const int64_t per_step = t.microbatches * t.data_parallel;
+  if (s.data.batch_size % per_step != 0)
+    p.error(p.where("data.batch_size"), "[data] batch_size = " + v(s.data.batch_size) +
+                                          " must be divisible by [topology] microbatches * data_parallel = " + v(per_step));
+  if (m.ffn == "moe" && t.expert_shards > m.n_experts)
+    p.error(p.where("topology.expert_shards"), "[topology] expert_shards = " + v(t.expert_shards) + " must be <= [model] n_experts = " + v(m.n_experts));
+  if (m.ffn == "dense" && t.expert_shards > 1)
+    p.error(p.where("topology.expert_shards"), "[topology] expert_shards = " + v(t.expert_shards) + " needs [model] ffn = \"moe\"");
+  if (t.processes > t.devices)
+    p.error(p.where("topology.processes"), "[topology] processes = " + v(t.processes) + " must be <= devices = " + v(t.devices));
+  if (t.stages * t.data_parallel > t.devices)
+    p.error(p.where("topology.devices"), "[topology] devices = " + v(t.devices) + " is fewer than stages * data_parallel = " + v(t.stages * t.data_parallel));
+  if (s.data.source == "text" && s.data.path.empty())
+    p.error(p.where("data.source"), "[data] source = \"text\" needs [data] path (the text file to train on)");
+  if (s.data.source == "text" && m.vocab_size < 256)
+    p.error(p.where("model.vocab_size"), "[model] vocab_size = " + v(m.vocab_size) + " is too small for byte-level text (needs 256)");
+  if (s.data.source == "addition" && !s.data.path.empty())
+    p.error(p.where("data.path"), "[data] path is only used with source = \"text\"");
+}
+
+void check_supported(Spec& s, Parser& p) {
+  for (const auto& def : spec_keys()) {
+    if (!def.unsupported) continue;
+    if (std::string why = def.unsupported(s); !why.empty())
+      p.error(p.where(def.path()), "[" + def.section + "] " + def.key + " = " + key_value_text(def, s) + ": " + why);
+  }
+}
+
+Spec load(const std::string* text, const std::string& source, const std::vector<Override>& overrides) {
+  Spec spec;
+  spec.source = source;
+  Parser parser(spec);
+  if (text) parser.parse_document(*text, source);
+  for (const auto& o : overrides) parser.apply_override(o);
+  check_cross_fields(spec, parser);
+  check_supported(spec, parser);
+  auto& ds = parser.diagnostics();
+  // toml++ iterates keys alphabetically; report in file order, overrides last.
+  auto order = [&](const Diagnostic& d) { return std::make_tuple(d.file != source, d.line, d.column); };
+  std::stable_sort(ds.begin(), ds.end(), [&](const Diagnostic& a, const Diagnostic& b) { return order(a) < order(b); });
+  if (!ds.empty()) throw SpecError(ds);
+  return spec;
+}
+
+}  // namespace
+
+Spec load_spec_text(const std::string& text, const std::string& source_name,
+                    const std::vector<Override>& overrides) {
+  return load(&text, source_name, overrides);
+}
+
+Spec load_spec_file(const std::string& path, const std::vector<Override>& overrides) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw SpecError({{path, 0, 0, "cannot open spec file: " + std::string(std::strerror(errno))}});
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  Spec spec = load_spec_text(ss.str(), path, overrides);
+  // A relative data path is relative to the spec file, so specs can be run from anywhere.
+  if (!spec.data.path.empty() && std::filesystem::path(spec.data.path).is_relative()) {
+    const auto base = std::filesystem::path(path).parent_path();
+    spec.data.path = (base / spec.data.path).lexically_normal().string();
+  }
+  return spec;
+}
+
+const std::string& default_spec_text() {
+  static const std::string text = kDefaultSpecText;
+  return text;
+}
+
+Spec load_default_spec(const std::vector<Override>& overrides) {
+  return load_spec_text(default_spec_text(), "<built-in default>", overrides);
+}
+
+std::vector<std::string> spec_key_paths() {
+  std::vector<std::string> out;
+  for (const auto& d : spec_keys()) out.push_back(d.path());
+  return out;
+}
+
+std::string spec_keys_markdown() {
+  Spec defaults;
+  std::ostringstream os;
+  os << "| key | type | default | meaning |\n|---|---|---|---|\n";
+  for (const auto& d : spec_keys()) {
+    std::string meaning = d.doc;
+    if ((d.type == KeyType::Int || d.type == KeyType::Float) && (std::isfinite(d.min) || std::isfinite(d.max)))
+      meaning += " Range " + num_text(d.min) + " .. " + num_text(d.max) + ".";
+    if (d.unsupported) meaning += " Some values are not supported yet; the validator says which.";
+    std::string value = key_value_text(d, defaults);
+    os << "| `" << d.path() << "` | " << key_type_name(d.type) << " | `" << value << "` | " << meaning << " |\n";
+  }
+  return os.str();
+}
+
+}  // namespace troupe::launch

@@ -1,0 +1,117 @@
+// Launch spec: the typed form of a TOML launch file, and its parser/validator.
+//
+// Every key lives in one table (launch/spec_keys.cpp) that drives parsing,
+// type and range checks, did-you-mean suggestions, "not supported yet"
+// rejections and the README's key reference (`troupe keys`). Validation
+// collects every problem it finds, each with file:line:col, so a user can fix
+// a spec in one pass.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "model/config.hpp"
+
+namespace troupe::launch {
+
+struct RunConfig {
+  std::string name = "quickstart";
+  std::string mode = "pretrain";  // "pretrain" (supported), "rl" (not yet)
+  int64_t seed = 1;               // one seed drives init, data order and sampling
+  int64_t steps = 300;
+  std::string out_dir;            // empty: runs/<name>
+  int64_t eval_every = 100;       // validation every N steps (0: only at the end)
+  int64_t eval_batches = 4;       // validation batches per evaluation
+};
+
+struct TopologyConfig {
+  int64_t devices = 1;                  // devices (threads / GPU queues) in the whole run
+  std::string device_kind = "host";     // "host", "opencl", "sim"
+  int64_t threads_per_device = 1;       // host: OpenBLAS threads per device
+  int64_t opencl_platform = -1;         // opencl: platform index, -1 = first usable
+  int64_t opencl_device = 0;            // opencl: device index on the platform
+  std::string opencl_device_type = "any";  // opencl: "any", "gpu", "cpu"
+  int64_t stages = 1;                   // pipeline stages
+  std::string schedule = "sequential";  // "sequential", "1f1b", "dualpipe", "dualpipev"
+  int64_t microbatches = 1;             // microbatches per step (gradient accumulation)
+  int64_t expert_shards = 1;            // expert-parallel shards per MoE layer
+  int64_t optimizer_shards = 1;         // ZeRO-1 optimizer shards
+  int64_t data_parallel = 1;            // data-parallel replicas
+  int64_t processes = 1;                // OS processes (mpirun -np)
+  std::string interface = "127.0.0.1"; // address that CAF ports bind to
+};
+
+struct CheckpointConfig {
+  int64_t every = 0;      // save every N steps (0: only at the end when dir is set)
+  std::string dir;        // empty: <out_dir>/checkpoint
+  std::string resume;     // checkpoint directory to resume from ("" = fresh start)
+  bool save_final = true; // save a checkpoint when the run ends
+};
+
+struct LogConfig {
+  std::string level = "info";      // trace, debug, info, warn, error, off
+  std::string progress = "auto";   // "auto" (bar on a TTY, lines otherwise), "bar", "plain", "off"
+  int64_t progress_every = 10;     // plain progress: one line every N steps
+  bool metrics = true;             // metrics.jsonl in out_dir
+  std::string trace;               // Chrome trace file (not supported yet)
+};
+
+struct Spec {
+  std::string source;  // file the spec came from ("<built-in default>" for the default)
+  RunConfig run;
+  model::ModelConfig model;
+  model::DataConfig data;
+  model::OptimConfig optim;
+  TopologyConfig topology;
+  CheckpointConfig checkpoint;
+  LogConfig log;
+
+  std::string out_dir() const;         // run.out_dir or runs/<name>
+  std::string checkpoint_dir() const;  // checkpoint.dir or <out_dir>/checkpoint
+};
+
+// One problem found in a spec. line/column are 1-based, 0 when unknown.
+struct Diagnostic {
+  std::string file;
+  int line = 0;
+  int column = 0;
+  std::string message;
+  std::string str() const;  // "file:line:col: error: message"
+};
+
+class SpecError : public std::runtime_error {
+ public:
+  explicit SpecError(std::vector<Diagnostic> diagnostics);
+  const std::vector<Diagnostic>& diagnostics() const { return diagnostics_; }
+
+ private:
+  std::vector<Diagnostic> diagnostics_;
+};
+
+// "--set section.key=value" style overrides, applied after the file is read
+// (value in TOML syntax: 10, 0.5, true, "text").
+struct Override {
+  std::string path;   // "section.key"
+  std::string value;  // TOML value text
+};
+
+// Parses and validates; throws SpecError listing every problem.
+Spec load_spec_file(const std::string& path, const std::vector<Override>& overrides = {});
+Spec load_spec_text(const std::string& text, const std::string& source_name,
+                    const std::vector<Override>& overrides = {});
+// The built-in default spec (launch/specs/default.toml, embedded at build time).
+const std::string& default_spec_text();
+Spec load_default_spec(const std::vector<Override>& overrides = {});
+
+// The key reference as a Markdown table (README) — one row per key.
+std::string spec_keys_markdown();
+// Every "section.key" the parser knows, in table order.
+std::vector<std::string> spec_key_paths();
+
+// Edit distance used for did-you-mean suggestions.
+size_t edit_distance(const std::string& a, const std::string& b);
+
+}  // namespace troupe::launch

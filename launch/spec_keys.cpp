@@ -1,0 +1,150 @@
+// The launch-spec key table (one row per key). Parsing, validation, the
+// README's key reference and `troupe keys` are all driven from here, so a key
+// is documented exactly where it is defined.
+#include "launch/spec_keys.hpp"
+
+#include <cmath>
+#include <sstream>
+
+namespace troupe::launch {
+
+const char* key_type_name(KeyType t) {
+  switch (t) {
+    case KeyType::Int: return "integer";
+    case KeyType::Float: return "float";
+    case KeyType::Bool: return "boolean";
+    case KeyType::String: return "string";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr double kBig = 1e12;
+
+// Helpers that build a row: F(expr) gives the field accessor for a Spec member.
+#define F(expr) [](Spec& s) -> void* { return &s.expr; }
+
+std::string not_yet(const std::string& what, const char* issue) {
+  return "not supported yet: " + what + " arrives with " + issue;
+}
+
+std::vector<KeyDef> build_keys() {
+  const char* kRuntimeIssue = "the actor runtime (pipeline stages, optimizer shards)";
+  const char* kExpertIssue = "expert-parallel actors";
+  std::vector<KeyDef> k;
+  auto add = [&](KeyDef d) { k.push_back(std::move(d)); };
+
+  // [run]
+  add({"run", "name", KeyType::String, F(run.name), "Run name; the default output directory is runs/<name>."});
+  add({"run", "mode", KeyType::String, F(run.mode), "What the run does: \"pretrain\" (next-token training) or \"rl\" (online RL post-training).",
+       0, 0, {"pretrain", "rl"},
+       [](const Spec& s) { return s.run.mode == "rl" ? not_yet("mode = \"rl\"", "the online RL issue") : ""; }});
+  add({"run", "seed", KeyType::Int, F(run.seed), "Seed for initialisation, data order and sampling; same seed and spec give the same run.", 0, 9.2e18});
+  add({"run", "steps", KeyType::Int, F(run.steps), "Optimizer steps to train.", 1, kBig});
+  add({"run", "out_dir", KeyType::String, F(run.out_dir), "Output directory (log, metrics.jsonl, checkpoint); empty means runs/<name>."});
+  add({"run", "eval_every", KeyType::Int, F(run.eval_every), "Validation loss (and task accuracy) every N steps; 0 means only at the end.", 0, kBig});
+  add({"run", "eval_batches", KeyType::Int, F(run.eval_batches), "Validation batches per evaluation.", 1, 1e6});
+
+  // [model]
+  add({"model", "vocab_size", KeyType::Int, F(model.vocab_size), "Vocabulary size; must cover the data source's tokens (256 for byte-level text).", 2, 1e7});
+  add({"model", "d_model", KeyType::Int, F(model.d_model), "Residual stream width.", 2, 65536});
+  add({"model", "n_layers", KeyType::Int, F(model.n_layers), "Decoder blocks.", 1, 1024});
+  add({"model", "n_heads", KeyType::Int, F(model.n_heads), "Attention heads; must divide d_model with an even head size (RoPE).", 1, 1024});
+  add({"model", "seq_len", KeyType::Int, F(model.seq_len), "Tokens per training sequence (context length).", 2, 1e6});
+  add({"model", "ffn", KeyType::String, F(model.ffn), "Feed-forward block of every layer: \"moe\" (routed experts) or \"dense\" (SwiGLU).", 0, 0, {"moe", "dense"}});
+  add({"model", "dense_hidden", KeyType::Int, F(model.dense_hidden), "Hidden width of dense SwiGLU FFNs.", 1, 1e6});
+  add({"model", "n_experts", KeyType::Int, F(model.n_experts), "Routed experts per MoE layer.", 1, 4096});
+  add({"model", "top_k", KeyType::Int, F(model.top_k), "Experts per token; at most n_experts.", 1, 4096});
+  add({"model", "expert_hidden", KeyType::Int, F(model.expert_hidden), "Hidden width of each expert's SwiGLU (and of shared experts).", 1, 1e6});
+  add({"model", "shared_experts", KeyType::Int, F(model.shared_experts), "Always-on shared experts per MoE layer.", 0, 64});
+  add({"model", "balance", KeyType::String, F(model.balance), "Load balancing: \"aux_loss\" (alpha*E*sum f_i P_i), \"bias\" (DeepSeek-V3 auxiliary-loss-free bias) or \"none\".", 0, 0, {"aux_loss", "bias", "none"}});
+  add({"model", "aux_loss_alpha", KeyType::Float, F(model.aux_loss_alpha), "Weight alpha of the auxiliary balance loss.", 0, 10});
+  add({"model", "bias_update_rate", KeyType::Float, F(model.bias_update_rate), "gamma of the aux-loss-free bias update bias += gamma*sign(mean load - load).", 0, 1});
+  add({"model", "capacity_factor", KeyType::Float, F(model.capacity_factor), "Expert capacity = ceil(cf*tokens*top_k/n_experts), extra tokens dropped; 0 means dropless.", 0, 64});
+  add({"model", "tie_embeddings", KeyType::Bool, F(model.tie_embeddings), "The LM head shares the token embedding matrix."});
+  add({"model", "rope_theta", KeyType::Float, F(model.rope_theta), "RoPE base.", 1, 1e9});
+  add({"model", "norm_eps", KeyType::Float, F(model.norm_eps), "RMSNorm epsilon.", 1e-12, 1});
+  add({"model", "init_std", KeyType::Float, F(model.init_std), "Standard deviation of the normal weight initialisation.", 1e-6, 1});
+
+  // [data]
+  add({"data", "source", KeyType::String, F(data.source), "\"addition\" (built-in multi-digit addition task with exact-match accuracy) or \"text\" (byte-level text file).", 0, 0, {"addition", "text"}});
+  add({"data", "path", KeyType::String, F(data.path), "Text file for source = \"text\" (relative paths are relative to the spec file)."});
+  add({"data", "val_fraction", KeyType::Float, F(data.val_fraction), "Text: fraction of the file (its tail) held out for validation.", 0.001, 0.5});
+  add({"data", "batch_size", KeyType::Int, F(data.batch_size), "Sequences per optimizer step, over all microbatches and replicas.", 1, 1e6});
+  add({"data", "digits", KeyType::Int, F(data.digits), "Addition: maximum digits per operand.", 1, 9});
+  add({"data", "eval_problems", KeyType::Int, F(data.eval_problems), "Addition: held-out problems scored for exact-match accuracy.", 1, 1e6});
+
+  // [optim]
+  add({"optim", "lr", KeyType::Float, F(optim.lr), "Peak learning rate (AdamW).", 0, 10});
+  add({"optim", "min_lr_ratio", KeyType::Float, F(optim.min_lr_ratio), "Cosine decay ends at lr*min_lr_ratio.", 0, 1});
+  add({"optim", "warmup_steps", KeyType::Int, F(optim.warmup_steps), "Linear warmup steps from 0 to lr.", 0, kBig});
+  add({"optim", "schedule", KeyType::String, F(optim.schedule), "Learning-rate schedule after warmup: \"cosine\" or \"constant\".", 0, 0, {"cosine", "constant"}});
+  add({"optim", "beta1", KeyType::Float, F(optim.beta1), "AdamW beta1.", 0, 0.999999});
+  add({"optim", "beta2", KeyType::Float, F(optim.beta2), "AdamW beta2.", 0, 0.999999});
+  add({"optim", "eps", KeyType::Float, F(optim.eps), "AdamW epsilon.", 1e-30, 1});
+  add({"optim", "weight_decay", KeyType::Float, F(optim.weight_decay), "Decoupled weight decay (not applied to norms or router bias).", 0, 10});
+  add({"optim", "grad_clip", KeyType::Float, F(optim.grad_clip), "Clip the global gradient norm to this value; 0 disables clipping.", 0, 1e9});
+
+  // [topology]
+  add({"topology", "devices", KeyType::Int, F(topology.devices), "Devices in the run (a device is a serial executor: a thread or a GPU queue).", 1, 1e6,
+       {}, [=](const Spec& s) { return s.topology.devices > 1 ? not_yet("devices > 1", kRuntimeIssue) : ""; }});
+  add({"topology", "device_kind", KeyType::String, F(topology.device_kind), "\"host\" (CPU, OpenBLAS), \"opencl\" (CLBlast + OpenCL C) or \"sim\" (virtual clock).", 0, 0, {"host", "opencl", "sim"},
+       [=](const Spec& s) { return s.topology.device_kind == "sim" ? not_yet("device_kind = \"sim\"", kRuntimeIssue) : ""; }});
+  add({"topology", "threads_per_device", KeyType::Int, F(topology.threads_per_device), "Host devices: OpenBLAS threads per device.", 1, 1024});
+  add({"topology", "opencl_platform", KeyType::Int, F(topology.opencl_platform), "OpenCL platform index; -1 picks the first platform with a matching device.", -1, 64});
+  add({"topology", "opencl_device", KeyType::Int, F(topology.opencl_device), "OpenCL device index on the platform.", 0, 64});
+  add({"topology", "opencl_device_type", KeyType::String, F(topology.opencl_device_type), "OpenCL device type to look for: \"any\", \"gpu\" or \"cpu\".", 0, 0, {"any", "gpu", "cpu"}});
+  add({"topology", "stages", KeyType::Int, F(topology.stages), "Pipeline stages (contiguous layer ranges).", 1, 4096,
+       {}, [=](const Spec& s) { return s.topology.stages > 1 ? not_yet("stages > 1", kRuntimeIssue) : ""; }});
+  add({"topology", "schedule", KeyType::String, F(topology.schedule), "Pipeline schedule: \"sequential\", \"1f1b\", \"dualpipe\" or \"dualpipev\".", 0, 0, {"sequential", "1f1b", "dualpipe", "dualpipev"},
+       [=](const Spec& s) { return s.topology.schedule != "sequential" ? not_yet("schedule = \"" + s.topology.schedule + "\"", kRuntimeIssue) : ""; }});
+  add({"topology", "microbatches", KeyType::Int, F(topology.microbatches), "Microbatches per step (gradient accumulation); must divide batch_size / data_parallel.", 1, 1e6});
+  add({"topology", "expert_shards", KeyType::Int, F(topology.expert_shards), "Expert-parallel shards per MoE layer; at most n_experts.", 1, 4096,
+       {}, [=](const Spec& s) { return s.topology.expert_shards > 1 ? not_yet("expert_shards > 1", kExpertIssue) : ""; }});
+  add({"topology", "optimizer_shards", KeyType::Int, F(topology.optimizer_shards), "ZeRO-1 optimizer shards, each owning a range of the flat parameter buffer.", 1, 4096,
+       {}, [=](const Spec& s) { return s.topology.optimizer_shards > 1 ? not_yet("optimizer_shards > 1", kRuntimeIssue) : ""; }});
+  add({"topology", "data_parallel", KeyType::Int, F(topology.data_parallel), "Data-parallel replicas.", 1, 4096,
+       {}, [=](const Spec& s) { return s.topology.data_parallel > 1 ? not_yet("data_parallel > 1", kRuntimeIssue) : ""; }});
+  add({"topology", "processes", KeyType::Int, F(topology.processes), "OS processes (launch with mpirun -np <processes>).", 1, 1e6,
+       {}, [=](const Spec& s) { return s.topology.processes > 1 ? not_yet("processes > 1", "multi-process runs (mpirun)") : ""; }});
+  add({"topology", "interface", KeyType::String, F(topology.interface), "Address CAF ports bind to between processes (loopback by default)."});
+
+  // [checkpoint]
+  add({"checkpoint", "every", KeyType::Int, F(checkpoint.every), "Save a checkpoint every N steps; 0 means only the final one.", 0, kBig});
+  add({"checkpoint", "dir", KeyType::String, F(checkpoint.dir), "Checkpoint directory; empty means <out_dir>/checkpoint."});
+  add({"checkpoint", "resume", KeyType::String, F(checkpoint.resume), "Checkpoint directory to resume from (bitwise continuation); empty starts fresh."});
+  add({"checkpoint", "save_final", KeyType::Bool, F(checkpoint.save_final), "Save a checkpoint when the run ends."});
+
+  // [log]
+  add({"log", "level", KeyType::String, F(log.level), "Log level (also --log-level).", 0, 0, {"trace", "debug", "info", "warn", "error", "off"}});
+  add({"log", "progress", KeyType::String, F(log.progress), "Progress display: \"auto\" (a bar on a terminal, plain lines otherwise), \"bar\", \"plain\" or \"off\".", 0, 0, {"auto", "bar", "plain", "off"}});
+  add({"log", "progress_every", KeyType::Int, F(log.progress_every), "Plain progress: one line every N steps.", 1, kBig});
+  add({"log", "metrics", KeyType::Bool, F(log.metrics), "Write metrics as JSON lines to <out_dir>/metrics.jsonl."});
+  add({"log", "trace", KeyType::String, F(log.trace), "Chrome/Perfetto trace file of device activity.", 0, 0, {},
+       [](const Spec& s) { return s.log.trace.empty() ? "" : not_yet("log.trace", "the actor runtime's device tracks"); }});
+  return k;
+}
+
+#undef F
+
+}  // namespace
+
+const std::vector<KeyDef>& spec_keys() {
+  static const std::vector<KeyDef> keys = build_keys();
+  return keys;
+}
+
+std::string key_value_text(const KeyDef& def, Spec& spec) {
+  void* p = def.field(spec);
+  std::ostringstream os;
+  switch (def.type) {
+    case KeyType::Int: os << *static_cast<int64_t*>(p); break;
+    case KeyType::Float: os << *static_cast<double*>(p); break;
+    case KeyType::Bool: os << (*static_cast<bool*>(p) ? "true" : "false"); break;
+    case KeyType::String: os << '"' << *static_cast<std::string*>(p) << '"'; break;
+  }
+  return os.str();
+}
+
+}  // namespace troupe::launch

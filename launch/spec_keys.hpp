@@ -1,0 +1,37 @@
+// The table of every launch-spec key: type, range or choices, documentation,
+// and whether the feature behind a value is built yet. Internal to launch/.
+#pragma once
+
+#include <functional>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "launch/spec.hpp"
+
+namespace troupe::launch {
+
+enum class KeyType { Int, Float, Bool, String };
+const char* key_type_name(KeyType t);
+
+struct KeyDef {
+  std::string section;
+  std::string key;
+  KeyType type;
+  // Address of the typed field (int64_t, double, bool or std::string) in a Spec.
+  std::function<void*(Spec&)> field;
+  std::string doc;
+  double min = -std::numeric_limits<double>::infinity();  // Int/Float: inclusive range
+  double max = std::numeric_limits<double>::infinity();
+  std::vector<std::string> choices;  // String: allowed values (empty = any)
+  // Non-empty result: why this value cannot run yet ("not supported yet: ...").
+  std::function<std::string(const Spec&)> unsupported;
+
+  std::string path() const { return section + "." + key; }
+};
+
+const std::vector<KeyDef>& spec_keys();
+// The current value of `def` in `spec`, rendered as TOML ("128", "\"host\"", "true").
+std::string key_value_text(const KeyDef& def, Spec& spec);
+
+}  // namespace troupe::launch

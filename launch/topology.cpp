@@ -1,0 +1,130 @@
+// Placement rules (see DESIGN.md "data path"):
+// - devices are split into contiguous blocks, one block per process;
+// - replica r uses devices [r*D/R, (r+1)*D/R) where D = devices, R = data_parallel;
+// - sequential/1f1b: stage s of a replica runs on the replica's device s;
+//   dualpipe: device i holds stage i of copy A and stage PP-1-i of copy B;
+//   dualpipev: the layers form 2*PP chunks, device i holds chunks i and 2PP-1-i;
+// - the expert shards of a MoE layer go round-robin over the replica's devices,
+//   starting at the device of the stage that owns the layer;
+// - optimizer shards own contiguous ranges of the flat parameter buffer and are
+//   spread round-robin over all devices.
+#include "launch/topology.hpp"
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+
+#include "model/params.hpp"
+
+namespace troupe::launch {
+
+std::vector<std::pair<int64_t, int64_t>> split_even(int64_t n, int64_t parts) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (int64_t p = 0; p < parts; ++p) out.emplace_back(p * n / parts, (p + 1) * n / parts);
+  return out;
+}
+
+static std::string range_text(const char* what, int64_t begin, int64_t end) {
+  std::ostringstream os;
+  os << what << ' ' << begin << ".." << (end - 1);
+  return os.str();
+}
+
+Topology resolve_topology(const Spec& spec) {
+  const auto& t = spec.topology;
+  const auto& m = spec.model;
+  Topology topo;
+  topo.parameters = model::build_param_layout(m).total();
+  auto process_of = [&](int64_t device) { return device * t.processes / t.devices; };
+  for (int64_t d = 0; d < t.devices; ++d) topo.devices.push_back({d, process_of(d), t.device_kind});
+
+  topo.actors.push_back({"coordinator", "coordinator", -1, 0, "drives steps, collects metrics"});
+  for (int64_t p = 0; p < t.processes; ++p)
+    topo.actors.push_back({"supervisor:" + std::to_string(p), "supervisor", -1, p, "restarts the actors of its process"});
+
+  const bool v_shape = t.schedule == "dualpipev";
+  const int64_t chunks = v_shape ? 2 * t.stages : t.stages;
+  const auto layer_chunks = split_even(m.n_layers, chunks);
+  for (int64_t r = 0; r < t.data_parallel; ++r) {
+    const int64_t first = r * t.devices / t.data_parallel;
+    const int64_t count = (r + 1) * t.devices / t.data_parallel - first;
+    const std::string rep = t.data_parallel > 1 ? "r" + std::to_string(r) + ":" : "";
+    topo.actors.push_back({"data:" + std::to_string(r), "data", -1, process_of(first),
+                           "feeds " + std::to_string(spec.data.batch_size / t.data_parallel) +
+                               " sequences/step in " + std::to_string(t.microbatches) + " microbatches"});
+    // (chunk index, copy label, device) for every stage actor of this replica.
+    struct StagePlace { int64_t chunk; std::string copy; int64_t device; };
+    std::vector<StagePlace> places;
+    for (int64_t s = 0; s < t.stages; ++s) {
+      if (t.schedule == "dualpipe") {
+        places.push_back({s, "A", first + s});
+        places.push_back({t.stages - 1 - s, "B", first + s});
+      } else if (v_shape) {
+        places.push_back({s, "", first + s});
+        places.push_back({2 * t.stages - 1 - s, "", first + s});
+      } else {
+        places.push_back({s, "", first + s});
+      }
+    }
+    std::map<int64_t, int64_t> device_of_layer;
+    for (const auto& pl : places) {
+      const auto [lb, le] = layer_chunks[static_cast<size_t>(pl.chunk)];
+      std::string detail = range_text("layers", lb, le);
+      if (pl.chunk == 0) detail += " +embedding";
+      if (pl.chunk == chunks - 1) detail += " +head";
+      const std::string id = "stage:" + rep + std::to_string(pl.chunk) + pl.copy;
+      topo.actors.push_back({id, "stage", pl.device, process_of(pl.device), detail});
+      if (pl.copy != "B")
+        for (int64_t l = lb; l < le; ++l) device_of_layer[l] = pl.device;
+    }
+    if (m.ffn == "moe") {
+      const auto expert_ranges = split_even(m.n_experts, t.expert_shards);
+      for (int64_t l = 0; l < m.n_layers; ++l) {
+        for (int64_t sh = 0; sh < t.expert_shards; ++sh) {
+          const int64_t dev = first + (device_of_layer[l] - first + sh) % count;
+          const auto [eb, ee] = expert_ranges[static_cast<size_t>(sh)];
+          topo.actors.push_back({"experts:" + rep + "L" + std::to_string(l) + ":S" + std::to_string(sh),
+                                 "experts", dev, process_of(dev), range_text("experts", eb, ee)});
+        }
+      }
+    }
+  }
+  const auto param_ranges = split_even(topo.parameters, t.optimizer_shards);
+  for (int64_t o = 0; o < t.optimizer_shards; ++o) {
+    const int64_t dev = o % t.devices;
+    const auto [pb, pe] = param_ranges[static_cast<size_t>(o)];
+    topo.actors.push_back({"optimizer:" + std::to_string(o), "optimizer", dev, process_of(dev),
+                           "AdamW on params [" + std::to_string(pb) + ", " + std::to_string(pe) + ")"});
+  }
+  return topo;
+}
+
+std::string format_topology(const Spec& spec, const Topology& topo) {
+  const auto& t = spec.topology;
+  std::ostringstream os;
+  os << "topology of " << spec.source << ": " << t.processes << " process(es), " << t.devices << " "
+     << t.device_kind << " device(s), " << t.stages << " stage(s), schedule " << t.schedule << ", "
+     << t.microbatches << " microbatch(es), " << t.expert_shards << " expert shard(s)/MoE layer, "
+     << t.optimizer_shards << " optimizer shard(s), " << t.data_parallel << " replica(s); "
+     << topo.parameters << " parameters; " << topo.actors.size() << " actors\n";
+  size_t width = 0;
+  for (const auto& a : topo.actors) width = std::max(width, a.id.size());
+  for (int64_t p = 0; p < t.processes; ++p) {
+    os << "process " << p << "\n";
+    auto print = [&](const ActorPlan& a) {
+      os << "    " << a.id << std::string(width + 2 - a.id.size(), ' ') << a.detail << "\n";
+    };
+    os << "  control\n";
+    for (const auto& a : topo.actors)
+      if (a.process == p && a.device < 0) print(a);
+    for (const auto& d : topo.devices) {
+      if (d.process != p) continue;
+      os << "  device " << d.index << " (" << d.kind << ")\n";
+      for (const auto& a : topo.actors)
+        if (a.device == d.index) print(a);
+    }
+  }
+  return os.str();
+}
+
+}  // namespace troupe::launch

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# One-command set-up for troupe on Debian 12: installs the Debian packages that
+# are missing (no apt-get update when nothing is), configures and builds, then
+#   ./setup.sh run [SPEC] [troupe options]   trains (the built-in default spec without SPEC)
+#   ./setup.sh test [ctest options]          runs the whole test suite
+#   ./setup.sh build                         only installs and builds
+# Environment: BUILD_DIR (default build), JOBS (default: number of cores).
+set -euo pipefail
+cd "$(dirname "$0")"
+
+PACKAGES=(
+  cmake g++ make pkg-config
+  libcaf-dev                                  # actors (CAF 0.17)
+  capnproto libcapnp-dev                      # messages
+  libopenmpi-dev openmpi-bin                  # processes
+  ocl-icd-opencl-dev opencl-headers libclblast-dev pocl-opencl-icd clinfo  # OpenCL (+ a CPU device)
+  libopenblas-dev                             # host GEMM
+  libzstd-dev libspdlog-dev libtomlplusplus-dev
+  libgtest-dev libbenchmark-dev
+)
+
+install_missing() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    echo "setup: all ${#PACKAGES[@]} Debian packages are installed"
+    return
+  fi
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  echo "setup: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
+}
+
+BUILD_DIR=${BUILD_DIR:-build}
+JOBS=${JOBS:-$(nproc)}
+
+build() {
+  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release
+  cmake --build "$BUILD_DIR" -j "$JOBS"
+}
+
+cmd=${1:-build}
+[ $# -gt 0 ] && shift
+case "$cmd" in
+  build)
+    install_missing; build ;;
+  run)
+    install_missing; build
+    exec "./$BUILD_DIR/troupe" run "$@" ;;
+  test)
+    install_missing; build
+    # OpenCL cases must run (PoCL is installed above), not skip.
+    export TROUPE_REQUIRE_OPENCL=1
+    cd "$BUILD_DIR"
+    exec ctest --output-on-failure -j "$JOBS" "$@" ;;
+  -h|--help|help)
+    sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//' ;;
+  *)
+    echo "setup.sh: unknown command '$cmd' (expected build, run or test)" >&2; exit 2 ;;
+esac

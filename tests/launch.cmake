@@ -1,0 +1,18 @@
+# Tests of launch/: spec parsing and validation (incl. the bad-spec corpus in
+# tests/bad_specs/), topology resolution, and the `troupe` CLI end to end.
+troupe_add_gtest(launch_spec_test SOURCES launch_spec_test.cpp LIBS troupe_spec LABELS launch)
+target_compile_definitions(launch_spec_test PRIVATE TROUPE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+
+if(TARGET troupe_launch)
+  troupe_add_gtest(launch_topology_test SOURCES launch_topology_test.cpp LIBS troupe_launch LABELS launch)
+endif()
+
+# CLI: every shipped example spec validates through the real executable.
+file(GLOB TROUPE_EXAMPLE_SPECS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/launch/specs/*.toml)
+foreach(spec IN LISTS TROUPE_EXAMPLE_SPECS)
+  get_filename_component(spec_name ${spec} NAME_WE)
+  add_test(NAME cli_validate_${spec_name} COMMAND troupe validate ${spec})
+  set_tests_properties(cli_validate_${spec_name} PROPERTIES LABELS cli PASS_REGULAR_EXPRESSION "ok")
+endforeach()
+add_test(NAME cli_script COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli_test.sh $<TARGET_FILE:troupe> ${PROJECT_SOURCE_DIR})
+set_tests_properties(cli_script PROPERTIES LABELS cli TIMEOUT 900)

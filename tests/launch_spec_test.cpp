@@ -1,0 +1,162 @@
+// Spec parsing and validation: the bad-spec corpus (tests/bad_specs/*.toml,
+// each naming the line and message it must produce), the shipped example
+// specs, overrides, and the README's key reference.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "launch/spec.hpp"
+
+namespace fs = std::filesystem;
+using namespace troupe::launch;
+
+namespace {
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<Diagnostic> diagnostics_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const SpecError& e) {
+    return e.diagnostics();
+  }
+  return {};
+}
+
+}  // namespace
+
+TEST(BadSpecs, EachMistakeNamesItsLineAndKey) {
+  const fs::path dir = fs::path(TROUPE_SOURCE_DIR) / "tests" / "bad_specs";
+  int cases = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() != ".toml") continue;
+    ++cases;
+    const std::string text = read_file(entry.path());
+    // First line: "# expect: LINE MESSAGE-SUBSTRING"
+    const std::string first = text.substr(0, text.find('\n'));
+    ASSERT_EQ(first.rfind("# expect: ", 0), 0u) << entry.path();
+    std::istringstream is(first.substr(10));
+    int line = 0;
+    is >> line;
+    std::string expected;
+    std::getline(is, expected);
+    expected = expected.substr(expected.find_first_not_of(' '));
+    const auto ds = diagnostics_of([&] { load_spec_file(entry.path().string()); });
+    ASSERT_FALSE(ds.empty()) << entry.path() << " was accepted";
+    bool found = false;
+    for (const auto& d : ds) {
+      EXPECT_EQ(d.file, entry.path().string());
+      if (d.line == line && d.message.find(expected) != std::string::npos) found = true;
+    }
+    std::string all;
+    for (const auto& d : ds) all += d.str() + "\n";
+    EXPECT_TRUE(found) << entry.path().filename() << ": expected line " << line << " with '" << expected
+                       << "', got:\n" << all;
+  }
+  EXPECT_GE(cases, 25);
+}
+
+TEST(BadSpecs, UnknownKeyListsValidKeys) {
+  const auto ds = diagnostics_of([] { load_spec_text("[data]\nbatchsize = 4\n", "t.toml"); });
+  ASSERT_EQ(ds.size(), 1u);
+  EXPECT_EQ(ds[0].line, 2);
+  EXPECT_EQ(ds[0].column, 1);
+  EXPECT_NE(ds[0].message.find("did you mean 'batch_size'"), std::string::npos) << ds[0].message;
+  EXPECT_NE(ds[0].message.find("valid keys: source, path"), std::string::npos) << ds[0].message;
+  EXPECT_EQ(ds[0].str().rfind("t.toml:2:1: error: ", 0), 0u) << ds[0].str();
+}
+
+TEST(BadSpecs, AllProblemsAreReportedTogether) {
+  const auto ds = diagnostics_of([] {
+    load_spec_text("[model]\nd_model = \"x\"\nn_layers = 0\n[optim]\nlrr = 1\n", "t.toml");
+  });
+  ASSERT_EQ(ds.size(), 3u);
+  EXPECT_EQ(ds[0].line, 2);
+  EXPECT_EQ(ds[1].line, 3);
+  EXPECT_EQ(ds[2].line, 5);
+}
+
+TEST(BadSpecs, MissingFileIsAClearError) {
+  const auto ds = diagnostics_of([] { load_spec_file("/nonexistent/spec.toml"); });
+  ASSERT_EQ(ds.size(), 1u);
+  EXPECT_NE(ds[0].message.find("cannot open spec file"), std::string::npos);
+}
+
+TEST(Specs, ShippedExamplesValidate) {
+  const fs::path dir = fs::path(TROUPE_SOURCE_DIR) / "launch" / "specs";
+  int n = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() != ".toml") continue;
+    ++n;
+    EXPECT_NO_THROW(load_spec_file(entry.path().string())) << entry.path();
+  }
+  EXPECT_GE(n, 1);
+}
+
+TEST(Specs, DefaultSpecIsTheQuickstart) {
+  const Spec s = load_default_spec();
+  EXPECT_EQ(s.source, "<built-in default>");
+  EXPECT_EQ(s.model.d_model, 128);
+  EXPECT_EQ(s.model.n_layers, 4);
+  EXPECT_EQ(s.model.n_experts, 8);
+  EXPECT_EQ(s.model.top_k, 2);
+  EXPECT_EQ(s.data.batch_size, 16);
+  EXPECT_EQ(s.out_dir(), "runs/quickstart");
+  EXPECT_EQ(s.checkpoint_dir(), "runs/quickstart/checkpoint");
+}
+
+TEST(Specs, OverridesApplyAndAreChecked) {
+  const Spec s = load_default_spec({{"run.steps", "7"}, {"optim.lr", "0.5"}, {"run.name", "demo"}});
+  EXPECT_EQ(s.run.steps, 7);
+  EXPECT_DOUBLE_EQ(s.optim.lr, 0.5);
+  EXPECT_EQ(s.run.name, "demo");
+  const auto ds = diagnostics_of([] { load_default_spec({{"run.steps", "\"x\""}}); });
+  ASSERT_EQ(ds.size(), 1u);
+  EXPECT_EQ(ds[0].file, "--set run.steps=\"x\"");
+  EXPECT_NE(ds[0].message.find("expected an integer"), std::string::npos);
+  const auto ds2 = diagnostics_of([] { load_default_spec({{"optim.lrr", "1"}}); });
+  ASSERT_EQ(ds2.size(), 1u);
+  EXPECT_NE(ds2[0].message.find("did you mean 'lr'"), std::string::npos);
+}
+
+TEST(Specs, FloatKeysAcceptIntegers) {
+  const Spec s = load_spec_text("[optim]\nlr = 1\n", "t.toml");
+  EXPECT_DOUBLE_EQ(s.optim.lr, 1.0);
+}
+
+TEST(Specs, RelativeDataPathIsRelativeToTheSpec) {
+  const fs::path dir = fs::temp_directory_path() / "troupe_spec_test";
+  fs::create_directories(dir);
+  std::ofstream(dir / "s.toml") << "[data]\nsource = \"text\"\npath = \"corpus.txt\"\n";
+  const Spec s = load_spec_file((dir / "s.toml").string());
+  EXPECT_EQ(s.data.path, (dir / "corpus.txt").string());
+  fs::remove_all(dir);
+}
+
+TEST(Specs, EditDistance) {
+  EXPECT_EQ(edit_distance("kitten", "sitting"), 3u);
+  EXPECT_EQ(edit_distance("", "abc"), 3u);
+  EXPECT_EQ(edit_distance("lr", "lr"), 0u);
+}
+
+TEST(Docs, ReadmeKeyTableMatchesTheParser) {
+  const std::string readme = read_file(fs::path(TROUPE_SOURCE_DIR) / "README.md");
+  const std::string table = spec_keys_markdown();
+  const auto begin = readme.find("<!-- keys:begin");
+  const auto end = readme.find("<!-- keys:end -->");
+  ASSERT_NE(begin, std::string::npos);
+  ASSERT_NE(end, std::string::npos);
+  const auto body = readme.find('\n', begin) + 1;
+  EXPECT_EQ(readme.substr(body, end - body), table) << "regenerate the README table with `troupe keys`";
+  for (const auto& path : spec_key_paths()) {
+    EXPECT_NE(readme.find("`" + path + "`"), std::string::npos) << path << " is not in README.md";
+    EXPECT_NE(table.find("`" + path + "`"), std::string::npos) << path;
+  }
+}
