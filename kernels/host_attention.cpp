@@ -1,0 +1,114 @@
+// Host causal attention, fused per (batch, head, block of queries).
+//
+// For a block of queries [i0, i1) only keys [0, i1) can be visible, so the
+// scores of the block are one small GEMM (block x i1), the causal mask and an
+// exact row softmax run in place, and the weighted sum of values is a second
+// GEMM written straight into `out`. The forward keeps lse = log-sum-exp of each
+// row; the backward recomputes the probabilities from it (flash-attention
+// style) instead of storing them. Q, K, V, O rows of one head are strided by
+// H*hd in [B,S,H,hd], which BLAS takes as the leading dimension, so nothing is
+// transposed or copied. The block size bounds the workspace to kBlock x S.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/host_ops.hpp"
+
+namespace troupe::kernels::host {
+namespace {
+
+constexpr int64_t kBlock = 64;
+
+// Per (b,h) pointers into [B,S,H,hd] tensors: row i of head h is at base + i*ld.
+inline int64_t head_base(int64_t b, int64_t h, int64_t S, int64_t H, int64_t hd) {
+  return b * S * H * hd + h * hd;
+}
+
+// scores[r, j] = scale * q[i0 + r] . k[j] for r < rows, j < n (row stride n).
+void block_scores(float* scores, const float* q, const float* k, int64_t i0, int64_t rows,
+                  int64_t n, int64_t hd, int64_t ld, float scale) {
+  sgemm(false, true, rows, n, hd, scale, q + i0 * ld, ld, k, ld, 0.0f, scores, n);
+}
+
+}  // namespace
+
+void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                       int64_t B, int64_t S, int64_t H, int64_t hd, float scale) {
+  const int64_t ld = H * hd;
+  std::vector<float> p(static_cast<size_t>(std::min(kBlock, S) * S));
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t base = head_base(b, h, S, H, hd);
+      float* lse_bh = lse + (b * H + h) * S;
+      for (int64_t i0 = 0; i0 < S; i0 += kBlock) {
+        const int64_t i1 = std::min(S, i0 + kBlock), rows = i1 - i0, n = i1;
+        block_scores(p.data(), q + base, k + base, i0, rows, n, hd, ld, scale);
+        for (int64_t r = 0; r < rows; ++r) {
+          float* pr = p.data() + r * n;
+          const int64_t visible = i0 + r + 1;  // keys 0..i0+r
+          float mx = pr[0];
+          for (int64_t j = 1; j < visible; ++j) mx = std::max(mx, pr[j]);
+          float sum = 0.0f;
+          for (int64_t j = 0; j < visible; ++j) {
+            pr[j] = std::exp(pr[j] - mx);
+            sum += pr[j];
+          }
+          const float inv = 1.0f / sum;
+          for (int64_t j = 0; j < visible; ++j) pr[j] *= inv;
+          std::fill(pr + visible, pr + n, 0.0f);
+          lse_bh[i0 + r] = mx + std::log(sum);
+        }
+        sgemm(false, false, rows, hd, n, 1.0f, p.data(), n, v + base, ld, 0.0f,
+              out + base + i0 * ld, ld);
+      }
+    }
+  }
+}
+
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
+                        const float* k, const float* v, const float* out, const float* lse,
+                        int64_t B, int64_t S, int64_t H, int64_t hd, float scale) {
+  const int64_t ld = H * hd;
+  const size_t ws = static_cast<size_t>(std::min(kBlock, S) * S);
+  std::vector<float> p(ws), dp(ws);
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t base = head_base(b, h, S, H, hd);
+      const float* lse_bh = lse + (b * H + h) * S;
+      for (int64_t i0 = 0; i0 < S; i0 += kBlock) {
+        const int64_t i1 = std::min(S, i0 + kBlock), rows = i1 - i0, n = i1;
+        const float* dout_blk = dout + base + i0 * ld;
+        // P = exp(scores - lse), zero above the diagonal.
+        block_scores(p.data(), q + base, k + base, i0, rows, n, hd, ld, scale);
+        for (int64_t r = 0; r < rows; ++r) {
+          float* pr = p.data() + r * n;
+          const int64_t visible = i0 + r + 1;
+          const float l = lse_bh[i0 + r];
+          for (int64_t j = 0; j < visible; ++j) pr[j] = std::exp(pr[j] - l);
+          std::fill(pr + visible, pr + n, 0.0f);
+        }
+        // dV[0:n] += P^T dO
+        sgemm(true, false, n, hd, rows, 1.0f, p.data(), n, dout_blk, ld, 1.0f, dv + base, ld);
+        // dP = dO V^T
+        sgemm(false, true, rows, n, hd, 1.0f, dout_blk, ld, v + base, ld, 0.0f, dp.data(), n);
+        // dS = P * (dP - rowsum(dO * O)), kept in dp.
+        for (int64_t r = 0; r < rows; ++r) {
+          const float* o_r = out + base + (i0 + r) * ld;
+          const float* do_r = dout_blk + r * ld;
+          float delta = 0.0f;
+          for (int64_t d = 0; d < hd; ++d) delta += do_r[d] * o_r[d];
+          const float* pr = p.data() + r * n;
+          float* dsr = dp.data() + r * n;
+          for (int64_t j = 0; j < n; ++j) dsr[j] = pr[j] * (dsr[j] - delta);
+        }
+        // dQ_blk += scale * dS K; dK[0:n] += scale * dS^T Q_blk
+        sgemm(false, false, rows, hd, n, scale, dp.data(), n, k + base, ld, 1.0f,
+              dq + base + i0 * ld, ld);
+        sgemm(true, false, n, hd, rows, scale, dp.data(), n, q + base + i0 * ld, ld, 1.0f,
+              dk + base, ld);
+      }
+    }
+  }
+}
+
+}  // namespace troupe::kernels::host
