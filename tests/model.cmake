@@ -1,0 +1,16 @@
+# Tests of the MoE decoder (model/) and the MoE pieces (moe/).
+if(TARGET troupe_model)
+  troupe_add_gtest(model_tests
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_gradcheck.cpp
+            ${CMAKE_CURRENT_LIST_DIR}/model_reference.cpp
+            ${CMAKE_CURRENT_LIST_DIR}/model_params_test.cpp
+    LIBS troupe_model
+    LABELS model)
+endif()
+if(TARGET troupe_moe)
+  troupe_add_gtest(moe_tests
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/moe_dispatch_test.cpp
+            ${CMAKE_CURRENT_LIST_DIR}/moe_experts_test.cpp
+    LIBS troupe_moe
+    LABELS moe)
+endif()
