@@ -1,0 +1,751 @@
+// All OpenCL C kernels of the OpenCL backend (OpenCL C 1.2), in one file
+// because kernels/CMakeLists.txt currently embeds only a single .cl file
+// correctly (a list of sources is split by add_custom_command). Sections:
+// common helpers, elementwise, embedding, RMSNorm + column sums, RoPE,
+// attention, activations, loss, routing, token permutation, optimizer.
+
+// ======== common
+// Helpers shared by every kernel file (concatenated first into the program).
+// Conventions: every tensor argument is a pointer plus an element offset (long),
+// added once at the top of the kernel; sizes are int (the host checks that they
+// fit). Reductions are fixed trees over a power-of-two work-group, so results
+// are deterministic for a given device. No float atomics anywhere.
+
+#define MAX_WG 256   // largest work-group the host launches reductions with
+#define MAX_HD 256   // largest attention head dim (private accumulators)
+#define MAX_K 64     // largest top-k
+
+// Error codes written to the backend's error word (first error wins).
+#define ERR_EMBEDDING_ID 1
+#define ERR_TARGET 2
+#define ERR_GATHER_INDEX 3
+#define ERR_SLOT 4
+#define ERR_TOPK_ID 5
+
+#ifdef cl_khr_fp64
+#pragma OPENCL EXTENSION cl_khr_fp64 : enable
+#endif
+
+inline void report_error(__global int* err, int code) { atomic_cmpxchg(err, 0, code); }
+
+// Sum of v over the work-group (fixed tree). Every work-item must call it.
+inline float wg_sum(__local float* scratch, float v) {
+  const int lid = get_local_id(0);
+  const int L = get_local_size(0);
+  scratch[lid] = v;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int s = L / 2; s > 0; s >>= 1) {
+    if (lid < s) scratch[lid] += scratch[lid + s];
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  const float r = scratch[0];
+  barrier(CLK_LOCAL_MEM_FENCE);  // scratch may be reused right after
+  return r;
+}
+
+// Max of v over the work-group. Every work-item must call it.
+inline float wg_max(__local float* scratch, float v) {
+  const int lid = get_local_id(0);
+  const int L = get_local_size(0);
+  scratch[lid] = v;
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int s = L / 2; s > 0; s >>= 1) {
+    if (lid < s) scratch[lid] = fmax(scratch[lid], scratch[lid + s]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+  }
+  const float r = scratch[0];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  return r;
+}
+
+// ======== elementwise
+// Elementwise ops over flat ranges: fill, add, axpy, scale, and the strided fill
+// GEMM uses to clear C when beta == 0. Indices are size_t: flat parameter
+// buffers may exceed 2^31 elements.
+
+__kernel void fill_f32(__global float* x, long xo, long n, float value) {
+  const size_t i = get_global_id(0);
+  if (i < (size_t)n) x[xo + i] = value;
+}
+
+// rows x cols elements, row r starting at r*stride.
+__kernel void fill2d_f32(__global float* x, long xo, int rows, long cols, long stride, float value) {
+  const size_t c = get_global_id(0);
+  const size_t r = get_global_id(1);
+  if (c < (size_t)cols && r < (size_t)rows) x[xo + r * stride + c] = value;
+}
+
+__kernel void add_f32(__global float* out, long oo, __global const float* a, long ao,
+                      __global const float* b, long bo, long n) {
+  const size_t i = get_global_id(0);
+  if (i < (size_t)n) out[oo + i] = a[ao + i] + b[bo + i];
+}
+
+__kernel void axpy_f32(__global float* y, long yo, __global const float* x, long xo, float alpha,
+                       long n) {
+  const size_t i = get_global_id(0);
+  if (i < (size_t)n) y[yo + i] += alpha * x[xo + i];
+}
+
+__kernel void scale_f32(__global float* x, long xo, float alpha, long n) {
+  const size_t i = get_global_id(0);
+  if (i < (size_t)n) x[xo + i] *= alpha;
+}
+
+// ======== embedding
+// Embedding lookup and its deterministic backward. The backward groups tokens
+// by id with a stable rank sort (rank = tokens with a smaller id, or the same id
+// and a smaller position), then one work-item per (id segment, column) adds the
+// segment's rows in token order: no atomics, same order as a sequential loop.
+
+__kernel void embedding_fwd(__global float* out, long oo, __global const float* table, long to,
+                            __global const int* ids, long io, int T, int D, int V,
+                            __global int* err) {
+  const size_t g = get_global_id(0);
+  if (g >= (size_t)T * D) return;
+  const int t = g / D, d = g % D;
+  const int id = ids[io + t];
+  if (id < 0 || id >= V) {
+    report_error(err, ERR_EMBEDDING_ID);
+    out[oo + g] = 0.0f;
+    return;
+  }
+  out[oo + g] = table[to + (long)id * D + d];
+}
+
+// sorted[rank(t)] = t: tokens ordered by (id, position).
+__kernel void stable_rank_i32(__global int* sorted, __global const int* ids, long io, int T) {
+  const int t = get_global_id(0);
+  if (t >= T) return;
+  ids += io;
+  const int key = ids[t];
+  int rank = 0;
+  for (int u = 0; u < T; ++u) {
+    const int k = ids[u];
+    rank += (k < key) || (k == key && u < t);
+  }
+  sorted[rank] = t;
+}
+
+__kernel void embedding_bwd(__global float* dtable, long dto, __global const float* dout, long doo,
+                            __global const int* ids, long io, __global const int* sorted, int T,
+                            int D, int V, __global int* err) {
+  const size_t g = get_global_id(0);
+  if (g >= (size_t)T * D) return;
+  const int p = g / D, d = g % D;
+  ids += io;
+  const int v = ids[sorted[p]];
+  if (p > 0 && ids[sorted[p - 1]] == v) return;  // not the first token of its id
+  if (v < 0 || v >= V) {
+    report_error(err, ERR_EMBEDDING_ID);
+    return;
+  }
+  __global float* row = dtable + dto + (long)v * D;
+  float acc = row[d];
+  for (int q = p; q < T; ++q) {
+    const int t = sorted[q];
+    if (ids[t] != v) break;
+    acc += dout[doo + (long)t * D + d];
+  }
+  row[d] = acc;
+}
+
+// ======== norm
+// RMSNorm forward/backward, and column sums (sum over rows) done in two
+// deterministic passes: fixed 32-row chunks, then the chunks in order.
+
+#define COLSUM_CHUNK 32
+
+// One work-group per row.
+__kernel void rmsnorm_fwd(__global float* out, long oo, __global float* rstd, long ro,
+                          __global const float* x, long xo, __global const float* w, long wo,
+                          int D, float eps) {
+  __local float scratch[MAX_WG];
+  const int row = get_group_id(0), lid = get_local_id(0), L = get_local_size(0);
+  __global const float* xr = x + xo + (long)row * D;
+  __global float* outr = out + oo + (long)row * D;
+  w += wo;
+  float ss = 0.0f;
+  for (int i = lid; i < D; i += L) ss += xr[i] * xr[i];
+  ss = wg_sum(scratch, ss);
+  const float r = 1.0f / sqrt(ss / (float)D + eps);
+  if (lid == 0) rstd[ro + row] = r;
+  for (int i = lid; i < D; i += L) outr[i] = xr[i] * r * w[i];
+}
+
+// dx[t,i] += r*w_i*dout_i - x_i * r^3/D * sum_j dout_j w_j x_j. One work-group per row.
+__kernel void rmsnorm_bwd_dx(__global float* dx, long dxo, __global const float* dout, long doo,
+                             __global const float* x, long xo, __global const float* w, long wo,
+                             __global const float* rstd, long ro, int D) {
+  __local float scratch[MAX_WG];
+  const int row = get_group_id(0), lid = get_local_id(0), L = get_local_size(0);
+  __global float* dxr = dx + dxo + (long)row * D;
+  __global const float* dr = dout + doo + (long)row * D;
+  __global const float* xr = x + xo + (long)row * D;
+  w += wo;
+  const float r = rstd[ro + row];
+  float dot = 0.0f;
+  for (int i = lid; i < D; i += L) dot += dr[i] * w[i] * xr[i];
+  dot = wg_sum(scratch, dot);
+  const float c = r * r * r * dot / (float)D;
+  for (int i = lid; i < D; i += L) dxr[i] += r * w[i] * dr[i] - xr[i] * c;
+}
+
+// partial[c,i] = sum over rows of chunk c of dout[t,i]*x[t,i]*rstd[t].
+__kernel void rmsnorm_dw_partial(__global float* partial, __global const float* dout, long doo,
+                                 __global const float* x, long xo, __global const float* rstd,
+                                 long ro, int T, int D) {
+  const size_t g = get_global_id(0);
+  const int chunks = (T + COLSUM_CHUNK - 1) / COLSUM_CHUNK;
+  if (g >= (size_t)chunks * D) return;
+  const int c = g / D, i = g % D;
+  const int t1 = min(T, (c + 1) * COLSUM_CHUNK);
+  float acc = 0.0f;
+  for (int t = c * COLSUM_CHUNK; t < t1; ++t)
+    acc += dout[doo + (long)t * D + i] * x[xo + (long)t * D + i] * rstd[ro + t];
+  partial[g] = acc;
+}
+
+// partial[c,i] = sum over rows of chunk c of x[t,i].
+__kernel void colsum_partial(__global float* partial, __global const float* x, long xo, int T,
+                             int D) {
+  const size_t g = get_global_id(0);
+  const int chunks = (T + COLSUM_CHUNK - 1) / COLSUM_CHUNK;
+  if (g >= (size_t)chunks * D) return;
+  const int c = g / D, i = g % D;
+  const int t1 = min(T, (c + 1) * COLSUM_CHUNK);
+  float acc = 0.0f;
+  for (int t = c * COLSUM_CHUNK; t < t1; ++t) acc += x[xo + (long)t * D + i];
+  partial[g] = acc;
+}
+
+// out[i] (+)= sum over chunks c (in order) of partial[c,i].
+__kernel void colsum_finish(__global float* out, long oo, __global const float* partial,
+                            int chunks, int D, int accumulate) {
+  const int i = get_global_id(0);
+  if (i >= D) return;
+  float acc = 0.0f;
+  for (int c = 0; c < chunks; ++c) acc += partial[(long)c * D + i];
+  out[oo + i] = accumulate ? out[oo + i] + acc : acc;
+}
+
+// ======== rope
+// Rotary position embedding, rotate-half layout: within each head, element i
+// pairs with i + hd/2 and rotates by pos * theta^(-2i/hd). The angle is formed
+// in double where the device has fp64 (positions reach thousands of radians).
+
+inline void rope_angle(long pos, int i, int hd, float theta, float* c, float* s) {
+#ifdef cl_khr_fp64
+  const double a = (double)pos * pow((double)theta, -2.0 * (double)i / (double)hd);
+  *c = (float)cos(a);
+  *s = (float)sin(a);
+#else
+  const float a = (float)pos * pow(theta, -2.0f * (float)i / (float)hd);
+  *c = cos(a);
+  *s = sin(a);
+#endif
+}
+
+// x, out: [B,S,H,hd]; one work-item per (b,s,h,i < hd/2). out may alias x.
+__kernel void rope_fwd(__global float* out, long oo, __global const float* x, long xo, int B,
+                       int S, int H, int hd, long pos_offset, float theta) {
+  const int half = hd / 2;
+  const size_t g = get_global_id(0);
+  if (g >= (size_t)B * S * H * half) return;
+  const int i = g % half;
+  const long r = g / half;  // (b,s,h) row
+  const int s = (r / H) % S;
+  float c, sn;
+  rope_angle(pos_offset + s, i, hd, theta, &c, &sn);
+  const long base = r * hd;
+  const float x1 = x[xo + base + i], x2 = x[xo + base + i + half];
+  out[oo + base + i] = x1 * c - x2 * sn;
+  out[oo + base + i + half] = x2 * c + x1 * sn;
+}
+
+// dx += R^T dout.
+__kernel void rope_bwd(__global float* dx, long dxo, __global const float* dout, long doo, int B,
+                       int S, int H, int hd, long pos_offset, float theta) {
+  const int half = hd / 2;
+  const size_t g = get_global_id(0);
+  if (g >= (size_t)B * S * H * half) return;
+  const int i = g % half;
+  const long r = g / half;
+  const int s = (r / H) % S;
+  float c, sn;
+  rope_angle(pos_offset + s, i, hd, theta, &c, &sn);
+  const long base = r * hd;
+  const float d1 = dout[doo + base + i], d2 = dout[doo + base + i + half];
+  dx[dxo + base + i] += d1 * c + d2 * sn;
+  dx[dxo + base + i + half] += d2 * c - d1 * sn;
+}
+
+// ======== attention
+// Causal multi-head attention. q,k,v,out: [B,S,H,hd]; lse: [B,H,S].
+// Forward: one work-item per query row, online softmax over keys 0..s, keeping
+// lse for backward. Backward recomputes probabilities from lse: one pass per
+// query row for dq, one per key row for dk and dv, so every gradient element is
+// written by exactly one work-item (deterministic, no atomics).
+
+#define ROW(b, s, h) ((((long)(b) * S + (s)) * H + (h)) * hd)
+
+__kernel void attention_fwd(__global float* out, long oo, __global float* lse, long lo,
+                            __global const float* q, long qo, __global const float* k, long ko,
+                            __global const float* v, long vo, int B, int S, int H, int hd,
+                            float scale) {
+  const size_t g = get_global_id(0);
+  if (g >= (size_t)B * H * S) return;
+  const int s = g % S;
+  const int bh = g / S;
+  const int h = bh % H, b = bh / H;
+  __global const float* qr = q + qo + ROW(b, s, h);
+  float acc[MAX_HD];
+  for (int d = 0; d < hd; ++d) acc[d] = 0.0f;
+  float m = -INFINITY, l = 0.0f;
+  for (int j = 0; j <= s; ++j) {
+    __global const float* kr = k + ko + ROW(b, j, h);
+    float sc = 0.0f;
+    for (int d = 0; d < hd; ++d) sc += qr[d] * kr[d];
+    sc *= scale;
+    const float mn = fmax(m, sc);
+    const float corr = exp(m - mn);  // 0 on the first key (m = -inf)
+    const float p = exp(sc - mn);
+    l = l * corr + p;
+    __global const float* vr = v + vo + ROW(b, j, h);
+    for (int d = 0; d < hd; ++d) acc[d] = acc[d] * corr + p * vr[d];
+    m = mn;
+  }
+  __global float* orow = out + oo + ROW(b, s, h);
+  const float inv = 1.0f / l;
+  for (int d = 0; d < hd; ++d) orow[d] = acc[d] * inv;
+  lse[lo + g] = m + log(l);  // g == (b*H + h)*S + s
+}
+
+// delta[b,h,s] = dot(dout row, out row).
+__kernel void attention_bwd_delta(__global float* delta, __global const float* dout, long doo,
+                                  __global const float* out, long oo, int B, int S, int H,
+                                  int hd) {
+  const size_t g = get_global_id(0);
+  if (g >= (size_t)B * H * S) return;
+  const int s = g % S;
+  const int bh = g / S;
+  const int h = bh % H, b = bh / H;
+  __global const float* dr = dout + doo + ROW(b, s, h);
+  __global const float* orow = out + oo + ROW(b, s, h);
+  float acc = 0.0f;
+  for (int d = 0; d < hd; ++d) acc += dr[d] * orow[d];
+  delta[g] = acc;
+}
+
+// dq[i] += scale * sum_{j<=i} p_ij (dout_i . v_j - delta_i) k_j; one work-item per query row.
+__kernel void attention_bwd_dq(__global float* dq, long dqo, __global const float* dout, long doo,
+                               __global const float* q, long qo, __global const float* k, long ko,
+                               __global const float* v, long vo, __global const float* lse,
+                               long lo, __global const float* delta, int B, int S, int H, int hd,
+                               float scale) {
+  const size_t g = get_global_id(0);
+  if (g >= (size_t)B * H * S) return;
+  const int s = g % S;
+  const int bh = g / S;
+  const int h = bh % H, b = bh / H;
+  __global const float* qr = q + qo + ROW(b, s, h);
+  __global const float* dr = dout + doo + ROW(b, s, h);
+  const float L = lse[lo + g], D = delta[g];
+  float acc[MAX_HD];
+  for (int d = 0; d < hd; ++d) acc[d] = 0.0f;
+  for (int j = 0; j <= s; ++j) {
+    __global const float* kr = k + ko + ROW(b, j, h);
+    __global const float* vr = v + vo + ROW(b, j, h);
+    float sc = 0.0f, dp = 0.0f;
+    for (int d = 0; d < hd; ++d) {
+      sc += qr[d] * kr[d];
+      dp += dr[d] * vr[d];
+    }
+    const float p = exp(sc * scale - L);
+    const float ds = p * (dp - D);
+    for (int d = 0; d < hd; ++d) acc[d] += ds * kr[d];
+  }
+  __global float* dqr = dq + dqo + ROW(b, s, h);
+  for (int d = 0; d < hd; ++d) dqr[d] += scale * acc[d];
+}
+
+// dv[j] += sum_{i>=j} p_ij dout_i; dk[j] += scale * sum_{i>=j} ds_ij q_i; one work-item per key row.
+__kernel void attention_bwd_dkv(__global float* dk, long dko, __global float* dv, long dvo,
+                                __global const float* dout, long doo, __global const float* q,
+                                long qo, __global const float* k, long ko,
+                                __global const float* v, long vo, __global const float* lse,
+                                long lo, __global const float* delta, int B, int S, int H, int hd,
+                                float scale) {
+  const size_t g = get_global_id(0);
+  if (g >= (size_t)B * H * S) return;
+  const int j = g % S;
+  const int bh = g / S;
+  const int h = bh % H, b = bh / H;
+  __global const float* kr = k + ko + ROW(b, j, h);
+  __global const float* vr = v + vo + ROW(b, j, h);
+  float ak[MAX_HD], av[MAX_HD];
+  for (int d = 0; d < hd; ++d) ak[d] = av[d] = 0.0f;
+  for (int i = j; i < S; ++i) {
+    __global const float* qr = q + qo + ROW(b, i, h);
+    __global const float* dr = dout + doo + ROW(b, i, h);
+    float sc = 0.0f, dp = 0.0f;
+    for (int d = 0; d < hd; ++d) {
+      sc += qr[d] * kr[d];
+      dp += dr[d] * vr[d];
+    }
+    const long row = (long)bh * S + i;
+    const float p = exp(sc * scale - lse[lo + row]);
+    const float ds = p * (dp - delta[row]);
+    for (int d = 0; d < hd; ++d) {
+      av[d] += p * dr[d];
+      ak[d] += ds * qr[d];
+    }
+  }
+  __global float* dkr = dk + dko + ROW(b, j, h);
+  __global float* dvr = dv + dvo + ROW(b, j, h);
+  for (int d = 0; d < hd; ++d) {
+    dkr[d] += scale * ak[d];
+    dvr[d] += av[d];
+  }
+}
+
+// ======== activation
+// SiLU and SwiGLU, forward and (accumulating) backward. Elementwise.
+
+inline float sigmoidf(float x) { return 1.0f / (1.0f + exp(-x)); }
+
+__kernel void silu_fwd(__global float* out, long oo, __global const float* x, long xo, long n) {
+  const size_t i = get_global_id(0);
+  if (i >= (size_t)n) return;
+  const float v = x[xo + i];
+  out[oo + i] = v * sigmoidf(v);
+}
+
+// dx += dout * s * (1 + x (1 - s)), s = sigmoid(x).
+__kernel void silu_bwd(__global float* dx, long dxo, __global const float* dout, long doo,
+                       __global const float* x, long xo, long n) {
+  const size_t i = get_global_id(0);
+  if (i >= (size_t)n) return;
+  const float v = x[xo + i];
+  const float s = sigmoidf(v);
+  dx[dxo + i] += dout[doo + i] * s * (1.0f + v * (1.0f - s));
+}
+
+// out = silu(gate) * up.
+__kernel void swiglu_fwd(__global float* out, long oo, __global const float* gate, long go,
+                         __global const float* up, long uo, long n) {
+  const size_t i = get_global_id(0);
+  if (i >= (size_t)n) return;
+  const float g = gate[go + i];
+  out[oo + i] = g * sigmoidf(g) * up[uo + i];
+}
+
+__kernel void swiglu_bwd(__global float* dgate, long dgo, __global float* dup, long duo,
+                         __global const float* dout, long doo, __global const float* gate,
+                         long go, __global const float* up, long uo, long n) {
+  const size_t i = get_global_id(0);
+  if (i >= (size_t)n) return;
+  const float g = gate[go + i];
+  const float s = sigmoidf(g);
+  const float d = dout[doo + i];
+  dgate[dgo + i] += d * up[uo + i] * s * (1.0f + g * (1.0f - s));
+  dup[duo + i] += d * g * s;
+}
+
+// ======== loss
+// Cross-entropy over rows of logits with an ignore index. One work-group per
+// token row: max and sum of exponentials by fixed-tree reductions.
+
+__kernel void cross_entropy_fwd(__global float* losses, long lo, __global const float* logits,
+                                long xo, __global const int* targets, long to, int V,
+                                int ignore_index, __global int* err) {
+  __local float scratch[MAX_WG];
+  const int t = get_group_id(0), lid = get_local_id(0), L = get_local_size(0);
+  const int target = targets[to + t];
+  if (target == ignore_index) {  // uniform over the work-group: no barrier is skipped by half of it
+    if (lid == 0) losses[lo + t] = 0.0f;
+    return;
+  }
+  if (target < 0 || target >= V) {
+    if (lid == 0) {
+      report_error(err, ERR_TARGET);
+      losses[lo + t] = 0.0f;
+    }
+    return;
+  }
+  __global const float* row = logits + xo + (long)t * V;
+  float m = -INFINITY;
+  for (int i = lid; i < V; i += L) m = fmax(m, row[i]);
+  m = wg_max(scratch, m);
+  float sum = 0.0f;
+  for (int i = lid; i < V; i += L) sum += exp(row[i] - m);
+  sum = wg_sum(scratch, sum);
+  if (lid == 0) losses[lo + t] = log(sum) + m - row[target];
+}
+
+// dlogits[t,:] += grad_scale * (softmax(logits[t]) - onehot(target)) on counted tokens.
+__kernel void cross_entropy_bwd(__global float* dlogits, long dlo, __global const float* logits,
+                                long xo, __global const int* targets, long to, int V,
+                                int ignore_index, float grad_scale, __global int* err) {
+  __local float scratch[MAX_WG];
+  const int t = get_group_id(0), lid = get_local_id(0), L = get_local_size(0);
+  const int target = targets[to + t];
+  if (target == ignore_index) return;
+  if (target < 0 || target >= V) {
+    if (lid == 0) report_error(err, ERR_TARGET);
+    return;
+  }
+  __global const float* row = logits + xo + (long)t * V;
+  __global float* drow = dlogits + dlo + (long)t * V;
+  float m = -INFINITY;
+  for (int i = lid; i < V; i += L) m = fmax(m, row[i]);
+  m = wg_max(scratch, m);
+  float sum = 0.0f;
+  for (int i = lid; i < V; i += L) sum += exp(row[i] - m);
+  sum = wg_sum(scratch, sum);
+  const float inv = 1.0f / sum;
+  for (int i = lid; i < V; i += L) {
+    const float p = exp(row[i] - m) * inv;
+    drow[i] += grad_scale * (p - (i == target ? 1.0f : 0.0f));
+  }
+}
+
+// ======== routing
+// Router ops: row softmax, top-k selection (ties to the lower expert id) and
+// their backward, plus adding a row vector to every row.
+
+// One work-group per row.
+__kernel void softmax_fwd(__global float* out, long oo, __global const float* x, long xo, int E) {
+  __local float scratch[MAX_WG];
+  const int t = get_group_id(0), lid = get_local_id(0), L = get_local_size(0);
+  __global const float* row = x + xo + (long)t * E;
+  __global float* orow = out + oo + (long)t * E;
+  float m = -INFINITY;
+  for (int i = lid; i < E; i += L) m = fmax(m, row[i]);
+  m = wg_max(scratch, m);
+  float sum = 0.0f;
+  for (int i = lid; i < E; i += L) sum += exp(row[i] - m);
+  sum = wg_sum(scratch, sum);
+  const float inv = 1.0f / sum;
+  for (int i = lid; i < E; i += L) orow[i] = exp(row[i] - m) * inv;
+}
+
+// dx += out * (dout - dot(dout, out)). One work-group per row.
+__kernel void softmax_bwd(__global float* dx, long dxo, __global const float* dout, long doo,
+                          __global const float* out, long oo, int E) {
+  __local float scratch[MAX_WG];
+  const int t = get_group_id(0), lid = get_local_id(0), L = get_local_size(0);
+  __global const float* dr = dout + doo + (long)t * E;
+  __global const float* orow = out + oo + (long)t * E;
+  __global float* dxr = dx + dxo + (long)t * E;
+  float dot = 0.0f;
+  for (int i = lid; i < E; i += L) dot += dr[i] * orow[i];
+  dot = wg_sum(scratch, dot);
+  for (int i = lid; i < E; i += L) dxr[i] += orow[i] * (dr[i] - dot);
+}
+
+// One work-item per token: k rounds of argmax over scores + bias, skipping
+// experts already taken; a strict '>' keeps the lower id on ties.
+__kernel void topk_fwd(__global float* weights, long wo, __global int* ids, long io,
+                       __global const float* scores, long so, __global const float* bias, long bo,
+                       int has_bias, int T, int E, int K, int renormalize) {
+  const int t = get_global_id(0);
+  if (t >= T) return;
+  __global const float* sr = scores + so + (long)t * E;
+  int chosen[MAX_K];
+  float w[MAX_K];
+  float total = 0.0f;
+  for (int j = 0; j < K; ++j) {
+    int best = -1;
+    float bestv = 0.0f;
+    for (int e = 0; e < E; ++e) {
+      bool taken = false;
+      for (int u = 0; u < j; ++u) taken |= (chosen[u] == e);
+      if (taken) continue;
+      const float val = sr[e] + (has_bias ? bias[bo + e] : 0.0f);
+      if (best < 0 || val > bestv) {
+        best = e;
+        bestv = val;
+      }
+    }
+    chosen[j] = best;
+    w[j] = sr[best];
+    total += w[j];
+  }
+  for (int j = 0; j < K; ++j) {
+    ids[io + (long)t * K + j] = chosen[j];
+    weights[wo + (long)t * K + j] = renormalize ? w[j] / total : w[j];
+  }
+}
+
+// Without renormalization: dscores[t,id_j] += dw_j. With it (w_j = s_j / S):
+// dscores[t,id_l] += (dw_l - sum_j dw_j w_j) / S. One work-item per token; the
+// ids of a token are distinct, so each element has a single writer.
+__kernel void topk_bwd(__global float* dscores, long dso, __global const float* dweights,
+                       long dwo, __global const float* weights, long wo, __global const int* ids,
+                       long io, __global const float* scores, long so, int T, int E, int K,
+                       int renormalize, __global int* err) {
+  const int t = get_global_id(0);
+  if (t >= T) return;
+  __global const int* idr = ids + io + (long)t * K;
+  __global const float* dwr = dweights + dwo + (long)t * K;
+  __global const float* wr = weights + wo + (long)t * K;
+  __global const float* sr = scores + so + (long)t * E;
+  __global float* dsr = dscores + dso + (long)t * E;
+  for (int j = 0; j < K; ++j)
+    if (idr[j] < 0 || idr[j] >= E) {
+      report_error(err, ERR_TOPK_ID);
+      return;
+    }
+  if (!renormalize) {
+    for (int j = 0; j < K; ++j) dsr[idr[j]] += dwr[j];
+    return;
+  }
+  float total = 0.0f, dot = 0.0f;
+  for (int j = 0; j < K; ++j) {
+    total += sr[idr[j]];
+    dot += dwr[j] * wr[j];
+  }
+  for (int j = 0; j < K; ++j) dsr[idr[j]] += (dwr[j] - dot) / total;
+}
+
+// x[t,e] += alpha * row[e].
+__kernel void add_row(__global float* x, long xo, __global const float* row, long ro, float alpha,
+                      int T, int E) {
+  const size_t g = get_global_id(0);
+  if (g >= (size_t)T * E) return;
+  x[xo + g] += alpha * row[ro + g % E];
+}
+
+// ======== permute
+// Moving token rows to expert order and back: gather, the deterministic
+// backward of gather given the inverse map (sum_slots), and the weighted
+// combine. Sums over a token's k slots run in slot order, like a sequential loop.
+
+__kernel void gather_rows(__global float* out, long oo, __global const float* src, long so,
+                          __global const int* idx, long io, int N, int D, int T,
+                          __global int* err) {
+  const size_t g = get_global_id(0);
+  if (g >= (size_t)N * D) return;
+  const int n = g / D, d = g % D;
+  const int i = idx[io + n];
+  if (i < 0 || i >= T) {
+    report_error(err, ERR_GATHER_INDEX);
+    out[oo + g] = 0.0f;
+    return;
+  }
+  out[oo + g] = src[so + (long)i * D + d];
+}
+
+// dst[t,d] += sum_j src[slots[t,j], d] over slots >= 0.
+__kernel void sum_slots(__global float* dst, long dso, __global const float* src, long so,
+                        __global const int* slots, long slo, int T, int K, int D, int N,
+                        __global int* err) {
+  const size_t g = get_global_id(0);
+  if (g >= (size_t)T * D) return;
+  const int t = g / D, d = g % D;
+  float acc = dst[dso + g];
+  for (int j = 0; j < K; ++j) {
+    const int s = slots[slo + (long)t * K + j];
+    if (s < 0) continue;
+    if (s >= N) {
+      report_error(err, ERR_SLOT);
+      continue;
+    }
+    acc += src[so + (long)s * D + d];
+  }
+  dst[dso + g] = acc;
+}
+
+// out[t,d] += sum_j weights[t,j] * y[slots[t,j], d] over slots >= 0.
+__kernel void combine_fwd(__global float* out, long oo, __global const float* y, long yo,
+                          __global const int* slots, long slo, __global const float* weights,
+                          long wo, int T, int K, int D, int N, __global int* err) {
+  const size_t g = get_global_id(0);
+  if (g >= (size_t)T * D) return;
+  const int t = g / D, d = g % D;
+  float acc = out[oo + g];
+  for (int j = 0; j < K; ++j) {
+    const long tj = (long)t * K + j;
+    const int s = slots[slo + tj];
+    if (s < 0) continue;
+    if (s >= N) {
+      report_error(err, ERR_SLOT);
+      continue;
+    }
+    acc += weights[wo + tj] * y[yo + (long)s * D + d];
+  }
+  out[oo + g] = acc;
+}
+
+// dy[slots[t,j], d] += weights[t,j] * dout[t,d]. Each row of y belongs to one
+// (t,j) slot (a dispatch plan places every routed copy in its own row), so every
+// element has a single writer.
+__kernel void combine_bwd_dy(__global float* dy, long dyo, __global const float* dout, long doo,
+                             __global const int* slots, long slo, __global const float* weights,
+                             long wo, int T, int K, int D, int N, __global int* err) {
+  const size_t g = get_global_id(0);
+  if (g >= (size_t)T * K * D) return;
+  const long tj = g / D;
+  const int d = g % D;
+  const int t = tj / K;
+  const int s = slots[slo + tj];
+  if (s < 0) return;
+  if (s >= N) {
+    report_error(err, ERR_SLOT);
+    return;
+  }
+  dy[dyo + (long)s * D + d] += weights[wo + tj] * dout[doo + (long)t * D + d];
+}
+
+// dweights[t,j] += dot(dout[t], y[slots[t,j]]). One work-group per (t,j).
+__kernel void combine_bwd_dw(__global float* dweights, long dwo, __global const float* dout,
+                             long doo, __global const float* y, long yo,
+                             __global const int* slots, long slo, int K, int D, int N) {
+  __local float scratch[MAX_WG];
+  const long tj = get_group_id(0);
+  const int lid = get_local_id(0), L = get_local_size(0);
+  const int t = tj / K;
+  const int s = slots[slo + tj];
+  if (s < 0 || s >= N) return;  // uniform over the group; bad slots are reported by combine_bwd_dy
+  __global const float* dr = dout + doo + (long)t * D;
+  __global const float* yr = y + yo + (long)s * D;
+  float acc = 0.0f;
+  for (int i = lid; i < D; i += L) acc += dr[i] * yr[i];
+  acc = wg_sum(scratch, acc);
+  if (lid == 0) dweights[dwo + tj] += acc;
+}
+
+// ======== optim
+// Optimizer ops: partial sums of squares (the host adds the per-group partials
+// in double, in order) and the AdamW update.
+
+// Each work-group writes the sum of squares of its grid-strided elements.
+__kernel void sqnorm_partial(__global float* partial, __global const float* x, long xo, long n) {
+  __local float scratch[MAX_WG];
+  const size_t gsize = get_global_size(0);
+  float acc = 0.0f;
+  for (size_t i = get_global_id(0); i < (size_t)n; i += gsize) {
+    const float v = x[xo + i];
+    acc += v * v;
+  }
+  acc = wg_sum(scratch, acc);
+  if (get_local_id(0) == 0) partial[get_group_id(0)] = acc;
+}
+
+// bc1 = 1 - beta1^step, bc2 = 1 - beta2^step (computed on the host in double).
+__kernel void adamw(__global float* p, long po, __global const float* grad, long go,
+                    __global float* m, long mo, __global float* v, long vo, float lr, float beta1,
+                    float beta2, float eps, float wd, float bc1, float bc2, long n) {
+  const size_t i = get_global_id(0);
+  if (i >= (size_t)n) return;
+  const float g = grad[go + i];
+  const float mi = beta1 * m[mo + i] + (1.0f - beta1) * g;
+  const float vi = beta2 * v[vo + i] + (1.0f - beta2) * g * g;
+  m[mo + i] = mi;
+  v[vo + i] = vi;
+  const float mhat = mi / bc1;
+  const float vhat = vi / bc2;
+  const float pi = p[po + i];
+  p[po + i] = pi - lr * (mhat / (sqrt(vhat) + eps) + wd * pi);
+}
