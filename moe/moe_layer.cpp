@@ -84,9 +84,8 @@ void MoeLayer::backward(kernels::Backend& be, const Tensor& dx, const MoeWeights
 
   be.fill(s.dweights, 0.0f);
   if (N > 0) {
-    const Tensor dy = s.dy.rows(0, N);
-    be.fill(dy, 0.0f);
-    be.combine_backward(dy, s.dweights, dout, y_, slots_, weights_);
+    be.fill(s.dy.rows(0, N), 0.0f);  // rows >= N are never read or written
+    be.combine_backward(s.dy, s.dweights, dout, y_, slots_, weights_);
     std::vector<int64_t> counts(static_cast<size_t>(E));
     for (int64_t e = 0; e < E; ++e) counts[e] = plan_.count(e);
     experts_backward(be, s.dxs, dw.experts, s.dexp, s.dy, xs_, acts_, w.experts, counts);
