@@ -102,8 +102,10 @@ std::vector<double> add(const std::vector<double>& a, const std::vector<double>&
   return o;
 }
 
-::testing::AssertionResult near(const std::vector<float>& got, const std::vector<double>& want,
-                                Tol tol) {
+namespace {
+template <class G>
+::testing::AssertionResult near_impl(const std::vector<G>& got, const std::vector<double>& want,
+                                     Tol tol) {
   if (got.size() != want.size())
     return ::testing::AssertionFailure()
            << "size " << got.size() << " != expected " << want.size();
@@ -125,6 +127,17 @@ std::vector<double> add(const std::vector<double>& a, const std::vector<double>&
          << bad << " of " << got.size() << " elements outside atol " << tol.atol << " + rtol "
          << tol.rtol << "; worst [" << worst << "] got " << got[worst] << " want "
          << want[worst] << first.str();
+}
+}  // namespace
+
+::testing::AssertionResult near(const std::vector<float>& got, const std::vector<double>& want,
+                                Tol tol) {
+  return near_impl(got, want, tol);
+}
+
+::testing::AssertionResult near(const std::vector<double>& got, const std::vector<double>& want,
+                                Tol tol) {
+  return near_impl(got, want, tol);
 }
 
 Tensor Arena::place(Shape shape, DType dtype) {

@@ -62,6 +62,9 @@ struct Tol {
 };
 ::testing::AssertionResult near(const std::vector<float>& got, const std::vector<double>& want,
                                 Tol tol);
+// The same for two float64 vectors (checks the reference against finite differences).
+::testing::AssertionResult near(const std::vector<double>& got, const std::vector<double>& want,
+                                Tol tol);
 
 // Allocates the tensors of one test run. With offset > 0 every tensor is a
 // view starting `offset` elements into a larger buffer whose other elements

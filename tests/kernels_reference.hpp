@@ -77,6 +77,6 @@ void adamw_step(V& param, V& m, V& v, const V& grad, const AdamW& hp, int64_t st
 
 // ---- finite differences ----
 // d(sum_j dout_j f(x)_j)/dx_i by central differences with step h (relative to |x_i|).
-V numeric_grad(const std::function<V(const V&)>& f, const V& x, const V& dout, double h = 1e-5);
+V numeric_grad(const std::function<V(const V&)>& f, const V& x, const V& dout, double h = 1e-6);
 
 }  // namespace troupe::kernels::ref
