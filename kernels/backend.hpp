@@ -7,7 +7,11 @@
 // zero gradients when a step starts. All ops are deterministic: no atomics on
 // floats, fixed reduction order.
 //
-// Row-major everywhere. "T" is a token count (batch*seq), "D" a width.
+// Row-major everywhere. "T" is a token count (batch*seq), "D" a width. An op
+// documented on [T,D] reads a tensor's last dimension as D and all others,
+// flattened, as T (so [B,S,D] works too); [B,S,H,hd] ops need rank 4.
+// Bad shapes, dtypes or out-of-range indices (ids, targets, slots) throw
+// std::invalid_argument naming the op and the shapes; nothing is written then.
 #pragma once
 
 #include <cstdint>
@@ -64,10 +68,14 @@ class Backend {
   virtual void scale(const Tensor& x, float alpha) = 0;                      // x *= alpha
 
   // ---- GEMM -----------------------------------------------------------------
-  // C[m,n] = alpha * op(A) * op(B) + beta * C; A, B, C are contiguous row-major.
+  // C[m,n] = alpha * op(A) * op(B) + beta * C; A, B, C are contiguous row-major
+  // with exactly m*k, k*n, m*n elements. As in BLAS, beta == 0 means C is not
+  // read (it may hold garbage or NaN); this holds for the batched and grouped
+  // calls too. m, n or k may be 0 (k == 0: C = beta * C).
   virtual void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                     const Tensor& a, const Tensor& b, float beta, const Tensor& c) = 0;
   // `batch` independent GEMMs of one shape; matrix i starts at i*stride_{a,b,c}.
+  // Strides of A and B may be 0 (one shared matrix); C matrices may not overlap.
   virtual void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                                     float alpha, const Tensor& a, int64_t stride_a,
                                     const Tensor& b, int64_t stride_b, float beta,
@@ -135,7 +143,8 @@ class Backend {
   // Per token, pick the k experts with the largest scores[t,e] + bias[e] (bias
   // may be undefined = 0; ties go to the lower expert id), ids ascending by
   // selection rank. weights[t,j] = scores[t, ids[t,j]], divided by their sum
-  // when `renormalize`. weights f32 [T,k], ids i32 [T,k].
+  // when `renormalize` (no epsilon: router scores are positive). weights f32
+  // [T,k], ids i32 [T,k], 1 <= k <= E.
   virtual void topk_forward(const Tensor& weights, const Tensor& ids, const Tensor& scores,
                             const Tensor& bias, bool renormalize) = 0;
   // dscores[T,E] += d weights / d scores applied to dweights[T,k].
@@ -150,6 +159,7 @@ class Backend {
   // ---- token permutation to experts and back -------------------------------------
   // out[N,D] = src[idx[n]] (idx i32 [N], each in [0,T)).
   virtual void gather_rows(const Tensor& out, const Tensor& src, const Tensor& idx) = 0;
+  // A negative slot is an empty one (a dropped token choice) and is skipped.
   // dst[T,D] += sum_j src[slots[t,j]] over slots[t,j] >= 0 (slots i32 [T,k]):
   // the backward of gather_rows, given the inverse map (deterministic, no atomics).
   virtual void sum_slots(const Tensor& dst, const Tensor& src, const Tensor& slots) = 0;
@@ -178,7 +188,8 @@ double clip_grad_norm(Backend& backend, std::span<const Tensor> grads, double ma
 
 struct BackendOptions {
   std::string kind = "host";  // "host" or "opencl"
-  int threads = 1;            // host: OpenBLAS threads for this backend
+  int threads = 1;            // host: OpenBLAS threads (process-wide in OpenBLAS:
+                              // the last host backend created sets it)
   int platform = -1;          // opencl: platform index (-1: first with a device of `device_type`)
   int device = 0;             // opencl: device index on that platform
   std::string device_type = "any";  // opencl: "any", "gpu", "cpu"
