@@ -4,6 +4,7 @@ if(TARGET troupe_model)
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_gradcheck.cpp
             ${CMAKE_CURRENT_LIST_DIR}/model_reference.cpp
             ${CMAKE_CURRENT_LIST_DIR}/model_params_test.cpp
+            ${CMAKE_CURRENT_LIST_DIR}/model_trainer_test.cpp
     LIBS troupe_model
     LABELS model)
 endif()

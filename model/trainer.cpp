@@ -1,0 +1,293 @@
+// The single-process training loop (see trainer.hpp).
+#include "model/trainer.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "model/checkpoint.hpp"
+#include "model/data.hpp"
+#include "model/decoder.hpp"
+#include "model/generate.hpp"
+#include "model/params.hpp"
+#include "model/weights.hpp"
+#include "moe/balance.hpp"
+
+namespace troupe::model {
+
+using kernels::Tensor;
+
+double learning_rate(const OptimConfig& o, int64_t step, int64_t total) {
+  if (o.warmup_steps > 0 && step < o.warmup_steps)
+    return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup_steps);
+  if (o.schedule == "constant") return o.lr;
+  const double span = static_cast<double>(std::max<int64_t>(1, total - o.warmup_steps - 1));
+  const double progress = std::min(1.0, static_cast<double>(step - o.warmup_steps) / span);
+  const double min_lr = o.lr * o.min_lr_ratio;
+  return min_lr + (o.lr - min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));
+}
+
+namespace {
+
+// A run of consecutive layout entries sharing the optimizer treatment.
+struct OptRange {
+  int64_t offset = 0, numel = 0;
+  bool decay = true;
+};
+
+std::vector<OptRange> optimizer_ranges(const ParamLayout& L) {
+  std::vector<OptRange> out;
+  for (const ParamEntry& e : L.entries()) {
+    if (!e.trainable) continue;
+    if (!out.empty() && out.back().decay == e.decay && out.back().offset + out.back().numel == e.offset) {
+      out.back().numel += e.numel;
+    } else {
+      out.push_back({e.offset, e.numel, e.decay});
+    }
+  }
+  return out;
+}
+
+void validate_options(const TrainOptions& o) {
+  auto req = [](bool ok, const std::string& what) {
+    if (!ok) throw std::invalid_argument("training options: " + what);
+  };
+  req(o.steps >= 0, "steps must be >= 0");
+  req(o.microbatches >= 1, "microbatches must be >= 1");
+  req(o.data.batch_size >= 1, "batch_size must be >= 1");
+  req(o.data.batch_size % o.microbatches == 0,
+      "batch_size (" + std::to_string(o.data.batch_size) + ") must be a multiple of microbatches (" +
+          std::to_string(o.microbatches) + ")");
+  req(o.eval_every >= 0 && o.eval_batches >= 0 && o.checkpoint_every >= 0,
+      "eval_every, eval_batches and checkpoint_every must be >= 0");
+  req(o.checkpoint_every == 0 || !o.checkpoint_dir.empty(),
+      "checkpoint_every is set but checkpoint_dir is empty");
+  req(o.optim.lr > 0.0, "lr must be positive");
+  req(o.optim.schedule == "cosine" || o.optim.schedule == "constant",
+      "schedule must be \"cosine\" or \"constant\", got \"" + o.optim.schedule + "\"");
+  req(o.optim.warmup_steps >= 0, "warmup_steps must be >= 0");
+}
+
+}  // namespace
+
+struct Trainer::Impl {
+  TrainOptions opt;
+  uint64_t seed = 0;
+  std::unique_ptr<kernels::Backend> be;
+  ParamLayout layout;
+  std::unique_ptr<DataSource> data;
+  Tensor params, grads, adam_m, adam_v;
+  ModelWeights w, g;
+  std::vector<OptRange> ranges;
+  std::unique_ptr<Decoder> dec;
+  std::unique_ptr<Generator> gen;
+  int64_t step = 0;
+  int64_t mb_batch = 0;
+  moe::Balance balance = moe::Balance::none;
+
+  explicit Impl(const TrainOptions& o) : opt(o), seed(o.seed) {
+    validate_options(o);
+    layout = build_param_layout(o.model);
+    TrainingState st;
+    const bool resume = !o.resume_from.empty();
+    if (resume) {
+      st = load_checkpoint(o.resume_from, layout);
+      const std::string diff = config_difference(o.model, st.config);
+      if (!diff.empty())
+        throw std::invalid_argument("resume_from " + o.resume_from +
+                                    ": the checkpoint's model differs from the configured one (" +
+                                    diff + ")");
+      seed = st.seed;  // the data order and everything after follow the original run
+      step = st.step;
+      if (st.data_cursor != st.step)
+        throw std::invalid_argument("resume_from " + o.resume_from + ": data cursor " +
+                                    std::to_string(st.data_cursor) + " does not match step " +
+                                    std::to_string(st.step) + " (one batch per step)");
+    }
+    data = make_data_source(o.data, seed, o.model.seq_len);
+    if (data->vocab_size() > o.model.vocab_size)
+      throw std::invalid_argument("data source '" + data->describe() + "' needs vocab_size >= " +
+                                  std::to_string(data->vocab_size()) + ", model has " +
+                                  std::to_string(o.model.vocab_size));
+    be = kernels::make_backend(o.backend);
+    const int64_t P = layout.total();
+    params = be->from_f32({P}, resume ? st.params : init_params(layout, o.model, seed));
+    grads = be->zeros({P});
+    adam_m = be->zeros({P});
+    adam_v = be->zeros({P});
+    if (resume && !st.adam_m.empty()) {
+      be->upload_f32(adam_m, st.adam_m);
+      be->upload_f32(adam_v, st.adam_v);
+    }
+    w = bind_weights(layout, o.model, params);
+    g = bind_weights(layout, o.model, grads);
+    ranges = optimizer_ranges(layout);
+    mb_batch = o.data.batch_size / o.microbatches;
+    dec = std::make_unique<Decoder>(*be, o.model, mb_batch);
+    if (o.model.ffn == "moe") balance = moe::parse_balance(o.model.balance);
+  }
+
+  StepMetrics run_step() {
+    const auto t0 = std::chrono::steady_clock::now();
+    const int64_t S = opt.model.seq_len, M = opt.microbatches, Bm = mb_batch;
+    const Batch batch = data->train_batch(step, opt.data.batch_size, S);
+    int64_t counted = 0;
+    for (int32_t t : batch.targets) counted += t >= 0;
+    // The loss is the mean over every counted token of the whole batch, so
+    // the result does not depend on how it is split into microbatches.
+    const double loss_scale = counted > 0 ? 1.0 / static_cast<double>(counted) : 0.0;
+    const double aux_scale = 1.0 / static_cast<double>(M);
+
+    StepMetrics m;
+    m.step = step + 1;
+    m.tokens = opt.data.batch_size * S;
+    be->fill(grads, 0.0f);
+    double loss_sum = 0.0, aux = 0.0;
+    for (int64_t mb = 0; mb < M; ++mb) {
+      const size_t off = static_cast<size_t>(mb * Bm * S), n = static_cast<size_t>(Bm * S);
+      const std::span<const int32_t> in(batch.inputs.data() + off, n), tg(batch.targets.data() + off, n);
+      const ForwardResult r = dec->forward(w, in, tg);
+      dec->backward(w, g, loss_scale, aux_scale);
+      loss_sum += r.loss_sum;
+      aux += r.aux_loss;
+      const auto load = dec->expert_load();
+      if (m.expert_load.empty()) m.expert_load.assign(load.size(), {});
+      for (size_t l = 0; l < load.size(); ++l) {
+        if (m.expert_load[l].empty()) m.expert_load[l].assign(load[l].size(), 0);
+        for (size_t e = 0; e < load[l].size(); ++e) m.expert_load[l][e] += load[l][e];
+      }
+    }
+    m.loss = loss_sum * loss_scale;
+    m.aux_loss = aux * aux_scale;
+
+    const Tensor all[] = {grads};
+    m.grad_norm = kernels::clip_grad_norm(*be, all, opt.optim.grad_clip);
+    m.lr = learning_rate(opt.optim, step, opt.steps);
+    kernels::AdamWParams hp;
+    hp.lr = static_cast<float>(m.lr);
+    hp.beta1 = static_cast<float>(opt.optim.beta1);
+    hp.beta2 = static_cast<float>(opt.optim.beta2);
+    hp.eps = static_cast<float>(opt.optim.eps);
+    hp.step = step + 1;
+    for (const OptRange& r : ranges) {
+      hp.weight_decay = r.decay ? static_cast<float>(opt.optim.weight_decay) : 0.0f;
+      be->adamw(params.view(r.offset, {r.numel}), grads.view(r.offset, {r.numel}),
+                adam_m.view(r.offset, {r.numel}), adam_v.view(r.offset, {r.numel}), hp);
+    }
+    if (balance == moe::Balance::bias) update_biases(m.expert_load);
+    ++step;
+    be->synchronize();
+    m.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return m;
+  }
+
+  // DeepSeek-V3 aux-loss-free balancing, after the optimizer step.
+  void update_biases(const std::vector<std::vector<int64_t>>& load) {
+    for (size_t l = 0; l < w.layers.size(); ++l) {
+      const Tensor& b = w.layers[l].moe.bias;
+      std::vector<float> host = be->download_f32(b);
+      moe::update_router_bias(host, load[l], opt.model.bias_update_rate);
+      be->upload_f32(b, host);
+    }
+  }
+
+  EvalMetrics run_eval(bool accuracy) {
+    EvalMetrics e;
+    e.step = step;
+    const int64_t S = opt.model.seq_len, Bm = mb_batch;
+    double loss_sum = 0.0;
+    int64_t counted = 0;
+    for (int64_t i = 0; i < opt.eval_batches; ++i) {
+      const Batch b = data->val_batch(i, opt.data.batch_size, S);
+      for (int64_t mb = 0; mb < opt.microbatches; ++mb) {
+        const size_t off = static_cast<size_t>(mb * Bm * S), n = static_cast<size_t>(Bm * S);
+        const ForwardResult r = dec->forward(w, std::span<const int32_t>(b.inputs.data() + off, n),
+                                             std::span<const int32_t>(b.targets.data() + off, n));
+        loss_sum += r.loss_sum;
+        counted += r.counted;
+      }
+    }
+    e.val_loss = counted > 0 ? loss_sum / static_cast<double>(counted)
+                             : std::numeric_limits<double>::quiet_NaN();
+    e.accuracy = std::numeric_limits<double>::quiet_NaN();
+    if (accuracy && data->has_task() && opt.data.eval_problems > 0) {
+      if (!gen) gen = std::make_unique<Generator>(*be, opt.model);
+      SamplingOptions greedy;
+      greedy.temperature = 0.0;
+      SamplerRng rng(0);  // unused by greedy decoding
+      const int32_t eos = data->eos_token();
+      GenerateFn fn = [&](const std::vector<int32_t>& prompt, int64_t max_new) {
+        return gen->generate(w, prompt, max_new, greedy, rng, eos);
+      };
+      e.problems = opt.data.eval_problems;
+      e.accuracy = data->exact_match(fn, e.problems);
+    }
+    return e;
+  }
+
+  void save(const std::string& dir) {
+    TrainingState st;
+    st.config = opt.model;
+    st.seed = seed;
+    st.step = step;
+    st.params = be->download_f32(params);
+    st.adam_m = be->download_f32(adam_m);
+    st.adam_v = be->download_f32(adam_v);
+    st.data_cursor = step;
+    save_checkpoint(dir, st, layout);
+  }
+};
+
+Trainer::Trainer(const TrainOptions& options) : impl_(std::make_unique<Impl>(options)) {}
+Trainer::~Trainer() = default;
+StepMetrics Trainer::step() { return impl_->run_step(); }
+EvalMetrics Trainer::evaluate(bool accuracy) { return impl_->run_eval(accuracy); }
+void Trainer::save(const std::string& dir) { impl_->save(dir); }
+int64_t Trainer::steps_done() const { return impl_->step; }
+std::vector<float> Trainer::parameters() const { return impl_->be->download_f32(impl_->params); }
+kernels::Backend& Trainer::backend() { return *impl_->be; }
+const DataSource& Trainer::data() const { return *impl_->data; }
+
+TrainSummary train(const TrainOptions& o, TrainObserver& obs) {
+  Trainer tr(o);
+  TrainSummary s;
+  s.final_val_loss = std::numeric_limits<double>::quiet_NaN();
+  s.accuracy = std::numeric_limits<double>::quiet_NaN();
+  while (tr.steps_done() < o.steps) {
+    const StepMetrics m = tr.step();
+    ++s.steps_done;
+    s.final_loss = m.loss;
+    obs.on_step(m);
+    const bool last = tr.steps_done() == o.steps;
+    if (o.eval_every > 0 && o.eval_batches > 0 && (m.step % o.eval_every == 0 || last)) {
+      const EvalMetrics e = tr.evaluate(o.eval_accuracy);
+      s.final_val_loss = e.val_loss;
+      s.accuracy = e.accuracy;
+      obs.on_eval(e);
+    }
+    if (!o.checkpoint_dir.empty() &&
+        ((o.checkpoint_every > 0 && m.step % o.checkpoint_every == 0) || last)) {
+      tr.save(o.checkpoint_dir);
+      obs.on_checkpoint(m.step, o.checkpoint_dir);
+    }
+  }
+  return s;
+}
+
+EvalMetrics evaluate(const std::string& checkpoint_dir, const DataConfig& data,
+                     int64_t eval_batches, const kernels::BackendOptions& backend) {
+  const TrainingState st = load_checkpoint(checkpoint_dir);
+  TrainOptions o;
+  o.model = st.config;
+  o.data = data;
+  o.seed = st.seed;
+  o.steps = st.step;
+  o.eval_batches = eval_batches;
+  o.backend = backend;
+  o.resume_from = checkpoint_dir;
+  Trainer tr(o);
+  return tr.evaluate(true);
+}
+
+}  // namespace troupe::model
