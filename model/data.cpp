@@ -1,0 +1,82 @@
+// DataSource: batch assembly shared by every source, the exact-match metric,
+// and make_data_source, which picks the source named in the DataConfig.
+#include "model/data.hpp"
+
+#include <limits>
+#include <stdexcept>
+
+namespace troupe::model {
+
+// Defined in data_text.cpp and data_addition.cpp.
+namespace detail {
+std::unique_ptr<DataSource> make_text_source(const DataConfig& config, uint64_t seed, int64_t seq_len);
+std::unique_ptr<DataSource> make_addition_source(const DataConfig& config, uint64_t seed,
+                                                 int64_t seq_len, bool reverse_answer);
+}  // namespace detail
+
+namespace {
+
+void check_shape(const char* what, int64_t index, int64_t batch, int64_t seq) {
+  if (index < 0 || batch <= 0 || seq <= 0)
+    throw std::invalid_argument(std::string("data: ") + what + " needs index >= 0, batch > 0, seq > 0 (got " +
+                                std::to_string(index) + ", " + std::to_string(batch) + ", " +
+                                std::to_string(seq) + ")");
+  if (index > std::numeric_limits<int64_t>::max() / batch ||
+      batch > std::numeric_limits<int64_t>::max() / seq)
+    throw std::invalid_argument(std::string("data: ") + what + " index overflows");
+}
+
+}  // namespace
+
+Batch DataSource::train_batch(int64_t cursor, int64_t batch, int64_t seq) const {
+  check_shape("train_batch", cursor, batch, seq);
+  Batch b;
+  b.batch = batch;
+  b.seq = seq;
+  b.inputs.resize(static_cast<size_t>(batch * seq));
+  b.targets.resize(static_cast<size_t>(batch * seq));
+  for (int64_t r = 0; r < batch; ++r)
+    train_sequence(b.inputs.data() + r * seq, b.targets.data() + r * seq, cursor * batch + r, seq);
+  return b;
+}
+
+Batch DataSource::val_batch(int64_t index, int64_t batch, int64_t seq) const {
+  check_shape("val_batch", index, batch, seq);
+  Batch b;
+  b.batch = batch;
+  b.seq = seq;
+  b.inputs.resize(static_cast<size_t>(batch * seq));
+  b.targets.resize(static_cast<size_t>(batch * seq));
+  for (int64_t r = 0; r < batch; ++r)
+    val_sequence(b.inputs.data() + r * seq, b.targets.data() + r * seq, index * batch + r, seq);
+  return b;
+}
+
+std::vector<TaskProblem> DataSource::eval_problems(int64_t) const {
+  throw std::logic_error("data: source '" + describe() + "' has no task to evaluate");
+}
+
+double DataSource::exact_match(const GenerateFn& generate, int64_t n_problems) const {
+  if (n_problems <= 0) throw std::invalid_argument("data: exact_match needs n_problems > 0");
+  const std::vector<TaskProblem> problems = eval_problems(n_problems);
+  int64_t correct = 0;
+  for (const TaskProblem& p : problems) {
+    const std::vector<int32_t> out = generate(p.prompt, static_cast<int64_t>(p.answer.size()));
+    bool ok = out.size() >= p.answer.size();
+    for (size_t i = 0; ok && i < p.answer.size(); ++i) ok = out[i] == p.answer[i];
+    correct += ok ? 1 : 0;
+  }
+  return static_cast<double>(correct) / static_cast<double>(problems.size());
+}
+
+std::unique_ptr<DataSource> make_data_source(const DataConfig& config, uint64_t seed, int64_t seq_len) {
+  if (seq_len < 0) throw std::invalid_argument("data: seq_len must be >= 0");
+  if (config.source == "text") return detail::make_text_source(config, seed, seq_len);
+  if (config.source == "addition") return detail::make_addition_source(config, seed, seq_len, true);
+  if (config.source == "addition_plain")
+    return detail::make_addition_source(config, seed, seq_len, false);
+  throw std::runtime_error("data: unknown source '" + config.source +
+                           "' (expected \"text\", \"addition\" or \"addition_plain\")");
+}
+
+}  // namespace troupe::model

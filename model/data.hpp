@@ -1,0 +1,100 @@
+// Data sources for training: a byte-level text file and built-in synthetic tasks
+// (multi-digit addition). A source is a pure function of (seed, index): the
+// whole data position of a run is ONE integer, the cursor, which a checkpoint
+// stores and a resumed run passes back. No source knows anything of the model:
+// task accuracy is measured through a caller-supplied generate function.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/config.hpp"
+
+namespace troupe::model {
+
+// One batch of token sequences, row-major [batch, seq].
+struct Batch {
+  std::vector<int32_t> inputs;   // [batch * seq] token ids
+  std::vector<int32_t> targets;  // [batch * seq] next token, or -1 = no loss here
+  int64_t batch = 0;
+  int64_t seq = 0;
+};
+
+// The model, seen from a task: given prompt tokens, return up to
+// max_new_tokens NEW tokens (the prompt is not repeated). The model may stop
+// early after the source's eos_token().
+using GenerateFn =
+    std::function<std::vector<int32_t>(const std::vector<int32_t>& prompt, int64_t max_new_tokens)>;
+
+// One held-out task problem: the prompt to feed and the exact tokens expected
+// back (ending with eos_token()).
+struct TaskProblem {
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> answer;
+};
+
+class DataSource {
+ public:
+  virtual ~DataSource() = default;
+
+  // Training batch number `cursor` (0, 1, 2, ...): its rows are the global
+  // training sequences cursor*batch .. cursor*batch + batch - 1, each a pure
+  // function of (seed, sequence index). The trainer passes the number of
+  // batches consumed so far (the step, with one batch per step), stores it in
+  // the checkpoint and passes it back on resume. Microbatches and
+  // data-parallel replicas split the rows of one batch.
+  Batch train_batch(int64_t cursor, int64_t batch, int64_t seq) const;
+  // Validation batch number `index` (0, 1, ...): held-out data, independent of
+  // the seed, so validation losses compare across runs.
+  Batch val_batch(int64_t index, int64_t batch, int64_t seq) const;
+
+  virtual int64_t vocab_size() const = 0;
+  virtual std::string describe() const = 0;
+
+  // Tokenizer. encode throws std::runtime_error naming a character the
+  // vocabulary lacks; decode never throws (unknown ids print as '?').
+  virtual std::vector<int32_t> encode(const std::string& text) const = 0;
+  virtual std::string decode(const std::vector<int32_t>& tokens) const = 0;
+  // Tokens to feed the model for a user prompt: encode() plus whatever the
+  // training sequences put in front (the addition task starts with EOS).
+  virtual std::vector<int32_t> encode_prompt(const std::string& text) const { return encode(text); }
+  // End-of-sequence token that stops generation, or -1 when there is none.
+  virtual int32_t eos_token() const { return -1; }
+
+  // Tasks with an exact answer (addition): the first n problems of the
+  // held-out evaluation set, deterministic and independent of the seed.
+  // Sources without a task return false / throw std::logic_error.
+  virtual bool has_task() const { return false; }
+  virtual std::vector<TaskProblem> eval_problems(int64_t n) const;
+  // Fraction of the first n_problems held-out problems whose generated answer
+  // (the first answer.size() new tokens) equals the expected one exactly.
+  double exact_match(const GenerateFn& generate, int64_t n_problems) const;
+
+ protected:
+  // One sequence of seq tokens: inputs[t] and targets[t] as in Batch.
+  virtual void train_sequence(int32_t* inputs, int32_t* targets, int64_t index, int64_t seq) const = 0;
+  virtual void val_sequence(int32_t* inputs, int32_t* targets, int64_t index, int64_t seq) const = 0;
+};
+
+// Builds the source named by config.source:
+//   "text"           byte-level file at config.path (vocab 256); the last
+//                    val_fraction of the bytes is the validation split;
+//   "addition"       a+b=c with operands of up to config.digits digits, answer
+//                    digits written least-significant first (see data_addition.cpp);
+//   "addition_plain" the same with the answer in normal order.
+// seq_len > 0 also checks up front that sequences of that length can be made.
+// Throws std::runtime_error with a clear message (unknown source, missing,
+// empty or too-short file, bad digits or val_fraction).
+std::unique_ptr<DataSource> make_data_source(const DataConfig& config, uint64_t seed,
+                                             int64_t seq_len = 0);
+
+// The addition task's held-out rule: true when the problem a+b (in either
+// order) belongs to the evaluation pool and therefore never appears in
+// training data. A fixed hash of the unordered pair, independent of the seed
+// and of `digits`; about one problem in ten is held out.
+bool addition_held_out(int64_t a, int64_t b);
+
+}  // namespace troupe::model
