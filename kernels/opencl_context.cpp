@@ -330,7 +330,13 @@ ClContext::ClContext(const BackendOptions& options) {
   const size_t max_pooled = global_mem ? static_cast<size_t>(global_mem / 2) : (size_t{1} << 30);
   pool_ = std::make_shared<ClPool>(ctx_, max_pooled);
   try {
-    build_program();
+    // One program from every embedded file; common.cl (shared helpers) first if present.
+    const auto& sources = embedded_cl_sources();
+    std::string text;
+    if (auto it = sources.find("common"); it != sources.end()) text += it->second + "\n";
+    for (const auto& [name, src] : sources)
+      if (name != "common") text += src + "\n";
+    program_ = cl_build_program(ctx_, device_, text);
   } catch (...) {
     pool_.reset();
     clReleaseCommandQueue(queue_);
@@ -348,29 +354,22 @@ ClContext::~ClContext() {
   if (ctx_) clReleaseContext(ctx_);
 }
 
-void ClContext::build_program() {
-  const auto& sources = embedded_cl_sources();
-  // common.cl holds helpers every other file uses: it goes first.
-  std::string text;
-  if (auto it = sources.find("common"); it != sources.end()) text += it->second + "\n";
-  for (const auto& [name, src] : sources)
-    if (name != "common") text += "// ---- " + name + ".cl\n" + src + "\n";
-  const char* ptr = text.c_str();
-  const size_t len = text.size();
+cl_program cl_build_program(cl_context ctx, cl_device_id device, const std::string& source) {
+  const char* ptr = source.c_str();
+  const size_t len = source.size();
   cl_int err = CL_SUCCESS;
-  program_ = clCreateProgramWithSource(ctx_, 1, &ptr, &len, &err);
+  cl_program program = clCreateProgramWithSource(ctx, 1, &ptr, &len, &err);
   cl_check(err, "build kernels", "clCreateProgramWithSource");
-  const std::string opts = "-cl-std=CL1.2";
-  err = clBuildProgram(program_, 1, &device_, opts.c_str(), nullptr, nullptr);
-  if (err != CL_SUCCESS) {
-    size_t n = 0;
-    clGetProgramBuildInfo(program_, device_, CL_PROGRAM_BUILD_LOG, 0, nullptr, &n);
-    std::string log(n, '\0');
-    if (n) clGetProgramBuildInfo(program_, device_, CL_PROGRAM_BUILD_LOG, n, log.data(), nullptr);
-    throw std::runtime_error("opencl build kernels: clBuildProgram failed: " +
-                             cl_error_name(err) + " (" + std::to_string(err) + ") on " +
-                             info_.device_name + "; build log:\n" + log);
-  }
+  err = clBuildProgram(program, 1, &device, "-cl-std=CL1.2", nullptr, nullptr);
+  if (err == CL_SUCCESS) return program;
+  size_t n = 0;
+  clGetProgramBuildInfo(program, device, CL_PROGRAM_BUILD_LOG, 0, nullptr, &n);
+  std::string log(n, '\0');
+  if (n) clGetProgramBuildInfo(program, device, CL_PROGRAM_BUILD_LOG, n, log.data(), nullptr);
+  clReleaseProgram(program);
+  throw std::runtime_error("opencl build kernels: clBuildProgram failed: " + cl_error_name(err) +
+                           " (" + std::to_string(err) + ") on " +
+                           device_string(device, CL_DEVICE_NAME) + "; build log:\n" + log);
 }
 
 cl_kernel ClContext::kernel(const std::string& name) {

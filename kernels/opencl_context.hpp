@@ -38,6 +38,10 @@ struct ClDeviceInfo {
   bool fp64 = false;
 };
 
+// Compiles `source` for `device` (OpenCL C 1.2). On failure throws
+// std::runtime_error with the error name and the compiler's build log.
+cl_program cl_build_program(cl_context ctx, cl_device_id device, const std::string& source);
+
 // Picks platform/device as BackendOptions says. Throws std::runtime_error naming
 // what was asked for and what exists; std::invalid_argument for a bad device_type.
 struct ClSelection {
@@ -126,8 +130,6 @@ class ClContext {
   size_t work_group_size(cl_kernel k, size_t cap);
 
  private:
-  void build_program();
-
   ClDeviceInfo info_;
   cl_device_id device_ = nullptr;
   cl_context ctx_ = nullptr;

@@ -249,35 +249,35 @@ inline void rope_angle(long pos, int i, int hd, float theta, float* c, float* s)
 // x, out: [B,S,H,hd]; one work-item per (b,s,h,i < hd/2). out may alias x.
 __kernel void rope_fwd(__global float* out, long oo, __global const float* x, long xo, int B,
                        int S, int H, int hd, long pos_offset, float theta) {
-  const int half = hd / 2;
+  const int nh = hd / 2;
   const size_t g = get_global_id(0);
-  if (g >= (size_t)B * S * H * half) return;
-  const int i = g % half;
-  const long r = g / half;  // (b,s,h) row
+  if (g >= (size_t)B * S * H * nh) return;
+  const int i = g % nh;
+  const long r = g / nh;  // (b,s,h) row
   const int s = (r / H) % S;
   float c, sn;
   rope_angle(pos_offset + s, i, hd, theta, &c, &sn);
   const long base = r * hd;
-  const float x1 = x[xo + base + i], x2 = x[xo + base + i + half];
+  const float x1 = x[xo + base + i], x2 = x[xo + base + i + nh];
   out[oo + base + i] = x1 * c - x2 * sn;
-  out[oo + base + i + half] = x2 * c + x1 * sn;
+  out[oo + base + i + nh] = x2 * c + x1 * sn;
 }
 
 // dx += R^T dout.
 __kernel void rope_bwd(__global float* dx, long dxo, __global const float* dout, long doo, int B,
                        int S, int H, int hd, long pos_offset, float theta) {
-  const int half = hd / 2;
+  const int nh = hd / 2;
   const size_t g = get_global_id(0);
-  if (g >= (size_t)B * S * H * half) return;
-  const int i = g % half;
-  const long r = g / half;
+  if (g >= (size_t)B * S * H * nh) return;
+  const int i = g % nh;
+  const long r = g / nh;
   const int s = (r / H) % S;
   float c, sn;
   rope_angle(pos_offset + s, i, hd, theta, &c, &sn);
   const long base = r * hd;
-  const float d1 = dout[doo + base + i], d2 = dout[doo + base + i + half];
+  const float d1 = dout[doo + base + i], d2 = dout[doo + base + i + nh];
   dx[dxo + base + i] += d1 * c + d2 * sn;
-  dx[dxo + base + i + half] += d2 * c - d1 * sn;
+  dx[dxo + base + i + nh] += d2 * c - d1 * sn;
 }
 
 // ======== attention
@@ -462,7 +462,7 @@ __kernel void cross_entropy_fwd(__global float* losses, long lo, __global const 
   __local float scratch[MAX_WG];
   const int t = get_group_id(0), lid = get_local_id(0), L = get_local_size(0);
   const int target = targets[to + t];
-  if (target == ignore_index) {  // uniform over the work-group: no barrier is skipped by half of it
+  if (target == ignore_index) {  // uniform over the work-group: no barrier is skipped by nh of it
     if (lid == 0) losses[lo + t] = 0.0f;
     return;
   }

@@ -1,0 +1,57 @@
+// Shared by the OpenCL tests: one OpenCL backend per process (PoCL compiles the
+// program once), skipped when no OpenCL device exists unless
+// TROUPE_REQUIRE_OPENCL=1, in which case the test fails with the reason.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "kernels/backend.hpp"
+
+// EXPECT_CONTAINS(text, part): text (a std::string) contains part; prints text otherwise.
+#define EXPECT_CONTAINS(text, part)                                       \
+  EXPECT_NE(std::string(text).find(part), std::string::npos)             \
+      << "expected to find \"" << (part) << "\" in:\n" << (text)
+
+namespace troupe::kernels::cltest {
+
+inline bool opencl_required() {
+  const char* v = std::getenv("TROUPE_REQUIRE_OPENCL");
+  return v && std::string(v) == "1";
+}
+
+// The shared backend, or nullptr with the reason in *why.
+inline Backend* shared_opencl(std::string* why) {
+  static std::unique_ptr<Backend> be;
+  static std::string error;
+  static bool tried = false;
+  if (!tried) {
+    tried = true;
+    try {
+      BackendOptions o;
+      o.kind = "opencl";
+      be = make_backend(o);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  *why = error;
+  return be.get();
+}
+
+// In a TEST body: TROUPE_REQUIRE_OPENCL_BACKEND(be); declares Backend& be or skips/fails.
+#define TROUPE_REQUIRE_OPENCL_BACKEND(var)                                            \
+  std::string var##_why;                                                               \
+  ::troupe::kernels::Backend* var##_ptr = ::troupe::kernels::cltest::shared_opencl(&var##_why); \
+  if (!var##_ptr) {                                                                    \
+    if (::troupe::kernels::cltest::opencl_required())                                 \
+      FAIL() << "OpenCL backend required but unavailable: " << var##_why;              \
+    GTEST_SKIP() << "no OpenCL backend: " << var##_why;                               \
+  }                                                                                    \
+  ::troupe::kernels::Backend& var = *var##_ptr;                                       \
+  (void)var
+
+}  // namespace troupe::kernels::cltest
