@@ -1,0 +1,197 @@
+// Two-process messaging test, run as `mpirun -np 2 messaging_two_process`.
+// Rank 0 publishes a verifier actor on a loopback port the OS picks; the
+// ranks exchange ports through MPI (troupe_mpi); rank 1 connects with the
+// middleman and sends envelopes of every kind and several sizes (up to
+// 2 MiB, compressed and raw). Rank 0 checks every field and answers with a
+// new envelope built from a derived seed, which rank 1 checks in turn, so
+// data crosses both ways. A deliberately invalid envelope must come back as
+// the matching error. Exit code 0 only if both ranks saw no mismatch.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
+#include <caf/event_based_actor.hpp>
+#include <caf/io/middleman.hpp>
+#include <caf/scoped_actor.hpp>
+#include <caf/stateful_actor.hpp>
+
+#include "actors/caf_types.hpp"
+#include "launch/mpi_bootstrap.hpp"
+#include "tests/messaging_samples.hpp"
+
+using namespace troupe;
+using testing::SampleSpec;
+
+namespace {
+
+constexpr auto kRequestTimeout = std::chrono::seconds(30);
+constexpr uint64_t kReplySeedXor = 0x5EED;
+
+struct Config : caf::actor_system_config {
+  Config() {
+    register_caf_types(*this);
+    load<caf::io::middleman>();
+    set("logger.console", caf::atom("none"));
+    // Off by default in CAF 0.17: without them a dead peer goes unnoticed.
+    set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(200)});
+    set("middleman.connection-timeout", caf::timespan{std::chrono::seconds(10)});
+  }
+};
+
+struct VerifierState {
+  uint64_t checked = 0;
+  uint64_t mismatches = 0;
+};
+
+// Rank 0's actor: checks an incoming envelope against the sample its spec
+// names and answers (mismatches, reply envelope, arrived-compressed flag).
+caf::behavior verifier(caf::stateful_actor<VerifierState>* self) {
+  return {
+      [=](const Envelope& env, uint64_t seed, uint32_t rows, uint32_t width, uint32_t flags,
+          uint32_t kind) -> caf::result<std::string, Envelope, uint32_t> {
+        if (!env.ok()) return env.error();
+        SampleSpec spec{seed, rows, width, (flags & 1u) != 0};
+        auto diff = check_sample(env, static_cast<Envelope::Kind>(kind), spec);
+        ++self->state.checked;
+        if (!diff.empty()) ++self->state.mismatches;
+        SampleSpec back = spec;
+        back.seed = seed ^ kReplySeedXor;
+        return {diff, testing::make_sample(static_cast<Envelope::Kind>(kind), back),
+                env.arrived_compressed() ? 1u : 0u};
+      },
+      [=](caf::get_atom) { return caf::make_message(self->state.checked, self->state.mismatches); },
+  };
+}
+
+struct Case {
+  Envelope::Kind kind;
+  SampleSpec spec;
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  uint64_t seed = 1;
+  for (auto kind : testing::all_kinds()) out.push_back({kind, {seed++, 4, 8}});
+  // Sizes: 16 KiB, 256 KiB, 2 MiB (compressible -> zstd path) and 2 MiB raw.
+  out.push_back({Envelope::Kind::ACTIVATIONS, {seed++, 64, 64}});
+  out.push_back({Envelope::Kind::DISPATCH, {seed++, 256, 256, true}});
+  out.push_back({Envelope::Kind::GRAD_SLICE, {seed++, 1024, 512, true}});
+  out.push_back({Envelope::Kind::SNAPSHOT, {seed++, 2048, 1024}});  // 2 MiB random bytes
+  out.push_back({Envelope::Kind::COMBINE, {seed++, 1024, 512}});
+  return out;
+}
+
+int run_rank0(caf::actor_system& sys) {
+  auto v = sys.spawn(verifier);
+  auto eps = mpi::publish_and_exchange(sys, v, "127.0.0.1");
+  int rc = 0;
+  if (!eps) {
+    std::fprintf(stderr, "rank 0: %s\n", sys.render(eps.error()).c_str());
+    rc = 1;
+  } else {
+    std::printf("rank 0: published on 127.0.0.1:%u\n", static_cast<unsigned>((*eps)[0].port));
+    // Rank 1 sends everything, then meets us here.
+    mpi::barrier();
+    caf::scoped_actor self{sys};
+    self->request(v, kRequestTimeout, caf::get_atom::value)
+        .receive(
+            [&](uint64_t checked, uint64_t mismatches) {
+              std::printf("rank 0: checked %llu envelopes, %llu mismatches\n",
+                          static_cast<unsigned long long>(checked), static_cast<unsigned long long>(mismatches));
+              if (mismatches != 0 || checked != cases().size()) rc = 1;
+            },
+            [&](caf::error& e) {
+              std::fprintf(stderr, "rank 0: %s\n", sys.render(e).c_str());
+              rc = 1;
+            });
+  }
+  caf::anon_send_exit(v, caf::exit_reason::user_shutdown);
+  return rc;
+}
+
+int run_rank1(caf::actor_system& sys) {
+  auto eps = mpi::exchange_endpoints(mpi::Endpoint{"", 0});
+  if (!eps) {
+    std::fprintf(stderr, "rank 1: %s\n", sys.render(eps.error()).c_str());
+    return 1;
+  }
+  int failures = 0;
+  auto peer = mpi::connect(sys, (*eps)[0]);
+  if (!peer) {
+    std::fprintf(stderr, "rank 1: connect: %s\n", sys.render(peer.error()).c_str());
+    failures = 1;
+  } else {
+    caf::scoped_actor self{sys};
+    int compressed_there = 0, compressed_back = 0;
+    for (const Case& c : cases()) {
+      Envelope env = testing::make_sample(c.kind, c.spec);
+      const auto t0 = std::chrono::steady_clock::now();
+      self->request(*peer, kRequestTimeout, env, c.spec.seed, c.spec.rows, c.spec.width,
+                    c.spec.compressible ? 1u : 0u, static_cast<uint32_t>(c.kind))
+          .receive(
+              [&](const std::string& diff, const Envelope& reply, uint32_t arrived_compressed) {
+                SampleSpec back = c.spec;
+                back.seed ^= kReplySeedXor;
+                auto back_diff = check_sample(reply, c.kind, back);
+                const double ms =
+                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+                std::printf("rank 1: %-13s %8zu bytes  there:%s%s  back:%s%s  %.1f ms\n", kind_name(c.kind),
+                            env.flat_size(), diff.empty() ? "ok" : "MISMATCH",
+                            arrived_compressed ? "(zstd)" : "", back_diff.empty() ? "ok" : "MISMATCH",
+                            reply.arrived_compressed() ? "(zstd)" : "", ms);
+                if (!diff.empty()) std::fprintf(stderr, "rank 0 saw:\n%s", diff.c_str());
+                if (!back_diff.empty()) std::fprintf(stderr, "rank 1 saw:\n%s", back_diff.c_str());
+                failures += !diff.empty() + !back_diff.empty();
+                compressed_there += arrived_compressed != 0;
+                compressed_back += reply.arrived_compressed();
+              },
+              [&](caf::error& e) {
+                std::fprintf(stderr, "rank 1: %s: %s\n", kind_name(c.kind), sys.render(e).c_str());
+                ++failures;
+              });
+    }
+    // The compressed path must have been taken in both directions.
+    if (compressed_there == 0 || compressed_back == 0) {
+      std::fprintf(stderr, "rank 1: zstd path not exercised (%d there, %d back)\n", compressed_there,
+                   compressed_back);
+      ++failures;
+    }
+    // A schema violation built here is rejected there, and the error comes back.
+    Envelope bad = Envelope::build<schemas::Dispatch>([](schemas::Dispatch::Builder d) { d.setNumRows(3); });
+    self->request(*peer, kRequestTimeout, bad, uint64_t{0}, 0u, 0u, 0u, static_cast<uint32_t>(Envelope::Kind::DISPATCH))
+        .receive(
+            [&](const std::string&, const Envelope&, uint32_t) {
+              std::fprintf(stderr, "rank 1: invalid envelope was accepted\n");
+              ++failures;
+            },
+            [&](caf::error& e) {
+              const bool right = envelope_error_code(e) == envelope_errc::schema_violation;
+              std::printf("rank 1: invalid envelope rejected remotely: %s\n", sys.render(e).c_str());
+              if (!right) ++failures;
+            });
+  }
+  mpi::barrier();  // let rank 0 report and shut down
+  return failures == 0 ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  mpi::Session session(argc, argv);
+  if (session.size() != 2) {
+    std::fprintf(stderr, "run with mpirun -np 2 (got %d ranks)\n", session.size());
+    return 2;
+  }
+  int rc = 0;
+  {
+    Config cfg;
+    caf::actor_system sys{cfg};
+    rc = session.rank() == 0 ? run_rank0(sys) : run_rank1(sys);
+  }
+  const bool ok = mpi::all_ok(rc == 0);
+  if (session.rank() == 0) std::printf("two-process messaging: %s\n", ok ? "PASS" : "FAIL");
+  return ok ? 0 : 1;
+}
