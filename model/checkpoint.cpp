@@ -9,10 +9,12 @@
 #include <unistd.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <set>
@@ -114,11 +116,17 @@ fs::path normalize(const std::string& dir) {
   return p;
 }
 
-// Removes <base>.tmp-<pid>-<n> and <base>.old-<pid>-<n> left behind by
-// processes that no longer exist (a crash during save). Best effort.
-void remove_stale_leftovers(const fs::path& target) {
+// <base>.tmp-<pid>-<n> and <base>.old-<pid>-<n> directories left behind by
+// processes that no longer exist (a crash during save), sorted by name.
+struct Leftover {
+  fs::path path;
+  bool old;  // a moved-away complete checkpoint (fallback swap), not a partial one
+};
+
+std::vector<Leftover> dead_leftovers(const fs::path& target) {
   const std::string base = target.filename().string();
   const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  std::vector<Leftover> out;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(parent, ec)) {
     const std::string name = entry.path().filename().string();
@@ -129,11 +137,32 @@ void remove_stale_leftovers(const fs::path& target) {
       char* end = nullptr;
       const long pid = std::strtol(rest.c_str(), &end, 10);
       if (end == rest.c_str() || *end != '-' || pid <= 0 || pid == ::getpid()) continue;
-      if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
-        std::error_code rm_ec;
-        fs::remove_all(entry.path(), rm_ec);
-      }
+      if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH)
+        out.push_back({entry.path(), tag[1] == 'o'});
     }
+  }
+  std::sort(out.begin(), out.end(), [](const Leftover& a, const Leftover& b) { return a.path < b.path; });
+  return out;
+}
+
+// A complete checkpoint moved away by a fallback swap that crashed before the
+// new one was renamed in; empty when <dir> exists or there is none.
+fs::path orphaned_checkpoint(const fs::path& target) {
+  std::error_code ec;
+  if (fs::exists(target, ec)) return {};
+  for (const Leftover& l : dead_leftovers(target))
+    if (l.old && fs::is_regular_file(l.path / kManifestName, ec)) return l.path;
+  return {};
+}
+
+// Before a save: put an orphaned checkpoint back in place, then delete the
+// other leftovers of dead processes. Best effort.
+void recover_and_clean(const fs::path& target) {
+  const fs::path orphan = orphaned_checkpoint(target);
+  if (!orphan.empty()) std::rename(orphan.c_str(), target.c_str());
+  for (const Leftover& l : dead_leftovers(target)) {
+    std::error_code ec;
+    fs::remove_all(l.path, ec);
   }
 }
 
@@ -388,8 +417,9 @@ std::vector<float> read_tensor_file(const fs::path& dir, const ManifestFile& f, 
 }
 
 TrainingState load_impl(const std::string& dir, const ParamLayout* expected) {
-  const fs::path target = normalize(dir);
+  fs::path target = normalize(dir);
   std::error_code ec;
+  if (const fs::path orphan = orphaned_checkpoint(target); !orphan.empty()) target = orphan;
   if (!fs::exists(target, ec)) fail(target, "checkpoint directory does not exist");
   if (!fs::is_directory(target, ec)) fail(target, "is not a directory");
   const fs::path mpath = target / kManifestName;
@@ -486,7 +516,7 @@ void save_checkpoint(const std::string& dir, const TrainingState& state, const P
   const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
   fs::create_directories(parent, ec);
   if (ec) fail(parent, "cannot create directory: " + ec.message());
-  remove_stale_leftovers(target);
+  recover_and_clean(target);
 
   static std::atomic<uint64_t> counter{0};
   const std::string suffix = std::to_string(::getpid()) + "-" + std::to_string(counter++);
@@ -552,15 +582,20 @@ void save_checkpoint(const std::string& dir, const TrainingState& state, const P
   fsync_dir(tmp.path);
 
   // Swap into place. After an exchange, tmp holds the old checkpoint.
+  // TROUPE_CHECKPOINT_NO_EXCHANGE forces the fallback (tests; filesystems
+  // where RENAME_EXCHANGE misbehaves).
+  const bool use_exchange = std::getenv("TROUPE_CHECKPOINT_NO_EXCHANGE") == nullptr;
   if (!fs::exists(target, ec)) {
     if (std::rename(tmp.path.c_str(), target.c_str()) != 0)
       fail(target, "cannot rename the new checkpoint into place: " + errno_text());
     tmp.armed = false;
-  } else if (::renameat2(AT_FDCWD, tmp.path.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0) {
-    if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
+  } else if (!use_exchange ||
+             ::renameat2(AT_FDCWD, tmp.path.c_str(), AT_FDCWD, target.c_str(), RENAME_EXCHANGE) != 0) {
+    if (use_exchange && errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
       fail(target, "cannot swap the new checkpoint into place: " + errno_text());
     // No RENAME_EXCHANGE here: move the old one away, the new one in, then
-    // drop the old. A crash between the renames leaves <dir>.old-* only.
+    // drop the old. A crash between the renames leaves only <dir>.old-*:
+    // loads read it and the next save renames it back (orphaned_checkpoint).
     DirGuard old{parent / (target.filename().string() + ".old-" + suffix), false};
     if (std::rename(target.c_str(), old.path.c_str()) != 0)
       fail(target, "cannot move the old checkpoint away: " + errno_text());

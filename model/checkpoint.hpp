@@ -11,9 +11,10 @@
 // Saving writes `<dir>.tmp-<pid>-<n>`, fsyncs its files and itself, then swaps
 // it into place atomically (renameat2 RENAME_EXCHANGE; where the filesystem
 // lacks it: rename old away, rename new in, remove old) and fsyncs the parent.
-// A crash at any point leaves either the old or the new checkpoint at <dir>;
-// leftover .tmp-/.old- directories of dead processes are removed by the next
-// save and never read by a load.
+// A crash at any point leaves either the old or the new checkpoint: at <dir>,
+// or (fallback only, crash between its two renames) at <dir>.old-<pid>-<n>,
+// which a load then reads and the next save renames back. Other leftovers of
+// dead processes (.tmp-*) are removed by the next save and never read.
 #pragma once
 
 #include <cstddef>
