@@ -188,6 +188,7 @@ namespace {
 // so the whole pipeline is serial (with PP = 1 this is plain training).
 std::vector<Op> make_sequential(const Layout& l, int rank) {
   detail::OpSink sink(l, rank);
+  sink.reserve(2 * size_t(l.num_chunks));
   for (int m = 0; m < l.num_chunks; ++m) {
     sink.forward({m, rank, 0});
     sink.backward({m, rank, 0}, false);
@@ -205,6 +206,7 @@ std::vector<Op> make_1f1b(const Layout& l, int rank, bool split) {
   const int C = l.num_chunks;
   const int warm = std::min(l.num_ranks - 1 - rank, C);
   const int lag = rank;
+  sink.reserve((split ? 3 : 2) * size_t(C));
   for (int i = 0; i < warm; ++i) sink.forward({i, rank, 0});
   for (int j = 0; j < C; ++j) {
     if (j + warm < C) sink.forward({j + warm, rank, 0});

@@ -59,6 +59,7 @@ class DualPipeBuilder {
   std::vector<Op> build() {
     const int n = n_, h = h_;
     const bool middle = h == n - 1;
+    sink_.reserve(4 * size_t(c_) + 2 * size_t(n));  // F and B per phase, plus W's
     for (int i = 0; i < 2 * (n - h - 1); ++i) f(0);
     for (int i = 0; i < h + 1; ++i) {
       f(0);

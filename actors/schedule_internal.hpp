@@ -16,6 +16,7 @@ class OpSink {
   void weight(const Chunk& c);                   // W of an earlier B
   void overlapped(const Chunk& f, const Chunk& b);  // FB
 
+  void reserve(size_t n) { ops_.reserve(n); }
   int rank() const { return rank_; }
   std::vector<Op> take() { return std::move(ops_); }
 
