@@ -39,7 +39,9 @@ constexpr uint32_t kFormatVersion = 1;
 constexpr char kMagic[8] = {'T', 'R', 'P', 'C', 'K', 'P', 'T', '1'};
 constexpr const char* kManifestName = "manifest.bin";
 constexpr const char* kFileNames[3] = {"params.f32.zst", "adam_m.f32.zst", "adam_v.f32.zst"};
-constexpr int kZstdLevel = 3;
+// float32 weights barely compress (~8% at any level; measured 0.92 at levels 1
+// and 3 on normal(0, 0.02) data): level 1 is the fastest way to get it.
+constexpr int kZstdLevel = 1;
 constexpr int64_t kMaxElements = int64_t{1} << 40;  // sanity bound on sizes read from a manifest
 
 [[noreturn]] void fail(const fs::path& file, const std::string& problem) {
