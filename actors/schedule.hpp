@@ -78,7 +78,7 @@ struct Msg {
 struct MsgList {
   Msg items[2];
   uint8_t count = 0;
-  void push(const Msg& m);  // asserts capacity
+  void push(const Msg& m);  // throws std::logic_error past two
   const Msg* begin() const { return items; }
   const Msg* end() const { return items + count; }
   size_t size() const { return count; }
