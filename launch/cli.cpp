@@ -95,7 +95,7 @@ int run_cli(int argc, char** argv) {
     } else if (a == "--format") {
       if (!need(a.c_str(), opt.format)) return usage_error("--format needs a format");
     } else if (a == "--output" || a == "--input") {
-      if (!need(a.c_str(), opt.output)) return usage_error(a + " needs a path");
+      if (!need(a.c_str(), opt.file)) return usage_error(a + " needs a path");
     } else if (a == "--max-new-tokens" || a == "--temperature" || a == "--top-p") {
       if (!need(a.c_str(), tmp)) return usage_error(a + " needs a number");
       try {

@@ -29,7 +29,7 @@ struct CliOptions {
   double temperature = 0.0;         // sample: --temperature T (0 = greedy)
   double top_p = 1.0;               // sample: --top-p P
   std::string format;               // export: --format safetensors
-  std::string output;               // export/import: --output PATH
+  std::string file;                 // export: --output FILE, import: --input FILE
 };
 
 int run_cli(int argc, char** argv);

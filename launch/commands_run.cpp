@@ -34,11 +34,11 @@ model::TrainOptions train_options(const Spec& spec) {
   o.seed = static_cast<uint64_t>(spec.run.seed);
   o.steps = spec.run.steps;
   o.microbatches = spec.topology.microbatches;
-  o.eval_every = spec.run.eval_every;
+  // eval_every = 0 means "only at the end"; the trainer always evaluates after its last step.
+  o.eval_every = spec.run.eval_every > 0 ? spec.run.eval_every : spec.run.steps;
   o.eval_batches = spec.run.eval_batches;
   o.checkpoint_every = spec.checkpoint.every;
   o.checkpoint_dir = spec.checkpoint_dir();
-  o.save_final_checkpoint = spec.checkpoint.save_final;
   o.resume_from = spec.checkpoint.resume;
   o.backend = backend_options(spec);
   return o;

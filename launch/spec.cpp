@@ -15,6 +15,7 @@
 #include <toml++/toml.h>
 
 #include "launch/spec_keys.hpp"
+#include "model/data.hpp"
 
 namespace troupe::launch {
 
@@ -352,7 +353,7 @@ void check_cross_fields(const Spec& s, Parser& p) {
     p.error(p.where("data.source"), "[data] source = \"text\" needs [data] path (the text file to train on)");
   if (s.data.source == "text" && m.vocab_size < 256)
     p.error(p.where("model.vocab_size"), "[model] vocab_size = " + v(m.vocab_size) + " is too small for byte-level text (needs 256)");
-  if (s.data.source == "addition" && !s.data.path.empty())
+  if (s.data.source != "text" && !s.data.path.empty())
     p.error(p.where("data.path"), "[data] path is only used with source = \"text\"");
 }
 
@@ -364,14 +365,36 @@ void check_supported(Spec& s, Parser& p) {
   }
 }
 
-Spec load(const std::string* text, const std::string& source, const std::vector<Override>& overrides) {
+// The data source must be buildable (file present, long enough, sequences fit)
+// and its tokens must fit the model's vocabulary.
+void check_data(const Spec& s, Parser& p) {
+  const std::string key = s.data.source == "text" ? "data.path" : "data.source";
+  try {
+    const auto source = model::make_data_source(s.data, static_cast<uint64_t>(s.run.seed), s.model.seq_len);
+    if (source->vocab_size() > s.model.vocab_size)
+      p.error(p.where("model.vocab_size"), "[model] vocab_size = " + std::to_string(s.model.vocab_size) +
+                                               " is smaller than the data's vocabulary (" +
+                                               std::to_string(source->vocab_size()) + " tokens, " +
+                                               source->describe() + ")");
+  } catch (const std::exception& e) {
+    p.error(p.where(key), "[data] " + std::string(e.what()));
+  }
+}
+
+Spec load(const std::string* text, const std::string& source, const std::vector<Override>& overrides,
+          const std::filesystem::path& base_dir) {
   Spec spec;
   spec.source = source;
   Parser parser(spec);
   if (text) parser.parse_document(*text, source);
   for (const auto& o : overrides) parser.apply_override(o);
+  // A relative data path is relative to the spec file, so specs can be run from anywhere.
+  if (!spec.data.path.empty() && std::filesystem::path(spec.data.path).is_relative() && !base_dir.empty())
+    spec.data.path = (base_dir / spec.data.path).lexically_normal().string();
+  const size_t problems_before_data = parser.diagnostics().size();
   check_cross_fields(spec, parser);
   check_supported(spec, parser);
+  if (parser.diagnostics().size() == problems_before_data) check_data(spec, parser);
   auto& ds = parser.diagnostics();
   // toml++ iterates keys alphabetically; report in file order, overrides last.
   auto order = [&](const Diagnostic& d) { return std::make_tuple(d.file != source, d.line, d.column); };
@@ -384,7 +407,7 @@ Spec load(const std::string* text, const std::string& source, const std::vector<
 
 Spec load_spec_text(const std::string& text, const std::string& source_name,
                     const std::vector<Override>& overrides) {
-  return load(&text, source_name, overrides);
+  return load(&text, source_name, overrides, {});
 }
 
 Spec load_spec_file(const std::string& path, const std::vector<Override>& overrides) {
@@ -392,13 +415,9 @@ Spec load_spec_file(const std::string& path, const std::vector<Override>& overri
   if (!in) throw SpecError({{path, 0, 0, "cannot open spec file: " + std::string(std::strerror(errno))}});
   std::ostringstream ss;
   ss << in.rdbuf();
-  Spec spec = load_spec_text(ss.str(), path, overrides);
-  // A relative data path is relative to the spec file, so specs can be run from anywhere.
-  if (!spec.data.path.empty() && std::filesystem::path(spec.data.path).is_relative()) {
-    const auto base = std::filesystem::path(path).parent_path();
-    spec.data.path = (base / spec.data.path).lexically_normal().string();
-  }
-  return spec;
+  const auto base = std::filesystem::path(path).parent_path();
+  const std::string text = ss.str();
+  return load(&text, path, overrides, base.empty() ? std::filesystem::path(".") : base);
 }
 
 const std::string& default_spec_text() {

@@ -45,10 +45,9 @@ struct TopologyConfig {
 };
 
 struct CheckpointConfig {
-  int64_t every = 0;      // save every N steps (0: only at the end when dir is set)
+  int64_t every = 0;      // also save every N steps (a run always saves when it ends)
   std::string dir;        // empty: <out_dir>/checkpoint
   std::string resume;     // checkpoint directory to resume from ("" = fresh start)
-  bool save_final = true; // save a checkpoint when the run ends
 };
 
 struct LogConfig {

@@ -68,7 +68,7 @@ std::vector<KeyDef> build_keys() {
   add({"model", "init_std", KeyType::Float, F(model.init_std), "Standard deviation of the normal weight initialisation.", 1e-6, 1});
 
   // [data]
-  add({"data", "source", KeyType::String, F(data.source), "\"addition\" (built-in multi-digit addition task with exact-match accuracy) or \"text\" (byte-level text file).", 0, 0, {"addition", "text"}});
+  add({"data", "source", KeyType::String, F(data.source), "\"addition\" (built-in multi-digit addition task, answers written least-significant digit first, scored by exact match), \"addition_plain\" (the same with answers in normal order) or \"text\" (byte-level text file).", 0, 0, {"addition", "addition_plain", "text"}});
   add({"data", "path", KeyType::String, F(data.path), "Text file for source = \"text\" (relative paths are relative to the spec file)."});
   add({"data", "val_fraction", KeyType::Float, F(data.val_fraction), "Text: fraction of the file (its tail) held out for validation.", 0.001, 0.5});
   add({"data", "batch_size", KeyType::Int, F(data.batch_size), "Sequences per optimizer step, over all microbatches and replicas.", 1, 1e6});
@@ -111,10 +111,9 @@ std::vector<KeyDef> build_keys() {
   add({"topology", "interface", KeyType::String, F(topology.interface), "Address CAF ports bind to between processes (loopback by default)."});
 
   // [checkpoint]
-  add({"checkpoint", "every", KeyType::Int, F(checkpoint.every), "Save a checkpoint every N steps; 0 means only the final one.", 0, kBig});
+  add({"checkpoint", "every", KeyType::Int, F(checkpoint.every), "Also save a checkpoint every N steps; 0 means only the final one (a run always saves when it ends).", 0, kBig});
   add({"checkpoint", "dir", KeyType::String, F(checkpoint.dir), "Checkpoint directory; empty means <out_dir>/checkpoint."});
   add({"checkpoint", "resume", KeyType::String, F(checkpoint.resume), "Checkpoint directory to resume from (bitwise continuation); empty starts fresh."});
-  add({"checkpoint", "save_final", KeyType::Bool, F(checkpoint.save_final), "Save a checkpoint when the run ends."});
 
   // [log]
   add({"log", "level", KeyType::String, F(log.level), "Log level (also --log-level).", 0, 0, {"trace", "debug", "info", "warn", "error", "off"}});

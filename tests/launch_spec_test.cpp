@@ -134,10 +134,27 @@ TEST(Specs, FloatKeysAcceptIntegers) {
 TEST(Specs, RelativeDataPathIsRelativeToTheSpec) {
   const fs::path dir = fs::temp_directory_path() / "troupe_spec_test";
   fs::create_directories(dir);
-  std::ofstream(dir / "s.toml") << "[data]\nsource = \"text\"\npath = \"corpus.txt\"\n";
+  std::ofstream(dir / "s.toml") << "[data]\nsource = \"text\"\npath = \"corpus.txt\"\n[model]\nseq_len = 16\n";
+  {
+    std::ofstream corpus(dir / "corpus.txt");
+    for (int i = 0; i < 200; ++i) corpus << "the quick brown fox jumps over the lazy dog\n";
+  }
   const Spec s = load_spec_file((dir / "s.toml").string());
   EXPECT_EQ(s.data.path, (dir / "corpus.txt").string());
   fs::remove_all(dir);
+}
+
+TEST(BadSpecs, DataProblemsAreReportedOnTheDataKeys) {
+  const auto ds = diagnostics_of([] {
+    load_spec_text("[data]\nsource = \"text\"\npath = \"/nonexistent/corpus.txt\"\n", "t.toml");
+  });
+  ASSERT_EQ(ds.size(), 1u);
+  EXPECT_EQ(ds[0].line, 3);
+  EXPECT_NE(ds[0].message.find("/nonexistent/corpus.txt"), std::string::npos) << ds[0].message;
+  const auto ds2 = diagnostics_of([] { load_spec_text("[model]\nvocab_size = 5\n", "t.toml"); });
+  ASSERT_EQ(ds2.size(), 1u);
+  EXPECT_EQ(ds2[0].line, 2);
+  EXPECT_NE(ds2[0].message.find("smaller than the data's vocabulary"), std::string::npos) << ds2[0].message;
 }
 
 TEST(Specs, EditDistance) {
