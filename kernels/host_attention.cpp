@@ -46,13 +46,9 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
         for (int64_t r = 0; r < rows; ++r) {
           float* pr = p.data() + r * n;
           const int64_t visible = i0 + r + 1;  // keys 0..i0+r
-          float mx = pr[0];
-          for (int64_t j = 1; j < visible; ++j) mx = std::max(mx, pr[j]);
-          float sum = 0.0f;
-          for (int64_t j = 0; j < visible; ++j) {
-            pr[j] = std::exp(pr[j] - mx);
-            sum += pr[j];
-          }
+          const float mx = lane_max(pr, visible);
+          for (int64_t j = 0; j < visible; ++j) pr[j] = fast_exp(pr[j] - mx);
+          const float sum = lane_sum(visible, [&](int64_t j) { return pr[j]; });
           const float inv = 1.0f / sum;
           for (int64_t j = 0; j < visible; ++j) pr[j] *= inv;
           std::fill(pr + visible, pr + n, 0.0f);
@@ -84,7 +80,7 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
           float* pr = p.data() + r * n;
           const int64_t visible = i0 + r + 1;
           const float l = lse_bh[i0 + r];
-          for (int64_t j = 0; j < visible; ++j) pr[j] = std::exp(pr[j] - l);
+          for (int64_t j = 0; j < visible; ++j) pr[j] = fast_exp(pr[j] - l);
           std::fill(pr + visible, pr + n, 0.0f);
         }
         // dV[0:n] += P^T dO
@@ -95,8 +91,7 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
         for (int64_t r = 0; r < rows; ++r) {
           const float* o_r = out + base + (i0 + r) * ld;
           const float* do_r = dout_blk + r * ld;
-          float delta = 0.0f;
-          for (int64_t d = 0; d < hd; ++d) delta += do_r[d] * o_r[d];
+          const float delta = lane_sum(hd, [&](int64_t d) { return do_r[d] * o_r[d]; });
           const float* pr = p.data() + r * n;
           float* dsr = dp.data() + r * n;
           for (int64_t j = 0; j < n; ++j) dsr[j] = pr[j] * (dsr[j] - delta);

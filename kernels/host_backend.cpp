@@ -2,6 +2,8 @@
 // buffers, checks every op's shapes, dtypes and index ranges (throwing
 // std::invalid_argument naming the op and the shapes), then calls the raw
 // kernels of kernels/host_ops.hpp. GEMM goes to OpenBLAS; the rest is C++.
+#include "kernels/host_backend.hpp"
+
 #include <cblas.h>
 
 #include <cmath>
@@ -11,7 +13,6 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/host_backend.hpp"
 #include "kernels/host_ops.hpp"
 
 namespace troupe::kernels {
@@ -89,8 +90,8 @@ void expect_numel(const char* op, const char* name, const Tensor& t, int64_t n,
                   const char* ref_desc) {
   if (!t.defined()) fail(op, std::string(name) + " is undefined");
   if (t.numel() != n)
-    fail(op, std::string(name) + " " + desc(t) + " must have " + std::to_string(n) +
-                 " elements (" + ref_desc + ")");
+    fail(op, std::string(name) + " " + desc(t) + " must have " + std::to_string(n) + " elements (" +
+                 ref_desc + ")");
 }
 
 void expect_shape(const char* op, const char* name, const Tensor& t, const Tensor& ref,
@@ -177,8 +178,8 @@ class HostBackend final : public Backend {
   void copy(const Tensor& dst, const Tensor& src) override {
     if (!dst.defined() || !src.defined() || dst.numel() != src.numel() ||
         dst.dtype() != src.dtype())
-      fail("copy", "dst " + desc(dst) + " and src " + desc(src) +
-                       " must have the same numel and dtype");
+      fail("copy",
+           "dst " + desc(dst) + " and src " + desc(src) + " must have the same numel and dtype");
     void* d = host_data("copy", "dst", dst, dst.dtype());
     const void* s = host_data("copy", "src", src, src.dtype());
     std::memmove(d, s, src.bytes());
@@ -207,18 +208,16 @@ class HostBackend final : public Backend {
     expect_numel(op, "a", a, m * k, "m*k");
     expect_numel(op, "b", b, k * n, "k*n");
     expect_numel(op, "c", c, m * n, "m*n");
-    host::sgemm(ta, tb, m, n, k, alpha, F(op, "a", a), ta ? m : k, F(op, "b", b), tb ? k : n,
-                beta, F(op, "c", c), n);
+    host::sgemm(ta, tb, m, n, k, alpha, F(op, "a", a), ta ? m : k, F(op, "b", b), tb ? k : n, beta,
+                F(op, "c", c), n);
   }
 
   void gemm_strided_batched(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
                             const Tensor& a, int64_t stride_a, const Tensor& b, int64_t stride_b,
-                            float beta, const Tensor& c, int64_t stride_c,
-                            int64_t batch) override {
+                            float beta, const Tensor& c, int64_t stride_c, int64_t batch) override {
     const char* op = "gemm_strided_batched";
     for (int64_t v : {m, n, k, batch}) check_blas_size(op, v);
-    if (stride_a < 0 || stride_b < 0 || stride_c < 0)
-      fail(op, "negative stride");
+    if (stride_a < 0 || stride_b < 0 || stride_c < 0) fail(op, "negative stride");
     // Outputs must not overlap (A and B may, e.g. stride 0 to share a matrix).
     if (batch > 1 && stride_c < m * n)
       fail(op, "stride_c " + std::to_string(stride_c) + " < m*n " + std::to_string(m * n) +
@@ -249,8 +248,8 @@ class HostBackend final : public Backend {
     }
     for (const GemmGroup& g : groups) {
       if (g.m == 0 || g.n == 0) continue;
-      host::sgemm(ta, tb, g.m, g.n, g.k, alpha, pa + g.a_offset, ta ? g.m : g.k,
-                  pb + g.b_offset, tb ? g.k : g.n, beta, pc + g.c_offset, g.n);
+      host::sgemm(ta, tb, g.m, g.n, g.k, alpha, pa + g.a_offset, ta ? g.m : g.k, pb + g.b_offset,
+                  tb ? g.k : g.n, beta, pc + g.c_offset, g.n);
     }
   }
 
@@ -330,9 +329,9 @@ class HostBackend final : public Backend {
                             F(op, "v", v), s.B, s.S, s.H, s.hd, scale);
   }
 
-  void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
-                          const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                          const Tensor& out, const Tensor& lse, float scale) override {
+  void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+                          const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                          const Tensor& lse, float scale) override {
     const char* op = "attention_backward";
     const Heads s = heads(op, "q", q);
     expect_shape(op, "k", k, q, "q");
@@ -343,9 +342,9 @@ class HostBackend final : public Backend {
     expect_shape(op, "dk", dk, q, "q");
     expect_shape(op, "dv", dv, q, "q");
     expect_numel(op, "lse", lse, s.B * s.H * s.S, "[B,H,S]");
-    host::attention_backward(F(op, "dq", dq), F(op, "dk", dk), F(op, "dv", dv),
-                             F(op, "dout", dout), F(op, "q", q), F(op, "k", k), F(op, "v", v),
-                             F(op, "out", out), F(op, "lse", lse), s.B, s.S, s.H, s.hd, scale);
+    host::attention_backward(F(op, "dq", dq), F(op, "dk", dk), F(op, "dv", dv), F(op, "dout", dout),
+                             F(op, "q", q), F(op, "k", k), F(op, "v", v), F(op, "out", out),
+                             F(op, "lse", lse), s.B, s.S, s.H, s.hd, scale);
   }
 
   // ---- activations ----
@@ -387,8 +386,8 @@ class HostBackend final : public Backend {
     const Mat lm = mat(logits);
     const int32_t* pt = ce_targets(op, targets, lm, ignore_index);
     expect_numel(op, "losses", losses, lm.rows, "rows of logits");
-    host::cross_entropy_forward(F(op, "losses", losses), F(op, "logits", logits), pt,
-                                ignore_index, lm.rows, lm.cols);
+    host::cross_entropy_forward(F(op, "losses", losses), F(op, "logits", logits), pt, ignore_index,
+                                lm.rows, lm.cols);
   }
 
   void cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& targets,
@@ -494,8 +493,8 @@ class HostBackend final : public Backend {
     const int64_t K = mat(slots).cols;
     expect_mat(op, "y", y, ym.rows, om.cols, "width of out");
     expect_mat(op, "weights", weights, om.rows, K, "as slots");
-    host::combine_forward(F(op, "out", out), F(op, "y", y), ps, F(op, "weights", weights),
-                          om.rows, K, om.cols);
+    host::combine_forward(F(op, "out", out), F(op, "y", y), ps, F(op, "weights", weights), om.rows,
+                          K, om.cols);
   }
 
   void combine_backward(const Tensor& dy, const Tensor& dweights, const Tensor& dout,
@@ -528,8 +527,8 @@ class HostBackend final : public Backend {
     const double s = static_cast<double>(hp.step);
     const double bc1 = 1.0 / (1.0 - std::pow(static_cast<double>(hp.beta1), s));
     const double bc2 = 1.0 / (1.0 - std::pow(static_cast<double>(hp.beta2), s));
-    host::adamw(F(op, "param", param), F(op, "grad", grad), F(op, "m", m), F(op, "v", v), n,
-                hp.lr, hp.beta1, hp.beta2, hp.eps, hp.weight_decay, static_cast<float>(bc1),
+    host::adamw(F(op, "param", param), F(op, "grad", grad), F(op, "m", m), F(op, "v", v), n, hp.lr,
+                hp.beta1, hp.beta2, hp.eps, hp.weight_decay, static_cast<float>(bc1),
                 static_cast<float>(bc2));
   }
 
@@ -553,7 +552,8 @@ class HostBackend final : public Backend {
   // slots: i32 [T,k], each < N (negative = empty slot).
   static const int32_t* slot_data(const char* op, const Tensor& slots, int64_t T, int64_t N) {
     const Mat sm = mat(slots);
-    if (sm.rows != T) fail(op, "slots " + desc(slots) + " must have " + std::to_string(T) + " rows");
+    if (sm.rows != T)
+      fail(op, "slots " + desc(slots) + " must have " + std::to_string(T) + " rows");
     const int32_t* ps = I(op, "slots", slots);
     check_indices(op, "slots", ps, slots.numel(), 0, N, true);
     return ps;

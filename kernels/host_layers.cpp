@@ -24,21 +24,20 @@ void embedding_backward(float* dtable, const float* dout, const int32_t* ids, in
   }
 }
 
-void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int64_t T,
-                     int64_t D, float eps) {
+TROUPE_HOST_SIMD void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w,
+                                      int64_t T, int64_t D, float eps) {
   for (int64_t t = 0; t < T; ++t) {
     const float* xt = x + t * D;
     float* ot = out + t * D;
-    float ss = 0.0f;
-    for (int64_t d = 0; d < D; ++d) ss += xt[d] * xt[d];
+    const float ss = lane_sum(D, [&](int64_t d) { return xt[d] * xt[d]; });
     const float r = 1.0f / std::sqrt(ss / static_cast<float>(D) + eps);
     for (int64_t d = 0; d < D; ++d) ot[d] = xt[d] * r * w[d];
     rstd[t] = r;
   }
 }
 
-void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
-                      const float* rstd, int64_t T, int64_t D) {
+TROUPE_HOST_SIMD void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x,
+                                       const float* w, const float* rstd, int64_t T, int64_t D) {
   // y = x r w with r = (mean(x^2) + eps)^-1/2, so
   // dx_i = r w_i g_i - (r^3 / D) x_i sum_j g_j w_j x_j and dw_i = sum_t g_i x_i r.
   for (int64_t t = 0; t < T; ++t) {
@@ -46,8 +45,7 @@ void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, c
     const float* gt = dout + t * D;
     float* dxt = dx + t * D;
     const float r = rstd[t];
-    float dot = 0.0f;
-    for (int64_t d = 0; d < D; ++d) dot += gt[d] * w[d] * xt[d];
+    const float dot = lane_sum(D, [&](int64_t d) { return gt[d] * w[d] * xt[d]; });
     const float c = dot * r * r * r / static_cast<float>(D);
     for (int64_t d = 0; d < D; ++d) {
       dxt[d] += r * w[d] * gt[d] - c * xt[d];
@@ -67,8 +65,8 @@ void rope_table(std::vector<float>& cos_t, std::vector<float>& sin_t, int64_t S,
   sin_t.resize(static_cast<size_t>(S * half));
   std::vector<double> freq(static_cast<size_t>(half));
   for (int64_t i = 0; i < half; ++i)
-    freq[static_cast<size_t>(i)] =
-        std::pow(static_cast<double>(theta), -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+    freq[static_cast<size_t>(i)] = std::pow(
+        static_cast<double>(theta), -2.0 * static_cast<double>(i) / static_cast<double>(hd));
   for (int64_t s = 0; s < S; ++s) {
     const double pos = static_cast<double>(pos_offset + s);
     for (int64_t i = 0; i < half; ++i) {
@@ -82,8 +80,8 @@ void rope_table(std::vector<float>& cos_t, std::vector<float>& sin_t, int64_t S,
 // out = R(sign * angle) x for every head vector (or out += with Accumulate);
 // sign = -1 applies R^T. A template parameter so the inner loop has no branch.
 template <bool Accumulate>
-void rope_apply(float* out, const float* x, float sign, int64_t B, int64_t S,
-                int64_t H, int64_t hd, int64_t pos_offset, float theta) {
+void rope_apply(float* out, const float* x, float sign, int64_t B, int64_t S, int64_t H, int64_t hd,
+                int64_t pos_offset, float theta) {
   std::vector<float> cos_t, sin_t;
   rope_table(cos_t, sin_t, S, hd, pos_offset, theta);
   const int64_t half = hd / 2;

@@ -5,16 +5,81 @@
 // Every loop has a fixed order and no threads, so results are deterministic.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 
 namespace troupe::kernels::host {
 
+// On x86-64 with GCC, the exp- and reduction-heavy kernels are also compiled for
+// AVX2 and picked at load time (function multiversioning): the release flags
+// target baseline SSE2. Results are bitwise the same in both versions: -std=c++20
+// (no GNU extensions) turns off FMA contraction and every reduction has a fixed
+// lane order, so only the vector width differs.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TROUPE_HOST_SIMD __attribute__((target_clones("avx2", "default")))
+#else
+#define TROUPE_HOST_SIMD
+#endif
+
+// ---- building blocks for loops the compiler vectorizes -----------------------------
+// (Release flags have no -ffast-math: a float reduction written as one running
+// sum stays serial, and std::exp is a library call. These keep loops vectorizable
+// while staying deterministic: the lane pattern fixes the summation order.)
+
+// Sum of term(i) for i < n with 8 accumulators (lane i % 8), combined pairwise.
+template <class Term>
+inline float lane_sum(int64_t n, Term term) {
+  float acc[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) acc[l] += term(i + l);
+  for (int l = 0; i < n; ++i, ++l) acc[l] += term(i);
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+// Max of x[0..n), n >= 1 (NaN-free input assumed; a NaN may or may not win).
+inline float lane_max(const float* x, int64_t n) {
+  float acc[8];
+  for (int l = 0; l < 8; ++l) acc[l] = x[0];
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int l = 0; l < 8; ++l) acc[l] = acc[l] < x[i + l] ? x[i + l] : acc[l];
+  for (int l = 0; i < n; ++i, ++l) acc[l] = acc[l] < x[i] ? x[i] : acc[l];
+  float m = acc[0];
+  for (int l = 1; l < 8; ++l) m = m < acc[l] ? acc[l] : m;
+  return m;
+}
+
+// exp(x) in float without a library call, so loops calling it vectorize:
+// x = n ln2 + r with |r| <= ln2/2 (Cody-Waite split of ln2), e^r by its degree-6
+// Taylor polynomial (truncation < 1e-7 relative), times 2^n built in the
+// exponent bits. Within 3 ulp of exp (checked over every float in range).
+// |x| is clamped to 87 so 2^n stays a normal float (exp(-87) ~ 1.6e-38 stands
+// in for smaller results, exp(87) ~ 6e37 for larger); NaN propagates. The clamp
+// works on the bit pattern: a float compare-and-select there makes GCC thread
+// the clamped constant through the arithmetic, and the loop no longer vectorizes.
+inline float fast_exp(float x) {
+  const int32_t bits = std::bit_cast<int32_t>(x);
+  const int32_t limit = std::bit_cast<int32_t>(87.0f);
+  int32_t mag = bits & 0x7fffffff;
+  mag = (mag > limit && mag <= 0x7f800000) ? limit : mag;  // NaN (> 0x7f800000) kept
+  x = std::bit_cast<float>((bits & static_cast<int32_t>(0x80000000u)) | mag);
+  constexpr float kRound = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const float t = x * 1.44269504088896341f + kRound;
+  const int32_t n = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(kRound);
+  const float nf = t - kRound;
+  const float r = (x - nf * 0.693359375f) + nf * 2.12194440e-4f;
+  const float p =
+      1.0f + r * (1.0f + r * (0.5f + r * (1.0f / 6 +
+                                          r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720))))));
+  return p * std::bit_cast<float>((n + 127) << 23);
+}
+
 // ---- GEMM (OpenBLAS, row-major; host_gemm.cpp) -----------------------------------
 // C[m,n] = alpha * op(A) * op(B) + beta * C with leading dimensions lda, ldb, ldc.
 // Handles the degenerate sizes BLAS rejects (m, n or k == 0).
-void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-           int64_t ldc);
+void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+           int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 // ---- attention (host_attention.cpp) ---------------------------------------------------
 // q, k, v, out: [B,S,H,hd]; lse: [B,H,S].
@@ -26,10 +91,9 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
 
 // ---- layers (host_layers.cpp) ---------------------------------------------------------
 void embedding_forward(float* out, const float* table, const int32_t* ids, int64_t T, int64_t D);
-void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int64_t T,
-                        int64_t D);
-void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int64_t T,
-                     int64_t D, float eps);
+void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int64_t T, int64_t D);
+void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int64_t T, int64_t D,
+                     float eps);
 void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
                       const float* rstd, int64_t T, int64_t D);
 // x, out: [B,S,H,hd] (out may equal x).
@@ -55,19 +119,16 @@ void softmax_backward(float* dx, const float* dout, const float* out, int64_t T,
 // bias may be nullptr.
 void topk_forward(float* weights, int32_t* ids, const float* scores, const float* bias,
                   bool renormalize, int64_t T, int64_t E, int64_t K);
-void topk_backward(float* dscores, const float* dweights, const float* weights,
-                   const int32_t* ids, const float* scores, bool renormalize, int64_t T,
-                   int64_t E, int64_t K);
+void topk_backward(float* dscores, const float* dweights, const float* weights, const int32_t* ids,
+                   const float* scores, bool renormalize, int64_t T, int64_t E, int64_t K);
 void sum_rows(float* out, const float* x, int64_t T, int64_t E);
 void add_row(float* x, const float* row, float alpha, int64_t T, int64_t E);
 void gather_rows(float* out, const float* src, const int32_t* idx, int64_t N, int64_t D);
-void sum_slots(float* dst, const float* src, const int32_t* slots, int64_t T, int64_t K,
-               int64_t D);
+void sum_slots(float* dst, const float* src, const int32_t* slots, int64_t T, int64_t K, int64_t D);
 void combine_forward(float* out, const float* y, const int32_t* slots, const float* weights,
                      int64_t T, int64_t K, int64_t D);
 void combine_backward(float* dy, float* dweights, const float* dout, const float* y,
-                      const int32_t* slots, const float* weights, int64_t T, int64_t K,
-                      int64_t D);
+                      const int32_t* slots, const float* weights, int64_t T, int64_t K, int64_t D);
 
 // ---- elementwise and optimizer (host_elementwise.cpp) ------------------------------------
 void fill(float* x, float value, int64_t n);

@@ -40,9 +40,8 @@ void topk_forward(float* weights, int32_t* ids, const float* scores, const float
   }
 }
 
-void topk_backward(float* dscores, const float* dweights, const float* weights,
-                   const int32_t* ids, const float* scores, bool renormalize, int64_t T,
-                   int64_t E, int64_t K) {
+void topk_backward(float* dscores, const float* dweights, const float* weights, const int32_t* ids,
+                   const float* scores, bool renormalize, int64_t T, int64_t E, int64_t K) {
   for (int64_t t = 0; t < T; ++t) {
     const int32_t* id = ids + t * K;
     const float* dw = dweights + t * K;
@@ -114,8 +113,7 @@ void combine_forward(float* out, const float* y, const int32_t* slots, const flo
 }
 
 void combine_backward(float* dy, float* dweights, const float* dout, const float* y,
-                      const int32_t* slots, const float* weights, int64_t T, int64_t K,
-                      int64_t D) {
+                      const int32_t* slots, const float* weights, int64_t T, int64_t K, int64_t D) {
   for (int64_t t = 0; t < T; ++t) {
     const float* g = dout + t * D;
     for (int64_t j = 0; j < K; ++j) {
@@ -124,12 +122,8 @@ void combine_backward(float* dy, float* dweights, const float* dout, const float
       const float w = weights[t * K + j];
       const float* r = y + static_cast<int64_t>(slot) * D;
       float* dr = dy + static_cast<int64_t>(slot) * D;
-      float dot = 0.0f;
-      for (int64_t d = 0; d < D; ++d) {
-        dot += g[d] * r[d];
-        dr[d] += w * g[d];
-      }
-      dweights[t * K + j] += dot;
+      dweights[t * K + j] += lane_sum(D, [&](int64_t d) { return g[d] * r[d]; });
+      for (int64_t d = 0; d < D; ++d) dr[d] += w * g[d];
     }
   }
 }

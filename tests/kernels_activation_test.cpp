@@ -22,11 +22,14 @@ TEST_P(KernelsActivation, Silu) {
   for (int64_t n : {1, 7, 33, 1000, 4097}) {
     SCOPED_TRACE("n=" + std::to_string(n));
     const auto x = rng.f32(n, -8, 8), dout = rng.f32(n), dx0 = rng.f32(n);
-    check_op(be(), [&](Arena& a) -> Outputs {
-      Tensor o = a.out({n});
-      a.be().silu_forward(o, a.in({n}, x));
-      return {{"out", a.get(o)}};
-    }, {ref::silu_fwd(to_double(x))}, kFwd);
+    check_op(
+        be(),
+        [&](Arena& a) -> Outputs {
+          Tensor o = a.out({n});
+          a.be().silu_forward(o, a.in({n}, x));
+          return {{"out", a.get(o)}};
+        },
+        {ref::silu_fwd(to_double(x))}, kFwd);
     const V grad = ref::silu_bwd(to_double(dout), to_double(x));
     const auto run = [&](Arena& a) -> Outputs {
       Tensor dx = a.in({n}, dx0);
@@ -53,11 +56,14 @@ TEST_P(KernelsActivation, SwiGlu) {
     const int64_t n = c.T * c.F;
     const auto g = rng.f32(n, -6, 6), u = rng.f32(n, -2, 2), dout = rng.f32(n);
     const auto dg0 = rng.f32(n), du0 = rng.f32(n);
-    check_op(be(), [&](Arena& a) -> Outputs {
-      Tensor o = a.out({c.T, c.F});
-      a.be().swiglu_forward(o, a.in({c.T, c.F}, g), a.in({c.T, c.F}, u));
-      return {{"out", a.get(o)}};
-    }, {ref::swiglu_fwd(to_double(g), to_double(u))}, kFwd);
+    check_op(
+        be(),
+        [&](Arena& a) -> Outputs {
+          Tensor o = a.out({c.T, c.F});
+          a.be().swiglu_forward(o, a.in({c.T, c.F}, g), a.in({c.T, c.F}, u));
+          return {{"out", a.get(o)}};
+        },
+        {ref::swiglu_fwd(to_double(g), to_double(u))}, kFwd);
     V dg, du;
     ref::swiglu_bwd(dg, du, to_double(dout), to_double(g), to_double(u));
     const auto run = [&](Arena& a) -> Outputs {
@@ -90,16 +96,22 @@ TEST_P(KernelsActivation, Softmax) {
     const int64_t n = c.T * c.E;
     const auto x = rng.f32(n, -5, 5), dout = rng.f32(n), dx0 = rng.f32(n);
     const V y = ref::softmax_fwd(to_double(x), c.T, c.E);
-    check_op(be(), [&](Arena& a) -> Outputs {
-      Tensor o = a.out({c.T, c.E});
-      a.be().softmax_forward(o, a.in({c.T, c.E}, x));
-      return {{"out", a.get(o)}};
-    }, {y}, kFwd);
-    check_op(be(), [&](Arena& a) -> Outputs {
-      Tensor t = a.in({c.T, c.E}, x);
-      a.be().softmax_forward(t, t);  // in place
-      return {{"out (in place)", a.get(t)}};
-    }, {y}, kFwd);
+    check_op(
+        be(),
+        [&](Arena& a) -> Outputs {
+          Tensor o = a.out({c.T, c.E});
+          a.be().softmax_forward(o, a.in({c.T, c.E}, x));
+          return {{"out", a.get(o)}};
+        },
+        {y}, kFwd);
+    check_op(
+        be(),
+        [&](Arena& a) -> Outputs {
+          Tensor t = a.in({c.T, c.E}, x);
+          a.be().softmax_forward(t, t);  // in place
+          return {{"out (in place)", a.get(t)}};
+        },
+        {y}, kFwd);
     const V grad = ref::softmax_bwd(to_double(dout), y, c.T, c.E);
     const std::vector<float> y_f(y.begin(), y.end());
     const auto run = [&](Arena& a) -> Outputs {
@@ -134,12 +146,14 @@ TEST_P(KernelsActivation, CrossEntropyWithIgnoreIndex) {
     for (int32_t t : targets) count += t != c.ignore;
     const float grad_scale = 1.0f / static_cast<float>(count ? count : 1);
     const V losses = ref::cross_entropy_fwd(to_double(logits), targets, c.ignore, c.T, c.V);
-    check_op(be(), [&](Arena& a) -> Outputs {
-      Tensor l = a.out({c.T});
-      a.be().cross_entropy_forward(l, a.in({c.T, c.V}, logits), a.in_i32({c.T}, targets),
-                                   c.ignore);
-      return {{"losses", a.get(l)}};
-    }, {losses}, {1e-5, 1e-5});
+    check_op(be(),
+             [&](Arena& a) -> Outputs {
+               Tensor l = a.out({c.T});
+               a.be().cross_entropy_forward(l, a.in({c.T, c.V}, logits), a.in_i32({c.T}, targets),
+                                            c.ignore);
+               return {{"losses", a.get(l)}};
+             },
+             {losses}, {1e-5, 1e-5});
     const V grad =
         ref::cross_entropy_bwd(to_double(logits), targets, c.ignore, grad_scale, c.T, c.V);
     const auto run = [&](Arena& a) -> Outputs {
@@ -162,9 +176,9 @@ TEST_P(KernelsActivation, CrossEntropyWithIgnoreIndex) {
 TEST_P(KernelsActivation, CrossEntropyRejectsBadTargets) {
   Backend& b = be();
   Tensor logits = b.zeros({2, 4}), losses = b.zeros({2});
-  EXPECT_THROW(b.cross_entropy_forward(losses, logits, b.from_i32({2}, std::vector<int32_t>{0, 4}),
-                                       -100),
-               std::invalid_argument);
+  EXPECT_THROW(
+      b.cross_entropy_forward(losses, logits, b.from_i32({2}, std::vector<int32_t>{0, 4}), -100),
+      std::invalid_argument);
   EXPECT_THROW(b.cross_entropy_backward(logits, logits,
                                         b.from_i32({2}, std::vector<int32_t>{-2, 1}), -100, 1.0f),
                std::invalid_argument);

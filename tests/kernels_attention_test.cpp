@@ -29,7 +29,7 @@ std::string label(const Case& c) {
          " hd=" + std::to_string(c.hd);
 }
 
-const Case kCases[] = {{1, 1, 1, 2}, {2, 7, 3, 6}, {1, 9, 2, 4},  {1, 33, 2, 16},
+const Case kCases[] = {{1, 1, 1, 2},  {2, 7, 3, 6},   {1, 9, 2, 4},  {1, 33, 2, 16},
                        {1, 70, 1, 8}, {2, 130, 2, 4}, {1, 17, 4, 32}};
 
 TEST_P(KernelsAttention, Forward) {
@@ -43,11 +43,14 @@ TEST_P(KernelsAttention, Forward) {
     V out, lse;
     ref::attention_fwd(out, lse, to_double(q), to_double(k), to_double(v), c.B, c.S, c.H, c.hd,
                        scale);
-    check_op(be(), [&](Arena& a) -> Outputs {
-      Tensor o = a.out(shape), l = a.out({c.B, c.H, c.S});
-      a.be().attention_forward(o, l, a.in(shape, q), a.in(shape, k), a.in(shape, v), scale);
-      return {{"out", a.get(o)}, {"lse", a.get(l)}};
-    }, {out, lse}, kFwd);
+    check_op(
+        be(),
+        [&](Arena& a) -> Outputs {
+          Tensor o = a.out(shape), l = a.out({c.B, c.H, c.S});
+          a.be().attention_forward(o, l, a.in(shape, q), a.in(shape, k), a.in(shape, v), scale);
+          return {{"out", a.get(o)}, {"lse", a.get(l)}};
+        },
+        {out, lse}, kFwd);
   }
 }
 
@@ -89,8 +92,8 @@ TEST_P(KernelsAttention, Backward) {
       check_op(be(), run,
                {add(to_double(dq0), fq), add(to_double(dk0), fk), add(to_double(dv0), fv)}, kBwd);
     }
-    check_op(be(), run,
-             {add(to_double(dq0), dq), add(to_double(dk0), dk), add(to_double(dv0), dv)}, kBwd);
+    check_op(be(), run, {add(to_double(dq0), dq), add(to_double(dk0), dk), add(to_double(dv0), dv)},
+             kBwd);
   }
 }
 

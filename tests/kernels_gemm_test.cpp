@@ -36,13 +36,16 @@ TEST_P(KernelsGemm, AllTransposesAlphaBeta) {
         const Shape sa = ta ? Shape{d.k, d.m} : Shape{d.m, d.k};
         const Shape sb = tb ? Shape{d.n, d.k} : Shape{d.k, d.n};
         // beta == 0: C is poisoned with NaN and must not be read (BLAS semantics).
-        const auto want = ref::gemm(ta, tb, d.m, d.n, d.k, alpha, to_double(a), to_double(b),
-                                    beta, to_double(c0));
-        check_op(be(), [&](Arena& ar) -> Outputs {
-          Tensor c = beta == 0.0f ? ar.out({d.m, d.n}) : ar.in({d.m, d.n}, c0);
-          ar.be().gemm(ta, tb, d.m, d.n, d.k, alpha, ar.in(sa, a), ar.in(sb, b), beta, c);
-          return {{"c", ar.get(c)}};
-        }, {want}, kTol);
+        const auto want = ref::gemm(ta, tb, d.m, d.n, d.k, alpha, to_double(a), to_double(b), beta,
+                                    to_double(c0));
+        check_op(
+            be(),
+            [&](Arena& ar) -> Outputs {
+              Tensor c = beta == 0.0f ? ar.out({d.m, d.n}) : ar.in({d.m, d.n}, c0);
+              ar.be().gemm(ta, tb, d.m, d.n, d.k, alpha, ar.in(sa, a), ar.in(sb, b), beta, c);
+              return {{"c", ar.get(c)}};
+            },
+            {want}, kTol);
       }
 }
 
@@ -63,8 +66,8 @@ TEST_P(KernelsGemm, StridedBatched) {
       const Dims d = cs.d;
       const float alpha = 0.75f, beta = (t == 3) ? 0.0f : -0.5f;
       std::ostringstream label;
-      label << "m=" << d.m << " n=" << d.n << " k=" << d.k << " batch=" << cs.batch
-            << " ta=" << ta << " tb=" << tb << " shared_b=" << cs.shared_b;
+      label << "m=" << d.m << " n=" << d.n << " k=" << d.k << " batch=" << cs.batch << " ta=" << ta
+            << " tb=" << tb << " shared_b=" << cs.shared_b;
       SCOPED_TRACE(label.str());
       const int64_t sa = d.m * d.k + cs.pad_a, sc = d.m * d.n + cs.pad_c;
       const int64_t sb = cs.shared_b ? 0 : d.k * d.n + cs.pad_b;
@@ -78,19 +81,23 @@ TEST_P(KernelsGemm, StridedBatched) {
                                   to_double(c0), i * sa, i * sb, i * sc);
         std::copy(ci.begin(), ci.end(), want.begin() + i * sc);
       }
-      check_op(be(), [&](Arena& ar) -> Outputs {
-        Tensor c = ar.in({nc}, c0);
-        ar.be().gemm_strided_batched(ta, tb, d.m, d.n, d.k, alpha, ar.in({na}, a), sa,
-                                     ar.in({nb}, b), sb, beta, c, sc, cs.batch);
-        return {{"c", ar.get(c)}};
-      }, {want}, kTol);
+      check_op(
+          be(),
+          [&](Arena& ar) -> Outputs {
+            Tensor c = ar.in({nc}, c0);
+            ar.be().gemm_strided_batched(ta, tb, d.m, d.n, d.k, alpha, ar.in({na}, a), sa,
+                                         ar.in({nb}, b), sb, beta, c, sc, cs.batch);
+            return {{"c", ar.get(c)}};
+          },
+          {want}, kTol);
     }
 }
 
 TEST_P(KernelsGemm, GroupedPerExpertShapes) {
   // MoE layout: A = tokens packed by expert, B = one weight matrix per expert,
   // C = outputs packed like A. Different m per group, including m = 0.
-  const std::vector<std::vector<int64_t>> ms = {{5, 0, 3, 17, 1}, {0, 0, 4}, {33}, {1, 2, 3, 4, 5, 6, 7, 0, 9}};
+  const std::vector<std::vector<int64_t>> ms = {
+      {5, 0, 3, 17, 1}, {0, 0, 4}, {33}, {1, 2, 3, 4, 5, 6, 7, 0, 9}};
   const int64_t k = 7, n = 9;
   Rng rng(3);
   for (const auto& m_per : ms)
@@ -115,12 +122,15 @@ TEST_P(KernelsGemm, GroupedPerExpertShapes) {
                                   to_double(c0), g.a_offset, g.b_offset, g.c_offset);
         std::copy(cg.begin(), cg.end(), want.begin() + g.c_offset);
       }
-      check_op(be(), [&](Arena& ar) -> Outputs {
-        Tensor c = beta == 0.0f ? ar.out({rows, n}) : ar.in({rows, n}, c0);
-        ar.be().gemm_grouped(ta, tb, alpha, ar.in({rows * k}, a), ar.in({E, k, n}, b), beta, c,
-                             groups);
-        return {{"c", ar.get(c)}};
-      }, {want}, kTol);
+      check_op(
+          be(),
+          [&](Arena& ar) -> Outputs {
+            Tensor c = beta == 0.0f ? ar.out({rows, n}) : ar.in({rows, n}, c0);
+            ar.be().gemm_grouped(ta, tb, alpha, ar.in({rows * k}, a), ar.in({E, k, n}, b), beta, c,
+                                 groups);
+            return {{"c", ar.get(c)}};
+          },
+          {want}, kTol);
     }
 }
 

@@ -12,8 +12,8 @@
 namespace troupe::kernels::testing {
 namespace {
 
-constexpr int64_t kGuard = 7;           // sentinel elements after each view
-constexpr float kSentinel = 7777.25f;   // f32 guard value
+constexpr int64_t kGuard = 7;            // sentinel elements after each view
+constexpr float kSentinel = 7777.25f;    // f32 guard value
 constexpr int32_t kSentinelI = -777777;  // i32 guard and poison value
 
 struct Slot {
@@ -107,8 +107,7 @@ template <class G>
 ::testing::AssertionResult near_impl(const std::vector<G>& got, const std::vector<double>& want,
                                      Tol tol) {
   if (got.size() != want.size())
-    return ::testing::AssertionFailure()
-           << "size " << got.size() << " != expected " << want.size();
+    return ::testing::AssertionFailure() << "size " << got.size() << " != expected " << want.size();
   size_t bad = 0, worst = 0;
   double worst_excess = -1.0;
   std::ostringstream first;
@@ -125,8 +124,8 @@ template <class G>
   if (bad == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure()
          << bad << " of " << got.size() << " elements outside atol " << tol.atol << " + rtol "
-         << tol.rtol << "; worst [" << worst << "] got " << got[worst] << " want "
-         << want[worst] << first.str();
+         << tol.rtol << "; worst [" << worst << "] got " << got[worst] << " want " << want[worst]
+         << first.str();
 }
 }  // namespace
 
@@ -209,8 +208,7 @@ std::vector<float> Arena::get_i32(const Tensor& t) {
   return ::testing::AssertionSuccess();
 }
 
-void check_op(Backend& be, const Run& run, const std::vector<std::vector<double>>& want,
-              Tol tol) {
+void check_op(Backend& be, const Run& run, const std::vector<std::vector<double>>& want, Tol tol) {
   Outputs first;
   for (int64_t offset : {0, 3}) {
     SCOPED_TRACE(offset ? "views at element offset 3" : "whole buffers");

@@ -32,9 +32,9 @@ class BackendTest : public ::testing::TestWithParam<std::string> {
   Backend* be_ = nullptr;
 };
 
-#define TROUPE_INSTANTIATE_BACKENDS(Suite)                                                   \
-  INSTANTIATE_TEST_SUITE_P(Backends, Suite,                                                  \
-                           ::testing::Values(std::string("host"), std::string("opencl")),   \
+#define TROUPE_INSTANTIATE_BACKENDS(Suite)                                                \
+  INSTANTIATE_TEST_SUITE_P(Backends, Suite,                                               \
+                           ::testing::Values(std::string("host"), std::string("opencl")), \
                            [](const ::testing::TestParamInfo<std::string>& i) { return i.param; })
 
 // Deterministic inputs (splitmix64), identical on every platform.

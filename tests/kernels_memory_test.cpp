@@ -23,9 +23,12 @@ TEST_P(KernelsMemory, UploadDownloadRoundTrip) {
   for (int64_t n : kSizes) {
     const auto x = rng.f32(n);
     const auto ids = rng.i32(n, -1000, 1000);
-    check_op(be(), [&](Arena& a) -> Outputs {
-      return {{"f32", a.get(a.in({n}, x))}, {"i32", a.get_i32(a.in_i32({n}, ids))}};
-    }, {to_double(x), to_double(to_float(ids))}, kExact);
+    check_op(
+        be(),
+        [&](Arena& a) -> Outputs {
+          return {{"f32", a.get(a.in({n}, x))}, {"i32", a.get_i32(a.in_i32({n}, ids))}};
+        },
+        {to_double(x), to_double(to_float(ids))}, kExact);
   }
   Backend& b = be();
   Tensor z = b.zeros({3, 5}, DType::i32);
@@ -42,17 +45,23 @@ TEST_P(KernelsMemory, FillCopy) {
     SCOPED_TRACE("n=" + std::to_string(n));
     const auto x = rng.f32(n);
     const auto ids = rng.i32(n, -5, 5);
-    check_op(be(), [&](Arena& a) -> Outputs {
-      Tensor t = a.out({n});
-      a.be().fill(t, 0.375f);
-      return {{"fill", a.get(t)}};
-    }, {V(static_cast<size_t>(n), 0.375)}, kExact);
-    check_op(be(), [&](Arena& a) -> Outputs {
-      Tensor d = a.out({n}), di = a.out_i32({n});
-      a.be().copy(d, a.in({n}, x));
-      a.be().copy(di, a.in_i32({n}, ids));
-      return {{"copy f32", a.get(d)}, {"copy i32", a.get_i32(di)}};
-    }, {to_double(x), to_double(to_float(ids))}, kExact);
+    check_op(
+        be(),
+        [&](Arena& a) -> Outputs {
+          Tensor t = a.out({n});
+          a.be().fill(t, 0.375f);
+          return {{"fill", a.get(t)}};
+        },
+        {V(static_cast<size_t>(n), 0.375)}, kExact);
+    check_op(
+        be(),
+        [&](Arena& a) -> Outputs {
+          Tensor d = a.out({n}), di = a.out_i32({n});
+          a.be().copy(d, a.in({n}, x));
+          a.be().copy(di, a.in_i32({n}, ids));
+          return {{"copy f32", a.get(d)}, {"copy i32", a.get_i32(di)}};
+        },
+        {to_double(x), to_double(to_float(ids))}, kExact);
   }
   EXPECT_THROW(be().copy(be().zeros({3}), be().zeros({4})), std::invalid_argument);
   EXPECT_THROW(be().copy(be().zeros({3}), be().zeros({3}, DType::i32)), std::invalid_argument);
@@ -70,15 +79,20 @@ TEST_P(KernelsMemory, AddAxpyScale) {
       axpy[i] = yd[i] + 0.3 * xd[i];
       scaled[i] = -1.75 * xd[i];
     }
-    check_op(be(), [&](Arena& a) -> Outputs {
-      Tensor o = a.out({n}), in_place = a.in({n}, x), ty = a.in({n}, y), tx = a.in({n}, x);
-      a.be().add(o, a.in({n}, x), a.in({n}, y));
-      a.be().add(in_place, in_place, a.in({n}, y));  // out aliases a
-      a.be().axpy(ty, 0.3f, a.in({n}, x));
-      a.be().scale(tx, -1.75f);
-      return {{"add", a.get(o)}, {"add in place", a.get(in_place)}, {"axpy", a.get(ty)},
-              {"scale", a.get(tx)}};
-    }, {sum, sum, axpy, scaled}, kFwd);
+    check_op(
+        be(),
+        [&](Arena& a) -> Outputs {
+          Tensor o = a.out({n}), in_place = a.in({n}, x), ty = a.in({n}, y), tx = a.in({n}, x);
+          a.be().add(o, a.in({n}, x), a.in({n}, y));
+          a.be().add(in_place, in_place, a.in({n}, y));  // out aliases a
+          a.be().axpy(ty, 0.3f, a.in({n}, x));
+          a.be().scale(tx, -1.75f);
+          return {{"add", a.get(o)},
+                  {"add in place", a.get(in_place)},
+                  {"axpy", a.get(ty)},
+                  {"scale", a.get(tx)}};
+        },
+        {sum, sum, axpy, scaled}, kFwd);
   }
   EXPECT_THROW(be().add(be().zeros({3}), be().zeros({3}), be().zeros({4})), std::invalid_argument);
   EXPECT_THROW(be().axpy(be().zeros({3}), 1.0f, be().zeros({2})), std::invalid_argument);
@@ -100,15 +114,17 @@ TEST_P(KernelsMemory, OpsOnViewsOfOneFlatBuffer) {
     for (int64_t j = 0; j < n; ++j) want[off_c + r * n + j] += fd[off_w + j];
   // then the w view is scaled in place
   for (int64_t j = 0; j < n; ++j) want[off_w + j] *= 2.0;
-  check_op(be(), [&](Arena& ar) -> Outputs {
-    Tensor all = ar.in({total}, flat);
-    Tensor a = all.view(off_a, {m, k}), b = all.view(off_b, {k, n});
-    Tensor cv = all.view(off_c, {m, n}), w = all.view(off_w, {n});
-    ar.be().gemm(false, false, m, n, k, 1.0f, a, b, 0.0f, cv);
-    ar.be().add_row(cv.rows(1, 4), w, 1.0f);
-    ar.be().scale(w, 2.0f);
-    return {{"flat buffer", ar.get(all)}};
-  }, {want}, {1e-6, 1e-6});
+  check_op(be(),
+           [&](Arena& ar) -> Outputs {
+             Tensor all = ar.in({total}, flat);
+             Tensor a = all.view(off_a, {m, k}), b = all.view(off_b, {k, n});
+             Tensor cv = all.view(off_c, {m, n}), w = all.view(off_w, {n});
+             ar.be().gemm(false, false, m, n, k, 1.0f, a, b, 0.0f, cv);
+             ar.be().add_row(cv.rows(1, 4), w, 1.0f);
+             ar.be().scale(w, 2.0f);
+             return {{"flat buffer", ar.get(all)}};
+           },
+           {want}, {1e-6, 1e-6});
 }
 
 TROUPE_INSTANTIATE_BACKENDS(KernelsMemory);

@@ -81,25 +81,27 @@ TEST_P(KernelsOptim, AdamWSeveralSteps) {
       want.push_back(m);
       want.push_back(v);
     }
-    check_op(be(), [&](Arena& a) -> Outputs {
-      Tensor tp = a.in({c.n}, p0), tm = a.in({c.n}, m0), tv = a.in({c.n}, v0);
-      Outputs out;
-      for (int s = 0; s < kSteps; ++s) {
-        AdamWParams hp;
-        hp.lr = static_cast<float>(c.hp.lr);
-        hp.beta1 = static_cast<float>(c.hp.beta1);
-        hp.beta2 = static_cast<float>(c.hp.beta2);
-        hp.eps = static_cast<float>(c.hp.eps);
-        hp.weight_decay = static_cast<float>(c.hp.weight_decay);
-        hp.step = s + 1;
-        a.be().adamw(tp, a.in({c.n}, grads[s]), tm, tv, hp);
-        const std::string at = "@step" + std::to_string(s + 1);
-        out.push_back({"param" + at, a.get(tp)});
-        out.push_back({"m" + at, a.get(tm)});
-        out.push_back({"v" + at, a.get(tv)});
-      }
-      return out;
-    }, want, {1e-6, 1e-5});
+    check_op(be(),
+             [&](Arena& a) -> Outputs {
+               Tensor tp = a.in({c.n}, p0), tm = a.in({c.n}, m0), tv = a.in({c.n}, v0);
+               Outputs out;
+               for (int s = 0; s < kSteps; ++s) {
+                 AdamWParams hp;
+                 hp.lr = static_cast<float>(c.hp.lr);
+                 hp.beta1 = static_cast<float>(c.hp.beta1);
+                 hp.beta2 = static_cast<float>(c.hp.beta2);
+                 hp.eps = static_cast<float>(c.hp.eps);
+                 hp.weight_decay = static_cast<float>(c.hp.weight_decay);
+                 hp.step = s + 1;
+                 a.be().adamw(tp, a.in({c.n}, grads[s]), tm, tv, hp);
+                 const std::string at = "@step" + std::to_string(s + 1);
+                 out.push_back({"param" + at, a.get(tp)});
+                 out.push_back({"m" + at, a.get(tm)});
+                 out.push_back({"v" + at, a.get(tv)});
+               }
+               return out;
+             },
+             want, {1e-6, 1e-5});
   }
   Tensor x = be().zeros({4});
   AdamWParams bad;

@@ -76,8 +76,9 @@ V rope_rotate(const V& x, int64_t B, int64_t S, int64_t H, int64_t hd, int64_t p
     for (int64_t s = 0; s < S; ++s)
       for (int64_t h = 0; h < H; ++h)
         for (int64_t i = 0; i < half; ++i) {
-          const double ang = static_cast<double>(pos_offset + s) *
-                             std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
+          const double ang =
+              static_cast<double>(pos_offset + s) *
+              std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(hd));
           const double c = std::cos(ang), sn = sign * std::sin(ang);
           const int64_t o = ((b * S + s) * H + h) * hd;
           const double x1 = x[o + i], x2 = x[o + i + half];
@@ -220,8 +221,7 @@ double logsumexp(const double* x, int64_t n) {
 V cross_entropy_fwd(const V& logits, const Ids& targets, int32_t ignore, int64_t T, int64_t Vn) {
   V out(static_cast<size_t>(T), 0.0);
   for (int64_t t = 0; t < T; ++t)
-    if (targets[t] != ignore)
-      out[t] = logsumexp(&logits[t * Vn], Vn) - logits[t * Vn + targets[t]];
+    if (targets[t] != ignore) out[t] = logsumexp(&logits[t * Vn], Vn) - logits[t * Vn + targets[t]];
   return out;
 }
 
@@ -279,8 +279,7 @@ void topk_fwd(V& weights, Ids& ids, const std::vector<float>& scores,
   }
 }
 
-V topk_weights(const V& scores, const Ids& ids, bool renormalize, int64_t T, int64_t E,
-               int64_t K) {
+V topk_weights(const V& scores, const Ids& ids, bool renormalize, int64_t T, int64_t E, int64_t K) {
   V w(static_cast<size_t>(T * K));
   for (int64_t t = 0; t < T; ++t) {
     double sum = 0.0;
@@ -351,8 +350,8 @@ V combine_fwd(const V& y, const Ids& slots, const V& weights, int64_t T, int64_t
   return o;
 }
 
-void combine_bwd(V& dy, V& dweights, const V& dout, const V& y, const Ids& slots,
-                 const V& weights, int64_t N, int64_t T, int64_t K, int64_t D) {
+void combine_bwd(V& dy, V& dweights, const V& dout, const V& y, const Ids& slots, const V& weights,
+                 int64_t N, int64_t T, int64_t K, int64_t D) {
   dy.assign(static_cast<size_t>(N * D), 0.0);
   dweights.assign(static_cast<size_t>(T * K), 0.0);
   for (int64_t t = 0; t < T; ++t)

@@ -65,8 +65,8 @@ V add_row(const V& x, const V& row, double alpha, int64_t T, int64_t E);
 V gather_rows(const V& src, const Ids& idx, int64_t D);
 V sum_slots(const V& src, const Ids& slots, int64_t T, int64_t K, int64_t D);  // the sum only
 V combine_fwd(const V& y, const Ids& slots, const V& weights, int64_t T, int64_t K, int64_t D);
-void combine_bwd(V& dy, V& dweights, const V& dout, const V& y, const Ids& slots,
-                 const V& weights, int64_t N, int64_t T, int64_t K, int64_t D);
+void combine_bwd(V& dy, V& dweights, const V& dout, const V& y, const Ids& slots, const V& weights,
+                 int64_t N, int64_t T, int64_t K, int64_t D);
 
 // ---- optimizer ----
 double squared_norm(const V& x);

@@ -28,20 +28,26 @@ void check_topk(Backend& be, const std::vector<float>& scores, const std::vector
   ref::Ids ids;
   ref::topk_fwd(w, ids, scores, bias, renorm, T, E, K);
   // ids must match exactly; weights within float rounding.
-  check_op(be, [&](Arena& a) -> Outputs {
-    Tensor tw = a.out({T, K});
-    Tensor ti = a.out_i32({T, K});
-    Tensor tb = bias.empty() ? Tensor() : a.in({E}, bias);
-    a.be().topk_forward(tw, ti, a.in({T, E}, scores), tb, renorm);
-    return {{"ids", a.get_i32(ti)}};
-  }, {to_double(to_float(ids))}, kExact);
-  check_op(be, [&](Arena& a) -> Outputs {
-    Tensor tw = a.out({T, K});
-    Tensor ti = a.out_i32({T, K});
-    Tensor tb = bias.empty() ? Tensor() : a.in({E}, bias);
-    a.be().topk_forward(tw, ti, a.in({T, E}, scores), tb, renorm);
-    return {{"weights", a.get(tw)}};
-  }, {w}, kFwd);
+  check_op(
+      be,
+      [&](Arena& a) -> Outputs {
+        Tensor tw = a.out({T, K});
+        Tensor ti = a.out_i32({T, K});
+        Tensor tb = bias.empty() ? Tensor() : a.in({E}, bias);
+        a.be().topk_forward(tw, ti, a.in({T, E}, scores), tb, renorm);
+        return {{"ids", a.get_i32(ti)}};
+      },
+      {to_double(to_float(ids))}, kExact);
+  check_op(
+      be,
+      [&](Arena& a) -> Outputs {
+        Tensor tw = a.out({T, K});
+        Tensor ti = a.out_i32({T, K});
+        Tensor tb = bias.empty() ? Tensor() : a.in({E}, bias);
+        a.be().topk_forward(tw, ti, a.in({T, E}, scores), tb, renorm);
+        return {{"weights", a.get(tw)}};
+      },
+      {w}, kFwd);
 
   const auto dw = rng.f32(T * K), ds0 = rng.f32(T * E);
   const V grad = ref::topk_bwd(to_double(dw), ids, to_double(scores), renorm, T, E, K);
@@ -53,9 +59,9 @@ void check_topk(Backend& be, const std::vector<float>& scores, const std::vector
     return {{"dscores", a.get(ds)}};
   };
   if (T * E <= 100) {
-    const V fd = ref::numeric_grad(
-        [&](const V& s) { return ref::topk_weights(s, ids, renorm, T, E, K); },
-        to_double(scores), to_double(dw));
+    const V fd =
+        ref::numeric_grad([&](const V& s) { return ref::topk_weights(s, ids, renorm, T, E, K); },
+                          to_double(scores), to_double(dw));
     EXPECT_TRUE(near(grad, fd, kRefVsFd)) << "reference backward vs finite differences";
     check_op(be, run, {add(to_double(ds0), fd)}, kBwd);
   }
@@ -84,8 +90,8 @@ TEST_P(KernelsRouting, TopKTiesGoToLowerId) {
   // Row 0: plain duplicates. Row 1: all equal. Row 2: ties only after adding the bias
   // (0.5 + 0 == 0.25 + 0.25 exactly in float32).
   const int64_t T = 3, E = 6;
-  const std::vector<float> scores = {0.2f, 0.7f, 0.7f, 0.1f, 0.7f, 0.3f,   //
-                                     0.4f, 0.4f, 0.4f, 0.4f, 0.4f, 0.4f,   //
+  const std::vector<float> scores = {0.2f, 0.7f,  0.7f,   0.1f, 0.7f,  0.3f,  //
+                                     0.4f, 0.4f,  0.4f,   0.4f, 0.4f,  0.4f,  //
                                      0.5f, 0.25f, 0.125f, 0.5f, 0.25f, 0.375f};
   const std::vector<float> bias = {0.0f, 0.25f, 0.375f, 0.0f, 0.25f, 0.0f};
   for (int64_t K : {1, 2, 3, 6})
@@ -112,16 +118,21 @@ TEST_P(KernelsRouting, SumRowsAndAddRow) {
   for (const Case& c : cases) {
     SCOPED_TRACE("T=" + std::to_string(c.T) + " E=" + std::to_string(c.E));
     const auto x = rng.f32(c.T * c.E), row = rng.f32(c.E);
-    check_op(be(), [&](Arena& a) -> Outputs {
-      Tensor o = a.out({c.E});
-      a.be().sum_rows(o, a.in({c.T, c.E}, x));
-      return {{"out", a.get(o)}};
-    }, {ref::sum_rows(to_double(x), c.T, c.E)}, {1e-4, 1e-5});
-    check_op(be(), [&](Arena& a) -> Outputs {
-      Tensor t = a.in({c.T, c.E}, x);
-      a.be().add_row(t, a.in({c.E}, row), -0.5f);
-      return {{"x", a.get(t)}};
-    }, {ref::add_row(to_double(x), to_double(row), -0.5, c.T, c.E)}, kFwd);
+    check_op(be(),
+             [&](Arena& a) -> Outputs {
+               Tensor o = a.out({c.E});
+               a.be().sum_rows(o, a.in({c.T, c.E}, x));
+               return {{"out", a.get(o)}};
+             },
+             {ref::sum_rows(to_double(x), c.T, c.E)}, {1e-4, 1e-5});
+    check_op(
+        be(),
+        [&](Arena& a) -> Outputs {
+          Tensor t = a.in({c.T, c.E}, x);
+          a.be().add_row(t, a.in({c.E}, row), -0.5f);
+          return {{"x", a.get(t)}};
+        },
+        {ref::add_row(to_double(x), to_double(row), -0.5, c.T, c.E)}, kFwd);
   }
 }
 
@@ -136,11 +147,14 @@ TEST_P(KernelsRouting, GatherRows) {
                  " N=" + std::to_string(c.N));
     const auto src = rng.f32(c.T * c.D);
     const auto idx = rng.i32(c.N, 0, static_cast<int32_t>(c.T - 1));
-    check_op(be(), [&](Arena& a) -> Outputs {
-      Tensor o = a.out({c.N, c.D});
-      a.be().gather_rows(o, a.in({c.T, c.D}, src), a.in_i32({c.N}, idx));
-      return {{"out", a.get(o)}};
-    }, {ref::gather_rows(to_double(src), idx, c.D)}, kExact);
+    check_op(
+        be(),
+        [&](Arena& a) -> Outputs {
+          Tensor o = a.out({c.N, c.D});
+          a.be().gather_rows(o, a.in({c.T, c.D}, src), a.in_i32({c.N}, idx));
+          return {{"out", a.get(o)}};
+        },
+        {ref::gather_rows(to_double(src), idx, c.D)}, kExact);
   }
   Tensor src = be().zeros({3, 2}), out = be().zeros({2, 2});
   EXPECT_THROW(be().gather_rows(out, src, be().from_i32({2}, std::vector<int32_t>{0, 3})),
@@ -173,11 +187,14 @@ TEST_P(KernelsRouting, SumSlots) {
     const int64_t N = c.T * c.K;
     const auto slots = make_slots(rng, c.T, c.K);
     const auto src = rng.f32(N * c.D), dst0 = rng.f32(c.T * c.D);
-    check_op(be(), [&](Arena& a) -> Outputs {
-      Tensor d = a.in({c.T, c.D}, dst0);
-      a.be().sum_slots(d, a.in({N, c.D}, src), a.in_i32({c.T, c.K}, slots));
-      return {{"dst", a.get(d)}};
-    }, {add(to_double(dst0), ref::sum_slots(to_double(src), slots, c.T, c.K, c.D))}, kFwd);
+    check_op(
+        be(),
+        [&](Arena& a) -> Outputs {
+          Tensor d = a.in({c.T, c.D}, dst0);
+          a.be().sum_slots(d, a.in({N, c.D}, src), a.in_i32({c.T, c.K}, slots));
+          return {{"dst", a.get(d)}};
+        },
+        {add(to_double(dst0), ref::sum_slots(to_double(src), slots, c.T, c.K, c.D))}, kFwd);
   }
   Tensor dst = be().zeros({2, 2}), src = be().zeros({4, 2});
   EXPECT_THROW(be().sum_slots(dst, src, be().from_i32({2, 2}, std::vector<int32_t>{0, 1, 4, -1})),
@@ -193,11 +210,14 @@ TEST_P(KernelsRouting, Combine) {
     const auto y = rng.f32(N * D), w = rng.f32(T * K, 0.05f, 1.0f), out0 = rng.f32(T * D);
     const auto dout = rng.f32(T * D), dy0 = rng.f32(N * D), dw0 = rng.f32(T * K);
     const V yd = to_double(y), wd = to_double(w);
-    check_op(be(), [&](Arena& a) -> Outputs {
-      Tensor o = a.in({T, D}, out0);
-      a.be().combine_forward(o, a.in({N, D}, y), a.in_i32({T, K}, slots), a.in({T, K}, w));
-      return {{"out", a.get(o)}};
-    }, {add(to_double(out0), ref::combine_fwd(yd, slots, wd, T, K, D))}, kFwd);
+    check_op(
+        be(),
+        [&](Arena& a) -> Outputs {
+          Tensor o = a.in({T, D}, out0);
+          a.be().combine_forward(o, a.in({N, D}, y), a.in_i32({T, K}, slots), a.in({T, K}, w));
+          return {{"out", a.get(o)}};
+        },
+        {add(to_double(out0), ref::combine_fwd(yd, slots, wd, T, K, D))}, kFwd);
 
     V dy, dwt;
     ref::combine_bwd(dy, dwt, to_double(dout), yd, slots, wd, N, T, K, D);
@@ -209,11 +229,9 @@ TEST_P(KernelsRouting, Combine) {
     };
     if (N * D <= 200) {
       const V fy = ref::numeric_grad(
-          [&](const V& v) { return ref::combine_fwd(v, slots, wd, T, K, D); }, yd,
-          to_double(dout));
+          [&](const V& v) { return ref::combine_fwd(v, slots, wd, T, K, D); }, yd, to_double(dout));
       const V fw = ref::numeric_grad(
-          [&](const V& v) { return ref::combine_fwd(yd, slots, v, T, K, D); }, wd,
-          to_double(dout));
+          [&](const V& v) { return ref::combine_fwd(yd, slots, v, T, K, D); }, wd, to_double(dout));
       EXPECT_TRUE(near(dy, fy, kRefVsFd));
       EXPECT_TRUE(near(dwt, fw, kRefVsFd));
       check_op(be(), run, {add(to_double(dy0), fy), add(to_double(dw0), fw)}, kBwd);

@@ -1,0 +1,404 @@
+// bench_kernels: GEMM GFLOP/s on the quickstart model's shapes for each
+// backend next to raw cblas_sgemm on the same buffers, and GB/s of the
+// memory-bound ops next to memcpy moving the same number of bytes. Every ratio
+// compares two measurements interleaved in the same run (medians of rounds).
+//
+//   bench_kernels [--quick] [--json PATH] [--threads 1,2] [--no-opencl]
+#include <cblas.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.hpp"
+
+using namespace troupe::kernels;
+
+namespace {
+
+struct Options {
+  bool quick = false;
+  bool opencl = true;
+  std::string json = "bench_kernels.json";
+  std::vector<int> threads = {1, 2};
+};
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Seconds per call of each of fa and fb, measured in alternating rounds (so
+// both see the same machine load); each round runs enough calls to last
+// `round_s`, and the median round is kept.
+std::pair<double, double> compare(const std::function<void()>& fa, const std::function<void()>& fb,
+                                  const Options& o) {
+  const double round_s = o.quick ? 0.01 : 0.05;
+  const int rounds = o.quick ? 3 : 9;
+  auto reps_for = [&](const std::function<void()>& f) {
+    f();  // warm up (first-use compilation, page faults)
+    int reps = 1;
+    for (;;) {
+      const double t0 = now();
+      for (int i = 0; i < reps; ++i) f();
+      if (now() - t0 >= round_s || reps >= (1 << 20)) return reps;
+      reps *= 2;
+    }
+  };
+  const int ra = reps_for(fa), rb = reps_for(fb);
+  std::vector<double> ta, tb;
+  for (int r = 0; r < rounds; ++r) {
+    double t0 = now();
+    for (int i = 0; i < ra; ++i) fa();
+    ta.push_back((now() - t0) / ra);
+    t0 = now();
+    for (int i = 0; i < rb; ++i) fb();
+    tb.push_back((now() - t0) / rb);
+  }
+  std::nth_element(ta.begin(), ta.begin() + rounds / 2, ta.end());
+  std::nth_element(tb.begin(), tb.begin() + rounds / 2, tb.end());
+  return {ta[rounds / 2], tb[rounds / 2]};
+}
+
+std::vector<float> random_f32(size_t n, uint64_t seed) {
+  std::vector<float> v(n);
+  for (float& x : v) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    x = static_cast<float>((seed >> 40) & 0xffff) / 65536.0f - 0.5f;
+  }
+  return v;
+}
+
+// ---- GEMM ---------------------------------------------------------------------------
+
+struct GemmShape {
+  std::string name;
+  bool ta, tb;
+  std::vector<GemmGroup> groups;  // one group = a plain GEMM
+};
+
+// The quickstart model's GEMMs at T tokens: projections, experts (grouped,
+// ~T*k/E rows each) and the LM head, forward and the two backward products.
+std::vector<GemmShape> gemm_shapes(int64_t T, int64_t d, int64_t h, int64_t E, int64_t k,
+                                   int64_t V) {
+  auto one = [](int64_t m, int64_t n, int64_t kk) {
+    return std::vector<GemmGroup>{{m, n, kk, 0, 0, 0}};
+  };
+  auto experts = [&](int64_t n, int64_t kk) {
+    std::vector<GemmGroup> g;
+    const int64_t rows = T * k / E;
+    for (int64_t e = 0; e < E; ++e)
+      g.push_back({rows, n, kk, e * rows * kk, e * kk * n, e * rows * n});
+    return g;
+  };
+  const std::string dm = "d" + std::to_string(d);
+  return {
+      {dm + " qkv fwd     [T,d]x[d,3d]", false, false, one(T, 3 * d, d)},
+      {dm + " qkv dX      [T,3d]x[d,3d]^T", false, true, one(T, d, 3 * d)},
+      {dm + " qkv dW      [T,d]^T[T,3d]", true, false, one(d, 3 * d, T)},
+      {dm + " attn out    [T,d]x[d,d]", false, false, one(T, d, d)},
+      {dm + " experts up  " + std::to_string(E) + "x[" + std::to_string(T * k / E) + ",d]x[d,2h]",
+       false, false, experts(2 * h, d)},
+      {dm + " experts dn  " + std::to_string(E) + "x[" + std::to_string(T * k / E) + ",h]x[h,d]",
+       false, false, experts(d, h)},
+      {dm + " experts dW  " + std::to_string(E) + "x[rows,d]^T[rows,2h]", true, false,
+       [&] {
+         std::vector<GemmGroup> g;
+         const int64_t rows = T * k / E;
+         for (int64_t e = 0; e < E; ++e)
+           g.push_back({d, 2 * h, rows, e * rows * d, e * rows * 2 * h, e * d * 2 * h});
+         return g;
+       }()},
+      {dm + " lm head     [T,d]x[V,d]^T", false, true, one(T, V, d)},
+  };
+}
+
+struct Row {
+  std::string section, name, backend;
+  int threads;
+  double value, baseline, ratio;  // GFLOP/s or GB/s; baseline = raw cblas or memcpy
+  double bytes;                   // memory rows: bytes moved per call
+};
+
+int64_t span_end(const std::vector<GemmGroup>& g, int which) {
+  int64_t e = 0;
+  for (const GemmGroup& x : g) {
+    const int64_t off = which == 0 ? x.a_offset : which == 1 ? x.b_offset : x.c_offset;
+    const int64_t n = which == 0 ? x.m * x.k : which == 1 ? x.k * x.n : x.m * x.n;
+    e = std::max(e, off + n);
+  }
+  return e;
+}
+
+void bench_gemm(Backend& be, int threads, const GemmShape& s, const Options& o,
+                std::vector<Row>& rows) {
+  const int64_t na = span_end(s.groups, 0), nb = span_end(s.groups, 1), nc = span_end(s.groups, 2);
+  Tensor a = be.from_f32({na}, random_f32(na, 1)), b = be.from_f32({nb}, random_f32(nb, 2));
+  Tensor c = be.zeros({nc});
+  double flops = 0;
+  for (const GemmGroup& g : s.groups) flops += 2.0 * g.m * g.n * g.k;
+  std::function<void()> run_backend = [&] {
+    if (s.groups.size() == 1) {
+      const GemmGroup& g = s.groups[0];
+      be.gemm(s.ta, s.tb, g.m, g.n, g.k, 1.0f, a, b, 0.0f, c);
+    } else {
+      be.gemm_grouped(s.ta, s.tb, 1.0f, a, b, 0.0f, c, s.groups);
+    }
+    be.synchronize();
+  };
+  // Raw cblas_sgemm on host copies of the same data (the same buffers for the host backend).
+  std::vector<float> ha = be.download_f32(a), hb = be.download_f32(b), hc(nc);
+  const bool host = be.name() == "host";
+  const float* pa = host ? a.f32() : ha.data();
+  const float* pb = host ? b.f32() : hb.data();
+  float* pc = host ? c.f32() : hc.data();
+  std::function<void()> run_raw = [&] {
+    for (const GemmGroup& g : s.groups)
+      cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans,
+                  g.m, g.n, g.k, 1.0f, pa + g.a_offset, s.ta ? g.m : g.k, pb + g.b_offset,
+                  s.tb ? g.k : g.n, 0.0f, pc + g.c_offset, g.n);
+  };
+  const auto [tb, tr] = compare(run_backend, run_raw, o);
+  rows.push_back(
+      {"gemm", s.name, be.name(), threads, flops / tb * 1e-9, flops / tr * 1e-9, tr / tb, 0});
+}
+
+// ---- memory-bound ops ----------------------------------------------------------------
+
+struct MemOp {
+  std::string name;
+  double bytes;  // read + written per call
+  std::function<void()> run;
+};
+
+// Quickstart activations at T tokens: d model width, h expert hidden, E experts, k top-k, V vocab.
+std::vector<MemOp> mem_ops(Backend& be, int64_t T, int64_t d, int64_t h, int64_t k, int64_t V,
+                           int64_t n_params) {
+  const int64_t N = T * k;  // expert rows
+  auto f = [&](Shape s, uint64_t seed) { return be.from_f32(s, random_f32(shape_numel(s), seed)); };
+  auto ids = [&](int64_t n, int64_t hi, uint64_t seed) {
+    std::vector<int32_t> v(n);
+    for (int64_t i = 0; i < n; ++i) v[i] = static_cast<int32_t>((i * 7919 + seed) % hi);
+    return be.from_i32({n}, v);
+  };
+  // slots: a permutation of the N expert rows, as a dispatch plan makes them.
+  std::vector<int32_t> slot_v(N);
+  for (int64_t i = 0; i < N; ++i)
+    slot_v[i] = static_cast<int32_t>((i * 1031) % N);  // 1031: odd prime
+  Tensor slots = be.from_i32({T, k}, slot_v);
+  Tensor x = f({T, d}, 1), out = f({T, d}, 2), dx = f({T, d}, 3), dout = f({T, d}, 4);
+  Tensor w = f({d}, 5), dw = f({d}, 6), rstd = be.zeros({T});
+  Tensor gate = f({N, h}, 7), up = f({N, h}, 8), act = f({N, h}, 9), dgate = f({N, h}, 10),
+         dup = f({N, h}, 11), dact = f({N, h}, 12);
+  Tensor y = f({N, d}, 13), dy = f({N, d}, 14), gathered = f({N, d}, 15);
+  Tensor cw = f({T, k}, 16), dcw = f({T, k}, 17);
+  Tensor logits = f({T, V}, 18), dlogits = f({T, V}, 19), losses = be.zeros({T});
+  Tensor targets = ids(T, V, 3), gidx = ids(N, T, 5);
+  Tensor p = f({n_params}, 20), g = f({n_params}, 21), m = be.zeros({n_params}),
+         v = be.zeros({n_params});
+  be.rmsnorm_forward(out, rstd, x, w, 1e-5f);
+  const double F = 4.0;
+  AdamWParams hp;
+  return {
+      {"rmsnorm fwd [T,d]", F * (2.0 * T * d + d + T),
+       [=, &be] { be.rmsnorm_forward(out, rstd, x, w, 1e-5f); }},
+      {"rmsnorm bwd [T,d]", F * (4.0 * T * d + 3.0 * d + T),
+       [=, &be] { be.rmsnorm_backward(dx, dw, dout, x, w, rstd); }},
+      {"swiglu fwd [T*k,h]", F * 3.0 * N * h, [=, &be] { be.swiglu_forward(act, gate, up); }},
+      {"swiglu bwd [T*k,h]", F * 7.0 * N * h,
+       [=, &be] { be.swiglu_backward(dgate, dup, dact, gate, up); }},
+      {"gather_rows [T*k,d]", F * (2.0 * N * d + N),
+       [=, &be] { be.gather_rows(gathered, x, gidx); }},
+      {"combine fwd [T,d]<-[T*k,d]", F * (2.0 * T * d + N * d + 2.0 * N),
+       [=, &be] { be.combine_forward(out, y, slots, cw); }},
+      {"combine bwd", F * (2.0 * N * d + T * d + N * d + 4.0 * N),
+       [=, &be] { be.combine_backward(dy, dcw, dout, y, slots, cw); }},
+      {"cross-entropy fwd [T,V]", F * (T * V + 2.0 * T),
+       [=, &be] { be.cross_entropy_forward(losses, logits, targets, -100); }},
+      {"cross-entropy bwd [T,V]", F * (3.0 * T * V + T),
+       [=, &be] { be.cross_entropy_backward(dlogits, logits, targets, -100, 1e-3f); }},
+      {"adamw [" + std::to_string(n_params) + "]", F * 7.0 * n_params,
+       [=, &be]() mutable {
+         hp.step = 10;
+         be.adamw(p, g, m, v, hp);
+       }},
+  };
+}
+
+void bench_mem(Backend& be, int threads, MemOp& op, const Options& o, std::vector<Row>& rows) {
+  // memcpy moving the same bytes (half read, half written) on the host.
+  const size_t half = static_cast<size_t>(op.bytes / 2);
+  std::vector<char> src(half, 1), dst(half, 0);
+  std::function<void()> run = [&] {
+    op.run();
+    be.synchronize();
+  };
+  std::function<void()> copy = [&] {
+    std::memcpy(dst.data(), src.data(), half);
+    asm volatile("" ::: "memory");  // keep the copy
+  };
+  const auto [t_op, t_copy] = compare(run, copy, o);
+  rows.push_back({"memory", op.name, be.name(), threads, op.bytes / t_op * 1e-9,
+                  op.bytes / t_copy * 1e-9, t_copy / t_op, op.bytes});
+}
+
+// ---- output -----------------------------------------------------------------------------
+
+void print_table(const std::vector<Row>& rows) {
+  std::string section;
+  for (const Row& r : rows) {
+    if (r.section != section) {
+      section = r.section;
+      if (section == "gemm")
+        std::printf("\n%-44s %-7s %3s %10s %10s %7s\n", "GEMM", "backend", "thr", "GFLOP/s",
+                    "cblas", "ratio");
+      else
+        std::printf("\n%-44s %-7s %3s %10s %10s %7s %9s\n", "memory-bound op", "backend", "thr",
+                    "GB/s", "memcpy", "ratio", "MB/call");
+    }
+    if (section == "gemm")
+      std::printf("%-44s %-7s %3d %10.1f %10.1f %7.3f\n", r.name.c_str(), r.backend.c_str(),
+                  r.threads, r.value, r.baseline, r.ratio);
+    else
+      std::printf("%-44s %-7s %3d %10.2f %10.2f %7.3f %9.2f\n", r.name.c_str(), r.backend.c_str(),
+                  r.threads, r.value, r.baseline, r.ratio, r.bytes / 1e6);
+  }
+}
+
+std::string json_escape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    o += c;
+  }
+  return o;
+}
+
+void write_json(const std::string& path, const std::vector<Row>& rows, const Options& o,
+                const std::vector<std::string>& notes) {
+  std::ofstream f(path);
+  if (!f) {
+    std::fprintf(stderr, "bench_kernels: cannot write %s\n", path.c_str());
+    return;
+  }
+  f << "{\n  \"benchmark\": \"bench_kernels\",\n  \"quick\": " << (o.quick ? "true" : "false")
+    << ",\n  \"notes\": [";
+  for (size_t i = 0; i < notes.size(); ++i)
+    f << (i ? ", " : "") << '"' << json_escape(notes[i]) << '"';
+  f << "],\n  \"rows\": [\n";
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const Row& r = rows[i];
+    const bool g = r.section == "gemm";
+    f << "    {\"section\": \"" << r.section << "\", \"name\": \"" << json_escape(r.name)
+      << "\", \"backend\": \"" << r.backend << "\", \"threads\": " << r.threads << ", \""
+      << (g ? "gflops" : "gbps") << "\": " << r.value << ", \""
+      << (g ? "cblas_gflops" : "memcpy_gbps") << "\": " << r.baseline << ", \"ratio\": " << r.ratio;
+    if (!g) f << ", \"bytes_per_call\": " << r.bytes;
+    f << "}" << (i + 1 < rows.size() ? "," : "") << "\n";
+  }
+  f << "  ]\n}\n";
+}
+
+bool parse(int argc, char** argv, Options& o) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quick") {
+      o.quick = true;
+    } else if (a == "--no-opencl") {
+      o.opencl = false;
+    } else if (a == "--json" && i + 1 < argc) {
+      o.json = argv[++i];
+    } else if (a == "--threads" && i + 1 < argc) {
+      o.threads.clear();
+      std::stringstream ss(argv[++i]);
+      for (std::string t; std::getline(ss, t, ',');) {
+        try {
+          o.threads.push_back(std::stoi(t));
+        } catch (const std::exception&) {
+          std::fprintf(stderr, "bench_kernels: bad --threads value '%s'\n", t.c_str());
+          return false;
+        }
+        if (o.threads.back() < 1) {
+          std::fprintf(stderr, "bench_kernels: --threads values must be >= 1\n");
+          return false;
+        }
+      }
+    } else {
+      std::fprintf(stderr,
+                   "usage: bench_kernels [--quick] [--json PATH] [--threads 1,2] [--no-opencl]\n");
+      return false;
+    }
+  }
+  return !o.threads.empty();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  if (!parse(argc, argv, o)) return 2;
+  // Quickstart: 16 x 128 tokens, d_model 128, 8 experts top-2, expert hidden 256,
+  // vocab 256; also d_model 256 (expert hidden 512).
+  const int64_t T = 2048, E = 8, k = 2, V = 256;
+  std::vector<GemmShape> shapes = gemm_shapes(T, 128, 256, E, k, V);
+  if (!o.quick) {
+    auto big = gemm_shapes(T, 256, 512, E, k, V);
+    shapes.insert(shapes.end(), big.begin(), big.end());
+  }
+  std::vector<Row> rows;
+  std::vector<std::string> notes;
+  std::unique_ptr<Backend> ocl;
+  if (o.opencl) {
+    try {
+      BackendOptions bo;
+      bo.kind = "opencl";
+      ocl = make_backend(bo);
+    } catch (const std::exception& e) {
+      notes.push_back(std::string("opencl rows missing: ") + e.what());
+      std::printf("opencl backend unavailable: %s\n", e.what());
+    }
+  } else {
+    notes.push_back("opencl rows skipped (--no-opencl)");
+  }
+  for (size_t ti = 0; ti < o.threads.size(); ++ti) {
+    const int threads = o.threads[ti];
+    BackendOptions bo;
+    bo.threads = threads;
+    std::unique_ptr<Backend> host = make_backend(bo);  // sets OpenBLAS threads for raw cblas too
+    std::vector<Backend*> backends = {host.get()};
+    // OpenCL does not use OpenBLAS threads: measure it once, against cblas at the first count.
+    if (ocl && ti == 0) backends.push_back(ocl.get());
+    for (Backend* be : backends) {
+      for (const GemmShape& s : shapes) {
+        try {
+          bench_gemm(*be, threads, s, o, rows);
+        } catch (const std::exception& e) {
+          notes.push_back(be->name() + " gemm '" + s.name + "' failed: " + e.what());
+        }
+      }
+      auto ops = mem_ops(*be, T, 128, 256, k, V, o.quick ? (1 << 18) : (1 << 20));
+      for (MemOp& op : ops) {
+        try {
+          bench_mem(*be, threads, op, o, rows);
+        } catch (const std::exception& e) {
+          notes.push_back(be->name() + " '" + op.name + "' failed: " + e.what());
+        }
+      }
+    }
+  }
+  // Group rows by section and op; within an op, run order (threads, backend).
+  std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) {
+    return a.section != b.section ? a.section < b.section : a.name < b.name;
+  });
+  print_table(rows);
+  for (const std::string& n : notes) std::printf("note: %s\n", n.c_str());
+  write_json(o.json, rows, o, notes);
+  std::printf("\nwrote %s\n", o.json.c_str());
+  return 0;
+}
