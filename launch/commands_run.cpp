@@ -83,8 +83,7 @@ int command_run(const CliOptions&, const Spec& spec) {
                              .str());
     }
     const model::TrainOptions options = train_options(spec);
-    const int64_t start = 0;
-    ProgressObserver progress(style, spec.run.steps, start, spec.log.progress_every, &metrics);
+    ProgressObserver progress(style, spec.run.steps, spec.log.progress_every, &metrics);
     const model::TrainSummary summary = model::train(options, progress);
     progress.finish();
     metrics.write_line(JsonObject()

@@ -77,9 +77,9 @@ JsonObject& JsonObject::add_raw(const char* k, const std::string& json) {
   return *this;
 }
 
-ProgressObserver::ProgressObserver(std::string style, int64_t total_steps, int64_t start_step,
-                                   int64_t plain_every, MetricsWriter* metrics)
-    : style_(std::move(style)), total_(total_steps), start_(start_step), every_(plain_every),
+ProgressObserver::ProgressObserver(std::string style, int64_t total_steps, int64_t plain_every,
+                                   MetricsWriter* metrics)
+    : style_(std::move(style)), total_(total_steps), start_(0), every_(plain_every),
       metrics_(metrics), t0_(std::chrono::steady_clock::now()) {}
 
 std::string ProgressObserver::eta_text(int64_t step) const {
@@ -93,6 +93,12 @@ std::string ProgressObserver::eta_text(int64_t step) const {
 }
 
 void ProgressObserver::on_step(const model::StepMetrics& m) {
+  if (first_step_) {
+    // A resumed run starts past 0: measure the ETA from where it started.
+    start_ = m.step - 1;
+    t0_ = std::chrono::steady_clock::now();
+    first_step_ = false;
+  }
   const double tps = m.step_seconds > 0 ? static_cast<double>(m.tokens) / m.step_seconds : 0.0;
   smoothed_tps_ = smoothed_tps_ == 0.0 ? tps : 0.9 * smoothed_tps_ + 0.1 * tps;
   if (metrics_ && metrics_->is_open()) {

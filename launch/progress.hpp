@@ -43,7 +43,7 @@ std::string json_escape(const std::string& s);
 class ProgressObserver : public model::TrainObserver {
  public:
   // style: "bar", "plain" or "off" ("auto" resolved by the caller).
-  ProgressObserver(std::string style, int64_t total_steps, int64_t start_step, int64_t plain_every,
+  ProgressObserver(std::string style, int64_t total_steps, int64_t plain_every,
                    MetricsWriter* metrics);
   void on_step(const model::StepMetrics& m) override;
   void on_eval(const model::EvalMetrics& m) override;
@@ -58,6 +58,7 @@ class ProgressObserver : public model::TrainObserver {
   std::chrono::steady_clock::time_point t0_;
   double smoothed_tps_ = 0.0;
   bool bar_drawn_ = false;
+  bool first_step_ = true;
 };
 
 }  // namespace troupe::launch

@@ -32,7 +32,7 @@ expect_output "unknown option --bogus"
 expect_exit 2 "$troupe" validate
 
 # A bad spec: exit 3, every problem with file:line:col.
-printf '[model]\nd_model = 130\nn_heads = 4\n[optim]\nlerning_rate = 1\n' > "$work/bad.toml"
+printf '[model]\nd_model = 12\nn_heads = 4\n[optim]\nlerning_rate = 1\n' > "$work/bad.toml"
 expect_exit 3 "$troupe" validate "$work/bad.toml"
 expect_output "$work/bad.toml:3:1: error: [model] head size d_model/n_heads"
 expect_output "$work/bad.toml:5:1: error: unknown key 'lerning_rate' in [optim]; did you mean 'lr'?"
@@ -50,6 +50,45 @@ expect_output "device 0 (host)"
 # keys prints the table the README carries.
 expect_exit 0 "$troupe" keys
 expect_output '| `model.d_model` | integer | `128` |'
+
+# A real (tiny) training run through the CLI, then eval, sample, export, import.
+tiny=(--set model.d_model=32 --set model.n_layers=2 --set model.n_heads=2 --set model.expert_hidden=32
+      --set model.seq_len=32 --set data.batch_size=4 --set data.eval_problems=20 --set run.eval_batches=1
+      --set log.progress=plain)
+expect_exit 0 "$troupe" run "${tiny[@]}" --set run.steps=6 --set run.out_dir="$work/a"
+expect_output "step 6/6"
+expect_output "exact-match"
+[ "$(grep -c '"type":"step"' "$work/a/metrics.jsonl")" -eq 6 ] || fail "metrics.jsonl should hold 6 step lines"
+grep -q '"type":"end"' "$work/a/metrics.jsonl" || fail "metrics.jsonl has no end line"
+[ -f "$work/a/troupe.log" ] || fail "no troupe.log"
+expect_exit 0 "$troupe" eval "${tiny[@]}" --set run.out_dir="$work/a"
+expect_output "(step 6)"
+expect_output "val_loss"
+expect_exit 0 "$troupe" sample "${tiny[@]}" --set run.out_dir="$work/a" --prompt "12+34=" --max-new-tokens 4
+expect_output "12+34="
+expect_exit 0 "$troupe" export "${tiny[@]}" --set run.out_dir="$work/a" --format safetensors --output "$work/a.safetensors"
+expect_exit 0 "$troupe" import "${tiny[@]}" --set run.out_dir="$work/imp" --input "$work/a.safetensors"
+expect_exit 0 "$troupe" export "${tiny[@]}" --set run.out_dir="$work/imp" --format safetensors --output "$work/imp.safetensors"
+# Same parameters after the round trip (metadata differs only in troupe_step).
+expect_exit 0 "$troupe" eval "${tiny[@]}" --set run.out_dir="$work/imp"
+expect_output "(step 0)"
+
+# Resume is bitwise: 3 steps, then resume to 6, equals 6 straight.
+expect_exit 0 "$troupe" run "${tiny[@]}" --set run.steps=6 --set run.out_dir="$work/b" --set checkpoint.every=3 \
+  --set checkpoint.dir="$work/b/ck3"
+expect_exit 0 "$troupe" run "${tiny[@]}" --set run.steps=3 --set run.out_dir="$work/c"
+expect_exit 0 "$troupe" run "${tiny[@]}" --set run.steps=6 --set run.out_dir="$work/d" --set checkpoint.resume="$work/c/checkpoint"
+expect_exit 0 "$troupe" export "${tiny[@]}" --set run.out_dir="$work/d" --format safetensors --output "$work/d.safetensors"
+cmp -s "$work/a.safetensors" "$work/d.safetensors" || fail "6 steps straight differs from 3 + resume 3"
+last_a=$(grep '"type":"step","step":6,' "$work/a/metrics.jsonl" | sed 's/"step_seconds".*//')
+last_d=$(grep '"type":"step","step":6,' "$work/d/metrics.jsonl" | sed 's/"step_seconds".*//')
+[ -n "$last_a" ] && [ "$last_a" = "$last_d" ] || fail "step 6 metrics differ after resume:\n$last_a\n$last_d"
+
+# A corrupt checkpoint is rejected with exit 4, naming the file.
+printf 'xx' | dd of="$work/a/checkpoint/params.f32.zst" bs=1 seek=40 conv=notrunc 2>/dev/null
+expect_exit 4 "$troupe" eval "${tiny[@]}" --set run.out_dir="$work/a"
+expect_output "params.f32.zst"
+expect_exit 4 "$troupe" run "${tiny[@]}" --set run.steps=8 --set run.out_dir="$work/e" --set checkpoint.resume="$work/nowhere"
 
 if [ $failures -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
 echo "all CLI checks passed"
