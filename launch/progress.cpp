@@ -94,9 +94,9 @@ std::string ProgressObserver::eta_text(int64_t step) const {
 
 void ProgressObserver::on_step(const model::StepMetrics& m) {
   if (first_step_) {
-    // A resumed run starts past 0: measure the ETA from where it started.
+    // A resumed run starts past 0: measure the ETA from where it started
+    // (t0_ is when training began, so the first step's time counts).
     start_ = m.step - 1;
-    t0_ = std::chrono::steady_clock::now();
     first_step_ = false;
   }
   const double tps = m.step_seconds > 0 ? static_cast<double>(m.tokens) / m.step_seconds : 0.0;
