@@ -5,12 +5,16 @@
 
 #include <cstring>
 
+#include <caf/actor_system.hpp>
+#include <caf/actor_system_config.hpp>
 #include <caf/binary_deserializer.hpp>
+#include <caf/execution_unit.hpp>
 #include <caf/deserializer.hpp>
 #include <caf/make_message.hpp>
 #include <caf/message.hpp>
 #include <caf/sec.hpp>
 #include <caf/serializer.hpp>
+#include <caf/settings.hpp>
 #include <zstd.h>
 
 #include "actors/envelope_internal.hpp"
@@ -263,9 +267,27 @@ std::vector<int64_t> tensor_shape(schemas::Tensor::Reader t) {
 
 // -- CAF serialization ----------------------------------------------------------------------
 
+EncodeOptions encode_options(const caf::actor_system_config& cfg) {
+  EncodeOptions o;
+  const auto threshold = caf::get_or(cfg, "troupe.envelope.compress-threshold",
+                                     static_cast<int64_t>(kCompressThreshold));
+  o.compress_threshold = threshold < 0 ? SIZE_MAX : static_cast<size_t>(threshold);
+  o.zstd_level = static_cast<int>(caf::get_or(cfg, "troupe.envelope.zstd-level", int64_t{1}));
+  return o;
+}
+
+void set_encode_options(caf::actor_system_config& cfg, const EncodeOptions& opts) {
+  const int64_t threshold =
+      opts.compress_threshold > static_cast<size_t>(INT64_MAX) ? -1 : static_cast<int64_t>(opts.compress_threshold);
+  caf::put(cfg.content, "troupe.envelope.compress-threshold", threshold);
+  caf::put(cfg.content, "troupe.envelope.zstd-level", static_cast<int64_t>(opts.zstd_level));
+}
+
 caf::error save_envelope(caf::serializer& f, const Envelope& x) {
   CafWriter w{f};
-  return detail::encode_frame(x.data().get(), EncodeOptions{}, w);
+  // The sending actor system's settings, when the serializer knows it.
+  const EncodeOptions opts = f.context() ? encode_options(f.context()->system().config()) : EncodeOptions{};
+  return detail::encode_frame(x.data().get(), opts, w);
 }
 
 caf::error load_envelope(caf::deserializer& f, Envelope& x) {

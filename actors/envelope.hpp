@@ -12,7 +12,8 @@
 //   bytes 6..7   reserved, must be 0
 //   bytes 8..15  little-endian u64: length of the uncompressed body (0 = empty envelope)
 //   body         the standard Cap'n Proto flat array (segment table + segments),
-//                zstd-compressed when longer than kCompressThreshold and smaller so
+//                zstd-compressed when longer than the compress threshold and a
+//                sample of it compresses (see EncodeOptions)
 //
 // Error contract: nothing in here throws into the caller. Decoding untrusted
 // bytes returns `caf::expected<Envelope>`; on the CAF transport path a frame
@@ -99,10 +100,19 @@ inline constexpr size_t kFrameHeaderBytes = 16;
 inline constexpr uint8_t kFlagZstd = 1;
 inline constexpr size_t kCompressThreshold = 64 * 1024;
 
+// How frames are written. On the CAF path they come from the sending actor
+// system's config entries "troupe.envelope.compress-threshold" (bytes;
+// default 64 KiB; negative = never compress: on loopback zstd costs more than
+// it saves, see bench/RESULTS.md) and "troupe.envelope.zstd-level" (default
+// 1), written by set_encode_options().
 struct EncodeOptions {
-  size_t compress_threshold = kCompressThreshold;  // compress bodies longer than this
-  int zstd_level = 1;                              // fast: the link, not the CPU, should be the bottleneck
+  size_t compress_threshold = kCompressThreshold;  // compress bodies longer than this...
+  int zstd_level = 1;                              // ...if a 64 KiB sample shrinks by >= 10%
 };
+
+// Reads / writes those config entries (set before the actor system starts).
+EncodeOptions encode_options(const caf::actor_system_config& cfg);
+void set_encode_options(caf::actor_system_config& cfg, const EncodeOptions& opts);
 
 // -- the envelope -----------------------------------------------------------------
 

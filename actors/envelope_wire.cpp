@@ -82,6 +82,23 @@ bool compress(const std::vector<Piece>& pieces, size_t raw, int level,
   return true;
 }
 
+// Compressing incompressible data (e.g. random-looking float mantissas) costs
+// a full pass for nothing: try a 64 KiB sample of the largest segment first
+// and send raw unless it shrinks by at least 10%.
+bool worth_compressing(const EnvelopeData& d, int level) {
+  const kj::ArrayPtr<const capnp::word>* largest = &d.segments[0];
+  for (const auto& s : d.segments)
+    if (s.size() > largest->size()) largest = &s;
+  const size_t sample = std::min<size_t>(largest->size() * sizeof(capnp::word), 64 * 1024);
+  if (sample < 4096) return true;  // too little to judge: let the real pass decide
+  ZSTD_CCtx* c = thread_cctx();
+  if (c == nullptr) return false;
+  std::unique_ptr<uint8_t[]> out(new (std::nothrow) uint8_t[ZSTD_compressBound(sample)]);
+  if (!out) return false;
+  const size_t n = ZSTD_compressCCtx(c, out.get(), ZSTD_compressBound(sample), largest->begin(), sample, level);
+  return !ZSTD_isError(n) && n < sample - sample / 10;
+}
+
 caf::error fail(envelope_errc code, std::string ctx) { return make_error(code, std::move(ctx)); }
 
 }  // namespace
@@ -107,7 +124,7 @@ caf::error encode_frame(const EnvelopeData* d, const EncodeOptions& opts, FrameW
   const size_t raw = d->flat_bytes;
   put_u64(hdr + 8, raw);
 
-  if (raw > opts.compress_threshold) {
+  if (raw > opts.compress_threshold && worth_compressing(*d, opts.zstd_level)) {
     std::unique_ptr<uint8_t[]> comp;
     size_t comp_size = 0;
     // Incompressible data (e.g. random floats) goes raw: the flag says which.

@@ -6,6 +6,7 @@
 
 #include <caf/actor_system.hpp>
 #include <caf/actor_system_config.hpp>
+#include <caf/binary_serializer.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/scoped_actor.hpp>
 #include <caf/stateful_actor.hpp>
@@ -140,6 +141,35 @@ TEST_F(Fixture, MalformedEnvelopeGetsAnErrorAndTheActorLivesOn) {
   EXPECT_EQ(handled, 3u);
   EXPECT_EQ(rejected, 4u);
   self->send_exit(server, caf::exit_reason::user_shutdown);
+}
+
+TEST(EnvelopeConfig, CompressionFollowsTheSendingSystemsConfig) {
+  const testing::SampleSpec spec{31, 1024, 256, /*compressible=*/true};  // 1 MiB
+  const Envelope env = testing::make_sample(Envelope::Kind::ACTIVATIONS, spec);
+  auto frame_flags = [&](caf::actor_system& sys) {
+    std::vector<char> buf;
+    caf::binary_serializer sink{sys, buf};  // as BASP does: the serializer knows its system
+    Envelope copy = env;
+    EXPECT_FALSE(sink(copy));
+    Envelope back;
+    EXPECT_FALSE(testing::caf_deserialize(buf, back));
+    EXPECT_EQ(testing::check_sample(back, Envelope::Kind::ACTIVATIONS, spec), "");
+    return back.arrived_compressed();
+  };
+  {
+    TestConfig cfg;
+    caf::actor_system sys{cfg};
+    EXPECT_TRUE(frame_flags(sys));
+  }
+  {
+    TestConfig cfg;
+    EncodeOptions never;
+    never.compress_threshold = SIZE_MAX;
+    set_encode_options(cfg, never);
+    EXPECT_EQ(encode_options(cfg).compress_threshold, SIZE_MAX);
+    caf::actor_system sys{cfg};
+    EXPECT_FALSE(frame_flags(sys));
+  }
 }
 
 TEST_F(Fixture, ErrorsRenderByName) {
