@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -190,7 +191,9 @@ std::vector<InProc> run_in_process(caf::actor_system& sys) {
 struct Cross {
   size_t bytes = 0;
   int iters = 0;
-  double caf_raw_s = 0, caf_zstd_s = 0, mpi_s = 0;  // seconds per transfer (payload + ack)
+  // Seconds per transfer (payload + ack): random bytes (sent raw), compressible
+  // floats (zstd), the same compressible floats from a system with zstd off, MPI.
+  double caf_raw_s = 0, caf_zstd_s = 0, caf_off_s = 0, mpi_s = 0;
 };
 
 int iterations_for(size_t bytes) {
@@ -198,17 +201,24 @@ int iterations_for(size_t bytes) {
   return static_cast<int>(std::clamp<size_t>(budget / bytes, 5, 1000));
 }
 
+// Acks with the body size and whether the frame came compressed.
 caf::behavior receiver(caf::event_based_actor*) {
-  return {[](const Envelope& env) { return static_cast<uint64_t>(env.ok() ? env.flat_size() : 0); }};
+  return {[](const Envelope& env) {
+    return caf::make_message(static_cast<uint64_t>(env.ok() ? env.flat_size() : 0),
+                             static_cast<uint32_t>(env.arrived_compressed()));
+  }};
 }
 
 // Rank 1: sends `env` iters times (after one warm-up), waits for each ack.
-double caf_transfer_s(caf::actor_system& sys, const caf::actor& peer, const Envelope& env, int iters) {
+// -1 if an ack is wrong or the frame was (not) compressed against `want_zstd`.
+double caf_transfer_s(caf::actor_system& sys, const caf::actor& peer, const Envelope& env, int iters,
+                      bool want_zstd) {
   caf::scoped_actor self{sys};
   bool ok = true;
   auto once = [&] {
     self->request(peer, std::chrono::seconds(120), env)
-        .receive([&](uint64_t n) { ok &= (n == env.flat_size()); }, [&](caf::error&) { ok = false; });
+        .receive([&](uint64_t n, uint32_t zstd) { ok &= (n == env.flat_size() && (zstd != 0) == want_zstd); },
+                 [&](caf::error&) { ok = false; });
   };
   once();
   auto t0 = Clock::now();
@@ -237,7 +247,7 @@ double mpi_transfer_s(int rank, std::vector<char>& buf, int iters) {
   return secs_since(t0) / iters;
 }
 
-std::vector<Cross> run_cross(caf::actor_system& sys, int rank) {
+std::vector<Cross> run_cross(caf::actor_system& sys, caf::actor_system* no_zstd, int rank) {
   std::vector<Cross> out;
   caf::actor recv;
   std::vector<mpi::Endpoint> eps;
@@ -251,22 +261,27 @@ std::vector<Cross> run_cross(caf::actor_system& sys, int rank) {
     if (!e) return out;
     eps = *e;
   }
-  caf::actor peer;
+  caf::actor peer, peer_off;
   if (rank == 1) {
     auto p = mpi::connect(sys, eps[0]);
-    if (!p) {
-      std::fprintf(stderr, "connect: %s\n", sys.render(p.error()).c_str());
+    auto q = mpi::connect(*no_zstd, eps[0]);
+    if (!p || !q) {
+      std::fprintf(stderr, "connect: %s\n", sys.render(p ? q.error() : p.error()).c_str());
       MPI_Abort(MPI_COMM_WORLD, 1);
     }
     peer = *p;
+    peer_off = *q;
   }
   for (size_t bytes : {size_t{1} << 10, size_t{64} << 10, size_t{1} << 20, size_t{16} << 20, size_t{64} << 20}) {
     Cross c;
     c.bytes = bytes;
     c.iters = iterations_for(bytes);
     if (rank == 1) {
-      c.caf_raw_s = caf_transfer_s(sys, peer, payload(bytes, false, bytes), c.iters);
-      c.caf_zstd_s = caf_transfer_s(sys, peer, payload(bytes, true, bytes), c.iters);
+      const Envelope compressible = payload(bytes, true, bytes);
+      const bool big = compressible.flat_size() > kCompressThreshold;
+      c.caf_raw_s = caf_transfer_s(sys, peer, payload(bytes, false, bytes), c.iters, false);
+      c.caf_zstd_s = caf_transfer_s(sys, peer, compressible, c.iters, big);
+      c.caf_off_s = caf_transfer_s(*no_zstd, peer_off, compressible, c.iters, false);
     }
     quiet_barrier();  // rank 0 slept through the CAF part (its actor did the work)
     std::vector<char> buf(bytes, 1);
@@ -300,17 +315,25 @@ int main(int argc, char** argv) {
   {
     Config cfg;
     caf::actor_system sys{cfg};
+    // A second system on rank 1 with compression off: same bytes, no zstd.
+    Config off_cfg;
+    EncodeOptions never;
+    never.compress_threshold = SIZE_MAX;
+    set_encode_options(off_cfg, never);
+    std::unique_ptr<caf::actor_system> no_zstd;
+    if (rank == 1) no_zstd = std::make_unique<caf::actor_system>(off_cfg);
     if (rank == 0) inproc = run_in_process(sys);
     if (session.size() == 2) {
       quiet_barrier();
-      cross = run_cross(sys, rank);
+      cross = run_cross(sys, no_zstd.get(), rank);
       // Rank 1 measured the CAF side: hand those figures to rank 0.
       for (auto& c : cross) {
-        double v[2] = {c.caf_raw_s, c.caf_zstd_s};
-        if (rank == 1) MPI_Send(v, 2, MPI_DOUBLE, 0, 3, MPI_COMM_WORLD);
-        else MPI_Recv(v, 2, MPI_DOUBLE, 1, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        double v[3] = {c.caf_raw_s, c.caf_zstd_s, c.caf_off_s};
+        if (rank == 1) MPI_Send(v, 3, MPI_DOUBLE, 0, 3, MPI_COMM_WORLD);
+        else MPI_Recv(v, 3, MPI_DOUBLE, 1, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         c.caf_raw_s = v[0];
         c.caf_zstd_s = v[1];
+        c.caf_off_s = v[2];
       }
     }
   }
@@ -323,15 +346,17 @@ int main(int argc, char** argv) {
                 r.envelope_us / r.baseline_us);
   std::printf("(baseline: a bare uint64_t message; last row: 16 MiB envelope vs. small envelope)\n");
   if (!cross.empty()) {
-    std::printf("\nCross-process, rank 1 -> rank 0 + 8-byte ack, same machine (GB/s = payload bytes / time)\n");
-    std::printf("%-8s %6s %14s %14s %14s %10s %10s\n", "payload", "iters", "CAF raw", "CAF zstd", "MPI", "MPI/CAF",
-                "zstd/raw");
+    std::printf("\nCross-process, rank 1 -> rank 0 + small ack, same machine; GB/s = payload bytes / time\n");
+    std::printf("%-8s %6s %11s %11s %11s %11s %8s %9s\n", "payload", "iters", "CAF random", "CAF cmp+zstd",
+                "CAF cmp raw", "MPI", "MPI/CAF", "zstd gain");
     for (const auto& c : cross) {
-      auto gbs = [&](double s) { return s > 0 ? static_cast<double>(c.bytes) / s / 1e9 : 0.0; };
-      std::printf("%-8s %6d %8.3f GB/s %8.3f GB/s %8.3f GB/s %10.1f %10.2f\n", human(c.bytes).c_str(), c.iters,
-                  gbs(c.caf_raw_s), gbs(c.caf_zstd_s), gbs(c.mpi_s), c.caf_raw_s / c.mpi_s,
-                  c.caf_raw_s / c.caf_zstd_s);
+      auto gbs = [&](double s) { return s > 0 ? static_cast<double>(c.bytes) / s / 1e9 : -1.0; };
+      std::printf("%-8s %6d %11.3f %12.3f %11.3f %11.3f %8.1f %9.2f\n", human(c.bytes).c_str(), c.iters,
+                  gbs(c.caf_raw_s), gbs(c.caf_zstd_s), gbs(c.caf_off_s), gbs(c.mpi_s), c.caf_raw_s / c.mpi_s,
+                  c.caf_off_s / c.caf_zstd_s);
     }
+    std::printf("(CAF random: incompressible bytes, sent raw after the zstd sample probe; CAF cmp: 4-bit floats,\n"
+                " zstd on (default) vs. off; zstd gain = time off / time on; negative GB/s would mean a failed ack)\n");
     std::printf("(1 KiB round trip: CAF %.1f us, MPI %.2f us)\n", cross[0].caf_raw_s * 1e6, cross[0].mpi_s * 1e6);
   }
   if (!json_path.empty()) {
@@ -344,7 +369,7 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < cross.size(); ++i) {
       const auto& c = cross[i];
       j << "    {\"bytes\": " << c.bytes << ", \"iters\": " << c.iters << ", \"caf_raw_s\": " << c.caf_raw_s
-        << ", \"caf_zstd_s\": " << c.caf_zstd_s << ", \"mpi_s\": " << c.mpi_s << "}"
+        << ", \"caf_zstd_s\": " << c.caf_zstd_s << ", \"caf_zstd_off_s\": " << c.caf_off_s << ", \"mpi_s\": " << c.mpi_s << "}"
         << (i + 1 < cross.size() ? "," : "") << "\n";
     }
     j << "  ]\n}\n";
