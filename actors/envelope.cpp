@@ -84,6 +84,8 @@ Envelope Envelope::invalid(caf::error err) {
 }
 
 caf::expected<Envelope> Envelope::decode(const void* frame, size_t size, const DecodeLimits& limits) {
+  if (size > kFrameHeaderBytes + ZSTD_compressBound(limits.max_message_bytes))
+    return make_error(envelope_errc::too_large, "frame of " + std::to_string(size) + " bytes");
   try {
     auto buf = kj::heapArray<capnp::word>((size + sizeof(capnp::word) - 1) / sizeof(capnp::word));
     if (size > 0) std::memcpy(buf.begin(), frame, size);
@@ -319,8 +321,13 @@ caf::error load_envelope(caf::deserializer& f, Envelope& x) {
   if (n > 0)
     if (auto err = f.apply_raw(n, buf.begin())) return err;
   if (auto err = f.end_sequence()) return err;
-  auto decoded = detail::decode_frame(std::move(buf), n, limits);
-  x = decoded ? std::move(*decoded) : Envelope::invalid(std::move(decoded.error()));
+  try {
+    auto decoded = detail::decode_frame(std::move(buf), n, limits);
+    x = decoded ? std::move(*decoded) : Envelope::invalid(std::move(decoded.error()));
+  } catch (const std::bad_alloc&) {
+    x = Envelope::invalid(make_error(envelope_errc::too_large, "out of memory decoding a " + std::to_string(n) +
+                                                                   "-byte frame"));
+  }
   return caf::none;
 }
 

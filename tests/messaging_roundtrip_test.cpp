@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <caf/binary_serializer.hpp>
+#include <caf/deep_to_string.hpp>
+#include <caf/make_message.hpp>
+#include <caf/message.hpp>
 
 #include "actors/envelope.hpp"
 #include "tests/messaging_samples.hpp"
@@ -155,6 +158,16 @@ TEST(EnvelopeRoundTrip, TypedReadsCheckTheKind) {
                   .read<schemas::Stop>();
   ASSERT_TRUE(keep);
   EXPECT_STREQ((*keep)->getReason().cStr(), "done");
+}
+
+TEST(EnvelopeRoundTrip, StringificationShowsASummary) {
+  Envelope env = testing::make_sample(Envelope::Kind::COMBINE, {});
+  auto text = caf::deep_to_string(env);
+  EXPECT_NE(text.find("combine"), std::string::npos) << text;
+  auto msg = caf::to_string(caf::make_message(env));
+  EXPECT_NE(msg.find("combine"), std::string::npos) << msg;
+  EXPECT_NE(to_string(Envelope{}).find("empty"), std::string::npos);
+  EXPECT_NE(to_string(Envelope::invalid(make_error(envelope_errc::bad_magic))).find("bad_magic"), std::string::npos);
 }
 
 TEST(EnvelopeRoundTrip, BuildRejectsSchemaViolations) {
