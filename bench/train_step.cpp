@@ -118,33 +118,27 @@ Row measure(const NamedConfig& nc, int threads, const Options& o) {
   return r;
 }
 
-// Forward+backward of one batch through the profiling wrapper: seconds per op.
+// Trainer steps through the profiling wrapper: seconds per op per step, and
+// the step's wall time (the rest is host work between ops).
 std::vector<std::pair<std::string, bench::OpStat>> profile(const NamedConfig& nc, int threads,
-                                                           const Options& o, double* total) {
-  kernels::BackendOptions bo;
-  bo.threads = threads;
-  bench::ProfilingBackend be(kernels::make_backend(bo));
-  const model::ParamLayout L = model::build_param_layout(nc.model);
-  const auto p = be.from_f32({L.total()}, model::init_params(L, nc.model, 1));
-  const auto g = be.zeros({L.total()});
-  const auto m = be.zeros({L.total()}), v = be.zeros({L.total()});
-  const model::ModelWeights w = model::bind_weights(L, nc.model, p);
-  const model::ModelWeights gw = model::bind_weights(L, nc.model, g);
-  model::Decoder dec(be, nc.model, nc.batch);
-  model::DataConfig dc;
-  auto data = model::make_data_source(dc, 1, nc.model.seq_len);
+                                                           const Options& o, double* total,
+                                                           double* step_s) {
+  model::TrainOptions t;
+  t.model = nc.model;
+  t.data.source = "addition";
+  t.data.batch_size = nc.batch;
+  t.steps = 1000;
+  t.eval_every = 0;
+  t.backend.threads = threads;
+  auto wrapped = std::make_unique<bench::ProfilingBackend>(kernels::make_backend(t.backend));
+  bench::ProfilingBackend* be = wrapped.get();
+  model::Trainer tr(t, std::move(wrapped));
+  tr.step();  // warm-up
+  be->reset();
   const int reps = o.quick ? 2 : 5;
-  for (int i = 0; i < reps + 1; ++i) {
-    if (i == 1) be.reset();  // drop the warm-up
-    const model::Batch b = data->train_batch(i, nc.batch, nc.model.seq_len);
-    be.fill(g, 0.0f);
-    const auto r = dec.forward(w, b.inputs, b.targets);
-    dec.backward(w, gw, 1.0 / static_cast<double>(std::max<int64_t>(1, r.counted)), 1.0);
-    const kernels::Tensor gs[] = {g};
-    kernels::clip_grad_norm(be, gs, 1.0);
-    be.adamw(p, g, m, v, {});
-  }
-  auto stats = be.stats();
+  *step_s = 0;
+  for (int i = 0; i < reps; ++i) *step_s += tr.step().step_seconds / reps;
+  auto stats = be->stats();
   *total = 0;
   for (auto& [name, s] : stats) {
     s.seconds /= reps;
@@ -219,10 +213,10 @@ int main(int argc, char** argv) {
     bool first = true;
     for (const NamedConfig& nc : configs()) {
       const int th = o.threads.back();
-      double total = 0;
-      const auto ops = profile(nc, th, o, &total);
-      std::printf("\nprofile: %s, %d thread(s), forward+backward+clip+adamw of one batch: %.1f ms in ops\n",
-                  nc.name.c_str(), th, total * 1e3);
+      double total = 0, step_s = 0;
+      const auto ops = profile(nc, th, o, &total, &step_s);
+      std::printf("\nprofile: %s, %d thread(s), one training step: %.1f ms, of which %.1f ms in backend ops\n",
+                  nc.name.c_str(), th, step_s * 1e3, total * 1e3);
       std::printf("  %-22s %8s %9s %7s\n", "op", "calls", "ms", "share");
       for (const auto& [name, s] : ops) {
         std::printf("  %-22s %8.0f %9.2f %6.1f%%\n", name.c_str(), s.calls, s.seconds * 1e3,

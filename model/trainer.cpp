@@ -86,7 +86,8 @@ struct Trainer::Impl {
   int64_t mb_batch = 0;
   moe::Balance balance = moe::Balance::none;
 
-  explicit Impl(const TrainOptions& o) : opt(o), seed(o.seed) {
+  Impl(const TrainOptions& o, std::unique_ptr<kernels::Backend> backend)
+      : opt(o), seed(o.seed), be(std::move(backend)) {
     validate_options(o);
     layout = build_param_layout(o.model);
     TrainingState st;
@@ -110,7 +111,7 @@ struct Trainer::Impl {
       throw std::invalid_argument("data source '" + data->describe() + "' needs vocab_size >= " +
                                   std::to_string(data->vocab_size()) + ", model has " +
                                   std::to_string(o.model.vocab_size));
-    be = kernels::make_backend(o.backend);
+    if (!be) be = kernels::make_backend(o.backend);
     const int64_t P = layout.total();
     params = be->from_f32({P}, resume ? st.params : init_params(layout, o.model, seed));
     grads = be->zeros({P});
@@ -239,7 +240,9 @@ struct Trainer::Impl {
   }
 };
 
-Trainer::Trainer(const TrainOptions& options) : impl_(std::make_unique<Impl>(options)) {}
+Trainer::Trainer(const TrainOptions& options) : impl_(std::make_unique<Impl>(options, nullptr)) {}
+Trainer::Trainer(const TrainOptions& options, std::unique_ptr<kernels::Backend> backend)
+    : impl_(std::make_unique<Impl>(options, std::move(backend))) {}
 Trainer::~Trainer() = default;
 StepMetrics Trainer::step() { return impl_->run_step(); }
 EvalMetrics Trainer::evaluate(bool accuracy) { return impl_->run_eval(accuracy); }

@@ -81,6 +81,9 @@ class DataSource;
 class Trainer {
  public:
   explicit Trainer(const TrainOptions& options);
+  // Runs on the given backend instead of make_backend(options.backend) (a
+  // profiling wrapper, a device owned by the caller).
+  Trainer(const TrainOptions& options, std::unique_ptr<kernels::Backend> backend);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;

@@ -305,7 +305,9 @@ TEST(HostVsOpenCL, TwentyStepsSameLosses) {
     const model::StepMetrics a = host.step(), b = cl.step();
     EXPECT_NEAR(a.loss, b.loss, 1e-3 * a.loss) << "step " << i + 1;
     EXPECT_NEAR(a.grad_norm, b.grad_norm, 1e-2 * a.grad_norm) << "step " << i + 1;
-    if (i == 0) EXPECT_EQ(a.expert_load, b.expert_load);
+    if (i == 0) {
+      EXPECT_EQ(a.expert_load, b.expert_load);
+    }
   }
 }
 
