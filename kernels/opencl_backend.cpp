@@ -8,6 +8,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdlib>
+#include <mutex>
 #include <stdexcept>
 
 #include "kernels/opencl_backend_impl.hpp"
@@ -117,6 +118,10 @@ void ClLaunch::items2d(size_t nx, size_t ny) {
 OpenClBackend::OpenClBackend(const BackendOptions& options) : ctx_(options) {
   const char* lazy = std::getenv("TROUPE_OPENCL_LAZY_CHECKS");
   lazy_checks_ = lazy && std::string(lazy) == "1";
+  // Row reductions: one work-item per row on CPU devices (PoCL runs a work-group
+  // as loops split at every barrier; measured ~10x faster than 128-wide groups
+  // for RMSNorm), a tree over up to 256 work-items elsewhere.
+  row_cap_ = ctx_.info().device_type == "cpu" ? 1 : 256;
   auto buf = std::make_shared<ClBuffer>(ctx_.pool(), sizeof(cl_int), "create backend");
   err_mem_ = buf->mem();
   err_buf_ = std::move(buf);
@@ -137,8 +142,14 @@ cl_mem OpenClBackend::mem_of(const Tensor& x, const char* op) const {
 
 size_t OpenClBackend::row_group_size(cl_kernel k, int64_t width) {
   size_t want = 1;
-  while (want < static_cast<size_t>(width) && want < 256) want *= 2;
+  while (want < static_cast<size_t>(width) && want < row_cap_) want *= 2;
   return ctx_.work_group_size(k, want);
+}
+
+void OpenClBackend::set_row_group_cap(size_t cap) {
+  cl_need(cap >= 1 && cap <= 256 && (cap & (cap - 1)) == 0, "set_row_group_cap",
+          "cap must be a power of two in [1, 256], got " + std::to_string(cap));
+  row_cap_ = cap;
 }
 
 static const char* error_word_text(int code) {
@@ -252,6 +263,16 @@ void OpenClBackend::scale(const Tensor& x, float alpha) {
 
 // ---- GEMM ---------------------------------------------------------------------------------
 
+// CLBlast 1.5.3 (Debian 12) can fail with kUnexpectedError when several threads
+// call it at once (its kernel cache race, fixed upstream in 1.6.1, CLBlast
+// issue #486). Devices are threads with a backend each, so calls are
+// serialized; a call only enqueues work, so the lock is held briefly (except on
+// the first use of a shape, when CLBlast compiles).
+static std::mutex& clblast_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+
 void OpenClBackend::zero_strided(const Tensor& c, int64_t offset, int64_t rows, int64_t cols,
                                  int64_t stride, const char* op) {
   ClLaunch(*this, "fill2d_f32", op)
@@ -287,6 +308,7 @@ void OpenClBackend::gemm_one(bool ta, bool tb, int64_t m, int64_t n, int64_t k, 
     return;
   }
   cl_command_queue q = ctx_.queue();
+  std::lock_guard<std::mutex> lock(clblast_mutex());
   const auto status = clblast::Gemm<float>(
       clblast::Layout::kRowMajor, ta ? clblast::Transpose::kYes : clblast::Transpose::kNo,
       tb ? clblast::Transpose::kYes : clblast::Transpose::kNo, static_cast<size_t>(m),
@@ -322,6 +344,7 @@ void OpenClBackend::gemm_strided_batched(bool ta, bool tb, int64_t m, int64_t n,
   }
   if (beta == 0.0f) zero_strided(c, 0, batch, m * n, stride_c, op);
   cl_command_queue q = ctx_.queue();
+  std::lock_guard<std::mutex> lock(clblast_mutex());
   const auto status = clblast::GemmStridedBatched<float>(
       clblast::Layout::kRowMajor, ta ? clblast::Transpose::kYes : clblast::Transpose::kNo,
       tb ? clblast::Transpose::kYes : clblast::Transpose::kNo, static_cast<size_t>(m),
@@ -351,12 +374,14 @@ double OpenClBackend::squared_norm(const Tensor& x) {
   cl_need_f32(x, op, "x");
   if (x.numel() == 0) return 0.0;
   ClLaunch launch(*this, "sqnorm_partial", op);
-  const size_t local = ctx_.work_group_size(launch.kernel(), 256);
-  // Fixed grid for a given size: the partials and their order never change.
-  const size_t want = (static_cast<size_t>(x.numel()) + local - 1) / local;
-  const size_t groups = std::min<size_t>(want, 256);
-  Tensor partial = empty({static_cast<int64_t>(groups)});
-  launch.mem(mem_of(partial, op)).t(x).l(x.numel()).groups(groups, local);
+  const size_t local = ctx_.work_group_size(launch.kernel(), row_cap_);
+  // Fixed partition for a given size and device: up to 256 contiguous chunks,
+  // so the partials and their order never change.
+  const int64_t groups = std::min<int64_t>(256, x.numel());
+  const int64_t chunk = (x.numel() + groups - 1) / groups;
+  Tensor partial = empty({groups});
+  launch.mem(mem_of(partial, op)).t(x).l(x.numel()).l(chunk).groups(static_cast<size_t>(groups),
+                                                                     local);
   std::vector<float> host = download_f32(partial);
   double sum = 0.0;
   for (float p : host) sum += static_cast<double>(p);
@@ -408,6 +433,14 @@ static OpenClBackend& as_opencl(Backend& backend, const char* what) {
 
 ClPoolStats opencl_pool_stats(Backend& backend) {
   return as_opencl(backend, "opencl_pool_stats").cl().pool()->stats();
+}
+
+void opencl_set_row_group_cap(Backend& backend, size_t cap) {
+  as_opencl(backend, "opencl_set_row_group_cap").set_row_group_cap(cap);
+}
+
+size_t opencl_row_group_cap(Backend& backend) {
+  return as_opencl(backend, "opencl_row_group_cap").row_group_cap();
 }
 
 ClDeviceInfo opencl_device_info(Backend& backend) {

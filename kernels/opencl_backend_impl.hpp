@@ -4,7 +4,9 @@
 // to create one, kernels/opencl_context.hpp for pool counters and device info.
 #pragma once
 
+#include <map>
 #include <string>
+#include <tuple>
 
 #include "kernels/opencl_context.hpp"
 
@@ -52,8 +54,11 @@ class OpenClBackend final : public Backend {
   cl_mem error_word() const { return err_mem_; }
   // Returns the cl_mem of x after checking that x belongs to this backend.
   cl_mem mem_of(const Tensor& x, const char* op) const;
-  // Power-of-two work-group size for a per-row reduction kernel over `width` columns.
+  // Power-of-two work-group size for a per-row reduction kernel over `width`
+  // columns: at most the row cap (1 on CPU devices, 256 elsewhere).
   size_t row_group_size(cl_kernel k, int64_t width);
+  void set_row_group_cap(size_t cap);
+  size_t row_group_cap() const { return row_cap_; }
   // Reads the error word that kernels set on bad indices (ids, targets, slots);
   // throws std::runtime_error naming `op` and the problem if one was set.
   void check_errors(const char* op);
@@ -133,6 +138,9 @@ class OpenClBackend final : public Backend {
   // C = 0 over rows x cols elements `stride` apart (GEMM with beta == 0).
   void zero_strided(const Tensor& c, int64_t offset, int64_t rows, int64_t cols, int64_t stride,
                     const char* op);
+  // The (cos, sin) table for RoPE at these settings, built on first use.
+  const Tensor& rope_table(int64_t S, int64_t hd, int64_t pos_offset, float theta,
+                           const char* op);
   void gemm_one(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                 const Tensor& a, int64_t a_off, const Tensor& b, int64_t b_off, float beta,
                 const Tensor& c, int64_t c_off, const char* op);
@@ -141,6 +149,9 @@ class OpenClBackend final : public Backend {
   cl_mem err_mem_ = nullptr;
   std::shared_ptr<Buffer> err_buf_;
   bool lazy_checks_ = false;
+  size_t row_cap_ = 256;
+  // RoPE tables by (S, hd, pos_offset, theta bits); a handful at most (cleared when full).
+  std::map<std::tuple<int64_t, int64_t, int64_t, uint32_t>, Tensor> rope_tables_;
 };
 
 // Argument checks shared by both implementation files; each throws

@@ -142,6 +142,11 @@ class ClContext {
 
 // Pool counters of an OpenCL backend; throws std::invalid_argument for another backend.
 ClPoolStats opencl_pool_stats(Backend& backend);
+// Largest work-group for per-row reductions (power of two in [1, 256]; default
+// 1 on CPU devices, 256 on others). Results stay deterministic for a given cap;
+// tests sweep it so the tree reductions that GPUs use run on PoCL too.
+void opencl_set_row_group_cap(Backend& backend, size_t cap);
+size_t opencl_row_group_cap(Backend& backend);
 // Device an OpenCL backend runs on; throws std::invalid_argument for another backend.
 ClDeviceInfo opencl_device_info(Backend& backend);
 

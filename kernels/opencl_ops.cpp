@@ -3,6 +3,7 @@
 // host, then launches kernels from kernels/cl/*.cl. Ops that read indices
 // (ids, targets, slots) let the kernels flag bad ones and report them here.
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 #include "kernels/opencl_backend_impl.hpp"
@@ -163,6 +164,27 @@ static void rope_shape(const Tensor& x, const char* op, int64_t* B, int64_t* S, 
   cl_need_int(x.numel(), op, "numel");
 }
 
+const Tensor& OpenClBackend::rope_table(int64_t S, int64_t hd, int64_t pos_offset, float theta,
+                                       const char* op) {
+  uint32_t theta_bits = 0;
+  std::memcpy(&theta_bits, &theta, sizeof(theta_bits));
+  const auto key = std::make_tuple(S, hd, pos_offset, theta_bits);
+  auto it = rope_tables_.find(key);
+  if (it != rope_tables_.end()) return it->second;
+  // Sampling with a KV cache moves pos_offset every token: keep the cache small.
+  if (rope_tables_.size() >= 8) rope_tables_.clear();
+  Tensor cs = empty({S, hd / 2, 2});
+  cl_need_int(cs.numel(), op, "S*hd");
+  ClLaunch(*this, "rope_table", op)
+      .mem(mem_of(cs, op))
+      .i(S)
+      .i(hd)
+      .l(pos_offset)
+      .f(theta)
+      .items(static_cast<size_t>(S * (hd / 2)));
+  return rope_tables_.emplace(key, std::move(cs)).first->second;
+}
+
 void OpenClBackend::rope_forward(const Tensor& out, const Tensor& x, int64_t pos_offset,
                                  float theta) {
   const char* op = "rope_forward";
@@ -171,15 +193,16 @@ void OpenClBackend::rope_forward(const Tensor& out, const Tensor& x, int64_t pos
   int64_t B, S, H, hd;
   rope_shape(x, op, &B, &S, &H, &hd);
   cl_need_numel(out, x.numel(), op, "out");
+  if (x.numel() == 0) return;
+  const Tensor& cs = rope_table(S, hd, pos_offset, theta, op);
   ClLaunch(*this, "rope_fwd", op)
       .t(out)
       .t(x)
+      .mem(mem_of(cs, op))
       .i(B)
       .i(S)
       .i(H)
       .i(hd)
-      .l(pos_offset)
-      .f(theta)
       .items(x.numel() / 2);
 }
 
@@ -191,15 +214,16 @@ void OpenClBackend::rope_backward(const Tensor& dx, const Tensor& dout, int64_t 
   int64_t B, S, H, hd;
   rope_shape(dout, op, &B, &S, &H, &hd);
   cl_need_numel(dx, dout.numel(), op, "dx");
+  if (dout.numel() == 0) return;
+  const Tensor& cs = rope_table(S, hd, pos_offset, theta, op);
   ClLaunch(*this, "rope_bwd", op)
       .t(dx)
       .t(dout)
+      .mem(mem_of(cs, op))
       .i(B)
       .i(S)
       .i(H)
       .i(hd)
-      .l(pos_offset)
-      .f(theta)
       .items(dout.numel() / 2);
 }
 

@@ -98,9 +98,19 @@ TEST(OpenclDevice, InfoDescribesTheChosenDevice) {
               info.device_type == "accelerator" || info.device_type == "other");
 }
 
+TEST(OpenclDevice, RowGroupCapDefaultsByDeviceTypeAndIsChecked) {
+  TROUPE_REQUIRE_OPENCL_BACKEND(be);
+  const size_t cap = opencl_row_group_cap(be);
+  EXPECT_EQ(cap, opencl_device_info(be).device_type == "cpu" ? 1u : 256u);
+  EXPECT_THROW(opencl_set_row_group_cap(be, 3), std::invalid_argument);
+  EXPECT_THROW(opencl_set_row_group_cap(be, 512), std::invalid_argument);
+  EXPECT_EQ(opencl_row_group_cap(be), cap);
+}
+
 TEST(OpenclDevice, IntrospectionRejectsOtherBackends) {
   BackendOptions o;
   auto host = make_backend(o);
+  EXPECT_THROW(opencl_set_row_group_cap(*host, 1), std::invalid_argument);
   EXPECT_THROW(opencl_pool_stats(*host), std::invalid_argument);
   EXPECT_THROW(opencl_device_info(*host), std::invalid_argument);
 }

@@ -1,7 +1,9 @@
 // OpenCL ops at shapes larger than the shared per-op tables use (rows wider
 // than a work-group, many 32-row chunks, long sequences, big vocabularies,
-// repeated ids, ties in top-k): each case runs on the host backend and twice on
-// OpenCL; OpenCL must match host within tolerance and repeat itself bitwise.
+// repeated ids, ties in top-k): each case runs on the host backend and, for
+// several row-reduction work-group sizes (1 as on CPU devices, up to 256 as on
+// GPUs), twice on OpenCL; OpenCL must match host within tolerance and repeat
+// itself bitwise.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -11,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/opencl_context.hpp"
 #include "tests/opencl_test_util.hpp"
 
 namespace troupe::kernels {
@@ -34,8 +37,7 @@ Backend& host() {
   return *h;
 }
 
-void compare(Backend& cl, const Case& c, double atol, double rtol) {
-  const Outs want = c(host());
+void compare_once(Backend& cl, const Case& c, const Outs& want, double atol, double rtol) {
   const Outs got = c(cl);
   const Outs again = c(cl);
   ASSERT_EQ(got.size(), want.size());
@@ -58,6 +60,17 @@ void compare(Backend& cl, const Case& c, double atol, double rtol) {
     EXPECT_EQ(std::memcmp(again[o].second.data(), g.data(), g.size() * sizeof(float)), 0)
         << name << ": two OpenCL runs differ (non-deterministic)";
   }
+}
+
+void compare(Backend& cl, const Case& c, double atol, double rtol) {
+  const Outs want = c(host());
+  const size_t default_cap = opencl_row_group_cap(cl);
+  for (size_t cap : {size_t{1}, size_t{8}, size_t{256}}) {
+    SCOPED_TRACE("row work-group cap " + std::to_string(cap));
+    opencl_set_row_group_cap(cl, cap);
+    compare_once(cl, c, want, atol, rtol);
+  }
+  opencl_set_row_group_cap(cl, default_cap);
 }
 
 std::vector<float> as_float(const std::vector<int32_t>& v) { return {v.begin(), v.end()}; }

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <limits>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "kernels/opencl_context.hpp"
@@ -145,6 +146,46 @@ TEST(OpenclSmoke, SquaredNormSumsInDouble) {
   EXPECT_NEAR(got, want, 1e-5 * want);
   EXPECT_EQ(be.squared_norm(x), got);  // bitwise repeatable
   EXPECT_EQ(be.squared_norm(x.view(0, {0})), 0.0);
+}
+
+// Devices are threads with a backend each: two backends running GEMMs and
+// kernels at the same time must both get exact results.
+TEST(OpenclSmoke, TwoBackendsOnTwoThreads) {
+  TROUPE_REQUIRE_OPENCL_BACKEND(shared);
+  auto work = [](int seed, std::string* error) {
+    try {
+      BackendOptions o;
+      o.kind = "opencl";
+      auto be = make_backend(o);
+      const int64_t n = 24 + seed;  // different shapes per thread
+      std::vector<float> a(static_cast<size_t>(n * n));
+      for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>((i * 7 + seed) % 5);
+      Tensor A = be->from_f32({n, n}, a), C = be->empty({n, n});
+      Tensor I = be->zeros({n, n});
+      std::vector<float> eye(static_cast<size_t>(n * n), 0.0f);
+      for (int64_t i = 0; i < n; ++i) eye[static_cast<size_t>(i * n + i)] = 1.0f;
+      be->upload_f32(I, eye);
+      for (int rep = 0; rep < 20; ++rep) {
+        be->gemm(rep % 2, false, n, n, n, 1.0f, rep % 2 ? I : A, rep % 2 ? A : I, 0.0f, C);
+        be->scale(C, 2.0f);
+        std::vector<float> got = be->download_f32(C);
+        for (size_t i = 0; i < a.size(); ++i)
+          if (got[i] != 2.0f * a[i]) {
+            *error = "thread " + std::to_string(seed) + " rep " + std::to_string(rep) +
+                     ": wrong element " + std::to_string(i);
+            return;
+          }
+      }
+    } catch (const std::exception& e) {
+      *error = e.what();
+    }
+  };
+  std::string e1, e2;
+  std::thread t1(work, 1, &e1), t2(work, 2, &e2);
+  t1.join();
+  t2.join();
+  EXPECT_EQ(e1, "");
+  EXPECT_EQ(e2, "");
 }
 
 }  // namespace

@@ -10,6 +10,8 @@
 // added once at the top of the kernel; sizes are int (the host checks that they
 // fit). Reductions are fixed trees over a power-of-two work-group, so results
 // are deterministic for a given device. No float atomics anywhere.
+// Kernels with barriers never return early, even uniformly over a group: PoCL
+// (3.1) hangs on that at some work-group sizes.
 
 #define MAX_WG 256   // largest work-group the host launches reductions with
 #define MAX_HD 256   // largest attention head dim (private accumulators)
@@ -246,17 +248,29 @@ inline void rope_angle(long pos, int i, int hd, float theta, float* c, float* s)
 #endif
 }
 
+// cs[s, i] = (cos, sin) of the angle at position pos_offset + s, pair i < hd/2.
+// Built once per (S, hd, pos_offset, theta) and cached by the host, so the
+// per-element kernels need no (fp64) trigonometry.
+__kernel void rope_table(__global float* cs, int S, int hd, long pos_offset, float theta) {
+  const int nh = hd / 2;
+  const int g = get_global_id(0);
+  if (g >= S * nh) return;
+  float c, sn;
+  rope_angle(pos_offset + g / nh, g % nh, hd, theta, &c, &sn);
+  cs[2 * g] = c;
+  cs[2 * g + 1] = sn;
+}
+
 // x, out: [B,S,H,hd]; one work-item per (b,s,h,i < hd/2). out may alias x.
-__kernel void rope_fwd(__global float* out, long oo, __global const float* x, long xo, int B,
-                       int S, int H, int hd, long pos_offset, float theta) {
+__kernel void rope_fwd(__global float* out, long oo, __global const float* x, long xo,
+                       __global const float* cs, int B, int S, int H, int hd) {
   const int nh = hd / 2;
   const size_t g = get_global_id(0);
   if (g >= (size_t)B * S * H * nh) return;
   const int i = g % nh;
   const long r = g / nh;  // (b,s,h) row
   const int s = (r / H) % S;
-  float c, sn;
-  rope_angle(pos_offset + s, i, hd, theta, &c, &sn);
+  const float c = cs[2 * (s * nh + i)], sn = cs[2 * (s * nh + i) + 1];
   const long base = r * hd;
   const float x1 = x[xo + base + i], x2 = x[xo + base + i + nh];
   out[oo + base + i] = x1 * c - x2 * sn;
@@ -264,16 +278,15 @@ __kernel void rope_fwd(__global float* out, long oo, __global const float* x, lo
 }
 
 // dx += R^T dout.
-__kernel void rope_bwd(__global float* dx, long dxo, __global const float* dout, long doo, int B,
-                       int S, int H, int hd, long pos_offset, float theta) {
+__kernel void rope_bwd(__global float* dx, long dxo, __global const float* dout, long doo,
+                       __global const float* cs, int B, int S, int H, int hd) {
   const int nh = hd / 2;
   const size_t g = get_global_id(0);
   if (g >= (size_t)B * S * H * nh) return;
   const int i = g % nh;
   const long r = g / nh;
   const int s = (r / H) % S;
-  float c, sn;
-  rope_angle(pos_offset + s, i, hd, theta, &c, &sn);
+  const float c = cs[2 * (s * nh + i)], sn = cs[2 * (s * nh + i) + 1];
   const long base = r * hd;
   const float d1 = dout[doo + base + i], d2 = dout[doo + base + i + nh];
   dx[dxo + base + i] += d1 * c + d2 * sn;
@@ -456,31 +469,28 @@ __kernel void swiglu_bwd(__global float* dgate, long dgo, __global float* dup, l
 // Cross-entropy over rows of logits with an ignore index. One work-group per
 // token row: max and sum of exponentials by fixed-tree reductions.
 
+// No work-item returns before a barrier (PoCL hangs on that even when the
+// return is uniform over the group): ignored and bad rows reduce over nothing.
 __kernel void cross_entropy_fwd(__global float* losses, long lo, __global const float* logits,
                                 long xo, __global const int* targets, long to, int V,
                                 int ignore_index, __global int* err) {
   __local float scratch[MAX_WG];
   const int t = get_group_id(0), lid = get_local_id(0), L = get_local_size(0);
   const int target = targets[to + t];
-  if (target == ignore_index) {  // uniform over the work-group: no barrier is skipped by nh of it
-    if (lid == 0) losses[lo + t] = 0.0f;
-    return;
-  }
-  if (target < 0 || target >= V) {
-    if (lid == 0) {
-      report_error(err, ERR_TARGET);
-      losses[lo + t] = 0.0f;
-    }
-    return;
-  }
+  const bool ignored = target == ignore_index;
+  const bool bad = !ignored && (target < 0 || target >= V);
+  const int n = (ignored || bad) ? 0 : V;
   __global const float* row = logits + xo + (long)t * V;
   float m = -INFINITY;
-  for (int i = lid; i < V; i += L) m = fmax(m, row[i]);
+  for (int i = lid; i < n; i += L) m = fmax(m, row[i]);
   m = wg_max(scratch, m);
   float sum = 0.0f;
-  for (int i = lid; i < V; i += L) sum += exp(row[i] - m);
+  for (int i = lid; i < n; i += L) sum += exp(row[i] - m);
   sum = wg_sum(scratch, sum);
-  if (lid == 0) losses[lo + t] = log(sum) + m - row[target];
+  if (lid == 0) {
+    if (bad) report_error(err, ERR_TARGET);
+    losses[lo + t] = n ? log(sum) + m - row[target] : 0.0f;
+  }
 }
 
 // dlogits[t,:] += grad_scale * (softmax(logits[t]) - onehot(target)) on counted tokens.
@@ -490,21 +500,20 @@ __kernel void cross_entropy_bwd(__global float* dlogits, long dlo, __global cons
   __local float scratch[MAX_WG];
   const int t = get_group_id(0), lid = get_local_id(0), L = get_local_size(0);
   const int target = targets[to + t];
-  if (target == ignore_index) return;
-  if (target < 0 || target >= V) {
-    if (lid == 0) report_error(err, ERR_TARGET);
-    return;
-  }
+  const bool ignored = target == ignore_index;
+  const bool bad = !ignored && (target < 0 || target >= V);
+  const int n = (ignored || bad) ? 0 : V;
   __global const float* row = logits + xo + (long)t * V;
   __global float* drow = dlogits + dlo + (long)t * V;
   float m = -INFINITY;
-  for (int i = lid; i < V; i += L) m = fmax(m, row[i]);
+  for (int i = lid; i < n; i += L) m = fmax(m, row[i]);
   m = wg_max(scratch, m);
   float sum = 0.0f;
-  for (int i = lid; i < V; i += L) sum += exp(row[i] - m);
+  for (int i = lid; i < n; i += L) sum += exp(row[i] - m);
   sum = wg_sum(scratch, sum);
+  if (bad && lid == 0) report_error(err, ERR_TARGET);
   const float inv = 1.0f / sum;
-  for (int i = lid; i < V; i += L) {
+  for (int i = lid; i < n; i += L) {
     const float p = exp(row[i] - m) * inv;
     drow[i] += grad_scale * (p - (i == target ? 1.0f : 0.0f));
   }
@@ -707,25 +716,31 @@ __kernel void combine_bwd_dw(__global float* dweights, long dwo, __global const 
   const int lid = get_local_id(0), L = get_local_size(0);
   const int t = tj / K;
   const int s = slots[slo + tj];
-  if (s < 0 || s >= N) return;  // uniform over the group; bad slots are reported by combine_bwd_dy
+  // Dropped (and bad, reported by combine_bwd_dy) slots reduce over nothing:
+  // no work-item may return before the barriers in wg_sum.
+  const int n = (s < 0 || s >= N) ? 0 : D;
   __global const float* dr = dout + doo + (long)t * D;
-  __global const float* yr = y + yo + (long)s * D;
+  __global const float* yr = y + yo + (long)(n ? s : 0) * D;
   float acc = 0.0f;
-  for (int i = lid; i < D; i += L) acc += dr[i] * yr[i];
+  for (int i = lid; i < n; i += L) acc += dr[i] * yr[i];
   acc = wg_sum(scratch, acc);
-  if (lid == 0) dweights[dwo + tj] += acc;
+  if (lid == 0 && n) dweights[dwo + tj] += acc;
 }
 
 // ======== optim
 // Optimizer ops: partial sums of squares (the host adds the per-group partials
 // in double, in order) and the AdamW update.
 
-// Each work-group writes the sum of squares of its grid-strided elements.
-__kernel void sqnorm_partial(__global float* partial, __global const float* x, long xo, long n) {
+// Work-group g writes the sum of squares of x[g*chunk, (g+1)*chunk); its
+// work-items stride through the chunk, then reduce by a fixed tree.
+__kernel void sqnorm_partial(__global float* partial, __global const float* x, long xo, long n,
+                             long chunk) {
   __local float scratch[MAX_WG];
-  const size_t gsize = get_global_size(0);
+  const long begin = (long)get_group_id(0) * chunk;
+  const long end = min(n, begin + chunk);
+  const int L = get_local_size(0);
   float acc = 0.0f;
-  for (size_t i = get_global_id(0); i < (size_t)n; i += gsize) {
+  for (long i = begin + get_local_id(0); i < end; i += L) {
     const float v = x[xo + i];
     acc += v * v;
   }
