@@ -12,18 +12,23 @@ namespace troupe::kernels {
 
 namespace {
 
-// Last dimension of t (its row width); requires rank >= 1.
-int64_t width_of(const Tensor& t, const char* op, const char* name) {
-  cl_need(t.defined() && t.rank() >= 1, op, std::string(name) + " must have rank >= 1");
-  return t.dim(-1);
+// A tensor as a matrix: its last dimension is the row width, the others are
+// rows (rank 0: one element). Same convention as the host backend.
+struct Mat {
+  int64_t rows, cols;
+};
+Mat mat(const Tensor& t) {
+  if (t.rank() == 0) return {1, 1};
+  int64_t rows = 1;
+  for (int i = 0; i + 1 < t.rank(); ++i) rows *= t.dim(i);
+  return {rows, t.dim(-1)};
 }
 
-int64_t rows_of(const Tensor& t, int64_t width) { return width ? t.numel() / width : 0; }
-
-void need_rows(const Tensor& t, int64_t rows, int64_t width, const char* op, const char* name) {
-  cl_need(t.numel() == rows * width, op,
-          std::string(name) + " " + shape_str(t.shape()) + " must have " + std::to_string(rows) +
-              " x " + std::to_string(width) + " elements");
+void need_mat(const Tensor& t, int64_t rows, int64_t cols, const char* op, const char* name) {
+  const Mat m = mat(t);
+  cl_need(m.rows == rows && m.cols == cols, op,
+          std::string(name) + " " + shape_str(t.shape()) + " must be " + std::to_string(rows) +
+              " x " + std::to_string(cols));
 }
 
 constexpr int64_t kColsumChunk = 32;  // COLSUM_CHUNK in kernels/cl/norm.cl
@@ -37,8 +42,9 @@ void OpenClBackend::embedding_forward(const Tensor& out, const Tensor& table, co
   cl_need_f32(out, op, "out");
   cl_need_f32(table, op, "table");
   cl_need_i32(ids, op, "ids");
-  const int64_t D = width_of(table, op, "table"), V = rows_of(table, D), T = ids.numel();
-  need_rows(out, T, D, op, "out");
+  const Mat tm = mat(table);
+  const int64_t D = tm.cols, V = tm.rows, T = ids.numel();
+  need_mat(out, T, D, op, "out");
   cl_need_int(T * D, op, "T*D");
   cl_need_int(V, op, "V");
   ClLaunch(*this, "embedding_fwd", op).t(out).t(table).t(ids).i(T).i(D).i(V).err().items(T * D);
@@ -51,8 +57,9 @@ void OpenClBackend::embedding_backward(const Tensor& dtable, const Tensor& dout,
   cl_need_f32(dtable, op, "dtable");
   cl_need_f32(dout, op, "dout");
   cl_need_i32(ids, op, "ids");
-  const int64_t D = width_of(dtable, op, "dtable"), V = rows_of(dtable, D), T = ids.numel();
-  need_rows(dout, T, D, op, "dout");
+  const Mat tm = mat(dtable);
+  const int64_t D = tm.cols, V = tm.rows, T = ids.numel();
+  need_mat(dout, T, D, op, "dout");
   cl_need_int(T * D, op, "T*D");
   cl_need_int(V, op, "V");
   if (T == 0 || D == 0) return;
@@ -80,12 +87,12 @@ void OpenClBackend::rmsnorm_forward(const Tensor& out, const Tensor& rstd, const
   cl_need_f32(rstd, op, "rstd");
   cl_need_f32(x, op, "x");
   cl_need_f32(w, op, "w");
-  const int64_t D = w.numel(), T = rows_of(x, D);
-  cl_need(D > 0 && x.numel() == T * D, op,
-          "x " + shape_str(x.shape()) + " is not rows of w's width " + std::to_string(D));
-  cl_need_numel(out, x.numel(), op, "out");
+  const Mat xm = mat(x);
+  const int64_t D = xm.cols, T = xm.rows;
+  need_mat(out, T, D, op, "out");
   cl_need_numel(rstd, T, op, "rstd");
-  cl_need_int(D, op, "D");
+  cl_need_numel(w, D, op, "w");
+  cl_need_int(T * D, op, "T*D");
   ClLaunch launch(*this, "rmsnorm_fwd", op);
   const size_t L = row_group_size(launch.kernel(), D);
   launch.t(out).t(rstd).t(x).t(w).i(D).f(eps).groups(static_cast<size_t>(T), L);
@@ -100,15 +107,15 @@ void OpenClBackend::rmsnorm_backward(const Tensor& dx, const Tensor& dw, const T
   cl_need_f32(x, op, "x");
   cl_need_f32(w, op, "w");
   cl_need_f32(rstd, op, "rstd");
-  const int64_t D = w.numel(), T = rows_of(x, D);
-  cl_need(D > 0 && x.numel() == T * D, op,
-          "x " + shape_str(x.shape()) + " is not rows of w's width " + std::to_string(D));
-  cl_need_numel(dx, x.numel(), op, "dx");
-  cl_need_numel(dout, x.numel(), op, "dout");
+  const Mat xm = mat(x);
+  const int64_t D = xm.cols, T = xm.rows;
+  need_mat(dx, T, D, op, "dx");
+  need_mat(dout, T, D, op, "dout");
+  cl_need_numel(w, D, op, "w");
   cl_need_numel(dw, D, op, "dw");
   cl_need_numel(rstd, T, op, "rstd");
   cl_need_int(T * D, op, "T*D");
-  if (T == 0) return;
+  if (T == 0 || D == 0) return;
   ClLaunch dxl(*this, "rmsnorm_bwd_dx", op);
   const size_t L = row_group_size(dxl.kernel(), D);
   dxl.t(dx).t(dout).t(x).t(w).t(rstd).i(D).groups(static_cast<size_t>(T), L);
@@ -133,9 +140,9 @@ void OpenClBackend::rmsnorm_backward(const Tensor& dx, const Tensor& dw, const T
 
 void OpenClBackend::column_sum(const Tensor& out, const Tensor& x, bool accumulate,
                                const char* op) {
-  const int64_t D = out.numel(), T = rows_of(x, D);
-  cl_need(D == 0 || x.numel() == T * D, op,
-          "x " + shape_str(x.shape()) + " is not rows of width " + std::to_string(D));
+  const Mat xm = mat(x);
+  const int64_t D = xm.cols, T = xm.rows;
+  cl_need_numel(out, D, op, "out");
   cl_need_int(T * D, op, "T*D");
   if (D == 0) return;
   const int64_t chunks = std::max<int64_t>(1, (T + kColsumChunk - 1) / kColsumChunk);
@@ -156,9 +163,10 @@ void OpenClBackend::column_sum(const Tensor& out, const Tensor& x, bool accumula
 
 // ---- RoPE ---------------------------------------------------------------------------------------
 
-static void rope_shape(const Tensor& x, const char* op, int64_t* B, int64_t* S, int64_t* H,
-                       int64_t* hd) {
+static void rope_shape(const Tensor& x, float theta, const char* op, int64_t* B, int64_t* S,
+                       int64_t* H, int64_t* hd) {
   cl_need(x.rank() == 4, op, "expects [B,S,H,hd], got " + shape_str(x.shape()));
+  cl_need(theta > 0.0f, op, "theta must be > 0, got " + std::to_string(theta));
   *B = x.dim(0), *S = x.dim(1), *H = x.dim(2), *hd = x.dim(3);
   cl_need(*hd % 2 == 0, op, "head dim must be even, got " + std::to_string(*hd));
   cl_need_int(x.numel(), op, "numel");
@@ -191,8 +199,9 @@ void OpenClBackend::rope_forward(const Tensor& out, const Tensor& x, int64_t pos
   cl_need_f32(out, op, "out");
   cl_need_f32(x, op, "x");
   int64_t B, S, H, hd;
-  rope_shape(x, op, &B, &S, &H, &hd);
-  cl_need_numel(out, x.numel(), op, "out");
+  rope_shape(x, theta, op, &B, &S, &H, &hd);
+  cl_need(out.shape() == x.shape(), op,
+          "out " + shape_str(out.shape()) + " must have the shape of x " + shape_str(x.shape()));
   if (x.numel() == 0) return;
   const Tensor& cs = rope_table(S, hd, pos_offset, theta, op);
   ClLaunch(*this, "rope_fwd", op)
@@ -212,8 +221,10 @@ void OpenClBackend::rope_backward(const Tensor& dx, const Tensor& dout, int64_t 
   cl_need_f32(dx, op, "dx");
   cl_need_f32(dout, op, "dout");
   int64_t B, S, H, hd;
-  rope_shape(dout, op, &B, &S, &H, &hd);
-  cl_need_numel(dx, dout.numel(), op, "dx");
+  rope_shape(dout, theta, op, &B, &S, &H, &hd);
+  cl_need(dx.shape() == dout.shape(), op,
+          "dx " + shape_str(dx.shape()) + " must have the shape of dout " +
+              shape_str(dout.shape()));
   if (dout.numel() == 0) return;
   const Tensor& cs = rope_table(S, hd, pos_offset, theta, op);
   ClLaunch(*this, "rope_bwd", op)
@@ -381,8 +392,9 @@ void OpenClBackend::cross_entropy_forward(const Tensor& losses, const Tensor& lo
   cl_need_f32(losses, op, "losses");
   cl_need_f32(logits, op, "logits");
   cl_need_i32(targets, op, "targets");
-  const int64_t V = width_of(logits, op, "logits"), T = targets.numel();
-  need_rows(logits, T, V, op, "logits");
+  const Mat lm = mat(logits);
+  const int64_t V = lm.cols, T = lm.rows;
+  cl_need_numel(targets, T, op, "targets");
   cl_need_numel(losses, T, op, "losses");
   cl_need_int(T * V, op, "T*V");
   ClLaunch launch(*this, "cross_entropy_fwd", op);
@@ -399,9 +411,10 @@ void OpenClBackend::cross_entropy_backward(const Tensor& dlogits, const Tensor& 
   cl_need_f32(dlogits, op, "dlogits");
   cl_need_f32(logits, op, "logits");
   cl_need_i32(targets, op, "targets");
-  const int64_t V = width_of(logits, op, "logits"), T = targets.numel();
-  need_rows(logits, T, V, op, "logits");
-  cl_need_numel(dlogits, T * V, op, "dlogits");
+  const Mat lm = mat(logits);
+  const int64_t V = lm.cols, T = lm.rows;
+  cl_need_numel(targets, T, op, "targets");
+  need_mat(dlogits, T, V, op, "dlogits");
   cl_need_int(T * V, op, "T*V");
   ClLaunch launch(*this, "cross_entropy_bwd", op);
   const size_t L = row_group_size(launch.kernel(), V);
@@ -416,8 +429,9 @@ void OpenClBackend::softmax_forward(const Tensor& out, const Tensor& x) {
   const char* op = "softmax_forward";
   cl_need_f32(out, op, "out");
   cl_need_f32(x, op, "x");
-  const int64_t E = width_of(x, op, "x"), T = rows_of(x, E);
-  cl_need_numel(out, x.numel(), op, "out");
+  const Mat xm = mat(x);
+  const int64_t E = xm.cols, T = xm.rows;
+  need_mat(out, T, E, op, "out");
   cl_need_int(x.numel(), op, "numel");
   ClLaunch launch(*this, "softmax_fwd", op);
   const size_t L = row_group_size(launch.kernel(), E);
@@ -429,9 +443,10 @@ void OpenClBackend::softmax_backward(const Tensor& dx, const Tensor& dout, const
   cl_need_f32(dx, op, "dx");
   cl_need_f32(dout, op, "dout");
   cl_need_f32(out, op, "out");
-  const int64_t E = width_of(out, op, "out"), T = rows_of(out, E);
-  cl_need_numel(dx, out.numel(), op, "dx");
-  cl_need_numel(dout, out.numel(), op, "dout");
+  const Mat om = mat(out);
+  const int64_t E = om.cols, T = om.rows;
+  need_mat(dx, T, E, op, "dx");
+  need_mat(dout, T, E, op, "dout");
   cl_need_int(out.numel(), op, "numel");
   ClLaunch launch(*this, "softmax_bwd", op);
   const size_t L = row_group_size(launch.kernel(), E);
@@ -444,12 +459,13 @@ void OpenClBackend::topk_forward(const Tensor& weights, const Tensor& ids, const
   cl_need_f32(weights, op, "weights");
   cl_need_i32(ids, op, "ids");
   cl_need_f32(scores, op, "scores");
-  const int64_t E = width_of(scores, op, "scores"), T = rows_of(scores, E);
-  const int64_t K = width_of(weights, op, "weights");
+  const Mat sm = mat(scores);
+  const int64_t E = sm.cols, T = sm.rows, K = mat(weights).cols;
   cl_need(K >= 1 && K <= E && K <= 64, op,
-          "k = " + std::to_string(K) + " must be in [1, min(E = " + std::to_string(E) + ", 64)]");
-  need_rows(weights, T, K, op, "weights");
-  need_rows(ids, T, K, op, "ids");
+          "k = " + std::to_string(K) + " must be in [1, min(E = " + std::to_string(E) +
+              ", 64)] (64: the OpenCL kernel's limit)");
+  need_mat(weights, T, K, op, "weights");
+  need_mat(ids, T, K, op, "ids");
   cl_need_int(scores.numel(), op, "numel");
   ClLaunch launch(*this, "topk_fwd", op);
   launch.t(weights).t(ids).t(scores);
@@ -472,12 +488,12 @@ void OpenClBackend::topk_backward(const Tensor& dscores, const Tensor& dweights,
   cl_need_f32(weights, op, "weights");
   cl_need_i32(ids, op, "ids");
   cl_need_f32(scores, op, "scores");
-  const int64_t E = width_of(scores, op, "scores"), T = rows_of(scores, E);
-  const int64_t K = width_of(weights, op, "weights");
-  cl_need_numel(dscores, T * E, op, "dscores");
-  need_rows(weights, T, K, op, "weights");
-  need_rows(dweights, T, K, op, "dweights");
-  need_rows(ids, T, K, op, "ids");
+  const Mat sm = mat(scores);
+  const int64_t E = sm.cols, T = sm.rows, K = mat(weights).cols;
+  need_mat(dscores, T, E, op, "dscores");
+  need_mat(weights, T, K, op, "weights");
+  need_mat(dweights, T, K, op, "dweights");
+  need_mat(ids, T, K, op, "ids");
   cl_need_int(scores.numel(), op, "numel");
   ClLaunch(*this, "topk_bwd", op)
       .t(dscores)
@@ -504,9 +520,9 @@ void OpenClBackend::add_row(const Tensor& x, const Tensor& row, float alpha) {
   const char* op = "add_row";
   cl_need_f32(x, op, "x");
   cl_need_f32(row, op, "row");
-  const int64_t E = row.numel(), T = rows_of(x, E);
-  cl_need(E > 0 ? x.numel() == T * E : x.numel() == 0, op,
-          "x " + shape_str(x.shape()) + " is not rows of width " + std::to_string(E));
+  const Mat xm = mat(x);
+  const int64_t E = xm.cols, T = xm.rows;
+  cl_need_numel(row, E, op, "row");
   cl_need_int(x.numel(), op, "numel");
   ClLaunch(*this, "add_row", op).t(x).t(row).f(alpha).i(T).i(E).items(T * E);
 }
@@ -518,8 +534,9 @@ void OpenClBackend::gather_rows(const Tensor& out, const Tensor& src, const Tens
   cl_need_f32(out, op, "out");
   cl_need_f32(src, op, "src");
   cl_need_i32(idx, op, "idx");
-  const int64_t D = width_of(src, op, "src"), T = rows_of(src, D), N = idx.numel();
-  need_rows(out, N, D, op, "out");
+  const Mat sm = mat(src);
+  const int64_t D = sm.cols, T = sm.rows, N = idx.numel();
+  need_mat(out, N, D, op, "out");
   cl_need_int(N * D, op, "N*D");
   cl_need_int(T, op, "T");
   ClLaunch(*this, "gather_rows", op).t(out).t(src).t(idx).i(N).i(D).i(T).err().items(N * D);
@@ -531,10 +548,10 @@ void OpenClBackend::sum_slots(const Tensor& dst, const Tensor& src, const Tensor
   cl_need_f32(dst, op, "dst");
   cl_need_f32(src, op, "src");
   cl_need_i32(slots, op, "slots");
-  const int64_t D = width_of(dst, op, "dst"), T = rows_of(dst, D);
-  const int64_t K = width_of(slots, op, "slots"), N = rows_of(src, D);
-  need_rows(slots, T, K, op, "slots");
-  need_rows(src, N, D, op, "src");
+  const Mat dm = mat(dst);
+  const int64_t D = dm.cols, T = dm.rows, K = mat(slots).cols, N = mat(src).rows;
+  need_mat(slots, T, K, op, "slots");
+  need_mat(src, N, D, op, "src");
   cl_need_int(T * D, op, "T*D");
   cl_need_int(N * D, op, "N*D");
   ClLaunch(*this, "sum_slots", op).t(dst).t(src).t(slots).i(T).i(K).i(D).i(N).err().items(T * D);
@@ -548,11 +565,11 @@ void OpenClBackend::combine_forward(const Tensor& out, const Tensor& y, const Te
   cl_need_f32(y, op, "y");
   cl_need_i32(slots, op, "slots");
   cl_need_f32(weights, op, "weights");
-  const int64_t D = width_of(out, op, "out"), T = rows_of(out, D);
-  const int64_t K = width_of(slots, op, "slots"), N = rows_of(y, D);
-  need_rows(slots, T, K, op, "slots");
-  need_rows(weights, T, K, op, "weights");
-  need_rows(y, N, D, op, "y");
+  const Mat om = mat(out);
+  const int64_t D = om.cols, T = om.rows, K = mat(slots).cols, N = mat(y).rows;
+  need_mat(slots, T, K, op, "slots");
+  need_mat(weights, T, K, op, "weights");
+  need_mat(y, N, D, op, "y");
   cl_need_int(T * D, op, "T*D");
   cl_need_int(N * D, op, "N*D");
   ClLaunch(*this, "combine_fwd", op)
@@ -579,13 +596,13 @@ void OpenClBackend::combine_backward(const Tensor& dy, const Tensor& dweights, c
   cl_need_f32(y, op, "y");
   cl_need_i32(slots, op, "slots");
   cl_need_f32(weights, op, "weights");
-  const int64_t D = width_of(dout, op, "dout"), T = rows_of(dout, D);
-  const int64_t K = width_of(slots, op, "slots"), N = rows_of(y, D);
-  need_rows(slots, T, K, op, "slots");
-  need_rows(weights, T, K, op, "weights");
-  need_rows(dweights, T, K, op, "dweights");
-  need_rows(y, N, D, op, "y");
-  need_rows(dy, N, D, op, "dy");
+  const Mat om = mat(dout);
+  const int64_t D = om.cols, T = om.rows, K = mat(slots).cols, N = mat(y).rows;
+  need_mat(slots, T, K, op, "slots");
+  need_mat(weights, T, K, op, "weights");
+  need_mat(dweights, T, K, op, "dweights");
+  need_mat(y, N, D, op, "y");
+  need_mat(dy, N, D, op, "dy");
   cl_need_int(T * K * D, op, "T*k*D");
   cl_need_int(N * D, op, "N*D");
   ClLaunch(*this, "combine_bwd_dy", op)
