@@ -107,7 +107,10 @@ void ClLaunch::groups(size_t groups, size_t local) {
 
 void ClLaunch::items2d(size_t nx, size_t ny) {
   if (nx == 0 || ny == 0) return;
-  const size_t lx = be_.cl().work_group_size(k_, 64);
+  // Rows narrower than 64 get a narrower group rather than idle work-items.
+  size_t want = 1;
+  while (want < nx && want < 64) want *= 2;
+  const size_t lx = be_.cl().work_group_size(k_, want);
   const size_t local[2] = {lx, 1};
   const size_t global[2] = {(nx + lx - 1) / lx * lx, ny};
   enqueue(2, global, local);

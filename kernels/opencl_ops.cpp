@@ -47,7 +47,7 @@ void OpenClBackend::embedding_forward(const Tensor& out, const Tensor& table, co
   need_mat(out, T, D, op, "out");
   cl_need_int(T * D, op, "T*D");
   cl_need_int(V, op, "V");
-  ClLaunch(*this, "embedding_fwd", op).t(out).t(table).t(ids).i(T).i(D).i(V).err().items(T * D);
+  ClLaunch(*this, "embedding_fwd", op).t(out).t(table).t(ids).i(T).i(D).i(V).err().items2d(D, T);
   maybe_check_errors(op);
 }
 
@@ -74,7 +74,7 @@ void OpenClBackend::embedding_backward(const Tensor& dtable, const Tensor& dout,
       .i(D)
       .i(V)
       .err()
-      .items(T * D);
+      .items2d(D, T);
   maybe_check_errors(op);
 }
 
@@ -128,7 +128,7 @@ void OpenClBackend::rmsnorm_backward(const Tensor& dx, const Tensor& dw, const T
       .t(rstd)
       .i(T)
       .i(D)
-      .items(chunks * D);
+      .items2d(D, chunks);
   ClLaunch(*this, "colsum_finish", op)
       .t(dw)
       .mem(mem_of(partial, op))
@@ -150,7 +150,7 @@ void OpenClBackend::column_sum(const Tensor& out, const Tensor& x, bool accumula
   if (T == 0) {
     fill(partial, 0.0f);
   } else {
-    ClLaunch(*this, "colsum_partial", op).mem(mem_of(partial, op)).t(x).i(T).i(D).items(chunks * D);
+    ClLaunch(*this, "colsum_partial", op).mem(mem_of(partial, op)).t(x).i(T).i(D).items2d(D, chunks);
   }
   ClLaunch(*this, "colsum_finish", op)
       .t(out)
@@ -212,7 +212,7 @@ void OpenClBackend::rope_forward(const Tensor& out, const Tensor& x, int64_t pos
       .i(S)
       .i(H)
       .i(hd)
-      .items(x.numel() / 2);
+      .items2d(hd / 2, B * S * H);
 }
 
 void OpenClBackend::rope_backward(const Tensor& dx, const Tensor& dout, int64_t pos_offset,
@@ -235,7 +235,7 @@ void OpenClBackend::rope_backward(const Tensor& dx, const Tensor& dout, int64_t 
       .i(S)
       .i(H)
       .i(hd)
-      .items(dout.numel() / 2);
+      .items2d(hd / 2, B * S * H);
 }
 
 // ---- attention ----------------------------------------------------------------------------------
@@ -524,7 +524,7 @@ void OpenClBackend::add_row(const Tensor& x, const Tensor& row, float alpha) {
   const int64_t E = xm.cols, T = xm.rows;
   cl_need_numel(row, E, op, "row");
   cl_need_int(x.numel(), op, "numel");
-  ClLaunch(*this, "add_row", op).t(x).t(row).f(alpha).i(T).i(E).items(T * E);
+  ClLaunch(*this, "add_row", op).t(x).t(row).f(alpha).i(T).i(E).items2d(E, T);
 }
 
 // ---- token permutation --------------------------------------------------------------------------
@@ -539,7 +539,7 @@ void OpenClBackend::gather_rows(const Tensor& out, const Tensor& src, const Tens
   need_mat(out, N, D, op, "out");
   cl_need_int(N * D, op, "N*D");
   cl_need_int(T, op, "T");
-  ClLaunch(*this, "gather_rows", op).t(out).t(src).t(idx).i(N).i(D).i(T).err().items(N * D);
+  ClLaunch(*this, "gather_rows", op).t(out).t(src).t(idx).i(N).i(D).i(T).err().items2d(D, N);
   maybe_check_errors(op);
 }
 
@@ -554,7 +554,7 @@ void OpenClBackend::sum_slots(const Tensor& dst, const Tensor& src, const Tensor
   need_mat(src, N, D, op, "src");
   cl_need_int(T * D, op, "T*D");
   cl_need_int(N * D, op, "N*D");
-  ClLaunch(*this, "sum_slots", op).t(dst).t(src).t(slots).i(T).i(K).i(D).i(N).err().items(T * D);
+  ClLaunch(*this, "sum_slots", op).t(dst).t(src).t(slots).i(T).i(K).i(D).i(N).err().items2d(D, T);
   maybe_check_errors(op);
 }
 
@@ -582,7 +582,7 @@ void OpenClBackend::combine_forward(const Tensor& out, const Tensor& y, const Te
       .i(D)
       .i(N)
       .err()
-      .items(T * D);
+      .items2d(D, T);
   maybe_check_errors(op);
 }
 
@@ -615,7 +615,7 @@ void OpenClBackend::combine_backward(const Tensor& dy, const Tensor& dweights, c
       .i(D)
       .i(N)
       .err()
-      .items(T * K * D);
+      .items2d(D, T * K);
   ClLaunch launch(*this, "combine_bwd_dw", op);
   const size_t L = row_group_size(launch.kernel(), D);
   launch.t(dweights).t(dout).t(y).t(slots).i(K).i(D).i(N).groups(static_cast<size_t>(T * K), L);

@@ -103,9 +103,9 @@ __kernel void scale_f32(__global float* x, long xo, float alpha, long n) {
 __kernel void embedding_fwd(__global float* out, long oo, __global const float* table, long to,
                             __global const int* ids, long io, int T, int D, int V,
                             __global int* err) {
-  const size_t g = get_global_id(0);
-  if (g >= (size_t)T * D) return;
-  const int t = g / D, d = g % D;
+  const int d = get_global_id(0), t = get_global_id(1);  // column, token
+  if (d >= D || t >= T) return;
+  const long g = (long)t * D + d;
   const int id = ids[io + t];
   if (id < 0 || id >= V) {
     report_error(err, ERR_EMBEDDING_ID);
@@ -132,9 +132,8 @@ __kernel void stable_rank_i32(__global int* sorted, __global const int* ids, lon
 __kernel void embedding_bwd(__global float* dtable, long dto, __global const float* dout, long doo,
                             __global const int* ids, long io, __global const int* sorted, int T,
                             int D, int V, __global int* err) {
-  const size_t g = get_global_id(0);
-  if (g >= (size_t)T * D) return;
-  const int p = g / D, d = g % D;
+  const int d = get_global_id(0), p = get_global_id(1);  // column, sorted position
+  if (d >= D || p >= T) return;
   ids += io;
   const int v = ids[sorted[p]];
   if (p > 0 && ids[sorted[p - 1]] == v) return;  // not the first token of its id
@@ -197,28 +196,24 @@ __kernel void rmsnorm_bwd_dx(__global float* dx, long dxo, __global const float*
 __kernel void rmsnorm_dw_partial(__global float* partial, __global const float* dout, long doo,
                                  __global const float* x, long xo, __global const float* rstd,
                                  long ro, int T, int D) {
-  const size_t g = get_global_id(0);
-  const int chunks = (T + COLSUM_CHUNK - 1) / COLSUM_CHUNK;
-  if (g >= (size_t)chunks * D) return;
-  const int c = g / D, i = g % D;
+  const int i = get_global_id(0), c = get_global_id(1);  // column, chunk
+  if (i >= D || c * COLSUM_CHUNK >= T) return;
   const int t1 = min(T, (c + 1) * COLSUM_CHUNK);
   float acc = 0.0f;
   for (int t = c * COLSUM_CHUNK; t < t1; ++t)
     acc += dout[doo + (long)t * D + i] * x[xo + (long)t * D + i] * rstd[ro + t];
-  partial[g] = acc;
+  partial[(long)c * D + i] = acc;
 }
 
 // partial[c,i] = sum over rows of chunk c of x[t,i].
 __kernel void colsum_partial(__global float* partial, __global const float* x, long xo, int T,
                              int D) {
-  const size_t g = get_global_id(0);
-  const int chunks = (T + COLSUM_CHUNK - 1) / COLSUM_CHUNK;
-  if (g >= (size_t)chunks * D) return;
-  const int c = g / D, i = g % D;
+  const int i = get_global_id(0), c = get_global_id(1);  // column, chunk
+  if (i >= D || c * COLSUM_CHUNK >= T) return;
   const int t1 = min(T, (c + 1) * COLSUM_CHUNK);
   float acc = 0.0f;
   for (int t = c * COLSUM_CHUNK; t < t1; ++t) acc += x[xo + (long)t * D + i];
-  partial[g] = acc;
+  partial[(long)c * D + i] = acc;
 }
 
 // out[i] (+)= sum over chunks c (in order) of partial[c,i].
@@ -265,13 +260,11 @@ __kernel void rope_table(__global float* cs, int S, int hd, long pos_offset, flo
 __kernel void rope_fwd(__global float* out, long oo, __global const float* x, long xo,
                        __global const float* cs, int B, int S, int H, int hd) {
   const int nh = hd / 2;
-  const size_t g = get_global_id(0);
-  if (g >= (size_t)B * S * H * nh) return;
-  const int i = g % nh;
-  const long r = g / nh;  // (b,s,h) row
+  const int i = get_global_id(0), r = get_global_id(1);  // pair, (b,s,h) row
+  if (i >= nh || r >= B * S * H) return;
   const int s = (r / H) % S;
   const float c = cs[2 * (s * nh + i)], sn = cs[2 * (s * nh + i) + 1];
-  const long base = r * hd;
+  const long base = (long)r * hd;
   const float x1 = x[xo + base + i], x2 = x[xo + base + i + nh];
   out[oo + base + i] = x1 * c - x2 * sn;
   out[oo + base + i + nh] = x2 * c + x1 * sn;
@@ -281,13 +274,11 @@ __kernel void rope_fwd(__global float* out, long oo, __global const float* x, lo
 __kernel void rope_bwd(__global float* dx, long dxo, __global const float* dout, long doo,
                        __global const float* cs, int B, int S, int H, int hd) {
   const int nh = hd / 2;
-  const size_t g = get_global_id(0);
-  if (g >= (size_t)B * S * H * nh) return;
-  const int i = g % nh;
-  const long r = g / nh;
+  const int i = get_global_id(0), r = get_global_id(1);  // pair, (b,s,h) row
+  if (i >= nh || r >= B * S * H) return;
   const int s = (r / H) % S;
   const float c = cs[2 * (s * nh + i)], sn = cs[2 * (s * nh + i) + 1];
-  const long base = r * hd;
+  const long base = (long)r * hd;
   const float d1 = dout[doo + base + i], d2 = dout[doo + base + i + nh];
   dx[dxo + base + i] += d1 * c + d2 * sn;
   dx[dxo + base + i + nh] += d2 * c - d1 * sn;
@@ -621,9 +612,9 @@ __kernel void topk_bwd(__global float* dscores, long dso, __global const float* 
 // x[t,e] += alpha * row[e].
 __kernel void add_row(__global float* x, long xo, __global const float* row, long ro, float alpha,
                       int T, int E) {
-  const size_t g = get_global_id(0);
-  if (g >= (size_t)T * E) return;
-  x[xo + g] += alpha * row[ro + g % E];
+  const int e = get_global_id(0), t = get_global_id(1);
+  if (e >= E || t >= T) return;
+  x[xo + (long)t * E + e] += alpha * row[ro + e];
 }
 
 // ======== permute
@@ -634,9 +625,9 @@ __kernel void add_row(__global float* x, long xo, __global const float* row, lon
 __kernel void gather_rows(__global float* out, long oo, __global const float* src, long so,
                           __global const int* idx, long io, int N, int D, int T,
                           __global int* err) {
-  const size_t g = get_global_id(0);
-  if (g >= (size_t)N * D) return;
-  const int n = g / D, d = g % D;
+  const int d = get_global_id(0), n = get_global_id(1);
+  if (d >= D || n >= N) return;
+  const long g = (long)n * D + d;
   const int i = idx[io + n];
   if (i < 0 || i >= T) {
     report_error(err, ERR_GATHER_INDEX);
@@ -650,9 +641,9 @@ __kernel void gather_rows(__global float* out, long oo, __global const float* sr
 __kernel void sum_slots(__global float* dst, long dso, __global const float* src, long so,
                         __global const int* slots, long slo, int T, int K, int D, int N,
                         __global int* err) {
-  const size_t g = get_global_id(0);
-  if (g >= (size_t)T * D) return;
-  const int t = g / D, d = g % D;
+  const int d = get_global_id(0), t = get_global_id(1);
+  if (d >= D || t >= T) return;
+  const long g = (long)t * D + d;
   float acc = dst[dso + g];
   for (int j = 0; j < K; ++j) {
     const int s = slots[slo + (long)t * K + j];
@@ -670,9 +661,9 @@ __kernel void sum_slots(__global float* dst, long dso, __global const float* src
 __kernel void combine_fwd(__global float* out, long oo, __global const float* y, long yo,
                           __global const int* slots, long slo, __global const float* weights,
                           long wo, int T, int K, int D, int N, __global int* err) {
-  const size_t g = get_global_id(0);
-  if (g >= (size_t)T * D) return;
-  const int t = g / D, d = g % D;
+  const int d = get_global_id(0), t = get_global_id(1);
+  if (d >= D || t >= T) return;
+  const long g = (long)t * D + d;
   float acc = out[oo + g];
   for (int j = 0; j < K; ++j) {
     const long tj = (long)t * K + j;
@@ -693,10 +684,8 @@ __kernel void combine_fwd(__global float* out, long oo, __global const float* y,
 __kernel void combine_bwd_dy(__global float* dy, long dyo, __global const float* dout, long doo,
                              __global const int* slots, long slo, __global const float* weights,
                              long wo, int T, int K, int D, int N, __global int* err) {
-  const size_t g = get_global_id(0);
-  if (g >= (size_t)T * K * D) return;
-  const long tj = g / D;
-  const int d = g % D;
+  const int d = get_global_id(0), tj = get_global_id(1);  // column, (token, slot)
+  if (d >= D || tj >= T * K) return;
   const int t = tj / K;
   const int s = slots[slo + tj];
   if (s < 0) return;
