@@ -53,10 +53,11 @@ TEST(OpenclPool, SecondIdenticalRoundCreatesNoClMem) {
   EXPECT_EQ(b.live_bytes, a.live_bytes);
 }
 
-// A step that uses every op with internal scratch (embedding and RMSNorm
-// backward, attention backward, squared_norm) plus GEMM and AdamW.
+// A step that uses every op with internal scratch or caches (embedding and
+// RMSNorm backward, RoPE tables, attention backward, sum_rows, squared_norm)
+// plus GEMM, routing, token permutation, loss and AdamW.
 void training_like_step(Backend& be) {
-  const int64_t B = 2, S = 9, H = 2, hd = 8, D = H * hd, V = 11, T = B * S;
+  const int64_t B = 2, S = 9, H = 2, hd = 8, D = H * hd, V = 11, T = B * S, E = 4, K = 2;
   std::vector<int32_t> ids(T);
   for (int64_t t = 0; t < T; ++t) ids[t] = static_cast<int32_t>((t * 5) % V);
   Tensor tok = be.from_i32({T}, ids);
@@ -70,11 +71,39 @@ void training_like_step(Backend& be) {
   Tensor wq = be.zeros({D, D});
   be.fill(wq, 0.125f);
   be.gemm(false, false, T, D, D, 1.0f, h, wq, 0.0f, q.reshape({T, D}));
+  be.rope_forward(q, q, 0, 10000.0f);
   be.attention_forward(out, lse, q, q, q, 0.35f);
+  // Router and experts: softmax, top-k, gather to expert rows, combine back.
+  Tensor wr = be.zeros({D, E});
+  be.fill(wr, 0.01f);
+  Tensor logits = be.empty({T, E}), probs = be.empty({T, E});
+  be.gemm(false, false, T, E, D, 1.0f, out.reshape({T, D}), wr, 0.0f, logits);
+  be.softmax_forward(probs, logits);
+  Tensor tw = be.empty({T, K}), tid = be.empty({T, K}, DType::i32), load = be.empty({E});
+  be.topk_forward(tw, tid, probs, Tensor(), true);
+  be.sum_rows(load, probs);
+  std::vector<int32_t> slots(T * K), rows(T * K);
+  for (int64_t i = 0; i < T * K; ++i) slots[i] = static_cast<int32_t>(i), rows[i] = static_cast<int32_t>(i / K);
+  Tensor sl = be.from_i32({T, K}, slots), rw = be.from_i32({T * K}, rows);
+  Tensor y = be.empty({T * K, D}), mixed = be.zeros({T, D});
+  be.gather_rows(y, out.reshape({T, D}), rw);
+  be.combine_forward(mixed, y, sl, tw);
+  Tensor lm = be.empty({T, V}), losses = be.empty({T}), dlm = be.zeros({T, V});
+  be.gemm(false, true, T, V, D, 1.0f, mixed, table, 0.0f, lm);
+  be.cross_entropy_forward(losses, lm, tok, -100);
+  be.cross_entropy_backward(dlm, lm, tok, -100, 1.0f / static_cast<float>(T));
+  // Backward.
+  Tensor dmixed = be.zeros({T, D}), dtable = be.zeros({V, D});
+  be.gemm(false, false, T, D, V, 1.0f, dlm, table, 1.0f, dmixed);
+  Tensor dy = be.zeros({T * K, D}), dtw = be.zeros({T, K}), dout = be.zeros({T, D});
+  be.combine_backward(dy, dtw, dmixed, y, sl, tw);
+  be.sum_slots(dout, dy, sl);
   Tensor dq = be.zeros({B, S, H, hd}), dk = be.zeros({B, S, H, hd}), dv = be.zeros({B, S, H, hd});
-  be.attention_backward(dq, dk, dv, out, q, q, q, out, lse, 0.35f);
-  Tensor dx = be.zeros({T, D}), dw = be.zeros({D}), dtable = be.zeros({V, D});
-  be.rmsnorm_backward(dx, dw, dq.reshape({T, D}), x, w, rstd);
+  be.attention_backward(dq, dk, dv, dout.reshape({B, S, H, hd}), q, q, q, out, lse, 0.35f);
+  Tensor dqr = be.zeros({B, S, H, hd});
+  be.rope_backward(dqr, dq, 0, 10000.0f);
+  Tensor dx = be.zeros({T, D}), dw = be.zeros({D});
+  be.rmsnorm_backward(dx, dw, dqr.reshape({T, D}), x, w, rstd);
   be.embedding_backward(dtable, dx, tok);
   Tensor m = be.zeros({V, D}), v = be.zeros({V, D});
   AdamWParams hp;
