@@ -42,6 +42,20 @@ void cl_need_int(int64_t v, const char* op, const char* name) {
           std::string(name) + " = " + std::to_string(v) + " is outside [0, 2^31)");
 }
 
+ClMat cl_mat(const Tensor& t) {
+  if (t.rank() == 0) return {1, 1};
+  int64_t rows = 1;
+  for (int i = 0; i + 1 < t.rank(); ++i) rows *= t.dim(i);
+  return {rows, t.dim(-1)};
+}
+
+void cl_need_mat(const Tensor& t, int64_t rows, int64_t cols, const char* op, const char* name) {
+  const ClMat m = cl_mat(t);
+  cl_need(m.rows == rows && m.cols == cols, op,
+          std::string(name) + " " + shape_str(t.shape()) + " must be " + std::to_string(rows) +
+              " x " + std::to_string(cols));
+}
+
 // ---- launches ---------------------------------------------------------------------------
 
 ClLaunch::ClLaunch(OpenClBackend& be, const char* kernel, const char* op)

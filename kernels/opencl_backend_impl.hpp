@@ -1,6 +1,6 @@
-// The OpenCL backend class, shared by its two implementation files:
-// opencl_backend.cpp (memory, elementwise, GEMM, optimizer, factory) and
-// opencl_ops.cpp (the model ops). Internal: include kernels/opencl_backend.hpp
+// The OpenCL backend class, shared by its implementation files:
+// opencl_backend.cpp (memory, elementwise, GEMM, optimizer, factory),
+// opencl_ops.cpp (layer ops) and opencl_routing.cpp (routing, permutation). Internal: include kernels/opencl_backend.hpp
 // to create one, kernels/opencl_context.hpp for pool counters and device info.
 #pragma once
 
@@ -88,7 +88,7 @@ class OpenClBackend final : public Backend {
   void gemm_grouped(bool trans_a, bool trans_b, float alpha, const Tensor& a, const Tensor& b,
                     float beta, const Tensor& c, std::span<const GemmGroup> groups) override;
 
-  // ---- model ops (opencl_ops.cpp)
+  // ---- model ops (opencl_ops.cpp, opencl_routing.cpp)
   void embedding_forward(const Tensor& out, const Tensor& table, const Tensor& ids) override;
   void embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids) override;
   void rmsnorm_forward(const Tensor& out, const Tensor& rstd, const Tensor& x, const Tensor& w,
@@ -161,5 +161,15 @@ void cl_need_f32(const Tensor& t, const char* op, const char* name);
 void cl_need_i32(const Tensor& t, const char* op, const char* name);
 void cl_need_numel(const Tensor& t, int64_t n, const char* op, const char* name);
 void cl_need_int(int64_t v, const char* op, const char* name);  // fits in a 32-bit int
+
+// A tensor as a matrix: the last dimension is the row width, the others are
+// rows (rank 0: one element). The same convention as the host backend.
+struct ClMat {
+  int64_t rows, cols;
+};
+ClMat cl_mat(const Tensor& t);
+void cl_need_mat(const Tensor& t, int64_t rows, int64_t cols, const char* op, const char* name);
+
+constexpr int64_t kColsumChunk = 32;  // COLSUM_CHUNK in kernels/cl/kernels.cl
 
 }  // namespace troupe::kernels

@@ -1,7 +1,8 @@
-// OpenCL backend, part 2: the model ops (embedding, RMSNorm, RoPE, attention,
-// activations, loss, routing, token permutation). Each checks shapes on the
-// host, then launches kernels from kernels/cl/*.cl. Ops that read indices
-// (ids, targets, slots) let the kernels flag bad ones and report them here.
+// OpenCL backend, part 2: the decoder's layer ops (embedding, RMSNorm, RoPE,
+// attention, activations, loss). Each checks shapes on the host, then launches
+// kernels from kernels/cl/kernels.cl. Ops that read indices (ids, targets) let
+// the kernels flag bad ones and report them. Routing and token permutation are
+// in opencl_routing.cpp.
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
@@ -10,31 +11,6 @@
 
 namespace troupe::kernels {
 
-namespace {
-
-// A tensor as a matrix: its last dimension is the row width, the others are
-// rows (rank 0: one element). Same convention as the host backend.
-struct Mat {
-  int64_t rows, cols;
-};
-Mat mat(const Tensor& t) {
-  if (t.rank() == 0) return {1, 1};
-  int64_t rows = 1;
-  for (int i = 0; i + 1 < t.rank(); ++i) rows *= t.dim(i);
-  return {rows, t.dim(-1)};
-}
-
-void need_mat(const Tensor& t, int64_t rows, int64_t cols, const char* op, const char* name) {
-  const Mat m = mat(t);
-  cl_need(m.rows == rows && m.cols == cols, op,
-          std::string(name) + " " + shape_str(t.shape()) + " must be " + std::to_string(rows) +
-              " x " + std::to_string(cols));
-}
-
-constexpr int64_t kColsumChunk = 32;  // COLSUM_CHUNK in kernels/cl/norm.cl
-
-}  // namespace
-
 // ---- embedding ----------------------------------------------------------------------------------
 
 void OpenClBackend::embedding_forward(const Tensor& out, const Tensor& table, const Tensor& ids) {
@@ -42,9 +18,9 @@ void OpenClBackend::embedding_forward(const Tensor& out, const Tensor& table, co
   cl_need_f32(out, op, "out");
   cl_need_f32(table, op, "table");
   cl_need_i32(ids, op, "ids");
-  const Mat tm = mat(table);
+  const ClMat tm = cl_mat(table);
   const int64_t D = tm.cols, V = tm.rows, T = ids.numel();
-  need_mat(out, T, D, op, "out");
+  cl_need_mat(out, T, D, op, "out");
   cl_need_int(T * D, op, "T*D");
   cl_need_int(V, op, "V");
   ClLaunch(*this, "embedding_fwd", op).t(out).t(table).t(ids).i(T).i(D).i(V).err().items2d(D, T);
@@ -57,9 +33,9 @@ void OpenClBackend::embedding_backward(const Tensor& dtable, const Tensor& dout,
   cl_need_f32(dtable, op, "dtable");
   cl_need_f32(dout, op, "dout");
   cl_need_i32(ids, op, "ids");
-  const Mat tm = mat(dtable);
+  const ClMat tm = cl_mat(dtable);
   const int64_t D = tm.cols, V = tm.rows, T = ids.numel();
-  need_mat(dout, T, D, op, "dout");
+  cl_need_mat(dout, T, D, op, "dout");
   cl_need_int(T * D, op, "T*D");
   cl_need_int(V, op, "V");
   if (T == 0 || D == 0) return;
@@ -87,9 +63,9 @@ void OpenClBackend::rmsnorm_forward(const Tensor& out, const Tensor& rstd, const
   cl_need_f32(rstd, op, "rstd");
   cl_need_f32(x, op, "x");
   cl_need_f32(w, op, "w");
-  const Mat xm = mat(x);
+  const ClMat xm = cl_mat(x);
   const int64_t D = xm.cols, T = xm.rows;
-  need_mat(out, T, D, op, "out");
+  cl_need_mat(out, T, D, op, "out");
   cl_need_numel(rstd, T, op, "rstd");
   cl_need_numel(w, D, op, "w");
   cl_need_int(T * D, op, "T*D");
@@ -107,10 +83,10 @@ void OpenClBackend::rmsnorm_backward(const Tensor& dx, const Tensor& dw, const T
   cl_need_f32(x, op, "x");
   cl_need_f32(w, op, "w");
   cl_need_f32(rstd, op, "rstd");
-  const Mat xm = mat(x);
+  const ClMat xm = cl_mat(x);
   const int64_t D = xm.cols, T = xm.rows;
-  need_mat(dx, T, D, op, "dx");
-  need_mat(dout, T, D, op, "dout");
+  cl_need_mat(dx, T, D, op, "dx");
+  cl_need_mat(dout, T, D, op, "dout");
   cl_need_numel(w, D, op, "w");
   cl_need_numel(dw, D, op, "dw");
   cl_need_numel(rstd, T, op, "rstd");
@@ -140,7 +116,7 @@ void OpenClBackend::rmsnorm_backward(const Tensor& dx, const Tensor& dw, const T
 
 void OpenClBackend::column_sum(const Tensor& out, const Tensor& x, bool accumulate,
                                const char* op) {
-  const Mat xm = mat(x);
+  const ClMat xm = cl_mat(x);
   const int64_t D = xm.cols, T = xm.rows;
   cl_need_numel(out, D, op, "out");
   cl_need_int(T * D, op, "T*D");
@@ -392,7 +368,7 @@ void OpenClBackend::cross_entropy_forward(const Tensor& losses, const Tensor& lo
   cl_need_f32(losses, op, "losses");
   cl_need_f32(logits, op, "logits");
   cl_need_i32(targets, op, "targets");
-  const Mat lm = mat(logits);
+  const ClMat lm = cl_mat(logits);
   const int64_t V = lm.cols, T = lm.rows;
   cl_need_numel(targets, T, op, "targets");
   cl_need_numel(losses, T, op, "losses");
@@ -411,214 +387,15 @@ void OpenClBackend::cross_entropy_backward(const Tensor& dlogits, const Tensor& 
   cl_need_f32(dlogits, op, "dlogits");
   cl_need_f32(logits, op, "logits");
   cl_need_i32(targets, op, "targets");
-  const Mat lm = mat(logits);
+  const ClMat lm = cl_mat(logits);
   const int64_t V = lm.cols, T = lm.rows;
   cl_need_numel(targets, T, op, "targets");
-  need_mat(dlogits, T, V, op, "dlogits");
+  cl_need_mat(dlogits, T, V, op, "dlogits");
   cl_need_int(T * V, op, "T*V");
   ClLaunch launch(*this, "cross_entropy_bwd", op);
   const size_t L = row_group_size(launch.kernel(), V);
   launch.t(dlogits).t(logits).t(targets).i(V).i(ignore_index).f(grad_scale).err().groups(
       static_cast<size_t>(T), L);
-  maybe_check_errors(op);
-}
-
-// ---- routing ------------------------------------------------------------------------------------
-
-void OpenClBackend::softmax_forward(const Tensor& out, const Tensor& x) {
-  const char* op = "softmax_forward";
-  cl_need_f32(out, op, "out");
-  cl_need_f32(x, op, "x");
-  const Mat xm = mat(x);
-  const int64_t E = xm.cols, T = xm.rows;
-  need_mat(out, T, E, op, "out");
-  cl_need_int(x.numel(), op, "numel");
-  ClLaunch launch(*this, "softmax_fwd", op);
-  const size_t L = row_group_size(launch.kernel(), E);
-  launch.t(out).t(x).i(E).groups(static_cast<size_t>(T), L);
-}
-
-void OpenClBackend::softmax_backward(const Tensor& dx, const Tensor& dout, const Tensor& out) {
-  const char* op = "softmax_backward";
-  cl_need_f32(dx, op, "dx");
-  cl_need_f32(dout, op, "dout");
-  cl_need_f32(out, op, "out");
-  const Mat om = mat(out);
-  const int64_t E = om.cols, T = om.rows;
-  need_mat(dx, T, E, op, "dx");
-  need_mat(dout, T, E, op, "dout");
-  cl_need_int(out.numel(), op, "numel");
-  ClLaunch launch(*this, "softmax_bwd", op);
-  const size_t L = row_group_size(launch.kernel(), E);
-  launch.t(dx).t(dout).t(out).i(E).groups(static_cast<size_t>(T), L);
-}
-
-void OpenClBackend::topk_forward(const Tensor& weights, const Tensor& ids, const Tensor& scores,
-                                 const Tensor& bias, bool renormalize) {
-  const char* op = "topk_forward";
-  cl_need_f32(weights, op, "weights");
-  cl_need_i32(ids, op, "ids");
-  cl_need_f32(scores, op, "scores");
-  const Mat sm = mat(scores);
-  const int64_t E = sm.cols, T = sm.rows, K = mat(weights).cols;
-  cl_need(K >= 1 && K <= E && K <= 64, op,
-          "k = " + std::to_string(K) + " must be in [1, min(E = " + std::to_string(E) +
-              ", 64)] (64: the OpenCL kernel's limit)");
-  need_mat(weights, T, K, op, "weights");
-  need_mat(ids, T, K, op, "ids");
-  cl_need_int(scores.numel(), op, "numel");
-  ClLaunch launch(*this, "topk_fwd", op);
-  launch.t(weights).t(ids).t(scores);
-  if (bias.defined()) {
-    cl_need_f32(bias, op, "bias");
-    cl_need_numel(bias, E, op, "bias");
-    launch.t(bias).i(1);
-  } else {
-    launch.t(scores).i(0);  // any valid buffer; never read
-  }
-  launch.i(T).i(E).i(K).i(renormalize ? 1 : 0).items(T);
-}
-
-void OpenClBackend::topk_backward(const Tensor& dscores, const Tensor& dweights,
-                                  const Tensor& weights, const Tensor& ids, const Tensor& scores,
-                                  bool renormalize) {
-  const char* op = "topk_backward";
-  cl_need_f32(dscores, op, "dscores");
-  cl_need_f32(dweights, op, "dweights");
-  cl_need_f32(weights, op, "weights");
-  cl_need_i32(ids, op, "ids");
-  cl_need_f32(scores, op, "scores");
-  const Mat sm = mat(scores);
-  const int64_t E = sm.cols, T = sm.rows, K = mat(weights).cols;
-  need_mat(dscores, T, E, op, "dscores");
-  need_mat(weights, T, K, op, "weights");
-  need_mat(dweights, T, K, op, "dweights");
-  need_mat(ids, T, K, op, "ids");
-  cl_need_int(scores.numel(), op, "numel");
-  ClLaunch(*this, "topk_bwd", op)
-      .t(dscores)
-      .t(dweights)
-      .t(weights)
-      .t(ids)
-      .t(scores)
-      .i(T)
-      .i(E)
-      .i(K)
-      .i(renormalize ? 1 : 0)
-      .err()
-      .items(T);
-  maybe_check_errors(op);
-}
-
-void OpenClBackend::sum_rows(const Tensor& out, const Tensor& x) {
-  cl_need_f32(out, "sum_rows", "out");
-  cl_need_f32(x, "sum_rows", "x");
-  column_sum(out, x, false, "sum_rows");
-}
-
-void OpenClBackend::add_row(const Tensor& x, const Tensor& row, float alpha) {
-  const char* op = "add_row";
-  cl_need_f32(x, op, "x");
-  cl_need_f32(row, op, "row");
-  const Mat xm = mat(x);
-  const int64_t E = xm.cols, T = xm.rows;
-  cl_need_numel(row, E, op, "row");
-  cl_need_int(x.numel(), op, "numel");
-  ClLaunch(*this, "add_row", op).t(x).t(row).f(alpha).i(T).i(E).items2d(E, T);
-}
-
-// ---- token permutation --------------------------------------------------------------------------
-
-void OpenClBackend::gather_rows(const Tensor& out, const Tensor& src, const Tensor& idx) {
-  const char* op = "gather_rows";
-  cl_need_f32(out, op, "out");
-  cl_need_f32(src, op, "src");
-  cl_need_i32(idx, op, "idx");
-  const Mat sm = mat(src);
-  const int64_t D = sm.cols, T = sm.rows, N = idx.numel();
-  need_mat(out, N, D, op, "out");
-  cl_need_int(N * D, op, "N*D");
-  cl_need_int(T, op, "T");
-  ClLaunch(*this, "gather_rows", op).t(out).t(src).t(idx).i(N).i(D).i(T).err().items2d(D, N);
-  maybe_check_errors(op);
-}
-
-void OpenClBackend::sum_slots(const Tensor& dst, const Tensor& src, const Tensor& slots) {
-  const char* op = "sum_slots";
-  cl_need_f32(dst, op, "dst");
-  cl_need_f32(src, op, "src");
-  cl_need_i32(slots, op, "slots");
-  const Mat dm = mat(dst);
-  const int64_t D = dm.cols, T = dm.rows, K = mat(slots).cols, N = mat(src).rows;
-  need_mat(slots, T, K, op, "slots");
-  need_mat(src, N, D, op, "src");
-  cl_need_int(T * D, op, "T*D");
-  cl_need_int(N * D, op, "N*D");
-  ClLaunch(*this, "sum_slots", op).t(dst).t(src).t(slots).i(T).i(K).i(D).i(N).err().items2d(D, T);
-  maybe_check_errors(op);
-}
-
-void OpenClBackend::combine_forward(const Tensor& out, const Tensor& y, const Tensor& slots,
-                                    const Tensor& weights) {
-  const char* op = "combine_forward";
-  cl_need_f32(out, op, "out");
-  cl_need_f32(y, op, "y");
-  cl_need_i32(slots, op, "slots");
-  cl_need_f32(weights, op, "weights");
-  const Mat om = mat(out);
-  const int64_t D = om.cols, T = om.rows, K = mat(slots).cols, N = mat(y).rows;
-  need_mat(slots, T, K, op, "slots");
-  need_mat(weights, T, K, op, "weights");
-  need_mat(y, N, D, op, "y");
-  cl_need_int(T * D, op, "T*D");
-  cl_need_int(N * D, op, "N*D");
-  ClLaunch(*this, "combine_fwd", op)
-      .t(out)
-      .t(y)
-      .t(slots)
-      .t(weights)
-      .i(T)
-      .i(K)
-      .i(D)
-      .i(N)
-      .err()
-      .items2d(D, T);
-  maybe_check_errors(op);
-}
-
-void OpenClBackend::combine_backward(const Tensor& dy, const Tensor& dweights, const Tensor& dout,
-                                     const Tensor& y, const Tensor& slots,
-                                     const Tensor& weights) {
-  const char* op = "combine_backward";
-  cl_need_f32(dy, op, "dy");
-  cl_need_f32(dweights, op, "dweights");
-  cl_need_f32(dout, op, "dout");
-  cl_need_f32(y, op, "y");
-  cl_need_i32(slots, op, "slots");
-  cl_need_f32(weights, op, "weights");
-  const Mat om = mat(dout);
-  const int64_t D = om.cols, T = om.rows, K = mat(slots).cols, N = mat(y).rows;
-  need_mat(slots, T, K, op, "slots");
-  need_mat(weights, T, K, op, "weights");
-  need_mat(dweights, T, K, op, "dweights");
-  need_mat(y, N, D, op, "y");
-  need_mat(dy, N, D, op, "dy");
-  cl_need_int(T * K * D, op, "T*k*D");
-  cl_need_int(N * D, op, "N*D");
-  ClLaunch(*this, "combine_bwd_dy", op)
-      .t(dy)
-      .t(dout)
-      .t(slots)
-      .t(weights)
-      .i(T)
-      .i(K)
-      .i(D)
-      .i(N)
-      .err()
-      .items2d(D, T * K);
-  ClLaunch launch(*this, "combine_bwd_dw", op);
-  const size_t L = row_group_size(launch.kernel(), D);
-  launch.t(dweights).t(dout).t(y).t(slots).i(K).i(D).i(N).groups(static_cast<size_t>(T * K), L);
   maybe_check_errors(op);
 }
 
