@@ -392,9 +392,9 @@ double OpenClBackend::squared_norm(const Tensor& x) {
   if (x.numel() == 0) return 0.0;
   ClLaunch launch(*this, "sqnorm_partial", op);
   const size_t local = ctx_.work_group_size(launch.kernel(), row_cap_);
-  // Fixed partition for a given size and device: up to 256 contiguous chunks,
-  // so the partials and their order never change.
-  const int64_t groups = std::min<int64_t>(256, x.numel());
+  // Fixed partition for a given size and device: up to 1024 contiguous chunks,
+  // so the partials and their order never change; the host adds them in double.
+  const int64_t groups = std::min<int64_t>(1024, x.numel());
   const int64_t chunk = (x.numel() + groups - 1) / groups;
   Tensor partial = empty({groups});
   launch.mem(mem_of(partial, op)).t(x).l(x.numel()).l(chunk).groups(static_cast<size_t>(groups),

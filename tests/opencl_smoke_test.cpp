@@ -148,6 +148,22 @@ TEST(OpenclSmoke, SquaredNormSumsInDouble) {
   EXPECT_EQ(be.squared_norm(x.view(0, {0})), 0.0);
 }
 
+// Many same-sign squares: plain float partial sums over thousands of elements
+// drift by ~1e-4 relative; the kernel's compensated sums must stay near 1e-6.
+TEST(OpenclSmoke, SquaredNormStaysAccurateOnLongVectors) {
+  TROUPE_REQUIRE_OPENCL_BACKEND(be);
+  const int64_t n = int64_t{1} << 23;
+  std::vector<float> v(static_cast<size_t>(n));
+  double want = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    v[static_cast<size_t>(i)] = 1.0f + static_cast<float>(i % 1000) * 1e-3f;
+    want += static_cast<double>(v[static_cast<size_t>(i)]) * v[static_cast<size_t>(i)];
+  }
+  Tensor x = be.from_f32({n}, v);
+  const double got = be.squared_norm(x);
+  EXPECT_NEAR(got, want, 2e-6 * want);
+}
+
 // Devices are threads with a backend each: two backends running GEMMs and
 // kernels at the same time must both get exact results.
 TEST(OpenclSmoke, TwoBackendsOnTwoThreads) {

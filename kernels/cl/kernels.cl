@@ -721,17 +721,22 @@ __kernel void combine_bwd_dw(__global float* dweights, long dwo, __global const 
 // in double, in order) and the AdamW update.
 
 // Work-group g writes the sum of squares of x[g*chunk, (g+1)*chunk); its
-// work-items stride through the chunk, then reduce by a fixed tree.
+// work-items stride through the chunk with Kahan-compensated sums (a CPU device
+// runs one work-item per group, summing thousands of same-sign squares), then
+// reduce by a fixed tree.
 __kernel void sqnorm_partial(__global float* partial, __global const float* x, long xo, long n,
                              long chunk) {
   __local float scratch[MAX_WG];
   const long begin = (long)get_group_id(0) * chunk;
   const long end = min(n, begin + chunk);
   const int L = get_local_size(0);
-  float acc = 0.0f;
+  float acc = 0.0f, comp = 0.0f;
   for (long i = begin + get_local_id(0); i < end; i += L) {
     const float v = x[xo + i];
-    acc += v * v;
+    const float yk = v * v - comp;
+    const float t = acc + yk;
+    comp = (t - acc) - yk;
+    acc = t;
   }
   acc = wg_sum(scratch, acc);
   if (get_local_id(0) == 0) partial[get_group_id(0)] = acc;
