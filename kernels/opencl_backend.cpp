@@ -176,6 +176,7 @@ static const char* error_word_text(int code) {
     case 3: return "row index outside [0, rows of src) (gather_rows)";
     case 4: return "slot outside [0, rows of y/src) (sum_slots/combine_forward/combine_backward)";
     case 5: return "expert id outside [0, experts) (topk_backward)";
+    case 6: return "a row of y is named by two slots (combine_backward scatters to each row once)";
     default: return "unknown error code";
   }
 }

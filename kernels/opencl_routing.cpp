@@ -190,6 +190,17 @@ void OpenClBackend::combine_backward(const Tensor& dy, const Tensor& dweights, c
   cl_need_mat(dy, N, D, op, "dy");
   cl_need_int(T * K * D, op, "T*k*D");
   cl_need_int(N * D, op, "N*D");
+  if (T * K > 0 && N > 0) {  // the scatter below needs every row named at most once
+    Tensor owner = empty({N}, DType::i32);
+    ClLaunch(*this, "slot_owner", op).mem(mem_of(owner, op)).t(slots).i(T * K).i(N).items(T * K);
+    ClLaunch(*this, "slot_check", op)
+        .mem(mem_of(owner, op))
+        .t(slots)
+        .i(T * K)
+        .i(N)
+        .err()
+        .items(T * K);
+  }
   ClLaunch(*this, "combine_bwd_dy", op)
       .t(dy)
       .t(dout)

@@ -88,6 +88,17 @@ TEST(OpenclSmoke, BadIdsAreReportedByOpAndTheBackendRecovers) {
   Tensor idx = be.from_i32({1}, std::vector<int32_t>{-2});
   Tensor g = be.empty({1, 3});
   EXPECT_THROW(be.gather_rows(g, src, idx), std::invalid_argument);
+  // combine_backward scatters into rows of dy: a row named twice would race.
+  Tensor dup = be.from_i32({2, 2}, std::vector<int32_t>{0, 1, 2, 1});
+  Tensor w = be.zeros({2, 2}), dy = be.zeros({3, 3}), dw = be.zeros({2, 2});
+  try {
+    be.combine_backward(dy, dw, dst, src, dup, w);
+    FAIL() << "a duplicated slot was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_CONTAINS(e.what(), "a row of y is named by two slots");
+  }
+  Tensor uniq = be.from_i32({2, 2}, std::vector<int32_t>{0, -1, 2, 1});
+  EXPECT_NO_THROW(be.combine_backward(dy, dw, dst, src, uniq, w));
 }
 
 TEST(OpenclSmoke, LazyChecksReportAtSynchronize) {

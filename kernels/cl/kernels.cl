@@ -23,6 +23,7 @@
 #define ERR_GATHER_INDEX 3
 #define ERR_SLOT 4
 #define ERR_TOPK_ID 5
+#define ERR_DUP_SLOT 6
 
 #ifdef cl_khr_fp64
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
@@ -679,8 +680,8 @@ __kernel void combine_fwd(__global float* out, long oo, __global const float* y,
 }
 
 // dy[slots[t,j], d] += weights[t,j] * dout[t,d]. Each row of y belongs to one
-// (t,j) slot (a dispatch plan places every routed copy in its own row), so every
-// element has a single writer.
+// (t,j) slot (a dispatch plan places every routed copy in its own row; the host
+// runs slot_owner/slot_check first), so every element has a single writer.
 __kernel void combine_bwd_dy(__global float* dy, long dyo, __global const float* dout, long doo,
                              __global const int* slots, long slo, __global const float* weights,
                              long wo, int T, int K, int D, int N, __global int* err) {
@@ -694,6 +695,24 @@ __kernel void combine_bwd_dy(__global float* dy, long dyo, __global const float*
     return;
   }
   dy[dyo + (long)s * D + d] += weights[wo + tj] * dout[doo + (long)t * D + d];
+}
+
+// Duplicate-slot check for combine_bwd_dy (ints only, so the race on owner[]
+// is harmless): every (t,j) writes its index into its row, then any (t,j) that
+// does not find its own index there shares the row with another.
+__kernel void slot_owner(__global int* owner, __global const int* slots, long slo, int TK, int N) {
+  const int tj = get_global_id(0);
+  if (tj >= TK) return;
+  const int s = slots[slo + tj];
+  if (s >= 0 && s < N) owner[s] = tj;
+}
+
+__kernel void slot_check(__global const int* owner, __global const int* slots, long slo, int TK,
+                         int N, __global int* err) {
+  const int tj = get_global_id(0);
+  if (tj >= TK) return;
+  const int s = slots[slo + tj];
+  if (s >= 0 && s < N && owner[s] != tj) report_error(err, ERR_DUP_SLOT);
 }
 
 // dweights[t,j] += dot(dout[t], y[slots[t,j]]). One work-group per (t,j).
