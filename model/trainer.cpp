@@ -153,6 +153,9 @@ struct Trainer::Impl {
       loss_sum += r.loss_sum;
       aux += r.aux_loss;
       const auto load = dec->expert_load();
+      const auto dropped = dec->dropped();
+      if (m.dropped.empty()) m.dropped.assign(dropped.size(), 0);
+      for (size_t l = 0; l < dropped.size(); ++l) m.dropped[l] += dropped[l];
       if (m.expert_load.empty()) m.expert_load.assign(load.size(), {});
       for (size_t l = 0; l < load.size(); ++l) {
         if (m.expert_load[l].empty()) m.expert_load[l].assign(load[l].size(), 0);

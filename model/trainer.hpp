@@ -41,6 +41,7 @@ struct StepMetrics {
   int64_t tokens = 0;      // tokens processed (batch_size * seq_len)
   double step_seconds = 0.0;
   std::vector<std::vector<int64_t>> expert_load;  // [layer][expert] assignments this step
+  std::vector<int64_t> dropped;  // [layer] assignments dropped by the capacity limit this step
 };
 
 struct EvalMetrics {

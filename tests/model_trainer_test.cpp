@@ -140,7 +140,14 @@ TEST_P(Resume, HalfSaveLoadHalfIsBitwiseTheStraightRun) {
   o.steps = 8;
   std::vector<double> straight;
   model::Trainer a(o);
-  for (int i = 0; i < 8; ++i) straight.push_back(a.step().loss);
+  for (int i = 0; i < 8; ++i) {
+    const model::StepMetrics m = a.step();
+    straight.push_back(m.loss);
+    ASSERT_EQ(m.dropped.size(), static_cast<size_t>(o.model.n_layers));
+    if (o.model.capacity_factor == 0.0) {
+      EXPECT_EQ(m.dropped[0], 0);
+    }
+  }
 
   const std::string dir = temp_dir("resume_" + GetParam());
   std::vector<double> resumed;
