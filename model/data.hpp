@@ -82,9 +82,11 @@ class DataSource {
 // Builds the source named by config.source:
 //   "text"           byte-level file at config.path (vocab 256); the last
 //                    val_fraction of the bytes is the validation split;
-//   "addition"       a+b=c with operands of up to config.digits digits, answer
-//                    digits written least-significant first (see data_addition.cpp);
-//   "addition_plain" the same with the answer in normal order.
+//   "addition"       a+b=c with operands of up to config.digits digits, written
+//                    zero-padded to exactly `digits` digits, and the answer
+//                    zero-padded to digits+1 digits, least-significant digit
+//                    first: 12+345= -> "012+345=7530" (see data_addition.cpp);
+//   "addition_plain" the same problems in plain form: "12+345=357".
 // seq_len > 0 also checks up front that sequences of that length can be made.
 // Throws std::runtime_error with a clear message (unknown source, missing,
 // empty or too-short file, bad digits or val_fraction).

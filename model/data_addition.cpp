@@ -1,4 +1,4 @@
-// Built-in synthetic task: multi-digit addition, "123+4567=4690".
+// Built-in synthetic task: multi-digit addition.
 //
 // Tokenizer (vocab 14): '0'..'9' -> 0..9, '+' -> 10, '=' -> 11, EOS ('\n') -> 12,
 // PAD ('_') -> 13. A training sequence is EOS followed by packed problems, each
@@ -11,11 +11,14 @@
 // irreducible loss (log 10 per digit) and gradient noise; the answer is the
 // only part that is a function of the context.
 //
-// Reversed answers ("addition", the default): the sum is written least-
-// significant digit first (123+4567=0964), the order in which carries are
-// computed, so each answer digit depends only on operand digits and the carry
-// just produced. Small transformers learn this far faster than the normal order
-// ("addition_plain"), where the first digit emitted depends on every carry.
+// Format of "addition" (the default), for d = 3: 12+345 is written
+// "012+345=7530": operands zero-padded to d digits, the sum zero-padded to
+// d+1 digits and written least-significant digit first. Both are known tricks
+// that make addition far easier for small transformers: reversed, each answer
+// digit depends only on two operand digits and the carry just produced (in
+// normal order the first digit emitted depends on every carry); padded, the
+// operand digits an answer digit needs are always at the same distance from
+// it, whatever the operands' lengths. "addition_plain" writes "12+345=357".
 //
 // Held-out problems: addition_held_out(a, b) hashes the unordered pair with a
 // fixed salt; about 1 in 10 pairs is held out. Training draws reject held-out
@@ -66,25 +69,28 @@ int64_t pow10(int64_t d) {
   return p;
 }
 
-void push_number(std::vector<int32_t>& out, int64_t v, bool reversed) {
+// Appends the decimal digits of v, zero-padded to `width` digits (0 = no padding).
+void push_number(std::vector<int32_t>& out, int64_t v, bool reversed, int64_t width = 0) {
   const size_t start = out.size();
   do {
     out.push_back(static_cast<int32_t>(v % 10));
     v /= 10;
   } while (v > 0);
+  while (static_cast<int64_t>(out.size() - start) < width) out.push_back(0);
   if (!reversed) std::reverse(out.begin() + static_cast<std::ptrdiff_t>(start), out.end());
 }
 
 class AdditionSource final : public DataSource {
  public:
-  AdditionSource(int64_t digits, uint64_t seed, bool reversed)
-      : digits_(digits), seed_(seed), reversed_(reversed), limit_(pow10(digits)) {}
+  AdditionSource(int64_t digits, uint64_t seed, bool reversed, bool padded)
+      : digits_(digits), seed_(seed), reversed_(reversed), padded_(padded), limit_(pow10(digits)) {}
 
   int64_t vocab_size() const override { return kVocab; }
 
   std::string describe() const override {
     std::ostringstream os;
-    os << "addition: operands of up to " << digits_ << " digits, answer "
+    os << "addition: operands of up to " << digits_ << " digits"
+       << (padded_ ? " (zero-padded)" : "") << ", answer "
        << (reversed_ ? "least-significant digit first" : "in normal digit order")
        << ", vocab " << kVocab << ", ~1 in 10 problems held out for evaluation";
     return os.str();
@@ -115,8 +121,10 @@ class AdditionSource final : public DataSource {
     return out;
   }
 
+  // Also writes "a+b=" prompts in the padded training format ("12+345=" ->
+  // "012+345=" for 3 digits), so users can type problems naturally.
   std::vector<int32_t> encode_prompt(const std::string& text) const override {
-    std::vector<int32_t> out = encode(text);
+    std::vector<int32_t> out = encode(padded_ ? pad_problem(text) : text);
     if (out.empty() || out.front() != kEos) out.insert(out.begin(), kEos);
     return out;
   }
@@ -132,11 +140,11 @@ class AdditionSource final : public DataSource {
       const auto [a, b] = held_out_problem(rng);
       TaskProblem& p = out[static_cast<size_t>(i)];
       p.prompt.push_back(kEos);
-      push_number(p.prompt, a, false);
+      push_number(p.prompt, a, false, operand_width());
       p.prompt.push_back(kPlus);
-      push_number(p.prompt, b, false);
+      push_number(p.prompt, b, false, operand_width());
       p.prompt.push_back(kEquals);
-      push_number(p.answer, a + b, reversed_);
+      push_number(p.answer, a + b, reversed_, answer_width());
       p.answer.push_back(kEos);
     }
     return out;
@@ -164,6 +172,25 @@ class AdditionSource final : public DataSource {
   }
 
  private:
+  // "[\n]a+b=" with decimal a, b -> operands zero-padded to digits_; other text unchanged.
+  std::string pad_problem(const std::string& text) const {
+    const size_t start = !text.empty() && text[0] == '\n' ? 1 : 0;
+    const size_t plus = text.find('+', start);
+    if (plus == std::string::npos || text.size() < plus + 3 || text.back() != '=') return text;
+    const std::string a = text.substr(start, plus - start), b = text.substr(plus + 1, text.size() - plus - 2);
+    auto is_number = [](const std::string& s) {
+      return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+    };
+    if (!is_number(a) || !is_number(b)) return text;
+    auto pad = [&](const std::string& s) {
+      return static_cast<int64_t>(s.size()) < digits_ ? std::string(static_cast<size_t>(digits_) - s.size(), '0') + s : s;
+    };
+    return text.substr(0, start) + pad(a) + "+" + pad(b) + "=";
+  }
+
+  int64_t operand_width() const { return padded_ ? digits_ : 0; }
+  int64_t answer_width() const { return padded_ ? digits_ + 1 : 0; }
+
   int64_t train_operand(Stream& rng) const {
     if (rng.next() & 1) return rng.below(limit_);
     const int64_t nd = 1 + rng.below(digits_);
@@ -200,12 +227,12 @@ class AdditionSource final : public DataSource {
     for (;;) {
       const auto [a, b] = draw();
       problem.clear();
-      push_number(problem, a, false);
+      push_number(problem, a, false, operand_width());
       problem.push_back(kPlus);
-      push_number(problem, b, false);
+      push_number(problem, b, false, operand_width());
       problem.push_back(kEquals);
       const size_t answer_at = problem.size();
-      push_number(problem, a + b, reversed_);
+      push_number(problem, a + b, reversed_, answer_width());
       problem.push_back(kEos);
       if (static_cast<int64_t>(tok.size() + problem.size()) > seq + 1) break;
       for (size_t i = 0; i < problem.size(); ++i) {
@@ -224,6 +251,7 @@ class AdditionSource final : public DataSource {
   int64_t digits_;
   uint64_t seed_;
   bool reversed_;
+  bool padded_;  // operands written with exactly digits_ digits, answers with digits_ + 1
   int64_t limit_;  // 10^digits: operands are in [0, limit_)
 };
 
@@ -237,11 +265,11 @@ bool addition_held_out(int64_t a, int64_t b) {
 namespace detail {
 
 std::unique_ptr<DataSource> make_addition_source(const DataConfig& config, uint64_t seed,
-                                                 int64_t seq_len, bool reverse_answer) {
+                                                 int64_t seq_len, bool reverse_answer, bool padded) {
   if (config.digits < 1 || config.digits > kMaxDigits)
     throw std::runtime_error("data: addition digits must be in [1, " + std::to_string(kMaxDigits) +
                              "], got " + std::to_string(config.digits));
-  auto src = std::make_unique<AdditionSource>(config.digits, seed, reverse_answer);
+  auto src = std::make_unique<AdditionSource>(config.digits, seed, reverse_answer, padded);
   if (seq_len > 0) src->check_seq(seq_len);
   return src;
 }

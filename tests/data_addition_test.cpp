@@ -119,6 +119,9 @@ TEST(AdditionData, ReversedAnswerFormat) {
     const auto plus = prompt.find('+');
     const long long a = std::stoll(prompt.substr(1, plus - 1)), b = std::stoll(prompt.substr(plus + 1));
     ASSERT_EQ(answer.back(), '\n');
+    EXPECT_EQ(plus, 5u) << "operands are padded to 4 digits: " << prompt;
+    EXPECT_EQ(prompt.size(), 11u) << prompt;
+    EXPECT_EQ(answer.size(), 6u) << "answers are padded to 5 digits: " << answer;
     std::string c = answer.substr(0, answer.size() - 1);
     c.assign(c.rbegin(), c.rend());
     EXPECT_EQ(std::stoll(c), a + b) << prompt << answer;
@@ -200,8 +203,13 @@ TEST(AdditionData, Tokenizer) {
   EXPECT_EQ(t, (std::vector<int32_t>{1, 2, kPlus, 3, 4, 5, kEquals, 7, 5, 3, kEos, kPad}));
   EXPECT_EQ(src->decode(t), "12+345=753\n_");
   EXPECT_EQ(src->decode({0, 99, -1}), "0??");
-  EXPECT_EQ(src->encode_prompt("1+2="), (std::vector<int32_t>{kEos, 1, kPlus, 2, kEquals}));
-  EXPECT_EQ(src->encode_prompt("\n1+2=").size(), 5u);
+  // Prompts are written in the training format: EOS first, operands zero-padded.
+  EXPECT_EQ(src->encode_prompt("1+23="), (std::vector<int32_t>{kEos, 0, 0, 1, kPlus, 0, 2, 3, kEquals}));
+  EXPECT_EQ(src->encode_prompt("\n1+2="), src->encode_prompt("1+2="));
+  EXPECT_EQ(src->encode_prompt("1234+5="), src->encode("\n1234+005="));
+  EXPECT_EQ(src->encode_prompt("12"), (std::vector<int32_t>{kEos, 1, 2}));
+  auto plain = make_data_source(addition_config(3, "addition_plain"), 1);
+  EXPECT_EQ(plain->encode_prompt("1+2="), (std::vector<int32_t>{kEos, 1, kPlus, 2, kEquals}));
   EXPECT_EQ(src->eos_token(), kEos);
   try {
     src->encode("1 + 2");
