@@ -22,6 +22,9 @@ Decoder& Generator::decoder_for(int64_t length) {
   if (!d) {
     ModelConfig c = cfg_;
     c.seq_len = bucket;
+    // Dropless at inference: with a capacity limit, the padding after the
+    // prompt would compete with real tokens for expert slots.
+    c.capacity_factor = 0.0;
     d = std::make_unique<Decoder>(be_, c, 1);
   }
   return *d;

@@ -1,5 +1,7 @@
 // Autoregressive generation with the decoder (full-sequence recompute per new
 // token, no KV cache), and `sample`, the entry point of `troupe sample`.
+// MoE layers run dropless here (capacity_factor ignored), so a token's output
+// never depends on the padding of its context bucket.
 #pragma once
 
 #include <cstdint>
