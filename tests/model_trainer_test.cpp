@@ -323,3 +323,20 @@ TEST(HostVsOpenCL, TwentyStepsSameLosses) {
 
 }  // namespace
 }  // namespace troupe::test
+
+namespace troupe::test {
+namespace {
+
+// Same seed, same OpenCL run: bitwise (the kernels use no float atomics).
+TEST(OpenCL, SameSeedSameRunBitwise) {
+  std::string why;
+  if (!try_backend("opencl", &why)) GTEST_SKIP() << "no opencl backend: " << why;
+  TrainOptions o = small_options("moe");
+  o.backend.kind = "opencl";
+  model::Trainer a(o), b(o);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(a.step().loss, b.step().loss);
+  EXPECT_EQ(a.parameters(), b.parameters());
+}
+
+}  // namespace
+}  // namespace troupe::test
