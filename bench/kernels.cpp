@@ -1,9 +1,12 @@
 // bench_kernels: GEMM GFLOP/s on the quickstart model's shapes for each
 // backend next to raw cblas_sgemm on the same buffers, and GB/s of the
 // memory-bound ops next to memcpy moving the same number of bytes. Every ratio
-// compares two measurements interleaved in the same run (medians of rounds).
+// compares two measurements interleaved in the same run (median of per-round
+// ratios; the GFLOP/s and GB/s columns are medians of rounds).
 //
-//   bench_kernels [--quick] [--json PATH] [--threads 1,2] [--no-opencl]
+//   bench_kernels [--quick] [--json PATH] [--threads 1,2] [--no-opencl] [--skip TEXT]...
+// --skip leaves out every row whose "backend:name" contains TEXT (e.g. an op
+// that is broken on one backend), and says so in the notes.
 #include <cblas.h>
 
 #include <algorithm>
@@ -28,19 +31,36 @@ struct Options {
   bool opencl = true;
   std::string json = "bench_kernels.json";
   std::vector<int> threads = {1, 2};
+  std::vector<std::string> skip;
+  bool skipped(const std::string& backend, const std::string& name) const {
+    const std::string key = backend + ":" + name;
+    for (const std::string& s : skip)
+      if (key.find(s) != std::string::npos) return true;
+    return false;
+  }
 };
 
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// Seconds per call of each of fa and fb, measured in alternating rounds (so
-// both see the same machine load); each round runs enough calls to last
-// `round_s`, and the median round is kept.
-std::pair<double, double> compare(const std::function<void()>& fa, const std::function<void()>& fb,
-                                  const Options& o) {
-  const double round_s = o.quick ? 0.01 : 0.05;
-  const int rounds = o.quick ? 3 : 9;
+// Seconds per call of fa and fb, measured in alternating rounds so both see the
+// same machine load (the order flips every round); each round runs enough calls
+// to last `round_s`. Returns the median round of each and the median over rounds
+// of the per-round ratio time(b)/time(a): on a shared machine whose load drifts,
+// that ratio is much steadier than either time.
+struct Timing {
+  double a, b, b_over_a;
+};
+
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+  return v[v.size() / 2];
+}
+
+Timing compare(const std::function<void()>& fa, const std::function<void()>& fb, const Options& o) {
+  const double round_s = o.quick ? 0.01 : 0.04;
+  const int rounds = o.quick ? 5 : 21;
   auto reps_for = [&](const std::function<void()>& f) {
     f();  // warm up (first-use compilation, page faults)
     int reps = 1;
@@ -52,18 +72,23 @@ std::pair<double, double> compare(const std::function<void()>& fa, const std::fu
     }
   };
   const int ra = reps_for(fa), rb = reps_for(fb);
-  std::vector<double> ta, tb;
+  auto time = [](const std::function<void()>& f, int reps) {
+    const double t0 = now();
+    for (int i = 0; i < reps; ++i) f();
+    return (now() - t0) / reps;
+  };
+  std::vector<double> ta, tb, ratio;
   for (int r = 0; r < rounds; ++r) {
-    double t0 = now();
-    for (int i = 0; i < ra; ++i) fa();
-    ta.push_back((now() - t0) / ra);
-    t0 = now();
-    for (int i = 0; i < rb; ++i) fb();
-    tb.push_back((now() - t0) / rb);
+    if (r % 2 == 0) {
+      ta.push_back(time(fa, ra));
+      tb.push_back(time(fb, rb));
+    } else {
+      tb.push_back(time(fb, rb));
+      ta.push_back(time(fa, ra));
+    }
+    ratio.push_back(tb.back() / ta.back());
   }
-  std::nth_element(ta.begin(), ta.begin() + rounds / 2, ta.end());
-  std::nth_element(tb.begin(), tb.begin() + rounds / 2, tb.end());
-  return {ta[rounds / 2], tb[rounds / 2]};
+  return {median(ta), median(tb), median(ratio)};
 }
 
 std::vector<float> random_f32(size_t n, uint64_t seed) {
@@ -164,9 +189,9 @@ void bench_gemm(Backend& be, int threads, const GemmShape& s, const Options& o,
                   g.m, g.n, g.k, 1.0f, pa + g.a_offset, s.ta ? g.m : g.k, pb + g.b_offset,
                   s.tb ? g.k : g.n, 0.0f, pc + g.c_offset, g.n);
   };
-  const auto [tb, tr] = compare(run_backend, run_raw, o);
+  const Timing t = compare(run_backend, run_raw, o);
   rows.push_back(
-      {"gemm", s.name, be.name(), threads, flops / tb * 1e-9, flops / tr * 1e-9, tr / tb, 0});
+      {"gemm", s.name, be.name(), threads, flops / t.a * 1e-9, flops / t.b * 1e-9, t.b_over_a, 0});
 }
 
 // ---- memory-bound ops ----------------------------------------------------------------
@@ -243,9 +268,9 @@ void bench_mem(Backend& be, int threads, MemOp& op, const Options& o, std::vecto
     std::memcpy(dst.data(), src.data(), half);
     asm volatile("" ::: "memory");  // keep the copy
   };
-  const auto [t_op, t_copy] = compare(run, copy, o);
-  rows.push_back({"memory", op.name, be.name(), threads, op.bytes / t_op * 1e-9,
-                  op.bytes / t_copy * 1e-9, t_copy / t_op, op.bytes});
+  const Timing t = compare(run, copy, o);
+  rows.push_back({"memory", op.name, be.name(), threads, op.bytes / t.a * 1e-9,
+                  op.bytes / t.b * 1e-9, t.b_over_a, op.bytes});
 }
 
 // ---- output -----------------------------------------------------------------------------
@@ -312,6 +337,8 @@ bool parse(int argc, char** argv, Options& o) {
       o.quick = true;
     } else if (a == "--no-opencl") {
       o.opencl = false;
+    } else if (a == "--skip" && i + 1 < argc) {
+      o.skip.push_back(argv[++i]);
     } else if (a == "--json" && i + 1 < argc) {
       o.json = argv[++i];
     } else if (a == "--threads" && i + 1 < argc) {
@@ -331,7 +358,8 @@ bool parse(int argc, char** argv, Options& o) {
       }
     } else {
       std::fprintf(stderr,
-                   "usage: bench_kernels [--quick] [--json PATH] [--threads 1,2] [--no-opencl]\n");
+                   "usage: bench_kernels [--quick] [--json PATH] [--threads 1,2] [--no-opencl] "
+                   "[--skip TEXT]...\n");
       return false;
     }
   }
@@ -376,6 +404,10 @@ int main(int argc, char** argv) {
     if (ocl && ti == 0) backends.push_back(ocl.get());
     for (Backend* be : backends) {
       for (const GemmShape& s : shapes) {
+        if (o.skipped(be->name(), s.name)) {
+          notes.push_back(be->name() + " gemm '" + s.name + "' skipped (--skip)");
+          continue;
+        }
         try {
           bench_gemm(*be, threads, s, o, rows);
         } catch (const std::exception& e) {
@@ -384,6 +416,10 @@ int main(int argc, char** argv) {
       }
       auto ops = mem_ops(*be, T, 128, 256, k, V, o.quick ? (1 << 18) : (1 << 20));
       for (MemOp& op : ops) {
+        if (o.skipped(be->name(), op.name)) {
+          notes.push_back(be->name() + " '" + op.name + "' skipped (--skip)");
+          continue;
+        }
         try {
           bench_mem(*be, threads, op, o, rows);
         } catch (const std::exception& e) {

@@ -13,5 +13,5 @@ troupe_add_gtest(kernels_tests
     ${CMAKE_CURRENT_LIST_DIR}/kernels_routing_test.cpp
     ${CMAKE_CURRENT_LIST_DIR}/kernels_optim_test.cpp
   LIBS troupe_kernels
-  TIMEOUT 900
+  TIMEOUT 300
   LABELS kernels)
