@@ -1,8 +1,10 @@
 // The MoE decoder with explicit forward and backward for one microbatch:
 // embedding -> L x (RMSNorm -> causal MHA with RoPE -> residual; RMSNorm ->
 // FFN (dense SwiGLU or MoE) -> residual) -> RMSNorm -> LM head -> cross-entropy.
-// All activations live in an arena allocated once in the constructor; every
-// forward/backward reuses it.
+// It is the pipeline Stage that holds every layer and both ends
+// (model/stage.hpp), so the single-process model and the pipeline runtime
+// share one implementation. All activations live in an arena allocated once
+// in the constructor; every forward/backward reuses it.
 #pragma once
 
 #include <cstdint>
@@ -12,20 +14,10 @@
 
 #include "kernels/backend.hpp"
 #include "model/config.hpp"
+#include "model/stage.hpp"
 #include "model/weights.hpp"
-#include "moe/arena.hpp"
-#include "moe/moe_layer.hpp"
 
 namespace troupe::model {
-
-struct ForwardResult {
-  double loss_sum = 0.0;   // sum of token cross-entropies over counted tokens
-  int64_t counted = 0;     // tokens with a target (not -1)
-  double aux_loss = 0.0;   // sum over MoE layers of the aux loss (0 unless aux_loss)
-};
-
-// MoE options of a model config (throws on an unknown balance method).
-moe::MoeOptions moe_options(const ModelConfig& config);
 
 class Decoder {
  public:
@@ -36,7 +28,7 @@ class Decoder {
   Decoder& operator=(const Decoder&) = delete;
 
   int64_t batch() const { return batch_; }
-  int64_t tokens() const { return T_; }
+  int64_t tokens() const { return stage_.tokens(); }
   const ModelConfig& config() const { return cfg_; }
 
   // inputs/targets: [batch*seq_len] (targets -1 = no loss). Ids are checked
@@ -49,43 +41,19 @@ class Decoder {
                 double aux_scale);
 
   // Logits [T,V] of the last forward.
-  const kernels::Tensor& logits() const { return logits_; }
+  const kernels::Tensor& logits() const { return stage_.logits(0); }
   // Assignments routed to each expert, per MoE layer, in the last forward
   // (empty for a dense model).
-  std::vector<std::vector<int64_t>> expert_load() const;
+  std::vector<std::vector<int64_t>> expert_load() const { return stage_.expert_load(0); }
   // Assignments dropped by the capacity limit per MoE layer, last forward.
-  std::vector<int64_t> dropped() const;
+  std::vector<int64_t> dropped() const { return stage_.dropped(0); }
   // Activation memory in floats (arena), for reports.
-  int64_t arena_elements() const { return arena_.used(); }
+  int64_t arena_elements() const { return stage_.arena_elements(); }
 
  private:
-  struct LayerActs {
-    kernels::Tensor xn1, rstd1;      // [T,D], [T]
-    kernels::Tensor q, k, v, att;    // [B,S,H,hd] (q, k after RoPE)
-    kernels::Tensor lse;             // [B,H,S]
-    kernels::Tensor xn2, rstd2;      // [T,D], [T]
-    moe::ExpertActs dense;           // [T,H] (dense FFN)
-    std::unique_ptr<moe::MoeLayer> moe;
-  };
-
-  kernels::Backend& be_;
   ModelConfig cfg_;
-  int64_t batch_, T_, D_, V_;
-  bool is_moe_;
-  moe::Arena arena_;
-  kernels::Tensor ids_, targets_;          // [T] i32
-  std::vector<kernels::Tensor> res_;       // 2L+1 residual streams [T,D]
-  std::vector<LayerActs> layers_;
-  kernels::Tensor xf_, rstdf_;             // [T,D], [T]
-  kernels::Tensor logits_, losses_;        // [T,V], [T]
-  // Backward scratch (shared by all layers).
-  kernels::Tensor dres_, dxn_, datt_;      // [T,D]
-  kernels::Tensor dq_rot_, dk_rot_, dv_;   // [B,S,H,hd]
-  kernels::Tensor dq_, dk_;                // [B,S,H,hd]
-  kernels::Tensor dlogits_;                // [T,V]
-  moe::ExpertActs ddense_;                 // [T,H]
-  std::unique_ptr<moe::MoeScratch> moe_scratch_;
-  std::vector<float> losses_host_;
+  int64_t batch_;
+  Stage stage_;
 };
 
 // Model FLOPs of one forward+backward over `tokens` tokens (matmuls and

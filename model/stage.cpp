@@ -1,0 +1,298 @@
+// Stage forward/backward over backend ops: the decoder's layers, shared by the
+// single-process Decoder (one stage, both ends) and the pipeline runtime.
+#include "model/stage.hpp"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "model/params.hpp"
+
+namespace troupe::model {
+
+using kernels::Tensor;
+
+moe::MoeOptions moe_options(const ModelConfig& c) {
+  moe::MoeOptions o;
+  o.n_experts = c.n_experts;
+  o.top_k = c.top_k;
+  o.expert_hidden = c.expert_hidden;
+  o.shared_hidden = c.shared_experts * c.expert_hidden;
+  o.capacity_factor = c.capacity_factor;
+  o.balance = moe::parse_balance(c.balance);
+  o.aux_alpha = c.aux_loss_alpha;
+  return o;
+}
+
+std::vector<std::pair<int64_t, int64_t>> split_layers(int64_t n_layers, int64_t stages) {
+  if (stages < 1 || stages > n_layers)
+    throw std::invalid_argument("cannot split " + std::to_string(n_layers) + " layers into " +
+                                std::to_string(stages) + " pipeline stages (need 1 <= stages <= n_layers)");
+  std::vector<std::pair<int64_t, int64_t>> out;
+  int64_t b = 0;
+  for (int64_t i = 0; i < stages; ++i) {
+    const int64_t n = n_layers / stages + (i < n_layers % stages ? 1 : 0);
+    out.emplace_back(b, b + n);
+    b += n;
+  }
+  return out;
+}
+
+Stage::Stage(kernels::Backend& be, const ModelConfig& c, int64_t batch, int64_t lb, int64_t le,
+             bool first, bool last, int64_t n_slots)
+    : be_(be), cfg_(c), batch_(batch), T_(batch * c.seq_len), D_(c.d_model), V_(c.vocab_size),
+      lb_(lb), le_(le), first_(first), last_(last), is_moe_(c.ffn == "moe"), arena_(be) {
+  if (batch <= 0) throw std::invalid_argument("Stage: batch must be positive");
+  build_param_layout(c);  // validates the config
+  if (n_slots <= 0) throw std::invalid_argument("Stage: slots must be positive");
+  if (lb < 0 || le < lb || le > c.n_layers)
+    throw std::invalid_argument("Stage: layer range [" + std::to_string(lb) + ", " +
+                                std::to_string(le) + ") outside the model's " +
+                                std::to_string(c.n_layers) + " layers");
+  const int64_t B = batch, S = c.seq_len, H = c.n_heads, hd = c.d_model / c.n_heads;
+  const kernels::Shape bshd{B, S, H, hd};
+  auto& a = arena_;
+  moe::MoeOptions mo;
+  if (is_moe_) mo = moe_options(c);
+  for (int64_t si = 0; si < n_slots; ++si) {
+    Slot s;
+    if (first_) s.ids = a.i32({T_});
+    if (last_) s.targets = a.i32({T_});
+    for (int64_t i = 0; i < 2 * (le - lb) + 1; ++i) s.res.push_back(a.f32({T_, D_}));
+    for (int64_t l = lb; l < le; ++l) {
+      LayerActs L;
+      L.xn1 = a.f32({T_, D_});
+      L.rstd1 = a.f32({T_});
+      L.q = a.f32(bshd);
+      L.k = a.f32(bshd);
+      L.v = a.f32(bshd);
+      L.att = a.f32(bshd);
+      L.lse = a.f32({B, H, S});
+      L.xn2 = a.f32({T_, D_});
+      L.rstd2 = a.f32({T_});
+      if (is_moe_) {
+        L.moe = std::make_unique<moe::MoeLayer>(a, mo, T_, D_);
+      } else {
+        const int64_t F = c.dense_hidden;
+        L.dense = {a.f32({T_, F}), a.f32({T_, F}), a.f32({T_, F})};
+      }
+      s.layers.push_back(std::move(L));
+    }
+    if (last_) {
+      s.xf = a.f32({T_, D_});
+      s.rstdf = a.f32({T_});
+      s.logits = a.f32({T_, V_});
+      s.losses = a.f32({T_});
+    }
+    slots_.push_back(std::move(s));
+  }
+  dres_ = a.f32({T_, D_});
+  dxn_ = a.f32({T_, D_});
+  datt_ = a.f32({T_, D_});
+  dq_rot_ = a.f32(bshd);
+  dk_rot_ = a.f32(bshd);
+  dv_ = a.f32(bshd);
+  dq_ = a.f32(bshd);
+  dk_ = a.f32(bshd);
+  if (last_) dlogits_ = a.f32({T_, V_});
+  if (is_moe_) {
+    moe_scratch_ = std::make_unique<moe::MoeScratch>(a, mo, T_, D_);
+  } else {
+    const int64_t F = c.dense_hidden;
+    ddense_ = {a.f32({T_, F}), a.f32({T_, F}), a.f32({T_, F})};
+  }
+}
+
+Stage::~Stage() = default;
+
+Stage::Slot& Stage::slot(int64_t i) {
+  if (i < 0 || i >= static_cast<int64_t>(slots_.size()))
+    throw std::out_of_range("Stage: activation slot " + std::to_string(i) + " of " +
+                            std::to_string(slots_.size()));
+  return slots_[static_cast<size_t>(i)];
+}
+const Stage::Slot& Stage::slot(int64_t i) const { return const_cast<Stage*>(this)->slot(i); }
+
+int64_t Stage::check_targets(std::span<const int32_t> targets) const {
+  if (!last_) return 0;
+  if (static_cast<int64_t>(targets.size()) != T_)
+    throw std::invalid_argument("Stage: expected " + std::to_string(T_) + " targets, got " +
+                                std::to_string(targets.size()));
+  int64_t counted = 0;
+  for (int32_t t : targets) {
+    if (t < -1 || t >= V_)
+      throw std::invalid_argument("Decoder::forward: target " + std::to_string(t) +
+                                  " outside the vocabulary of " + std::to_string(V_));
+    if (t >= 0) counted++;
+  }
+  return counted;
+}
+
+ForwardResult Stage::forward_tokens(int64_t si, const ModelWeights& w, std::span<const int32_t> inputs,
+                                    std::span<const int32_t> targets) {
+  if (!first_) throw std::logic_error("Stage::forward_tokens on a stage that is not the first");
+  if (static_cast<int64_t>(inputs.size()) != T_)
+    throw std::invalid_argument("Decoder::forward: expected " + std::to_string(T_) +
+                                " inputs and targets, got " + std::to_string(inputs.size()) +
+                                " and " + std::to_string(targets.size()));
+  for (int32_t t : inputs)
+    if (t < 0 || t >= V_)
+      throw std::invalid_argument("Decoder::forward: input token " + std::to_string(t) +
+                                  " outside the vocabulary of " + std::to_string(V_));
+  const int64_t counted = check_targets(targets);
+  Slot& s = slot(si);
+  be_.upload_i32(s.ids, inputs);
+  if (last_) be_.upload_i32(s.targets, targets);
+  be_.embedding_forward(s.res[0], w.embed, s.ids);
+  return run_forward(s, w, counted);
+}
+
+ForwardResult Stage::forward_hidden(int64_t si, const ModelWeights& w, std::span<const float> hidden,
+                                    std::span<const int32_t> targets) {
+  if (first_) throw std::logic_error("Stage::forward_hidden on the first stage");
+  if (static_cast<int64_t>(hidden.size()) != T_ * D_)
+    throw std::invalid_argument("Stage: expected hidden of " + std::to_string(T_ * D_) +
+                                " floats, got " + std::to_string(hidden.size()));
+  const int64_t counted = check_targets(targets);
+  Slot& s = slot(si);
+  be_.upload_f32(s.res[0], hidden);
+  if (last_) be_.upload_i32(s.targets, targets);
+  return run_forward(s, w, counted);
+}
+
+ForwardResult Stage::run_forward(Slot& s, const ModelWeights& w, int64_t counted) {
+  ForwardResult r;
+  r.counted = counted;
+  const int64_t D = D_, T = T_;
+  const float eps = static_cast<float>(cfg_.norm_eps), theta = static_cast<float>(cfg_.rope_theta);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D / cfg_.n_heads));
+  for (size_t i = 0; i < s.layers.size(); ++i) {
+    LayerActs& A = s.layers[i];
+    const LayerWeights& W = w.layers[static_cast<size_t>(lb_) + i];
+    const Tensor &x = s.res[2 * i], &mid = s.res[2 * i + 1], &out = s.res[2 * i + 2];
+    // Attention block: mid = x + o_proj(attn(rope(q), rope(k), v)).
+    be_.rmsnorm_forward(A.xn1, A.rstd1, x, W.ln1, eps);
+    be_.gemm(false, true, T, D, D, 1.0f, A.xn1, W.wq, 0.0f, A.q);
+    be_.gemm(false, true, T, D, D, 1.0f, A.xn1, W.wk, 0.0f, A.k);
+    be_.gemm(false, true, T, D, D, 1.0f, A.xn1, W.wv, 0.0f, A.v);
+    be_.rope_forward(A.q, A.q, 0, theta);
+    be_.rope_forward(A.k, A.k, 0, theta);
+    be_.attention_forward(A.att, A.lse, A.q, A.k, A.v, scale);
+    be_.copy(mid, x);
+    be_.gemm(false, true, T, D, D, 1.0f, A.att, W.wo, 1.0f, mid);
+    // FFN block: out = mid + ffn(rmsnorm(mid)); both FFNs add into `out`.
+    be_.rmsnorm_forward(A.xn2, A.rstd2, mid, W.ln2, eps);
+    be_.copy(out, mid);
+    if (is_moe_) {
+      r.aux_loss += A.moe->forward(be_, out, A.xn2, W.moe);
+    } else {
+      moe::ffn_forward(be_, out, A.dense, A.xn2, W.dense);
+    }
+  }
+  if (!last_) return r;
+  be_.rmsnorm_forward(s.xf, s.rstdf, s.res.back(), w.norm, eps);
+  be_.gemm(false, true, T, V_, D, 1.0f, s.xf, w.lm_head, 0.0f, s.logits);
+  be_.cross_entropy_forward(s.losses, s.logits, s.targets, -1);
+  // Sum on the host in double, in token order: deterministic on every backend.
+  losses_host_.resize(static_cast<size_t>(T));
+  be_.download(losses_host_.data(), s.losses, losses_host_.size() * sizeof(float));
+  for (float v : losses_host_) r.loss_sum += static_cast<double>(v);
+  return r;
+}
+
+void Stage::read_output(int64_t si, std::span<float> out) const {
+  if (last_) throw std::logic_error("Stage::read_output on the last stage");
+  if (static_cast<int64_t>(out.size()) != T_ * D_)
+    throw std::invalid_argument("Stage::read_output: buffer of " + std::to_string(out.size()) +
+                                " floats, expected " + std::to_string(T_ * D_));
+  be_.download(out.data(), slot(si).res.back(), out.size() * sizeof(float));
+}
+
+void Stage::backward(int64_t si, const ModelWeights& w, const ModelWeights& g,
+                     std::span<const float> dout, double loss_scale, double aux_scale) {
+  Slot& s = slot(si);
+  const int64_t D = D_, T = T_;
+  const float theta = static_cast<float>(cfg_.rope_theta);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D / cfg_.n_heads));
+  // dres_ carries d loss / d residual stream down the layers; every branch
+  // adds its input gradient into it.
+  if (last_) {
+    // LM head and final norm.
+    be_.fill(dlogits_, 0.0f);
+    be_.cross_entropy_backward(dlogits_, s.logits, s.targets, -1, static_cast<float>(loss_scale));
+    be_.gemm(false, false, T, D, V_, 1.0f, dlogits_, w.lm_head, 0.0f, dxn_);
+    be_.gemm(true, false, V_, D, T, 1.0f, dlogits_, s.xf, 1.0f, g.lm_head);
+    be_.fill(dres_, 0.0f);
+    be_.rmsnorm_backward(dres_, g.norm, dxn_, s.res.back(), w.norm, s.rstdf);
+  } else {
+    if (static_cast<int64_t>(dout.size()) != T_ * D_)
+      throw std::invalid_argument("Stage::backward: expected an output gradient of " +
+                                  std::to_string(T_ * D_) + " floats, got " +
+                                  std::to_string(dout.size()));
+    be_.upload_f32(dres_, dout);
+  }
+
+  for (size_t li = s.layers.size(); li-- > 0;) {
+    LayerActs& A = s.layers[li];
+    const LayerWeights& W = w.layers[static_cast<size_t>(lb_) + li];
+    const LayerWeights& G = g.layers[static_cast<size_t>(lb_) + li];
+    const Tensor &x = s.res[2 * li], &mid = s.res[2 * li + 1];
+    // FFN block.
+    be_.fill(dxn_, 0.0f);
+    if (is_moe_) {
+      A.moe->backward(be_, dxn_, G.moe, *moe_scratch_, dres_, A.xn2, W.moe, aux_scale);
+    } else {
+      moe::ffn_backward(be_, dxn_, G.dense, ddense_, dres_, A.xn2, A.dense, W.dense);
+    }
+    be_.rmsnorm_backward(dres_, G.ln2, dxn_, mid, W.ln2, A.rstd2);
+    // Attention block.
+    be_.gemm(false, false, T, D, D, 1.0f, dres_, W.wo, 0.0f, datt_);
+    be_.gemm(true, false, D, D, T, 1.0f, dres_, A.att, 1.0f, G.wo);
+    be_.fill(dq_rot_, 0.0f);
+    be_.fill(dk_rot_, 0.0f);
+    be_.fill(dv_, 0.0f);
+    be_.attention_backward(dq_rot_, dk_rot_, dv_, datt_.reshape(A.att.shape()), A.q, A.k, A.v,
+                           A.att, A.lse, scale);
+    be_.fill(dq_, 0.0f);
+    be_.fill(dk_, 0.0f);
+    be_.rope_backward(dq_, dq_rot_, 0, theta);
+    be_.rope_backward(dk_, dk_rot_, 0, theta);
+    be_.gemm(false, false, T, D, D, 1.0f, dq_, W.wq, 0.0f, dxn_);
+    be_.gemm(false, false, T, D, D, 1.0f, dk_, W.wk, 1.0f, dxn_);
+    be_.gemm(false, false, T, D, D, 1.0f, dv_, W.wv, 1.0f, dxn_);
+    be_.gemm(true, false, D, D, T, 1.0f, dq_, A.xn1, 1.0f, G.wq);
+    be_.gemm(true, false, D, D, T, 1.0f, dk_, A.xn1, 1.0f, G.wk);
+    be_.gemm(true, false, D, D, T, 1.0f, dv_, A.xn1, 1.0f, G.wv);
+    be_.rmsnorm_backward(dres_, G.ln1, dxn_, x, W.ln1, A.rstd1);
+  }
+  if (first_) be_.embedding_backward(g.embed, dres_, s.ids);
+}
+
+void Stage::read_input_grad(std::span<float> out) const {
+  if (first_) throw std::logic_error("Stage::read_input_grad on the first stage");
+  if (static_cast<int64_t>(out.size()) != T_ * D_)
+    throw std::invalid_argument("Stage::read_input_grad: buffer of " + std::to_string(out.size()) +
+                                " floats, expected " + std::to_string(T_ * D_));
+  be_.download(out.data(), dres_, out.size() * sizeof(float));
+}
+
+const Tensor& Stage::logits(int64_t si) const {
+  if (!last_) throw std::logic_error("Stage::logits on a stage that is not the last");
+  return slot(si).logits;
+}
+
+std::vector<std::vector<int64_t>> Stage::expert_load(int64_t si) const {
+  std::vector<std::vector<int64_t>> out;
+  for (const LayerActs& A : slot(si).layers)
+    if (A.moe) out.push_back(A.moe->plan().routed);
+  return out;
+}
+
+std::vector<int64_t> Stage::dropped(int64_t si) const {
+  std::vector<int64_t> out;
+  for (const LayerActs& A : slot(si).layers)
+    if (A.moe) out.push_back(A.moe->plan().dropped);
+  return out;
+}
+
+}  // namespace troupe::model

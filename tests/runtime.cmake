@@ -1,0 +1,8 @@
+# Tests of the actor runtime (actors/runtime.cmake) and of the pipeline-stage
+# split of the model it runs (model/stage.hpp).
+if(TARGET troupe_model)
+  troupe_add_gtest(runtime_stage_tests
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/runtime_stage_test.cpp
+    LIBS troupe_model
+    LABELS runtime)
+endif()
