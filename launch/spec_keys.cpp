@@ -68,7 +68,7 @@ std::vector<KeyDef> build_keys() {
   add({"model", "init_std", KeyType::Float, F(model.init_std), "Standard deviation of the normal weight initialisation.", 1e-6, 1});
 
   // [data]
-  add({"data", "source", KeyType::String, F(data.source), "\"addition\" (built-in multi-digit addition task, answers written least-significant digit first, scored by exact match), \"addition_plain\" (the same with answers in normal order) or \"text\" (byte-level text file).", 0, 0, {"addition", "addition_plain", "text"}});
+  add({"data", "source", KeyType::String, F(data.source), "\"addition\" (built-in multi-digit addition task scored by exact match; operands zero-padded, the answer zero-padded and written least-significant digit first: 12+345 is 012+345=7530), \"addition_plain\" (12+345=357) or \"text\" (byte-level text file).", 0, 0, {"addition", "addition_plain", "text"}});
   add({"data", "path", KeyType::String, F(data.path), "Text file for source = \"text\" (relative paths are relative to the spec file)."});
   add({"data", "val_fraction", KeyType::Float, F(data.val_fraction), "Text: fraction of the file (its tail) held out for validation.", 0.001, 0.5});
   add({"data", "batch_size", KeyType::Int, F(data.batch_size), "Sequences per optimizer step, over all microbatches and replicas.", 1, 1e6});
