@@ -18,6 +18,19 @@ CAF_BEGIN_TYPE_ID_BLOCK(troupe, caf::first_custom_type_id)
 
   CAF_ADD_TYPE_ID(troupe, (troupe::Envelope))
 
+  // Runtime control plane (actors/runtime_internal.hpp): in CAF 0.17 atoms
+  // take no type IDs, so these do not renumber anything.
+  CAF_ADD_ATOM(troupe, troupe::rt, step_atom, "rt_step")
+  CAF_ADD_ATOM(troupe, troupe::rt, start_atom, "rt_start")
+  CAF_ADD_ATOM(troupe, troupe::rt, done_atom, "rt_done")
+  CAF_ADD_ATOM(troupe, troupe::rt, loss_atom, "rt_loss")
+  CAF_ADD_ATOM(troupe, troupe::rt, gnorm_atom, "rt_gnorm")
+  CAF_ADD_ATOM(troupe, troupe::rt, clip_atom, "rt_clip")
+  CAF_ADD_ATOM(troupe, troupe::rt, stepok_atom, "rt_stepok")
+  CAF_ADD_ATOM(troupe, troupe::rt, fail_atom, "rt_fail")
+  CAF_ADD_ATOM(troupe, troupe::rt, params_atom, "rt_params")
+  CAF_ADD_ATOM(troupe, troupe::rt, dropped_atom, "rt_dropped")
+
 CAF_END_TYPE_ID_BLOCK(troupe)
 
 namespace troupe {

@@ -6,3 +6,10 @@ if(TARGET troupe_model)
     LIBS troupe_model
     LABELS runtime)
 endif()
+if(TARGET troupe_runtime)
+  troupe_add_gtest(runtime_tests
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/runtime_equivalence_test.cpp
+    LIBS troupe_runtime
+    TIMEOUT 300
+    LABELS runtime)
+endif()

@@ -1,0 +1,92 @@
+// Device: one thread, one backend, a FIFO of closures (see device.hpp).
+#include "actors/device.hpp"
+
+#include <stdexcept>
+
+namespace troupe::runtime {
+
+Device::Device(int id, const kernels::BackendOptions& options) : id_(id), kind_(options.kind) {
+  // The backend is built on the device thread; the constructor waits for it.
+  bool ready = false;
+  thread_ = std::thread([this, options, &ready] {
+    try {
+      auto be = kernels::make_backend(options);
+      std::lock_guard<std::mutex> lk(mu_);
+      backend_ = std::move(be);
+    } catch (...) {
+      std::lock_guard<std::mutex> lk(mu_);
+      init_error_ = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      ready = true;
+    }
+    idle_cv_.notify_all();
+    if (backend_) loop();
+  });
+  std::unique_lock<std::mutex> lk(mu_);
+  idle_cv_.wait(lk, [&] { return ready; });
+  if (init_error_) {
+    lk.unlock();
+    thread_.join();
+    std::rethrow_exception(init_error_);
+  }
+}
+
+Device::~Device() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  // The backend (and every buffer allocated from it) goes last.
+}
+
+void Device::submit(Work work, OnError on_error) {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (stop_) throw std::logic_error("Device::submit after shutdown");
+    queue_.emplace_back(std::move(work), std::move(on_error));
+  }
+  cv_.notify_one();
+}
+
+void Device::drain() {
+  std::unique_lock<std::mutex> lk(mu_);
+  idle_cv_.wait(lk, [&] { return queue_.empty() && !running_; });
+}
+
+uint64_t Device::completed() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return completed_;
+}
+
+void Device::loop() {
+  for (;;) {
+    std::pair<Work, OnError> item;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stop requested and nothing left
+      item = std::move(queue_.front());
+      queue_.pop_front();
+      running_ = true;
+    }
+    try {
+      item.first(*backend_);
+    } catch (const std::exception& e) {
+      if (item.second) item.second(e.what());
+    } catch (...) {
+      if (item.second) item.second("unknown exception");
+    }
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      running_ = false;
+      ++completed_;
+    }
+    idle_cv_.notify_all();
+  }
+}
+
+}  // namespace troupe::runtime

@@ -1,0 +1,206 @@
+// Optimizer-shard actor (ZeRO-1): owns one contiguous range of the flat
+// parameter buffer and its AdamW moments. Per step it collects the gradient
+// slices of every (replica, rank) that touches its range, sums them in a
+// fixed (replica, rank, offset) order (deterministic, no atomics), reports its
+// sum of squares for the global norm, and after the coordinator's (clip, norm)
+// clips, updates with the Trainer's AdamW/LR rules and sends the new
+// parameters to every rank. Protocol: runtime_internal.hpp.
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include "actors/runtime_internal.hpp"
+
+namespace troupe::runtime {
+namespace {
+
+using SliceKey = std::tuple<uint32_t, uint32_t, uint64_t>;  // replica, rank, offset
+
+struct OptPiece {
+  int64_t offset = 0, count = 0;  // relative to the shard's range
+  bool decay = true;
+};
+
+struct ShardCompute {
+  kernels::Tensor params, grads, m, v;  // [n] each
+  std::vector<float> acc;               // [n] host reduction buffer
+};
+
+struct ShardState {
+  std::shared_ptr<const Shared> sh;
+  Device* dev = nullptr;
+  int shard = 0;
+  std::string name;
+  Tickets tickets;
+  Range range;
+  std::vector<OptPiece> pieces;
+  size_t expected = 0;   // gradient slices per step
+  uint64_t step = 0;     // step being reduced (== completed steps)
+  bool reduced = false;  // gradients summed, waiting for (clip)
+  std::map<SliceKey, Envelope> inbox;
+  std::shared_ptr<ShardCompute> comp;
+  uint64_t dropped = 0;
+};
+
+using Self = caf::stateful_actor<ShardState>;
+
+Envelope param_slice(uint64_t step, uint32_t shard, Range range, const std::vector<float>& v) {
+  return Envelope::build<schemas::ParamSlice>([&](schemas::ParamSlice::Builder b) {
+    b.setStep(step);
+    b.setShard(shard);
+    b.initRange().setOffset(static_cast<uint64_t>(range.offset));
+    b.getRange().setCount(static_cast<uint64_t>(range.count));
+    const int64_t shape[1] = {range.count};
+    set_tensor_f32(b.initParams(), shape, v);
+  });
+}
+
+void reduce(Self* self) {
+  auto& st = self->state;
+  st.reduced = true;
+  std::vector<Envelope> slices;
+  for (auto& [k, e] : st.inbox) slices.push_back(std::move(e));  // map order: replica, rank, offset
+  st.inbox.clear();
+  auto comp = st.comp;
+  const Range range = st.range;
+  const uint64_t step = st.step;
+  const uint32_t shard = static_cast<uint32_t>(st.shard);
+  caf::actor coord = st.sh->peers.coordinator;
+  submit(self, *st.dev, [comp, slices = std::move(slices), range, step, shard, coord](kernels::Backend& be) {
+    std::fill(comp->acc.begin(), comp->acc.end(), 0.0f);
+    for (const Envelope& e : slices) {
+      auto r = e.read<schemas::GradSlice>();
+      const int64_t off = static_cast<int64_t>((*r)->getRange().getOffset()) - range.offset;
+      const auto g = tensor_f32((*r)->getGrads());
+      float* a = comp->acc.data() + off;
+      for (size_t i = 0; i < g.size(); ++i) a[i] += g[i];
+    }
+    be.upload_f32(comp->grads, comp->acc);
+    const double sq = be.squared_norm(comp->grads);
+    caf::anon_send(coord, rt::gnorm_atom_v, step, shard, sq);
+  }, [] {});
+}
+
+caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* dev, int shard) {
+  auto& st = self->state;
+  st.sh = sh;
+  st.dev = dev;
+  st.shard = shard;
+  st.name = "optimizer:" + std::to_string(shard);
+  st.range = sh->shard_ranges[static_cast<size_t>(shard)];
+  // AdamW pieces: trainable entries inside the range, with their decay flag.
+  for (const model::ParamEntry& e : sh->layout.entries()) {
+    if (!e.trainable) continue;
+    const Range r = intersect({e.offset, e.numel}, st.range);
+    if (r.count == 0) continue;
+    st.pieces.push_back({r.offset - st.range.offset, r.count, e.decay});
+  }
+  for (int rep = 0; rep < sh->opt.data_parallel; ++rep)
+    for (const auto& owned : sh->rank_owned)
+      for (const Range& o : owned)
+        if (intersect(o, st.range).count > 0) ++st.expected;
+  st.comp = std::make_shared<ShardCompute>();
+  auto init = std::make_shared<std::vector<float>>(sh->init.begin() + st.range.offset,
+                                                  sh->init.begin() + st.range.offset + st.range.count);
+  auto comp = st.comp;
+  const Range range = st.range;
+  submit(self, *dev, [comp, range, init](kernels::Backend& be) {
+    comp->params = be.from_f32({range.count}, *init);
+    comp->grads = be.zeros({range.count});
+    comp->m = be.zeros({range.count});
+    comp->v = be.zeros({range.count});
+    comp->acc.assign(static_cast<size_t>(range.count), 0.0f);
+  }, [] {});
+
+  return {
+      [self](rt::done_atom, uint64_t ticket) { run_ticket(self->state.tickets, ticket); },
+      [self](const Envelope& e) {
+        auto& s = self->state;
+        auto fail = [&](const std::string& why) {
+          ++s.dropped;
+          caf::anon_send(s.sh->peers.coordinator, rt::fail_atom_v, s.name + ": rejected message: " + why);
+        };
+        auto r = e.read<schemas::GradSlice>();
+        if (!r) return fail(to_string(r.error()));
+        const uint64_t off = (*r)->getRange().getOffset(), cnt = (*r)->getRange().getCount();
+        if ((*r)->getStep() != s.step || s.reduced) {
+          ++s.dropped;  // stale or duplicate after the reduction
+          return;
+        }
+        if ((*r)->getShard() != static_cast<uint32_t>(s.shard) ||
+            off < static_cast<uint64_t>(s.range.offset) ||
+            cnt > static_cast<uint64_t>(s.range.offset + s.range.count) - off ||
+            tensor_f32((*r)->getGrads()).size() != cnt)
+          return fail("gradient slice [" + std::to_string(off) + ", +" + std::to_string(cnt) +
+                      ") outside shard range [" + std::to_string(s.range.offset) + ", +" +
+                      std::to_string(s.range.count) + ")");
+        const SliceKey k{(*r)->getReplica(), (*r)->getStage(), off};
+        if (s.inbox.count(k)) {
+          ++s.dropped;
+          return;
+        }
+        s.inbox.emplace(k, e);
+        if (s.inbox.size() == s.expected) reduce(self);
+      },
+      [self](rt::clip_atom, uint64_t step, double norm) {
+        auto& s = self->state;
+        if (step != s.step || !s.reduced) {
+          ++s.dropped;
+          return;
+        }
+        const auto& o = s.sh->opt;
+        kernels::AdamWParams hp;
+        hp.lr = static_cast<float>(model::learning_rate(o.train.optim, static_cast<int64_t>(step), o.train.steps));
+        hp.beta1 = static_cast<float>(o.train.optim.beta1);
+        hp.beta2 = static_cast<float>(o.train.optim.beta2);
+        hp.eps = static_cast<float>(o.train.optim.eps);
+        hp.step = static_cast<int64_t>(step) + 1;
+        const double max_norm = o.train.optim.grad_clip;
+        const float wd = static_cast<float>(o.train.optim.weight_decay);
+        auto comp = s.comp;
+        auto pieces = s.pieces;
+        const Range range = s.range;
+        const uint32_t shard = static_cast<uint32_t>(s.shard);
+        auto sh = s.sh;
+        submit(self, *s.dev, [comp, pieces, hp, max_norm, wd, norm, range, shard, step, sh](kernels::Backend& be) mutable {
+          // Same clipping rule as kernels::clip_grad_norm, with the global norm.
+          if (max_norm > 0.0 && norm > max_norm)
+            be.scale(comp->grads, static_cast<float>(max_norm / (norm + 1e-6)));
+          for (const OptPiece& p : pieces) {
+            hp.weight_decay = p.decay ? wd : 0.0f;
+            be.adamw(comp->params.view(p.offset, {p.count}), comp->grads.view(p.offset, {p.count}),
+                     comp->m.view(p.offset, {p.count}), comp->v.view(p.offset, {p.count}), hp);
+          }
+          const Envelope e = param_slice(step, shard, range, be.download_f32(comp->params));
+          for (const auto& replica : sh->peers.ranks)
+            for (const caf::actor& r : replica) caf::anon_send(r, e);
+        }, [] {});
+        s.reduced = false;
+        ++s.step;
+      },
+      // The current parameters of the range, read on the device after any
+      // pending update.
+      [self](rt::params_atom) -> caf::result<Envelope> {
+        auto& s = self->state;
+        auto rp = self->make_response_promise<Envelope>();
+        auto holder = std::make_shared<Envelope>();
+        auto comp = s.comp;
+        const Range range = s.range;
+        const uint32_t shard = static_cast<uint32_t>(s.shard);
+        const uint64_t step = s.step;
+        submit(self, *s.dev, [comp, holder, range, shard, step](kernels::Backend& be) {
+          *holder = param_slice(step, shard, range, be.download_f32(comp->params));
+        }, [rp, holder]() mutable { rp.deliver(*holder); });
+        return rp;
+      },
+      [self](rt::dropped_atom) { return self->state.dropped; },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_shard(caf::actor_system& sys, std::shared_ptr<const Shared> sh, Device& dev, int shard) {
+  return sys.spawn(shard_actor, std::move(sh), &dev, shard);
+}
+
+}  // namespace troupe::runtime

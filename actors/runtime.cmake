@@ -1,0 +1,12 @@
+# troupe_runtime: the in-process actor runtime (devices, pipeline-rank actors,
+# optimizer-shard actors, coordinator). CAF stays inside actors/*.cpp;
+# actors/runtime.hpp and actors/device.hpp are CAF-free.
+add_library(troupe_runtime STATIC
+  ${CMAKE_CURRENT_LIST_DIR}/device.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/stage_actor.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/optimizer_actor.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/coordinator.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/runtime.cpp
+)
+target_compile_options(troupe_runtime PRIVATE ${TROUPE_WARNINGS})
+target_link_libraries(troupe_runtime PUBLIC troupe_actors troupe_schedule troupe_model Threads::Threads)

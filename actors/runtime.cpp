@@ -1,0 +1,219 @@
+// Runtime: validates a topology, builds devices and actors, runs steps.
+#include "actors/runtime.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+#include <stdexcept>
+
+#include "actors/runtime_internal.hpp"
+#include "model/data.hpp"
+#include "model/stage.hpp"
+#include "model/weights.hpp"
+
+namespace troupe::runtime {
+
+namespace {
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw std::invalid_argument("topology: " + what);
+}
+
+// Merged ranges of the layout entries that rank `rank`'s stages touch.
+std::vector<Range> owned_ranges(const Shared& sh, int rank) {
+  const model::ModelConfig& c = sh.opt.train.model;
+  std::set<std::pair<int, int>> held;
+  for (const sched::Op& op : sched::make_schedule(sh.sl.kind, rank, sh.sl.num_ranks, sh.chunks)) {
+    if (op.type == sched::OpType::F || op.type == sched::OpType::FB) held.insert({op.f.dir, op.f.stage});
+  }
+  std::set<std::string> names;
+  for (const auto& [dir, stage] : held) {
+    const auto [lb, le] = sh.stage_layers[static_cast<size_t>(stage)];
+    for (const model::ParamEntry& e : sh.layout.entries())
+      for (int64_t l = lb; l < le; ++l)
+        if (e.name.rfind("model.layers." + std::to_string(l) + ".", 0) == 0) names.insert(e.name);
+    if (stage == 0) names.insert("model.embed_tokens.weight");
+    if (stage == sh.sl.num_stages - 1) {
+      names.insert("model.norm.weight");
+      names.insert(c.tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+    }
+  }
+  std::vector<Range> out;
+  for (const model::ParamEntry& e : sh.layout.entries()) {  // layout order = offset order
+    if (!names.count(e.name)) continue;
+    if (!out.empty() && out.back().offset + out.back().count == e.offset) out.back().count += e.numel;
+    else out.push_back({e.offset, e.numel});
+  }
+  return out;
+}
+
+}  // namespace
+
+void validate(const RuntimeOptions& o) {
+  require(o.stages >= 1, "stages must be >= 1");
+  require(o.devices >= 1, "devices must be >= 1");
+  require(o.optimizer_shards >= 1, "optimizer_shards must be >= 1");
+  require(o.data_parallel >= 1, "data_parallel must be >= 1");
+  const sched::Kind kind = sched::parse_kind(o.schedule);
+  require(kind != sched::Kind::zb1p,
+          "schedule \"zb1p\" needs a backward split into B and W, which the runtime does not run yet");
+  const auto& t = o.train;
+  require(t.microbatches >= 1 && t.microbatches % o.data_parallel == 0,
+          "microbatches (" + std::to_string(t.microbatches) + ") must be a multiple of data_parallel (" +
+              std::to_string(o.data_parallel) + ")");
+  require(t.data.batch_size % t.microbatches == 0,
+          "batch_size (" + std::to_string(t.data.batch_size) + ") must be a multiple of microbatches (" +
+              std::to_string(t.microbatches) + ")");
+  require(t.model.ffn != "moe" || t.model.balance != "bias",
+          "balance = \"bias\" (router bias updated from expert loads) is not supported by the runtime yet");
+  require(t.resume_from.empty() && t.checkpoint_dir.empty() && t.checkpoint_every == 0,
+          "checkpoints and resume are not supported by the runtime yet");
+  require(t.steps >= 0, "steps must be >= 0");
+  require(t.optim.lr > 0.0, "lr must be positive");
+  const sched::Layout sl = sched::make_layout(kind, o.stages, static_cast<int>(t.microbatches / o.data_parallel));
+  model::split_layers(t.model.n_layers, sl.num_stages);  // throws when there are too few layers
+  const int64_t P = model::build_param_layout(t.model).total();
+  require(o.optimizer_shards <= P, "more optimizer shards than parameters");
+}
+
+struct Runtime::Impl {
+  // Declared first so they are destroyed last: every buffer the actors hold
+  // belongs to a device's backend.
+  std::vector<std::unique_ptr<Device>> devices;
+  std::shared_ptr<Shared> sh;
+  std::unique_ptr<caf::actor_system_config> cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  std::vector<caf::actor> all;
+  int64_t steps_done = 0;
+
+  explicit Impl(const RuntimeOptions& o) {
+    validate(o);
+    sh = std::make_shared<Shared>();
+    Shared& s = *sh;
+    s.opt = o;
+    const auto& t = o.train;
+    s.layout = model::build_param_layout(t.model);
+    s.chunks = static_cast<int>(t.microbatches / o.data_parallel);
+    s.sl = sched::make_layout(sched::parse_kind(o.schedule), o.stages, s.chunks);
+    s.mb_batch = t.data.batch_size / t.microbatches;
+    s.stage_layers = model::split_layers(t.model.n_layers, s.sl.num_stages);
+    const int64_t P = s.layout.total();
+    for (int i = 0; i < o.optimizer_shards; ++i) {
+      const int64_t b = P * i / o.optimizer_shards, e = P * (i + 1) / o.optimizer_shards;
+      s.shard_ranges.push_back({b, e - b});
+    }
+    for (int r = 0; r < o.stages; ++r) s.rank_owned.push_back(owned_ranges(s, r));
+    s.init = model::init_params(s.layout, t.model, t.seed);
+    {
+      auto data = model::make_data_source(t.data, t.seed, t.model.seq_len);
+      if (data->vocab_size() > t.model.vocab_size)
+        throw std::invalid_argument("data source '" + data->describe() + "' needs vocab_size >= " +
+                                    std::to_string(data->vocab_size()) + ", model has " +
+                                    std::to_string(t.model.vocab_size));
+    }
+    for (int d = 0; d < o.devices; ++d) devices.push_back(std::make_unique<Device>(d, t.backend));
+
+    cfg = std::make_unique<caf::actor_system_config>();
+    register_caf_types(*cfg);
+    sys = std::make_unique<caf::actor_system>(*cfg);
+    // The coordinator first: actors report device errors to it from the start.
+    s.peers.coordinator = spawn_coordinator(*sys, sh);
+    all.push_back(s.peers.coordinator);
+    for (int i = 0; i < o.optimizer_shards; ++i) {
+      s.peers.shards.push_back(spawn_shard(*sys, sh, *devices[static_cast<size_t>(i % o.devices)], i));
+      all.push_back(s.peers.shards.back());
+    }
+    s.peers.ranks.resize(static_cast<size_t>(o.data_parallel));
+    for (int r = 0; r < o.data_parallel; ++r)
+      for (int k = 0; k < o.stages; ++k) {
+        Device& dev = *devices[static_cast<size_t>((r * o.stages + k) % o.devices)];
+        s.peers.ranks[r].push_back(spawn_rank(*sys, sh, dev, r, k));
+        all.push_back(s.peers.ranks[r].back());
+      }
+  }
+
+  ~Impl() {
+    for (auto& d : devices) d->drain();
+    for (const caf::actor& a : all) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    all.clear();
+    sh->peers = Peers{};
+    sys.reset();  // waits for every actor to finish
+    for (auto& d : devices) d->drain();
+  }
+};
+
+Runtime::Runtime(const RuntimeOptions& options) : impl_(std::make_unique<Impl>(options)) {}
+Runtime::~Runtime() = default;
+
+model::StepMetrics Runtime::step() {
+  const auto t0 = std::chrono::steady_clock::now();
+  caf::scoped_actor self{*impl_->sys};
+  model::StepMetrics m;
+  std::string err;
+  self->request(impl_->sh->peers.coordinator, caf::infinite, rt::step_atom_v)
+      .receive(
+          [&](double loss, double aux, double norm, double lr) {
+            m.loss = loss;
+            m.aux_loss = aux;
+            m.grad_norm = norm;
+            m.lr = lr;
+          },
+          [&](caf::error& e) { err = impl_->sys->render(e); });
+  if (!err.empty()) throw std::runtime_error("runtime step failed: " + err);
+  m.step = ++impl_->steps_done;
+  m.tokens = impl_->sh->opt.train.data.batch_size * impl_->sh->opt.train.model.seq_len;
+  m.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return m;
+}
+
+int64_t Runtime::steps_done() const { return impl_->steps_done; }
+
+std::vector<float> Runtime::parameters() {
+  std::vector<float> out(static_cast<size_t>(impl_->sh->layout.total()), 0.0f);
+  caf::scoped_actor self{*impl_->sys};
+  for (const caf::actor& shard : impl_->sh->peers.shards) {
+    std::string err;
+    self->request(shard, caf::infinite, rt::params_atom_v)
+        .receive(
+            [&](const Envelope& e) {
+              auto r = e.read<schemas::ParamSlice>();
+              if (!r) {
+                err = to_string(r.error());
+                return;
+              }
+              const auto v = tensor_f32((*r)->getParams());
+              std::copy(v.begin(), v.end(), out.begin() + static_cast<int64_t>((*r)->getRange().getOffset()));
+            },
+            [&](caf::error& e) { err = impl_->sys->render(e); });
+    if (!err.empty()) throw std::runtime_error("runtime: reading parameters failed: " + err);
+  }
+  return out;
+}
+
+uint64_t Runtime::dropped_messages() {
+  uint64_t total = 0;
+  caf::scoped_actor self{*impl_->sys};
+  std::vector<caf::actor> actors{impl_->sh->peers.coordinator};
+  for (const auto& s : impl_->sh->peers.shards) actors.push_back(s);
+  for (const auto& rep : impl_->sh->peers.ranks)
+    for (const auto& r : rep) actors.push_back(r);
+  for (const caf::actor& a : actors)
+    self->request(a, caf::infinite, rt::dropped_atom_v).receive([&](uint64_t n) { total += n; }, [](caf::error&) {});
+  return total;
+}
+
+model::TrainSummary train(const RuntimeOptions& o, model::TrainObserver& obs) {
+  Runtime rt(o);
+  model::TrainSummary s;
+  s.final_val_loss = std::numeric_limits<double>::quiet_NaN();
+  s.accuracy = std::numeric_limits<double>::quiet_NaN();
+  while (rt.steps_done() < o.train.steps) {
+    const model::StepMetrics m = rt.step();
+    ++s.steps_done;
+    s.final_loss = m.loss;
+    obs.on_step(m);
+  }
+  return s;
+}
+
+}  // namespace troupe::runtime

@@ -1,0 +1,68 @@
+// The actor runtime, first slice: builds a topology in one process — devices
+// (serial executors), pipeline-rank actors running a schedule's op list,
+// ZeRO-1 optimizer-shard actors and a coordinator that also loads the data —
+// and runs training steps on it. The math is the single-process
+// model::Trainer's (same init, data order, loss scaling, AdamW, LR schedule,
+// clipping); see runtime_internal.hpp for the message protocol.
+//
+// Equivalence with model::Trainer (tests/runtime_equivalence_test.cpp):
+//   bitwise  when every gradient element receives its additions in the same
+//            order as in the Trainer: schedule sequential or 1f1b, one
+//            optimizer shard, data_parallel = 1, untied embeddings (with
+//            tied embeddings and PP > 1 the first and last stages both add
+//            into the embedding: they are summed at the shard instead of
+//            micro-batch by micro-batch);
+//   <= 1e-5  relative otherwise (replica sums, per-shard squared norms summed
+//            at the coordinator, tied embeddings across stages, dualpipe's
+//            two copies).
+// No CAF in this header.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/trainer.hpp"
+
+namespace troupe::runtime {
+
+struct RuntimeOptions {
+  model::TrainOptions train;        // model, optimizer, data, seed, steps, microbatches, backend
+  std::string schedule = "1f1b";    // sequential | 1f1b | dualpipe | dualpipev
+  int stages = 1;                   // pipeline ranks per replica (PP)
+  int devices = 1;                  // serial executors; ranks and shards are placed round-robin
+  int optimizer_shards = 1;         // ZeRO-1 shards of the flat parameter buffer
+  int data_parallel = 1;            // replicas; each takes microbatches / data_parallel of them
+};
+
+// Checks the topology against the model and schedule; throws
+// std::invalid_argument naming the rule that was broken.
+void validate(const RuntimeOptions& options);
+
+class Runtime {
+ public:
+  explicit Runtime(const RuntimeOptions& options);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // One optimizer step through the actors. Throws std::runtime_error when an
+  // actor reported an error (the message names the actor and the cause).
+  model::StepMetrics step();
+  int64_t steps_done() const;
+  // The flat parameter buffer, assembled from the optimizer shards.
+  std::vector<float> parameters();
+  // Messages dropped as duplicates or stale, over all actors (for tests).
+  uint64_t dropped_messages();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Like model::train, on the runtime (no evaluation or checkpoints yet: those
+// options are rejected by validate()).
+model::TrainSummary train(const RuntimeOptions& options, model::TrainObserver& observer);
+
+}  // namespace troupe::runtime

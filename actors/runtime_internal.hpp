@@ -1,0 +1,120 @@
+// Internals of the runtime shared by its actors (CAF; include only from
+// actors/*.cpp). The protocol of one step s:
+//   coordinator -> first-stage rank   Envelope(Activations, tag.stage = kDataStage,
+//                                     tokenIds + targets) per micro-batch
+//   coordinator -> every rank         (start, s, loss_scale, aux_scale)
+//   rank -> rank                      Envelope(Activations | Gradients) as the
+//                                     schedule's op list says; targets ride
+//                                     along with activations to the last stage
+//   rank -> coordinator               (loss, s, replica, mb, stage, loss_sum, aux)
+//   rank -> shard                     Envelope(GradSlice) after its last op, one
+//                                     per (owned range piece, shard)
+//   shard -> coordinator              (gnorm, s, shard, sum of squares): the
+//                                     shards reduce the replicas' slices in a
+//                                     fixed (replica, rank, offset) order first
+//   coordinator -> every shard        (clip, s, global norm) = sqrt of the sum of
+//                                     the shards' partials, in shard order: the
+//                                     global-norm reduction across shards
+//   shard -> every rank               Envelope(ParamSlice) after clip + AdamW
+//   rank -> coordinator               (stepok, s, replica, rank) when all slices
+//                                     are loaded; the step ends when all did.
+// Receivers key what they store by (step, kind, direction, stage, mb) or
+// (step, replica, rank, offset) and drop duplicates and stale steps.
+// Compute runs on Devices: a closure ends by sending (done, ticket) to its
+// actor, which then runs the continuation registered under that ticket.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "actors/caf_types.hpp"
+#include "actors/device.hpp"
+#include "actors/runtime.hpp"
+#include "actors/schedule.hpp"
+#include "model/params.hpp"
+
+namespace troupe::runtime {
+
+// tag.stage of the data loader's micro-batches (no stage sent them).
+inline constexpr uint32_t kDataStage = 0xFFFFFFFFu;
+
+struct Range {
+  int64_t offset = 0, count = 0;
+};
+
+struct Peers {
+  std::vector<std::vector<caf::actor>> ranks;  // [replica][rank]
+  std::vector<caf::actor> shards;
+  caf::actor coordinator;
+};
+
+// Everything the actors share, immutable once the actors run (the peers are
+// filled in before the first message is sent).
+struct Shared {
+  RuntimeOptions opt;
+  model::ParamLayout layout;
+  sched::Layout sl;
+  int chunks = 0;          // micro-batches per replica and step
+  int64_t mb_batch = 0;    // sequences per micro-batch
+  std::vector<std::pair<int64_t, int64_t>> stage_layers;  // [stage] layer range
+  std::vector<Range> shard_ranges;                        // [shard]
+  std::vector<std::vector<Range>> rank_owned;             // [rank] entries its stages touch
+  std::vector<float> init;                                // initial flat parameters
+  Peers peers;
+};
+
+// Continuations of submitted device work, keyed by ticket (actor thread only).
+struct Tickets {
+  uint64_t next = 0;
+  std::map<uint64_t, std::function<void()>> pending;
+};
+
+// Submits `work` to `dev`; when it has run, (done, ticket) comes back to
+// `self` and `then` runs on the actor. An exception in `work` goes to the
+// coordinator as (fail, "who: what").
+template <class State>
+void submit(caf::stateful_actor<State>* self, Device& dev, Device::Work work,
+            std::function<void()> then) {
+  const uint64_t ticket = ++self->state.tickets.next;
+  self->state.tickets.pending.emplace(ticket, std::move(then));
+  caf::actor me = caf::actor_cast<caf::actor>(self);
+  caf::actor coord = self->state.sh->peers.coordinator;
+  std::string who = self->state.name;
+  dev.submit(
+      [work = std::move(work), me, ticket](kernels::Backend& be) {
+        work(be);
+        caf::anon_send(me, rt::done_atom_v, ticket);
+      },
+      [coord, who](const std::string& what) { caf::anon_send(coord, rt::fail_atom_v, who + ": " + what); });
+}
+
+// Runs the continuation of `ticket` (the done handler of every actor).
+inline void run_ticket(Tickets& t, uint64_t ticket) {
+  auto it = t.pending.find(ticket);
+  if (it == t.pending.end()) return;  // duplicate completion: nothing to do
+  auto f = std::move(it->second);
+  t.pending.erase(it);
+  f();
+}
+
+// Intersection of two ranges (count 0 when disjoint).
+inline Range intersect(Range a, Range b) {
+  const int64_t lo = std::max(a.offset, b.offset);
+  const int64_t hi = std::min(a.offset + a.count, b.offset + b.count);
+  return hi > lo ? Range{lo, hi - lo} : Range{lo, 0};
+}
+
+// Actor bodies (stage_actor.cpp, optimizer_actor.cpp, coordinator.cpp).
+caf::actor spawn_rank(caf::actor_system& sys, std::shared_ptr<const Shared> sh, Device& dev,
+                      int replica, int rank);
+caf::actor spawn_shard(caf::actor_system& sys, std::shared_ptr<const Shared> sh, Device& dev,
+                       int shard);
+caf::actor spawn_coordinator(caf::actor_system& sys, std::shared_ptr<const Shared> sh);
+
+}  // namespace troupe::runtime
