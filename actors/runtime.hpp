@@ -29,7 +29,7 @@ namespace troupe::runtime {
 
 struct RuntimeOptions {
   model::TrainOptions train;        // model, optimizer, data, seed, steps, microbatches, backend
-  std::string schedule = "1f1b";    // sequential | 1f1b | dualpipe | dualpipev
+  std::string schedule = "1f1b";    // sequential | 1f1b | zb1p | dualpipe | dualpipev (B+W run as one backward)
   int stages = 1;                   // pipeline ranks per replica (PP)
   int devices = 1;                  // serial executors; ranks and shards are placed round-robin
   int optimizer_shards = 1;         // ZeRO-1 shards of the flat parameter buffer

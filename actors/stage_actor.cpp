@@ -190,7 +190,10 @@ void try_run(Self* self) {
     const sched::Op& op = st.ops[st.next];
     const int last = st.sh->sl.num_stages - 1;
     const bool has_f = op.type == sched::OpType::F || op.type == sched::OpType::FB;
-    const bool has_b = op.type == sched::OpType::BW || op.type == sched::OpType::FB;
+    // B runs the full backward (inputs and weights) and W is then a no-op: the
+    // weight gradients are the same values, computed earlier than scheduled.
+    const bool has_b = op.type == sched::OpType::BW || op.type == sched::OpType::FB ||
+                       op.type == sched::OpType::B;
     if (has_f && !st.inbox.count(act_key(st.step, op.f))) return;
     if (has_b && op.b.stage < last && !st.inbox.count(grad_key(st.step, op.b))) return;
     st.busy = true;
@@ -247,7 +250,8 @@ caf::behavior rank_actor(Self* self, std::shared_ptr<const Shared> sh, Device* d
       const StageId id{op.f.dir, op.f.stage};
       peak[id] = std::max(peak[id], ++live[id]);
     }
-    if (op.type == sched::OpType::BW || op.type == sched::OpType::FB) --live[{op.b.dir, op.b.stage}];
+    if (op.type == sched::OpType::BW || op.type == sched::OpType::FB || op.type == sched::OpType::B)
+      --live[{op.b.dir, op.b.stage}];
   }
   for (const auto& [id, n] : peak) {
     st.held.push_back(id);
