@@ -4,7 +4,8 @@
 // fixed (replica, rank, offset) order (deterministic, no atomics), reports its
 // sum of squares for the global norm, and after the coordinator's (clip, norm)
 // clips, updates with the Trainer's AdamW/LR rules and sends the new
-// parameters to every rank. Protocol: runtime_internal.hpp.
+// parameters to every rank; on request it hands out its parameters (and
+// moments, for checkpoints). Protocol: runtime_internal.hpp.
 #include <cmath>
 #include <map>
 #include <tuple>
@@ -191,6 +192,23 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
         submit(self, *s.dev, [comp, holder, range, shard, step](kernels::Backend& be) {
           *holder = param_slice(step, shard, range, be.download_f32(comp->params));
         }, [rp, holder]() mutable { rp.deliver(*holder); });
+        return rp;
+      },
+      // The parameters and AdamW moments (m, v) of the range, for a
+      // checkpoint: three ParamSlices, read on the device after any pending
+      // update.
+      [self](rt::params_atom, bool) -> caf::result<Envelope, Envelope, Envelope> {
+        auto& s = self->state;
+        auto rp = self->make_response_promise<Envelope, Envelope, Envelope>();
+        auto holder = std::make_shared<std::vector<Envelope>>();
+        auto comp = s.comp;
+        const Range range = s.range;
+        const uint32_t shard = static_cast<uint32_t>(s.shard);
+        const uint64_t step = s.step;
+        submit(self, *s.dev, [comp, holder, range, shard, step](kernels::Backend& be) {
+          for (const kernels::Tensor* t : {&comp->params, &comp->m, &comp->v})
+            holder->push_back(param_slice(step, shard, range, be.download_f32(*t)));
+        }, [rp, holder]() mutable { rp.deliver((*holder)[0], (*holder)[1], (*holder)[2]); });
         return rp;
       },
       [self](rt::dropped_atom) { return self->state.dropped; },

@@ -2,9 +2,13 @@
 #include "actors/runtime.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <limits>
+#include <filesystem>
 #include <set>
 #include <stdexcept>
+#include <unistd.h>
 
 #include "actors/runtime_internal.hpp"
 #include "model/data.hpp"
@@ -67,8 +71,8 @@ void validate(const RuntimeOptions& o) {
               std::to_string(t.microbatches) + ")");
   require(t.model.ffn != "moe" || t.model.balance != "bias",
           "balance = \"bias\" (router bias updated from expert loads) is not supported by the runtime yet");
-  require(t.resume_from.empty() && t.checkpoint_dir.empty() && t.checkpoint_every == 0,
-          "checkpoints and resume are not supported by the runtime yet");
+  require(t.resume_from.empty(), "resume from a checkpoint is not supported by the runtime yet");
+  require(t.checkpoint_every >= 0, "checkpoint_every must be >= 0");
   require(t.steps >= 0, "steps must be >= 0");
   require(t.optim.lr > 0.0, "lr must be positive");
   const sched::Layout sl = sched::make_layout(kind, o.stages, static_cast<int>(t.microbatches / o.data_parallel));
@@ -191,6 +195,46 @@ std::vector<float> Runtime::parameters() {
   return out;
 }
 
+model::TrainingState Runtime::state() {
+  const Shared& sh = *impl_->sh;
+  model::TrainingState st;
+  st.config = sh.opt.train.model;
+  st.seed = sh.opt.train.seed;
+  st.step = impl_->steps_done;
+  st.data_cursor = impl_->steps_done;  // one batch per step, as the Trainer counts it
+  const size_t P = static_cast<size_t>(sh.layout.total());
+  st.params.assign(P, 0.0f);
+  st.adam_m.assign(P, 0.0f);
+  st.adam_v.assign(P, 0.0f);
+  caf::scoped_actor self{*impl_->sys};
+  for (const caf::actor& shard : sh.peers.shards) {
+    std::string err;
+    self->request(shard, caf::infinite, rt::params_atom_v, true)
+        .receive(
+            [&](const Envelope& p, const Envelope& m, const Envelope& v) {
+              std::vector<float>* dst[3] = {&st.params, &st.adam_m, &st.adam_v};
+              const Envelope* src[3] = {&p, &m, &v};
+              for (int i = 0; i < 3; ++i) {
+                auto r = src[i]->read<schemas::ParamSlice>();
+                if (!r) {
+                  err = to_string(r.error());
+                  return;
+                }
+                const auto x = tensor_f32((*r)->getParams());
+                const uint64_t off = (*r)->getRange().getOffset();
+                if (off > P || x.size() > P - off) {
+                  err = "slice outside the parameter buffer";
+                  return;
+                }
+                std::copy(x.begin(), x.end(), dst[i]->begin() + static_cast<int64_t>(off));
+              }
+            },
+            [&](caf::error& e) { err = impl_->sys->render(e); });
+    if (!err.empty()) throw std::runtime_error("runtime: reading the optimizer state failed: " + err);
+  }
+  return st;
+}
+
 uint64_t Runtime::dropped_messages() {
   uint64_t total = 0;
   caf::scoped_actor self{*impl_->sys};
@@ -203,16 +247,71 @@ uint64_t Runtime::dropped_messages() {
   return total;
 }
 
+namespace {
+
+// Scratch checkpoint directory for an evaluation at a step with no checkpoint
+// of its own (removed when it goes out of scope).
+struct ScratchDir {
+  std::string path;
+  ScratchDir() {
+    static std::atomic<int> counter{0};
+    path = (std::filesystem::temp_directory_path() /
+            ("troupe-eval-" + std::to_string(::getpid()) + "-" + std::to_string(counter++)))
+               .string();
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+// model::Trainer's evaluation, on the saved state in `dir`: the Trainer is
+// resumed from it with the run's own data and micro-batch split (the
+// single-process run's split: micro-batches per replica), so a runtime run
+// whose parameters equal the Trainer's reports the same validation figures.
+model::EvalMetrics evaluate_saved(const RuntimeOptions& o, const std::string& dir) {
+  model::TrainOptions eo = o.train;
+  eo.microbatches = o.train.microbatches / o.data_parallel;
+  eo.resume_from = dir;
+  eo.checkpoint_dir.clear();
+  eo.checkpoint_every = 0;
+  model::Trainer tr(eo);
+  return tr.evaluate(o.train.eval_accuracy);
+}
+
+}  // namespace
+
 model::TrainSummary train(const RuntimeOptions& o, model::TrainObserver& obs) {
   Runtime rt(o);
+  const model::TrainOptions& t = o.train;
+  const model::ParamLayout layout = model::build_param_layout(t.model);
   model::TrainSummary s;
   s.final_val_loss = std::numeric_limits<double>::quiet_NaN();
   s.accuracy = std::numeric_limits<double>::quiet_NaN();
-  while (rt.steps_done() < o.train.steps) {
+  while (rt.steps_done() < t.steps) {
     const model::StepMetrics m = rt.step();
     ++s.steps_done;
     s.final_loss = m.loss;
     obs.on_step(m);
+    const bool last = rt.steps_done() == t.steps;
+    const bool eval = t.eval_every > 0 && t.eval_batches > 0 && (m.step % t.eval_every == 0 || last);
+    const bool save = !t.checkpoint_dir.empty() &&
+                      ((t.checkpoint_every > 0 && m.step % t.checkpoint_every == 0) || last);
+    if (!eval && !save) continue;
+    const model::TrainingState st = rt.state();
+    if (save) model::save_checkpoint(t.checkpoint_dir, st, layout);
+    if (eval) {
+      std::unique_ptr<ScratchDir> scratch;
+      if (!save) {
+        scratch = std::make_unique<ScratchDir>();
+        model::save_checkpoint(scratch->path, st, layout);
+      }
+      const model::EvalMetrics e = evaluate_saved(o, save ? t.checkpoint_dir : scratch->path);
+      s.final_val_loss = e.val_loss;
+      s.accuracy = e.accuracy;
+      obs.on_eval(e);
+    }
+    if (save) obs.on_checkpoint(m.step, t.checkpoint_dir);
   }
   return s;
 }

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "model/checkpoint.hpp"
 #include "model/trainer.hpp"
 
 namespace troupe::runtime {
@@ -53,6 +54,10 @@ class Runtime {
   int64_t steps_done() const;
   // The flat parameter buffer, assembled from the optimizer shards.
   std::vector<float> parameters();
+  // Everything a checkpoint holds: the parameters and the shards' AdamW
+  // moments, assembled in the flat layout, with the step and data cursor
+  // (one batch per step, as model::Trainer saves them).
+  model::TrainingState state();
   // Messages dropped as duplicates or stale, over all actors (for tests).
   uint64_t dropped_messages();
 
@@ -61,8 +66,11 @@ class Runtime {
   std::unique_ptr<Impl> impl_;
 };
 
-// Like model::train, on the runtime (no evaluation or checkpoints yet: those
-// options are rejected by validate()).
+// Like model::train, on the runtime: evaluation every eval_every steps and
+// after the last (model::Trainer's evaluation code, on a checkpoint of the
+// runtime's state), checkpoints every checkpoint_every steps and after the
+// last when checkpoint_dir is set. Resume is not supported yet (validate()
+// rejects resume_from).
 model::TrainSummary train(const RuntimeOptions& options, model::TrainObserver& observer);
 
 }  // namespace troupe::runtime

@@ -1,5 +1,8 @@
-// `troupe run`: single-process training as the spec says, with progress on
-// the terminal, a log file and metrics.jsonl in the output directory.
+// `troupe run`: training as the spec says, with progress on the terminal, a
+// log file and metrics.jsonl in the output directory. One device running the
+// whole model trains on model::Trainer; any other topology (devices, stages,
+// schedule, optimizer shards, data-parallel replicas) on the actor runtime,
+// in this process. Both end with a checkpoint and an evaluation.
 #include <unistd.h>
 
 #include <cmath>
@@ -8,6 +11,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "actors/runtime.hpp"
 #include "launch/cli.hpp"
 #include "launch/progress.hpp"
 #include "launch/topology.hpp"
@@ -42,6 +46,21 @@ model::TrainOptions train_options(const Spec& spec) {
   o.resume_from = spec.checkpoint.resume;
   o.backend = backend_options(spec);
   return o;
+}
+
+// The runtime's view of the spec. The spec counts microbatches per replica;
+// the runtime counts them over all replicas (each replica takes
+// microbatches / data_parallel of them).
+static runtime::RuntimeOptions runtime_options(const Spec& spec) {
+  runtime::RuntimeOptions r;
+  r.train = train_options(spec);
+  r.train.microbatches = spec.topology.microbatches * spec.topology.data_parallel;
+  r.schedule = spec.topology.schedule;
+  r.stages = static_cast<int>(spec.topology.stages);
+  r.devices = static_cast<int>(spec.topology.devices);
+  r.optimizer_shards = static_cast<int>(spec.topology.optimizer_shards);
+  r.data_parallel = static_cast<int>(spec.topology.data_parallel);
+  return r;
 }
 
 // Logs go to stderr and to <out_dir>/troupe.log.
@@ -82,9 +101,17 @@ int command_run(const CliOptions&, const Spec& spec) {
                              .add("parameters", topo.parameters)
                              .str());
     }
-    const model::TrainOptions options = train_options(spec);
     ProgressObserver progress(style, spec.run.steps, spec.log.progress_every, &metrics);
-    const model::TrainSummary summary = model::train(options, progress);
+    model::TrainSummary summary;
+    if (uses_runtime(spec)) {
+      const auto& t = spec.topology;
+      spdlog::info("actor runtime: schedule {}, {} stage(s) x {} replica(s), {} microbatch(es) per replica, "
+                   "{} optimizer shard(s) on {} device(s)",
+                   t.schedule, t.stages, t.data_parallel, t.microbatches, t.optimizer_shards, t.devices);
+      summary = runtime::train(runtime_options(spec), progress);
+    } else {
+      summary = model::train(train_options(spec), progress);
+    }
     progress.finish();
     metrics.write_line(JsonObject()
                            .add("type", std::string("end"))

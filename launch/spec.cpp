@@ -14,8 +14,10 @@
 #include <tuple>
 #include <toml++/toml.h>
 
+#include "actors/schedule.hpp"
 #include "launch/spec_keys.hpp"
 #include "model/data.hpp"
+#include "model/params.hpp"
 
 namespace troupe::launch {
 
@@ -320,6 +322,24 @@ class Parser {
   std::map<std::string, Pos> section_pos_;
 };
 
+// The runtime's schedule rules, from the schedule library itself (one source
+// of truth): each replica runs `microbatches` chunks through `stages` ranks.
+void check_schedule(const Spec& s, Parser& p) {
+  const auto& t = s.topology;
+  auto v = [](int64_t x) { return std::to_string(x); };
+  sched::Layout layout;
+  try {
+    layout = sched::make_layout(sched::parse_kind(t.schedule), static_cast<int>(t.stages), static_cast<int>(t.microbatches));
+  } catch (const std::invalid_argument& e) {
+    p.error(p.where("topology.microbatches"), "[topology] microbatches = " + v(t.microbatches) + " does not fit schedule = \"" +
+                                                 t.schedule + "\" with stages = " + v(t.stages) + ": " + e.what());
+    return;
+  }
+  if (layout.num_stages > s.model.n_layers && t.stages <= s.model.n_layers)  // else the stages rule fired
+    p.error(p.where("topology.stages"), "[topology] schedule = \"" + t.schedule + "\" with stages = " + v(t.stages) + " cuts the model into " +
+                                            v(layout.num_stages) + " stages, more than [model] n_layers = " + v(s.model.n_layers));
+}
+
 // Rules that involve more than one key. Each message names the keys and values.
 void check_cross_fields(const Spec& s, Parser& p) {
   const auto& m = s.model;
@@ -337,6 +357,8 @@ void check_cross_fields(const Spec& s, Parser& p) {
     p.error(p.where("topology.stages"), "[topology] stages = " + v(t.stages) + " must be <= [model] n_layers = " + v(m.n_layers));
   if ((t.schedule == "dualpipe" || t.schedule == "dualpipev") && t.stages % 2 != 0)
     p.error(p.where("topology.schedule"), "[topology] schedule = \"" + t.schedule + "\" needs an even number of stages, got stages = " + v(t.stages));
+  else if (uses_runtime(s))
+    check_schedule(s, p);
   const int64_t per_step = t.microbatches * t.data_parallel;
   if (s.data.batch_size % per_step != 0)
     p.error(p.where("data.batch_size"), "[data] batch_size = " + v(s.data.batch_size) +
@@ -349,6 +371,17 @@ void check_cross_fields(const Spec& s, Parser& p) {
     p.error(p.where("topology.processes"), "[topology] processes = " + v(t.processes) + " must be <= devices = " + v(t.devices));
   if (t.stages * t.data_parallel > t.devices)
     p.error(p.where("topology.devices"), "[topology] devices = " + v(t.devices) + " is fewer than stages * data_parallel = " + v(t.stages * t.data_parallel));
+  if (uses_runtime(s) && t.optimizer_shards > 1) {
+    int64_t params = 0;
+    try {
+      params = model::build_param_layout(m).total();
+    } catch (const std::exception&) {
+      params = 0;  // the model's own problems are reported above
+    }
+    if (params > 0 && t.optimizer_shards > params)
+      p.error(p.where("topology.optimizer_shards"), "[topology] optimizer_shards = " + v(t.optimizer_shards) +
+                                                        " is more than the model's " + v(params) + " parameters");
+  }
   if (s.data.source == "text" && s.data.path.empty())
     p.error(p.where("data.source"), "[data] source = \"text\" needs [data] path (the text file to train on)");
   if (s.data.source == "text" && m.vocab_size < 256)
@@ -427,6 +460,11 @@ const std::string& default_spec_text() {
 
 Spec load_default_spec(const std::vector<Override>& overrides) {
   return load_spec_text(default_spec_text(), "<built-in default>", overrides);
+}
+
+bool uses_runtime(const Spec& spec) {
+  const auto& t = spec.topology;
+  return t.devices > 1 || t.stages > 1 || t.schedule != "sequential" || t.optimizer_shards > 1 || t.data_parallel > 1;
 }
 
 std::vector<std::string> spec_key_paths() {

@@ -72,6 +72,12 @@ struct Spec {
   std::string checkpoint_dir() const;  // checkpoint.dir or <out_dir>/checkpoint
 };
 
+// True when the spec's topology goes beyond one device running the whole
+// model sequentially (devices, stages, schedule, optimizer_shards or
+// data_parallel): `troupe run` then trains on the actor runtime
+// (actors/runtime.hpp) instead of the single-process model::Trainer.
+bool uses_runtime(const Spec& spec);
+
 // One problem found in a spec. line/column are 1-based, 0 when unknown.
 struct Diagnostic {
   std::string file;

@@ -30,7 +30,7 @@ std::string not_yet(const std::string& what, const char* issue) {
 }
 
 std::vector<KeyDef> build_keys() {
-  const char* kRuntimeIssue = "the actor runtime (pipeline stages, optimizer shards)";
+  const char* kRuntimeIssue = "a later slice of the actor runtime";
   const char* kExpertIssue = "expert-parallel actors";
   std::vector<KeyDef> k;
   auto add = [&](KeyDef d) { k.push_back(std::move(d)); };
@@ -58,7 +58,11 @@ std::vector<KeyDef> build_keys() {
   add({"model", "top_k", KeyType::Int, F(model.top_k), "Experts per token; at most n_experts.", 1, 4096});
   add({"model", "expert_hidden", KeyType::Int, F(model.expert_hidden), "Hidden width of each expert's SwiGLU (and of shared experts).", 1, 1e6});
   add({"model", "shared_experts", KeyType::Int, F(model.shared_experts), "Always-on shared experts per MoE layer.", 0, 64});
-  add({"model", "balance", KeyType::String, F(model.balance), "Load balancing: \"aux_loss\" (alpha*E*sum f_i P_i), \"bias\" (DeepSeek-V3 auxiliary-loss-free bias) or \"none\".", 0, 0, {"aux_loss", "bias", "none"}});
+  add({"model", "balance", KeyType::String, F(model.balance), "Load balancing: \"aux_loss\" (alpha*E*sum f_i P_i), \"bias\" (DeepSeek-V3 auxiliary-loss-free bias) or \"none\".", 0, 0, {"aux_loss", "bias", "none"},
+       [=](const Spec& s) {
+         return s.model.ffn == "moe" && s.model.balance == "bias" && uses_runtime(s)
+                    ? not_yet("balance = \"bias\" with a multi-device topology", kRuntimeIssue) : "";
+       }});
   add({"model", "aux_loss_alpha", KeyType::Float, F(model.aux_loss_alpha), "Weight alpha of the auxiliary balance loss.", 0, 10});
   add({"model", "bias_update_rate", KeyType::Float, F(model.bias_update_rate), "gamma of the aux-loss-free bias update bias += gamma*sign(mean load - load).", 0, 1});
   add({"model", "capacity_factor", KeyType::Float, F(model.capacity_factor), "Expert capacity = ceil(cf*tokens*top_k/n_experts), extra tokens dropped; 0 means dropless.", 0, 64});
@@ -87,25 +91,20 @@ std::vector<KeyDef> build_keys() {
   add({"optim", "grad_clip", KeyType::Float, F(optim.grad_clip), "Clip the global gradient norm to this value; 0 disables clipping.", 0, 1e9});
 
   // [topology]
-  add({"topology", "devices", KeyType::Int, F(topology.devices), "Devices in the run (a device is a serial executor: a thread or a GPU queue).", 1, 1e6,
-       {}, [=](const Spec& s) { return s.topology.devices > 1 ? not_yet("devices > 1", kRuntimeIssue) : ""; }});
+  add({"topology", "devices", KeyType::Int, F(topology.devices), "Devices in the run (a device is a serial executor: a thread or a GPU queue); pipeline ranks and optimizer shards are placed on them round-robin.", 1, 1e6});
   add({"topology", "device_kind", KeyType::String, F(topology.device_kind), "\"host\" (CPU, OpenBLAS), \"opencl\" (CLBlast + OpenCL C) or \"sim\" (virtual clock).", 0, 0, {"host", "opencl", "sim"},
        [=](const Spec& s) { return s.topology.device_kind == "sim" ? not_yet("device_kind = \"sim\"", kRuntimeIssue) : ""; }});
   add({"topology", "threads_per_device", KeyType::Int, F(topology.threads_per_device), "Host devices: OpenBLAS threads per device.", 1, 1024});
   add({"topology", "opencl_platform", KeyType::Int, F(topology.opencl_platform), "OpenCL platform index; -1 picks the first platform with a matching device.", -1, 64});
   add({"topology", "opencl_device", KeyType::Int, F(topology.opencl_device), "OpenCL device index on the platform.", 0, 64});
   add({"topology", "opencl_device_type", KeyType::String, F(topology.opencl_device_type), "OpenCL device type to look for: \"any\", \"gpu\" or \"cpu\".", 0, 0, {"any", "gpu", "cpu"}});
-  add({"topology", "stages", KeyType::Int, F(topology.stages), "Pipeline stages (contiguous layer ranges).", 1, 4096,
-       {}, [=](const Spec& s) { return s.topology.stages > 1 ? not_yet("stages > 1", kRuntimeIssue) : ""; }});
-  add({"topology", "schedule", KeyType::String, F(topology.schedule), "Pipeline schedule: \"sequential\", \"1f1b\", \"dualpipe\" or \"dualpipev\".", 0, 0, {"sequential", "1f1b", "dualpipe", "dualpipev"},
-       [=](const Spec& s) { return s.topology.schedule != "sequential" ? not_yet("schedule = \"" + s.topology.schedule + "\"", kRuntimeIssue) : ""; }});
+  add({"topology", "stages", KeyType::Int, F(topology.stages), "Pipeline ranks per replica (each holds contiguous layer ranges; dualpipev cuts the model into 2*stages).", 1, 4096});
+  add({"topology", "schedule", KeyType::String, F(topology.schedule), "Pipeline schedule: \"sequential\", \"1f1b\", \"dualpipe\" (needs even stages and microbatches >= 2*stages, even) or \"dualpipev\" (microbatches >= 2*stages).", 0, 0, {"sequential", "1f1b", "dualpipe", "dualpipev"}});
   add({"topology", "microbatches", KeyType::Int, F(topology.microbatches), "Microbatches per step (gradient accumulation); must divide batch_size / data_parallel.", 1, 1e6});
   add({"topology", "expert_shards", KeyType::Int, F(topology.expert_shards), "Expert-parallel shards per MoE layer; at most n_experts.", 1, 4096,
        {}, [=](const Spec& s) { return s.topology.expert_shards > 1 ? not_yet("expert_shards > 1", kExpertIssue) : ""; }});
-  add({"topology", "optimizer_shards", KeyType::Int, F(topology.optimizer_shards), "ZeRO-1 optimizer shards, each owning a range of the flat parameter buffer.", 1, 4096,
-       {}, [=](const Spec& s) { return s.topology.optimizer_shards > 1 ? not_yet("optimizer_shards > 1", kRuntimeIssue) : ""; }});
-  add({"topology", "data_parallel", KeyType::Int, F(topology.data_parallel), "Data-parallel replicas.", 1, 4096,
-       {}, [=](const Spec& s) { return s.topology.data_parallel > 1 ? not_yet("data_parallel > 1", kRuntimeIssue) : ""; }});
+  add({"topology", "optimizer_shards", KeyType::Int, F(topology.optimizer_shards), "ZeRO-1 optimizer shards, each owning a range of the flat parameter buffer.", 1, 4096});
+  add({"topology", "data_parallel", KeyType::Int, F(topology.data_parallel), "Data-parallel replicas; each runs `microbatches` microbatches of batch_size / (microbatches * data_parallel) sequences.", 1, 4096});
   add({"topology", "processes", KeyType::Int, F(topology.processes), "OS processes (launch with mpirun -np <processes>).", 1, 1e6,
        {}, [=](const Spec& s) { return s.topology.processes > 1 ? not_yet("processes > 1", "multi-process runs (mpirun)") : ""; }});
   add({"topology", "interface", KeyType::String, F(topology.interface), "Address CAF ports bind to between processes (loopback by default)."});
@@ -113,7 +112,10 @@ std::vector<KeyDef> build_keys() {
   // [checkpoint]
   add({"checkpoint", "every", KeyType::Int, F(checkpoint.every), "Also save a checkpoint every N steps; 0 means only the final one (a run always saves when it ends).", 0, kBig});
   add({"checkpoint", "dir", KeyType::String, F(checkpoint.dir), "Checkpoint directory; empty means <out_dir>/checkpoint."});
-  add({"checkpoint", "resume", KeyType::String, F(checkpoint.resume), "Checkpoint directory to resume from (bitwise continuation); empty starts fresh."});
+  add({"checkpoint", "resume", KeyType::String, F(checkpoint.resume), "Checkpoint directory to resume from (bitwise continuation); empty starts fresh.", 0, 0, {},
+       [=](const Spec& s) {
+         return !s.checkpoint.resume.empty() && uses_runtime(s) ? not_yet("resume with a multi-device topology", kRuntimeIssue) : "";
+       }});
 
   // [log]
   add({"log", "level", KeyType::String, F(log.level), "Log level (also --log-level).", 0, 0, {"trace", "debug", "info", "warn", "error", "off"}});

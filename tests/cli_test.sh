@@ -38,8 +38,20 @@ expect_output "$work/bad.toml:3:1: error: [model] head size d_model/n_heads"
 expect_output "$work/bad.toml:5:1: error: unknown key 'lerning_rate' in [optim]; did you mean 'lr'?"
 expect_exit 3 "$troupe" validate "$work/missing.toml"
 expect_output "cannot open spec file"
-expect_exit 3 "$troupe" run --set topology.stages=2 --set topology.devices=2
+expect_exit 3 "$troupe" run --set topology.expert_shards=2
 expect_output "not supported yet"
+# Multi-device topologies: the runtime's rules, checked at validation on the right key.
+expect_exit 3 "$troupe" validate --set topology.devices=2 --set topology.stages=2 --set topology.schedule='"dualpipe"' \
+  --set topology.microbatches=2
+expect_output "error: [topology] microbatches = 2 does not fit schedule = \"dualpipe\" with stages = 2"
+expect_exit 3 "$troupe" validate --set topology.devices=4 --set topology.stages=4 --set topology.schedule='"dualpipev"' \
+  --set topology.microbatches=8
+expect_output "cuts the model into 8 stages, more than [model] n_layers = 4"
+expect_exit 3 "$troupe" validate --set topology.devices=2 --set model.balance='"bias"'
+expect_output "[model] balance = \"bias\": not supported yet"
+expect_exit 3 "$troupe" validate --set topology.optimizer_shards=2 --set checkpoint.resume='"x"'
+expect_output "[checkpoint] resume = \"x\": not supported yet"
+expect_exit 0 "$troupe" validate --set topology.devices=2 --set topology.stages=2 --set topology.schedule='"1f1b"'
 
 # validate prints the resolved topology.
 expect_exit 0 "$troupe" validate "$src/launch/specs/default.toml"
@@ -89,6 +101,43 @@ printf 'xx' | dd of="$work/a/checkpoint/params.f32.zst" bs=1 seek=40 conv=notrun
 expect_exit 4 "$troupe" eval "${tiny[@]}" --set run.out_dir="$work/a"
 expect_output "params.f32.zst"
 expect_exit 4 "$troupe" run "${tiny[@]}" --set run.steps=8 --set run.out_dir="$work/e" --set checkpoint.resume="$work/nowhere"
+
+# A 2-stage 1F1B run on the actor runtime (2 devices, one optimizer shard,
+# untied embeddings: the runtime's bitwise case) saves the same checkpoint as
+# the single-device run with the same microbatches: parameters (through
+# export) and AdamW moments bit for bit, and the same validation loss.
+untied=("${tiny[@]}" --set model.tie_embeddings=false --set topology.microbatches=2 --set run.steps=4)
+expect_exit 0 "$troupe" run "${untied[@]}" --set run.out_dir="$work/single"
+expect_exit 0 "$troupe" run "${untied[@]}" --set run.out_dir="$work/pipe" --set topology.devices=2 \
+  --set topology.stages=2 --set topology.schedule='"1f1b"'
+expect_output "actor runtime: schedule 1f1b"
+expect_output "step 4/4"
+expect_output "exact-match"
+for run in single pipe; do
+  expect_exit 0 "$troupe" export "${untied[@]}" --set run.out_dir="$work/$run" --format safetensors \
+    --output "$work/$run.safetensors"
+done
+cmp -s "$work/single.safetensors" "$work/pipe.safetensors" || fail "2-stage 1f1b parameters differ from the single-device run"
+for f in adam_m.f32.zst adam_v.f32.zst; do
+  cmp -s "$work/single/checkpoint/$f" "$work/pipe/checkpoint/$f" || fail "2-stage 1f1b $f differs from the single-device run"
+done
+val_of() { grep '"type":"end"' "$1/metrics.jsonl" | grep -o '"final_val_loss":[^,}]*'; }
+[ -n "$(val_of "$work/pipe")" ] && [ "$(val_of "$work/single")" = "$(val_of "$work/pipe")" ] ||
+  fail "validation loss differs: $(val_of "$work/single") vs $(val_of "$work/pipe")"
+expect_exit 0 "$troupe" eval "${untied[@]}" --set run.out_dir="$work/pipe"
+expect_output "(step 4)"
+expect_exit 0 "$troupe" sample "${untied[@]}" --set run.out_dir="$work/pipe" --prompt "12+34=" --max-new-tokens 4
+expect_output "12+34="
+# checkpoint.every is honoured on the runtime too, and DualPipe with 2 shards and
+# 2 replicas (data_parallel) trains through the CLI.
+expect_exit 0 "$troupe" run "${tiny[@]}" --set run.steps=4 --set run.out_dir="$work/dp" --set topology.devices=4 \
+  --set topology.stages=2 --set topology.schedule='"dualpipe"' --set topology.microbatches=4 \
+  --set topology.data_parallel=2 --set data.batch_size=8 --set topology.optimizer_shards=2 \
+  --set checkpoint.every=2 --set checkpoint.dir="$work/dp/ck"
+expect_output "step 4/4"
+[ "$(grep -c '"type":"checkpoint"' "$work/dp/metrics.jsonl")" -eq 2 ] || fail "dualpipe run should log 2 checkpoints"
+expect_exit 0 "$troupe" eval "${tiny[@]}" --set run.out_dir="$work/dp" --set data.batch_size=8 --checkpoint "$work/dp/ck"
+expect_output "(step 4)"
 
 if [ $failures -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
 echo "all CLI checks passed"
