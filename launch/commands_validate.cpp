@@ -10,11 +10,12 @@ namespace troupe::launch {
 int command_validate(const CliOptions&, const Spec& spec) {
   const Topology topo = resolve_topology(spec);
   std::printf("%s: ok\n%s", spec.source.c_str(), format_topology(spec, topo).c_str());
-  // Honest about what runs today: the actors above are the plan; until the
-  // actor runtime lands, `troupe run` executes a single-device spec in one
-  // process with the same math (model::train).
-  std::printf("note: the actor runtime is not built yet; `troupe run` trains this single-device topology "
-              "in one process (the single-process trainer), with the same math the actors will run\n");
+  // Say which engine runs it: a single-device sequential spec runs in the
+  // single-process trainer (the same math, no actors needed).
+  if (uses_runtime(spec))
+    std::printf("runs on the actor runtime (one process; the experts run inside the stage actors)\n");
+  else
+    std::printf("single device: runs in the single-process trainer, with the same math as the actor runtime\n");
   return kExitOk;
 }
 

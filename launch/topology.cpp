@@ -1,11 +1,12 @@
 // Placement rules (see DESIGN.md "data path"):
 // - devices are split into contiguous blocks, one block per process;
-// - replica r uses devices [r*D/R, (r+1)*D/R) where D = devices, R = data_parallel;
-// - sequential/1f1b: stage s of a replica runs on the replica's device s;
+// - pipeline rank s of replica r runs on device (r*stages + s) mod devices;
+// - sequential/1f1b: rank s holds stage s;
 //   dualpipe: device i holds stage i of copy A and stage PP-1-i of copy B;
 //   dualpipev: the layers form 2*PP chunks, device i holds chunks i and 2PP-1-i;
-// - the expert shards of a MoE layer go round-robin over the replica's devices,
-//   starting at the device of the stage that owns the layer;
+// - with one expert shard the experts run inside their stage; with more, the
+//   shards of a MoE layer go round-robin over the devices, starting at the
+//   device of the stage that owns the layer (expert-parallel actors are planned);
 // - optimizer shards own contiguous ranges of the flat parameter buffer and are
 //   spread round-robin over all devices.
 #include "launch/topology.hpp"
@@ -38,32 +39,29 @@ Topology resolve_topology(const Spec& spec) {
   auto process_of = [&](int64_t device) { return device * t.processes / t.devices; };
   for (int64_t d = 0; d < t.devices; ++d) topo.devices.push_back({d, process_of(d), t.device_kind});
 
-  topo.actors.push_back({"coordinator", "coordinator", -1, 0, "drives steps, collects metrics"});
-  for (int64_t p = 0; p < t.processes; ++p)
-    topo.actors.push_back({"supervisor:" + std::to_string(p), "supervisor", -1, p, "restarts the actors of its process"});
+  topo.actors.push_back({"coordinator", "coordinator", -1, 0,
+                         "drives steps, loads the data (" + std::to_string(spec.data.batch_size) + " sequences/step in " +
+                             std::to_string(t.microbatches * t.data_parallel) + " microbatches), collects metrics"});
 
   const bool v_shape = t.schedule == "dualpipev";
   const int64_t chunks = v_shape ? 2 * t.stages : t.stages;
   const auto layer_chunks = split_even(m.n_layers, chunks);
   for (int64_t r = 0; r < t.data_parallel; ++r) {
-    const int64_t first = r * t.devices / t.data_parallel;
-    const int64_t count = (r + 1) * t.devices / t.data_parallel - first;
+    // Pipeline rank s of replica r runs on device (r*stages + s) mod devices (as actors/runtime.cpp places it).
+    auto device_of_rank = [&](int64_t s) { return (r * t.stages + s) % t.devices; };
     const std::string rep = t.data_parallel > 1 ? "r" + std::to_string(r) + ":" : "";
-    topo.actors.push_back({"data:" + std::to_string(r), "data", -1, process_of(first),
-                           "feeds " + std::to_string(spec.data.batch_size / t.data_parallel) +
-                               " sequences/step in " + std::to_string(t.microbatches) + " microbatches"});
     // (chunk index, copy label, device) for every stage actor of this replica.
     struct StagePlace { int64_t chunk; std::string copy; int64_t device; };
     std::vector<StagePlace> places;
     for (int64_t s = 0; s < t.stages; ++s) {
       if (t.schedule == "dualpipe") {
-        places.push_back({s, "A", first + s});
-        places.push_back({t.stages - 1 - s, "B", first + s});
+        places.push_back({s, "A", device_of_rank(s)});
+        places.push_back({t.stages - 1 - s, "B", device_of_rank(s)});
       } else if (v_shape) {
-        places.push_back({s, "", first + s});
-        places.push_back({2 * t.stages - 1 - s, "", first + s});
+        places.push_back({s, "", device_of_rank(s)});
+        places.push_back({2 * t.stages - 1 - s, "", device_of_rank(s)});
       } else {
-        places.push_back({s, "", first + s});
+        places.push_back({s, "", device_of_rank(s)});
       }
     }
     std::map<int64_t, int64_t> device_of_layer;
@@ -72,16 +70,18 @@ Topology resolve_topology(const Spec& spec) {
       std::string detail = range_text("layers", lb, le);
       if (pl.chunk == 0) detail += " +embedding";
       if (pl.chunk == chunks - 1) detail += " +head";
+      // With one expert shard the experts run inside the stage actor.
+      if (m.ffn == "moe" && t.expert_shards == 1) detail += " +experts";
       const std::string id = "stage:" + rep + std::to_string(pl.chunk) + pl.copy;
       topo.actors.push_back({id, "stage", pl.device, process_of(pl.device), detail});
       if (pl.copy != "B")
         for (int64_t l = lb; l < le; ++l) device_of_layer[l] = pl.device;
     }
-    if (m.ffn == "moe") {
+    if (m.ffn == "moe" && t.expert_shards > 1) {
       const auto expert_ranges = split_even(m.n_experts, t.expert_shards);
       for (int64_t l = 0; l < m.n_layers; ++l) {
         for (int64_t sh = 0; sh < t.expert_shards; ++sh) {
-          const int64_t dev = first + (device_of_layer[l] - first + sh) % count;
+          const int64_t dev = (device_of_layer[l] + sh) % t.devices;
           const auto [eb, ee] = expert_ranges[static_cast<size_t>(sh)];
           topo.actors.push_back({"experts:" + rep + "L" + std::to_string(l) + ":S" + std::to_string(sh),
                                  "experts", dev, process_of(dev), range_text("experts", eb, ee)});

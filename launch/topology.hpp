@@ -1,6 +1,7 @@
 // Topology resolution: from a validated Spec, every actor the run would
-// spawn (stages, expert shards, optimizer shards, data loaders, coordinator,
-// supervisors) with its device and process. Pure: no actors are created here.
+// spawn (pipeline stages, expert shards when there is more than one per layer,
+// optimizer shards, the coordinator) with its device and process, placed as
+// actors/runtime.cpp places them. Pure: no actors are created here.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +14,7 @@ namespace troupe::launch {
 
 struct ActorPlan {
   std::string id;       // unique, e.g. "stage:1", "experts:L2:S0", "optimizer:0"
-  std::string kind;     // coordinator, supervisor, data, stage, experts, optimizer
+  std::string kind;     // coordinator, stage, experts, optimizer
   int64_t device = -1;  // -1: not bound to a compute device (control actors)
   int64_t process = 0;
   std::string detail;   // what it owns: layer range, expert ids, parameter range
