@@ -1,0 +1,269 @@
+// bench_pipeline_real: step time of the actor runtime (actors/runtime.hpp) on
+// this machine, quickstart model (model::ModelConfig defaults), addition data,
+// batch 16, host backend, 1 OpenBLAS thread per device, against
+// model::Trainer on one device in the same run. Every engine is built first,
+// warmed up (2 steps), then stepped round-robin (one step each per round) so
+// that load drift on a shared machine hits all of them alike; the table shows
+// the median over the rounds (and the fastest step, the least disturbed).
+//
+// Derived columns:
+//   speedup   = trainer median / engine median
+//   overhead  = (runtime sequential, 1 device) / trainer - 1: what the actors,
+//               envelopes and copies cost when nothing runs in parallel
+//   ceiling   = the best speedup the schedule allows as the runtime runs it:
+//               its op lists on actors/pipeline_sim with F = 1, B = 2 per
+//               stage, W = 0 (the runtime's B runs the whole backward, W is a
+//               no-op) and FB = F + B (F and B are not overlapped), no
+//               latency; ceiling = (sum of all op costs) / makespan.
+//   envelopes = pipeline Envelopes per step (activations + gradients) counted
+//               from the op lists the stage actors execute; "msgs" adds the
+//               rest of the protocol of actors/runtime_internal.hpp (data,
+//               start, loss, grad/param slices, norms, step-ok, device
+//               completions), derived from that description, not counted:
+//               the runtime has no message counter.
+//
+//   bench_pipeline_real [--steps N] [--warmup N] [--json PATH]
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "actors/pipeline_sim.hpp"
+#include "actors/runtime.hpp"
+#include "actors/schedule.hpp"
+#include "model/trainer.hpp"
+
+using namespace troupe;
+
+namespace {
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Engine {
+  std::string name;
+  std::string schedule;  // "" for the Trainer
+  int stages = 1, devices = 1;
+  int64_t microbatches = 4;
+  std::function<void()> step;
+  std::vector<double> times;
+  double user_s = 0, sys_s = 0;  // process CPU time spent during this engine's timed steps
+  // Derived from the schedule (0 for the Trainer).
+  double ceiling = 1.0;
+  int64_t pipeline_envelopes = 0, local_handoffs = 0, messages = 0;
+};
+
+model::TrainOptions base_options(int64_t microbatches) {
+  model::TrainOptions t;  // ModelConfig defaults = the quickstart model
+  t.data.source = "addition";
+  t.data.batch_size = 16;
+  t.microbatches = microbatches;
+  t.steps = 1000;  // the LR schedule's span; only a few steps run
+  t.eval_every = 0;
+  t.backend.kind = "host";
+  t.backend.threads = 1;
+  return t;
+}
+
+// Ceiling, pipeline envelopes and an estimate of all actor messages per step
+// for one replica, one optimizer shard (see the comment at the top).
+void derive(Engine& e) {
+  const sched::Kind kind = sched::parse_kind(e.schedule);
+  const int C = static_cast<int>(e.microbatches);
+  const sched::Layout sl = sched::make_layout(kind, e.stages, C);
+  const auto ops = sched::make_all_schedules(kind, e.stages, C);
+  const sched::OpCosts costs{.f = 1, .b = 2, .w = 0, .fb = 3, .latency = 0};
+  const sched::SimResult sim = sched::simulate(ops, costs);
+  if (!sim.completed) throw std::runtime_error("simulation of " + e.name + " failed: " + sim.error + sim.deadlock);
+  double work = 0;
+  int64_t nops = 0;
+  for (size_t r = 0; r < ops.size(); ++r) {
+    work += sim.busy[r];
+    for (const sched::Op& op : ops[r]) {
+      ++nops;
+      for (const sched::Msg& m : op.send) (m.peer == static_cast<int>(r) ? e.local_handoffs : e.pipeline_envelopes) += 1;
+    }
+  }
+  e.ceiling = work / sim.makespan;
+  const int64_t P = e.stages, forwards = static_cast<int64_t>(C) * sl.num_stages;
+  e.messages = C                          // data micro-batches
+               + P                        // start
+               + forwards                 // one loss report per forward
+               + e.pipeline_envelopes + e.local_handoffs
+               + P + 1 + 1 + P + P        // grad slices (>= 1 per rank), gnorm, clip, param slices, step-ok
+               + 2                        // step request + reply
+               + nops + P + P + 2;        // device completions: per op, grad upload, param load, shard (norm, AdamW)
+}
+
+// Process CPU time (user, system) so far, all threads.
+std::pair<double, double> cpu_times() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto sec = [](const timeval& t) { return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec); };
+  return {sec(u.ru_utime), sec(u.ru_stime)};
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string load_average() {
+  std::ifstream f("/proc/loadavg");
+  std::string a, b, c;
+  if (!(f >> a >> b >> c)) return "unknown";
+  return a + " " + b + " " + c;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int steps = 10, warmup = 2;
+  std::string json = "bench_pipeline_real.json";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--steps") steps = std::atoi(next().c_str());
+    else if (a == "--warmup") warmup = std::atoi(next().c_str());
+    else if (a == "--json") json = next();
+    else {
+      std::fprintf(stderr, "usage: bench_pipeline_real [--steps N] [--warmup N] [--json PATH]\n");
+      return 2;
+    }
+  }
+  if (steps < 1 || warmup < 0) {
+    std::fprintf(stderr, "--steps must be >= 1 and --warmup >= 0\n");
+    return 2;
+  }
+
+  try {
+    std::vector<Engine> engines;
+    std::vector<std::unique_ptr<model::Trainer>> trainers;
+    std::vector<std::unique_ptr<runtime::Runtime>> runtimes;
+    {
+      Engine e;
+      e.name = "trainer, 1 device";
+      trainers.push_back(std::make_unique<model::Trainer>(base_options(4)));
+      model::Trainer* t = trainers.back().get();
+      e.step = [t] { t->step(); };
+      engines.push_back(std::move(e));
+    }
+    struct Spec { std::string name, schedule; int stages, devices; int64_t mb; };
+    const std::vector<Spec> specs = {
+        {"runtime sequential, 1 dev", "sequential", 1, 1, 4},
+        {"runtime 1f1b, 2 dev", "1f1b", 2, 2, 4},
+        {"runtime dualpipe, 2 dev", "dualpipe", 2, 2, 4},
+        {"runtime dualpipev, 2 dev", "dualpipev", 2, 2, 4},
+        // Extra rows: the same 2-stage split on one device (the pipeline's
+        // messages without the parallelism), and 8 micro-batches (a higher
+        // ceiling, smaller matmuls).
+        {"runtime 1f1b, 2 st on 1 dev", "1f1b", 2, 1, 4},
+        {"runtime 1f1b, 2 dev, mb 8", "1f1b", 2, 2, 8},
+    };
+    for (const Spec& s : specs) {
+      runtime::RuntimeOptions o;
+      o.train = base_options(s.mb);
+      o.schedule = s.schedule;
+      o.stages = s.stages;
+      o.devices = s.devices;
+      Engine e;
+      e.name = s.name;
+      e.schedule = s.schedule;
+      e.stages = s.stages;
+      e.devices = s.devices;
+      e.microbatches = s.mb;
+      derive(e);
+      runtimes.push_back(std::make_unique<runtime::Runtime>(o));
+      runtime::Runtime* r = runtimes.back().get();
+      e.step = [r] { r->step(); };
+      engines.push_back(std::move(e));
+    }
+
+    const std::string load_before = load_average();
+    for (int w = 0; w < warmup; ++w)
+      for (Engine& e : engines) e.step();
+    for (int s = 0; s < steps; ++s)
+      for (Engine& e : engines) {
+        const auto c0 = cpu_times();
+        const double t0 = now();
+        e.step();
+        e.times.push_back(now() - t0);
+        const auto c1 = cpu_times();
+        e.user_s += c1.first - c0.first;
+        e.sys_s += c1.second - c0.second;
+      }
+    const std::string load_after = load_average();
+
+    const double base = median(engines[0].times);
+    const double overhead = median(engines[1].times) / base - 1.0;
+    std::printf("bench_pipeline_real: quickstart model, addition, batch 16, host backend, 1 OpenBLAS thread per device\n");
+    std::printf("%d warm-up + %d timed steps per engine, round-robin; load average before: %s, after: %s\n\n",
+                warmup, steps, load_before.c_str(), load_after.c_str());
+    std::printf("%-30s %5s %8s %8s %8s %8s %8s %8s %9s %6s %6s\n", "engine", "mb", "med ms", "best ms", "speedup",
+                "ceiling", "user ms", "sys ms", "envelopes", "local", "msgs");
+    for (const Engine& e : engines) {
+      const double med = median(e.times);
+      const double best = *std::min_element(e.times.begin(), e.times.end());
+      const double user = e.user_s / static_cast<double>(steps) * 1e3, sys = e.sys_s / static_cast<double>(steps) * 1e3;
+      if (e.schedule.empty())
+        std::printf("%-30s %5lld %8.1f %8.1f %8.2f %8s %8.1f %8.1f %9s %6s %6s\n", e.name.c_str(),
+                    static_cast<long long>(e.microbatches), med * 1e3, best * 1e3, 1.0, "-", user, sys, "-", "-", "-");
+      else
+        std::printf("%-30s %5lld %8.1f %8.1f %8.2f %8.2f %8.1f %8.1f %9lld %6lld %6lld\n", e.name.c_str(),
+                    static_cast<long long>(e.microbatches), med * 1e3, best * 1e3, base / med, e.ceiling, user, sys,
+                    static_cast<long long>(e.pipeline_envelopes), static_cast<long long>(e.local_handoffs),
+                    static_cast<long long>(e.messages));
+    }
+    const double per_msg_us = (median(engines[1].times) - base) / static_cast<double>(engines[1].messages) * 1e6;
+    std::printf("\nruntime overhead (sequential 1 dev / trainer - 1): %+.1f%% (%.1f ms per step)\n", overhead * 100,
+                (median(engines[1].times) - base) * 1e3);
+    std::printf("overhead / messages of that step (~%lld): %.0f us per message (an upper bound: copies of the\n"
+                "parameter and gradient buffers into envelopes are counted in it too)\n",
+                static_cast<long long>(engines[1].messages), per_msg_us);
+    const double d = median(engines[3].times), f = median(engines[2].times);
+    std::printf("dualpipe / 1f1b step time: %.2f\n", d / f);
+
+    std::ostringstream js;
+    js << "{\n  \"bench\": \"pipeline_real\",\n  \"steps\": " << steps << ",\n  \"warmup\": " << warmup
+       << ",\n  \"load_before\": \"" << load_before << "\",\n  \"load_after\": \"" << load_after
+       << "\",\n  \"overhead\": " << overhead << ",\n  \"overhead_us_per_message\": " << per_msg_us
+       << ",\n  \"dualpipe_over_1f1b\": " << d / f << ",\n  \"engines\": [\n";
+    for (size_t i = 0; i < engines.size(); ++i) {
+      const Engine& e = engines[i];
+      js << "    {\"name\": \"" << e.name << "\", \"schedule\": \"" << (e.schedule.empty() ? "trainer" : e.schedule)
+         << "\", \"stages\": " << e.stages << ", \"devices\": " << e.devices << ", \"microbatches\": " << e.microbatches
+         << ", \"median_s\": " << median(e.times) << ", \"best_s\": " << *std::min_element(e.times.begin(), e.times.end())
+         << ", \"speedup\": " << base / median(e.times) << ", \"user_cpu_s_per_step\": " << e.user_s / steps
+         << ", \"sys_cpu_s_per_step\": " << e.sys_s / steps << ", \"ceiling\": " << e.ceiling
+         << ", \"pipeline_envelopes\": " << e.pipeline_envelopes << ", \"local_handoffs\": " << e.local_handoffs
+         << ", \"messages_derived\": " << e.messages << ", \"times_s\": [";
+      for (size_t k = 0; k < e.times.size(); ++k) js << (k ? ", " : "") << e.times[k];
+      js << "]}" << (i + 1 < engines.size() ? "," : "") << "\n";
+    }
+    js << "  ]\n}\n";
+    std::ofstream out(json);
+    if (!out) throw std::runtime_error("cannot write " + json);
+    out << js.str();
+    std::printf("wrote %s\n", json.c_str());
+  } catch (const std::exception& ex) {
+    std::fprintf(stderr, "bench_pipeline_real: %s\n", ex.what());
+    return 1;
+  }
+  return 0;
+}
