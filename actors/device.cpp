@@ -1,9 +1,17 @@
 // Device: one thread, one backend, a FIFO of closures (see device.hpp).
 #include "actors/device.hpp"
 
+#include <chrono>
 #include <stdexcept>
 
 namespace troupe::runtime {
+
+namespace {
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
 
 Device::Device(int id, const kernels::BackendOptions& options) : id_(id), kind_(options.kind) {
   // The backend is built on the device thread; the constructor waits for it.
@@ -43,11 +51,11 @@ Device::~Device() {
   // The backend (and every buffer allocated from it) goes last.
 }
 
-void Device::submit(Work work, OnError on_error) {
+void Device::submit(Work work, OnError on_error, TraceLabel label) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (stop_) throw std::logic_error("Device::submit after shutdown");
-    queue_.emplace_back(std::move(work), std::move(on_error));
+    queue_.push_back(Item{std::move(work), std::move(on_error), label});
   }
   cv_.notify_one();
 }
@@ -57,6 +65,17 @@ void Device::drain() {
   idle_cv_.wait(lk, [&] { return queue_.empty() && !running_; });
 }
 
+void Device::enable_trace(size_t reserve) {
+  std::lock_guard<std::mutex> lk(mu_);
+  tracing_ = true;
+  events_.reserve(reserve);
+}
+
+std::vector<TraceEvent> Device::trace() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return events_;
+}
+
 uint64_t Device::completed() const {
   std::lock_guard<std::mutex> lk(mu_);
   return completed_;
@@ -64,7 +83,8 @@ uint64_t Device::completed() const {
 
 void Device::loop() {
   for (;;) {
-    std::pair<Work, OnError> item;
+    Item item;
+    bool record = false;
     {
       std::unique_lock<std::mutex> lk(mu_);
       cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
@@ -72,16 +92,22 @@ void Device::loop() {
       item = std::move(queue_.front());
       queue_.pop_front();
       running_ = true;
+      record = tracing_ && item.label.kind != TraceLabel::None;
     }
+    // Two clock reads per labelled closure; the event is stored under the
+    // lock the loop takes anyway.
+    const int64_t t0 = record ? now_ns() : 0;
     try {
-      item.first(*backend_);
+      item.work(*backend_);
     } catch (const std::exception& e) {
-      if (item.second) item.second(e.what());
+      if (item.on_error) item.on_error(e.what());
     } catch (...) {
-      if (item.second) item.second("unknown exception");
+      if (item.on_error) item.on_error("unknown exception");
     }
+    const int64_t t1 = record ? now_ns() : 0;
     {
       std::lock_guard<std::mutex> lk(mu_);
+      if (record) events_.push_back(TraceEvent{item.label, t0, t1});
       running_ = false;
       ++completed_;
     }

@@ -15,10 +15,26 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "kernels/backend.hpp"
 
 namespace troupe::runtime {
+
+// What a traced closure was, kept as plain numbers so tagging a submission
+// costs no allocation; actors/trace.cpp turns it into a name.
+struct TraceLabel {
+  enum Kind : uint8_t { None, Forward, Backward, GradSend, ParamLoad, RankInit, Reduce, Update, ParamRead, ShardInit };
+  Kind kind = None;
+  int16_t mb = -1, stage = -1, chunk = -1;  // -1: not applicable
+  int16_t owner = -1;                      // rank or shard index
+};
+
+// One closure's run on the device thread (steady_clock nanoseconds).
+struct TraceEvent {
+  TraceLabel label;
+  int64_t start_ns = 0, end_ns = 0;
+};
 
 class Device {
  public:
@@ -38,7 +54,15 @@ class Device {
   // (on the device thread); the device lives on.
   using Work = std::function<void(kernels::Backend&)>;
   using OnError = std::function<void(const std::string& what)>;
-  void submit(Work work, OnError on_error = {});
+  // `label` names the work in the trace; unlabelled closures (bookkeeping
+  // no-ops) are never recorded.
+  void submit(Work work, OnError on_error = {}, TraceLabel label = {});
+
+  // Starts recording a TraceEvent per labelled closure (off by default; call
+  // before submitting). `reserve` preallocates that many events.
+  void enable_trace(size_t reserve);
+  // The events recorded so far, in run order (call after drain()).
+  std::vector<TraceEvent> trace() const;
 
   // Blocks until every closure submitted so far has run (tests, shutdown).
   void drain();
@@ -53,7 +77,14 @@ class Device {
   std::unique_ptr<kernels::Backend> backend_;
   mutable std::mutex mu_;
   std::condition_variable cv_, idle_cv_;
-  std::deque<std::pair<Work, OnError>> queue_;
+  struct Item {
+    Work work;
+    OnError on_error;
+    TraceLabel label;
+  };
+  std::deque<Item> queue_;
+  bool tracing_ = false;
+  std::vector<TraceEvent> events_;
   bool stop_ = false, running_ = false;
   uint64_t completed_ = 0;
   std::exception_ptr init_error_;

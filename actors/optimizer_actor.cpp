@@ -79,7 +79,7 @@ void reduce(Self* self) {
     be.upload_f32(comp->grads, comp->acc);
     const double sq = be.squared_norm(comp->grads);
     caf::anon_send(coord, rt::gnorm_atom_v, step, shard, sq);
-  }, [] {});
+  }, [] {}, owner_label(TraceLabel::Reduce, st.shard));
 }
 
 caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* dev, int shard) {
@@ -111,7 +111,7 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
     comp->m = be.zeros({range.count});
     comp->v = be.zeros({range.count});
     comp->acc.assign(static_cast<size_t>(range.count), 0.0f);
-  }, [] {});
+  }, [] {}, owner_label(TraceLabel::ShardInit, shard));
 
   return {
       [self](rt::done_atom, uint64_t ticket) { run_ticket(self->state.tickets, ticket); },
@@ -175,7 +175,7 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
           const Envelope e = param_slice(step, shard, range, be.download_f32(comp->params));
           for (const auto& replica : sh->peers.ranks)
             for (const caf::actor& r : replica) caf::anon_send(r, e);
-        }, [] {});
+        }, [] {}, owner_label(TraceLabel::Update, s.shard));
         s.reduced = false;
         ++s.step;
       },
@@ -191,7 +191,7 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
         const uint64_t step = s.step;
         submit(self, *s.dev, [comp, holder, range, shard, step](kernels::Backend& be) {
           *holder = param_slice(step, shard, range, be.download_f32(comp->params));
-        }, [rp, holder]() mutable { rp.deliver(*holder); });
+        }, [rp, holder]() mutable { rp.deliver(*holder); }, owner_label(TraceLabel::ParamRead, s.shard));
         return rp;
       },
       // The parameters and AdamW moments (m, v) of the range, for a
@@ -208,7 +208,8 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
         submit(self, *s.dev, [comp, holder, range, shard, step](kernels::Backend& be) {
           for (const kernels::Tensor* t : {&comp->params, &comp->m, &comp->v})
             holder->push_back(param_slice(step, shard, range, be.download_f32(*t)));
-        }, [rp, holder]() mutable { rp.deliver((*holder)[0], (*holder)[1], (*holder)[2]); });
+        }, [rp, holder]() mutable { rp.deliver((*holder)[0], (*holder)[1], (*holder)[2]); },
+           owner_label(TraceLabel::ParamRead, s.shard));
         return rp;
       },
       [self](rt::dropped_atom) { return self->state.dropped; },

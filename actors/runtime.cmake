@@ -7,6 +7,7 @@ add_library(troupe_runtime STATIC
   ${CMAKE_CURRENT_LIST_DIR}/optimizer_actor.cpp
   ${CMAKE_CURRENT_LIST_DIR}/coordinator.cpp
   ${CMAKE_CURRENT_LIST_DIR}/runtime.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/trace.cpp
 )
 target_compile_options(troupe_runtime PRIVATE ${TROUPE_WARNINGS})
 target_link_libraries(troupe_runtime PUBLIC troupe_actors troupe_schedule troupe_model Threads::Threads)

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "actors/runtime_internal.hpp"
+#include "actors/trace.hpp"
 #include "model/data.hpp"
 #include "model/stage.hpp"
 #include "model/weights.hpp"
@@ -91,6 +92,8 @@ struct Runtime::Impl {
   std::vector<caf::actor> all;
   int64_t steps_done = 0;
 
+  bool tracing() const { return sh->opt.record_trace || !sh->opt.trace.empty(); }
+
   explicit Impl(const RuntimeOptions& o) {
     validate(o);
     sh = std::make_shared<Shared>();
@@ -117,6 +120,8 @@ struct Runtime::Impl {
                                     std::to_string(t.model.vocab_size));
     }
     for (int d = 0; d < o.devices; ++d) devices.push_back(std::make_unique<Device>(d, t.backend));
+    if (tracing())
+      for (auto& d : devices) d->enable_trace(4096);
 
     cfg = std::make_unique<caf::actor_system_config>();
     register_caf_types(*cfg);
@@ -247,6 +252,16 @@ uint64_t Runtime::dropped_messages() {
   return total;
 }
 
+void Runtime::write_trace(const std::string& path) {
+  if (!impl_->tracing()) throw std::logic_error("Runtime::write_trace: tracing is off (set RuntimeOptions::trace)");
+  std::vector<DeviceTrace> traces;
+  for (auto& d : impl_->devices) {
+    d->drain();
+    traces.push_back(DeviceTrace{d->id(), d->trace()});
+  }
+  write_chrome_trace(path, traces, impl_->sh->sl.num_dirs > 1);
+}
+
 namespace {
 
 // Scratch checkpoint directory for an evaluation at a step with no checkpoint
@@ -313,6 +328,7 @@ model::TrainSummary train(const RuntimeOptions& o, model::TrainObserver& obs) {
     }
     if (save) obs.on_checkpoint(m.step, t.checkpoint_dir);
   }
+  if (!o.trace.empty()) rt.write_trace(o.trace);
   return s;
 }
 

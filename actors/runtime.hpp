@@ -35,6 +35,8 @@ struct RuntimeOptions {
   int devices = 1;                  // serial executors; ranks and shards are placed round-robin
   int optimizer_shards = 1;         // ZeRO-1 shards of the flat parameter buffer
   int data_parallel = 1;            // replicas; each takes microbatches / data_parallel of them
+  std::string trace;                // Chrome trace file written by train(); empty: no tracing
+  bool record_trace = false;        // record device events without train() writing them (tests)
 };
 
 // Checks the topology against the model and schedule; throws
@@ -60,6 +62,10 @@ class Runtime {
   model::TrainingState state();
   // Messages dropped as duplicates or stale, over all actors (for tests).
   uint64_t dropped_messages();
+  // With tracing on (options.trace set or record_trace): waits for the devices
+  // to go idle and writes their events so far as Chrome trace JSON
+  // (actors/trace.hpp). Throws std::logic_error when tracing is off.
+  void write_trace(const std::string& path);
 
  private:
   struct Impl;
@@ -70,7 +76,8 @@ class Runtime {
 // after the last (model::Trainer's evaluation code, on a checkpoint of the
 // runtime's state), checkpoints every checkpoint_every steps and after the
 // last when checkpoint_dir is set. Resume is not supported yet (validate()
-// rejects resume_from).
+// rejects resume_from). With options.trace set, writes the device trace
+// there after the last step.
 model::TrainSummary train(const RuntimeOptions& options, model::TrainObserver& observer);
 
 }  // namespace troupe::runtime

@@ -80,7 +80,7 @@ struct Tickets {
 // coordinator as (fail, "who: what").
 template <class State>
 void submit(caf::stateful_actor<State>* self, Device& dev, Device::Work work,
-            std::function<void()> then) {
+            std::function<void()> then, TraceLabel label = {}) {
   const uint64_t ticket = ++self->state.tickets.next;
   self->state.tickets.pending.emplace(ticket, std::move(then));
   caf::actor me = caf::actor_cast<caf::actor>(self);
@@ -91,7 +91,27 @@ void submit(caf::stateful_actor<State>* self, Device& dev, Device::Work work,
         work(be);
         caf::anon_send(me, rt::done_atom_v, ticket);
       },
-      [coord, who](const std::string& what) { caf::anon_send(coord, rt::fail_atom_v, who + ": " + what); });
+      [coord, who](const std::string& what) { caf::anon_send(coord, rt::fail_atom_v, who + ": " + what); },
+      label);
+}
+
+// Trace label of a pipeline chunk's compute.
+inline TraceLabel chunk_label(TraceLabel::Kind kind, const sched::Chunk& c, int rank) {
+  TraceLabel l;
+  l.kind = kind;
+  l.mb = static_cast<int16_t>(c.mb);
+  l.stage = static_cast<int16_t>(c.stage);
+  l.chunk = static_cast<int16_t>(c.dir);
+  l.owner = static_cast<int16_t>(rank);
+  return l;
+}
+
+// Trace label of other work of a rank or shard.
+inline TraceLabel owner_label(TraceLabel::Kind kind, int owner) {
+  TraceLabel l;
+  l.kind = kind;
+  l.owner = static_cast<int16_t>(owner);
+  return l;
 }
 
 // Runs the continuation of `ticket` (the done handler of every actor).

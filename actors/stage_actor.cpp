@@ -181,7 +181,7 @@ void send_grads(Self* self) {
       }
     }
     be.fill(comp->grads, 0.0f);
-  }, [] {});
+  }, [] {}, owner_label(TraceLabel::GradSend, rank));
 }
 
 void try_run(Self* self) {
@@ -209,7 +209,8 @@ void try_run(Self* self) {
       st.dev->submit(forward_work(self, op.f, slot, std::move(in)),
                      [coord = st.sh->peers.coordinator, who = st.name](const std::string& what) {
                        caf::anon_send(coord, rt::fail_atom_v, who + ": " + what);
-                     });
+                     },
+                     chunk_label(TraceLabel::Forward, op.f, st.rank));
     }
     if (has_b) {
       Envelope dout;
@@ -222,7 +223,8 @@ void try_run(Self* self) {
       st.dev->submit(backward_work(self, op.b, slot, std::move(dout)),
                      [coord = st.sh->peers.coordinator, who = st.name](const std::string& what) {
                        caf::anon_send(coord, rt::fail_atom_v, who + ": " + what);
-                     });
+                     },
+                     chunk_label(TraceLabel::Backward, op.b, st.rank));
     }
     // A no-op closure marks the end of the op (the device runs in order).
     submit(self, *st.dev, [](kernels::Backend&) {}, [self] {
@@ -272,7 +274,7 @@ caf::behavior rank_actor(Self* self, std::shared_ptr<const Shared> sh, Device* d
       comp->stages[id] = std::make_unique<model::Stage>(be, c, sh->mb_batch, lb, le, id.second == 0,
                                                         id.second == last, n);
     }
-  }, [] {});
+  }, [] {}, owner_label(TraceLabel::RankInit, rank));
 
   return {
       [self](rt::done_atom, uint64_t ticket) { run_ticket(self->state.tickets, ticket); },
@@ -354,7 +356,7 @@ caf::behavior rank_actor(Self* self, std::shared_ptr<const Shared> sh, Device* d
             caf::anon_send(s2.sh->peers.coordinator, rt::stepok_atom_v, s2.step,
                            static_cast<uint32_t>(s2.replica), static_cast<uint32_t>(s2.rank));
             ++s2.step;
-          });
+          }, owner_label(TraceLabel::ParamLoad, s.rank));
           return;
         }
         fail(std::string("unexpected message kind ") + kind_name(*kind));

@@ -60,6 +60,7 @@ static runtime::RuntimeOptions runtime_options(const Spec& spec) {
   r.devices = static_cast<int>(spec.topology.devices);
   r.optimizer_shards = static_cast<int>(spec.topology.optimizer_shards);
   r.data_parallel = static_cast<int>(spec.topology.data_parallel);
+  r.trace = spec.log.trace;
   return r;
 }
 

@@ -55,7 +55,7 @@ struct LogConfig {
   std::string progress = "auto";   // "auto" (bar on a TTY, lines otherwise), "bar", "plain", "off"
   int64_t progress_every = 10;     // plain progress: one line every N steps
   bool metrics = true;             // metrics.jsonl in out_dir
-  std::string trace;               // Chrome trace file (not supported yet)
+  std::string trace;               // Chrome trace file (actor runtime only)
 };
 
 struct Spec {

@@ -122,8 +122,14 @@ std::vector<KeyDef> build_keys() {
   add({"log", "progress", KeyType::String, F(log.progress), "Progress display: \"auto\" (a bar on a terminal, plain lines otherwise), \"bar\", \"plain\" or \"off\".", 0, 0, {"auto", "bar", "plain", "off"}});
   add({"log", "progress_every", KeyType::Int, F(log.progress_every), "Plain progress: one line every N steps.", 1, kBig});
   add({"log", "metrics", KeyType::Bool, F(log.metrics), "Write metrics as JSON lines to <out_dir>/metrics.jsonl."});
-  add({"log", "trace", KeyType::String, F(log.trace), "Chrome/Perfetto trace file of device activity.", 0, 0, {},
-       [](const Spec& s) { return s.log.trace.empty() ? "" : not_yet("log.trace", "the actor runtime's device tracks"); }});
+  add({"log", "trace", KeyType::String, F(log.trace),
+       "Chrome/Perfetto trace JSON written after the run: one track per device with its F, B, optimizer and "
+       "parameter-exchange work (gaps are idle time). Actor runtime only (not single-device sequential specs).", 0, 0, {},
+       [](const Spec& s) -> std::string {
+         if (s.log.trace.empty() || uses_runtime(s)) return "";
+         return "needs the actor runtime; this single-device sequential spec runs in the single-process "
+                "trainer, which records no device trace (use e.g. [topology] schedule = \"1f1b\" to run it on the runtime)";
+       }});
   return k;
 }
 

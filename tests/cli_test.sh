@@ -52,6 +52,9 @@ expect_output "[model] balance = \"bias\": not supported yet"
 expect_exit 3 "$troupe" validate --set topology.optimizer_shards=2 --set checkpoint.resume='"x"'
 expect_output "[checkpoint] resume = \"x\": not supported yet"
 expect_exit 0 "$troupe" validate --set topology.devices=2 --set topology.stages=2 --set topology.schedule='"1f1b"'
+# log.trace needs the runtime: a single-device sequential spec says so on the key.
+expect_exit 3 "$troupe" validate --set log.trace="$work/t.json"
+expect_output "[log] trace = \"$work/t.json\": needs the actor runtime"
 
 # validate prints the resolved topology.
 expect_exit 0 "$troupe" validate "$src/launch/specs/default.toml"
@@ -128,6 +131,12 @@ expect_exit 0 "$troupe" eval "${untied[@]}" --set run.out_dir="$work/pipe"
 expect_output "(step 4)"
 expect_exit 0 "$troupe" sample "${untied[@]}" --set run.out_dir="$work/pipe" --prompt "12+34=" --max-new-tokens 4
 expect_output "12+34="
+# [log] trace on a pipeline run writes a Chrome trace with device tracks.
+expect_exit 0 "$troupe" run "${untied[@]}" --set run.steps=1 --set run.out_dir="$work/tr" --set topology.devices=2 \
+  --set topology.stages=2 --set topology.schedule='"1f1b"' --set log.trace="$work/tr/trace.json"
+[ -s "$work/tr/trace.json" ] && grep -q '"traceEvents"' "$work/tr/trace.json" || fail "no trace written by log.trace"
+grep -q '"name":"F mb1 s1"' "$work/tr/trace.json" || fail "trace lacks the forward of microbatch 1 on stage 1"
+grep -q '"name":"device 1"' "$work/tr/trace.json" || fail "trace lacks the track of device 1"
 # checkpoint.every is honoured on the runtime too, and DualPipe with 2 shards and
 # 2 replicas (data_parallel) trains through the CLI.
 expect_exit 0 "$troupe" run "${tiny[@]}" --set run.steps=4 --set run.out_dir="$work/dp" --set topology.devices=4 \
