@@ -89,12 +89,11 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
   st.shard = shard;
   st.name = "optimizer:" + std::to_string(shard);
   st.range = sh->shard_ranges[static_cast<size_t>(shard)];
-  // AdamW pieces: trainable entries inside the range, with their decay flag.
-  for (const model::ParamEntry& e : sh->layout.entries()) {
-    if (!e.trainable) continue;
-    const Range r = intersect({e.offset, e.numel}, st.range);
+  // AdamW pieces: the trainer's optimizer runs, cut to the range this shard owns.
+  for (const model::OptimizerRange& o : model::optimizer_ranges(sh->layout)) {
+    const Range r = intersect({o.offset, o.numel}, st.range);
     if (r.count == 0) continue;
-    st.pieces.push_back({r.offset - st.range.offset, r.count, e.decay});
+    st.pieces.push_back({r.offset - st.range.offset, r.count, o.decay});
   }
   for (int rep = 0; rep < sh->opt.data_parallel; ++rep)
     for (const auto& owned : sh->rank_owned)

@@ -104,4 +104,17 @@ ParamLayout build_param_layout(const ModelConfig& c) {
   return L;
 }
 
+std::vector<OptimizerRange> optimizer_ranges(const ParamLayout& layout) {
+  std::vector<OptimizerRange> out;
+  for (const ParamEntry& e : layout.entries()) {
+    if (!e.trainable) continue;
+    if (!out.empty() && out.back().decay == e.decay && out.back().offset + out.back().numel == e.offset) {
+      out.back().numel += e.numel;
+    } else {
+      out.push_back({e.offset, e.numel, e.decay});
+    }
+  }
+  return out;
+}
+
 }  // namespace troupe::model

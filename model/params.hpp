@@ -41,6 +41,15 @@ class ParamLayout {
   int64_t total_ = 0;
 };
 
+// A run of consecutive trainable entries that AdamW treats alike (same decay
+// flag). The single-process trainer and the optimizer-shard actors both update
+// exactly these runs (shards intersect them with the range they own).
+struct OptimizerRange {
+  int64_t offset = 0, numel = 0;
+  bool decay = true;
+};
+std::vector<OptimizerRange> optimizer_ranges(const ParamLayout& layout);
+
 // The layout of the decoder described by `config` (model/params.cpp).
 ParamLayout build_param_layout(const ModelConfig& config);
 

@@ -30,25 +30,6 @@ double learning_rate(const OptimConfig& o, int64_t step, int64_t total) {
 
 namespace {
 
-// A run of consecutive layout entries sharing the optimizer treatment.
-struct OptRange {
-  int64_t offset = 0, numel = 0;
-  bool decay = true;
-};
-
-std::vector<OptRange> optimizer_ranges(const ParamLayout& L) {
-  std::vector<OptRange> out;
-  for (const ParamEntry& e : L.entries()) {
-    if (!e.trainable) continue;
-    if (!out.empty() && out.back().decay == e.decay && out.back().offset + out.back().numel == e.offset) {
-      out.back().numel += e.numel;
-    } else {
-      out.push_back({e.offset, e.numel, e.decay});
-    }
-  }
-  return out;
-}
-
 void validate_options(const TrainOptions& o) {
   auto req = [](bool ok, const std::string& what) {
     if (!ok) throw std::invalid_argument("training options: " + what);
@@ -79,7 +60,7 @@ struct Trainer::Impl {
   std::unique_ptr<DataSource> data;
   Tensor params, grads, adam_m, adam_v;
   ModelWeights w, g;
-  std::vector<OptRange> ranges;
+  std::vector<OptimizerRange> ranges;
   std::unique_ptr<Decoder> dec;
   std::unique_ptr<Generator> gen;
   int64_t step = 0;
@@ -174,7 +155,7 @@ struct Trainer::Impl {
     hp.beta2 = static_cast<float>(opt.optim.beta2);
     hp.eps = static_cast<float>(opt.optim.eps);
     hp.step = step + 1;
-    for (const OptRange& r : ranges) {
+    for (const OptimizerRange& r : ranges) {
       hp.weight_decay = r.decay ? static_cast<float>(opt.optim.weight_decay) : 0.0f;
       be->adamw(params.view(r.offset, {r.numel}), grads.view(r.offset, {r.numel}),
                 adam_m.view(r.offset, {r.numel}), adam_v.view(r.offset, {r.numel}), hp);
