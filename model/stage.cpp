@@ -128,8 +128,8 @@ int64_t Stage::check_targets(std::span<const int32_t> targets) const {
   return counted;
 }
 
-ForwardResult Stage::forward_tokens(int64_t si, const ModelWeights& w, std::span<const int32_t> inputs,
-                                    std::span<const int32_t> targets) {
+void Stage::prepare_tokens(Slot& s, std::span<const int32_t> inputs,
+                           std::span<const int32_t> targets) {
   if (!first_) throw std::logic_error("Stage::forward_tokens on a stage that is not the first");
   if (static_cast<int64_t>(inputs.size()) != T_)
     throw std::invalid_argument("Decoder::forward: expected " + std::to_string(T_) +
@@ -140,36 +140,115 @@ ForwardResult Stage::forward_tokens(int64_t si, const ModelWeights& w, std::span
       throw std::invalid_argument("Decoder::forward: input token " + std::to_string(t) +
                                   " outside the vocabulary of " + std::to_string(V_));
   const int64_t counted = check_targets(targets);
-  Slot& s = slot(si);
+  start(s, Cursor::forward);
+  s.cur.result.counted = counted;
   be_.upload_i32(s.ids, inputs);
   if (last_) be_.upload_i32(s.targets, targets);
-  be_.embedding_forward(s.res[0], w.embed, s.ids);
-  return run_forward(s, w, counted);
 }
 
-ForwardResult Stage::forward_hidden(int64_t si, const ModelWeights& w, std::span<const float> hidden,
-                                    std::span<const int32_t> targets) {
+void Stage::prepare_hidden(Slot& s, std::span<const float> hidden,
+                           std::span<const int32_t> targets) {
   if (first_) throw std::logic_error("Stage::forward_hidden on the first stage");
   if (static_cast<int64_t>(hidden.size()) != T_ * D_)
     throw std::invalid_argument("Stage: expected hidden of " + std::to_string(T_ * D_) +
                                 " floats, got " + std::to_string(hidden.size()));
   const int64_t counted = check_targets(targets);
-  Slot& s = slot(si);
+  start(s, Cursor::forward);
+  s.cur.result.counted = counted;
   be_.upload_f32(s.res[0], hidden);
   if (last_) be_.upload_i32(s.targets, targets);
-  return run_forward(s, w, counted);
 }
 
-ForwardResult Stage::run_forward(Slot& s, const ModelWeights& w, int64_t counted) {
-  ForwardResult r;
-  r.counted = counted;
+void Stage::start(Slot& s, Cursor::Phase phase) {
+  if (s.cur.phase != Cursor::idle)
+    throw std::logic_error("Stage: a pass starts on an activation slot whose previous pass is suspended");
+  s.cur = Cursor{};
+  s.cur.phase = phase;
+}
+
+ForwardResult Stage::forward_tokens(int64_t si, const ModelWeights& w, std::span<const int32_t> inputs,
+                                    std::span<const int32_t> targets) {
+  Slot& s = slot(si);
+  for (auto* ex = begin_forward_tokens(si, w, inputs, targets); ex; ex = resume_forward(si, w))
+    run_local_experts(s, w, nullptr);
+  return s.cur.result;
+}
+
+ForwardResult Stage::forward_hidden(int64_t si, const ModelWeights& w, std::span<const float> hidden,
+                                    std::span<const int32_t> targets) {
+  Slot& s = slot(si);
+  for (auto* ex = begin_forward_hidden(si, w, hidden, targets); ex; ex = resume_forward(si, w))
+    run_local_experts(s, w, nullptr);
+  return s.cur.result;
+}
+
+const MoeExchange* Stage::begin_forward_tokens(int64_t si, const ModelWeights& w,
+                                               std::span<const int32_t> inputs,
+                                               std::span<const int32_t> targets) {
+  Slot& s = slot(si);
+  prepare_tokens(s, inputs, targets);
+  be_.embedding_forward(s.res[0], w.embed, s.ids);
+  return forward_steps(s, w);
+}
+
+const MoeExchange* Stage::begin_forward_hidden(int64_t si, const ModelWeights& w,
+                                               std::span<const float> hidden,
+                                               std::span<const int32_t> targets) {
+  Slot& s = slot(si);
+  prepare_hidden(s, hidden, targets);
+  return forward_steps(s, w);
+}
+
+const MoeExchange* Stage::resume_forward(int64_t si, const ModelWeights& w) {
+  Slot& s = slot(si);
+  if (s.cur.phase != Cursor::forward || !s.cur.at_experts)
+    throw std::logic_error("Stage::resume_forward: the slot's forward is not waiting for experts");
+  return forward_steps(s, w);
+}
+
+ForwardResult Stage::forward_result(int64_t si) const {
+  const Slot& s = slot(si);
+  if (s.cur.phase != Cursor::idle) throw std::logic_error("Stage::forward_result: the forward has not finished");
+  return s.cur.result;
+}
+
+const MoeExchange* Stage::suspend(Slot& s, size_t li, bool backward) {
+  Cursor& c = s.cur;
+  c.at_experts = true;
+  const moe::MoeLayer& m = *s.layers[li].moe;
+  c.ex.layer = lb_ + static_cast<int64_t>(li);
+  c.ex.backward = backward;
+  c.ex.plan = &m.plan();
+  c.ex.moe = &m;
+  c.ex.in = backward ? moe_scratch_->dy : m.xs();
+  c.ex.out = backward ? moe_scratch_->dxs : m.expert_out();
+  return &c.ex;
+}
+
+void Stage::run_local_experts(Slot& s, const ModelWeights& w, const ModelWeights* g) {
+  const size_t li = static_cast<size_t>(s.cur.ex.layer - lb_);
+  moe::MoeLayer& m = *s.layers[li].moe;
+  if (g) m.run_experts_backward(be_, g->layers[static_cast<size_t>(s.cur.ex.layer)].moe.experts, *moe_scratch_,
+                                w.layers[static_cast<size_t>(s.cur.ex.layer)].moe.experts);
+  else m.run_experts_forward(be_, w.layers[static_cast<size_t>(s.cur.ex.layer)].moe.experts);
+}
+
+const MoeExchange* Stage::forward_steps(Slot& s, const ModelWeights& w) {
+  Cursor& c = s.cur;
+  ForwardResult& r = c.result;
   const int64_t D = D_, T = T_;
   const float eps = static_cast<float>(cfg_.norm_eps), theta = static_cast<float>(cfg_.rope_theta);
   const float scale = 1.0f / std::sqrt(static_cast<float>(D / cfg_.n_heads));
-  for (size_t i = 0; i < s.layers.size(); ++i) {
+  for (; c.layer < s.layers.size(); ++c.layer) {
+    const size_t i = c.layer;
     LayerActs& A = s.layers[i];
     const LayerWeights& W = w.layers[static_cast<size_t>(lb_) + i];
     const Tensor &x = s.res[2 * i], &mid = s.res[2 * i + 1], &out = s.res[2 * i + 2];
+    if (c.at_experts) {  // resumed: the experts' outputs are in place
+      c.at_experts = false;
+      r.aux_loss += A.moe->forward_end(be_, out, A.xn2, W.moe);
+      continue;
+    }
     // Attention block: mid = x + o_proj(attn(rope(q), rope(k), v)).
     be_.rmsnorm_forward(A.xn1, A.rstd1, x, W.ln1, eps);
     be_.gemm(false, true, T, D, D, 1.0f, A.xn1, W.wq, 0.0f, A.q);
@@ -184,12 +263,13 @@ ForwardResult Stage::run_forward(Slot& s, const ModelWeights& w, int64_t counted
     be_.rmsnorm_forward(A.xn2, A.rstd2, mid, W.ln2, eps);
     be_.copy(out, mid);
     if (is_moe_) {
-      r.aux_loss += A.moe->forward(be_, out, A.xn2, W.moe);
-    } else {
-      moe::ffn_forward(be_, out, A.dense, A.xn2, W.dense);
+      A.moe->forward_begin(be_, A.xn2, W.moe);
+      return suspend(s, i, false);
     }
+    moe::ffn_forward(be_, out, A.dense, A.xn2, W.dense);
   }
-  if (!last_) return r;
+  c.phase = Cursor::idle;
+  if (!last_) return nullptr;
   be_.rmsnorm_forward(s.xf, s.rstdf, s.res.back(), w.norm, eps);
   be_.gemm(false, true, T, V_, D, 1.0f, s.xf, w.lm_head, 0.0f, s.logits);
   be_.cross_entropy_forward(s.losses, s.logits, s.targets, -1);
@@ -197,7 +277,7 @@ ForwardResult Stage::run_forward(Slot& s, const ModelWeights& w, int64_t counted
   losses_host_.resize(static_cast<size_t>(T));
   be_.download(losses_host_.data(), s.losses, losses_host_.size() * sizeof(float));
   for (float v : losses_host_) r.loss_sum += static_cast<double>(v);
-  return r;
+  return nullptr;
 }
 
 void Stage::read_output(int64_t si, std::span<float> out) const {
@@ -211,9 +291,25 @@ void Stage::read_output(int64_t si, std::span<float> out) const {
 void Stage::backward(int64_t si, const ModelWeights& w, const ModelWeights& g,
                      std::span<const float> dout, double loss_scale, double aux_scale) {
   Slot& s = slot(si);
+  for (auto* ex = begin_backward(si, w, g, dout, loss_scale, aux_scale); ex; ex = resume_backward(si, w, g))
+    run_local_experts(s, w, &g);
+}
+
+const MoeExchange* Stage::begin_backward(int64_t si, const ModelWeights& w, const ModelWeights& g,
+                                         std::span<const float> dout, double loss_scale,
+                                         double aux_scale) {
+  Slot& s = slot(si);
+  if (backward_slot_ >= 0)
+    throw std::logic_error("Stage::begin_backward on slot " + std::to_string(si) + " while the backward of slot " +
+                           std::to_string(backward_slot_) + " is suspended (they share the gradient scratch)");
+  if (!last_ && static_cast<int64_t>(dout.size()) != T_ * D_)
+    throw std::invalid_argument("Stage::backward: expected an output gradient of " +
+                                std::to_string(T_ * D_) + " floats, got " +
+                                std::to_string(dout.size()));
+  start(s, Cursor::backward);
+  s.cur.layer = s.layers.size();
+  s.cur.aux_scale = aux_scale;
   const int64_t D = D_, T = T_;
-  const float theta = static_cast<float>(cfg_.rope_theta);
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D / cfg_.n_heads));
   // dres_ carries d loss / d residual stream down the layers; every branch
   // adds its input gradient into it.
   if (last_) {
@@ -225,23 +321,41 @@ void Stage::backward(int64_t si, const ModelWeights& w, const ModelWeights& g,
     be_.fill(dres_, 0.0f);
     be_.rmsnorm_backward(dres_, g.norm, dxn_, s.res.back(), w.norm, s.rstdf);
   } else {
-    if (static_cast<int64_t>(dout.size()) != T_ * D_)
-      throw std::invalid_argument("Stage::backward: expected an output gradient of " +
-                                  std::to_string(T_ * D_) + " floats, got " +
-                                  std::to_string(dout.size()));
     be_.upload_f32(dres_, dout);
   }
+  return backward_steps(si, s, w, g);
+}
 
-  for (size_t li = s.layers.size(); li-- > 0;) {
+const MoeExchange* Stage::resume_backward(int64_t si, const ModelWeights& w, const ModelWeights& g) {
+  Slot& s = slot(si);
+  if (s.cur.phase != Cursor::backward || !s.cur.at_experts)
+    throw std::logic_error("Stage::resume_backward: the slot's backward is not waiting for experts");
+  return backward_steps(si, s, w, g);
+}
+
+const MoeExchange* Stage::backward_steps(int64_t si, Slot& s, const ModelWeights& w, const ModelWeights& g) {
+  Cursor& c = s.cur;
+  const int64_t D = D_, T = T_;
+  const float theta = static_cast<float>(cfg_.rope_theta);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D / cfg_.n_heads));
+  for (; c.layer > 0; --c.layer) {
+    const size_t li = c.layer - 1;
     LayerActs& A = s.layers[li];
     const LayerWeights& W = w.layers[static_cast<size_t>(lb_) + li];
     const LayerWeights& G = g.layers[static_cast<size_t>(lb_) + li];
     const Tensor &x = s.res[2 * li], &mid = s.res[2 * li + 1];
     // FFN block.
-    be_.fill(dxn_, 0.0f);
-    if (is_moe_) {
-      A.moe->backward(be_, dxn_, G.moe, *moe_scratch_, dres_, A.xn2, W.moe, aux_scale);
+    if (c.at_experts) {  // resumed: the experts' input gradients are in place
+      c.at_experts = false;
+      backward_slot_ = -1;
+      A.moe->backward_end(be_, dxn_, G.moe, *moe_scratch_, A.xn2, W.moe, c.aux_scale);
     } else {
+      be_.fill(dxn_, 0.0f);
+      if (is_moe_) {
+        A.moe->backward_begin(be_, dxn_, G.moe, *moe_scratch_, dres_, A.xn2, W.moe);
+        backward_slot_ = si;
+        return suspend(s, li, true);
+      }
       moe::ffn_backward(be_, dxn_, G.dense, ddense_, dres_, A.xn2, A.dense, W.dense);
     }
     be_.rmsnorm_backward(dres_, G.ln2, dxn_, mid, W.ln2, A.rstd2);
@@ -265,7 +379,9 @@ void Stage::backward(int64_t si, const ModelWeights& w, const ModelWeights& g,
     be_.gemm(true, false, D, D, T, 1.0f, dv_, A.xn1, 1.0f, G.wv);
     be_.rmsnorm_backward(dres_, G.ln1, dxn_, x, W.ln1, A.rstd1);
   }
+  c.phase = Cursor::idle;
   if (first_) be_.embedding_backward(g.embed, dres_, s.ids);
+  return nullptr;
 }
 
 void Stage::read_input_grad(std::span<float> out) const {

@@ -8,6 +8,15 @@
 // them): each has an activation slot, filled by a forward and consumed by the
 // matching backward. Backward scratch is shared by all slots (a backward runs
 // to completion before the next starts).
+//
+// Expert parallelism: a pass can also run step-wise (begin_* / resume_*). It
+// stops at every MoE layer once the experts' input rows are ready, hands out
+// a MoeExchange, and the caller computes the experts anywhere (expert-shard
+// actors) and resumes. The single-call forward_*/backward are the same steps
+// with all experts computed here, so both paths run the same ops in the same
+// order. Rule: at most ONE backward of a Stage is suspended at a time (its
+// gradient scratch is shared by the slots); forwards of other slots may run
+// meanwhile. Breaking the rule throws std::logic_error.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +36,19 @@ struct ForwardResult {
   double loss_sum = 0.0;   // sum of token cross-entropies over counted tokens (last stage)
   int64_t counted = 0;     // tokens with a target (not -1) (last stage)
   double aux_loss = 0.0;   // sum over this stage's MoE layers of the aux loss
+};
+
+// Expert work of a pass suspended at a MoE layer. The caller computes the
+// experts on `in` (rows grouped by expert: expert e's rows are
+// [plan->offsets[e], plan->offsets[e+1]), in token order), writes rows
+// [0, N) of `out`, N = plan->rows(), and resumes the pass.
+struct MoeExchange {
+  int64_t layer = -1;                      // global layer index
+  bool backward = false;
+  const moe::DispatchPlan* plan = nullptr;  // rows per expert, token_index, routed load
+  const moe::MoeLayer* moe = nullptr;      // the layer's forward state (combine weights, ...)
+  kernels::Tensor in;   // [>=N, D] forward: token rows xs; backward: d loss / d unweighted expert output
+  kernels::Tensor out;  // [>=N, D] forward: unweighted expert outputs; backward: d loss / d xs
 };
 
 // MoE options of a model config (throws on an unknown balance method).
@@ -59,6 +81,19 @@ class Stage {
   // Other stages: the previous stage's output hidden [T*D].
   ForwardResult forward_hidden(int64_t slot, const ModelWeights& w, std::span<const float> hidden,
                                std::span<const int32_t> targets);
+  // Step-wise forward (see the top of this file): begin_* take the same
+  // inputs and checks as forward_*; begin_* and resume_forward return the
+  // exchange to serve (valid until the next call on this slot) or nullptr
+  // when the pass has finished, then forward_result has its result.
+  const MoeExchange* begin_forward_tokens(int64_t slot, const ModelWeights& w,
+                                          std::span<const int32_t> inputs,
+                                          std::span<const int32_t> targets);
+  const MoeExchange* begin_forward_hidden(int64_t slot, const ModelWeights& w,
+                                          std::span<const float> hidden,
+                                          std::span<const int32_t> targets);
+  const MoeExchange* resume_forward(int64_t slot, const ModelWeights& w);
+  ForwardResult forward_result(int64_t slot) const;
+
   // Non-last stages: the output hidden [T*D] of the slot's last forward.
   void read_output(int64_t slot, std::span<float> out) const;
 
@@ -68,6 +103,16 @@ class Stage {
   // gradient buffer; only this stage's entries are touched).
   void backward(int64_t slot, const ModelWeights& w, const ModelWeights& grads,
                 std::span<const float> dout, double loss_scale, double aux_scale);
+  // Step-wise backward: same arguments as backward. Expert weight gradients
+  // are NOT accumulated into `grads` (whoever computes the experts owns
+  // them); everything else is. read_input_grad is valid once it returned
+  // nullptr. Throws std::logic_error while another slot's backward is
+  // suspended.
+  const MoeExchange* begin_backward(int64_t slot, const ModelWeights& w, const ModelWeights& grads,
+                                    std::span<const float> dout, double loss_scale,
+                                    double aux_scale);
+  const MoeExchange* resume_backward(int64_t slot, const ModelWeights& w, const ModelWeights& grads);
+
   // Non-first stages: d total / d input hidden [T*D] of the last backward.
   void read_input_grad(std::span<float> out) const;
 
@@ -88,7 +133,17 @@ class Stage {
     moe::ExpertActs dense;           // [T,H] (dense FFN)
     std::unique_ptr<moe::MoeLayer> moe;
   };
+  // Where a slot's step-wise pass stands.
+  struct Cursor {
+    enum Phase { idle, forward, backward } phase = idle;
+    size_t layer = 0;        // forward: layers done; backward: layers still to do
+    bool at_experts = false;  // suspended at layer's experts
+    ForwardResult result;    // forward: accumulated so far / final
+    double aux_scale = 0.0;  // backward
+    MoeExchange ex;
+  };
   struct Slot {
+    Cursor cur;
     kernels::Tensor ids, targets;     // [T] i32 (ids: first stage, targets: last)
     std::vector<kernels::Tensor> res; // 2n+1 residual streams [T,D], n = layers here
     std::vector<LayerActs> layers;
@@ -97,7 +152,14 @@ class Stage {
   };
 
   int64_t check_targets(std::span<const int32_t> targets) const;  // counted tokens
-  ForwardResult run_forward(Slot& s, const ModelWeights& w, int64_t counted);
+  void prepare_tokens(Slot& s, std::span<const int32_t> inputs, std::span<const int32_t> targets);
+  void prepare_hidden(Slot& s, std::span<const float> hidden, std::span<const int32_t> targets);
+  void start(Slot& s, Cursor::Phase phase);
+  const MoeExchange* forward_steps(Slot& s, const ModelWeights& w);
+  const MoeExchange* backward_steps(int64_t si, Slot& s, const ModelWeights& w, const ModelWeights& g);
+  const MoeExchange* suspend(Slot& s, size_t li, bool backward);
+  // Serves an exchange with all experts computed here (the single-call path).
+  void run_local_experts(Slot& s, const ModelWeights& w, const ModelWeights* g);
   Slot& slot(int64_t i);
   const Slot& slot(int64_t i) const;
 
@@ -115,6 +177,7 @@ class Stage {
   moe::ExpertActs ddense_;                 // [T,H]
   std::unique_ptr<moe::MoeScratch> moe_scratch_;
   std::vector<float> losses_host_;
+  int64_t backward_slot_ = -1;  // slot whose backward is suspended (owns the scratch), -1 none
 };
 
 // Contiguous, balanced split of n_layers into `stages` layer ranges: stage i

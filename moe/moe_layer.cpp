@@ -46,6 +46,20 @@ MoeLayer::MoeLayer(Arena& a, const MoeOptions& o, int64_t T, int64_t D)
 
 double MoeLayer::forward(kernels::Backend& be, const Tensor& out, const Tensor& x,
                          const MoeWeights& w) {
+  forward_begin(be, x, w);
+  run_experts_forward(be, w.experts);
+  return forward_end(be, out, x, w);
+}
+
+namespace {
+std::vector<int64_t> plan_counts(const DispatchPlan& p) {
+  std::vector<int64_t> counts(static_cast<size_t>(p.n_experts));
+  for (int64_t e = 0; e < p.n_experts; ++e) counts[static_cast<size_t>(e)] = p.count(e);
+  return counts;
+}
+}  // namespace
+
+void MoeLayer::forward_begin(kernels::Backend& be, const Tensor& x, const MoeWeights& w) {
   const int64_t T = tokens_, k = opt_.top_k, E = opt_.n_experts;
   const Tensor bias = opt_.balance == Balance::bias ? w.bias : Tensor();
   router_forward(be, weights_, ids_, probs_, logits_, x, w.router, bias, opt_.renormalize());
@@ -60,11 +74,17 @@ double MoeLayer::forward(kernels::Backend& be, const Tensor& out, const Tensor& 
     const Tensor idx = token_index_.rows(0, N);
     be.upload_i32(idx, plan_.token_index);
     be.gather_rows(xs_.rows(0, N), x, idx);
-    std::vector<int64_t> counts(static_cast<size_t>(E));
-    for (int64_t e = 0; e < E; ++e) counts[e] = plan_.count(e);
-    experts_forward(be, y_, acts_, xs_, w.experts, counts);
-    be.combine_forward(out, y_, slots_, weights_);
   }
+}
+
+void MoeLayer::run_experts_forward(kernels::Backend& be, const ExpertWeights& w) {
+  if (plan_.rows() > 0) experts_forward(be, y_, acts_, xs_, w, plan_counts(plan_));
+}
+
+double MoeLayer::forward_end(kernels::Backend& be, const Tensor& out, const Tensor& x,
+                             const MoeWeights& w) {
+  const int64_t T = tokens_, k = opt_.top_k, E = opt_.n_experts;
+  if (plan_.rows() > 0) be.combine_forward(out, y_, slots_, weights_);
   if (opt_.shared_hidden > 0) ffn_forward(be, out, shared_acts_, x, w.shared);
 
   if (opt_.balance != Balance::aux_loss) return 0.0;
@@ -79,18 +99,32 @@ double MoeLayer::forward(kernels::Backend& be, const Tensor& out, const Tensor& 
 void MoeLayer::backward(kernels::Backend& be, const Tensor& dx, const MoeWeights& dw,
                         MoeScratch& s, const Tensor& dout, const Tensor& x, const MoeWeights& w,
                         double aux_scale) {
-  const int64_t E = opt_.n_experts, N = plan_.rows();
-  if (opt_.shared_hidden > 0) ffn_backward(be, dx, dw.shared, s.dshared, dout, x, shared_acts_, w.shared);
+  backward_begin(be, dx, dw, s, dout, x, w);
+  run_experts_backward(be, dw.experts, s, w.experts);
+  backward_end(be, dx, dw, s, x, w, aux_scale);
+}
 
+void MoeLayer::backward_begin(kernels::Backend& be, const Tensor& dx, const MoeWeights& dw,
+                              MoeScratch& s, const Tensor& dout, const Tensor& x,
+                              const MoeWeights& w) {
+  const int64_t N = plan_.rows();
+  if (opt_.shared_hidden > 0) ffn_backward(be, dx, dw.shared, s.dshared, dout, x, shared_acts_, w.shared);
   be.fill(s.dweights, 0.0f);
   if (N > 0) {
     be.fill(s.dy.rows(0, N), 0.0f);  // rows >= N are never read or written
     be.combine_backward(s.dy, s.dweights, dout, y_, slots_, weights_);
-    std::vector<int64_t> counts(static_cast<size_t>(E));
-    for (int64_t e = 0; e < E; ++e) counts[e] = plan_.count(e);
-    experts_backward(be, s.dxs, dw.experts, s.dexp, s.dy, xs_, acts_, w.experts, counts);
-    be.sum_slots(dx, s.dxs, slots_);
   }
+}
+
+void MoeLayer::run_experts_backward(kernels::Backend& be, const ExpertWeights& dw, MoeScratch& s,
+                                    const ExpertWeights& w) {
+  if (plan_.rows() > 0)
+    experts_backward(be, s.dxs, dw, s.dexp, s.dy, xs_, acts_, w, plan_counts(plan_));
+}
+
+void MoeLayer::backward_end(kernels::Backend& be, const Tensor& dx, const MoeWeights& dw,
+                            MoeScratch& s, const Tensor& x, const MoeWeights& w, double aux_scale) {
+  if (plan_.rows() > 0) be.sum_slots(dx, s.dxs, slots_);
   Tensor aux_row;
   if (opt_.balance == Balance::aux_loss) {
     const auto row = aux_loss_grad_row(plan_.routed, tokens_, opt_.top_k, opt_.aux_alpha, aux_scale);

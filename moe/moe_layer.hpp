@@ -2,7 +2,9 @@
 // route -> dispatch plan (host) -> gather -> expert group compute -> combine,
 // plus optional shared experts and the load-balancing terms. Each stage is a
 // separate moe/ function, so the distributed runtime can run the expert
-// group in another actor with the same math.
+// group in another actor with the same math: forward_begin/forward_end and
+// backward_begin/backward_end are the halves around the expert compute, and
+// forward/backward run them with all experts computed here in between.
 #pragma once
 
 #include <cstdint>
@@ -60,7 +62,35 @@ class MoeLayer {
                 MoeScratch& scratch, const kernels::Tensor& dout, const kernels::Tensor& x,
                 const MoeWeights& w, double aux_scale);
 
+  // The same passes in halves around the expert compute (forward/backward
+  // are begin, run_experts_*, end). forward_begin routes x, builds the plan
+  // and gathers xs() rows [0,N); the caller then writes the experts'
+  // unweighted outputs into expert_out() rows [0,N) and forward_end combines
+  // them into out, adds the shared experts and returns the aux loss.
+  void forward_begin(kernels::Backend& be, const kernels::Tensor& x, const MoeWeights& w);
+  double forward_end(kernels::Backend& be, const kernels::Tensor& out, const kernels::Tensor& x,
+                     const MoeWeights& w);
+  // backward_begin adds the shared experts' input gradient into dx and leaves
+  // in scratch.dy rows [0,N) d loss / d unweighted expert output (and the
+  // combine-weight gradients in scratch.dweights); the caller writes the
+  // experts' input gradients into scratch.dxs rows [0,N) and backward_end
+  // scatters them into dx and runs the router backward.
+  void backward_begin(kernels::Backend& be, const kernels::Tensor& dx, const MoeWeights& dw,
+                      MoeScratch& scratch, const kernels::Tensor& dout, const kernels::Tensor& x,
+                      const MoeWeights& w);
+  void backward_end(kernels::Backend& be, const kernels::Tensor& dx, const MoeWeights& dw,
+                    MoeScratch& scratch, const kernels::Tensor& x, const MoeWeights& w,
+                    double aux_scale);
+  // All E experts computed here (between the halves): expert_out() from xs(),
+  // and scratch.dxs from scratch.dy with dw accumulating.
+  void run_experts_forward(kernels::Backend& be, const ExpertWeights& w);
+  void run_experts_backward(kernels::Backend& be, const ExpertWeights& dw, MoeScratch& scratch,
+                            const ExpertWeights& w);
+
   const DispatchPlan& plan() const { return plan_; }
+  const kernels::Tensor& xs() const { return xs_; }          // [T*k,D] gathered rows (first N)
+  const kernels::Tensor& expert_out() const { return y_; }   // [T*k,D] expert outputs (first N)
+  const kernels::Tensor& weights() const { return weights_; }  // [T,k] combine weights
   const MoeOptions& options() const { return opt_; }
   // Router outputs of the last forward.
   const kernels::Tensor& probs() const { return probs_; }

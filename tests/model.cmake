@@ -8,6 +8,12 @@ if(TARGET troupe_model)
     LIBS troupe_model
     LABELS model)
 endif()
+if(TARGET troupe_model)
+  troupe_add_gtest(model_stage_resume_tests
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_stage_resume_test.cpp
+    LIBS troupe_model
+    LABELS model)
+endif()
 if(TARGET troupe_moe)
   troupe_add_gtest(moe_tests
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/moe_dispatch_test.cpp
