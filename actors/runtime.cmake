@@ -1,5 +1,6 @@
 # troupe_runtime: the in-process actor runtime (devices, pipeline-rank actors,
-# optimizer-shard actors, coordinator). CAF stays inside actors/*.cpp;
+# optimizer-shard actors, coordinator, expert-shard actors and the MoE
+# dispatch/combine codec). CAF stays inside actors/*.cpp;
 # actors/runtime.hpp and actors/device.hpp are CAF-free.
 add_library(troupe_runtime STATIC
   ${CMAKE_CURRENT_LIST_DIR}/device.cpp
@@ -8,6 +9,8 @@ add_library(troupe_runtime STATIC
   ${CMAKE_CURRENT_LIST_DIR}/coordinator.cpp
   ${CMAKE_CURRENT_LIST_DIR}/runtime.cpp
   ${CMAKE_CURRENT_LIST_DIR}/trace.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/moe_messages.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/expert_actor.cpp
 )
 target_compile_options(troupe_runtime PRIVATE ${TROUPE_WARNINGS})
 target_link_libraries(troupe_runtime PUBLIC troupe_actors troupe_schedule troupe_model Threads::Threads)
