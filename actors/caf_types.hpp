@@ -12,6 +12,9 @@
 #include <caf/message.hpp>
 #include <caf/type_id.hpp>
 
+#include <cstdint>
+#include <vector>
+
 #include "actors/envelope.hpp"
 
 CAF_BEGIN_TYPE_ID_BLOCK(troupe, caf::first_custom_type_id)
@@ -30,6 +33,10 @@ CAF_BEGIN_TYPE_ID_BLOCK(troupe, caf::first_custom_type_id)
   CAF_ADD_ATOM(troupe, troupe::rt, fail_atom, "rt_fail")
   CAF_ADD_ATOM(troupe, troupe::rt, params_atom, "rt_params")
   CAF_ADD_ATOM(troupe, troupe::rt, dropped_atom, "rt_dropped")
+
+  // Expert parallelism: per-micro-batch expert loads, rank -> coordinator.
+  CAF_ADD_ATOM(troupe, troupe::rt, load_atom, "rt_load")
+  CAF_ADD_TYPE_ID(troupe, (std::vector<int64_t>))
 
 CAF_END_TYPE_ID_BLOCK(troupe)
 

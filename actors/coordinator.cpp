@@ -25,7 +25,9 @@ struct CoordState {
   StepReply reply;
   std::map<std::tuple<int, int>, std::pair<double, double>> losses;  // (global mb, stage) -> loss, aux
   std::map<uint32_t, double> partials;                               // shard -> sum of squares
-  std::set<std::pair<uint32_t, uint32_t>> finished;                  // (replica, rank)
+  std::set<std::pair<uint32_t, uint32_t>> finished;                  // (replica, rank or expert producer)
+  std::map<int, std::vector<int64_t>> loads;                         // stage -> summed (load) reports of the step
+  std::vector<int64_t> last_loads;                                   // the last finished step's, in stage order
   double loss_scale = 0.0, aux_scale = 0.0, norm = 0.0;
   std::string error;
   uint64_t dropped = 0;
@@ -36,7 +38,8 @@ using Self = caf::stateful_actor<CoordState>;
 void maybe_finish(Self* self) {
   auto& s = self->state;
   const auto& sh = *s.sh;
-  const size_t ranks = static_cast<size_t>(sh.opt.data_parallel) * static_cast<size_t>(sh.sl.num_ranks);
+  // Expert shards report (stepok) like ranks once their parameters are loaded.
+  const size_t ranks = static_cast<size_t>(sh.opt.data_parallel) * (static_cast<size_t>(sh.sl.num_ranks) + sh.expert_owned.size());
   const size_t reports = static_cast<size_t>(sh.opt.data_parallel) * static_cast<size_t>(sh.chunks) *
                          static_cast<size_t>(sh.sl.num_stages);
   if (!s.running || s.finished.size() != ranks || s.losses.size() != reports) return;
@@ -57,6 +60,8 @@ void maybe_finish(Self* self) {
     if (stage == last) loss_sum += v.first;
   }
   if (cur >= 0) aux += mb_aux;
+  s.last_loads.clear();
+  for (const auto& [stage, v] : s.loads) s.last_loads.insert(s.last_loads.end(), v.begin(), v.end());
   const double lr = model::learning_rate(sh.opt.train.optim, static_cast<int64_t>(s.step), sh.opt.train.steps);
   s.running = false;
   ++s.step;
@@ -76,6 +81,7 @@ void start_step(Self* self) {
   s.losses.clear();
   s.partials.clear();
   s.finished.clear();
+  s.loads.clear();
   s.running = true;
   const int64_t n = Bm * S;
   for (int r = 0; r < sh.opt.data_parallel; ++r) {
@@ -159,6 +165,24 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
           s.reply.deliver(caf::make_error(caf::sec::runtime_error, s.error));
         }
       },
+      // Expert load of micro-batch mb at a stage: per MoE layer of the stage,
+      // E routed counts then the dropped count. Sent before the stage's loss
+      // report of the same micro-batch, so a finished step has all of them.
+      [self](rt::load_atom, uint64_t step, uint32_t, uint32_t, uint32_t stage, const std::vector<int64_t>& v) {
+        auto& s = self->state;
+        if (step != s.step || !s.running) {
+          ++s.dropped;
+          return;
+        }
+        auto& sum = s.loads[static_cast<int>(stage)];
+        if (sum.empty()) sum.assign(v.size(), 0);
+        if (sum.size() != v.size()) {
+          ++s.dropped;
+          return;
+        }
+        for (size_t i = 0; i < v.size(); ++i) sum[i] += v[i];
+      },
+      [self](rt::load_atom) { return self->state.last_loads; },
       [self](rt::dropped_atom) { return self->state.dropped; },
   };
 }

@@ -95,10 +95,14 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
     if (r.count == 0) continue;
     st.pieces.push_back({r.offset - st.range.offset, r.count, o.decay});
   }
-  for (int rep = 0; rep < sh->opt.data_parallel; ++rep)
+  for (int rep = 0; rep < sh->opt.data_parallel; ++rep) {
     for (const auto& owned : sh->rank_owned)
       for (const Range& o : owned)
         if (intersect(o, st.range).count > 0) ++st.expected;
+    for (const auto& owned : sh->expert_owned)  // expert shards are gradient producers too
+      for (const Range& o : owned)
+        if (intersect(o, st.range).count > 0) ++st.expected;
+  }
   st.comp = std::make_shared<ShardCompute>();
   auto init = std::make_shared<std::vector<float>>(sh->init.begin() + st.range.offset,
                                                   sh->init.begin() + st.range.offset + st.range.count);
@@ -174,6 +178,13 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
           const Envelope e = param_slice(step, shard, range, be.download_f32(comp->params));
           for (const auto& replica : sh->peers.ranks)
             for (const caf::actor& r : replica) caf::anon_send(r, e);
+          // Expert shards whose weights meet this range.
+          for (const auto& replica : sh->peers.experts)
+            for (size_t p = 0; p < replica.size(); ++p) {
+              bool meets = false;
+              for (const Range& o : sh->expert_owned[p]) meets = meets || intersect(o, range).count > 0;
+              if (meets) caf::anon_send(replica[p], e);
+            }
         }, [] {}, owner_label(TraceLabel::Update, s.shard));
         s.reduced = false;
         ++s.step;

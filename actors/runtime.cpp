@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <unistd.h>
 
+#include "actors/expert_shard.hpp"
 #include "actors/runtime_internal.hpp"
 #include "actors/trace.hpp"
 #include "model/data.hpp"
@@ -36,7 +37,10 @@ std::vector<Range> owned_ranges(const Shared& sh, int rank) {
     const auto [lb, le] = sh.stage_layers[static_cast<size_t>(stage)];
     for (const model::ParamEntry& e : sh.layout.entries())
       for (int64_t l = lb; l < le; ++l)
-        if (e.name.rfind("model.layers." + std::to_string(l) + ".", 0) == 0) names.insert(e.name);
+        if (e.name.rfind("model.layers." + std::to_string(l) + ".", 0) == 0 &&
+            // With expert shards, the routed experts' weights belong to them.
+            !(sh.opt.expert_shards > 0 && e.name.find(".mlp.experts.") != std::string::npos))
+          names.insert(e.name);
     if (stage == 0) names.insert("model.embed_tokens.weight");
     if (stage == sh.sl.num_stages - 1) {
       names.insert("model.norm.weight");
@@ -70,6 +74,13 @@ void validate(const RuntimeOptions& o) {
   require(t.data.batch_size % t.microbatches == 0,
           "batch_size (" + std::to_string(t.data.batch_size) + ") must be a multiple of microbatches (" +
               std::to_string(t.microbatches) + ")");
+  require(o.expert_shards >= 0, "expert_shards must be >= 0");
+  if (o.expert_shards > 0) {
+    require(t.model.ffn == "moe", "expert_shards > 0 needs a MoE model (ffn = \"moe\")");
+    require(o.expert_shards <= t.model.n_experts,
+            "expert_shards (" + std::to_string(o.expert_shards) + ") must be <= n_experts (" +
+                std::to_string(t.model.n_experts) + ")");
+  }
   require(t.model.ffn != "moe" || t.model.balance != "bias",
           "balance = \"bias\" (router bias updated from expert loads) is not supported by the runtime yet");
   require(t.resume_from.empty(), "resume from a checkpoint is not supported by the runtime yet");
@@ -111,6 +122,14 @@ struct Runtime::Impl {
       s.shard_ranges.push_back({b, e - b});
     }
     for (int r = 0; r < o.stages; ++r) s.rank_owned.push_back(owned_ranges(s, r));
+    if (o.expert_shards > 0) {
+      for (int64_t l = 0; l < t.model.n_layers; ++l) s.moe_layers.push_back(static_cast<int>(l));
+      for (int l : s.moe_layers)
+        for (int k = 0; k < o.expert_shards; ++k) {
+          const auto r = expert_param_ranges(s.layout, t.model, l, expert_split(t.model.n_experts, o.expert_shards, k));
+          s.expert_owned.push_back({r.begin(), r.end()});
+        }
+    }
     s.init = model::init_params(s.layout, t.model, t.seed);
     {
       auto data = model::make_data_source(t.data, t.seed, t.model.seq_len);
@@ -140,6 +159,37 @@ struct Runtime::Impl {
         s.peers.ranks[r].push_back(spawn_rank(*sys, sh, dev, r, k));
         all.push_back(s.peers.ranks[r].back());
       }
+    spawn_experts();
+  }
+
+  // Expert shards of each replica: the shards of a MoE layer go round-robin
+  // over the devices, starting at the device of the rank whose first-copy
+  // stage holds the layer (as launch/topology.cpp lists them).
+  void spawn_experts() {
+    Shared& s = *sh;
+    const RuntimeOptions& o = s.opt;
+    if (!s.expert_parallel()) return;
+    s.peers.experts.resize(static_cast<size_t>(o.data_parallel));
+    for (int r = 0; r < o.data_parallel; ++r) {
+      for (size_t li = 0; li < s.moe_layers.size(); ++li) {
+        const int layer = s.moe_layers[li];
+        int stage = 0;
+        while (s.stage_layers[static_cast<size_t>(stage)].second <= layer) ++stage;
+        const int rank = sched::stage_rank(s.sl, 0, stage);
+        for (int k = 0; k < o.expert_shards; ++k) {
+          ExpertShardSpec spec;
+          spec.replica = r;
+          spec.layer = layer;
+          spec.shard = k;
+          spec.shards = o.expert_shards;
+          spec.producer = static_cast<int>(li) * o.expert_shards + k;
+          spec.microbatches = s.chunks;
+          Device& dev = *devices[static_cast<size_t>((r * o.stages + rank + k) % o.devices)];
+          s.peers.experts[static_cast<size_t>(r)].push_back(spawn_expert_shard(*sys, sh, dev, spec));
+          all.push_back(s.peers.experts[static_cast<size_t>(r)].back());
+        }
+      }
+    }
   }
 
   ~Impl() {
@@ -173,6 +223,20 @@ model::StepMetrics Runtime::step() {
   m.step = ++impl_->steps_done;
   m.tokens = impl_->sh->opt.train.data.batch_size * impl_->sh->opt.train.model.seq_len;
   m.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const RuntimeOptions& o = impl_->sh->opt;
+  if (o.train.model.ffn == "moe") {
+    m.expert_load = expert_load();
+    m.dropped = expert_dropped();
+    for (const auto& layer : m.expert_load) {
+      if (o.expert_shards <= 0) break;
+      std::vector<int64_t> per(static_cast<size_t>(o.expert_shards), 0);
+      for (int k = 0; k < o.expert_shards; ++k) {
+        const ExpertRange r = expert_split(o.train.model.n_experts, o.expert_shards, k);
+        for (int64_t e = r.begin; e < r.end; ++e) per[static_cast<size_t>(k)] += layer[static_cast<size_t>(e)];
+      }
+      m.shard_load.push_back(std::move(per));
+    }
+  }
   return m;
 }
 
@@ -247,9 +311,44 @@ uint64_t Runtime::dropped_messages() {
   for (const auto& s : impl_->sh->peers.shards) actors.push_back(s);
   for (const auto& rep : impl_->sh->peers.ranks)
     for (const auto& r : rep) actors.push_back(r);
+  for (const auto& rep : impl_->sh->peers.experts)
+    for (const auto& x : rep) actors.push_back(x);
   for (const caf::actor& a : actors)
     self->request(a, caf::infinite, rt::dropped_atom_v).receive([&](uint64_t n) { total += n; }, [](caf::error&) {});
   return total;
+}
+
+namespace {
+
+// The coordinator's (load) answer: for each MoE layer, E routed counts then
+// the dropped count, summed over the last step's micro-batches.
+std::vector<int64_t> last_loads(caf::actor_system& sys, const caf::actor& coord) {
+  caf::scoped_actor self{sys};
+  std::vector<int64_t> out;
+  std::string err;
+  self->request(coord, caf::infinite, rt::load_atom_v)
+      .receive([&](const std::vector<int64_t>& v) { out = v; }, [&](caf::error& e) { err = sys.render(e); });
+  if (!err.empty()) throw std::runtime_error("runtime: reading the expert load failed: " + err);
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::vector<int64_t>> Runtime::expert_load() {
+  const auto v = last_loads(*impl_->sys, impl_->sh->peers.coordinator);
+  const size_t E = static_cast<size_t>(impl_->sh->opt.train.model.n_experts);
+  std::vector<std::vector<int64_t>> out;
+  for (size_t i = 0; i + E < v.size() + 1 && !v.empty(); i += E + 1)
+    out.emplace_back(v.begin() + static_cast<int64_t>(i), v.begin() + static_cast<int64_t>(i + E));
+  return out;
+}
+
+std::vector<int64_t> Runtime::expert_dropped() {
+  const auto v = last_loads(*impl_->sys, impl_->sh->peers.coordinator);
+  const size_t E = static_cast<size_t>(impl_->sh->opt.train.model.n_experts);
+  std::vector<int64_t> out;
+  for (size_t i = E; i < v.size(); i += E + 1) out.push_back(v[i]);
+  return out;
 }
 
 void Runtime::write_trace(const std::string& path) {

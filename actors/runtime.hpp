@@ -35,6 +35,11 @@ struct RuntimeOptions {
   int devices = 1;                  // serial executors; ranks and shards are placed round-robin
   int optimizer_shards = 1;         // ZeRO-1 shards of the flat parameter buffer
   int data_parallel = 1;            // replicas; each takes microbatches / data_parallel of them
+  // Expert parallelism (MoE models): 0 = every stage computes its layers'
+  // experts itself; n >= 1 = each replica has n expert-shard actors per MoE
+  // layer (contiguous expert ranges), and the stages reach the experts only
+  // through Dispatch/Combine Envelopes.
+  int expert_shards = 0;
   std::string trace;                // Chrome trace file written by train(); empty: no tracing
   bool record_trace = false;        // record device events without train() writing them (tests)
 };
@@ -60,6 +65,12 @@ class Runtime {
   // moments, assembled in the flat layout, with the step and data cursor
   // (one batch per step, as model::Trainer saves them).
   model::TrainingState state();
+  // Expert load of the last step, summed over its micro-batches and
+  // replicas: [layer][expert] assignments routed (before capacity dropping,
+  // as model::Trainer counts them) and [layer] assignments dropped. MoE
+  // layers only; empty for dense models.
+  std::vector<std::vector<int64_t>> expert_load();
+  std::vector<int64_t> expert_dropped();
   // Messages dropped as duplicates or stale, over all actors (for tests).
   uint64_t dropped_messages();
   // With tracing on (options.trace set or record_trace): waits for the devices

@@ -18,6 +18,16 @@
 //   shard -> every rank               Envelope(ParamSlice) after clip + AdamW
 //   rank -> coordinator               (stepok, s, replica, rank) when all slices
 //                                     are loaded; the step ends when all did.
+// With expert shards (opt.expert_shards > 0), a stage at a MoE layer also:
+//   rank -> expert shard              Envelope(Dispatch) per shard of the layer
+//                                     (forward: token rows; backward: dOut rows)
+//   expert shard -> rank              Envelope(Combine) with the same MoeId
+//   rank -> coordinator               (load, s, replica, mb, stage, loads):
+//                                     per MoE layer of the stage, E routed
+//                                     counts then the dropped count
+// and each expert shard is a gradient producer like a rank (GradSlice with
+// stage = kExpertProducerBase + producer, ParamSlices back, stepok); see
+// actors/expert_shard.hpp.
 // Receivers key what they store by (step, kind, direction, stage, mb) or
 // (step, replica, rank, offset) and drop duplicates and stale steps.
 // Compute runs on Devices: a closure ends by sending (done, ticket) to its
@@ -51,6 +61,8 @@ struct Range {
 struct Peers {
   std::vector<std::vector<caf::actor>> ranks;  // [replica][rank]
   std::vector<caf::actor> shards;
+  // Expert shards: [replica][producer], producer = moe layer index * expert_shards + shard.
+  std::vector<std::vector<caf::actor>> experts;
   caf::actor coordinator;
 };
 
@@ -66,6 +78,10 @@ struct Shared {
   std::vector<Range> shard_ranges;                        // [shard]
   std::vector<std::vector<Range>> rank_owned;             // [rank] entries its stages touch
   std::vector<float> init;                                // initial flat parameters
+  // Expert parallelism (empty unless opt.expert_shards > 0).
+  std::vector<int> moe_layers;                            // global layer index of each MoE layer
+  std::vector<std::vector<Range>> expert_owned;           // [producer] gate, up, down ranges
+  bool expert_parallel() const { return !expert_owned.empty(); }
   Peers peers;
 };
 

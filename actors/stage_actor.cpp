@@ -3,11 +3,24 @@
 // in order on its device, exchanges activations and gradients as Envelopes,
 // then sends gradient slices to the optimizer shards and loads the updated
 // parameter slices they send back. Protocol: runtime_internal.hpp.
+//
+// With expert shards, a chunk's pass runs step-wise (model::Stage's
+// begin_*/resume_*): at every MoE layer a device closure sends one Dispatch
+// per shard of the layer, the actor collects the Combines (any order, each
+// checked against its Dispatch, repeats dropped) and a new closure resumes
+// the pass. Meanwhile the device runs the op's other part (DualPipe's FB
+// pairs: the other direction's chunk, a different Stage), which is the
+// compute/communication overlap; both parts' math is independent, so the
+// order they interleave in does not change any result.
+#include <algorithm>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
 #include <tuple>
 
+#include "actors/expert_shard.hpp"
+#include "actors/moe_messages.hpp"
 #include "actors/runtime_internal.hpp"
 #include "model/stage.hpp"
 #include "model/weights.hpp"
@@ -17,6 +30,7 @@ namespace {
 
 using Key = std::tuple<uint64_t, int, int, int, int>;  // step, kind (0 act, 1 grad), dir, consumer stage, mb
 using StageId = std::pair<int, int>;                     // dir, stage
+using PartKey = std::tuple<int, int, int, bool>;         // dir, stage, mb, backward
 
 // Device-side state: touched only by closures running on the rank's device.
 struct Compute {
@@ -24,6 +38,21 @@ struct Compute {
   model::ModelWeights w, g;
   std::map<StageId, std::unique_ptr<model::Stage>> stages;
   std::vector<float> hidden;       // [T*D] scratch for outgoing tensors
+  std::map<PartKey, const model::MoeExchange*> exchanges;  // passes suspended at experts
+  uint64_t dispatch_seq = 0;       // MoeId.dispatchId
+};
+
+// A chunk's pass waiting for its experts (actor side).
+struct Part {
+  sched::Chunk c;
+  int slot = 0;
+  std::function<void(model::Stage&)> finish;  // device work once the pass has ended
+  uint32_t layer = 0;
+  std::vector<MoeKey> sent;                        // [shard] the Dispatch ids
+  std::vector<std::vector<uint32_t>> token_index;  // [shard] rows' tokens, to check the echo
+  std::vector<Envelope> got;                       // [shard] Combines (empty until received)
+  std::vector<bool> have;
+  int missing = 0;
 };
 
 struct RankState {
@@ -43,6 +72,8 @@ struct RankState {
   double loss_scale = 0.0, aux_scale = 0.0;
   std::map<Key, Envelope> inbox;
   std::set<Key> consumed;
+  int parts = 0;                      // parts (F, B) of the current op still running
+  std::map<PartKey, Part> waiting;    // passes out at the experts
   std::set<uint32_t> slices_from;  // shards whose ParamSlice arrived this step
   int slices_loaded = 0;
   uint64_t dropped = 0;
@@ -77,66 +108,113 @@ Envelope make_pipeline(uint64_t step, int replica_id, const sched::Chunk& c, std
   });
 }
 
-// Forward of chunk f on the device; sends the output on (or the loss).
-Device::Work forward_work(Self* self, const sched::Chunk f, int slot, Envelope in) {
+// Expert load of the slot's forward (per MoE layer: E routed counts, then the
+// dropped count) to the coordinator; sent before the loss report.
+void report_load(const model::Stage& stage, int slot, const caf::actor& coord, uint64_t step, int replica,
+                 const sched::Chunk& f) {
+  const auto load = stage.expert_load(slot);
+  if (load.empty()) return;
+  const auto dropped = stage.dropped(slot);
+  std::vector<int64_t> v;
+  for (size_t l = 0; l < load.size(); ++l) {
+    v.insert(v.end(), load[l].begin(), load[l].end());
+    v.push_back(dropped[l]);
+  }
+  caf::anon_send(coord, rt::load_atom_v, step, static_cast<uint32_t>(replica), static_cast<uint32_t>(f.mb),
+                 static_cast<uint32_t>(f.stage), std::move(v));
+}
+
+// Where a chunk's results go (captured by its device closures).
+struct ChunkCtx {
+  std::shared_ptr<Compute> comp;
+  sched::Chunk c;
+  int slot = 0;
+  int last = 0;  // last stage index
+  caf::actor peer, coord;  // forward: next rank; backward: previous rank
+  uint64_t step = 0;
+  int replica = 0;
+};
+
+ChunkCtx chunk_ctx(Self* self, const sched::Chunk& c, int slot, bool backward) {
   auto& st = self->state;
-  auto comp = st.comp;
-  auto sh = st.sh;
-  const int last = sh->sl.num_stages - 1;
-  caf::actor next_rank = f.stage < last ? sh->peers.ranks[st.replica][sched::stage_rank(sh->sl, f.dir, f.stage + 1)]
-                                        : caf::actor{};
-  caf::actor coord = sh->peers.coordinator;
-  const uint64_t step = st.step;
-  const int replica = st.replica;
-  return [comp, f, slot, in, next_rank, coord, step, replica, last, sh](kernels::Backend&) {
-    model::Stage& stage = *comp->stages.at({f.dir, f.stage});
-    auto r = in.read<schemas::Activations>();
-    if (!r) throw std::runtime_error("bad activations: " + to_string(r.error()));
-    const auto tg = tensor_i32((*r)->getTargets());
-    const bool is_last = f.stage == last;
-    model::ForwardResult res;
-    if (f.stage == 0)
-      res = stage.forward_tokens(slot, comp->w, tensor_i32((*r)->getTokenIds()),
-                                 is_last ? tg : std::span<const int32_t>());
-    else
-      res = stage.forward_hidden(slot, comp->w, tensor_f32((*r)->getHidden()),
-                                 is_last ? tg : std::span<const int32_t>());
-    caf::anon_send(coord, rt::loss_atom_v, step, static_cast<uint32_t>(replica),
-                   static_cast<uint32_t>(f.mb), static_cast<uint32_t>(f.stage), res.loss_sum,
-                   res.aux_loss);
-    if (is_last) return;
-    comp->hidden.resize(static_cast<size_t>(stage.tokens() * stage.d_model()));
-    stage.read_output(slot, comp->hidden);
-    caf::anon_send(next_rank, make_pipeline(step, replica, f, comp->hidden, tg, false, stage.tokens(), stage.d_model()));
+  const auto& sh = *st.sh;
+  ChunkCtx x;
+  x.comp = st.comp;
+  x.c = c;
+  x.slot = slot;
+  x.last = sh.sl.num_stages - 1;
+  if (!backward && c.stage < x.last) x.peer = sh.peers.ranks[st.replica][sched::stage_rank(sh.sl, c.dir, c.stage + 1)];
+  if (backward && c.stage > 0) x.peer = sh.peers.ranks[st.replica][sched::stage_rank(sh.sl, c.dir, c.stage - 1)];
+  x.coord = sh.peers.coordinator;
+  x.step = st.step;
+  x.replica = st.replica;
+  return x;
+}
+
+// Starts the forward of x.c on `stage` from the activations `in`: the whole
+// pass (experts inside the stage) or up to the first MoE layer.
+template <class F>
+auto begin_forward(const ChunkCtx& x, model::Stage& stage, const Envelope& in, F&& run) {
+  auto r = in.read<schemas::Activations>();
+  if (!r) throw std::runtime_error("bad activations: " + to_string(r.error()));
+  const auto tg = tensor_i32((*r)->getTargets());
+  const std::span<const int32_t> targets = x.c.stage == x.last ? tg : std::span<const int32_t>();
+  if (x.c.stage == 0) return run(stage, tensor_i32((*r)->getTokenIds()), std::span<const float>(), targets);
+  return run(stage, std::span<const int32_t>(), tensor_f32((*r)->getHidden()), targets);
+}
+
+// After the forward: load and loss to the coordinator, the output on.
+void finish_forward(const ChunkCtx& x, model::Stage& stage, const Envelope& in, const model::ForwardResult& res) {
+  report_load(stage, x.slot, x.coord, x.step, x.replica, x.c);
+  caf::anon_send(x.coord, rt::loss_atom_v, x.step, static_cast<uint32_t>(x.replica), static_cast<uint32_t>(x.c.mb),
+                 static_cast<uint32_t>(x.c.stage), res.loss_sum, res.aux_loss);
+  if (x.c.stage == x.last) return;
+  auto r = in.read<schemas::Activations>();
+  const auto tg = tensor_i32((*r)->getTargets());
+  Compute& comp = *x.comp;
+  comp.hidden.resize(static_cast<size_t>(stage.tokens() * stage.d_model()));
+  stage.read_output(x.slot, comp.hidden);
+  caf::anon_send(x.peer, make_pipeline(x.step, x.replica, x.c, comp.hidden, tg, false, stage.tokens(), stage.d_model()));
+}
+
+// d output of the backward of x.c (empty on the last stage).
+std::span<const float> backward_dout(const ChunkCtx& x, const Envelope& dout, std::optional<Read<schemas::Gradients>>& keep) {
+  if (x.c.stage == x.last) return {};
+  auto r = dout.read<schemas::Gradients>();
+  if (!r) throw std::runtime_error("bad gradients: " + to_string(r.error()));
+  keep = *r;
+  return tensor_f32((*keep)->getGrad());
+}
+
+// After the backward: the input gradient to the previous stage.
+void finish_backward(const ChunkCtx& x, model::Stage& stage) {
+  if (x.c.stage == 0) return;
+  Compute& comp = *x.comp;
+  comp.hidden.resize(static_cast<size_t>(stage.tokens() * stage.d_model()));
+  stage.read_input_grad(comp.hidden);
+  caf::anon_send(x.peer, make_pipeline(x.step, x.replica, x.c, comp.hidden, {}, true, stage.tokens(), stage.d_model()));
+}
+
+// Forward of chunk f on the device, experts inside the stage.
+Device::Work forward_work(Self* self, const sched::Chunk f, int slot, Envelope in) {
+  const ChunkCtx x = chunk_ctx(self, f, slot, false);
+  return [x, in](kernels::Backend&) {
+    model::Stage& stage = *x.comp->stages.at({x.c.dir, x.c.stage});
+    const model::ForwardResult res = begin_forward(x, stage, in, [&](model::Stage& s, auto ids, auto hidden, auto tg) {
+      return x.c.stage == 0 ? s.forward_tokens(x.slot, x.comp->w, ids, tg) : s.forward_hidden(x.slot, x.comp->w, hidden, tg);
+    });
+    finish_forward(x, stage, in, res);
   };
 }
 
-// Backward of chunk b; sends the input gradient to the previous stage.
-Device::Work backward_work(Self* self, const sched::Chunk b, int slot, Envelope dout) {
-  auto& st = self->state;
-  auto comp = st.comp;
-  auto sh = st.sh;
-  const int last = sh->sl.num_stages - 1;
-  caf::actor prev_rank = b.stage > 0 ? sh->peers.ranks[st.replica][sched::stage_rank(sh->sl, b.dir, b.stage - 1)]
-                                     : caf::actor{};
-  const uint64_t step = st.step;
-  const int replica = st.replica;
-  const double ls = st.loss_scale, as = st.aux_scale;
-  return [comp, b, slot, dout, prev_rank, step, replica, last, ls, as](kernels::Backend&) {
-    model::Stage& stage = *comp->stages.at({b.dir, b.stage});
-    std::span<const float> g;
+// Backward of chunk b, experts inside the stage.
+Device::Work backward_work(Self* self, const sched::Chunk b, int slot, Envelope dout, double ls, double as) {
+  const ChunkCtx x = chunk_ctx(self, b, slot, true);
+  return [x, dout, ls, as](kernels::Backend&) {
+    model::Stage& stage = *x.comp->stages.at({x.c.dir, x.c.stage});
     std::optional<Read<schemas::Gradients>> keep;
-    if (b.stage < last) {
-      auto r = dout.read<schemas::Gradients>();
-      if (!r) throw std::runtime_error("bad gradients: " + to_string(r.error()));
-      keep = *r;
-      g = tensor_f32((*keep)->getGrad());
-    }
-    stage.backward(slot, comp->w, comp->g, g, ls, as);
-    if (b.stage == 0) return;
-    comp->hidden.resize(static_cast<size_t>(stage.tokens() * stage.d_model()));
-    stage.read_input_grad(comp->hidden);
-    caf::anon_send(prev_rank, make_pipeline(step, replica, b, comp->hidden, {}, true, stage.tokens(), stage.d_model()));
+    stage.backward(x.slot, x.comp->w, x.comp->g, backward_dout(x, dout, keep), ls, as);
+    finish_backward(x, stage);
   };
 }
 
@@ -184,6 +262,210 @@ void send_grads(Self* self) {
   }, [] {}, owner_label(TraceLabel::GradSend, rank));
 }
 
+// ---- Expert parallelism: passes that stop at MoE layers --------------------
+
+void part_done(Self* self);
+
+// What a step-wise closure leaves for the actor: the Dispatches of the
+// exchange it stopped at, or nothing when the pass has finished.
+struct Suspended {
+  bool finished = false;
+  uint32_t layer = 0;
+  std::vector<Envelope> dispatches;  // [shard]
+  std::vector<MoeKey> keys;          // [shard]
+  std::vector<std::vector<uint32_t>> token_index;
+};
+
+// Builds one Dispatch per expert shard of the exchange's layer (device
+// thread): rows grouped by expert as the plan has them; forward rows are the
+// gathered token rows, backward rows the layer-output gradient of each row's
+// token (the shard applies the combine weight, as moe_messages.hpp says).
+void build_dispatches(const Shared& sh, Compute& comp, const model::MoeExchange& ex, const MoeKey& base,
+                      int64_t T, int64_t D, Suspended& out) {
+  const moe::DispatchPlan& p = *ex.plan;
+  const int64_t N = p.rows(), k = p.top_k, E = p.n_experts;
+  std::vector<float> rows(static_cast<size_t>(N * D));
+  kernels::Backend& be = *ex.in.backend();
+  if (!ex.backward) {
+    if (N > 0) be.download(rows.data(), ex.in.rows(0, N), rows.size() * sizeof(float));
+  } else {
+    std::vector<float> dout(static_cast<size_t>(T * D));
+    be.download(dout.data(), ex.dout, dout.size() * sizeof(float));
+    for (int64_t i = 0; i < N; ++i)
+      std::copy_n(dout.data() + p.token_index[static_cast<size_t>(i)] * D, D, rows.data() + i * D);
+  }
+  std::vector<float> wts(static_cast<size_t>(T * k)), row_w(static_cast<size_t>(N), 0.0f);
+  be.download(wts.data(), ex.moe->weights(), wts.size() * sizeof(float));
+  for (size_t s = 0; s < p.slots.size(); ++s)
+    if (p.slots[s] >= 0) row_w[static_cast<size_t>(p.slots[s])] = wts[s];
+  const int shards = sh.opt.expert_shards;
+  out.layer = static_cast<uint32_t>(ex.layer);
+  for (int sh_i = 0; sh_i < shards; ++sh_i) {
+    const ExpertRange r = expert_split(E, shards, sh_i);
+    const int64_t r0 = p.offsets[static_cast<size_t>(r.begin)], r1 = p.offsets[static_cast<size_t>(r.end)];
+    std::vector<uint32_t> ids, tix;
+    for (int64_t e = r.begin; e < r.end; ++e)
+      for (int64_t i = p.offsets[static_cast<size_t>(e)]; i < p.offsets[static_cast<size_t>(e) + 1]; ++i) {
+        ids.push_back(static_cast<uint32_t>(e));
+        tix.push_back(static_cast<uint32_t>(p.token_index[static_cast<size_t>(i)]));
+      }
+    MoeKey id = base;
+    id.layer = static_cast<uint32_t>(ex.layer);
+    id.shard = static_cast<uint32_t>(sh_i);
+    id.backward = ex.backward;
+    id.dispatch_id = ++comp.dispatch_seq;
+    out.dispatches.push_back(make_dispatch(
+        id, static_cast<uint32_t>(D),
+        std::span<const float>(rows.data() + r0 * D, static_cast<size_t>((r1 - r0) * D)), ids,
+        std::span<const float>(row_w.data() + r0, static_cast<size_t>(r1 - r0)), tix));
+    out.keys.push_back(id);
+    out.token_index.push_back(std::move(tix));
+  }
+}
+
+// Runs `advance` (which begins or resumes the pass of `key` and returns the
+// exchange it stops at) on the device; then either sends the Dispatches and
+// waits for the Combines, or, when the pass has finished, runs `finish` (on
+// the device) and ends the part.
+void run_step(Self* self, const PartKey key, const sched::Chunk c, int slot,
+              std::function<const model::MoeExchange*(model::Stage&)> advance,
+              std::function<void(model::Stage&)> finish) {
+  auto& st = self->state;
+  auto comp = st.comp;
+  auto sh = st.sh;
+  auto out = std::make_shared<Suspended>();
+  MoeKey base;
+  base.step = st.step;
+  base.microbatch = static_cast<uint32_t>(c.mb);
+  base.stage = static_cast<uint32_t>(c.stage);
+  base.chunk = static_cast<uint32_t>(c.dir);
+  base.replica = static_cast<uint32_t>(st.replica);
+  const bool backward = std::get<3>(key);
+  submit(self, *st.dev, [comp, sh, key, c, advance, finish, out, base](kernels::Backend&) {
+    model::Stage& stage = *comp->stages.at({c.dir, c.stage});
+    const model::MoeExchange* ex = advance(stage);
+    if (!ex) {
+      comp->exchanges.erase(key);
+      finish(stage);
+      out->finished = true;
+      return;
+    }
+    comp->exchanges[key] = ex;
+    build_dispatches(*sh, *comp, *ex, base, stage.tokens(), stage.d_model(), *out);
+  }, [self, key, out, c, slot, finish] {
+    auto& s = self->state;
+    if (out->finished) return part_done(self);
+    Part& p = s.waiting[key];
+    p = Part{};
+    p.c = c;
+    p.slot = slot;
+    p.finish = finish;
+    p.layer = out->layer;
+    p.sent = out->keys;
+    p.token_index = std::move(out->token_index);
+    p.got.resize(p.sent.size());
+    p.have.assign(p.sent.size(), false);
+    p.missing = static_cast<int>(p.sent.size());
+    const auto li = static_cast<size_t>(std::find(s.sh->moe_layers.begin(), s.sh->moe_layers.end(),
+                                                  static_cast<int>(p.layer)) - s.sh->moe_layers.begin());
+    const auto& experts = s.sh->peers.experts[static_cast<size_t>(s.replica)];
+    for (size_t k = 0; k < out->dispatches.size(); ++k)
+      self->send(experts[li * out->dispatches.size() + k], std::move(out->dispatches[k]));
+  }, chunk_label(backward ? TraceLabel::Backward : TraceLabel::Forward, c, st.rank));
+}
+
+// All Combines of `key`'s exchange are in: copy their rows into the
+// exchange's output and resume the pass.
+void resume_step(Self* self, const PartKey key, Part part) {
+  auto& st = self->state;
+  auto comp = st.comp;
+  auto sh = st.sh;
+  const bool backward = std::get<3>(key);
+  auto got = std::make_shared<std::vector<Envelope>>(std::move(part.got));
+  auto upload = [comp, key, got, sh](model::Stage&) {
+    const model::MoeExchange& ex = *comp->exchanges.at(key);
+    const moe::DispatchPlan& p = *ex.plan;
+    kernels::Backend& be = *ex.out.backend();
+    for (size_t k = 0; k < got->size(); ++k) {
+      const ExpertRange r = expert_split(p.n_experts, static_cast<int>(got->size()), static_cast<int>(k));
+      const int64_t r0 = p.offsets[static_cast<size_t>(r.begin)], r1 = p.offsets[static_cast<size_t>(r.end)];
+      if (r1 == r0) continue;
+      auto rd = (*got)[k].read<schemas::Combine>();
+      be.upload_f32(ex.out.rows(r0, r1), tensor_f32((*rd)->getRows()));
+    }
+  };
+  // The pass continues in the closure run_step submits: upload first.
+  const int slot = part.slot;
+  run_step(self, key, part.c, slot, [upload, comp, slot, backward](model::Stage& stage) -> const model::MoeExchange* {
+    upload(stage);
+    return backward ? stage.resume_backward(slot, comp->w, comp->g) : stage.resume_forward(slot, comp->w);
+  }, part.finish);
+}
+
+// A Combine from an expert shard: checked against its Dispatch, kept, and
+// when the exchange is complete the pass resumes.
+void on_combine(Self* self, const Envelope& e) {
+  auto& s = self->state;
+  auto r = e.read<schemas::Combine>();
+  auto fail = [&](const std::string& why) {
+    ++s.dropped;
+    caf::anon_send(s.sh->peers.coordinator, rt::fail_atom_v, s.name + ": rejected combine: " + why);
+  };
+  if (!r) return fail(to_string(r.error()));
+  const MoeKey id = read_moe_key((*r)->getId());
+  const PartKey key{static_cast<int>(id.chunk), static_cast<int>(id.stage), static_cast<int>(id.microbatch), id.backward};
+  auto it = s.waiting.find(key);
+  if (id.step != s.step || it == s.waiting.end() || it->second.layer != id.layer || id.shard >= it->second.sent.size() ||
+      it->second.have[id.shard]) {
+    ++s.dropped;  // stale, for an exchange already complete, or a repeat
+    return;
+  }
+  Part& p = it->second;
+  const uint32_t D = static_cast<uint32_t>(s.sh->opt.train.model.d_model);
+  auto ok = check_combine(e, p.sent[id.shard], D, p.token_index[id.shard]);
+  if (!ok) return fail(to_string(ok.error()));
+  if (tensor_f32((*ok)->getRows()).size() != static_cast<size_t>(p.token_index[id.shard].size()) * D)
+    return fail("combine rows do not match [numRows, width]");
+  p.got[id.shard] = e;
+  p.have[id.shard] = true;
+  if (--p.missing > 0) return;
+  Part done = std::move(p);
+  s.waiting.erase(it);
+  resume_step(self, key, std::move(done));
+}
+
+// Forward / backward of a chunk with the experts in expert-shard actors.
+void start_forward_parts(Self* self, const sched::Chunk f, int slot, Envelope in) {
+  const ChunkCtx x = chunk_ctx(self, f, slot, false);
+  auto advance = [x, in](model::Stage& stage) -> const model::MoeExchange* {
+    return begin_forward(x, stage, in, [&](model::Stage& s, auto ids, auto hidden, auto tg) {
+      return x.c.stage == 0 ? s.begin_forward_tokens(x.slot, x.comp->w, ids, tg)
+                            : s.begin_forward_hidden(x.slot, x.comp->w, hidden, tg);
+    });
+  };
+  auto finish = [x, in](model::Stage& stage) { finish_forward(x, stage, in, stage.forward_result(x.slot)); };
+  run_step(self, PartKey{f.dir, f.stage, f.mb, false}, f, slot, advance, finish);
+}
+
+void start_backward_parts(Self* self, const sched::Chunk b, int slot, Envelope dout, double ls, double as) {
+  const ChunkCtx x = chunk_ctx(self, b, slot, true);
+  auto advance = [x, dout, ls, as](model::Stage& stage) -> const model::MoeExchange* {
+    std::optional<Read<schemas::Gradients>> keep;
+    return stage.begin_backward(x.slot, x.comp->w, x.comp->g, backward_dout(x, dout, keep), ls, as);
+  };
+  auto finish = [x](model::Stage& stage) { finish_backward(x, stage); };
+  run_step(self, PartKey{b.dir, b.stage, b.mb, true}, b, slot, advance, finish);
+}
+
+// One part (F or B) of the current op has finished; the op ends with its last.
+void part_done(Self* self) {
+  auto& s = self->state;
+  if (--s.parts > 0) return;
+  s.busy = false;
+  if (++s.next == s.ops.size()) send_grads(self);
+  else try_run(self);
+}
+
 void try_run(Self* self) {
   auto& st = self->state;
   while (st.running && !st.busy && st.next < st.ops.size()) {
@@ -197,6 +479,7 @@ void try_run(Self* self) {
     if (has_f && !st.inbox.count(act_key(st.step, op.f))) return;
     if (has_b && op.b.stage < last && !st.inbox.count(grad_key(st.step, op.b))) return;
     st.busy = true;
+    st.parts = 0;
     if (has_f) {
       Envelope in;
       take(st, act_key(st.step, op.f), in);
@@ -206,11 +489,10 @@ void try_run(Self* self) {
       const int slot = fr.back();
       fr.pop_back();
       st.slot_of[id][op.f.mb] = slot;
-      st.dev->submit(forward_work(self, op.f, slot, std::move(in)),
-                     [coord = st.sh->peers.coordinator, who = st.name](const std::string& what) {
-                       caf::anon_send(coord, rt::fail_atom_v, who + ": " + what);
-                     },
-                     chunk_label(TraceLabel::Forward, op.f, st.rank));
+      ++st.parts;
+      if (st.sh->expert_parallel()) start_forward_parts(self, op.f, slot, std::move(in));
+      else submit(self, *st.dev, forward_work(self, op.f, slot, std::move(in)), [self] { part_done(self); },
+                  chunk_label(TraceLabel::Forward, op.f, st.rank));
     }
     if (has_b) {
       Envelope dout;
@@ -220,19 +502,16 @@ void try_run(Self* self) {
       st.slot_of[id].erase(op.b.mb);
       // The device runs this backward before any later forward reuses the slot.
       st.free_slots[id].push_back(slot);
-      st.dev->submit(backward_work(self, op.b, slot, std::move(dout)),
-                     [coord = st.sh->peers.coordinator, who = st.name](const std::string& what) {
-                       caf::anon_send(coord, rt::fail_atom_v, who + ": " + what);
-                     },
-                     chunk_label(TraceLabel::Backward, op.b, st.rank));
+      ++st.parts;
+      if (st.sh->expert_parallel())
+        start_backward_parts(self, op.b, slot, std::move(dout), st.loss_scale, st.aux_scale);
+      else submit(self, *st.dev, backward_work(self, op.b, slot, std::move(dout), st.loss_scale, st.aux_scale),
+                  [self] { part_done(self); }, chunk_label(TraceLabel::Backward, op.b, st.rank));
     }
-    // A no-op closure marks the end of the op (the device runs in order).
-    submit(self, *st.dev, [](kernels::Backend&) {}, [self] {
-      auto& s = self->state;
-      s.busy = false;
-      if (++s.next == s.ops.size()) send_grads(self);
-      else try_run(self);
-    });
+    if (st.parts == 0) {  // W: the backward already ran; a no-op keeps the device order
+      ++st.parts;
+      submit(self, *st.dev, [](kernels::Backend&) {}, [self] { part_done(self); });
+    }
     return;
   }
 }
@@ -330,6 +609,7 @@ caf::behavior rank_actor(Self* self, std::shared_ptr<const Shared> sh, Device* d
           try_run(self);
           return;
         }
+        if (*kind == Envelope::Kind::COMBINE) return on_combine(self, e);
         if (*kind == Envelope::Kind::PARAM_SLICE) {
           auto p = e.read<schemas::ParamSlice>();
           if (!p) return fail(to_string(p.error()));

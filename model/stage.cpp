@@ -222,6 +222,7 @@ const MoeExchange* Stage::suspend(Slot& s, size_t li, bool backward) {
   c.ex.moe = &m;
   c.ex.in = backward ? moe_scratch_->dy : m.xs();
   c.ex.out = backward ? moe_scratch_->dxs : m.expert_out();
+  c.ex.dout = backward ? dres_ : Tensor();
   return &c.ex;
 }
 

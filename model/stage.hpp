@@ -49,6 +49,7 @@ struct MoeExchange {
   const moe::MoeLayer* moe = nullptr;      // the layer's forward state (combine weights, ...)
   kernels::Tensor in;   // [>=N, D] forward: token rows xs; backward: d loss / d unweighted expert output
   kernels::Tensor out;  // [>=N, D] forward: unweighted expert outputs; backward: d loss / d xs
+  kernels::Tensor dout;  // backward: [T, D] d loss / d layer output (row token_index[i] is row i's, unweighted)
 };
 
 // MoE options of a model config (throws on an unknown balance method).

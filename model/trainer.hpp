@@ -42,6 +42,7 @@ struct StepMetrics {
   double step_seconds = 0.0;
   std::vector<std::vector<int64_t>> expert_load;  // [layer][expert] assignments this step
   std::vector<int64_t> dropped;  // [layer] assignments dropped by the capacity limit this step
+  std::vector<std::vector<int64_t>> shard_load;  // [layer][expert shard] assignments (runtime with expert shards)
 };
 
 struct EvalMetrics {
