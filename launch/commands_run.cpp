@@ -60,6 +60,8 @@ static runtime::RuntimeOptions runtime_options(const Spec& spec) {
   r.devices = static_cast<int>(spec.topology.devices);
   r.optimizer_shards = static_cast<int>(spec.topology.optimizer_shards);
   r.data_parallel = static_cast<int>(spec.topology.data_parallel);
+  // One shard: the experts stay inside their stage (no dispatch messages).
+  r.expert_shards = spec.topology.expert_shards > 1 ? static_cast<int>(spec.topology.expert_shards) : 0;
   r.trace = spec.log.trace;
   return r;
 }
@@ -107,8 +109,9 @@ int command_run(const CliOptions&, const Spec& spec) {
     if (uses_runtime(spec)) {
       const auto& t = spec.topology;
       spdlog::info("actor runtime: schedule {}, {} stage(s) x {} replica(s), {} microbatch(es) per replica, "
-                   "{} optimizer shard(s) on {} device(s)",
-                   t.schedule, t.stages, t.data_parallel, t.microbatches, t.optimizer_shards, t.devices);
+                   "{} expert shard(s) per MoE layer, {} optimizer shard(s) on {} device(s)",
+                   t.schedule, t.stages, t.data_parallel, t.microbatches, t.expert_shards, t.optimizer_shards,
+                   t.devices);
       summary = runtime::train(runtime_options(spec), progress);
     } else {
       summary = model::train(train_options(spec), progress);

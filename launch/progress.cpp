@@ -1,6 +1,7 @@
 // Progress display and metrics lines for `troupe run` (see progress.hpp).
 #include "launch/progress.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -92,6 +93,40 @@ std::string ProgressObserver::eta_text(int64_t step) const {
   return buf;
 }
 
+namespace {
+
+// [[a,b],[c]] of per-layer counts.
+std::string nested_json(const std::vector<std::vector<int64_t>>& v) {
+  std::string out = "[";
+  for (size_t l = 0; l < v.size(); ++l) {
+    out += l ? ",[" : "[";
+    for (size_t e = 0; e < v[l].size(); ++e) {
+      if (e) out += ',';
+      out += std::to_string(v[l][e]);
+    }
+    out += "]";
+  }
+  return out + "]";
+}
+
+// Load imbalance: max / mean of the counts of a layer, the worst layer (1 =
+// perfectly balanced; 0 when there is nothing to measure).
+double imbalance(const std::vector<std::vector<int64_t>>& v) {
+  double worst = 0.0;
+  for (const auto& layer : v) {
+    if (layer.empty()) continue;
+    int64_t sum = 0, mx = 0;
+    for (int64_t x : layer) {
+      sum += x;
+      mx = std::max(mx, x);
+    }
+    if (sum > 0) worst = std::max(worst, static_cast<double>(mx) * static_cast<double>(layer.size()) / static_cast<double>(sum));
+  }
+  return worst;
+}
+
+}  // namespace
+
 void ProgressObserver::on_step(const model::StepMetrics& m) {
   if (first_step_) {
     // A resumed run starts past 0: measure the ETA from where it started
@@ -102,14 +137,7 @@ void ProgressObserver::on_step(const model::StepMetrics& m) {
   const double tps = m.step_seconds > 0 ? static_cast<double>(m.tokens) / m.step_seconds : 0.0;
   smoothed_tps_ = smoothed_tps_ == 0.0 ? tps : 0.9 * smoothed_tps_ + 0.1 * tps;
   if (metrics_ && metrics_->is_open()) {
-    std::string load = "[";
-    for (size_t l = 0; l < m.expert_load.size(); ++l) {
-      load += l ? ",[" : "[";
-      for (size_t e = 0; e < m.expert_load[l].size(); ++e)
-        load += (e ? "," : "") + std::to_string(m.expert_load[l][e]);
-      load += "]";
-    }
-    load += "]";
+    const std::string load = nested_json(m.expert_load), shard_load = nested_json(m.shard_load);
     metrics_->write_line(JsonObject()
                              .add("type", std::string("step"))
                              .add("step", m.step)
@@ -121,6 +149,9 @@ void ProgressObserver::on_step(const model::StepMetrics& m) {
                              .add("step_seconds", m.step_seconds)
                              .add("tokens_per_s", tps)
                              .add_raw("expert_load", load)
+                             .add_raw("shard_load", shard_load)
+                             .add("expert_imbalance", imbalance(m.expert_load))
+                             .add("shard_imbalance", imbalance(m.shard_load))
                              .str());
   }
   if (style_ == "bar") {

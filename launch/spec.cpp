@@ -464,7 +464,8 @@ Spec load_default_spec(const std::vector<Override>& overrides) {
 
 bool uses_runtime(const Spec& spec) {
   const auto& t = spec.topology;
-  return t.devices > 1 || t.stages > 1 || t.schedule != "sequential" || t.optimizer_shards > 1 || t.data_parallel > 1;
+  return t.devices > 1 || t.stages > 1 || t.schedule != "sequential" || t.optimizer_shards > 1 || t.data_parallel > 1 ||
+         t.expert_shards > 1;
 }
 
 std::vector<std::string> spec_key_paths() {

@@ -31,7 +31,6 @@ std::string not_yet(const std::string& what, const char* issue) {
 
 std::vector<KeyDef> build_keys() {
   const char* kRuntimeIssue = "a later slice of the actor runtime";
-  const char* kExpertIssue = "expert-parallel actors";
   std::vector<KeyDef> k;
   auto add = [&](KeyDef d) { k.push_back(std::move(d)); };
 
@@ -101,8 +100,7 @@ std::vector<KeyDef> build_keys() {
   add({"topology", "stages", KeyType::Int, F(topology.stages), "Pipeline ranks per replica (each holds contiguous layer ranges; dualpipev cuts the model into 2*stages).", 1, 4096});
   add({"topology", "schedule", KeyType::String, F(topology.schedule), "Pipeline schedule: \"sequential\", \"1f1b\", \"dualpipe\" (needs even stages and microbatches >= 2*stages, even) or \"dualpipev\" (microbatches >= 2*stages).", 0, 0, {"sequential", "1f1b", "dualpipe", "dualpipev"}});
   add({"topology", "microbatches", KeyType::Int, F(topology.microbatches), "Microbatches per step (gradient accumulation); must divide batch_size / data_parallel.", 1, 1e6});
-  add({"topology", "expert_shards", KeyType::Int, F(topology.expert_shards), "Expert-parallel shards per MoE layer; at most n_experts.", 1, 4096,
-       {}, [=](const Spec& s) { return s.topology.expert_shards > 1 ? not_yet("expert_shards > 1", kExpertIssue) : ""; }});
+  add({"topology", "expert_shards", KeyType::Int, F(topology.expert_shards), "Expert-parallel shards per MoE layer and replica; at most n_experts. 1: the experts run inside their stage; more: each shard is an actor holding a contiguous range of the layer's experts, reached through dispatch/combine messages (runs on the actor runtime).", 1, 4096});
   add({"topology", "optimizer_shards", KeyType::Int, F(topology.optimizer_shards), "ZeRO-1 optimizer shards, each owning a range of the flat parameter buffer.", 1, 4096});
   add({"topology", "data_parallel", KeyType::Int, F(topology.data_parallel), "Data-parallel replicas; each runs `microbatches` microbatches of batch_size / (microbatches * data_parallel) sequences.", 1, 4096});
   add({"topology", "processes", KeyType::Int, F(topology.processes), "OS processes (launch with mpirun -np <processes>).", 1, 1e6,

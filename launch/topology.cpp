@@ -4,9 +4,11 @@
 // - sequential/1f1b: rank s holds stage s;
 //   dualpipe: device i holds stage i of copy A and stage PP-1-i of copy B;
 //   dualpipev: the layers form 2*PP chunks, device i holds chunks i and 2PP-1-i;
-// - with one expert shard the experts run inside their stage; with more, the
-//   shards of a MoE layer go round-robin over the devices, starting at the
-//   device of the stage that owns the layer (expert-parallel actors are planned);
+// - with one expert shard the experts run inside their stage; with more, each
+//   replica has expert_shards actors per MoE layer (shard k: a contiguous
+//   range, the first n_experts % shards shards one expert more), going
+//   round-robin over the devices from the device of the rank whose first-copy
+//   stage owns the layer (as actors/runtime.cpp spawns them);
 // - optimizer shards own contiguous ranges of the flat parameter buffer and are
 //   spread round-robin over all devices.
 #include "launch/topology.hpp"
@@ -78,7 +80,12 @@ Topology resolve_topology(const Spec& spec) {
         for (int64_t l = lb; l < le; ++l) device_of_layer[l] = pl.device;
     }
     if (m.ffn == "moe" && t.expert_shards > 1) {
-      const auto expert_ranges = split_even(m.n_experts, t.expert_shards);
+      std::vector<std::pair<int64_t, int64_t>> expert_ranges;  // the expert-shard actors' split
+      for (int64_t sh = 0, b = 0; sh < t.expert_shards; ++sh) {
+        const int64_t n = m.n_experts / t.expert_shards + (sh < m.n_experts % t.expert_shards ? 1 : 0);
+        expert_ranges.emplace_back(b, b + n);
+        b += n;
+      }
       for (int64_t l = 0; l < m.n_layers; ++l) {
         for (int64_t sh = 0; sh < t.expert_shards; ++sh) {
           const int64_t dev = (device_of_layer[l] + sh) % t.devices;

@@ -38,7 +38,11 @@ expect_output "$work/bad.toml:3:1: error: [model] head size d_model/n_heads"
 expect_output "$work/bad.toml:5:1: error: unknown key 'lerning_rate' in [optim]; did you mean 'lr'?"
 expect_exit 3 "$troupe" validate "$work/missing.toml"
 expect_output "cannot open spec file"
-expect_exit 3 "$troupe" run --set topology.expert_shards=2
+# Expert shards as actors: validate lists them and says who computes the experts.
+expect_exit 0 "$troupe" validate --set topology.expert_shards=4
+expect_output "experts:L3:S3"
+expect_output "the experts run in the expert-shard actors"
+expect_exit 3 "$troupe" validate --set topology.expert_shards=2 --set model.balance='"bias"'
 expect_output "not supported yet"
 # Multi-device topologies: the runtime's rules, checked at validation on the right key.
 expect_exit 3 "$troupe" validate --set topology.devices=2 --set topology.stages=2 --set topology.schedule='"dualpipe"' \
