@@ -40,6 +40,10 @@ struct RuntimeOptions {
   // layer (contiguous expert ranges), and the stages reach the experts only
   // through Dispatch/Combine Envelopes.
   int expert_shards = 0;
+  // With expert shards: while one part of an FB op (DualPipe's pairs) waits
+  // for its experts, the device runs the other part. false runs the F part
+  // to its end before the B part starts (same results; for measuring).
+  bool overlap = true;
   std::string trace;                // Chrome trace file written by train(); empty: no tracing
   bool record_trace = false;        // record device events without train() writing them (tests)
 };

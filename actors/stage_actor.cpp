@@ -18,6 +18,7 @@
 #include <optional>
 #include <set>
 #include <tuple>
+#include <utility>
 
 #include "actors/expert_shard.hpp"
 #include "actors/moe_messages.hpp"
@@ -73,6 +74,7 @@ struct RankState {
   std::map<Key, Envelope> inbox;
   std::set<Key> consumed;
   int parts = 0;                      // parts (F, B) of the current op still running
+  std::function<void()> deferred;     // without overlap: the B part, started when F ends
   std::map<PartKey, Part> waiting;    // passes out at the experts
   std::set<uint32_t> slices_from;  // shards whose ParamSlice arrived this step
   int slices_loaded = 0;
@@ -460,7 +462,10 @@ void start_backward_parts(Self* self, const sched::Chunk b, int slot, Envelope d
 // One part (F or B) of the current op has finished; the op ends with its last.
 void part_done(Self* self) {
   auto& s = self->state;
-  if (--s.parts > 0) return;
+  if (--s.parts > 0) {
+    if (s.deferred) std::exchange(s.deferred, nullptr)();
+    return;
+  }
   s.busy = false;
   if (++s.next == s.ops.size()) send_grads(self);
   else try_run(self);
@@ -503,7 +508,11 @@ void try_run(Self* self) {
       // The device runs this backward before any later forward reuses the slot.
       st.free_slots[id].push_back(slot);
       ++st.parts;
-      if (st.sh->expert_parallel())
+      if (st.sh->expert_parallel() && has_f && !st.sh->opt.overlap)
+        st.deferred = [self, b = op.b, slot, dout, ls = st.loss_scale, as = st.aux_scale] {
+          start_backward_parts(self, b, slot, dout, ls, as);
+        };
+      else if (st.sh->expert_parallel())
         start_backward_parts(self, op.b, slot, std::move(dout), st.loss_scale, st.aux_scale);
       else submit(self, *st.dev, backward_work(self, op.b, slot, std::move(dout), st.loss_scale, st.aux_scale),
                   [self] { part_done(self); }, chunk_label(TraceLabel::Backward, op.b, st.rank));
