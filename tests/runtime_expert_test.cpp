@@ -58,11 +58,12 @@ struct Case {
   std::string schedule;
   int stages, experts, devices, optimizer_shards;
   bool bitwise;
+  int dp = 1;
 };
 
 std::string name(const Case& c) {
   return c.schedule + "_pp" + std::to_string(c.stages) + "_ep" + std::to_string(c.experts) + "_dev" +
-         std::to_string(c.devices) + "_zero" + std::to_string(c.optimizer_shards);
+         std::to_string(c.devices) + "_zero" + std::to_string(c.optimizer_shards) + "_dp" + std::to_string(c.dp);
 }
 
 void PrintTo(const Case& c, std::ostream* os) { *os << name(c); }
@@ -77,6 +78,7 @@ TEST_P(RuntimeExperts, MatchesTrainer) {
   o.devices = c.devices;
   o.optimizer_shards = c.optimizer_shards;
   o.expert_shards = c.experts;
+  o.data_parallel = c.dp;
 
   model::Trainer ref(o.train);
   runtime::Runtime rt(o);
@@ -143,7 +145,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"1f1b", 2, 2, 2, 1, true}, Case{"1f1b", 2, 4, 2, 1, true},
                       Case{"1f1b", 2, 4, 2, 2, false}, Case{"dualpipe", 2, 1, 2, 1, false},
                       Case{"dualpipe", 2, 2, 2, 1, false}, Case{"dualpipe", 2, 4, 2, 1, false},
-                      Case{"sequential", 2, 4, 2, 1, true}),
+                      Case{"sequential", 2, 4, 2, 1, true}, Case{"dualpipev", 2, 2, 2, 1, false},
+                      Case{"1f1b", 2, 2, 2, 1, false, 2}, Case{"sequential", 1, 4, 2, 2, false, 2}),
     [](const auto& info) { return name(info.param); });
 
 // DualPipe's FB pairs overlap (one part runs while the other's tokens are
