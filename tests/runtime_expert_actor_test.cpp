@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <numeric>
 #include <random>
@@ -87,6 +88,8 @@ struct Fixture : ::testing::Test {
   std::vector<caf::actor> shards;
   std::vector<Micro> mbs;
   std::vector<float> dw_ref;  // [3 * E*F*D] gate|up|down of all experts, summed over micro-batches
+  std::vector<std::vector<float>> dw_mb;  // [mb] the same, of one micro-batch alone
+  std::vector<uint32_t> chunk_of_mb = {0, 0};  // DualPipe copy each micro-batch is dispatched from
   std::array<Range, 3> all_ranges;
 
   void SetUp() override {
@@ -165,6 +168,10 @@ struct Fixture : ::testing::Test {
       be->combine_backward(dy, dwt, dout, y, slots, wt);
       const moe::ExpertActs scratch{be->zeros({N, F}), be->zeros({N, F}), be->zeros({N, F})};
       moe::experts_backward(*be, dxs, dw, scratch, dy, xs, acts, w, counts);
+      const kernels::Tensor one = be->zeros({3 * per});
+      const moe::ExpertWeights dw1{one.view(0, {E, F, D}), one.view(per, {E, F, D}), one.view(2 * per, {E, D, F})};
+      moe::experts_backward(*be, dxs, dw1, scratch, dy, xs, acts, w, counts);
+      dw_mb.push_back(be->download_f32(one));
       mb.dxs = be->download_f32(dxs);
       mb.dweights = be->download_f32(dwt);
       mbs.push_back(std::move(mb));
@@ -179,6 +186,7 @@ struct Fixture : ::testing::Test {
     k.layer = kLayer;
     k.shard = static_cast<uint32_t>(shard);
     k.backward = backward;
+    k.chunk = chunk_of_mb[static_cast<size_t>(m)];
     k.dispatch_id = static_cast<uint64_t>(m * 10 + shard + (backward ? 100 : 0));
     return k;
   }
@@ -209,8 +217,13 @@ struct Fixture : ::testing::Test {
     std::string fail;
     bool stepok = false;
     uint32_t rank = 0;
+    Envelope::Kind kind() const {
+      auto k = env.kind();
+      return k ? *k : Envelope::Kind::STOP;
+    }
   };
-  Got next() {
+  std::deque<Got> pending;  // arrived, not asked for yet (shards run concurrently)
+  Got receive_one() {
     Got g;
     bool got = false;
     self->receive([&](const Envelope& e) { g.env = e, got = true; },
@@ -220,6 +233,28 @@ struct Fixture : ::testing::Test {
     EXPECT_TRUE(got) << "no message from the expert shards";
     return g;
   }
+  // The next message `want` accepts; others wait in `pending`. A (fail)
+  // is always accepted, so a rejection is never mistaken for silence.
+  template <class P>
+  Got next_where(P want) {
+    for (auto it = pending.begin(); it != pending.end(); ++it)
+      if (!it->fail.empty() || want(*it)) {
+        Got g = std::move(*it);
+        pending.erase(it);
+        return g;
+      }
+    for (int i = 0; i < 1000; ++i) {
+      Got g = receive_one();
+      if (!g.fail.empty() || want(g) || (g.env.empty() && !g.stepok)) return g;
+      pending.push_back(std::move(g));
+    }
+    return {};
+  }
+  Got next() { return next_where([](const Got&) { return true; }); }
+  Got next_kind(Envelope::Kind k) {
+    return next_where([k](const Got& g) { return !g.env.empty() && g.kind() == k; });
+  }
+  Got next_stepok() { return next_where([](const Got& g) { return g.stepok; }); }
 
   // Checks a Combine against the reference rows of (shard, m).
   void expect_combine(const Got& g, bool backward, int* shard_out, int* mb_out) {
@@ -255,50 +290,66 @@ struct Fixture : ::testing::Test {
     self->request(a, caf::infinite, rt::dropped_atom_v).receive([&](uint64_t d) { n = d; }, [&](caf::error&) {});
     return n;
   }
+  // Sends the dispatches of `order` micro-batches (forward or backward) to
+  // both shards and checks every Combine against the reference.
+  void run_pass(bool backward, const std::vector<int>& order) {
+    for (int m : order)
+      for (int s = 0; s < kShards; ++s) self->send(shards[static_cast<size_t>(s)], dispatch(s, m, backward));
+    std::set<std::pair<int, int>> seen;
+    for (size_t i = 0; i < order.size() * kShards; ++i) {
+      int s = -1, m = -1;
+      expect_combine(next_kind(Envelope::Kind::COMBINE), backward, &s, &m);
+      seen.emplace(s, m);
+    }
+    EXPECT_EQ(seen.size(), order.size() * kShards);
+  }
+
+  // Step end: the GradSlices of both shards (cut at the optimizer shards'
+  // boundary), assembled as [gate | up | down] of all experts.
+  std::vector<float> collect_grads() {
+    std::vector<float> got(dw_ref.size(), std::nanf(""));
+    std::map<uint32_t, int64_t> covered;  // producer -> elements
+    const int64_t per = all_ranges[0].count;
+    for (int received = 0; received < 64; ++received) {
+      int64_t total = 0;
+      for (auto& [p, n] : covered) total += n;
+      if (total == static_cast<int64_t>(dw_ref.size())) break;
+      Got g = next_kind(Envelope::Kind::GRAD_SLICE);
+      EXPECT_TRUE(g.fail.empty()) << g.fail;
+      auto r = g.env.read<schemas::GradSlice>();
+      if (!r) {
+        ADD_FAILURE() << "not a GradSlice: " << to_string(r.error());
+        break;
+      }
+      EXPECT_EQ((*r)->getStep(), 0u);
+      EXPECT_EQ((*r)->getMicrobatches(), static_cast<uint32_t>(kMbs));
+      const int64_t off = static_cast<int64_t>((*r)->getRange().getOffset());
+      const int64_t cnt = static_cast<int64_t>((*r)->getRange().getCount());
+      const Range osr = sh->shard_ranges[(*r)->getShard()];
+      EXPECT_GE(off, osr.offset);
+      EXPECT_LE(off + cnt, osr.offset + osr.count);
+      int which = -1;
+      for (int i = 0; i < 3; ++i)
+        if (off >= all_ranges[i].offset && off + cnt <= all_ranges[i].offset + all_ranges[i].count) which = i;
+      if (which < 0) {
+        ADD_FAILURE() << "slice outside the layer's expert ranges";
+        break;
+      }
+      const auto gv = tensor_f32((*r)->getGrads());
+      std::memcpy(got.data() + which * per + (off - all_ranges[which].offset), gv.data(), gv.size_bytes());
+      covered[(*r)->getStage()] += cnt;
+    }
+    EXPECT_EQ(covered.size(), static_cast<size_t>(kShards));
+    EXPECT_TRUE(covered.count(kExpertProducerBase + 0) && covered.count(kExpertProducerBase + 1));
+    return got;
+  }
 };
 
 TEST_F(Fixture, CombinesAndGradientsEqualExpertsOverAllExperts) {
   // Forward of both micro-batches, then backward (a pipeline's order).
-  for (bool backward : {false, true}) {
-    for (int m = 0; m < kMbs; ++m)
-      for (int s = 0; s < kShards; ++s) self->send(shards[static_cast<size_t>(s)], dispatch(s, m, backward));
-    std::set<std::pair<int, int>> seen;
-    for (int i = 0; i < kMbs * kShards; ++i) {
-      int s = -1, m = -1;
-      expect_combine(next(), backward, &s, &m);
-      seen.emplace(s, m);
-    }
-    EXPECT_EQ(seen.size(), static_cast<size_t>(kMbs * kShards));
-  }
-  // Step end: GradSlices of the owned ranges, cut at the optimizer shards' boundary.
-  std::vector<float> got(dw_ref.size(), std::nanf(""));
-  std::map<uint32_t, int64_t> covered;  // producer -> elements
-  const int64_t per = all_ranges[0].count;
-  for (int received = 0; received < 64; ++received) {
-    int64_t total = 0;
-    for (auto& [p, n] : covered) total += n;
-    if (total == static_cast<int64_t>(dw_ref.size())) break;
-    Got g = next();
-    ASSERT_TRUE(g.fail.empty()) << g.fail;
-    auto r = g.env.read<schemas::GradSlice>();
-    ASSERT_TRUE(r) << to_string(r.error());
-    EXPECT_EQ((*r)->getStep(), 0u);
-    EXPECT_EQ((*r)->getMicrobatches(), static_cast<uint32_t>(kMbs));
-    const int64_t off = static_cast<int64_t>((*r)->getRange().getOffset());
-    const int64_t cnt = static_cast<int64_t>((*r)->getRange().getCount());
-    const Range osr = sh->shard_ranges[(*r)->getShard()];
-    EXPECT_GE(off, osr.offset);
-    EXPECT_LE(off + cnt, osr.offset + osr.count);
-    int which = -1;
-    for (int i = 0; i < 3; ++i)
-      if (off >= all_ranges[i].offset && off + cnt <= all_ranges[i].offset + all_ranges[i].count) which = i;
-    ASSERT_GE(which, 0) << "slice outside the layer's expert ranges";
-    const auto gv = tensor_f32((*r)->getGrads());
-    std::memcpy(got.data() + which * per + (off - all_ranges[which].offset), gv.data(), gv.size_bytes());
-    covered[(*r)->getStage()] += cnt;
-  }
-  EXPECT_EQ(covered.size(), static_cast<size_t>(kShards));
-  EXPECT_TRUE(covered.count(kExpertProducerBase + 0) && covered.count(kExpertProducerBase + 1));
+  run_pass(false, {0, 1});
+  run_pass(true, {0, 1});
+  const std::vector<float> got = collect_grads();
   EXPECT_TRUE(same_bits(got, dw_ref)) << "expert weight gradients differ from the single-process sums";
 
   // The optimizer answers: new parameters = init + 1 on each optimizer shard's range.
@@ -318,7 +369,7 @@ TEST_F(Fixture, CombinesAndGradientsEqualExpertsOverAllExperts) {
   }
   std::set<uint32_t> ok;
   for (int i = 0; i < kShards; ++i) {
-    Got g = next();
+    Got g = next_stepok();
     ASSERT_TRUE(g.stepok) << g.fail;
     ok.insert(g.rank);
   }
@@ -401,6 +452,90 @@ TEST_F(Fixture, MalformedDispatchesRejectedWhileServing) {
   self->send(a, dispatch(0, 0, true));
   expect_combine(next(), true, &s, &m);
   EXPECT_EQ(dropped(a), 6u);  // 4 malformed + 1 duplicate + 1 mismatched backward
+}
+
+
+// The two DualPipe copies of a layer dispatch to the same shard: each copy's
+// gradients accumulate apart and are summed copy 0 then copy 1 at step end,
+// so the result does not depend on which copy's backward arrives first.
+TEST_F(Fixture, DualPipeCopiesSummedInChunkOrder) {
+  chunk_of_mb = {0, 1};
+  run_pass(false, {0, 1});
+  run_pass(true, {1, 0});  // copy 1's backward arrives first
+  const std::vector<float> got = collect_grads();
+  std::vector<float> want(dw_ref.size());
+  for (size_t i = 0; i < want.size(); ++i) want[i] = dw_mb[0][i] + dw_mb[1][i];
+  EXPECT_TRUE(same_bits(got, want)) << "expert gradients are not copy 0 + copy 1";
+}
+
+// With the real (unmodified) ZeRO-1 optimizer-shard actors: the expert shards
+// are gradient producers like ranks (Shared::rank_owned lists their ranges so
+// the optimizer shards expect their slices), the optimizer shards report
+// their squared norms, the test answers (clip), and the updated parameters
+// they send back are what the expert shards then hold.
+TEST_F(Fixture, WorksWithTheOptimizerShards) {
+  for (int s = 0; s < kShards; ++s) {
+    const auto r = expert_param_ranges(sh->layout, c, kLayer, expert_split(c.n_experts, kShards, s));
+    sh->rank_owned.push_back(std::vector<Range>(r.begin(), r.end()));
+  }
+  sh->peers.ranks = {shards};
+  std::vector<caf::actor> opt;
+  for (int o = 0; o < 2; ++o) opt.push_back(spawn_shard(sys, sh, o == 0 ? *dev0 : *dev1, o));
+  sh->peers.shards = opt;  // set before any message: the actors read peers when they send
+
+  run_pass(false, {0, 1});
+  run_pass(true, {0, 1});
+  double sq = 0;
+  int partials = 0;
+  while (partials < 2) {
+    bool got = false;
+    self->receive([&](rt::gnorm_atom, uint64_t step, uint32_t, double part) {
+                    EXPECT_EQ(step, 0u);
+                    sq += part, got = true;
+                  },
+                  [&](rt::fail_atom, const std::string& what) { ADD_FAILURE() << what; },
+                  caf::after(std::chrono::seconds(60)) >> [&] {});
+    ASSERT_TRUE(got) << "no squared norm from the optimizer shards";
+    ++partials;
+  }
+  double want_sq = 0;
+  for (float g : dw_ref) want_sq += static_cast<double>(g) * g;
+  EXPECT_NEAR(sq, want_sq, 1e-6 * want_sq) << "the optimizer shards summed other gradients than the experts'";
+  for (auto& o : opt) self->send(o, rt::clip_atom_v, uint64_t{0}, std::sqrt(sq));
+  std::set<uint32_t> ok;
+  for (int i = 0; i < kShards; ++i) {
+    Got g = next_stepok();
+    ASSERT_TRUE(g.stepok) << g.fail;
+    ok.insert(g.rank);
+  }
+  EXPECT_EQ(ok.size(), static_cast<size_t>(kShards));
+  // The expert shards hold the optimizer shards' updated values, which moved.
+  std::vector<float> updated(static_cast<size_t>(sh->layout.total()));
+  for (int o = 0; o < 2; ++o)
+    self->request(opt[static_cast<size_t>(o)], caf::infinite, rt::params_atom_v)
+        .receive([&](const Envelope& e) {
+                   auto r = e.read<schemas::ParamSlice>();
+                   ASSERT_TRUE(r);
+                   const auto v = tensor_f32((*r)->getParams());
+                   std::memcpy(updated.data() + (*r)->getRange().getOffset(), v.data(), v.size_bytes());
+                 },
+                 [&](caf::error& e) { FAIL() << sys.render(e); });
+  for (int s = 0; s < kShards; ++s) {
+    const auto ranges = expert_param_ranges(sh->layout, c, kLayer, expert_split(c.n_experts, kShards, s));
+    self->request(shards[static_cast<size_t>(s)], caf::infinite, rt::params_atom_v)
+        .receive([&](const Envelope& g, const Envelope& u, const Envelope& d) {
+                   const Envelope* es[3] = {&g, &u, &d};
+                   for (int i = 0; i < 3; ++i) {
+                     const auto v = tensor_f32((*es[i]->read<schemas::ParamSlice>())->getParams());
+                     const std::span<const float> want(updated.data() + ranges[i].offset, static_cast<size_t>(ranges[i].count));
+                     const std::span<const float> init(sh->init.data() + ranges[i].offset, static_cast<size_t>(ranges[i].count));
+                     EXPECT_TRUE(same_bits(v, want)) << "shard " << s << " range " << i;
+                     EXPECT_FALSE(same_bits(v, init)) << "shard " << s << " range " << i << " was not updated";
+                   }
+                 },
+                 [&](caf::error& e) { FAIL() << sys.render(e); });
+  }
+  for (auto& o : opt) self->send_exit(o, caf::exit_reason::user_shutdown);
 }
 
 }  // namespace
