@@ -18,6 +18,12 @@
 //    (dispatch, then combine), between the same two ranks.
 // tokens/s = all stages' tokens / time; GB/s = payload bytes of all
 // dispatches + combines (rows, ids, weights, indices) / time.
+// Then the same forward + backward exchanges through echo shards and through
+// real expert-shard actors (actors/expert_shard.hpp: grouped-GEMM SwiGLU,
+// F = D/2, one device thread each): their ratio is the messaging share of an
+// expert round trip when nothing overlaps it. Step time with and without
+// overlap needs the integrated runtime (stage actors at MoE layers) and is
+// not measured here.
 // Run: bench_moe [--json PATH]   or   mpirun -np 2 bench_moe [--json PATH]
 #include <mpi.h>
 
@@ -38,6 +44,7 @@
 #include <caf/scoped_actor.hpp>
 
 #include "actors/caf_types.hpp"
+#include "actors/expert_shard.hpp"
 #include "actors/moe_messages.hpp"
 #include "launch/mpi_bootstrap.hpp"
 #include "moe/dispatch.hpp"
@@ -126,7 +133,8 @@ caf::behavior echo_shard(caf::event_based_actor*, ShardView v) {
     const auto list = d->msg->getTokenIndex();
     ti.reserve(list.size());
     for (uint32_t t : list) ti.push_back(t);
-    return make_combine(d->id, v.width, tensor_f32(d->msg->getRows()), ti, {});
+    const std::vector<float> wg(d->id.backward ? ti.size() : 0, 0.0f);
+    return make_combine(d->id, v.width, tensor_f32(d->msg->getRows()), ti, wg);
   }};
 }
 
@@ -146,14 +154,15 @@ ShardView view_of(int shard, int replica, int64_t D) {
 // One exchange from a stage: dispatches to both shards, waits for both
 // combines and checks them. False on any error.
 bool exchange(caf::scoped_actor& self, const std::vector<caf::actor>& shards, const std::vector<Part>& parts,
-              int64_t D, uint64_t it, int replica) {
+              int64_t D, uint64_t it, uint32_t chunk, bool backward) {
   std::vector<MoeKey> keys(kShards);
   for (int s = 0; s < kShards; ++s) {
     MoeKey& k = keys[static_cast<size_t>(s)];
-    k.step = it;
+    k.microbatch = static_cast<uint32_t>(it);  // unique per exchange: the shards drop repeats
+    k.chunk = chunk;                            // the dispatching stage (two stages share the shards)
+    k.backward = backward;
     k.shard = static_cast<uint32_t>(s);
-    k.replica = static_cast<uint32_t>(replica);
-    k.dispatch_id = it * kShards + static_cast<uint64_t>(s);
+    k.dispatch_id = (it * kShards + static_cast<uint64_t>(s)) * 2 + (backward ? 1 : 0);
     const Part& p = parts[static_cast<size_t>(s)];
     self->send(shards[static_cast<size_t>(s)],
                make_dispatch(k, static_cast<uint32_t>(D), p.rows, p.experts, p.weights, p.tokens));
@@ -176,6 +185,55 @@ bool exchange(caf::scoped_actor& self, const std::vector<caf::actor>& shards, co
   return ok;
 }
 
+// Forward exchange then backward exchange (the backward rows stand in for dOut).
+bool round_trip(caf::scoped_actor& self, const std::vector<caf::actor>& shards, const std::vector<Part>& parts,
+                int64_t D, uint64_t it, uint32_t chunk) {
+  return exchange(self, shards, parts, D, it, chunk, false) && exchange(self, shards, parts, D, it, chunk, true);
+}
+
+// A Shared for real expert-shard actors of one MoE layer (layer 0) of width
+// D, expert hidden F; random weights.
+std::shared_ptr<Shared> expert_shared(int64_t D, int64_t F, caf::actor sink) {
+  auto sh = std::make_shared<Shared>();
+  model::ModelConfig& c = sh->opt.train.model;
+  c.vocab_size = 16;
+  c.d_model = D;
+  c.n_layers = 1;
+  c.n_heads = 4;
+  c.seq_len = 128;
+  c.ffn = "moe";
+  c.n_experts = kExperts;
+  c.top_k = kTopK;
+  c.expert_hidden = F;
+  sh->layout = model::build_param_layout(c);
+  sh->mb_batch = kTokens / c.seq_len;
+  sh->chunks = 1;
+  std::mt19937_64 rng(5);
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  sh->init.resize(static_cast<size_t>(sh->layout.total()));
+  for (float& v : sh->init) v = nd(rng);
+  sh->shard_ranges = {{0, sh->layout.total()}};
+  sh->peers.coordinator = sink;
+  sh->peers.shards = {sink};
+  return sh;
+}
+
+// Prints what the expert shards report (a rejected dispatch would show here).
+caf::behavior sink_actor() {
+  return {[](rt::fail_atom, const std::string& what) { std::fprintf(stderr, "expert shard: %s\n", what.c_str()); },
+          [](const Envelope&) {}};
+}
+
+caf::actor spawn_expert(caf::actor_system& sys, const std::shared_ptr<Shared>& sh, Device& dev, int shard) {
+  ExpertShardSpec spec;
+  spec.layer = 0;
+  spec.shard = shard;
+  spec.shards = kShards;
+  spec.producer = shard;
+  spec.microbatches = 1 << 30;  // never a step end: the bench only exchanges
+  return spawn_expert_shard(sys, sh, dev, spec);
+}
+
 int iterations_for(int64_t D) {
   const size_t bytes = static_cast<size_t>(kTokens * kTopK) * static_cast<size_t>(D) * 8;
   return static_cast<int>(std::clamp<size_t>((size_t{2048} << 20) / bytes, 8, 1000));
@@ -184,6 +242,9 @@ int iterations_for(int64_t D) {
 struct Row {
   int64_t D = 0;
   int iters = 0;
+  int compute_iters = 0;
+  double msg_rt_s = 0;      // echo shards: forward + backward exchange
+  double expert_rt_s = 0;   // real expert shards (grouped GEMM, F = D/2): forward + backward exchange
   size_t bytes = 0;     // payload bytes per exchange, all stages
   double caf_s = 0;     // seconds per exchange through the actors
   double mpi_s = 0;     // seconds per MPI_Alltoallv pair (cross-process only)
@@ -194,16 +255,35 @@ Row run_in_process(caf::actor_system& sys, int64_t D) {
   Row row;
   row.D = D;
   row.iters = iterations_for(D);
+  row.compute_iters = 3;
   const auto parts = route(D, 1);
   std::vector<caf::actor> shards;
   for (int s = 0; s < kShards; ++s) shards.push_back(sys.spawn<caf::detached>(echo_shard, view_of(s, 0, D)));
   for (const Part& p : parts) row.bytes += dispatch_bytes(p.n(), D) + combine_bytes(p.n(), D);
   caf::scoped_actor self{sys};
-  bool ok = exchange(self, shards, parts, D, 0, 0);  // warm-up
-  const auto t0 = Clock::now();
-  for (int i = 0; i < row.iters; ++i) ok &= exchange(self, shards, parts, D, static_cast<uint64_t>(i + 1), 0);
+  bool ok = exchange(self, shards, parts, D, 0, 0, false);  // warm-up
+  auto t0 = Clock::now();
+  for (int i = 0; i < row.iters; ++i) ok &= exchange(self, shards, parts, D, static_cast<uint64_t>(i + 1), 0, false);
   row.caf_s = ok ? secs_since(t0) / row.iters : -1;
+  t0 = Clock::now();
+  for (int i = 0; i < row.iters; ++i) ok &= round_trip(self, shards, parts, D, static_cast<uint64_t>(i + 1), 0);
+  row.msg_rt_s = ok ? secs_since(t0) / row.iters : -1;
   for (auto& a : shards) self->send_exit(a, caf::exit_reason::user_shutdown);
+  // The same exchanges with real expert shards, one device (thread) each.
+  auto sink = sys.spawn(sink_actor);
+  auto sh = expert_shared(D, D / 2, sink);
+  {
+    Device d0(0, kernels::BackendOptions{}), d1(1, kernels::BackendOptions{});
+    std::vector<caf::actor> experts = {spawn_expert(sys, sh, d0, 0), spawn_expert(sys, sh, d1, 1)};
+    ok &= round_trip(self, experts, parts, D, 0, 0);  // warm-up
+    t0 = Clock::now();
+    for (int i = 0; i < row.compute_iters; ++i) ok &= round_trip(self, experts, parts, D, static_cast<uint64_t>(i + 1), 0);
+    row.expert_rt_s = ok ? secs_since(t0) / row.compute_iters : -1;
+    for (auto& a : experts) self->send_exit(a, caf::exit_reason::user_shutdown);
+    d0.drain();
+    d1.drain();
+  }
+  self->send_exit(sink, caf::exit_reason::user_shutdown);
   return row;
 }
 
@@ -241,15 +321,48 @@ Row run_cross(caf::actor_system& sys, int rank, int64_t D) {
   {
     caf::scoped_actor self{sys};
     quiet_barrier();
-    bool ok = exchange(self, shards, parts, D, 0, 0);
+    const uint32_t chunk = static_cast<uint32_t>(rank);
+    bool ok = exchange(self, shards, parts, D, 0, chunk, false);
+    quiet_barrier();
+    auto t0 = Clock::now();
+    for (int i = 0; i < row.iters; ++i) ok &= exchange(self, shards, parts, D, static_cast<uint64_t>(i + 1), chunk, false);
+    quiet_barrier();  // both ranks' exchanges are done: the slower one counts
+    row.caf_s = mpi::all_ok(ok) ? secs_since(t0) / row.iters : -1;
+    quiet_barrier();
+    t0 = Clock::now();
+    for (int i = 0; i < row.iters; ++i) ok &= round_trip(self, shards, parts, D, static_cast<uint64_t>(i + 1), chunk);
+    quiet_barrier();
+    row.msg_rt_s = mpi::all_ok(ok) ? secs_since(t0) / row.iters : -1;
+    self->send_exit(local, caf::exit_reason::user_shutdown);
+  }
+  // Real expert shards, one per rank, published and connected the same way.
+  {
+    caf::scoped_actor self{sys};
+    auto sink = sys.spawn(sink_actor);
+    auto sh = expert_shared(D, D / 2, sink);
+    Device dev(rank, kernels::BackendOptions{});
+    auto mine = spawn_expert(sys, sh, dev, rank);
+    auto eps2 = mpi::publish_and_exchange(sys, mine);
+    auto other = eps2 ? mpi::connect(sys, (*eps2)[static_cast<size_t>(1 - rank)]) : caf::expected<caf::actor>(eps2.error());
+    if (!other) {
+      std::fprintf(stderr, "rank %d: experts: %s\n", rank, sys.render(other.error()).c_str());
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    std::vector<caf::actor> experts(kShards);
+    experts[static_cast<size_t>(rank)] = mine;
+    experts[static_cast<size_t>(1 - rank)] = *other;
+    const uint32_t chunk = static_cast<uint32_t>(rank);
+    row.compute_iters = 3;
+    quiet_barrier();
+    bool ok = round_trip(self, experts, parts, D, 0, chunk);
     quiet_barrier();
     const auto t0 = Clock::now();
-    for (int i = 0; i < row.iters; ++i) ok &= exchange(self, shards, parts, D, static_cast<uint64_t>(i + 1), 0);
-    double s = secs_since(t0);
-    quiet_barrier();  // both ranks' exchanges are done: the slower one counts
-    s = secs_since(t0);
-    row.caf_s = mpi::all_ok(ok) ? s / row.iters : -1;
-    self->send_exit(local, caf::exit_reason::user_shutdown);
+    for (int i = 0; i < row.compute_iters; ++i) ok &= round_trip(self, experts, parts, D, static_cast<uint64_t>(i + 1), chunk);
+    quiet_barrier();
+    row.expert_rt_s = mpi::all_ok(ok) ? secs_since(t0) / row.compute_iters : -1;
+    self->send_exit(mine, caf::exit_reason::user_shutdown);
+    self->send_exit(sink, caf::exit_reason::user_shutdown);
+    dev.drain();
   }
   // MPI_Alltoallv of the same payload: dispatch bytes out, combine bytes back.
   int sd[kShards], sc[kShards], rd[kShards], rc[kShards], so[kShards], ro[kShards];
@@ -289,18 +402,22 @@ Row run_cross(caf::actor_system& sys, int rank, int64_t D) {
 
 void print(const char* title, const std::vector<Row>& rows, int stages, bool mpi) {
   std::printf("\n%s\n", title);
-  std::printf("%6s %6s %10s %12s %12s %10s", "D", "iters", "MiB/exch", "ms/exch", "tokens/s", "GB/s");
-  if (mpi) std::printf(" %12s %10s %9s %8s", "MPI ms", "MPI GB/s", "CAF/MPI", "remote");
-  std::printf("\n");
+  std::printf("%6s %6s %10s %10s %12s %8s", "D", "iters", "MiB/exch", "ms/exch", "tokens/s", "GB/s");
+  if (mpi) std::printf(" %9s %9s %8s %7s", "MPI ms", "MPI GB/s", "CAF/MPI", "remote");
+  std::printf(" %11s %11s %7s\n", "msg fwd+bwd", "expert f+b", "msg %");
   for (const Row& r : rows) {
     const double mib = static_cast<double>(r.bytes) / (1 << 20);
-    std::printf("%6lld %6d %10.2f %12.3f %12.0f %10.3f", static_cast<long long>(r.D), r.iters, mib, r.caf_s * 1e3,
+    std::printf("%6lld %6d %10.2f %10.3f %12.0f %8.3f", static_cast<long long>(r.D), r.iters, mib, r.caf_s * 1e3,
                 static_cast<double>(kTokens * stages) / r.caf_s, static_cast<double>(r.bytes) / r.caf_s / 1e9);
     if (mpi)
-      std::printf(" %12.3f %10.3f %9.1f %7.0f%%", r.mpi_s * 1e3, static_cast<double>(r.bytes) / r.mpi_s / 1e9,
+      std::printf(" %9.3f %9.3f %8.1f %6.0f%%", r.mpi_s * 1e3, static_cast<double>(r.bytes) / r.mpi_s / 1e9,
                   r.caf_s / r.mpi_s, r.remote_share * 100);
-    std::printf("\n");
+    std::printf(" %9.2fms %9.2fms %6.1f%%\n", r.msg_rt_s * 1e3, r.expert_rt_s * 1e3, 100.0 * r.msg_rt_s / r.expert_rt_s);
   }
+  std::printf("(ms/exch, tokens/s, GB/s: one forward dispatch+combine through echo shards. msg fwd+bwd: forward +\n"
+              " backward exchange through echo shards; expert f+b: the same through real expert-shard actors with\n"
+              " grouped-GEMM SwiGLU experts, F = D/2, one device thread per shard; msg %%: their ratio, the messaging\n"
+              " share of an expert round trip when nothing overlaps it)\n");
 }
 
 }  // namespace
@@ -329,7 +446,7 @@ int main(int argc, char** argv) {
       }
   }
   if (rank != 0) return 0;
-  std::printf("bench_moe: T=%lld tokens x top-%lld over %lld experts in %lld shards; echo shards (no expert compute)\n",
+  std::printf("bench_moe: T=%lld tokens x top-%lld over %lld experts in %lld shards\n",
               static_cast<long long>(kTokens), static_cast<long long>(kTopK), static_cast<long long>(kExperts),
               static_cast<long long>(kShards));
   print("In-process: 1 stage (scoped actor) -> 2 shards (detached actors); bytes = dispatch + combine payload",
@@ -344,7 +461,9 @@ int main(int argc, char** argv) {
         const Row& r = v[i];
         j << "    {\"d_model\": " << r.D << ", \"iters\": " << r.iters << ", \"bytes_per_exchange\": " << r.bytes
           << ", \"caf_s\": " << r.caf_s << ", \"tokens_per_s\": " << static_cast<double>(kTokens * stages) / r.caf_s
-          << ", \"caf_gb_s\": " << static_cast<double>(r.bytes) / r.caf_s / 1e9;
+          << ", \"caf_gb_s\": " << static_cast<double>(r.bytes) / r.caf_s / 1e9 << ", \"msg_fwd_bwd_s\": " << r.msg_rt_s
+          << ", \"expert_fwd_bwd_s\": " << r.expert_rt_s << ", \"expert_hidden\": " << r.D / 2
+          << ", \"expert_iters\": " << r.compute_iters;
         if (r.mpi_s > 0)
           j << ", \"mpi_alltoallv_s\": " << r.mpi_s << ", \"mpi_gb_s\": " << static_cast<double>(r.bytes) / r.mpi_s / 1e9
             << ", \"remote_share\": " << r.remote_share;
