@@ -4,6 +4,7 @@
 // contract: actors/expert_shard.hpp.
 #include "actors/expert_shard.hpp"
 
+#include <bit>
 #include <numeric>
 #include <set>
 #include <stdexcept>
@@ -61,6 +62,7 @@ struct XCompute {
 // What the actor remembers of a forward dispatch (to check its backward).
 struct FwdMeta {
   std::vector<uint32_t> expert_ids, token_index;
+  std::vector<float> weights;
   std::vector<int64_t> counts;
 };
 
@@ -192,6 +194,7 @@ void forward(Self* self, const CheckedDispatch& cd, caf::actor dest) {
   for (uint32_t i = 0; i < n; ++i) {
     meta.expert_ids.push_back(d.getExpertIds()[i]);
     meta.token_index.push_back(d.getTokenIndex()[i]);
+    meta.weights.push_back(d.getCombineWeights()[i]);
   }
   meta.counts = cd.counts;
   s.fwd_done.insert(k);
@@ -228,10 +231,11 @@ void backward(Self* self, const CheckedDispatch& cd, caf::actor dest) {
   const FwdMeta& meta = it->second;
   bool same = n == meta.expert_ids.size();
   for (uint32_t i = 0; same && i < n; ++i)
-    same = d.getExpertIds()[i] == meta.expert_ids[i] && d.getTokenIndex()[i] == meta.token_index[i];
+    same = d.getExpertIds()[i] == meta.expert_ids[i] && d.getTokenIndex()[i] == meta.token_index[i] &&
+           std::bit_cast<uint32_t>(d.getCombineWeights()[i]) == std::bit_cast<uint32_t>(meta.weights[i]);
   if (!same)
     return reject(self, "backward " + to_string(cd.id) + " rows (" + std::to_string(n) +
-                            ") do not match the forward's expert ids / token indices (" +
+                            ") do not match the forward's expert ids / token indices / combine weights (" +
                             std::to_string(meta.expert_ids.size()) + " rows)");
   auto token_index = meta.token_index;
   auto counts = meta.counts;

@@ -448,10 +448,27 @@ TEST_F(Fixture, MalformedDispatchesRejectedWhileServing) {
     g = next();
     EXPECT_NE(g.fail.find("do not match the forward"), std::string::npos) << g.fail;
   }
+  // A backward with the forward's rows but other combine weights: rejected too.
+  {
+    Envelope good = dispatch(0, 0, true);
+    auto r = good.read<schemas::Dispatch>();
+    ASSERT_TRUE(r);
+    const auto d = r->get();
+    std::vector<uint32_t> ex, ti;
+    std::vector<float> cw;
+    for (uint32_t i = 0; i < d.getNumRows(); ++i) {
+      ex.push_back(d.getExpertIds()[i]);
+      ti.push_back(d.getTokenIndex()[i]);
+      cw.push_back(d.getCombineWeights()[i] * (i == 0 ? 2.0f : 1.0f));
+    }
+    self->send(a, make_dispatch(key(0, 0, true), static_cast<uint32_t>(D), tensor_f32(d.getRows()), ex, cw, ti));
+    g = next();
+    EXPECT_NE(g.fail.find("combine weights"), std::string::npos) << g.fail;
+  }
   // ...so the real backward still gives the reference dInput rows.
   self->send(a, dispatch(0, 0, true));
   expect_combine(next(), true, &s, &m);
-  EXPECT_EQ(dropped(a), 6u);  // 4 malformed + 1 duplicate + 1 mismatched backward
+  EXPECT_EQ(dropped(a), 7u);  // 4 malformed + 1 duplicate + 2 mismatched backwards
 }
 
 
