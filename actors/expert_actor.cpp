@@ -396,8 +396,14 @@ caf::behavior expert_actor(Self* self, std::shared_ptr<const Shared> sh, Device*
   }
   st.comp = std::make_shared<XCompute>();
   auto comp = st.comp;
-  auto init = std::make_shared<std::vector<float>>();
-  for (const Range& r : st.ranges) init->insert(init->end(), sh->init.begin() + r.offset, sh->init.begin() + r.offset + r.count);
+  st.step = spec.start_step;
+  std::shared_ptr<const std::vector<float>> init = spec.weights;
+  if (!init) {
+    auto from_init = std::make_shared<std::vector<float>>();
+    for (const Range& r : st.ranges)
+      from_init->insert(from_init->end(), sh->init.begin() + r.offset, sh->init.begin() + r.offset + r.count);
+    init = std::move(from_init);
+  }
   const int64_t n = st.experts.size(), F = st.F, D = st.D;
   submit(self, *dev, [comp, init, n, F, D](kernels::Backend& be) {
     comp->params = be.from_f32({static_cast<int64_t>(init->size())}, *init);
@@ -455,6 +461,13 @@ caf::behavior expert_actor(Self* self, std::shared_ptr<const Shared> sh, Device*
 
 caf::actor spawn_expert_shard(caf::actor_system& sys, std::shared_ptr<const Shared> sh, Device& dev,
                               const ExpertShardSpec& spec) {
+  if (spec.weights) {
+    const model::ModelConfig& c = sh->opt.train.model;
+    const int64_t want = 3 * expert_split(c.n_experts, spec.shards, spec.shard).size() * c.expert_hidden * c.d_model;
+    if (static_cast<int64_t>(spec.weights->size()) != want)
+      throw std::invalid_argument("spawn_expert_shard: " + std::to_string(spec.weights->size()) +
+                                  " weights for a shard of " + std::to_string(want));
+  }
   return sys.spawn(expert_actor, std::move(sh), &dev, spec);
 }
 

@@ -555,5 +555,69 @@ TEST_F(Fixture, WorksWithTheOptimizerShards) {
   for (auto& o : opt) self->send_exit(o, caf::exit_reason::user_shutdown);
 }
 
+
+// A restarted shard (after a failure) starts at the given step with the given
+// weights (what the optimizer shards hold), not at sh->init.
+TEST_F(Fixture, RestartedShardResumesWithGivenWeights) {
+  const ExpertRange er = expert_split(c.n_experts, kShards, 0);
+  const auto ranges = expert_param_ranges(sh->layout, c, kLayer, er);
+  auto w = std::make_shared<std::vector<float>>();
+  for (const Range& r : ranges)
+    for (int64_t i = 0; i < r.count; ++i) w->push_back(sh->init[static_cast<size_t>(r.offset + i)] * 0.5f + 0.01f);
+  ExpertShardSpec spec;
+  spec.layer = kLayer;
+  spec.shard = 0;
+  spec.shards = kShards;
+  spec.start_step = 3;
+  spec.weights = w;
+  auto bad = spec;
+  bad.weights = std::make_shared<std::vector<float>>(w->begin(), w->end() - 1);
+  EXPECT_THROW(spawn_expert_shard(sys, sh, *dev0, bad), std::invalid_argument);
+  auto fresh = spawn_expert_shard(sys, sh, *dev0, spec);
+
+  // Reference: experts_forward over the shard's experts with those weights.
+  const Micro& mb = mbs[0];
+  const int64_t D = c.d_model, F = c.expert_hidden, n_e = er.size(), per = n_e * F * D;
+  const int64_t N = mb.plan.offsets[er.end];
+  const kernels::Tensor wb = be->from_f32({3 * per}, *w);
+  const moe::ExpertWeights wv{wb.view(0, {n_e, F, D}), wb.view(per, {n_e, F, D}), wb.view(2 * per, {n_e, D, F})};
+  std::vector<float> xs_host;
+  for (int64_t r = 0; r < N; ++r) {
+    const float* src = mb.x.data() + mb.plan.token_index[r] * D;
+    xs_host.insert(xs_host.end(), src, src + D);
+  }
+  const kernels::Tensor xs = be->from_f32({N, D}, xs_host), y = be->zeros({N, D});
+  const moe::ExpertActs acts{be->zeros({N, F}), be->zeros({N, F}), be->zeros({N, F})};
+  std::vector<int64_t> counts;
+  for (int64_t e = er.begin; e < er.end; ++e) counts.push_back(mb.plan.count(e));
+  moe::experts_forward(*be, y, acts, xs, wv, counts);
+  const std::vector<float> want = be->download_f32(y);
+
+  auto at_step = [&](uint64_t step) {
+    Envelope d = dispatch(0, 0, false);
+    auto r = d.read<schemas::Dispatch>();
+    MoeKey k = read_moe_key((*r)->getId());
+    k.step = step;
+    std::vector<uint32_t> ex, ti;
+    std::vector<float> cw;
+    for (uint32_t i = 0; i < (*r)->getNumRows(); ++i) {
+      ex.push_back((*r)->getExpertIds()[i]);
+      ti.push_back((*r)->getTokenIndex()[i]);
+      cw.push_back((*r)->getCombineWeights()[i]);
+    }
+    return make_dispatch(k, static_cast<uint32_t>(D), tensor_f32((*r)->getRows()), ex, cw, ti);
+  };
+  self->send(fresh, at_step(2));  // before the restart point: stale, dropped
+  self->send(fresh, at_step(3));
+  Got g = next();
+  ASSERT_TRUE(g.fail.empty()) << g.fail;
+  auto r = g.env.read<schemas::Combine>();
+  ASSERT_TRUE(r) << to_string(r.error());
+  EXPECT_EQ((*r)->getId().getStep(), 3u);
+  EXPECT_TRUE(same_bits(tensor_f32((*r)->getRows()), want)) << "the restarted shard does not compute with the given weights";
+  EXPECT_EQ(dropped(fresh), 1u);
+  self->send_exit(fresh, caf::exit_reason::user_shutdown);
+}
+
 }  // namespace
 }  // namespace troupe::runtime
