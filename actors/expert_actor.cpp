@@ -280,7 +280,7 @@ void backward(Self* self, const CheckedDispatch& cd, caf::actor dest) {
 void handle_dispatch(Self* self, const Envelope& e, caf::actor dest) {
   auto& s = self->state;
   auto cd = check_dispatch(e, s.view);
-  if (!cd) return reject(self, to_string(cd.error()));
+  if (!cd) return reject(self, self->system().render(cd.error()));
   const MoeKey& id = cd->id;
   if (id.step < s.step || (id.step == s.step && id.attempt < s.attempt)) {
     ++s.dropped;  // stale
@@ -318,7 +318,7 @@ void handle_params(Self* self, const Envelope& e) {
   auto p = e.read<schemas::ParamSlice>();
   if (!p) {
     ++s.dropped;
-    caf::anon_send(s.sh->peers.coordinator, rt::fail_atom_v, s.name + ": rejected message: " + to_string(p.error()));
+    caf::anon_send(s.sh->peers.coordinator, rt::fail_atom_v, s.name + ": rejected message: " + self->system().render(p.error()));
     return;
   }
   const uint32_t shard = (*p)->getShard();
@@ -415,7 +415,7 @@ caf::behavior expert_actor(Self* self, std::shared_ptr<const Shared> sh, Device*
       [self](const Envelope& e) {
         auto& s = self->state;
         auto kind = e.kind();
-        if (!kind) return reject(self, to_string(kind.error()));
+        if (!kind) return reject(self, self->system().render(kind.error()));
         if (*kind == Envelope::Kind::DISPATCH) {
           // Resolve where the Combine goes now: the sender is only known here.
           caf::actor dest;
