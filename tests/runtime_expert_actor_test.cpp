@@ -619,5 +619,31 @@ TEST_F(Fixture, RestartedShardResumesWithGivenWeights) {
   self->send_exit(fresh, caf::exit_reason::user_shutdown);
 }
 
+
+// A shard none of whose experts got tokens still answers (empty Combines)
+// and still ends the step with (zero) gradients, so nobody waits for it.
+TEST_F(Fixture, EmptyDispatchesAnsweredAndStepEnds) {
+  const caf::actor& a = shards[0];
+  for (bool backward : {false, true})
+    for (uint32_t m = 0; m < static_cast<uint32_t>(kMbs); ++m) {
+      MoeKey k = key(0, static_cast<int>(m), backward);
+      self->send(a, make_dispatch(k, static_cast<uint32_t>(c.d_model), {}, {}, {}, {}));
+      Got g = next_kind(Envelope::Kind::COMBINE);
+      ASSERT_TRUE(g.fail.empty()) << g.fail;
+      ASSERT_TRUE(check_combine(g.env, k, static_cast<uint32_t>(c.d_model), {}));
+    }
+  int64_t elems = 0;
+  const auto ranges = expert_param_ranges(sh->layout, c, kLayer, expert_split(c.n_experts, kShards, 0));
+  const int64_t want = ranges[0].count * 3;
+  while (elems < want) {
+    Got g = next_kind(Envelope::Kind::GRAD_SLICE);
+    auto r = g.env.read<schemas::GradSlice>();
+    ASSERT_TRUE(r) << g.fail;
+    for (float v : tensor_f32((*r)->getGrads())) ASSERT_EQ(v, 0.0f);
+    elems += static_cast<int64_t>((*r)->getRange().getCount());
+  }
+  EXPECT_EQ(elems, want);
+}
+
 }  // namespace
 }  // namespace troupe::runtime
