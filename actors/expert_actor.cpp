@@ -4,6 +4,7 @@
 // contract: actors/expert_shard.hpp.
 #include "actors/expert_shard.hpp"
 
+#include <bit>
 #include <numeric>
 #include <set>
 #include <stdexcept>
@@ -61,6 +62,7 @@ struct XCompute {
 // What the actor remembers of a forward dispatch (to check its backward).
 struct FwdMeta {
   std::vector<uint32_t> expert_ids, token_index;
+  std::vector<float> weights;
   std::vector<int64_t> counts;
 };
 
@@ -192,6 +194,7 @@ void forward(Self* self, const CheckedDispatch& cd, caf::actor dest) {
   for (uint32_t i = 0; i < n; ++i) {
     meta.expert_ids.push_back(d.getExpertIds()[i]);
     meta.token_index.push_back(d.getTokenIndex()[i]);
+    meta.weights.push_back(d.getCombineWeights()[i]);
   }
   meta.counts = cd.counts;
   s.fwd_done.insert(k);
@@ -228,10 +231,11 @@ void backward(Self* self, const CheckedDispatch& cd, caf::actor dest) {
   const FwdMeta& meta = it->second;
   bool same = n == meta.expert_ids.size();
   for (uint32_t i = 0; same && i < n; ++i)
-    same = d.getExpertIds()[i] == meta.expert_ids[i] && d.getTokenIndex()[i] == meta.token_index[i];
+    same = d.getExpertIds()[i] == meta.expert_ids[i] && d.getTokenIndex()[i] == meta.token_index[i] &&
+           std::bit_cast<uint32_t>(d.getCombineWeights()[i]) == std::bit_cast<uint32_t>(meta.weights[i]);
   if (!same)
     return reject(self, "backward " + to_string(cd.id) + " rows (" + std::to_string(n) +
-                            ") do not match the forward's expert ids / token indices (" +
+                            ") do not match the forward's expert ids / token indices / combine weights (" +
                             std::to_string(meta.expert_ids.size()) + " rows)");
   auto token_index = meta.token_index;
   auto counts = meta.counts;
@@ -276,7 +280,7 @@ void backward(Self* self, const CheckedDispatch& cd, caf::actor dest) {
 void handle_dispatch(Self* self, const Envelope& e, caf::actor dest) {
   auto& s = self->state;
   auto cd = check_dispatch(e, s.view);
-  if (!cd) return reject(self, to_string(cd.error()));
+  if (!cd) return reject(self, self->system().render(cd.error()));
   const MoeKey& id = cd->id;
   if (id.step < s.step || (id.step == s.step && id.attempt < s.attempt)) {
     ++s.dropped;  // stale
@@ -314,7 +318,7 @@ void handle_params(Self* self, const Envelope& e) {
   auto p = e.read<schemas::ParamSlice>();
   if (!p) {
     ++s.dropped;
-    caf::anon_send(s.sh->peers.coordinator, rt::fail_atom_v, s.name + ": rejected message: " + to_string(p.error()));
+    caf::anon_send(s.sh->peers.coordinator, rt::fail_atom_v, s.name + ": rejected message: " + self->system().render(p.error()));
     return;
   }
   const uint32_t shard = (*p)->getShard();
@@ -392,8 +396,14 @@ caf::behavior expert_actor(Self* self, std::shared_ptr<const Shared> sh, Device*
   }
   st.comp = std::make_shared<XCompute>();
   auto comp = st.comp;
-  auto init = std::make_shared<std::vector<float>>();
-  for (const Range& r : st.ranges) init->insert(init->end(), sh->init.begin() + r.offset, sh->init.begin() + r.offset + r.count);
+  st.step = spec.start_step;
+  std::shared_ptr<const std::vector<float>> init = spec.weights;
+  if (!init) {
+    auto from_init = std::make_shared<std::vector<float>>();
+    for (const Range& r : st.ranges)
+      from_init->insert(from_init->end(), sh->init.begin() + r.offset, sh->init.begin() + r.offset + r.count);
+    init = std::move(from_init);
+  }
   const int64_t n = st.experts.size(), F = st.F, D = st.D;
   submit(self, *dev, [comp, init, n, F, D](kernels::Backend& be) {
     comp->params = be.from_f32({static_cast<int64_t>(init->size())}, *init);
@@ -405,7 +415,7 @@ caf::behavior expert_actor(Self* self, std::shared_ptr<const Shared> sh, Device*
       [self](const Envelope& e) {
         auto& s = self->state;
         auto kind = e.kind();
-        if (!kind) return reject(self, to_string(kind.error()));
+        if (!kind) return reject(self, self->system().render(kind.error()));
         if (*kind == Envelope::Kind::DISPATCH) {
           // Resolve where the Combine goes now: the sender is only known here.
           caf::actor dest;
@@ -451,6 +461,13 @@ caf::behavior expert_actor(Self* self, std::shared_ptr<const Shared> sh, Device*
 
 caf::actor spawn_expert_shard(caf::actor_system& sys, std::shared_ptr<const Shared> sh, Device& dev,
                               const ExpertShardSpec& spec) {
+  if (spec.weights) {
+    const model::ModelConfig& c = sh->opt.train.model;
+    const int64_t want = 3 * expert_split(c.n_experts, spec.shards, spec.shard).size() * c.expert_hidden * c.d_model;
+    if (static_cast<int64_t>(spec.weights->size()) != want)
+      throw std::invalid_argument("spawn_expert_shard: " + std::to_string(spec.weights->size()) +
+                                  " weights for a shard of " + std::to_string(want));
+  }
   return sys.spawn(expert_actor, std::move(sh), &dev, spec);
 }
 

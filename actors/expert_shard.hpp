@@ -89,9 +89,15 @@ struct ExpertShardSpec {
   int shards = 1;        // expert shards of the layer
   int producer = 0;      // unique per (replica, layer, shard): GradSlice.stage / stepok rank offset
   int microbatches = 0;  // backward dispatches per step; 0: sh->chunks
+  // Restart after a failure: the step to resume at and the weights to hold,
+  // {gate | up | down} of the owned experts as (params) returns them (e.g.
+  // read back from the optimizer shards). Null: sh->init at step 0.
+  uint64_t start_step = 0;
+  std::shared_ptr<const std::vector<float>> weights;
 };
 
-// Spawns the actor; its initial weights are sh->init at its ranges.
+// Spawns the actor; its initial weights are spec.weights, else sh->init at
+// its ranges (throws std::invalid_argument when spec.weights has the wrong size).
 // Messages besides Envelopes: (done, ticket) internal; (dropped) -> uint64_t;
 // (params) -> three ParamSlice Envelopes {gate, up, down} of its current
 // weights (tests, checkpoints).
