@@ -29,6 +29,7 @@ struct CoordState {
   std::map<int, std::vector<int64_t>> loads;                         // stage -> summed (load) reports of the step
   std::vector<int64_t> last_loads;                                   // the last finished step's, in stage order
   double loss_scale = 0.0, aux_scale = 0.0, norm = 0.0;
+  bool clipped = false;  // (clip) sent for the step
   std::string error;
   uint64_t dropped = 0;
 };
@@ -68,6 +69,27 @@ void maybe_finish(Self* self) {
   s.reply.deliver(loss_sum * s.loss_scale, aux * s.aux_scale, s.norm, lr);
 }
 
+// Every shard's partial norm is in (and every loss report, so the step's
+// expert loads are complete): the global norm goes to the shards, after the
+// loads when the router bias is balanced by them (aux-loss-free balancing).
+void maybe_clip(Self* self) {
+  auto& s = self->state;
+  const auto& sh = *s.sh;
+  const size_t reports = static_cast<size_t>(sh.opt.data_parallel) * static_cast<size_t>(sh.chunks) *
+                         static_cast<size_t>(sh.sl.num_stages);
+  if (!s.running || s.clipped || s.partials.size() != sh.shard_ranges.size() || s.losses.size() != reports) return;
+  s.clipped = true;
+  double total = 0.0;
+  for (const auto& [k, v] : s.partials) total += v;  // shard order
+  s.norm = std::sqrt(total);
+  if (sh.opt.train.model.ffn == "moe" && sh.opt.train.model.balance == "bias") {
+    std::vector<int64_t> loads;
+    for (const auto& [stage, v] : s.loads) loads.insert(loads.end(), v.begin(), v.end());
+    for (const caf::actor& a : sh.peers.shards) self->send(a, rt::load_atom_v, s.step, loads);
+  }
+  for (const caf::actor& a : sh.peers.shards) self->send(a, rt::clip_atom_v, s.step, s.norm);
+}
+
 void start_step(Self* self) {
   auto& s = self->state;
   const auto& sh = *s.sh;
@@ -82,6 +104,7 @@ void start_step(Self* self) {
   s.partials.clear();
   s.finished.clear();
   s.loads.clear();
+  s.clipped = false;
   s.running = true;
   const int64_t n = Bm * S;
   for (int r = 0; r < sh.opt.data_parallel; ++r) {
@@ -135,6 +158,7 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
           ++s.dropped;
           return;
         }
+        maybe_clip(self);
         maybe_finish(self);
       },
       [self](rt::gnorm_atom, uint64_t step, uint32_t shard, double sq) {
@@ -143,11 +167,7 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
           ++s.dropped;
           return;
         }
-        if (s.partials.size() != s.sh->shard_ranges.size()) return;
-        double total = 0.0;
-        for (const auto& [k, v] : s.partials) total += v;  // shard order
-        s.norm = std::sqrt(total);
-        for (const caf::actor& a : s.sh->peers.shards) self->send(a, rt::clip_atom_v, s.step, s.norm);
+        maybe_clip(self);
       },
       [self](rt::stepok_atom, uint64_t step, uint32_t replica, uint32_t rank) {
         auto& s = self->state;

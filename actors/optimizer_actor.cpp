@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "actors/runtime_internal.hpp"
+#include "moe/balance.hpp"
 
 namespace troupe::runtime {
 namespace {
@@ -20,6 +21,15 @@ using SliceKey = std::tuple<uint32_t, uint32_t, uint64_t>;  // replica, rank, of
 struct OptPiece {
   int64_t offset = 0, count = 0;  // relative to the shard's range
   bool decay = true;
+};
+
+// A router bias entry (aux-loss-free balancing; not trained by AdamW) or the
+// part of it in the shard's range.
+struct BiasPiece {
+  int layer = 0;
+  int64_t first = 0;   // index of the piece's first element within the entry [E]
+  int64_t offset = 0;  // relative to the shard's range
+  int64_t count = 0;
 };
 
 struct ShardCompute {
@@ -35,6 +45,9 @@ struct ShardState {
   Tickets tickets;
   Range range;
   std::vector<OptPiece> pieces;
+  std::vector<BiasPiece> bias;           // router bias parts in the range
+  std::vector<int64_t> loads;            // the step's expert loads (for the bias), from the coordinator
+  uint64_t loads_step = ~uint64_t{0};
   size_t expected = 0;   // gradient slices per step
   uint64_t step = 0;     // step being reduced (== completed steps)
   bool reduced = false;  // gradients summed, waiting for (clip)
@@ -95,6 +108,16 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
     if (r.count == 0) continue;
     st.pieces.push_back({r.offset - st.range.offset, r.count, o.decay});
   }
+  if (sh->opt.train.model.ffn == "moe" && sh->opt.train.model.balance == "bias")
+    for (const model::ParamEntry& e : sh->layout.entries()) {
+      const std::string suffix = ".mlp.gate.e_score_correction_bias";
+      if (e.name.size() < suffix.size() || e.name.compare(e.name.size() - suffix.size(), suffix.size(), suffix) != 0)
+        continue;
+      const Range r = intersect({e.offset, e.numel}, st.range);
+      if (r.count == 0) continue;
+      const int layer = std::stoi(e.name.substr(std::string("model.layers.").size()));
+      st.bias.push_back({layer, r.offset - e.offset, r.offset - st.range.offset, r.count});
+    }
   for (int rep = 0; rep < sh->opt.data_parallel; ++rep) {
     for (const auto& owned : sh->rank_owned)
       for (const Range& o : owned)
@@ -166,7 +189,13 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
         const Range range = s.range;
         const uint32_t shard = static_cast<uint32_t>(s.shard);
         auto sh = s.sh;
-        submit(self, *s.dev, [comp, pieces, hp, max_norm, wd, norm, range, shard, step, sh](kernels::Backend& be) mutable {
+        if (!s.bias.empty() && s.loads_step != step) {
+          caf::anon_send(sh->peers.coordinator, rt::fail_atom_v, s.name + ": no expert loads for the router bias");
+          return;
+        }
+        auto bias = s.bias;
+        auto loads = s.loads;
+        submit(self, *s.dev, [comp, pieces, hp, max_norm, wd, norm, range, shard, step, sh, bias, loads](kernels::Backend& be) mutable {
           // Same clipping rule as kernels::clip_grad_norm, with the global norm.
           if (max_norm > 0.0 && norm > max_norm)
             be.scale(comp->grads, static_cast<float>(max_norm / (norm + 1e-6)));
@@ -174,6 +203,19 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
             hp.weight_decay = p.decay ? wd : 0.0f;
             be.adamw(comp->params.view(p.offset, {p.count}), comp->grads.view(p.offset, {p.count}),
                      comp->m.view(p.offset, {p.count}), comp->v.view(p.offset, {p.count}), hp);
+          }
+          // Aux-loss-free balancing after the update, as model::Trainer does:
+          // the layer's whole bias row through moe::update_router_bias.
+          const auto& c = sh->opt.train.model;
+          const size_t E = static_cast<size_t>(c.n_experts);
+          for (const BiasPiece& b : bias) {
+            const size_t at = static_cast<size_t>(b.layer) * (E + 1);
+            if (loads.size() < at + E) throw std::runtime_error("expert loads miss layer " + std::to_string(b.layer));
+            std::vector<float> row(E, 0.0f);
+            const kernels::Tensor v = comp->params.view(b.offset, {b.count});
+            be.download(row.data() + b.first, v, static_cast<size_t>(b.count) * sizeof(float));
+            moe::update_router_bias(row, std::span<const int64_t>(loads.data() + at, E), c.bias_update_rate);
+            be.upload(v, row.data() + b.first, static_cast<size_t>(b.count) * sizeof(float));
           }
           const Envelope e = param_slice(step, shard, range, be.download_f32(comp->params));
           for (const auto& replica : sh->peers.ranks)
@@ -188,6 +230,13 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
         }, [] {}, owner_label(TraceLabel::Update, s.shard));
         s.reduced = false;
         ++s.step;
+      },
+      // The step's expert loads (coordinator, before its clip): per MoE
+      // layer E routed counts then the dropped count.
+      [self](rt::load_atom, uint64_t step, const std::vector<int64_t>& loads) {
+        auto& s = self->state;
+        s.loads = loads;
+        s.loads_step = step;
       },
       // The current parameters of the range, read on the device after any
       // pending update.

@@ -81,8 +81,6 @@ void validate(const RuntimeOptions& o) {
             "expert_shards (" + std::to_string(o.expert_shards) + ") must be <= n_experts (" +
                 std::to_string(t.model.n_experts) + ")");
   }
-  require(t.model.ffn != "moe" || t.model.balance != "bias",
-          "balance = \"bias\" (router bias updated from expert loads) is not supported by the runtime yet");
   require(t.resume_from.empty(), "resume from a checkpoint is not supported by the runtime yet");
   require(t.checkpoint_every >= 0, "checkpoint_every must be >= 0");
   require(t.steps >= 0, "steps must be >= 0");

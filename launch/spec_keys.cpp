@@ -57,11 +57,7 @@ std::vector<KeyDef> build_keys() {
   add({"model", "top_k", KeyType::Int, F(model.top_k), "Experts per token; at most n_experts.", 1, 4096});
   add({"model", "expert_hidden", KeyType::Int, F(model.expert_hidden), "Hidden width of each expert's SwiGLU (and of shared experts).", 1, 1e6});
   add({"model", "shared_experts", KeyType::Int, F(model.shared_experts), "Always-on shared experts per MoE layer.", 0, 64});
-  add({"model", "balance", KeyType::String, F(model.balance), "Load balancing: \"aux_loss\" (alpha*E*sum f_i P_i), \"bias\" (DeepSeek-V3 auxiliary-loss-free bias) or \"none\".", 0, 0, {"aux_loss", "bias", "none"},
-       [=](const Spec& s) {
-         return s.model.ffn == "moe" && s.model.balance == "bias" && uses_runtime(s)
-                    ? not_yet("balance = \"bias\" with a multi-device topology", kRuntimeIssue) : "";
-       }});
+  add({"model", "balance", KeyType::String, F(model.balance), "Load balancing: \"aux_loss\" (alpha*E*sum f_i P_i), \"bias\" (DeepSeek-V3 auxiliary-loss-free bias) or \"none\".", 0, 0, {"aux_loss", "bias", "none"}});
   add({"model", "aux_loss_alpha", KeyType::Float, F(model.aux_loss_alpha), "Weight alpha of the auxiliary balance loss.", 0, 10});
   add({"model", "bias_update_rate", KeyType::Float, F(model.bias_update_rate), "gamma of the aux-loss-free bias update bias += gamma*sign(mean load - load).", 0, 1});
   add({"model", "capacity_factor", KeyType::Float, F(model.capacity_factor), "Expert capacity = ceil(cf*tokens*top_k/n_experts), extra tokens dropped; 0 means dropless.", 0, 64});

@@ -136,9 +136,6 @@ TEST(RuntimeValidation, RejectsBadTopologies) {
   o.schedule = "nope";
   EXPECT_THROW(runtime::validate(o), std::invalid_argument);
   o = base_options(false);
-  o.train.model.balance = "bias";
-  EXPECT_THROW(runtime::validate(o), std::invalid_argument);
-  o = base_options(false);
   o.schedule = "dualpipe";
   o.stages = 2;
   o.train.microbatches = 2;  // dualpipe needs >= 2 * PP chunks

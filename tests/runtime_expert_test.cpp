@@ -1,7 +1,9 @@
 // Expert parallelism in the actor runtime: the stages reach the experts only
 // through Dispatch/Combine Envelopes to expert-shard actors (1, 2 or 4 per
 // MoE layer and replica), and training still gives the parameters, losses
-// and expert loads of the single-process model::Trainer.
+// and expert loads of the single-process model::Trainer, with the aux loss
+// or with aux-loss-free balancing (the router bias follows each step's
+// loads, updated at the optimizer shards that hold it; also without shards).
 //   bitwise  sequential / 1f1b, one optimizer shard, one replica, untied
 //            embeddings: every expert's gradient is accumulated by its shard
 //            over the micro-batches in the Trainer's order (one stage sends a
@@ -59,11 +61,13 @@ struct Case {
   int stages, experts, devices, optimizer_shards;
   bool bitwise;
   int dp = 1;
+  std::string balance = "aux_loss";
 };
 
 std::string name(const Case& c) {
   return c.schedule + "_pp" + std::to_string(c.stages) + "_ep" + std::to_string(c.experts) + "_dev" +
-         std::to_string(c.devices) + "_zero" + std::to_string(c.optimizer_shards) + "_dp" + std::to_string(c.dp);
+         std::to_string(c.devices) + "_zero" + std::to_string(c.optimizer_shards) + "_dp" + std::to_string(c.dp) + "_" +
+         c.balance;
 }
 
 void PrintTo(const Case& c, std::ostream* os) { *os << name(c); }
@@ -79,6 +83,8 @@ TEST_P(RuntimeExperts, MatchesTrainer) {
   o.optimizer_shards = c.optimizer_shards;
   o.expert_shards = c.experts;
   o.data_parallel = c.dp;
+  o.train.model.balance = c.balance;
+  o.train.model.bias_update_rate = 0.01;  // large enough to change the routing within the run
 
   model::Trainer ref(o.train);
   runtime::Runtime rt(o);
@@ -100,7 +106,8 @@ TEST_P(RuntimeExperts, MatchesTrainer) {
     }
     for (int64_t d : b.dropped) dropped += d;
     // Per-shard loads add up to the per-expert loads.
-    ASSERT_EQ(b.shard_load.size(), b.expert_load.size());
+    ASSERT_EQ(b.expert_load.size(), static_cast<size_t>(o.train.model.n_layers));
+    ASSERT_EQ(b.shard_load.size(), c.experts > 0 ? b.expert_load.size() : 0u);
     for (size_t l = 0; l < b.shard_load.size(); ++l) {
       ASSERT_EQ(b.shard_load[l].size(), static_cast<size_t>(c.experts));
       int64_t se = 0, ss = 0;
@@ -120,6 +127,11 @@ TEST_P(RuntimeExperts, MatchesTrainer) {
   for (const model::ParamEntry& e : layout.entries())
     if (e.name.find(".mlp.experts.") != std::string::npos)
       for (int64_t i = 0; i < e.numel; ++i) experts_moved += pb[e.offset + i] != init[e.offset + i];
+  size_t bias_moved = 0;
+  for (const model::ParamEntry& e : layout.entries())
+    if (e.name.find("e_score_correction_bias") != std::string::npos)
+      for (int64_t i = 0; i < e.numel; ++i) bias_moved += pb[e.offset + i] != init[e.offset + i];
+  EXPECT_EQ(bias_moved > 0, c.balance == "bias");  // the router bias followed the loads
   EXPECT_GT(moved, pa.size() / 2);  // training really changed the parameters
   EXPECT_GT(experts_moved, 0u);     // ... the experts' too (their shards' gradients arrived)
   if (c.bitwise) {
@@ -146,7 +158,12 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"1f1b", 2, 4, 2, 2, false}, Case{"dualpipe", 2, 1, 2, 1, false},
                       Case{"dualpipe", 2, 2, 2, 1, false}, Case{"dualpipe", 2, 4, 2, 1, false},
                       Case{"sequential", 2, 4, 2, 1, true}, Case{"dualpipev", 2, 2, 2, 1, false},
-                      Case{"1f1b", 2, 2, 2, 1, false, 2}, Case{"sequential", 1, 4, 2, 2, false, 2}),
+                      Case{"1f1b", 2, 2, 2, 1, false, 2}, Case{"sequential", 1, 4, 2, 2, false, 2},
+                      // Aux-loss-free balancing: the router bias follows the step's loads, with
+                      // the experts in the stages (0 shards) or in shard actors.
+                      Case{"sequential", 1, 0, 1, 1, true, 1, "bias"}, Case{"1f1b", 2, 0, 2, 1, true, 1, "bias"},
+                      Case{"1f1b", 2, 4, 2, 1, true, 1, "bias"}, Case{"sequential", 1, 2, 2, 3, false, 1, "bias"},
+                      Case{"dualpipe", 2, 4, 2, 2, false, 1, "bias"}),
     [](const auto& info) { return name(info.param); });
 
 // DualPipe's FB pairs overlap (one part runs while the other's tokens are
