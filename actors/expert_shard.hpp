@@ -34,7 +34,8 @@
 //                    kExpertProducerBase + producer) goes to the coordinator
 //                    and the shard moves to step s+1.
 // Combines go to the Dispatch's CAF sender when it has one, else to the rank
-// holding (id.chunk, id.stage) of the replica (peers.ranks).
+// holding (id.chunk, id.stage) of the replica (peers.ranks); a dispatch with
+// neither is rejected like a malformed one.
 //
 // Robustness: a Dispatch that fails the checks (wrong width, token count or
 // index, foreign expert id, truncated/invalid envelope, backward without its
