@@ -466,8 +466,10 @@ caf::behavior expert_actor(Self* self, std::shared_ptr<const Shared> sh, Device*
 
 caf::actor spawn_expert_shard(caf::actor_system& sys, std::shared_ptr<const Shared> sh, Device& dev,
                               const ExpertShardSpec& spec) {
+  // Bad specs throw here, in the caller, not inside the actor's start-up.
+  const model::ModelConfig& c = sh->opt.train.model;
+  (void)expert_param_ranges(sh->layout, c, spec.layer, expert_split(c.n_experts, spec.shards, spec.shard));
   if (spec.weights) {
-    const model::ModelConfig& c = sh->opt.train.model;
     const int64_t want = 3 * expert_split(c.n_experts, spec.shards, spec.shard).size() * c.expert_hidden * c.d_model;
     if (static_cast<int64_t>(spec.weights->size()) != want)
       throw std::invalid_argument("spawn_expert_shard: " + std::to_string(spec.weights->size()) +

@@ -98,7 +98,8 @@ struct ExpertShardSpec {
 };
 
 // Spawns the actor; its initial weights are spec.weights, else sh->init at
-// its ranges (throws std::invalid_argument when spec.weights has the wrong size).
+// its ranges. Throws std::invalid_argument (bad shard split, spec.weights of
+// the wrong size) or std::out_of_range (spec.layer has no routed experts).
 // Messages besides Envelopes: (done, ticket) internal; (dropped) -> uint64_t;
 // (params) -> three ParamSlice Envelopes {gate, up, down} of its current
 // weights (tests, checkpoints).

@@ -574,6 +574,14 @@ TEST_F(Fixture, RestartedShardResumesWithGivenWeights) {
   auto bad = spec;
   bad.weights = std::make_shared<std::vector<float>>(w->begin(), w->end() - 1);
   EXPECT_THROW(spawn_expert_shard(sys, sh, *dev0, bad), std::invalid_argument);
+  auto no_layer = spec;
+  no_layer.weights = nullptr;
+  no_layer.layer = 5;  // the model has 2 layers
+  EXPECT_THROW(spawn_expert_shard(sys, sh, *dev0, no_layer), std::out_of_range);
+  auto too_many = no_layer;
+  too_many.layer = kLayer;
+  too_many.shards = 5;  // 4 experts
+  EXPECT_THROW(spawn_expert_shard(sys, sh, *dev0, too_many), std::invalid_argument);
   auto fresh = spawn_expert_shard(sys, sh, *dev0, spec);
 
   // Reference: experts_forward over the shard's experts with those weights.
