@@ -129,8 +129,12 @@ caf::actor reply_to(Self* self, const MoeKey& id) {
   auto& s = self->state;
   if (auto sender = self->current_sender()) return caf::actor_cast<caf::actor>(sender);
   const auto& ranks = s.sh->peers.ranks;
-  if (id.replica >= ranks.size()) return {};
-  const int r = sched::stage_rank(s.sh->sl, static_cast<int>(id.chunk), static_cast<int>(id.stage));
+  const auto& sl = s.sh->sl;
+  // The ids are untrusted: range-check them before any rank arithmetic.
+  if (id.replica >= ranks.size() || id.chunk >= static_cast<uint32_t>(std::max(sl.num_dirs, 1)) ||
+      id.stage >= static_cast<uint32_t>(std::max(sl.num_stages, 0)))
+    return {};
+  const int r = sched::stage_rank(sl, static_cast<int>(id.chunk), static_cast<int>(id.stage));
   if (r < 0 || static_cast<size_t>(r) >= ranks[id.replica].size()) return {};
   return ranks[id.replica][static_cast<size_t>(r)];
 }
@@ -282,6 +286,7 @@ void handle_dispatch(Self* self, const Envelope& e, caf::actor dest) {
   auto cd = check_dispatch(e, s.view);
   if (!cd) return reject(self, self->system().render(cd.error()));
   const MoeKey& id = cd->id;
+  if (!dest) return reject(self, to_string(id) + ": no sender and no rank holds (chunk, stage) to answer");
   if (id.step < s.step || (id.step == s.step && id.attempt < s.attempt)) {
     ++s.dropped;  // stale
     return;
@@ -461,8 +466,10 @@ caf::behavior expert_actor(Self* self, std::shared_ptr<const Shared> sh, Device*
 
 caf::actor spawn_expert_shard(caf::actor_system& sys, std::shared_ptr<const Shared> sh, Device& dev,
                               const ExpertShardSpec& spec) {
+  // Bad specs throw here, in the caller, not inside the actor's start-up.
+  const model::ModelConfig& c = sh->opt.train.model;
+  (void)expert_param_ranges(sh->layout, c, spec.layer, expert_split(c.n_experts, spec.shards, spec.shard));
   if (spec.weights) {
-    const model::ModelConfig& c = sh->opt.train.model;
     const int64_t want = 3 * expert_split(c.n_experts, spec.shards, spec.shard).size() * c.expert_hidden * c.d_model;
     if (static_cast<int64_t>(spec.weights->size()) != want)
       throw std::invalid_argument("spawn_expert_shard: " + std::to_string(spec.weights->size()) +

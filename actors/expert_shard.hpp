@@ -34,7 +34,8 @@
 //                    kExpertProducerBase + producer) goes to the coordinator
 //                    and the shard moves to step s+1.
 // Combines go to the Dispatch's CAF sender when it has one, else to the rank
-// holding (id.chunk, id.stage) of the replica (peers.ranks).
+// holding (id.chunk, id.stage) of the replica (peers.ranks); a dispatch with
+// neither is rejected like a malformed one.
 //
 // Robustness: a Dispatch that fails the checks (wrong width, token count or
 // index, foreign expert id, truncated/invalid envelope, backward without its
@@ -97,7 +98,8 @@ struct ExpertShardSpec {
 };
 
 // Spawns the actor; its initial weights are spec.weights, else sh->init at
-// its ranges (throws std::invalid_argument when spec.weights has the wrong size).
+// its ranges. Throws std::invalid_argument (bad shard split, spec.weights of
+// the wrong size) or std::out_of_range (spec.layer has no routed experts).
 // Messages besides Envelopes: (done, ticket) internal; (dropped) -> uint64_t;
 // (params) -> three ParamSlice Envelopes {gate, up, down} of its current
 // weights (tests, checkpoints).

@@ -25,6 +25,7 @@
 
 #include "actors/expert_shard.hpp"
 #include "actors/moe_messages.hpp"
+#include "actors/schedule.hpp"
 #include "moe/dispatch.hpp"
 #include "moe/experts.hpp"
 
@@ -573,6 +574,14 @@ TEST_F(Fixture, RestartedShardResumesWithGivenWeights) {
   auto bad = spec;
   bad.weights = std::make_shared<std::vector<float>>(w->begin(), w->end() - 1);
   EXPECT_THROW(spawn_expert_shard(sys, sh, *dev0, bad), std::invalid_argument);
+  auto no_layer = spec;
+  no_layer.weights = nullptr;
+  no_layer.layer = 5;  // the model has 2 layers
+  EXPECT_THROW(spawn_expert_shard(sys, sh, *dev0, no_layer), std::out_of_range);
+  auto too_many = no_layer;
+  too_many.layer = kLayer;
+  too_many.shards = 5;  // 4 experts
+  EXPECT_THROW(spawn_expert_shard(sys, sh, *dev0, too_many), std::invalid_argument);
   auto fresh = spawn_expert_shard(sys, sh, *dev0, spec);
 
   // Reference: experts_forward over the shard's experts with those weights.
@@ -643,6 +652,31 @@ TEST_F(Fixture, EmptyDispatchesAnsweredAndStepEnds) {
     elems += static_cast<int64_t>((*r)->getRange().getCount());
   }
   EXPECT_EQ(elems, want);
+}
+
+
+// A dispatch without a CAF sender (sent from a device thread) is answered at
+// the rank holding (chunk, stage); one naming no such rank is rejected.
+TEST_F(Fixture, AnonymousDispatchRoutedByStage) {
+  sh->sl = sched::make_layout(sched::Kind::sequential, 1, kMbs);
+  sh->peers.ranks = {{caf::actor_cast<caf::actor>(self)}};
+  caf::anon_send(shards[0], dispatch(0, 0, false));
+  int s = -1, m = -1;
+  expect_combine(next(), false, &s, &m);
+  Envelope d = dispatch(0, 1, false);
+  auto r = d.read<schemas::Dispatch>();
+  MoeKey k = read_moe_key((*r)->getId());
+  k.stage = 7;  // no such stage
+  std::vector<uint32_t> ex, ti;
+  std::vector<float> cw;
+  for (uint32_t i = 0; i < (*r)->getNumRows(); ++i) {
+    ex.push_back((*r)->getExpertIds()[i]);
+    ti.push_back((*r)->getTokenIndex()[i]);
+    cw.push_back((*r)->getCombineWeights()[i]);
+  }
+  caf::anon_send(shards[0], make_dispatch(k, static_cast<uint32_t>(c.d_model), tensor_f32((*r)->getRows()), ex, cw, ti));
+  Got g = next();
+  EXPECT_NE(g.fail.find("no sender and no rank"), std::string::npos) << g.fail;
 }
 
 }  // namespace
