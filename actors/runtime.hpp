@@ -41,8 +41,10 @@ struct RuntimeOptions {
   // through Dispatch/Combine Envelopes.
   int expert_shards = 0;
   // With expert shards: while one part of an FB op (DualPipe's pairs) waits
-  // for its experts, the device runs the other part. false runs the F part
-  // to its end before the B part starts (same results; for measuring).
+  // for its experts, the device runs the other part, and while every running
+  // part waits, the rank's next op may start (one backward at a time).
+  // false runs the ops and the parts of an FB op one after the other (same
+  // results; for measuring).
   bool overlap = true;
   std::string trace;                // Chrome trace file written by train(); empty: no tracing
   bool record_trace = false;        // record device events without train() writing them (tests)

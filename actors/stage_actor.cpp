@@ -8,10 +8,13 @@
 // begin_*/resume_*): at every MoE layer a device closure sends one Dispatch
 // per shard of the layer, the actor collects the Combines (any order, each
 // checked against its Dispatch, repeats dropped) and a new closure resumes
-// the pass. Meanwhile the device runs the op's other part (DualPipe's FB
-// pairs: the other direction's chunk, a different Stage), which is the
-// compute/communication overlap; both parts' math is independent, so the
-// order they interleave in does not change any result.
+// the pass. Meanwhile the device runs other ready work: the op's other part
+// (DualPipe's FB pairs: the other direction's chunk, a different Stage), and
+// when every running part waits for experts, the next op (e.g. 1F1B's next
+// forward while a backward waits; a backward only when no other backward
+// runs, so gradients accumulate in schedule order). That is the
+// compute/communication overlap; the interleaved parts' math is independent,
+// so the order they interleave in does not change any result.
 #include <algorithm>
 #include <functional>
 #include <map>
@@ -68,12 +71,15 @@ struct RankState {
   std::map<StageId, std::vector<int>> free_slots;  // actor side: slot bookkeeping
   std::map<StageId, std::map<int, int>> slot_of;
   size_t next = 0;
-  bool busy = false, running = false;
+  bool running = false;
   uint64_t step = 0;               // step being run (== completed steps)
   double loss_scale = 0.0, aux_scale = 0.0;
   std::map<Key, Envelope> inbox;
   std::set<Key> consumed;
-  int parts = 0;                      // parts (F, B) of the current op still running
+  int parts = 0;                      // parts (F, B) of started ops still running
+  int waiting_parts = 0;              // ... of them out at the experts
+  int b_parts = 0;                    // ... of them backward
+  std::set<std::tuple<int, int, int>> fwd_running;  // (dir, stage, mb) of forwards still running
   std::function<void()> deferred;     // without overlap: the B part, started when F ends
   std::map<PartKey, Part> waiting;    // passes out at the experts
   std::set<uint32_t> slices_from;  // shards whose ParamSlice arrived this step
@@ -266,7 +272,7 @@ void send_grads(Self* self) {
 
 // ---- Expert parallelism: passes that stop at MoE layers --------------------
 
-void part_done(Self* self);
+void part_done(Self* self, bool backward);
 
 // What a step-wise closure leaves for the actor: the Dispatches of the
 // exchange it stopped at, or nothing when the pass has finished.
@@ -356,7 +362,13 @@ void run_step(Self* self, const PartKey key, const sched::Chunk c, int slot,
     build_dispatches(*sh, *comp, *ex, base, stage.tokens(), stage.d_model(), *out);
   }, [self, key, out, c, slot, finish] {
     auto& s = self->state;
-    if (out->finished) return part_done(self);
+    const bool bwd = std::get<3>(key);
+    if (out->finished) {
+      if (bwd && s.sh->opt.overlap) s.free_slots[{c.dir, c.stage}].push_back(slot);  // see try_run
+      if (!bwd) s.fwd_running.erase({c.dir, c.stage, c.mb});
+      return part_done(self, bwd);
+    }
+    ++s.waiting_parts;
     Part& p = s.waiting[key];
     p = Part{};
     p.c = c;
@@ -373,6 +385,7 @@ void run_step(Self* self, const PartKey key, const sched::Chunk c, int slot,
     const auto& experts = s.sh->peers.experts[static_cast<size_t>(s.replica)];
     for (size_t k = 0; k < out->dispatches.size(); ++k)
       self->send(experts[li * out->dispatches.size() + k], std::move(out->dispatches[k]));
+    try_run(self);  // the device may take the next op meanwhile
   }, chunk_label(backward ? TraceLabel::Backward : TraceLabel::Forward, c, st.rank));
 }
 
@@ -433,6 +446,7 @@ void on_combine(Self* self, const Envelope& e) {
   if (--p.missing > 0) return;
   Part done = std::move(p);
   s.waiting.erase(it);
+  --s.waiting_parts;
   resume_step(self, key, std::move(done));
 }
 
@@ -459,21 +473,24 @@ void start_backward_parts(Self* self, const sched::Chunk b, int slot, Envelope d
   run_step(self, PartKey{b.dir, b.stage, b.mb, true}, b, slot, advance, finish);
 }
 
-// One part (F or B) of the current op has finished; the op ends with its last.
-void part_done(Self* self) {
+// A part (F or B) has finished; the step's last part sends the gradients.
+void part_done(Self* self, bool backward) {
   auto& s = self->state;
-  if (--s.parts > 0) {
-    if (s.deferred) std::exchange(s.deferred, nullptr)();
-    return;
-  }
-  s.busy = false;
-  if (++s.next == s.ops.size()) send_grads(self);
+  --s.parts;
+  if (backward) --s.b_parts;
+  if (s.deferred) return std::exchange(s.deferred, nullptr)();  // without overlap: B after F
+  if (s.parts == 0 && s.next == s.ops.size()) send_grads(self);
   else try_run(self);
 }
 
+// Starts the ops in order. An op starts when the previous ones have finished,
+// or (expert shards with overlap) when every part still running waits for
+// its experts: the device then runs the next op's forward (or backward when
+// no backward is running: one backward at a time keeps the gradient
+// accumulation order and the Stage's one-suspended-backward rule).
 void try_run(Self* self) {
   auto& st = self->state;
-  while (st.running && !st.busy && st.next < st.ops.size()) {
+  while (st.running && st.next < st.ops.size()) {
     const sched::Op& op = st.ops[st.next];
     const int last = st.sh->sl.num_stages - 1;
     const bool has_f = op.type == sched::OpType::F || op.type == sched::OpType::FB;
@@ -481,22 +498,35 @@ void try_run(Self* self) {
     // weight gradients are the same values, computed earlier than scheduled.
     const bool has_b = op.type == sched::OpType::BW || op.type == sched::OpType::FB ||
                        op.type == sched::OpType::B;
+    if (st.parts > 0 && !(st.sh->expert_parallel() && st.sh->opt.overlap && st.parts == st.waiting_parts &&
+                          (!has_b || st.b_parts == 0)))
+      return;
     if (has_f && !st.inbox.count(act_key(st.step, op.f))) return;
     if (has_b && op.b.stage < last && !st.inbox.count(grad_key(st.step, op.b))) return;
-    st.busy = true;
-    st.parts = 0;
+    if (has_b && st.fwd_running.count({op.b.dir, op.b.stage, op.b.mb})) return;  // its own forward first
+    if (has_f && st.free_slots[{op.f.dir, op.f.stage}].empty()) {
+      if (st.parts > 0) return;  // a running backward frees one
+      throw std::logic_error(st.name + ": no free activation slot");
+    }
+    const bool early_free = st.sh->expert_parallel() && st.sh->opt.overlap;
+    const int before = st.parts;
+    ++st.next;
     if (has_f) {
       Envelope in;
       take(st, act_key(st.step, op.f), in);
       const StageId id{op.f.dir, op.f.stage};
       auto& fr = st.free_slots[id];
-      if (fr.empty()) throw std::logic_error(st.name + ": no free activation slot");
       const int slot = fr.back();
       fr.pop_back();
       st.slot_of[id][op.f.mb] = slot;
+      st.fwd_running.insert({op.f.dir, op.f.stage, op.f.mb});
       ++st.parts;
       if (st.sh->expert_parallel()) start_forward_parts(self, op.f, slot, std::move(in));
-      else submit(self, *st.dev, forward_work(self, op.f, slot, std::move(in)), [self] { part_done(self); },
+      else submit(self, *st.dev, forward_work(self, op.f, slot, std::move(in)),
+                  [self, f = op.f] {
+                    self->state.fwd_running.erase({f.dir, f.stage, f.mb});
+                    part_done(self, false);
+                  },
                   chunk_label(TraceLabel::Forward, op.f, st.rank));
     }
     if (has_b) {
@@ -505,9 +535,13 @@ void try_run(Self* self) {
       const StageId id{op.b.dir, op.b.stage};
       const int slot = st.slot_of[id].at(op.b.mb);
       st.slot_of[id].erase(op.b.mb);
-      // The device runs this backward before any later forward reuses the slot.
-      st.free_slots[id].push_back(slot);
+      // Ops start in order and one at a time: the device runs this backward
+      // before any later forward reuses the slot. With overlap a later
+      // forward may start while it waits for experts: the slot is freed when
+      // the backward has ended (start_backward_parts).
+      if (!early_free) st.free_slots[id].push_back(slot);
       ++st.parts;
+      ++st.b_parts;
       if (st.sh->expert_parallel() && has_f && !st.sh->opt.overlap)
         st.deferred = [self, b = op.b, slot, dout, ls = st.loss_scale, as = st.aux_scale] {
           start_backward_parts(self, b, slot, dout, ls, as);
@@ -515,13 +549,12 @@ void try_run(Self* self) {
       else if (st.sh->expert_parallel())
         start_backward_parts(self, op.b, slot, std::move(dout), st.loss_scale, st.aux_scale);
       else submit(self, *st.dev, backward_work(self, op.b, slot, std::move(dout), st.loss_scale, st.aux_scale),
-                  [self] { part_done(self); }, chunk_label(TraceLabel::Backward, op.b, st.rank));
+                  [self] { part_done(self, true); }, chunk_label(TraceLabel::Backward, op.b, st.rank));
     }
-    if (st.parts == 0) {  // W: the backward already ran; a no-op keeps the device order
+    if (st.parts == before) {  // W: the backward already ran; a no-op keeps the device order
       ++st.parts;
-      submit(self, *st.dev, [](kernels::Backend&) {}, [self] { part_done(self); });
+      submit(self, *st.dev, [](kernels::Backend&) {}, [self] { part_done(self, false); });
     }
-    return;
   }
 }
 
@@ -543,6 +576,10 @@ caf::behavior rank_actor(Self* self, std::shared_ptr<const Shared> sh, Device* d
     if (op.type == sched::OpType::BW || op.type == sched::OpType::FB || op.type == sched::OpType::B)
       --live[{op.b.dir, op.b.stage}];
   }
+  // With overlap, a forward may start while the previous op's backward (on
+  // the same stage) waits for its experts: one slot more.
+  if (sh->expert_parallel() && sh->opt.overlap)
+    for (auto& [id, n] : peak) ++n;
   for (const auto& [id, n] : peak) {
     st.held.push_back(id);
     for (int i = n - 1; i >= 0; --i) st.free_slots[id].push_back(i);
