@@ -1,19 +1,20 @@
 // bench_experts_overlap: step time of the actor runtime with expert shards,
 // quickstart model (model::ModelConfig defaults: 8 experts top-2, d_model
 // 128, 4 layers, seq 128), addition data, batch 16 in 4 micro-batches,
-// DualPipe over 2 host devices (1 OpenBLAS thread each), 2 optimizer shards:
+// DualPipe or 1F1B over 2 host devices (1 OpenBLAS thread each), 2 optimizer
+// shards, each schedule:
 //   trainer        model::Trainer, one device (reference)
 //   in-stage       runtime, experts inside the stage actors (expert_shards 0)
-//   shards+overlap runtime, 4 expert-shard actors per MoE layer; while one
-//                  part of a DualPipe FB pair waits for its experts the
-//                  device runs the other part
+//   shards+overlap runtime, 4 expert-shard actors per MoE layer; while a
+//                  part waits for its experts the device runs other ready
+//                  work (the other part of a DualPipe FB pair, the next op)
 //   shards serial  the same without overlap (RuntimeOptions::overlap =
-//                  false: B starts when F has finished)
+//                  false: ops and the parts of an FB pair one at a time)
 // Every engine is built, warmed up, then stepped round-robin (one step each
 // per round) so load drift on a shared machine hits all alike; the table
 // shows the median step and ratios measured in this run:
 //   overlap gain  = (shards serial) / (shards+overlap) median
-//   vs in-stage   = (in-stage) / (engine) median
+//   vs in-stage   = (in-stage, same schedule) / (engine) median
 //
 //   bench_experts_overlap [--steps N] [--warmup N] [--json PATH]
 #include <algorithm>
@@ -88,11 +89,17 @@ int main(int argc, char** argv) {
   engines.push_back({"trainer (1 device)", [tr = trainers.back().get()] { tr->step(); }, {}});
   struct Variant {
     const char* name;
+    const char* schedule;
     int shards;
     bool overlap;
   };
-  for (const Variant& v : {Variant{"dualpipe, experts in-stage", 0, true}, Variant{"dualpipe, 4 shards+overlap", 4, true},
-                           Variant{"dualpipe, 4 shards serial", 4, false}}) {
+  for (const Variant& v : {Variant{"dualpipe, experts in-stage", "dualpipe", 0, true},
+                           Variant{"dualpipe, 4 shards+overlap", "dualpipe", 4, true},
+                           Variant{"dualpipe, 4 shards serial", "dualpipe", 4, false},
+                           Variant{"1f1b, experts in-stage", "1f1b", 0, true},
+                           Variant{"1f1b, 4 shards+overlap", "1f1b", 4, true},
+                           Variant{"1f1b, 4 shards serial", "1f1b", 4, false}}) {
+    o.schedule = v.schedule;
     o.expert_shards = v.shards;
     o.overlap = v.overlap;
     runtimes.push_back(std::make_unique<runtime::Runtime>(o));
@@ -107,21 +114,23 @@ int main(int argc, char** argv) {
       e.times.push_back(now() - t0);
     }
   const double tokens = static_cast<double>(t.data.batch_size * t.model.seq_len);
-  const double in_stage = median(engines[1].times), overlap = median(engines[2].times),
-               serial = median(engines[3].times);
-  std::printf("bench_experts_overlap: %d rounds after %d warm-up, DualPipe 2 devices, 4 microbatches\n", steps, warmup);
+  const double overlap = median(engines[2].times), serial = median(engines[3].times);
+  const double overlap_1f1b = median(engines[5].times), serial_1f1b = median(engines[6].times);
+  std::printf("bench_experts_overlap: %d rounds after %d warm-up, 2 devices, 2 stages, 4 microbatches\n", steps, warmup);
   std::printf("%-30s %12s %12s %10s %12s\n", "engine", "median ms", "fastest ms", "tok/s", "vs in-stage");
   std::ofstream out(json);
   out << "{\"bench\":\"experts_overlap\",\"steps\":" << steps << ",\"engines\":[";
   for (size_t i = 0; i < engines.size(); ++i) {
     const Engine& e = engines[i];
     const double m = median(e.times), f = *std::min_element(e.times.begin(), e.times.end());
+    const double in_stage = median(engines[i < 4 ? 1 : 4].times);  // same schedule, experts in the stages
     std::printf("%-30s %12.1f %12.1f %10.0f %12.2f\n", e.name.c_str(), 1e3 * m, 1e3 * f, tokens / m, in_stage / m);
     out << (i ? "," : "") << "{\"name\":\"" << e.name << "\",\"median_s\":" << m << ",\"fastest_s\":" << f
         << ",\"tokens_per_s\":" << tokens / m << "}";
   }
-  out << "],\"overlap_gain\":" << serial / overlap << "}\n";
-  std::printf("overlap gain (serial / overlap): %.3f\n", serial / overlap);
+  out << "],\"overlap_gain_dualpipe\":" << serial / overlap << ",\"overlap_gain_1f1b\":" << serial_1f1b / overlap_1f1b
+      << "}\n";
+  std::printf("overlap gain (serial / overlap): dualpipe %.3f, 1f1b %.3f\n", serial / overlap, serial_1f1b / overlap_1f1b);
   std::printf("JSON: %s\n", json.c_str());
   return 0;
 }
