@@ -14,7 +14,12 @@
 //                                     fixed (replica, rank, offset) order first
 //   coordinator -> every shard        (clip, s, global norm) = sqrt of the sum of
 //                                     the shards' partials, in shard order: the
-//                                     global-norm reduction across shards
+//                                     global-norm reduction across shards; sent
+//                                     once every loss report is in too. With
+//                                     balance = "bias" it is preceded by
+//                                     (load, s, loads): the step's expert loads,
+//                                     with which the shards holding router-bias
+//                                     entries update them after AdamW
 //   shard -> every rank               Envelope(ParamSlice) after clip + AdamW
 //   rank -> coordinator               (stepok, s, replica, rank) when all slices
 //                                     are loaded; the step ends when all did.
