@@ -17,6 +17,9 @@
 //   step ends when the last device finishes its last op; then the optimizer
 //   step takes its fixed cost (if any; the sim does not model gradient
 //   reduction or parameter exchange otherwise) and the next step starts.
+// The virtual times depend only on the op lists and the times carried in the
+// messages, never on the order in which CAF delivers them or on thread
+// scheduling: the same options give the same timeline, bit for bit.
 // These are the rules of the discrete-event simulator actors/pipeline_sim,
 // which shares no code with this one: tests/runtime_sim_test.cpp checks that
 // both give the same step time and per-device busy time.

@@ -115,7 +115,11 @@ std::vector<KeyDef> build_keys() {
   add({"topology", "interface", KeyType::String, F(topology.interface), "Address CAF ports bind to between processes (loopback by default)."});
 
   // [checkpoint]
-  add({"checkpoint", "every", KeyType::Int, F(checkpoint.every), "Also save a checkpoint every N steps; 0 means only the final one (a run always saves when it ends).", 0, kBig});
+  add({"checkpoint", "every", KeyType::Int, F(checkpoint.every), "Also save a checkpoint every N steps; 0 means only the final one (a run always saves when it ends).", 0, kBig,
+       {}, [](const Spec& s) -> std::string {
+         return s.checkpoint.every > 0 && s.topology.device_kind == "sim"
+                    ? "a sim run computes no parameters, so it saves no checkpoints" : "";
+       }});
   add({"checkpoint", "dir", KeyType::String, F(checkpoint.dir), "Checkpoint directory; empty means <out_dir>/checkpoint."});
   add({"checkpoint", "resume", KeyType::String, F(checkpoint.resume), "Checkpoint directory to resume from (bitwise continuation); empty starts fresh.", 0, 0, {},
        [=](const Spec& s) {
