@@ -92,7 +92,7 @@ std::vector<KeyDef> build_keys() {
 
   // [topology]
   add({"topology", "devices", KeyType::Int, F(topology.devices), "Devices in the run (a device is a serial executor: a thread or a GPU queue); pipeline ranks and optimizer shards are placed on them round-robin.", 1, 1e6});
-  add({"topology", "device_kind", KeyType::String, F(topology.device_kind), "\"host\" (CPU, OpenBLAS), \"opencl\" (CLBlast + OpenCL C) or \"sim\" (virtual clock).", 0, 0, {"host", "opencl", "sim"},
+  add({"topology", "device_kind", KeyType::String, F(topology.device_kind), "\"host\" (CPU, OpenBLAS), \"opencl\" (CLBlast + OpenCL C) or \"sim\" (no math: each device is a virtual clock that runs the schedule with costs from [sim]; devices = stages * data_parallel).", 0, 0, {"host", "opencl", "sim"},
        [](const Spec& s) -> std::string {
          // Sim devices run the pipeline schedule's timing only: no optimizer shards or experts to place.
          if (s.topology.device_kind != "sim") return "";
