@@ -292,6 +292,12 @@ class Parser {
     return nullptr;
   }
 
+  // Where `path` ("section.key") was set, or nullptr when it was not.
+  const Pos* set_at(const std::string& path) const {
+    auto it = set_.find(path);
+    return it == set_.end() ? nullptr : &it->second;
+  }
+
   // Position of a key if it was set, else of its section header, else the file.
   Pos where(const std::string& path) const {
     if (auto it = set_.find(path); it != set_.end()) return it->second;
@@ -358,6 +364,15 @@ void check_sim(const Spec& s, Parser& p) {
       p.error(*at, "[sim] keys apply only to [topology] device_kind = \"sim\" (this spec has device_kind = \"" +
                        t.device_kind + "\")");
     return;
+  }
+  // A key of the other cost model would be ignored: say so instead.
+  const bool fixed = s.sim.model == "fixed";
+  for (const char* key : {"forward_ms", "backward_ms", "weight_ms", "gflops", "gbps"}) {
+    const bool for_fixed = std::string(key).find("_ms") != std::string::npos;
+    if (for_fixed == fixed) continue;
+    if (const Pos* at = p.set_at(std::string("sim.") + key))
+      p.error(*at, std::string("[sim] ") + key + " applies only to cost_model = \"" + (for_fixed ? "fixed" : "flops") +
+                       "\" (this spec has cost_model = \"" + s.sim.model + "\")");
   }
   if (s.sim.weight_ms > s.sim.backward_ms)
     p.error(p.where("sim.weight_ms"), "[sim] weight_ms = " + num_text(s.sim.weight_ms) +
