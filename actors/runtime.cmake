@@ -11,6 +11,10 @@ add_library(troupe_runtime STATIC
   ${CMAKE_CURRENT_LIST_DIR}/trace.cpp
   ${CMAKE_CURRENT_LIST_DIR}/moe_messages.cpp
   ${CMAKE_CURRENT_LIST_DIR}/expert_actor.cpp
+  # sim devices: pipeline-rank actors on a virtual clock (sim_runtime.hpp)
+  ${CMAKE_CURRENT_LIST_DIR}/sim_costs.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/sim_runtime.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/sim_trace.cpp
 )
 target_compile_options(troupe_runtime PRIVATE ${TROUPE_WARNINGS})
 target_link_libraries(troupe_runtime PUBLIC troupe_actors troupe_schedule troupe_model Threads::Threads)

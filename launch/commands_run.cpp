@@ -14,6 +14,7 @@
 #include "actors/runtime.hpp"
 #include "launch/cli.hpp"
 #include "launch/progress.hpp"
+#include "launch/sim_plan.hpp"
 #include "launch/topology.hpp"
 #include "launch/train_options.hpp"
 #include "model/checkpoint.hpp"
@@ -104,6 +105,8 @@ int command_run(const CliOptions&, const Spec& spec) {
                              .add("parameters", topo.parameters)
                              .str());
     }
+    // Sim devices: timings on a virtual clock, no math (launch/commands_sim.cpp).
+    if (spec.topology.device_kind == "sim") return run_sim(spec, metrics);
     ProgressObserver progress(style, spec.run.steps, spec.log.progress_every, &metrics);
     model::TrainSummary summary;
     if (uses_runtime(spec)) {

@@ -3,11 +3,16 @@
 #include <cstdio>
 
 #include "launch/cli.hpp"
+#include "launch/sim_plan.hpp"
 #include "launch/topology.hpp"
 
 namespace troupe::launch {
 
 int command_validate(const CliOptions&, const Spec& spec) {
+  if (spec.topology.device_kind == "sim") {  // no actors to place: show the simulated devices
+    std::printf("%s: ok\n%s", spec.source.c_str(), format_sim_plan(spec).c_str());
+    return kExitOk;
+  }
   const Topology topo = resolve_topology(spec);
   std::printf("%s: ok\n%s", spec.source.c_str(), format_topology(spec, topo).c_str());
   // Say which engine runs it: a single-device sequential spec runs in the

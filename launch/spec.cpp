@@ -64,7 +64,7 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 
 namespace {
 
-const std::vector<std::string> kSections = {"run", "model", "data", "optim", "topology", "checkpoint", "log"};
+const std::vector<std::string> kSections = {"run", "model", "data", "optim", "topology", "checkpoint", "log", "sim"};
 
 // Where a key was set: a file position, or a command-line override.
 struct Pos {
@@ -284,6 +284,20 @@ class Parser {
     set_[def->path()] = p;
   }
 
+  // Where the first key of `section` was set (a file position, or an
+  // override), or nullptr when none was.
+  const Pos* first_set_in(const std::string& section) const {
+    for (const auto& [path, pos] : set_)
+      if (path.rfind(section + ".", 0) == 0) return &pos;
+    return nullptr;
+  }
+
+  // Where `path` ("section.key") was set, or nullptr when it was not.
+  const Pos* set_at(const std::string& path) const {
+    auto it = set_.find(path);
+    return it == set_.end() ? nullptr : &it->second;
+  }
+
   // Position of a key if it was set, else of its section header, else the file.
   Pos where(const std::string& path) const {
     if (auto it = set_.find(path); it != set_.end()) return it->second;
@@ -340,6 +354,36 @@ void check_schedule(const Spec& s, Parser& p) {
                                             v(layout.num_stages) + " stages, more than [model] n_layers = " + v(s.model.n_layers));
 }
 
+// Sim devices: one simulated device per pipeline rank of each replica, and
+// [sim] keys only where they mean something.
+void check_sim(const Spec& s, Parser& p) {
+  const auto& t = s.topology;
+  auto v = [](int64_t x) { return std::to_string(x); };
+  if (t.device_kind != "sim") {
+    if (const Pos* at = p.first_set_in("sim"))
+      p.error(*at, "[sim] keys apply only to [topology] device_kind = \"sim\" (this spec has device_kind = \"" +
+                       t.device_kind + "\")");
+    return;
+  }
+  // A key of the other cost model would be ignored: say so instead.
+  const bool fixed = s.sim.model == "fixed";
+  for (const char* key : {"forward_ms", "backward_ms", "weight_ms", "gflops", "gbps"}) {
+    const bool for_fixed = std::string(key).find("_ms") != std::string::npos;
+    if (for_fixed == fixed) continue;
+    if (const Pos* at = p.set_at(std::string("sim.") + key))
+      p.error(*at, std::string("[sim] ") + key + " applies only to cost_model = \"" + (for_fixed ? "fixed" : "flops") +
+                       "\" (this spec has cost_model = \"" + s.sim.model + "\")");
+  }
+  if (s.sim.weight_ms > s.sim.backward_ms)
+    p.error(p.where("sim.weight_ms"), "[sim] weight_ms = " + num_text(s.sim.weight_ms) +
+                                          " must be <= backward_ms = " + num_text(s.sim.backward_ms) +
+                                          " (W is the weight-gradient part of the full backward)");
+  if (t.devices > t.stages * t.data_parallel)
+    p.error(p.where("topology.devices"), "[topology] devices = " + v(t.devices) + " must equal stages * data_parallel = " +
+                                             v(t.stages * t.data_parallel) +
+                                             " with device_kind = \"sim\" (one simulated device per pipeline rank)");
+}
+
 // Rules that involve more than one key. Each message names the keys and values.
 void check_cross_fields(const Spec& s, Parser& p) {
   const auto& m = s.model;
@@ -382,6 +426,7 @@ void check_cross_fields(const Spec& s, Parser& p) {
       p.error(p.where("topology.optimizer_shards"), "[topology] optimizer_shards = " + v(t.optimizer_shards) +
                                                         " is more than the model's " + v(params) + " parameters");
   }
+  check_sim(s, p);
   if (s.data.source == "text" && s.data.path.empty())
     p.error(p.where("data.source"), "[data] source = \"text\" needs [data] path (the text file to train on)");
   if (s.data.source == "text" && m.vocab_size < 256)

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/sim_costs.hpp"
 #include "model/config.hpp"
 
 namespace troupe::launch {
@@ -67,6 +68,7 @@ struct Spec {
   TopologyConfig topology;
   CheckpointConfig checkpoint;
   LogConfig log;
+  sim::CostConfig sim;  // [sim]: cost model of device_kind = "sim" (actors/sim_costs.hpp)
 
   std::string out_dir() const;         // run.out_dir or runs/<name>
   std::string checkpoint_dir() const;  // checkpoint.dir or <out_dir>/checkpoint

@@ -87,8 +87,14 @@ std::vector<KeyDef> build_keys() {
 
   // [topology]
   add({"topology", "devices", KeyType::Int, F(topology.devices), "Devices in the run (a device is a serial executor: a thread or a GPU queue); pipeline ranks and optimizer shards are placed on them round-robin.", 1, 1e6});
-  add({"topology", "device_kind", KeyType::String, F(topology.device_kind), "\"host\" (CPU, OpenBLAS), \"opencl\" (CLBlast + OpenCL C) or \"sim\" (virtual clock).", 0, 0, {"host", "opencl", "sim"},
-       [=](const Spec& s) { return s.topology.device_kind == "sim" ? not_yet("device_kind = \"sim\"", kRuntimeIssue) : ""; }});
+  add({"topology", "device_kind", KeyType::String, F(topology.device_kind), "\"host\" (CPU, OpenBLAS), \"opencl\" (CLBlast + OpenCL C) or \"sim\" (no math: each device is a virtual clock that runs the schedule with costs from [sim]; devices = stages * data_parallel).", 0, 0, {"host", "opencl", "sim"},
+       [](const Spec& s) -> std::string {
+         // Sim devices run the pipeline schedule's timing only: no optimizer shards or experts to place.
+         if (s.topology.device_kind != "sim") return "";
+         if (s.topology.optimizer_shards > 1) return "sim devices model the optimizer step as one fixed cost ([sim] optimizer_ms); set optimizer_shards = 1";
+         if (s.topology.expert_shards > 1) return "sim devices time the pipeline schedule only (no expert-shard actors); set expert_shards = 1";
+         return "";
+       }});
   add({"topology", "threads_per_device", KeyType::Int, F(topology.threads_per_device), "Host devices: OpenBLAS threads per device.", 1, 1024});
   add({"topology", "opencl_platform", KeyType::Int, F(topology.opencl_platform), "OpenCL platform index; -1 picks the first platform with a matching device.", -1, 64});
   add({"topology", "opencl_device", KeyType::Int, F(topology.opencl_device), "OpenCL device index on the platform.", 0, 64});
@@ -104,10 +110,16 @@ std::vector<KeyDef> build_keys() {
   add({"topology", "interface", KeyType::String, F(topology.interface), "Address CAF ports bind to between processes (loopback by default)."});
 
   // [checkpoint]
-  add({"checkpoint", "every", KeyType::Int, F(checkpoint.every), "Also save a checkpoint every N steps; 0 means only the final one (a run always saves when it ends).", 0, kBig});
+  add({"checkpoint", "every", KeyType::Int, F(checkpoint.every), "Also save a checkpoint every N steps; 0 means only the final one (a run always saves when it ends).", 0, kBig,
+       {}, [](const Spec& s) -> std::string {
+         return s.checkpoint.every > 0 && s.topology.device_kind == "sim"
+                    ? "a sim run computes no parameters, so it saves no checkpoints" : "";
+       }});
   add({"checkpoint", "dir", KeyType::String, F(checkpoint.dir), "Checkpoint directory; empty means <out_dir>/checkpoint."});
   add({"checkpoint", "resume", KeyType::String, F(checkpoint.resume), "Checkpoint directory to resume from (bitwise continuation); empty starts fresh.", 0, 0, {},
        [=](const Spec& s) {
+         if (!s.checkpoint.resume.empty() && s.topology.device_kind == "sim")
+           return std::string("a sim run computes no parameters, so there is nothing to resume");
          return !s.checkpoint.resume.empty() && uses_runtime(s) ? not_yet("resume with a multi-device topology", kRuntimeIssue) : "";
        }});
 
@@ -118,12 +130,24 @@ std::vector<KeyDef> build_keys() {
   add({"log", "metrics", KeyType::Bool, F(log.metrics), "Write metrics as JSON lines to <out_dir>/metrics.jsonl."});
   add({"log", "trace", KeyType::String, F(log.trace),
        "Chrome/Perfetto trace JSON written after the run: one track per device with its F, B, optimizer and "
-       "parameter-exchange work (gaps are idle time). Actor runtime only (not single-device sequential specs).", 0, 0, {},
+       "parameter-exchange work (gaps are idle time); with sim devices, the virtual clock's F, B, W, wait and idle spans. "
+       "Actor runtime or sim devices only (not single-device sequential specs).", 0, 0, {},
        [](const Spec& s) -> std::string {
-         if (s.log.trace.empty() || uses_runtime(s)) return "";
+         if (s.log.trace.empty() || uses_runtime(s) || s.topology.device_kind == "sim") return "";
          return "needs the actor runtime; this single-device sequential spec runs in the single-process "
                 "trainer, which records no device trace (use e.g. [topology] schedule = \"1f1b\" to run it on the runtime)";
        }});
+
+  // [sim]: sim devices (actors/sim_costs.hpp, actors/sim_runtime.hpp).
+  add({"sim", "cost_model", KeyType::String, F(sim.model), "Sim devices: \"fixed\" (forward_ms / backward_ms / weight_ms per micro-batch and stage) or \"flops\" (each stage's FLOPs and bytes from [model] and the micro-batch size, over gflops and gbps).", 0, 0, {"fixed", "flops"}});
+  add({"sim", "forward_ms", KeyType::Float, F(sim.forward_ms), "Sim, fixed: forward of one micro-batch at one stage, in ms.", 0, 1e6});
+  add({"sim", "backward_ms", KeyType::Float, F(sim.backward_ms), "Sim, fixed: full backward (inputs + weights) of one micro-batch at one stage, in ms.", 0, 1e6});
+  add({"sim", "weight_ms", KeyType::Float, F(sim.weight_ms), "Sim, fixed: the weight-gradient part of backward_ms (zb1p/dualpipe W ops; their B costs backward_ms - weight_ms); at most backward_ms.", 0, 1e6});
+  add({"sim", "gflops", KeyType::Float, F(sim.gflops), "Sim, flops: device compute rate in GFLOP/s.", 1e-3, 1e9});
+  add({"sim", "gbps", KeyType::Float, F(sim.gbps), "Sim, flops: device memory bandwidth in GB/s (op time = max(FLOPs / gflops, bytes / gbps)).", 1e-3, 1e9});
+  add({"sim", "link_latency_us", KeyType::Float, F(sim.link_latency_us), "Sim: latency of every activation/gradient message between two devices, in microseconds.", 0, 1e9});
+  add({"sim", "link_gbps", KeyType::Float, F(sim.link_gbps), "Sim: link bandwidth in GB/s (a message is tokens x d_model float32); 0 means unlimited.", 0, 1e9});
+  add({"sim", "optimizer_ms", KeyType::Float, F(sim.optimizer_ms), "Sim: fixed time of the optimizer step after the pipeline drains, in ms; 0 leaves it out (the step time is then the pipeline's alone).", 0, 1e9});
   return k;
 }
 

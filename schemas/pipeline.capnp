@@ -24,6 +24,7 @@ struct PipelineTag {
   chunk @4 :UInt32;        # DualPipe model-chunk / copy id (0 for schedules with one chunk per stage)
   replica @5 :UInt32;      # data-parallel replica id (0 without data parallelism)
   attempt @6 :UInt32;      # replay generation: bumped when a failed step is replayed, so stale sends can be dropped
+  simTimeNs @7 :UInt64;    # sim devices only: the sender's virtual clock (ns) when it sent this message; 0 on real devices
 }
 
 # Output of a stage's layers for one microbatch, sent to the next stage.

@@ -149,5 +149,48 @@ expect_output "step 4/4"
 expect_exit 0 "$troupe" eval "${tiny[@]}" --set run.out_dir="$work/dp" --set data.batch_size=8 --checkpoint "$work/dp/ck"
 expect_output "(step 4)"
 
+# Sim devices: no math, timings on a virtual clock. validate lists the
+# simulated devices; run prints the summary, writes metrics.jsonl and a trace
+# that parses as JSON with one track per device (8 = 4 ranks x 2 replicas).
+sim_small="$src/launch/specs/sim_small.toml"
+expect_exit 0 "$troupe" validate "$sim_small"
+expect_output "sim devices: 8 (2 replica(s) x 4 pipeline rank(s))"
+expect_output "rank 3: s3"
+expect_exit 0 "$troupe" run "$sim_small" --set run.out_dir="$work/sim" --set log.trace="\"$work/sim/trace.json\""
+expect_output "No math runs: timings only"
+expect_output "sim step 5/5"
+expect_output "sim summary (virtual time; no math ran): 8 device(s)"
+expect_output "step time 33.9249 ms = pipeline 33.4249 ms + optimizer 0.5000 ms"
+[ "$(grep -c '"type":"sim_step"' "$work/sim/metrics.jsonl")" -eq 5 ] || fail "sim run should log 5 sim_step lines"
+grep -q '"type":"end".*"sim":"timings only"' "$work/sim/metrics.jsonl" || fail "sim run lacks its end line"
+[ -s "$work/sim/trace.json" ] || fail "sim run wrote no trace"
+if command -v python3 >/dev/null; then
+  python3 - "$work/sim/trace.json" <<'PY' || fail "sim trace is not valid JSON with one track per device"
+import json, sys
+events = json.load(open(sys.argv[1]))["traceEvents"]
+names = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+assert sorted(names) == list(range(8)), names
+assert names[5] == "device 5 (replica 1, rank 1)", names[5]
+spans = [e for e in events if e.get("ph") == "X"]
+assert {e["tid"] for e in spans} == set(range(8))
+for tid in range(8):
+    mine = sorted((e["ts"], e["ts"] + e["dur"], e["name"]) for e in spans if e["tid"] == tid)
+    assert sum(n.startswith("F mb") for _, _, n in mine) == 8 * 5, tid  # 8 micro-batches x 5 steps
+    assert sum(n.startswith("BW mb") for _, _, n in mine) == 8 * 5, tid
+    assert sum(n == "optimizer" for _, _, n in mine) == 5, tid
+    for (a0, a1, _), (b0, b1, _) in zip(mine, mine[1:]):
+        assert a1 <= b0 + 1e-6, (tid, a1, b0)  # one span at a time on a device
+PY
+else
+  grep -q '"name":"device 7 (replica 1, rank 3)"' "$work/sim/trace.json" || fail "sim trace lacks device 7's track"
+fi
+expect_exit 3 "$troupe" run "$sim_small" --set sim.weight_ms=5
+expect_output "[sim] weight_ms = 5 must be <= backward_ms = 2"
+expect_exit 3 "$troupe" validate --set sim.forward_ms=2
+expect_output "[sim] keys apply only to [topology] device_kind = \"sim\""
+# The 1,024-device DualPipe spec: one simulated step.
+expect_exit 0 "$troupe" run "$src/launch/specs/sim_dualpipe_1024.toml" --set run.out_dir="$work/sim1024" --set run.steps=1
+expect_output "sim summary (virtual time; no math ran): 1024 device(s), schedule dualpipe"
+
 if [ $failures -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
 echo "all CLI checks passed"

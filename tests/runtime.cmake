@@ -27,3 +27,11 @@ if(TARGET troupe_runtime)
     TIMEOUT 300
     LABELS runtime experts)
 endif()
+if(TARGET troupe_runtime)
+  # Sim devices: the actor simulation against the discrete-event simulator.
+  troupe_add_gtest(runtime_sim_tests
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/runtime_sim_test.cpp
+    LIBS troupe_runtime
+    TIMEOUT 300
+    LABELS runtime)
+endif()

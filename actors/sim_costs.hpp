@@ -1,0 +1,74 @@
+// Cost models of sim devices ([topology] device_kind = "sim", [sim] in the
+// spec): what one micro-batch costs at one pipeline stage, in virtual
+// nanoseconds, and how long a message takes on a link. Pure functions of the
+// model config; no CAF, no backend.
+//
+// Two models:
+//   fixed  every stage costs the spec's forward / backward / weight times;
+//          `backward` is the FULL backward (inputs + weights) and `weight` its
+//          weight-gradient part, so a split B costs backward - weight (the
+//          schedules' convention: BW = B + W).
+//   flops  each stage's cost is derived from the model config and micro-batch
+//          size: time = max(FLOPs / device GFLOP/s, bytes / device GB/s) (a
+//          roofline), computed separately for the forward, the input part
+//          and the weight part of the backward. FLOPs and bytes: see
+//          stage_work() in sim_costs.cpp.
+// An overlapped F&B op (DualPipe) costs F + B: the sim models no compute
+// overlap inside a device, only the schedule's ordering.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/config.hpp"
+
+namespace troupe::sim {
+
+// Costs of one micro-batch through one pipeline stage (virtual ns).
+struct StageCost {
+  int64_t f = 0;  // forward
+  int64_t b = 0;  // full backward (inputs + weights)
+  int64_t w = 0;  // weight-gradient part of b (a split B costs b - w)
+  friend bool operator==(const StageCost&, const StageCost&) = default;
+};
+
+// The [sim] section of a spec, in its units.
+struct CostConfig {
+  std::string model = "fixed";  // "fixed" or "flops"
+  double forward_ms = 1.0;      // fixed: forward of one micro-batch at one stage
+  double backward_ms = 2.0;     // fixed: full backward (inputs + weights)
+  double weight_ms = 1.0;       // fixed: weight-gradient part of backward_ms
+  double gflops = 100.0;        // flops: device compute rate (GFLOP/s = FLOPs per ns)
+  double gbps = 20.0;           // flops: device memory bandwidth (GB/s = bytes per ns)
+  double link_latency_us = 0.0; // every message between two devices
+  double link_gbps = 0.0;       // link bandwidth; 0 = unlimited
+  double optimizer_ms = 0.0;    // fixed optimizer step after the pipeline drains; 0 = not modelled
+};
+
+// FLOPs and bytes of one micro-batch at one stage.
+struct StageWork {
+  int64_t layer_begin = 0, layer_end = 0;  // layers [begin, end) of the stage
+  double params = 0;                        // parameters the stage holds
+  double f_flops = 0, bin_flops = 0, w_flops = 0;  // forward, backward (inputs), backward (weights)
+  double f_bytes = 0, bin_bytes = 0, w_bytes = 0;
+};
+
+// Work of each of `num_stages` stages (layers split as model::split_layers
+// splits them; stage 0 also embeds, the last stage also runs the final norm,
+// LM head and loss) for a micro-batch of `mb_sequences` sequences.
+std::vector<StageWork> stage_work(const model::ModelConfig& config, int64_t mb_sequences, int num_stages);
+
+// Per-stage costs under `cost` (fixed: the same for every stage).
+// Throws std::invalid_argument for a cost config that makes no sense.
+std::vector<StageCost> stage_costs(const CostConfig& cost, const model::ModelConfig& config,
+                                   int64_t mb_sequences, int num_stages);
+
+// Bytes of one activation or gradient message: tokens x d_model float32.
+int64_t message_bytes(const model::ModelConfig& config, int64_t mb_sequences);
+
+// Milliseconds / microseconds to virtual nanoseconds (rounded to nearest).
+int64_t ms_to_ns(double ms);
+int64_t us_to_ns(double us);
+
+}  // namespace troupe::sim

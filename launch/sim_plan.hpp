@@ -1,0 +1,28 @@
+// Sim devices from the launch spec ([topology] device_kind = "sim", [sim]):
+// the options of the actor simulation (actors/sim_runtime.hpp), what
+// `troupe validate` prints about them, and `troupe run` on such a spec.
+#pragma once
+
+#include <string>
+
+#include "actors/sim_runtime.hpp"
+#include "launch/spec.hpp"
+
+namespace troupe::launch {
+
+class MetricsWriter;
+
+// The simulation a validated sim spec describes: schedule, stages, replicas,
+// micro-batches per replica, per-stage costs, link, optimizer step, steps.
+sim::SimOptions sim_options(const Spec& spec);
+
+// `troupe validate` for a sim spec: devices, cost model, per-stage costs and
+// which stages each device holds.
+std::string format_sim_plan(const Spec& spec);
+
+// `troupe run` for a sim spec: runs [run] steps through the sim actors,
+// prints progress and a summary table (stdout), writes metrics lines and the
+// trace ([log] trace). Throws std::runtime_error when the simulation fails.
+int run_sim(const Spec& spec, MetricsWriter& metrics);
+
+}  // namespace troupe::launch
