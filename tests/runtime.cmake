@@ -20,3 +20,10 @@ if(TARGET troupe_runtime)
     TIMEOUT 120
     LABELS runtime)
 endif()
+if(TARGET troupe_runtime)
+  troupe_add_gtest(runtime_fault_tests
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/runtime_fault_test.cpp
+    LIBS troupe_runtime
+    TIMEOUT 120
+    LABELS runtime)
+endif()
