@@ -25,6 +25,8 @@ struct RunConfig {
   std::string out_dir;            // empty: runs/<name>
   int64_t eval_every = 100;       // validation every N steps (0: only at the end)
   int64_t eval_batches = 4;       // validation batches per evaluation
+  int64_t max_restarts = 3;       // supervisor: restarts allowed within restart_window steps
+  int64_t restart_window = 10;    // supervisor: window of the restart intensity, in steps
 };
 
 struct TopologyConfig {
@@ -58,6 +60,15 @@ struct LogConfig {
   std::string trace;               // Chrome trace file (actor runtime only)
 };
 
+// One [[faults]] entry: kill an actor at a seeded point inside a step
+// (actor runtime only; see actors/faults.hpp).
+struct FaultConfig {
+  int64_t at_step = 0;     // 1-based step, 1..[run] steps
+  std::string target;      // "stage:K" or "optimizer:K"
+  std::string kind = "kill";
+  int64_t at_message = 0;  // 0: seeded point; k: on the target's k-th message of the step
+};
+
 struct Spec {
   std::string source;  // file the spec came from ("<built-in default>" for the default)
   RunConfig run;
@@ -67,6 +78,7 @@ struct Spec {
   TopologyConfig topology;
   CheckpointConfig checkpoint;
   LogConfig log;
+  std::vector<FaultConfig> faults;  // [[faults]], in file order
 
   std::string out_dir() const;         // run.out_dir or runs/<name>
   std::string checkpoint_dir() const;  // checkpoint.dir or <out_dir>/checkpoint
