@@ -39,6 +39,7 @@ struct CoordState {
   std::unique_ptr<Supervisor> sup;
   std::vector<bool> fault_armed;                 // [fault] armed once
   std::map<std::string, std::string> last_phase;  // actor -> phase it died in
+  std::map<caf::actor_addr, caf::response_promise> kill_waiters;  // Runtime::kill callers
 };
 
 using Self = caf::stateful_actor<CoordState>;
@@ -141,6 +142,19 @@ void start_step(Self* self) {
 void on_child_down(Self* self, const caf::down_msg& m) {
   auto& s = self->state;
   const Supervisor::Child* found = s.sup->find(m.source);
+  // A Runtime::kill caller learns the outcome once this handler is done.
+  struct Answer {
+    Self* self;
+    caf::actor_addr who;
+    ~Answer() {
+      auto& st = self->state;
+      auto it = st.kill_waiters.find(who);
+      if (it == st.kill_waiters.end()) return;
+      if (st.error.empty()) it->second.deliver(true);
+      else it->second.deliver(caf::make_error(caf::sec::runtime_error, st.error));
+      st.kill_waiters.erase(it);
+    }
+  } answer{self, m.source};
   if (!found || m.reason == caf::exit_reason::user_shutdown || !s.error.empty()) return;
   const Supervisor::Child child = *found;
   const std::string cause = m.reason == caf::exit_reason::kill ? "killed" : self->system().render(m.reason);
@@ -245,6 +259,22 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
         maybe_finish(self);
       },
       [self](rt::fault_atom, const std::string& who, const std::string& phase) { self->state.last_phase[who] = phase; },
+      // Runtime::kill: kill a supervised actor now; the answer comes once the
+      // supervisor has handled its going down (restart, replay or escalation).
+      [self](rt::fault_atom, const std::string& target) -> caf::result<bool> {
+        auto& s = self->state;
+        const std::optional<FaultTarget> t = parse_fault_target(target);
+        const bool stage = t && t->role == FaultTarget::Role::Stage;
+        if (!t || t->index >= (stage ? s.sh->sl.num_ranks : static_cast<int>(s.sh->shard_ranges.size())))
+          return caf::make_error(caf::sec::runtime_error, "no actor " + target);
+        if (!s.error.empty()) return caf::make_error(caf::sec::runtime_error, s.error);
+        s.sup->watch(self);
+        const caf::actor a = stage ? rank_of(*s.sh, 0, t->index) : shard_of(*s.sh, static_cast<size_t>(t->index));
+        auto rp = self->make_response_promise();
+        s.kill_waiters[a.address()] = rp;
+        self->send_exit(a, caf::exit_reason::kill);
+        return rp;
+      },
       // Test hook (Runtime::inject_stale_messages): old-step traffic to every
       // actor and to the coordinator itself.
       [self](rt::stale_atom) -> uint32_t {

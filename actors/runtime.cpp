@@ -283,6 +283,14 @@ std::vector<RestartEvent> Runtime::restarts() const {
   return impl_->restarts;
 }
 
+void Runtime::kill(const std::string& target) {
+  caf::scoped_actor self{*impl_->sys};
+  std::string err;
+  self->request(impl_->sh->peers.coordinator, caf::infinite, rt::fault_atom_v, target)
+      .receive([](bool) {}, [&](caf::error& e) { err = impl_->sys->render(e); });
+  if (!err.empty()) throw std::runtime_error("runtime: kill " + target + ": " + err);
+}
+
 uint32_t Runtime::inject_stale_messages() {
   caf::scoped_actor self{*impl_->sys};
   uint32_t sent = 0;

@@ -73,6 +73,11 @@ class Runtime {
   uint64_t dropped_messages();
   // Restarts so far, in order (see RuntimeOptions::on_restart).
   std::vector<RestartEvent> restarts() const;
+  // Kills the actor `target` ("stage:K" of replica 0, "optimizer:K") now,
+  // with exit_reason::kill, and returns once the supervisor has handled it
+  // (restarted it, and replayed the step if one was running). Throws
+  // std::runtime_error for an unknown target or when the restart escalated.
+  void kill(const std::string& target);
   // Test hook, between steps (after at least one): sends every rank, shard
   // and the coordinator messages of the finished step, which they must drop
   // and count; returns how many were sent. Each receiver has handled them

@@ -150,6 +150,47 @@ TEST(RuntimeFaults, SeveralFaultsInOneRun) {
   expect_bitwise_equal(ref, got, "four kills");
 }
 
+// Data-parallel replicas: replica 0's rank and a shard that reduces both
+// replicas' gradients.
+TEST(RuntimeFaults, DataParallelReplay) {
+  runtime::RuntimeOptions base = options("1f1b", 5);
+  base.data_parallel = 2;
+  const Outcome ref = run(base);
+  for (const std::string target : {"stage:1", "optimizer:0"}) {
+    runtime::RuntimeOptions o = base;
+    o.faults.push_back({2, target, "kill", 0});
+    const Outcome got = run(o);
+    ASSERT_EQ(got.restarts.size(), 1u) << target;
+    EXPECT_TRUE(got.restarts[0].replayed);
+    expect_bitwise_equal(ref, got, "dp2 kill " + target);
+  }
+}
+
+// An actor killed between steps (Runtime::kill waits for the supervisor): it
+// is restarted from the committed snapshot, no step is replayed.
+TEST(RuntimeFaults, KillBetweenStepsRestoresWithoutReplay) {
+  for (const std::string schedule : {"1f1b", "dualpipe"}) {
+    const Outcome ref = run(options(schedule, 6));
+    runtime::Runtime rt(options(schedule, 6));
+    Outcome got;
+    for (int s = 0; s < 3; ++s) {
+      if (s == 1) rt.kill("stage:0");
+      if (s == 2) rt.kill("optimizer:1");
+      const model::StepMetrics m = rt.step();
+      got.losses.push_back(m.loss);
+      got.norms.push_back(m.grad_norm);
+    }
+    got.state = rt.state();
+    const auto events = rt.restarts();
+    ASSERT_EQ(events.size(), 2u);
+    EXPECT_FALSE(events[0].replayed);
+    EXPECT_EQ(events[0].actor, "stage:0");
+    EXPECT_EQ(events[1].actor, "optimizer:1");
+    expect_bitwise_equal(ref, got, schedule + " kills between steps");
+    EXPECT_THROW(rt.kill("stage:9"), std::runtime_error);
+  }
+}
+
 TEST(RuntimeFaults, TooManyRestartsEscalate) {
   runtime::RuntimeOptions o = options("1f1b", 3);
   o.max_restarts = 1;
