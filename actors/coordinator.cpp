@@ -185,7 +185,12 @@ void on_child_down(Self* self, const caf::down_msg& m) {
     s.sup->restore_one(self, child, s.step, s.attempt);
   }
   ev.attempt = static_cast<int>(s.attempt) + 1;
-  if (s.sh->on_restart) s.sh->on_restart(ev);
+  try {
+    if (s.sh->on_restart) s.sh->on_restart(ev);
+  } catch (const std::exception&) {
+    // A reporting problem (e.g. a full disk for the log) must not take the
+    // supervisor down with it.
+  }
 }
 
 caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
