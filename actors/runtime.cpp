@@ -166,16 +166,25 @@ struct Runtime::Impl {
 
   ~Impl() {
     for (auto& d : devices) d->drain();
-    // The coordinator (the supervisor) first, so it restarts nobody.
-    caf::anon_send_exit(sh->peers.coordinator, caf::exit_reason::user_shutdown);
+    // The coordinator (the supervisor) first, and wait until it is gone, so
+    // it restarts nobody; then every rank and shard it left. Actors and
+    // device work of a failed step may still be running: the peer table
+    // stays valid until all of them are done.
+    {
+      caf::scoped_actor self{*sys};
+      self->monitor(sh->peers.coordinator);
+      caf::anon_send_exit(sh->peers.coordinator, caf::exit_reason::user_shutdown);
+      self->receive([](const caf::down_msg&) {});
+    }
     for (const caf::actor& a : all_shards(*sh)) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
     for (const caf::actor& a : all_ranks(*sh)) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    sys->await_all_actors_done();
+    for (auto& d : devices) d->drain();
     {
       std::lock_guard<std::mutex> lock(sh->peers_mu);
-      sh->peers = Peers{};
+      sh->peers = Peers{};  // actors and closures hold `sh`: break the cycle
     }
-    sys.reset();  // waits for every actor to finish
-    for (auto& d : devices) d->drain();
+    sys.reset();
   }
 };
 

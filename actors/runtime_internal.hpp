@@ -93,13 +93,15 @@ struct Shared {
   std::function<void(const RestartEvent&)> on_restart;    // runtime.cpp records, then the user's
 };
 
+// An invalid handle (sends to it are no-ops) once the runtime is torn down.
 inline caf::actor rank_of(const Shared& sh, int replica, int rank) {
   std::lock_guard<std::mutex> lock(sh.peers_mu);
-  return sh.peers.ranks[static_cast<size_t>(replica)][static_cast<size_t>(rank)];
+  const auto r = static_cast<size_t>(replica), k = static_cast<size_t>(rank);
+  return r < sh.peers.ranks.size() && k < sh.peers.ranks[r].size() ? sh.peers.ranks[r][k] : caf::actor{};
 }
 inline caf::actor shard_of(const Shared& sh, size_t shard) {
   std::lock_guard<std::mutex> lock(sh.peers_mu);
-  return sh.peers.shards[shard];
+  return shard < sh.peers.shards.size() ? sh.peers.shards[shard] : caf::actor{};
 }
 inline std::vector<caf::actor> all_ranks(const Shared& sh) {
   std::lock_guard<std::mutex> lock(sh.peers_mu);
