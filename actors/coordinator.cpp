@@ -131,10 +131,10 @@ void start_step(Self* self) {
         set_tensor_i32(b.initTokenIds(), shape, std::span<const int32_t>(batch.inputs.data() + g * n, static_cast<size_t>(n)));
         set_tensor_i32(b.initTargets(), shape, std::span<const int32_t>(batch.targets.data() + g * n, static_cast<size_t>(n)));
       });
-      self->send(rank_of(sh, r, sched::stage_rank(sh.sl, dir, 0)), std::move(e));
+      post(sh, rank_of(sh, r, sched::stage_rank(sh.sl, dir, 0)), e);
     }
   }
-  for (const caf::actor& a : all_ranks(sh)) self->send(a, rt::start_atom_v, s.step, s.attempt, s.loss_scale, s.aux_scale);
+  for (const caf::actor& a : all_ranks(sh)) post(sh, a, rt::start_atom_v, s.step, s.attempt, s.loss_scale, s.aux_scale);
 }
 
 // A supervised actor went down: respawn it; if a step is running, discard it
@@ -235,7 +235,7 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
         double total = 0.0;
         for (const auto& [k, v] : s.partials) total += v;  // shard order
         s.norm = std::sqrt(total);
-        for (const caf::actor& a : all_shards(*s.sh)) self->send(a, rt::clip_atom_v, s.step, s.attempt, s.norm);
+        for (const caf::actor& a : all_shards(*s.sh)) post(*s.sh, a, rt::clip_atom_v, s.step, s.attempt, s.norm);
       },
       [self](rt::stepok_atom, uint64_t step, uint32_t attempt, uint32_t replica, uint32_t rank) {
         auto& s = self->state;
@@ -260,7 +260,10 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
           ++s.dropped;
           return;
         }
-        s.sup->stage(shard, p, m, v);
+        if (!s.sup->stage(shard, p, m, v)) {
+          ++s.dropped;  // a duplicate
+          return;
+        }
         maybe_finish(self);
       },
       [self](rt::fault_atom, const std::string& who, const std::string& phase) { self->state.last_phase[who] = phase; },

@@ -83,7 +83,8 @@ void reduce(Self* self) {
   const uint32_t attempt = st.attempt;
   const uint32_t shard = static_cast<uint32_t>(st.shard);
   caf::actor coord = st.sh->peers.coordinator;
-  submit(self, *st.dev, [comp, slices = std::move(slices), range, step, attempt, shard, coord](kernels::Backend& be) {
+  auto sh = st.sh;
+  submit(self, *st.dev, [comp, slices = std::move(slices), range, step, attempt, shard, coord, sh](kernels::Backend& be) {
     std::fill(comp->acc.begin(), comp->acc.end(), 0.0f);
     for (const Envelope& e : slices) {
       auto r = e.read<schemas::GradSlice>();
@@ -94,7 +95,7 @@ void reduce(Self* self) {
     }
     be.upload_f32(comp->grads, comp->acc);
     const double sq = be.squared_norm(comp->grads);
-    caf::anon_send(coord, rt::gnorm_atom_v, step, attempt, shard, sq);
+    post(*sh, coord, rt::gnorm_atom_v, step, attempt, shard, sq);
   }, [] {}, owner_label(TraceLabel::Reduce, st.shard));
 }
 
@@ -223,12 +224,12 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
           const Envelope e = param_slice(step, shard, range, be.download_f32(comp->params), attempt);
           *snap = {e, param_slice(step, shard, range, be.download_f32(comp->m)),
                    param_slice(step, shard, range, be.download_f32(comp->v))};
-          for (const caf::actor& r : all_ranks(*sh)) caf::anon_send(r, e);
+          for (const caf::actor& r : all_ranks(*sh)) post(*sh, r, e);
         }, [self, snap, step, attempt, shard] {
           // Sent by the actor once the update is done, so the step (which
           // waits for every snapshot) ends only after the shard's last message.
           const auto& x = *snap;
-          self->send(self->state.sh->peers.coordinator, rt::snapshot_atom_v, step, attempt, shard, x[0], x[1], x[2]);
+          post(*self->state.sh, self->state.sh->peers.coordinator, rt::snapshot_atom_v, step, attempt, shard, x[0], x[1], x[2]);
         }, owner_label(TraceLabel::Update, s.shard));
         s.reduced = false;
         ++s.step;

@@ -46,6 +46,7 @@ struct RuntimeOptions {
   int max_restarts = 3;
   int restart_window = 10;          // steps
   std::function<void(const RestartEvent&)> on_restart;  // called on the coordinator's thread
+  bool duplicate_sends = false;     // tests: send every step message twice (receivers must drop the copies)
 };
 
 // Checks the topology against the model and schedule; throws

@@ -114,6 +114,14 @@ inline std::vector<caf::actor> all_shards(const Shared& sh) {
   return sh.peers.shards;
 }
 
+// Sends a step message; with opt.duplicate_sends (a test switch) twice, so
+// that every receiver's duplicate dropping is exercised on every step.
+template <class... Ts>
+void post(const Shared& sh, const caf::actor& to, const Ts&... xs) {
+  caf::anon_send(to, xs...);
+  if (sh.opt.duplicate_sends) caf::anon_send(to, xs...);
+}
+
 // Fault injection on the target's side: armed by (arm, step, k), the actor
 // dies on the k-th message it receives after that (before handling it),
 // telling the coordinator where in the step it was.

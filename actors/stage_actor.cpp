@@ -112,13 +112,13 @@ Device::Work forward_work(Self* self, const sched::Chunk f, int slot, Envelope i
     else
       res = stage.forward_hidden(slot, comp->w, tensor_f32((*r)->getHidden()),
                                  is_last ? tg : std::span<const int32_t>());
-    caf::anon_send(coord, rt::loss_atom_v, step, attempt, static_cast<uint32_t>(replica),
+    post(*sh, coord, rt::loss_atom_v, step, attempt, static_cast<uint32_t>(replica),
                    static_cast<uint32_t>(f.mb), static_cast<uint32_t>(f.stage), res.loss_sum,
                    res.aux_loss);
     if (is_last) return;
     comp->hidden.resize(static_cast<size_t>(stage.tokens() * stage.d_model()));
     stage.read_output(slot, comp->hidden);
-    caf::anon_send(next_rank, make_pipeline(step, attempt, replica, f, comp->hidden, tg, false, stage.tokens(), stage.d_model()));
+    post(*sh, next_rank, make_pipeline(step, attempt, replica, f, comp->hidden, tg, false, stage.tokens(), stage.d_model()));
   };
 }
 
@@ -134,7 +134,7 @@ Device::Work backward_work(Self* self, const sched::Chunk b, int slot, Envelope 
   const uint32_t attempt = st.attempt;
   const int replica = st.replica;
   const double ls = st.loss_scale, as = st.aux_scale;
-  return [comp, b, slot, dout, prev_rank, step, attempt, replica, last, ls, as](kernels::Backend&) {
+  return [comp, b, slot, dout, prev_rank, step, attempt, replica, last, ls, as, sh](kernels::Backend&) {
     model::Stage& stage = *comp->stages.at({b.dir, b.stage});
     std::span<const float> g;
     std::optional<Read<schemas::Gradients>> keep;
@@ -148,7 +148,7 @@ Device::Work backward_work(Self* self, const sched::Chunk b, int slot, Envelope 
     if (b.stage == 0) return;
     comp->hidden.resize(static_cast<size_t>(stage.tokens() * stage.d_model()));
     stage.read_input_grad(comp->hidden);
-    caf::anon_send(prev_rank, make_pipeline(step, attempt, replica, b, comp->hidden, {}, true, stage.tokens(), stage.d_model()));
+    post(*sh, prev_rank, make_pipeline(step, attempt, replica, b, comp->hidden, {}, true, stage.tokens(), stage.d_model()));
   };
 }
 
@@ -191,7 +191,7 @@ void send_grads(Self* self) {
           b.setMicrobatches(static_cast<uint32_t>(sh->chunks));
           b.setAttempt(attempt);
         });
-        caf::anon_send(shard_of(*sh, s), std::move(e));
+        post(*sh, shard_of(*sh, s), e);
       }
     }
     be.fill(comp->grads, 0.0f);
@@ -430,7 +430,7 @@ caf::behavior rank_actor(Self* self, std::shared_ptr<const Shared> sh, Device* d
             auto& s2 = self->state;
             if (++s2.slices_loaded < static_cast<int>(s2.sh->shard_ranges.size())) return;
             s2.running = false;
-            caf::anon_send(s2.sh->peers.coordinator, rt::stepok_atom_v, s2.step, s2.attempt,
+            post(*s2.sh, s2.sh->peers.coordinator, rt::stepok_atom_v, s2.step, s2.attempt,
                            static_cast<uint32_t>(s2.replica), static_cast<uint32_t>(s2.rank));
             ++s2.step;
             s2.attempt = 0;

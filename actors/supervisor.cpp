@@ -82,9 +82,10 @@ void Supervisor::respawn(caf::event_based_actor* self, const Child& child) {
   children_[fresh.address()] = c;
 }
 
-void Supervisor::stage(uint32_t shard, Envelope p, Envelope m, Envelope v) {
-  if (shard >= committed_.size()) return;
+bool Supervisor::stage(uint32_t shard, Envelope p, Envelope m, Envelope v) {
+  if (shard >= committed_.size() || staged_.count(shard)) return false;
   staged_[shard] = {std::move(p), std::move(m), std::move(v)};
+  return true;
 }
 
 void Supervisor::commit() {

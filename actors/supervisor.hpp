@@ -48,7 +48,8 @@ class Supervisor {
 
   // Snapshots: a shard's post-update state of the running step; all of them
   // staged -> commit() when the step ends.
-  void stage(uint32_t shard, Envelope p, Envelope m, Envelope v);
+  // False (nothing kept) for an unknown shard or one already staged.
+  bool stage(uint32_t shard, Envelope p, Envelope m, Envelope v);
   bool all_staged() const { return staged_.size() == committed_.size(); }
   void clear_staged() { staged_.clear(); }
   void commit();

@@ -221,6 +221,29 @@ TEST(RuntimeFaults, RestartsOutsideTheWindowDoNotEscalate) {
   expect_bitwise_equal(ref, got, "two restarts, window 1");
 }
 
+// Every step message sent twice (data, activations, gradients, losses,
+// gradient slices, norms, clips, parameter slices, snapshots, step reports):
+// each copy is dropped and counted, the math is unchanged, with and without
+// a kill-and-replay in the middle.
+TEST(RuntimeFaults, DuplicatedMessagesAreDropped) {
+  for (const std::string schedule : {"1f1b", "dualpipe"}) {
+    const Outcome ref = run(options(schedule, 8));
+    EXPECT_EQ(ref.dropped, 0u) << schedule;
+    for (const std::string target : {"", "stage:1", "optimizer:0"}) {
+      runtime::RuntimeOptions o = options(schedule, 8);
+      o.duplicate_sends = true;
+      if (!target.empty()) o.faults.push_back({2, target, "kill", 0});
+      const Outcome got = run(o);
+      const std::string what = schedule + " duplicates" + (target.empty() ? "" : ", kill " + target);
+      EXPECT_EQ(got.restarts.size(), target.empty() ? 0u : 1u) << what;
+      // At least one copy of each message of the three steps: the data and
+      // (start) of every rank, for instance, are 3 * (4 + 2) messages alone.
+      EXPECT_GT(got.dropped, 3u * 6u) << what;
+      expect_bitwise_equal(ref, got, what);
+    }
+  }
+}
+
 TEST(RuntimeFaults, StaleMessagesAreDroppedAndCounted) {
   for (const std::string schedule : {"1f1b", "dualpipe"}) {
     const runtime::RuntimeOptions o = options(schedule, 3);
