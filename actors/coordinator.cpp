@@ -91,7 +91,7 @@ void arm_faults(Self* self) {
     const uint32_t n = stage ? rank_messages_per_step(sh, t->index) : shard_messages_per_step(sh, t->index);
     const uint32_t k = f.at_message > 0 ? static_cast<uint32_t>(std::min<int64_t>(f.at_message, n))
                                         : kill_point(sh.opt.train.seed, s.step, f.target, n);
-    self->send(stage ? rank_of(sh, 0, t->index) : shard_of(sh, static_cast<size_t>(t->index)), rt::arm_atom_v, s.step, k);
+    self->send(stage ? rank_of(sh, t->replica, t->index) : shard_of(sh, static_cast<size_t>(t->index)), rt::arm_atom_v, s.step, k);
   }
 }
 
@@ -273,11 +273,12 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
         auto& s = self->state;
         const std::optional<FaultTarget> t = parse_fault_target(target);
         const bool stage = t && t->role == FaultTarget::Role::Stage;
-        if (!t || t->index >= (stage ? s.sh->sl.num_ranks : static_cast<int>(s.sh->shard_ranges.size())))
+        if (!t || t->index >= (stage ? s.sh->sl.num_ranks : static_cast<int>(s.sh->shard_ranges.size())) ||
+            t->replica >= s.sh->opt.data_parallel)
           return caf::make_error(caf::sec::runtime_error, "no actor " + target);
         if (!s.error.empty()) return caf::make_error(caf::sec::runtime_error, s.error);
         s.sup->watch(self);
-        const caf::actor a = stage ? rank_of(*s.sh, 0, t->index) : shard_of(*s.sh, static_cast<size_t>(t->index));
+        const caf::actor a = stage ? rank_of(*s.sh, t->replica, t->index) : shard_of(*s.sh, static_cast<size_t>(t->index));
         auto rp = self->make_response_promise();
         s.kill_waiters[a.address()] = rp;
         self->send_exit(a, caf::exit_reason::kill);

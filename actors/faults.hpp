@@ -18,33 +18,44 @@
 
 namespace troupe::runtime {
 
-// An actor of the topology by role and index ("stage:1", "optimizer:0").
-// Stage targets name the pipeline rank of data-parallel replica 0.
+// An actor of the topology by role and index: "stage:1" (pipeline rank 1 of
+// data-parallel replica 0), "stage:1/replica:1", "optimizer:0".
 struct FaultTarget {
   enum class Role { Stage, Optimizer };
   Role role = Role::Stage;
   int index = 0;
-  std::string str() const { return (role == Role::Stage ? "stage:" : "optimizer:") + std::to_string(index); }
+  int replica = 0;  // stage targets only
 };
 
-// Parses "stage:K" / "optimizer:K" (K a non-negative decimal); nullopt otherwise.
+// Parses "stage:K", "stage:K/replica:R" or "optimizer:K" (K, R non-negative
+// decimals); nullopt otherwise.
 inline std::optional<FaultTarget> parse_fault_target(const std::string& text) {
-  const auto colon = text.find(':');
-  if (colon == std::string::npos) return std::nullopt;
-  const std::string role = text.substr(0, colon), num = text.substr(colon + 1);
-  if (num.empty() || num.size() > 6 || num.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+  auto number = [](const std::string& s, int& out) {
+    if (s.empty() || s.size() > 6 || s.find_first_not_of("0123456789") != std::string::npos) return false;
+    out = std::stoi(s);
+    return true;
+  };
   FaultTarget t;
+  std::string head = text;
+  if (const auto slash = text.find('/'); slash != std::string::npos) {
+    const std::string tail = text.substr(slash + 1);
+    head = text.substr(0, slash);
+    if (tail.rfind("replica:", 0) != 0 || !number(tail.substr(8), t.replica)) return std::nullopt;
+    if (head.rfind("stage:", 0) != 0) return std::nullopt;  // shards serve every replica
+  }
+  const auto colon = head.find(':');
+  if (colon == std::string::npos || !number(head.substr(colon + 1), t.index)) return std::nullopt;
+  const std::string role = head.substr(0, colon);
   if (role == "stage") t.role = FaultTarget::Role::Stage;
   else if (role == "optimizer") t.role = FaultTarget::Role::Optimizer;
   else return std::nullopt;
-  t.index = std::stoi(num);
   return t;
 }
 
 // One [[faults]] entry.
 struct FaultSpec {
   int64_t at_step = 1;      // 1-based step (1..steps) whose first attempt is hit
-  std::string target;       // "stage:K" or "optimizer:K"
+  std::string target;       // "stage:K", "stage:K/replica:R" or "optimizer:K"
   std::string kind = "kill";  // only "kill" so far
   int64_t at_message = 0;   // 0: seeded point; k > 0: die on the k-th message (tests pin phases)
 };
@@ -65,7 +76,7 @@ inline uint32_t kill_point(uint64_t seed, uint64_t step, const std::string& targ
 struct RestartEvent {
   int64_t step = 0;     // 1-based step that was running (or is about to run)
   int attempt = 0;      // 1-based attempt of that step that runs next
-  std::string actor;    // "stage:1", "stage:1/replica:1", "optimizer:0"
+  std::string actor;    // "stage:1", "stage:1/replica:1" (data-parallel runs), "optimizer:0"
   std::string cause;    // "killed", or the exit reason
   std::string phase;    // where in the step a killed actor was (when it said so)
   bool replayed = false;  // the running step was discarded and is run again

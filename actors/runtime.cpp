@@ -85,10 +85,12 @@ void validate(const RuntimeOptions& o) {
   require(o.restart_window >= 1, "restart_window must be >= 1");
   for (const FaultSpec& f : o.faults) {
     const std::optional<FaultTarget> target = parse_fault_target(f.target);
-    require(target.has_value(), "fault target \"" + f.target + "\" must be stage:K or optimizer:K");
+    require(target.has_value(), "fault target \"" + f.target + "\" must be stage:K, stage:K/replica:R or optimizer:K");
     const int n = target->role == FaultTarget::Role::Stage ? o.stages : o.optimizer_shards;
     require(target->index < n, "fault target " + f.target + " does not exist: there are " + std::to_string(n) +
                                    (target->role == FaultTarget::Role::Stage ? " stage(s)" : " optimizer shard(s)"));
+    require(target->replica < o.data_parallel, "fault target " + f.target + " does not exist: there are " +
+                                                   std::to_string(o.data_parallel) + " data-parallel replica(s)");
     require(f.kind == "kill", "fault kind \"" + f.kind + "\" is not supported (only \"kill\")");
     require(f.at_step >= 1 && f.at_step <= t.steps, "fault at_step " + std::to_string(f.at_step) +
                                                        " is outside the run's steps 1.." + std::to_string(t.steps));

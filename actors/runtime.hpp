@@ -74,7 +74,7 @@ class Runtime {
   uint64_t dropped_messages();
   // Restarts so far, in order (see RuntimeOptions::on_restart).
   std::vector<RestartEvent> restarts() const;
-  // Kills the actor `target` ("stage:K" of replica 0, "optimizer:K") now,
+  // Kills the actor `target` ("stage:K", "stage:K/replica:R", "optimizer:K") now,
   // with exit_reason::kill, and returns once the supervisor has handled it
   // (restarted it, and replayed the step if one was running). Throws
   // std::runtime_error for an unknown target or when the restart escalated.

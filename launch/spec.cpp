@@ -237,7 +237,8 @@ class Parser {
           } else {
             f.target = str->get(), has_target = true;
             if (!runtime::parse_fault_target(f.target))
-              error(p, "[[faults]] target = \"" + f.target + "\" is not an actor: write \"stage:K\" (pipeline rank K) or \"optimizer:K\" (optimizer shard K)"), ok = false;
+              error(p, "[[faults]] target = \"" + f.target + "\" is not an actor: write \"stage:K\" (pipeline rank K), "
+                       "\"stage:K/replica:R\" (of data-parallel replica R) or \"optimizer:K\" (optimizer shard K)"), ok = false;
           }
         } else {
           std::string msg = "unknown key '" + key + "' in [[faults]]";
@@ -415,6 +416,9 @@ void check_faults(const Spec& s, Parser& p) {
     if (t->index >= n)
       p.error(p.fault_where(i, "target"), "[[faults]] target = \"" + f.target + "\" does not exist: [topology] " +
                                              (stage ? "stages = " : "optimizer_shards = ") + v(n) + " (indices 0.." + v(n - 1) + ")");
+    else if (t->replica >= s.topology.data_parallel)
+      p.error(p.fault_where(i, "target"), "[[faults]] target = \"" + f.target + "\" does not exist: [topology] data_parallel = " +
+                                             v(s.topology.data_parallel) + " (replicas 0.." + v(s.topology.data_parallel - 1) + ")");
   }
 }
 

@@ -156,11 +156,12 @@ TEST(RuntimeFaults, DataParallelReplay) {
   runtime::RuntimeOptions base = options("1f1b", 5);
   base.data_parallel = 2;
   const Outcome ref = run(base);
-  for (const std::string target : {"stage:1", "optimizer:0"}) {
+  for (const std::string target : {"stage:1", "stage:0/replica:1", "optimizer:0"}) {
     runtime::RuntimeOptions o = base;
     o.faults.push_back({2, target, "kill", 0});
     const Outcome got = run(o);
     ASSERT_EQ(got.restarts.size(), 1u) << target;
+    EXPECT_EQ(got.restarts[0].actor, target == "stage:1" ? "stage:1/replica:0" : target);
     EXPECT_TRUE(got.restarts[0].replayed);
     expect_bitwise_equal(ref, got, "dp2 kill " + target);
   }
@@ -278,7 +279,9 @@ TEST(RuntimeFaults, BadFaultEntriesAreRejected) {
       EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
     }
   };
-  bad({1, "expert:0", "kill", 0}, "must be stage:K or optimizer:K");
+  bad({1, "expert:0", "kill", 0}, "must be stage:K, stage:K/replica:R or optimizer:K");
+  bad({1, "optimizer:0/replica:0", "kill", 0}, "must be stage:K");
+  bad({1, "stage:0/replica:1", "kill", 0}, "there are 1 data-parallel replica(s)");
   bad({1, "stage:2", "kill", 0}, "there are 2 stage(s)");
   bad({1, "optimizer:5", "kill", 0}, "there are 2 optimizer shard(s)");
   bad({1, "stage:0", "hang", 0}, "only \"kill\"");
