@@ -30,6 +30,12 @@ CAF_BEGIN_TYPE_ID_BLOCK(troupe, caf::first_custom_type_id)
   CAF_ADD_ATOM(troupe, troupe::rt, fail_atom, "rt_fail")
   CAF_ADD_ATOM(troupe, troupe::rt, params_atom, "rt_params")
   CAF_ADD_ATOM(troupe, troupe::rt, dropped_atom, "rt_dropped")
+  // Supervision, snapshots and replay (actors/supervisor.hpp).
+  CAF_ADD_ATOM(troupe, troupe::rt, arm_atom, "rt_arm")
+  CAF_ADD_ATOM(troupe, troupe::rt, restore_atom, "rt_restore")
+  CAF_ADD_ATOM(troupe, troupe::rt, snapshot_atom, "rt_snap")
+  CAF_ADD_ATOM(troupe, troupe::rt, fault_atom, "rt_fault")
+  CAF_ADD_ATOM(troupe, troupe::rt, stale_atom, "rt_stale")
 
 CAF_END_TYPE_ID_BLOCK(troupe)
 

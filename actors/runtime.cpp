@@ -6,6 +6,7 @@
 #include <chrono>
 #include <limits>
 #include <filesystem>
+#include <mutex>
 #include <set>
 #include <stdexcept>
 #include <unistd.h>
@@ -80,6 +81,21 @@ void validate(const RuntimeOptions& o) {
   model::split_layers(t.model.n_layers, sl.num_stages);  // throws when there are too few layers
   const int64_t P = model::build_param_layout(t.model).total();
   require(o.optimizer_shards <= P, "more optimizer shards than parameters");
+  require(o.max_restarts >= 0, "max_restarts must be >= 0");
+  require(o.restart_window >= 1, "restart_window must be >= 1");
+  for (const FaultSpec& f : o.faults) {
+    const std::optional<FaultTarget> target = parse_fault_target(f.target);
+    require(target.has_value(), "fault target \"" + f.target + "\" must be stage:K, stage:K/replica:R or optimizer:K");
+    const int n = target->role == FaultTarget::Role::Stage ? o.stages : o.optimizer_shards;
+    require(target->index < n, "fault target " + f.target + " does not exist: there are " + std::to_string(n) +
+                                   (target->role == FaultTarget::Role::Stage ? " stage(s)" : " optimizer shard(s)"));
+    require(target->replica < o.data_parallel, "fault target " + f.target + " does not exist: there are " +
+                                                   std::to_string(o.data_parallel) + " data-parallel replica(s)");
+    require(f.kind == "kill", "fault kind \"" + f.kind + "\" is not supported (only \"kill\")");
+    require(f.at_step >= 1 && f.at_step <= t.steps, "fault at_step " + std::to_string(f.at_step) +
+                                                       " is outside the run's steps 1.." + std::to_string(t.steps));
+    require(f.at_message >= 0, "fault at_message must be >= 0");
+  }
 }
 
 struct Runtime::Impl {
@@ -89,8 +105,9 @@ struct Runtime::Impl {
   std::shared_ptr<Shared> sh;
   std::unique_ptr<caf::actor_system_config> cfg;
   std::unique_ptr<caf::actor_system> sys;
-  std::vector<caf::actor> all;
   int64_t steps_done = 0;
+  mutable std::mutex restarts_mu;
+  std::vector<RestartEvent> restarts;
 
   bool tracing() const { return sh->opt.record_trace || !sh->opt.trace.empty(); }
 
@@ -126,29 +143,50 @@ struct Runtime::Impl {
     cfg = std::make_unique<caf::actor_system_config>();
     register_caf_types(*cfg);
     sys = std::make_unique<caf::actor_system>(*cfg);
+    // One placement rule, used at start and by the supervisor's respawns:
+    // shards and then ranks round-robin over the devices.
+    s.spawn = [this, o](caf::actor_system& as, FaultTarget::Role role, int replica, int index) {
+      if (role == FaultTarget::Role::Optimizer)
+        return spawn_shard(as, sh, *devices[static_cast<size_t>(index % o.devices)], index);
+      return spawn_rank(as, sh, *devices[static_cast<size_t>((replica * o.stages + index) % o.devices)], replica, index);
+    };
+    s.on_restart = [this, user = o.on_restart](const RestartEvent& ev) {
+      {
+        std::lock_guard<std::mutex> lock(restarts_mu);
+        restarts.push_back(ev);
+      }
+      if (user) user(ev);
+    };
     // The coordinator first: actors report device errors to it from the start.
     s.peers.coordinator = spawn_coordinator(*sys, sh);
-    all.push_back(s.peers.coordinator);
-    for (int i = 0; i < o.optimizer_shards; ++i) {
-      s.peers.shards.push_back(spawn_shard(*sys, sh, *devices[static_cast<size_t>(i % o.devices)], i));
-      all.push_back(s.peers.shards.back());
-    }
+    for (int i = 0; i < o.optimizer_shards; ++i)
+      s.peers.shards.push_back(s.spawn(*sys, FaultTarget::Role::Optimizer, 0, i));
     s.peers.ranks.resize(static_cast<size_t>(o.data_parallel));
     for (int r = 0; r < o.data_parallel; ++r)
-      for (int k = 0; k < o.stages; ++k) {
-        Device& dev = *devices[static_cast<size_t>((r * o.stages + k) % o.devices)];
-        s.peers.ranks[r].push_back(spawn_rank(*sys, sh, dev, r, k));
-        all.push_back(s.peers.ranks[r].back());
-      }
+      for (int k = 0; k < o.stages; ++k) s.peers.ranks[r].push_back(s.spawn(*sys, FaultTarget::Role::Stage, r, k));
   }
 
   ~Impl() {
     for (auto& d : devices) d->drain();
-    for (const caf::actor& a : all) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
-    all.clear();
-    sh->peers = Peers{};
-    sys.reset();  // waits for every actor to finish
+    // The coordinator (the supervisor) first, and wait until it is gone, so
+    // it restarts nobody; then every rank and shard it left. Actors and
+    // device work of a failed step may still be running: the peer table
+    // stays valid until all of them are done.
+    {
+      caf::scoped_actor self{*sys};
+      self->monitor(sh->peers.coordinator);
+      caf::anon_send_exit(sh->peers.coordinator, caf::exit_reason::user_shutdown);
+      self->receive([](const caf::down_msg&) {});
+    }
+    for (const caf::actor& a : all_shards(*sh)) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    for (const caf::actor& a : all_ranks(*sh)) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    sys->await_all_actors_done();
     for (auto& d : devices) d->drain();
+    {
+      std::lock_guard<std::mutex> lock(sh->peers_mu);
+      sh->peers = Peers{};  // actors and closures hold `sh`: break the cycle
+    }
+    sys.reset();
   }
 };
 
@@ -181,7 +219,7 @@ int64_t Runtime::steps_done() const { return impl_->steps_done; }
 std::vector<float> Runtime::parameters() {
   std::vector<float> out(static_cast<size_t>(impl_->sh->layout.total()), 0.0f);
   caf::scoped_actor self{*impl_->sys};
-  for (const caf::actor& shard : impl_->sh->peers.shards) {
+  for (const caf::actor& shard : all_shards(*impl_->sh)) {
     std::string err;
     self->request(shard, caf::infinite, rt::params_atom_v)
         .receive(
@@ -212,7 +250,7 @@ model::TrainingState Runtime::state() {
   st.adam_m.assign(P, 0.0f);
   st.adam_v.assign(P, 0.0f);
   caf::scoped_actor self{*impl_->sys};
-  for (const caf::actor& shard : sh.peers.shards) {
+  for (const caf::actor& shard : all_shards(sh)) {
     std::string err;
     self->request(shard, caf::infinite, rt::params_atom_v, true)
         .receive(
@@ -244,12 +282,32 @@ uint64_t Runtime::dropped_messages() {
   uint64_t total = 0;
   caf::scoped_actor self{*impl_->sys};
   std::vector<caf::actor> actors{impl_->sh->peers.coordinator};
-  for (const auto& s : impl_->sh->peers.shards) actors.push_back(s);
-  for (const auto& rep : impl_->sh->peers.ranks)
-    for (const auto& r : rep) actors.push_back(r);
+  for (const auto& s : all_shards(*impl_->sh)) actors.push_back(s);
+  for (const auto& r : all_ranks(*impl_->sh)) actors.push_back(r);
   for (const caf::actor& a : actors)
     self->request(a, caf::infinite, rt::dropped_atom_v).receive([&](uint64_t n) { total += n; }, [](caf::error&) {});
   return total;
+}
+
+std::vector<RestartEvent> Runtime::restarts() const {
+  std::lock_guard<std::mutex> lock(impl_->restarts_mu);
+  return impl_->restarts;
+}
+
+void Runtime::kill(const std::string& target) {
+  caf::scoped_actor self{*impl_->sys};
+  std::string err;
+  self->request(impl_->sh->peers.coordinator, caf::infinite, rt::fault_atom_v, target)
+      .receive([](bool) {}, [&](caf::error& e) { err = impl_->sys->render(e); });
+  if (!err.empty()) throw std::runtime_error("runtime: kill " + target + ": " + err);
+}
+
+uint32_t Runtime::inject_stale_messages() {
+  caf::scoped_actor self{*impl_->sys};
+  uint32_t sent = 0;
+  self->request(impl_->sh->peers.coordinator, caf::infinite, rt::stale_atom_v)
+      .receive([&](uint32_t n) { sent = n; }, [](caf::error&) {});
+  return sent;
 }
 
 void Runtime::write_trace(const std::string& path) {

@@ -19,10 +19,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "actors/faults.hpp"
 #include "model/checkpoint.hpp"
 #include "model/trainer.hpp"
 
@@ -37,6 +39,14 @@ struct RuntimeOptions {
   int data_parallel = 1;            // replicas; each takes microbatches / data_parallel of them
   std::string trace;                // Chrome trace file written by train(); empty: no tracing
   bool record_trace = false;        // record device events without train() writing them (tests)
+  // Supervision (actors/supervisor.hpp): a rank or shard actor that goes down
+  // is respawned on its device and the running step is replayed; more than
+  // max_restarts restarts within restart_window steps fail the step.
+  std::vector<FaultSpec> faults;    // failure injection ([[faults]])
+  int max_restarts = 3;
+  int restart_window = 10;          // steps
+  std::function<void(const RestartEvent&)> on_restart;  // called on the coordinator's thread
+  bool duplicate_sends = false;     // tests: send every step message twice (receivers must drop the copies)
 };
 
 // Checks the topology against the model and schedule; throws
@@ -62,6 +72,18 @@ class Runtime {
   model::TrainingState state();
   // Messages dropped as duplicates or stale, over all actors (for tests).
   uint64_t dropped_messages();
+  // Restarts so far, in order (see RuntimeOptions::on_restart).
+  std::vector<RestartEvent> restarts() const;
+  // Kills the actor `target` ("stage:K", "stage:K/replica:R", "optimizer:K") now,
+  // with exit_reason::kill, and returns once the supervisor has handled it
+  // (restarted it, and replayed the step if one was running). Throws
+  // std::runtime_error for an unknown target or when the restart escalated.
+  void kill(const std::string& target);
+  // Test hook, between steps (after at least one): sends every rank, shard
+  // and the coordinator messages of the finished step, which they must drop
+  // and count; returns how many were sent. Each receiver has handled them
+  // once the next step() returned.
+  uint32_t inject_stale_messages();
   // With tracing on (options.trace set or record_trace): waits for the devices
   // to go idle and writes their events so far as Chrome trace JSON
   // (actors/trace.hpp). Throws std::logic_error when tracing is off.

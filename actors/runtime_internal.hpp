@@ -20,6 +20,21 @@
 //                                     are loaded; the step ends when all did.
 // Receivers key what they store by (step, kind, direction, stage, mb) or
 // (step, replica, rank, offset) and drop duplicates and stale steps.
+// Every message also carries the step's attempt (replay generation): a step
+// that lost an actor is discarded and run again with attempt + 1, and
+// receivers drop anything of an older (step, attempt). Supervision and replay
+// (actors/supervisor.hpp):
+//   shard -> coordinator              (snapshot, s, attempt, shard, p, m, v)
+//                                     after each update: the state the step
+//                                     after s starts from
+//   coordinator -> target             (arm, s, k): die on the k-th message
+//   dying actor -> coordinator        (fault, name, phase) just before it quits
+//   coordinator -> every shard        (restore, s, attempt, p, m, v): back to
+//                                     the snapshot the step s started from
+//   coordinator -> every rank         (restore, s, attempt), then one
+//                                     (restore, ParamSlice) per shard: abort to
+//                                     the start of step s with its parameters;
+//                                     then the data and (start ...) again.
 // Compute runs on Devices: a closure ends by sending (done, ticket) to its
 // actor, which then runs the continuation registered under that ticket.
 #pragma once
@@ -28,6 +43,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -55,7 +71,10 @@ struct Peers {
 };
 
 // Everything the actors share, immutable once the actors run (the peers are
-// filled in before the first message is sent).
+// filled in before the first message is sent), except the rank and shard
+// handles: the supervisor replaces a restarted actor's handle, so they are
+// read through rank_of / shard_of / all_ranks / all_shards, under peers_mu.
+// The coordinator is never replaced and is read directly.
 struct Shared {
   RuntimeOptions opt;
   model::ParamLayout layout;
@@ -66,8 +85,59 @@ struct Shared {
   std::vector<Range> shard_ranges;                        // [shard]
   std::vector<std::vector<Range>> rank_owned;             // [rank] entries its stages touch
   std::vector<float> init;                                // initial flat parameters
-  Peers peers;
+  mutable Peers peers;
+  mutable std::mutex peers_mu;
+  // Spawns the actor of a role/index (replica for ranks) on its device; the
+  // supervisor respawns with it (one placement rule, in runtime.cpp).
+  std::function<caf::actor(caf::actor_system&, FaultTarget::Role, int replica, int index)> spawn;
+  std::function<void(const RestartEvent&)> on_restart;    // runtime.cpp records, then the user's
 };
+
+// An invalid handle (sends to it are no-ops) once the runtime is torn down.
+inline caf::actor rank_of(const Shared& sh, int replica, int rank) {
+  std::lock_guard<std::mutex> lock(sh.peers_mu);
+  const auto r = static_cast<size_t>(replica), k = static_cast<size_t>(rank);
+  return r < sh.peers.ranks.size() && k < sh.peers.ranks[r].size() ? sh.peers.ranks[r][k] : caf::actor{};
+}
+inline caf::actor shard_of(const Shared& sh, size_t shard) {
+  std::lock_guard<std::mutex> lock(sh.peers_mu);
+  return shard < sh.peers.shards.size() ? sh.peers.shards[shard] : caf::actor{};
+}
+inline std::vector<caf::actor> all_ranks(const Shared& sh) {
+  std::lock_guard<std::mutex> lock(sh.peers_mu);
+  std::vector<caf::actor> out;
+  for (const auto& rep : sh.peers.ranks) out.insert(out.end(), rep.begin(), rep.end());
+  return out;
+}
+inline std::vector<caf::actor> all_shards(const Shared& sh) {
+  std::lock_guard<std::mutex> lock(sh.peers_mu);
+  return sh.peers.shards;
+}
+
+// Sends a step message; with opt.duplicate_sends (a test switch) twice, so
+// that every receiver's duplicate dropping is exercised on every step.
+template <class... Ts>
+void post(const Shared& sh, const caf::actor& to, const Ts&... xs) {
+  caf::anon_send(to, xs...);
+  if (sh.opt.duplicate_sends) caf::anon_send(to, xs...);
+}
+
+// Fault injection on the target's side: armed by (arm, step, k), the actor
+// dies on the k-th message it receives after that (before handling it),
+// telling the coordinator where in the step it was.
+struct KillSwitch {
+  uint32_t left = 0;  // messages until death; 0 = not armed
+};
+
+// Call first in every step-message handler; true: the actor is now quitting.
+template <class State>
+bool kill_switch_fires(caf::stateful_actor<State>* self, const std::string& phase) {
+  auto& ks = self->state.kill;
+  if (ks.left == 0 || --ks.left > 0) return false;
+  caf::anon_send(self->state.sh->peers.coordinator, rt::fault_atom_v, self->state.name, phase);
+  self->quit(caf::exit_reason::kill);
+  return true;
+}
 
 // Continuations of submitted device work, keyed by ticket (actor thread only).
 struct Tickets {
@@ -136,5 +206,10 @@ caf::actor spawn_rank(caf::actor_system& sys, std::shared_ptr<const Shared> sh, 
 caf::actor spawn_shard(caf::actor_system& sys, std::shared_ptr<const Shared> sh, Device& dev,
                        int shard);
 caf::actor spawn_coordinator(caf::actor_system& sys, std::shared_ptr<const Shared> sh);
+
+// Messages a rank / shard handles in one step when nothing fails (the range
+// of the seeded kill point).
+uint32_t rank_messages_per_step(const Shared& sh, int rank);
+uint32_t shard_messages_per_step(const Shared& sh, int shard);
 
 }  // namespace troupe::runtime

@@ -2,7 +2,11 @@
 // for sequential/1f1b, two for dualpipe/dualpipev), runs the rank's op list
 // in order on its device, exchanges activations and gradients as Envelopes,
 // then sends gradient slices to the optimizer shards and loads the updated
-// parameter slices they send back. Protocol: runtime_internal.hpp.
+// parameter slices they send back. Protocol: runtime_internal.hpp. On a
+// (restore ...) from the supervisor it aborts to the start of a step: drops
+// what it holds of older attempts, forgets pending continuations (device
+// work already queued still runs, but its sends carry the old attempt and
+// are dropped), zeroes its gradients and reloads the step's parameters.
 #include <map>
 #include <optional>
 #include <set>
@@ -15,7 +19,7 @@
 namespace troupe::runtime {
 namespace {
 
-using Key = std::tuple<uint64_t, int, int, int, int>;  // step, kind (0 act, 1 grad), dir, consumer stage, mb
+using Key = std::tuple<uint64_t, uint32_t, int, int, int, int>;  // step, attempt, kind (0 act, 1 grad), dir, consumer stage, mb
 using StageId = std::pair<int, int>;                     // dir, stage
 
 // Device-side state: touched only by closures running on the rank's device.
@@ -35,11 +39,15 @@ struct RankState {
   std::vector<sched::Op> ops;
   std::vector<StageId> held;
   std::shared_ptr<Compute> comp;
+  std::map<StageId, int> slot_count;               // activation slots per held stage
   std::map<StageId, std::vector<int>> free_slots;  // actor side: slot bookkeeping
   std::map<StageId, std::map<int, int>> slot_of;
   size_t next = 0;
   bool busy = false, running = false;
+  int backwards = 0;               // backward ops submitted this attempt
   uint64_t step = 0;               // step being run (== completed steps)
+  uint32_t attempt = 0;            // replay generation of the step
+  KillSwitch kill;
   double loss_scale = 0.0, aux_scale = 0.0;
   std::map<Key, Envelope> inbox;
   std::set<Key> consumed;
@@ -52,8 +60,9 @@ using Self = caf::stateful_actor<RankState>;
 
 void try_run(Self* self);
 
-Envelope make_pipeline(uint64_t step, int replica_id, const sched::Chunk& c, std::span<const float> hidden,
-                       std::span<const int32_t> targets, bool backward, int64_t T, int64_t D) {
+Envelope make_pipeline(uint64_t step, uint32_t attempt, int replica_id, const sched::Chunk& c,
+                       std::span<const float> hidden, std::span<const int32_t> targets, bool backward, int64_t T,
+                       int64_t D) {
   const uint32_t replica = static_cast<uint32_t>(replica_id);
   auto tag = [&](schemas::PipelineTag::Builder t) {
     t.setStep(step);
@@ -62,6 +71,7 @@ Envelope make_pipeline(uint64_t step, int replica_id, const sched::Chunk& c, std
     t.setDirection(backward ? schemas::Direction::BACKWARD : schemas::Direction::FORWARD);
     t.setChunk(static_cast<uint32_t>(c.dir));
     t.setReplica(replica);
+    t.setAttempt(attempt);
   };
   const int64_t shape[2] = {T, D};
   if (backward)
@@ -83,12 +93,13 @@ Device::Work forward_work(Self* self, const sched::Chunk f, int slot, Envelope i
   auto comp = st.comp;
   auto sh = st.sh;
   const int last = sh->sl.num_stages - 1;
-  caf::actor next_rank = f.stage < last ? sh->peers.ranks[st.replica][sched::stage_rank(sh->sl, f.dir, f.stage + 1)]
+  caf::actor next_rank = f.stage < last ? rank_of(*sh, st.replica, sched::stage_rank(sh->sl, f.dir, f.stage + 1))
                                         : caf::actor{};
   caf::actor coord = sh->peers.coordinator;
   const uint64_t step = st.step;
+  const uint32_t attempt = st.attempt;
   const int replica = st.replica;
-  return [comp, f, slot, in, next_rank, coord, step, replica, last, sh](kernels::Backend&) {
+  return [comp, f, slot, in, next_rank, coord, step, attempt, replica, last, sh](kernels::Backend&) {
     model::Stage& stage = *comp->stages.at({f.dir, f.stage});
     auto r = in.read<schemas::Activations>();
     if (!r) throw std::runtime_error("bad activations: " + to_string(r.error()));
@@ -101,13 +112,13 @@ Device::Work forward_work(Self* self, const sched::Chunk f, int slot, Envelope i
     else
       res = stage.forward_hidden(slot, comp->w, tensor_f32((*r)->getHidden()),
                                  is_last ? tg : std::span<const int32_t>());
-    caf::anon_send(coord, rt::loss_atom_v, step, static_cast<uint32_t>(replica),
+    post(*sh, coord, rt::loss_atom_v, step, attempt, static_cast<uint32_t>(replica),
                    static_cast<uint32_t>(f.mb), static_cast<uint32_t>(f.stage), res.loss_sum,
                    res.aux_loss);
     if (is_last) return;
     comp->hidden.resize(static_cast<size_t>(stage.tokens() * stage.d_model()));
     stage.read_output(slot, comp->hidden);
-    caf::anon_send(next_rank, make_pipeline(step, replica, f, comp->hidden, tg, false, stage.tokens(), stage.d_model()));
+    post(*sh, next_rank, make_pipeline(step, attempt, replica, f, comp->hidden, tg, false, stage.tokens(), stage.d_model()));
   };
 }
 
@@ -117,12 +128,13 @@ Device::Work backward_work(Self* self, const sched::Chunk b, int slot, Envelope 
   auto comp = st.comp;
   auto sh = st.sh;
   const int last = sh->sl.num_stages - 1;
-  caf::actor prev_rank = b.stage > 0 ? sh->peers.ranks[st.replica][sched::stage_rank(sh->sl, b.dir, b.stage - 1)]
+  caf::actor prev_rank = b.stage > 0 ? rank_of(*sh, st.replica, sched::stage_rank(sh->sl, b.dir, b.stage - 1))
                                      : caf::actor{};
   const uint64_t step = st.step;
+  const uint32_t attempt = st.attempt;
   const int replica = st.replica;
   const double ls = st.loss_scale, as = st.aux_scale;
-  return [comp, b, slot, dout, prev_rank, step, replica, last, ls, as](kernels::Backend&) {
+  return [comp, b, slot, dout, prev_rank, step, attempt, replica, last, ls, as, sh](kernels::Backend&) {
     model::Stage& stage = *comp->stages.at({b.dir, b.stage});
     std::span<const float> g;
     std::optional<Read<schemas::Gradients>> keep;
@@ -136,12 +148,12 @@ Device::Work backward_work(Self* self, const sched::Chunk b, int slot, Envelope 
     if (b.stage == 0) return;
     comp->hidden.resize(static_cast<size_t>(stage.tokens() * stage.d_model()));
     stage.read_input_grad(comp->hidden);
-    caf::anon_send(prev_rank, make_pipeline(step, replica, b, comp->hidden, {}, true, stage.tokens(), stage.d_model()));
+    post(*sh, prev_rank, make_pipeline(step, attempt, replica, b, comp->hidden, {}, true, stage.tokens(), stage.d_model()));
   };
 }
 
-Key act_key(uint64_t step, const sched::Chunk& c) { return {step, 0, c.dir, c.stage, c.mb}; }
-Key grad_key(uint64_t step, const sched::Chunk& c) { return {step, 1, c.dir, c.stage, c.mb}; }
+Key act_key(const RankState& st, const sched::Chunk& c) { return {st.step, st.attempt, 0, c.dir, c.stage, c.mb}; }
+Key grad_key(const RankState& st, const sched::Chunk& c) { return {st.step, st.attempt, 1, c.dir, c.stage, c.mb}; }
 
 bool take(RankState& st, const Key& k, Envelope& out) {
   auto it = st.inbox.find(k);
@@ -158,8 +170,9 @@ void send_grads(Self* self) {
   auto comp = st.comp;
   auto sh = st.sh;
   const uint64_t step = st.step;
+  const uint32_t attempt = st.attempt;
   const int replica = st.replica, rank = st.rank;
-  submit(self, *st.dev, [comp, sh, step, replica, rank](kernels::Backend& be) {
+  submit(self, *st.dev, [comp, sh, step, attempt, replica, rank](kernels::Backend& be) {
     const std::vector<float> all = be.download_f32(comp->grads);
     for (size_t s = 0; s < sh->shard_ranges.size(); ++s) {
       for (const Range& own : sh->rank_owned[static_cast<size_t>(rank)]) {
@@ -176,12 +189,52 @@ void send_grads(Self* self) {
           set_tensor_f32(b.initGrads(), shape,
                          std::span<const float>(all.data() + piece.offset, static_cast<size_t>(piece.count)));
           b.setMicrobatches(static_cast<uint32_t>(sh->chunks));
+          b.setAttempt(attempt);
         });
-        caf::anon_send(sh->peers.shards[s], std::move(e));
+        post(*sh, shard_of(*sh, s), e);
       }
     }
     be.fill(comp->grads, 0.0f);
   }, [] {}, owner_label(TraceLabel::GradSend, rank));
+}
+
+// Every activation slot free (at spawn and when a step is aborted).
+void reset_slots(RankState& st) {
+  st.free_slots.clear();
+  st.slot_of.clear();
+  for (const auto& [id, n] : st.slot_count)
+    for (int i = n - 1; i >= 0; --i) st.free_slots[id].push_back(i);
+}
+
+// Where in the step the rank is (reported when a fault kills it).
+std::string rank_phase(const RankState& st) {
+  if (!st.running && st.next == 0) return "waiting for its step to start";
+  if (st.next < st.ops.size()) return st.backwards == 0 ? "in its forwards, before any backward" : "in its backward ops";
+  return "loading parameters after sending gradients (" + std::to_string(st.slices_loaded) + " of " +
+         std::to_string(st.sh->shard_ranges.size()) + " slices loaded)";
+}
+
+// Abort to the start of step `step`, attempt `attempt` (the supervisor then
+// sends the step's parameters, the data and (start ...)).
+void abort_to(Self* self, uint64_t step, uint32_t attempt) {
+  auto& st = self->state;
+  st.step = step;
+  st.attempt = attempt;
+  st.running = false;
+  st.busy = false;
+  st.next = 0;
+  st.backwards = 0;
+  st.slices_from.clear();
+  st.slices_loaded = 0;
+  st.tickets.pending.clear();  // late completions of old work find nothing to continue
+  reset_slots(st);
+  const Key keep{step, attempt, 0, 0, 0, 0};
+  st.inbox.erase(st.inbox.begin(), st.inbox.lower_bound(keep));
+  st.consumed.erase(st.consumed.begin(), st.consumed.lower_bound(keep));
+  auto comp = st.comp;
+  // Queued after any old work on the device, so old backwards cannot leak in.
+  submit(self, *st.dev, [comp](kernels::Backend& be) { be.fill(comp->grads, 0.0f); }, [] {},
+         owner_label(TraceLabel::RankInit, st.rank));
 }
 
 void try_run(Self* self) {
@@ -194,12 +247,12 @@ void try_run(Self* self) {
     // weight gradients are the same values, computed earlier than scheduled.
     const bool has_b = op.type == sched::OpType::BW || op.type == sched::OpType::FB ||
                        op.type == sched::OpType::B;
-    if (has_f && !st.inbox.count(act_key(st.step, op.f))) return;
-    if (has_b && op.b.stage < last && !st.inbox.count(grad_key(st.step, op.b))) return;
+    if (has_f && !st.inbox.count(act_key(st, op.f))) return;
+    if (has_b && op.b.stage < last && !st.inbox.count(grad_key(st, op.b))) return;
     st.busy = true;
     if (has_f) {
       Envelope in;
-      take(st, act_key(st.step, op.f), in);
+      take(st, act_key(st, op.f), in);
       const StageId id{op.f.dir, op.f.stage};
       auto& fr = st.free_slots[id];
       if (fr.empty()) throw std::logic_error(st.name + ": no free activation slot");
@@ -214,7 +267,8 @@ void try_run(Self* self) {
     }
     if (has_b) {
       Envelope dout;
-      if (op.b.stage < last) take(st, grad_key(st.step, op.b), dout);
+      if (op.b.stage < last) take(st, grad_key(st, op.b), dout);
+      ++st.backwards;
       const StageId id{op.b.dir, op.b.stage};
       const int slot = st.slot_of[id].at(op.b.mb);
       st.slot_of[id].erase(op.b.mb);
@@ -255,10 +309,9 @@ caf::behavior rank_actor(Self* self, std::shared_ptr<const Shared> sh, Device* d
     if (op.type == sched::OpType::BW || op.type == sched::OpType::FB || op.type == sched::OpType::B)
       --live[{op.b.dir, op.b.stage}];
   }
-  for (const auto& [id, n] : peak) {
-    st.held.push_back(id);
-    for (int i = n - 1; i >= 0; --i) st.free_slots[id].push_back(i);
-  }
+  for (const auto& [id, n] : peak) st.held.push_back(id);
+  st.slot_count = peak;
+  reset_slots(st);
   st.comp = std::make_shared<Compute>();
   auto comp = st.comp;
   const std::map<StageId, int> slots = peak;
@@ -277,25 +330,49 @@ caf::behavior rank_actor(Self* self, std::shared_ptr<const Shared> sh, Device* d
   }, [] {}, owner_label(TraceLabel::RankInit, rank));
 
   return {
-      [self](rt::done_atom, uint64_t ticket) { run_ticket(self->state.tickets, ticket); },
-      [self](rt::start_atom, uint64_t step, double loss_scale, double aux_scale) {
+      [self](rt::done_atom, uint64_t ticket) {
+        if (kill_switch_fires(self, rank_phase(self->state))) return;
+        run_ticket(self->state.tickets, ticket);
+      },
+      [self](rt::start_atom, uint64_t step, uint32_t attempt, double loss_scale, double aux_scale) {
         auto& s = self->state;
-        if (step != s.step || s.running) {
+        if (kill_switch_fires(self, rank_phase(s))) return;
+        if (step != s.step || attempt != s.attempt || s.running) {
           ++s.dropped;
           return;
         }
         s.running = true;
         s.next = 0;
+        s.backwards = 0;
         s.loss_scale = loss_scale;
         s.aux_scale = aux_scale;
         s.slices_from.clear();
         s.slices_loaded = 0;
-        // Forget dedupe keys of finished steps.
-        s.consumed.erase(s.consumed.begin(), s.consumed.lower_bound(Key{step, 0, 0, 0, 0}));
+        // Forget dedupe keys of finished steps and attempts.
+        s.consumed.erase(s.consumed.begin(), s.consumed.lower_bound(Key{step, attempt, 0, 0, 0, 0}));
         try_run(self);
+      },
+      [self](rt::arm_atom, uint64_t, uint32_t k) { self->state.kill.left = k; },
+      [self](rt::restore_atom, uint64_t step, uint32_t attempt) { abort_to(self, step, attempt); },
+      // One shard's slice of the parameters the restored step starts from
+      // (sent by the supervisor from its snapshot, so trusted).
+      [self](rt::restore_atom, const Envelope& e) {
+        auto& s = self->state;
+        auto p = e.read<schemas::ParamSlice>();
+        if (!p) {
+          caf::anon_send(s.sh->peers.coordinator, rt::fail_atom_v, s.name + ": bad restore slice: " + to_string(p.error()));
+          return;
+        }
+        const Range r{static_cast<int64_t>((*p)->getRange().getOffset()), static_cast<int64_t>((*p)->getRange().getCount())};
+        auto comp = s.comp;
+        submit(self, *s.dev, [comp, e, r](kernels::Backend& be) {
+          auto rd = e.read<schemas::ParamSlice>();
+          be.upload_f32(comp->params.view(r.offset, {r.count}), tensor_f32((*rd)->getParams()));
+        }, [] {}, owner_label(TraceLabel::ParamLoad, s.rank));
       },
       [self](const Envelope& e) {
         auto& s = self->state;
+        if (kill_switch_fires(self, rank_phase(s))) return;
         auto kind = e.kind();
         auto fail = [&](const std::string& why) {
           ++s.dropped;
@@ -319,11 +396,11 @@ caf::behavior rank_actor(Self* self, std::shared_ptr<const Shared> sh, Device* d
           const uint32_t from = tag.getStage();
           const int consumer = fwd ? (from == kDataStage ? 0 : static_cast<int>(from) + 1)
                                    : static_cast<int>(from) - 1;
-          const Key k{tag.getStep(), fwd ? 0 : 1, static_cast<int>(tag.getChunk()), consumer,
+          const Key k{tag.getStep(), tag.getAttempt(), fwd ? 0 : 1, static_cast<int>(tag.getChunk()), consumer,
                       static_cast<int>(tag.getMicrobatch())};
-          if (tag.getStep() < s.step || tag.getReplica() != static_cast<uint32_t>(s.replica) ||
-              s.inbox.count(k) || s.consumed.count(k)) {
-            ++s.dropped;  // stale, misaddressed or duplicate
+          if (std::make_pair(tag.getStep(), tag.getAttempt()) < std::make_pair(s.step, s.attempt) ||
+              tag.getReplica() != static_cast<uint32_t>(s.replica) || s.inbox.count(k) || s.consumed.count(k)) {
+            ++s.dropped;  // stale (older step or attempt), misaddressed or duplicate
             return;
           }
           s.inbox.emplace(k, e);
@@ -334,7 +411,7 @@ caf::behavior rank_actor(Self* self, std::shared_ptr<const Shared> sh, Device* d
           auto p = e.read<schemas::ParamSlice>();
           if (!p) return fail(to_string(p.error()));
           const uint32_t shard = (*p)->getShard();
-          if ((*p)->getStep() != s.step || !s.running || s.next != s.ops.size() ||
+          if ((*p)->getStep() != s.step || (*p)->getAttempt() != s.attempt || !s.running || s.next != s.ops.size() ||
               shard >= s.sh->shard_ranges.size() || s.slices_from.count(shard)) {
             ++s.dropped;
             return;
@@ -353,9 +430,11 @@ caf::behavior rank_actor(Self* self, std::shared_ptr<const Shared> sh, Device* d
             auto& s2 = self->state;
             if (++s2.slices_loaded < static_cast<int>(s2.sh->shard_ranges.size())) return;
             s2.running = false;
-            caf::anon_send(s2.sh->peers.coordinator, rt::stepok_atom_v, s2.step,
+            post(*s2.sh, s2.sh->peers.coordinator, rt::stepok_atom_v, s2.step, s2.attempt,
                            static_cast<uint32_t>(s2.replica), static_cast<uint32_t>(s2.rank));
             ++s2.step;
+            s2.attempt = 0;
+            s2.next = 0;
           }, owner_label(TraceLabel::ParamLoad, s.rank));
           return;
         }

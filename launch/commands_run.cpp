@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <mutex>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -62,8 +63,54 @@ static runtime::RuntimeOptions runtime_options(const Spec& spec) {
   r.optimizer_shards = static_cast<int>(spec.topology.optimizer_shards);
   r.data_parallel = static_cast<int>(spec.topology.data_parallel);
   r.trace = spec.log.trace;
+  r.max_restarts = static_cast<int>(spec.run.max_restarts);
+  r.restart_window = static_cast<int>(spec.run.restart_window);
+  for (const FaultConfig& f : spec.faults) r.faults.push_back({f.at_step, f.target, f.kind, f.at_message});
   return r;
 }
+
+namespace {
+
+// Restarts reported by the runtime's supervisor (on its own thread) are
+// logged at once and written to metrics.jsonl, as {"type":"restart",...}
+// lines, on the training thread before the next step's line.
+class RestartMetrics : public model::TrainObserver {
+ public:
+  RestartMetrics(model::TrainObserver& inner, MetricsWriter& metrics) : inner_(inner), metrics_(metrics) {}
+  void record(const runtime::RestartEvent& ev) {
+    spdlog::warn("{}", ev.str());
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_.push_back(ev);
+  }
+  void on_step(const model::StepMetrics& m) override {
+    std::vector<runtime::RestartEvent> events;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      events.swap(pending_);
+    }
+    for (const auto& ev : events)
+      metrics_.write_line(JsonObject()
+                              .add("type", std::string("restart"))
+                              .add("step", ev.step)
+                              .add("attempt", static_cast<int64_t>(ev.attempt))
+                              .add("actor", ev.actor)
+                              .add("cause", ev.cause)
+                              .add("phase", ev.phase)
+                              .add("replayed", static_cast<int64_t>(ev.replayed))
+                              .str());
+    inner_.on_step(m);
+  }
+  void on_eval(const model::EvalMetrics& m) override { inner_.on_eval(m); }
+  void on_checkpoint(int64_t step, const std::string& dir) override { inner_.on_checkpoint(step, dir); }
+
+ private:
+  model::TrainObserver& inner_;
+  MetricsWriter& metrics_;
+  std::mutex mu_;
+  std::vector<runtime::RestartEvent> pending_;
+};
+
+}  // namespace
 
 // Logs go to stderr and to <out_dir>/troupe.log.
 static void setup_logging(const Spec& spec, const std::string& out_dir) {
@@ -112,7 +159,13 @@ int command_run(const CliOptions&, const Spec& spec) {
       spdlog::info("actor runtime: schedule {}, {} stage(s) x {} replica(s), {} microbatch(es) per replica, "
                    "{} optimizer shard(s) on {} device(s)",
                    t.schedule, t.stages, t.data_parallel, t.microbatches, t.optimizer_shards, t.devices);
-      summary = runtime::train(runtime_options(spec), progress);
+      RestartMetrics observer(progress, metrics);
+      runtime::RuntimeOptions ro = runtime_options(spec);
+      ro.on_restart = [&observer](const runtime::RestartEvent& ev) { observer.record(ev); };
+      if (!spec.faults.empty())
+        spdlog::info("failure injection: {} fault(s); supervisor restarts at most {} time(s) per {} step(s)",
+                     spec.faults.size(), spec.run.max_restarts, spec.run.restart_window);
+      summary = runtime::train(ro, observer);
     } else {
       summary = model::train(train_options(spec), progress);
     }

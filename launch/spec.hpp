@@ -26,6 +26,8 @@ struct RunConfig {
   std::string out_dir;            // empty: runs/<name>
   int64_t eval_every = 100;       // validation every N steps (0: only at the end)
   int64_t eval_batches = 4;       // validation batches per evaluation
+  int64_t max_restarts = 3;       // supervisor: restarts allowed within restart_window steps
+  int64_t restart_window = 10;    // supervisor: window of the restart intensity, in steps
 };
 
 struct TopologyConfig {
@@ -59,6 +61,15 @@ struct LogConfig {
   std::string trace;               // Chrome trace file (actor runtime only)
 };
 
+// One [[faults]] entry: kill an actor at a seeded point inside a step
+// (actor runtime only; see actors/faults.hpp).
+struct FaultConfig {
+  int64_t at_step = 0;     // 1-based step, 1..[run] steps
+  std::string target;      // "stage:K", "stage:K/replica:R" or "optimizer:K"
+  std::string kind = "kill";
+  int64_t at_message = 0;  // 0: seeded point; k: on the target's k-th message of the step
+};
+
 struct Spec {
   std::string source;  // file the spec came from ("<built-in default>" for the default)
   RunConfig run;
@@ -69,6 +80,7 @@ struct Spec {
   CheckpointConfig checkpoint;
   LogConfig log;
   sim::CostConfig sim;  // [sim]: cost model of device_kind = "sim" (actors/sim_costs.hpp)
+  std::vector<FaultConfig> faults;  // [[faults]], in file order
 
   std::string out_dir() const;         // run.out_dir or runs/<name>
   std::string checkpoint_dir() const;  // checkpoint.dir or <out_dir>/checkpoint

@@ -45,6 +45,8 @@ std::vector<KeyDef> build_keys() {
   add({"run", "out_dir", KeyType::String, F(run.out_dir), "Output directory (log, metrics.jsonl, checkpoint); empty means runs/<name>."});
   add({"run", "eval_every", KeyType::Int, F(run.eval_every), "Validation loss (and task accuracy) every N steps; 0 means only at the end.", 0, kBig});
   add({"run", "eval_batches", KeyType::Int, F(run.eval_batches), "Validation batches per evaluation.", 1, 1e6});
+  add({"run", "max_restarts", KeyType::Int, F(run.max_restarts), "Supervisor (actor runtime): a failed stage or optimizer-shard actor is restarted and its step replayed; more than this many restarts within restart_window steps fail the run.", 0, 1e6});
+  add({"run", "restart_window", KeyType::Int, F(run.restart_window), "Supervisor: the window, in steps, over which max_restarts is counted.", 1, kBig});
 
   // [model]
   add({"model", "vocab_size", KeyType::Int, F(model.vocab_size), "Vocabulary size; must cover the data source's tokens (256 for byte-level text).", 2, 1e7});
