@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <unistd.h>
 
+#include "actors/runtime_cluster_internal.hpp"
 #include "actors/runtime_internal.hpp"
 #include "actors/trace.hpp"
 #include "model/data.hpp"
@@ -80,6 +81,11 @@ void validate(const RuntimeOptions& o) {
   model::split_layers(t.model.n_layers, sl.num_stages);  // throws when there are too few layers
   const int64_t P = model::build_param_layout(t.model).total();
   require(o.optimizer_shards <= P, "more optimizer shards than parameters");
+  require(o.processes >= 1 && o.processes <= o.devices, "processes must be in [1, devices]");
+  require(o.processes == 1 || (o.comm && o.comm->size() == o.processes),
+          "processes = " + std::to_string(o.processes) + " needs a launcher with as many processes (mpirun -np " +
+              std::to_string(o.processes) + ")");
+  require(o.peer_timeout > 0.0, "peer_timeout must be positive");
 }
 
 struct Runtime::Impl {
@@ -90,6 +96,7 @@ struct Runtime::Impl {
   std::unique_ptr<caf::actor_system_config> cfg;
   std::unique_ptr<caf::actor_system> sys;
   std::vector<caf::actor> all;
+  std::unique_ptr<Cluster> cluster;  // processes > 1 (runtime_cluster.cpp)
   int64_t steps_done = 0;
 
   bool tracing() const { return sh->opt.record_trace || !sh->opt.trace.empty(); }
@@ -119,36 +126,59 @@ struct Runtime::Impl {
                                     std::to_string(data->vocab_size()) + ", model has " +
                                     std::to_string(t.model.vocab_size));
     }
-    for (int d = 0; d < o.devices; ++d) devices.push_back(std::make_unique<Device>(d, t.backend));
+    // Only this process's devices and actors are made here (null elsewhere).
+    const Placement place = make_placement(o.devices, o.processes, o.stages, o.data_parallel, o.optimizer_shards);
+    const int me = o.processes > 1 ? o.comm->rank() : 0;
+    for (int d = 0; d < o.devices; ++d)
+      devices.push_back(place.device_process[d] == me ? std::make_unique<Device>(d, t.backend) : nullptr);
     if (tracing())
-      for (auto& d : devices) d->enable_trace(4096);
+      for (auto& d : devices)
+        if (d) d->enable_trace(4096);
 
     cfg = std::make_unique<caf::actor_system_config>();
     register_caf_types(*cfg);
+    if (o.processes > 1) configure_cluster(*cfg, o);
     sys = std::make_unique<caf::actor_system>(*cfg);
     // The coordinator first: actors report device errors to it from the start.
-    s.peers.coordinator = spawn_coordinator(*sys, sh);
-    all.push_back(s.peers.coordinator);
+    if (place.coordinator_process() == me) {
+      s.peers.coordinator = spawn_coordinator(*sys, sh);
+      all.push_back(s.peers.coordinator);
+    }
+    if (o.processes > 1) cluster = std::make_unique<Cluster>(*sys, sh, place);  // a remote coordinator's handle
     for (int i = 0; i < o.optimizer_shards; ++i) {
-      s.peers.shards.push_back(spawn_shard(*sys, sh, *devices[static_cast<size_t>(i % o.devices)], i));
+      if (place.shard_process(i) != me) {
+        s.peers.shards.emplace_back();  // filled by cluster->connect()
+        continue;
+      }
+      s.peers.shards.push_back(spawn_shard(*sys, sh, *devices[static_cast<size_t>(place.shard_device[i])], i));
       all.push_back(s.peers.shards.back());
     }
     s.peers.ranks.resize(static_cast<size_t>(o.data_parallel));
     for (int r = 0; r < o.data_parallel; ++r)
       for (int k = 0; k < o.stages; ++k) {
-        Device& dev = *devices[static_cast<size_t>((r * o.stages + k) % o.devices)];
+        if (place.rank_process(r, k) != me) {
+          s.peers.ranks[r].emplace_back();
+          continue;
+        }
+        Device& dev = *devices[static_cast<size_t>(place.rank_device[r][k])];
         s.peers.ranks[r].push_back(spawn_rank(*sys, sh, dev, r, k));
         all.push_back(s.peers.ranks[r].back());
       }
+    if (cluster) cluster->connect();
   }
 
   ~Impl() {
-    for (auto& d : devices) d->drain();
+    // Process 0 ends a multi-process run (failed when unwinding an error).
+    if (cluster && sh->opt.comm->rank() == 0) cluster->shutdown(std::uncaught_exceptions() == 0);
+    for (auto& d : devices)
+      if (d) d->drain();
     for (const caf::actor& a : all) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
     all.clear();
     sh->peers = Peers{};
+    cluster.reset();
     sys.reset();  // waits for every actor to finish
-    for (auto& d : devices) d->drain();
+    for (auto& d : devices)
+      if (d) d->drain();
   }
 };
 
@@ -157,6 +187,7 @@ Runtime::~Runtime() = default;
 
 model::StepMetrics Runtime::step() {
   const auto t0 = std::chrono::steady_clock::now();
+  if (impl_->cluster) impl_->cluster->before_step(impl_->steps_done + 1);
   caf::scoped_actor self{*impl_->sys};
   model::StepMetrics m;
   std::string err;
@@ -256,6 +287,7 @@ void Runtime::write_trace(const std::string& path) {
   if (!impl_->tracing()) throw std::logic_error("Runtime::write_trace: tracing is off (set RuntimeOptions::trace)");
   std::vector<DeviceTrace> traces;
   for (auto& d : impl_->devices) {
+    if (!d) continue;  // another process's device
     d->drain();
     traces.push_back(DeviceTrace{d->id(), d->trace()});
   }
@@ -296,8 +328,18 @@ model::EvalMetrics evaluate_saved(const RuntimeOptions& o, const std::string& di
 
 }  // namespace
 
+void Runtime::serve() {
+  if (!impl_->cluster || impl_->sh->opt.comm->rank() == 0)
+    throw std::logic_error("Runtime::serve: only processes > 0 of a multi-process run serve");
+  impl_->cluster->serve();
+}
+
 model::TrainSummary train(const RuntimeOptions& o, model::TrainObserver& obs) {
   Runtime rt(o);
+  if (o.processes > 1 && o.comm->rank() != 0) {  // process 0 drives; this one serves its actors
+    rt.serve();
+    return {};
+  }
   const model::TrainOptions& t = o.train;
   const model::ParamLayout layout = model::build_param_layout(t.model);
   model::TrainSummary s;

@@ -28,6 +28,8 @@
 
 namespace troupe::runtime {
 
+struct ClusterComm;  // actors/runtime_cluster.hpp: how processes find each other (MPI in launch/)
+
 struct RuntimeOptions {
   model::TrainOptions train;        // model, optimizer, data, seed, steps, microbatches, backend
   std::string schedule = "1f1b";    // sequential | 1f1b | zb1p | dualpipe | dualpipev (B+W run as one backward)
@@ -37,6 +39,13 @@ struct RuntimeOptions {
   int data_parallel = 1;            // replicas; each takes microbatches / data_parallel of them
   std::string trace;                // Chrome trace file written by train(); empty: no tracing
   bool record_trace = false;        // record device events without train() writing them (tests)
+  // Across processes (actors/runtime_cluster.hpp): with processes > 1 each
+  // process creates only the devices and actors actors/placement.hpp gives
+  // it; process 0 drives training, the others serve() until told to stop.
+  int processes = 1;
+  std::string interface = "127.0.0.1";  // address CAF ports bind to
+  double peer_timeout = 10.0;           // seconds without traffic before a peer counts as lost
+  std::shared_ptr<ClusterComm> comm;    // required when processes > 1
 };
 
 // Checks the topology against the model and schedule; throws
@@ -66,6 +75,10 @@ class Runtime {
   // to go idle and writes their events so far as Chrome trace JSON
   // (actors/trace.hpp). Throws std::logic_error when tracing is off.
   void write_trace(const std::string& path);
+  // Processes other than 0 of a multi-process run: serves this process's
+  // actors until process 0 ends the run. Throws std::runtime_error when the
+  // run ended in a failure (process 0 lost, or it reported a lost peer).
+  void serve();
 
  private:
   struct Impl;

@@ -42,6 +42,7 @@ struct TopologyConfig {
   int64_t data_parallel = 1;            // data-parallel replicas
   int64_t processes = 1;                // OS processes (mpirun -np)
   std::string interface = "127.0.0.1"; // address that CAF ports bind to
+  double peer_timeout = 10.0;           // seconds of silence before a peer process counts as lost
 };
 
 struct CheckpointConfig {

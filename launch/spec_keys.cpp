@@ -105,9 +105,9 @@ std::vector<KeyDef> build_keys() {
        {}, [=](const Spec& s) { return s.topology.expert_shards > 1 ? not_yet("expert_shards > 1", kExpertIssue) : ""; }});
   add({"topology", "optimizer_shards", KeyType::Int, F(topology.optimizer_shards), "ZeRO-1 optimizer shards, each owning a range of the flat parameter buffer.", 1, 4096});
   add({"topology", "data_parallel", KeyType::Int, F(topology.data_parallel), "Data-parallel replicas; each runs `microbatches` microbatches of batch_size / (microbatches * data_parallel) sequences.", 1, 4096});
-  add({"topology", "processes", KeyType::Int, F(topology.processes), "OS processes (launch with mpirun -np <processes>).", 1, 1e6,
-       {}, [=](const Spec& s) { return s.topology.processes > 1 ? not_yet("processes > 1", "multi-process runs (mpirun)") : ""; }});
-  add({"topology", "interface", KeyType::String, F(topology.interface), "Address CAF ports bind to between processes (loopback by default)."});
+  add({"topology", "processes", KeyType::Int, F(topology.processes), "OS processes (launch with mpirun -np <processes>); devices are split into contiguous blocks over them, actors follow their device, the coordinator is on process 0.", 1, 1e6});
+  add({"topology", "interface", KeyType::String, F(topology.interface), "Address CAF ports bind to between processes (loopback by default; \"0.0.0.0\" binds every interface and advertises the host name)."});
+  add({"topology", "peer_timeout", KeyType::Float, F(topology.peer_timeout), "Seconds without traffic (CAF heartbeats run at a tenth of it) before a peer process counts as lost and the run stops, naming its actors.", 0.1, 3600});
 
   // [checkpoint]
   add({"checkpoint", "every", KeyType::Int, F(checkpoint.every), "Also save a checkpoint every N steps; 0 means only the final one (a run always saves when it ends).", 0, kBig});
