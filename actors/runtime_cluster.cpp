@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <mutex>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -51,7 +53,27 @@ std::string join(const std::vector<std::string>& v) {
   return out;
 }
 
+}  // namespace
+
+// Processes found lost, shared by the directory and its Cluster (which must
+// not wait on them when it shuts down).
+struct LostSet {
+  std::mutex m;
+  std::set<int> lost;
+  void add(int p) {
+    std::lock_guard<std::mutex> g(m);
+    lost.insert(p);
+  }
+  bool has(int p) {
+    std::lock_guard<std::mutex> g(m);
+    return lost.count(p) > 0;
+  }
+};
+
+namespace {
+
 struct DirState {
+  std::shared_ptr<LostSet> lost;
   int me = 0;
   Placement place;
   Fault fault;
@@ -76,13 +98,16 @@ void notify(Dir* self, caf::message m) {
 void on_down(Dir* self, const caf::down_msg& dm) {
   auto& s = self->state;
   auto it = s.watched.find(dm.source);
-  if (it == s.watched.end() || s.closing || s.failed) return;
+  if (it == s.watched.end()) return;
   const int p = it->second.first;
+  s.lost->add(p);
+  if (s.closing || s.failed) return;
   // Processes > 0 leave lost siblings to process 0, which ends the run.
   if (s.me != 0 && p != 0) return;
   s.failed = true;
   const std::string what = "process " + std::to_string(p) + " lost (" + self->system().render(dm.reason) +
-                           " at " + it->second.second + "); its actors are gone: " + join(s.place.actors_on(p));
+                           ", noticed at " + it->second.second + "); its actors are gone: " +
+                           join(s.place.actors_on(p));
   std::fprintf(stderr, "troupe[process %d]: %s\n", s.me, what.c_str());
   if (s.me == 0 && s.coordinator) self->send(s.coordinator, rt::fail_atom_v, what);
   notify(self, caf::make_message(rt::lost_atom_v, what));
@@ -90,8 +115,9 @@ void on_down(Dir* self, const caf::down_msg& dm) {
   self->delayed_send(self, s.grace, rt::abort_atom_v, what);
 }
 
-caf::behavior directory(Dir* self, int me, Placement place, caf::timespan grace) {
+caf::behavior directory(Dir* self, std::shared_ptr<LostSet> lost, int me, Placement place, caf::timespan grace) {
   auto& s = self->state;
+  s.lost = std::move(lost);
   s.me = me;
   s.place = std::move(place);
   s.fault = parse_fault();
@@ -180,33 +206,53 @@ Cluster::Cluster(caf::actor_system& sys, std::shared_ptr<Shared> sh, Placement p
   me_ = comm.rank();
   timeout_ = std::chrono::milliseconds(static_cast<int64_t>(o.peer_timeout * 3000.0) + 10000);
   const auto grace = std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(2.0 * o.peer_timeout + 10.0));
-  dir_ = sys_.spawn(directory, me_, place_, caf::timespan{grace});
+  lost_ = std::make_shared<LostSet>();
+  dir_ = sys_.spawn(directory, lost_, me_, place_, caf::timespan{grace});
   if (sh_->peers.coordinator) caf::anon_send(dir_, rt::register_atom_v, std::string("coordinator"), sh_->peers.coordinator);
   auto port = sys_.middleman().publish(dir_, 0, o.interface.c_str());
   std::string why = port ? "" : sys_.render(port.error());
   const auto endpoints = comm.exchange(advertised_host(o.interface), port ? *port : uint16_t{0}, static_cast<bool>(port));
   if (!port) throw std::runtime_error("cannot publish on " + o.interface + ": " + why);
+  // One connection per pair of processes: process p connects to every q < p
+  // and hands q its own directory over that connection (two nodes connecting
+  // to each other at once can make CAF drop both connections).
   dirs_.resize(endpoints.size());
+  dirs_[static_cast<size_t>(me_)] = dir_;
   std::string err;
-  for (size_t p = 0; p < endpoints.size(); ++p) {
-    if (static_cast<int>(p) == me_) {
-      dirs_[p] = dir_;
-      continue;
-    }
-    const auto& [host, pport] = endpoints[p];
+  for (int q = 0; q < me_ && err.empty(); ++q) {
+    const auto& [host, qport] = endpoints[static_cast<size_t>(q)];
     for (int attempt = 0; attempt < 20; ++attempt) {
-      auto h = sys_.middleman().remote_actor(host, pport);
+      auto h = sys_.middleman().remote_actor(host, qport);
       if (h) {
-        dirs_[p] = *h;
+        dirs_[static_cast<size_t>(q)] = *h;
         break;
       }
       err = sys_.render(h.error());
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
-    if (!dirs_[p]) {
-      err = "process " + std::to_string(me_) + " cannot connect to process " + std::to_string(p) + " at " + host +
-            ":" + std::to_string(pport) + ": " + err;
+    if (!dirs_[static_cast<size_t>(q)]) {
+      err = "process " + std::to_string(me_) + " cannot connect to process " + std::to_string(q) + " at " + host +
+            ":" + std::to_string(qport) + ": " + err;
       break;
+    }
+    err.clear();
+    caf::anon_send(dirs_[static_cast<size_t>(q)], rt::register_atom_v, "directory:" + std::to_string(me_), dir_);
+  }
+  if (!comm.all_ok(err.empty()))
+    throw std::runtime_error(err.empty() ? "another process could not connect to its peers" : err);
+  // The directories of processes p > me arrive as registrations.
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  for (size_t p = static_cast<size_t>(me_) + 1; p < dirs_.size() && err.empty(); ++p) {
+    while (!dirs_[p]) {
+      try {
+        dirs_[p] = lookup(sys_, dir_, "directory:" + std::to_string(p), timeout_, me_);
+      } catch (const std::exception& e) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          err = "process " + std::to_string(p) + " never connected to process " + std::to_string(me_);
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
     }
   }
   if (!comm.all_ok(err.empty()))
@@ -256,8 +302,7 @@ void Cluster::connect() {
 }
 
 void Cluster::before_step(int64_t step) {
-  for (size_t p = 0; p < dirs_.size(); ++p)
-    if (static_cast<int>(p) != me_) caf::anon_send(dirs_[p], rt::tick_atom_v, step);
+  for (const caf::actor& d : dirs_) caf::anon_send(d, rt::tick_atom_v, step);
 }
 
 void Cluster::shutdown(bool ok) {
@@ -266,10 +311,11 @@ void Cluster::shutdown(bool ok) {
   caf::scoped_actor self{sys_};
   // Our own directory first, so the others leaving is not reported as a loss.
   self->request(dir_, timeout_, rt::shutdown_atom_v, ok).receive([](bool) {}, [](caf::error&) {});
+  const auto answer = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::duration<double>(sh_->opt.peer_timeout));
   for (size_t p = 0; p < dirs_.size(); ++p) {
-    if (static_cast<int>(p) == me_) continue;
-    // A lost process answers with an error at once (its proxy is down).
-    self->request(dirs_[p], timeout_, rt::shutdown_atom_v, ok).receive([](bool) {}, [](caf::error&) {});
+    if (static_cast<int>(p) == me_ || lost_->has(static_cast<int>(p))) continue;  // a lost one never answers
+    self->request(dirs_[p], answer, rt::shutdown_atom_v, ok).receive([](bool) {}, [](caf::error&) {});
   }
 }
 

@@ -23,6 +23,8 @@ namespace troupe::runtime {
 // off by default in CAF 0.17) from o.peer_timeout.
 void configure_cluster(caf::actor_system_config& cfg, const RuntimeOptions& o);
 
+struct LostSet;
+
 class Cluster {
  public:
   // Steps 1-2 of the bring-up; fills sh->peers.coordinator on processes > 0.
@@ -49,6 +51,7 @@ class Cluster {
   Placement place_;
   int me_ = 0;
   std::chrono::milliseconds timeout_;
+  std::shared_ptr<LostSet> lost_;  // processes the directory found lost
   caf::actor dir_;                 // this process's directory
   std::vector<caf::actor> dirs_;   // [process] its directory (dirs_[me_] == dir_)
   bool shut_ = false;

@@ -1,0 +1,8 @@
+# The actor runtime across processes, under mpirun (tests/runtime_mpi_test.sh):
+# identical checkpoints to the single-process runtime, lost/hung process
+# reports, world-size checks.
+if(TARGET troupe AND MPIRUN_EXECUTABLE)
+  add_test(NAME runtime_mpi
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/runtime_mpi_test.sh $<TARGET_FILE:troupe> ${MPIRUN_EXECUTABLE})
+  set_tests_properties(runtime_mpi PROPERTIES LABELS "mpi;runtime" TIMEOUT 600)
+endif()
