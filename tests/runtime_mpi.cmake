@@ -6,3 +6,12 @@ if(TARGET troupe AND MPIRUN_EXECUTABLE)
     COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/runtime_mpi_test.sh $<TARGET_FILE:troupe> ${MPIRUN_EXECUTABLE})
   set_tests_properties(runtime_mpi PROPERTIES LABELS "mpi;runtime" TIMEOUT 600)
 endif()
+
+# The placement function alone (no processes needed).
+if(TARGET troupe_runtime)
+  troupe_add_gtest(runtime_mpi_placement_test
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/runtime_mpi_placement_test.cpp
+    LIBS troupe_runtime
+    TIMEOUT 60
+    LABELS runtime)
+endif()
