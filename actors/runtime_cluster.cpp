@@ -16,6 +16,8 @@
 
 #include <caf/io/middleman.hpp>
 
+#include "actors/envelope_shm.hpp"
+
 namespace troupe::runtime {
 namespace {
 
@@ -213,6 +215,12 @@ Cluster::Cluster(caf::actor_system& sys, std::shared_ptr<Shared> sh, Placement p
   std::string why = port ? "" : sys_.render(port.error());
   const auto endpoints = comm.exchange(advertised_host(o.interface), port ? *port : uint16_t{0}, static_cast<bool>(port));
   if (!port) throw std::runtime_error("cannot publish on " + o.interface + ": " + why);
+  // Every process on this host (same advertised address): large envelopes
+  // may take the shared-memory path.
+  bool one_host = true;
+  for (const auto& e : endpoints) one_host = one_host && e.first == endpoints.front().first;
+  bulk_shm_ = one_host && o.bulk_shm_bytes > 0;
+  set_bulk_shm_threshold(bulk_shm_ ? static_cast<size_t>(o.bulk_shm_bytes) : 0);
   // One connection per pair of processes: process p connects to every q < p
   // and hands q its own directory over that connection (two nodes connecting
   // to each other at once can make CAF drop both connections).
@@ -268,6 +276,14 @@ Cluster::Cluster(caf::actor_system& sys, std::shared_ptr<Shared> sh, Placement p
 
 Cluster::~Cluster() {
   if (dir_) caf::anon_send_exit(dir_, caf::exit_reason::user_shutdown);
+  if (bulk_shm_) {
+    const BulkShmStats st = bulk_shm_stats();
+    if (st.sent + st.received > 0)
+      std::fprintf(stderr, "troupe[process %d]: shared-memory bulk path: sent %llu, received %llu envelopes\n", me_,
+                   static_cast<unsigned long long>(st.sent), static_cast<unsigned long long>(st.received));
+    set_bulk_shm_threshold(0);
+    bulk_shm_cleanup();  // segments no receiver consumed
+  }
 }
 
 void Cluster::connect() {

@@ -55,6 +55,7 @@ class Cluster {
   caf::actor dir_;                 // this process's directory
   std::vector<caf::actor> dirs_;   // [process] its directory (dirs_[me_] == dir_)
   bool shut_ = false;
+  bool bulk_shm_ = false;  // this run uses the shared-memory bulk path
 };
 
 }  // namespace troupe::runtime

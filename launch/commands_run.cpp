@@ -68,6 +68,7 @@ static runtime::RuntimeOptions runtime_options(const Spec& spec) {
   r.processes = static_cast<int>(spec.topology.processes);
   r.interface = spec.topology.interface;
   r.peer_timeout = spec.topology.peer_timeout;
+  r.bulk_shm_bytes = spec.topology.bulk_shm_bytes;
   return r;
 }
 

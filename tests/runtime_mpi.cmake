@@ -15,3 +15,12 @@ if(TARGET troupe_runtime)
     TIMEOUT 60
     LABELS runtime)
 endif()
+
+# The shared-memory bulk path of the envelope transport, in one process.
+if(TARGET troupe_messaging_samples)
+  troupe_add_gtest(runtime_mpi_bulk_test
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/runtime_mpi_bulk_test.cpp
+    LIBS troupe_messaging_samples troupe_actors caf
+    TIMEOUT 60
+    LABELS messaging)
+endif()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The actor runtime across processes under mpirun (label `mpi`):
-# - 2-stage 1F1B and DualPipe (with 2 optimizer shards), and 2 data-parallel
+# - 2-stage 1F1B and DualPipe (with 2 optimizer shards; also with envelopes on
+#   the shared-memory bulk path), and 2 data-parallel
 #   replicas over 4 devices, on 2 processes: the checkpoint (parameters, AdamW
 #   moments, manifest) is byte-identical to the single-process run of the same
 #   spec, and so is the validation loss;
@@ -44,6 +45,11 @@ same_run 1f1b --set topology.devices=2 --set topology.stages=2 --set topology.sc
   --set topology.microbatches=2 --set model.tie_embeddings=false
 same_run dualpipe --set topology.devices=2 --set topology.stages=2 --set topology.schedule='"dualpipe"' \
   --set topology.microbatches=4 --set topology.optimizer_shards=2
+# DualPipe again with every envelope >= 1 KiB on the shared-memory bulk path.
+same_run dualpipe-shm --set topology.devices=2 --set topology.stages=2 --set topology.schedule='"dualpipe"' \
+  --set topology.microbatches=4 --set topology.optimizer_shards=2 --set topology.bulk_shm_bytes=1024
+expect_output "shared-memory bulk path: sent"
+[ -z "$(ls /dev/shm | grep '^troupe-bulk-')" ] || fail "shared-memory segments left in /dev/shm: $(ls /dev/shm)"
 same_run dp --set topology.devices=4 --set topology.stages=2 --set topology.schedule='"1f1b"' \
   --set topology.microbatches=2 --set topology.data_parallel=2 --set topology.optimizer_shards=2
 
