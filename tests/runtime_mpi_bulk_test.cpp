@@ -115,3 +115,26 @@ TEST(BulkOff, ThresholdZeroSendsInline) {
 
 }  // namespace
 }  // namespace troupe
+#include <chrono>
+namespace troupe { namespace {
+TEST(BulkTiming, DISABLED_Time) {
+  for (uint32_t rows : {16u, 512u, 4096u, 16384u}) {
+    Envelope env = make_sample(Envelope::Kind::ACTIVATIONS, SampleSpec{1, rows, 1024});
+    for (size_t thr : {size_t{0}, size_t{1}}) {
+      set_bulk_shm_threshold(thr);
+      auto t0 = std::chrono::steady_clock::now();
+      double ser = 0;
+      for (int i = 0; i < 20; ++i) {
+        auto t1 = std::chrono::steady_clock::now();
+        auto bytes = caf_serialize(env);
+        ser += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
+        Envelope back;
+        caf_deserialize(bytes, back);
+      }
+      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 20;
+      printf("rows %u bytes %zu thr %zu: %.1f us/roundtrip (ser %.1f us)\n", rows, env.flat_size(), thr, s * 1e6, ser / 20 * 1e6);
+    }
+  }
+  set_bulk_shm_threshold(0);
+}
+}}
