@@ -1,10 +1,11 @@
 // Bulk path for large Envelopes between processes on one host: instead of
 // streaming the frame through CAF's TCP connection, the sender writes it into
-// a POSIX shared-memory segment and CAF carries only a 64-byte record naming
-// it; the receiver maps the segment, unlinks it and decodes the frame in
-// place (the same validation as any received frame). Actor semantics do not
-// change: the record is an ordinary message on the same connection, so
-// ordering, monitors and failure detection are CAF's.
+// a pooled POSIX shared-memory slot and CAF carries only a 64-byte record
+// naming it; the receiver decodes the frame in place (the same validation as
+// any received frame) and hands the slot back when the Envelope is gone.
+// Actor semantics do not change: the record is an ordinary message on the
+// same connection, so ordering, monitors and failure detection are CAF's.
+// Measured in bench_messaging (bench/RESULTS.md, "Messaging").
 //
 // Off unless set_bulk_shm_threshold() gave a threshold (the multi-process
 // runtime does when every process is on one host). Not for use outside the

@@ -45,7 +45,7 @@ struct RuntimeOptions {
   int processes = 1;
   std::string interface = "127.0.0.1";  // address CAF ports bind to
   double peer_timeout = 10.0;           // seconds without traffic before a peer counts as lost
-  int64_t bulk_shm_bytes = 1 << 20;     // all processes on one host: envelopes this large go through
+  int64_t bulk_shm_bytes = 1 << 16;     // all processes on one host: envelopes this large go through
                                         // shared memory (actors/envelope_shm.hpp); 0 = never
   std::shared_ptr<ClusterComm> comm;    // required when processes > 1
 };

@@ -297,6 +297,7 @@ std::vector<Cross> run_cross(caf::actor_system& sys, caf::actor_system* no_zstd,
     out.push_back(c);
   }
   if (rank == 0) caf::anon_send_exit(recv, caf::exit_reason::user_shutdown);
+  bulk_shm_cleanup();  // the shared-memory slots rank 1 made
   return out;
 }
 

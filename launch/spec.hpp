@@ -43,7 +43,7 @@ struct TopologyConfig {
   int64_t processes = 1;                // OS processes (mpirun -np)
   std::string interface = "127.0.0.1"; // address that CAF ports bind to
   double peer_timeout = 10.0;           // seconds of silence before a peer process counts as lost
-  int64_t bulk_shm_bytes = 1 << 20;     // one host: envelopes this large go through shared memory; 0 = never
+  int64_t bulk_shm_bytes = 1 << 16;     // one host: envelopes this large go through shared memory; 0 = never
 };
 
 struct CheckpointConfig {

@@ -1,9 +1,9 @@
 // The shared-memory bulk path of the Envelope transport (actors/envelope_shm.hpp),
 // exercised through CAF serialization in one process: large envelopes become a
-// 64-byte record plus a segment that the receiver consumes; every kind decodes
-// to the same fields; a forged, replayed or missing segment is an invalid
-// envelope carrying bulk_unavailable (never a crash); unconsumed segments are
-// removed by bulk_shm_cleanup().
+// 64-byte record naming a pooled slot; every kind decodes to the same fields; a
+// slot is reused only after the receiving Envelope is gone; a forged, replayed
+// or stale record is an invalid envelope carrying bulk_unavailable (never a
+// crash); bulk_shm_cleanup() removes the slots.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -51,17 +51,38 @@ TEST_F(BulkOn, LargeEnvelopesTravelAsARecordAndDecodeEqual) {
       EXPECT_LT(bytes.size(), 128u);  // the record (plus CAF's length prefix)
       EXPECT_EQ(segments_in_dev_shm(), 1u);
     }
-    Envelope back;
-    ASSERT_FALSE(caf_deserialize(bytes, back));
-    ASSERT_TRUE(back.ok()) << caf::to_string(back.error());
-    EXPECT_EQ(check_sample(back, kind, spec), "");
-    EXPECT_EQ(segments_in_dev_shm(), 0u);  // the receiver unlinked it
+    {
+      Envelope back;
+      ASSERT_FALSE(caf_deserialize(bytes, back));
+      ASSERT_TRUE(back.ok()) << caf::to_string(back.error());
+      EXPECT_EQ(check_sample(back, kind, spec), "");
+    }
     if (bulk) {
       EXPECT_EQ(bulk_shm_stats().received, before.received + 1);
     }
   }
-  // The tensor-carrying kinds are large enough here to take the path.
+  // The tensor-carrying kinds are large enough here to take the path, and the
+  // released slot is reused: one slot served every message.
   EXPECT_GT(bulk_shm_stats().sent, 0u);
+  EXPECT_EQ(segments_in_dev_shm(), 1u);
+}
+
+TEST_F(BulkOn, AHeldSlotIsNotReused) {
+  const SampleSpec a{21, 64, 64}, b{22, 64, 64};
+  auto ba = caf_serialize(make_sample(Envelope::Kind::ACTIVATIONS, a));
+  Envelope held;
+  ASSERT_FALSE(caf_deserialize(ba, held));
+  ASSERT_TRUE(held.ok());
+  auto bb = caf_serialize(make_sample(Envelope::Kind::ACTIVATIONS, b));
+  EXPECT_EQ(segments_in_dev_shm(), 2u);  // the first slot is still held
+  Envelope second;
+  ASSERT_FALSE(caf_deserialize(bb, second));
+  EXPECT_EQ(check_sample(held, Envelope::Kind::ACTIVATIONS, a), "");
+  EXPECT_EQ(check_sample(second, Envelope::Kind::ACTIVATIONS, b), "");
+  held = Envelope{};
+  second = Envelope{};
+  auto bc = caf_serialize(make_sample(Envelope::Kind::ACTIVATIONS, SampleSpec{23, 64, 64}));
+  EXPECT_EQ(segments_in_dev_shm(), 2u);  // released slots are reused
 }
 
 TEST_F(BulkOn, SmallEnvelopesStayInline) {
@@ -78,10 +99,12 @@ TEST_F(BulkOn, ReplayedOrForgedRecordsAreRejected) {
   auto bytes = caf_serialize(make_sample(Envelope::Kind::ACTIVATIONS, spec));
   ASSERT_LT(bytes.size(), 128u);
   auto forged = bytes;
-  Envelope back;
-  ASSERT_FALSE(caf_deserialize(bytes, back));
-  ASSERT_TRUE(back.ok());
-  // The same record again: its segment is gone.
+  {
+    Envelope back;
+    ASSERT_FALSE(caf_deserialize(bytes, back));
+    ASSERT_TRUE(back.ok());
+  }
+  // The same record again after the slot was released: rejected.
   Envelope again;
   ASSERT_FALSE(caf_deserialize(bytes, again));
   ASSERT_FALSE(again.ok());
@@ -98,7 +121,7 @@ TEST_F(BulkOn, ReplayedOrForgedRecordsAreRejected) {
   EXPECT_NE(caf::to_string(bad.error()).find("bad segment name"), std::string::npos) << caf::to_string(bad.error());
 }
 
-TEST_F(BulkOn, CleanupRemovesUnconsumedSegments) {
+TEST_F(BulkOn, CleanupRemovesTheSlots) {
   auto bytes = caf_serialize(make_sample(Envelope::Kind::GRADIENTS, SampleSpec{5, 64, 64}));
   EXPECT_EQ(segments_in_dev_shm(), 1u);
   bulk_shm_cleanup();
@@ -115,26 +138,3 @@ TEST(BulkOff, ThresholdZeroSendsInline) {
 
 }  // namespace
 }  // namespace troupe
-#include <chrono>
-namespace troupe { namespace {
-TEST(BulkTiming, DISABLED_Time) {
-  for (uint32_t rows : {16u, 512u, 4096u, 16384u}) {
-    Envelope env = make_sample(Envelope::Kind::ACTIVATIONS, SampleSpec{1, rows, 1024});
-    for (size_t thr : {size_t{0}, size_t{1}}) {
-      set_bulk_shm_threshold(thr);
-      auto t0 = std::chrono::steady_clock::now();
-      double ser = 0;
-      for (int i = 0; i < 20; ++i) {
-        auto t1 = std::chrono::steady_clock::now();
-        auto bytes = caf_serialize(env);
-        ser += std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count();
-        Envelope back;
-        caf_deserialize(bytes, back);
-      }
-      double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 20;
-      printf("rows %u bytes %zu thr %zu: %.1f us/roundtrip (ser %.1f us)\n", rows, env.flat_size(), thr, s * 1e6, ser / 20 * 1e6);
-    }
-  }
-  set_bulk_shm_threshold(0);
-}
-}}
