@@ -144,7 +144,23 @@ struct Runtime::Impl {
       s.peers.coordinator = spawn_coordinator(*sys, sh);
       all.push_back(s.peers.coordinator);
     }
-    if (o.processes > 1) cluster = std::make_unique<Cluster>(*sys, sh, place);  // a remote coordinator's handle
+    try {
+      if (o.processes > 1) cluster = std::make_unique<Cluster>(*sys, sh, place);  // a remote coordinator's handle
+      spawn_local(place, me);
+      if (cluster) cluster->connect();
+    } catch (...) {
+      // No ~Impl after a throw here: stop the actors, or the actor system waits for them forever.
+      for (const caf::actor& a : all) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+      cluster.reset();
+      throw;
+    }
+  }
+
+  // This process's optimizer shards and pipeline ranks (the others' stay null
+  // until cluster->connect() resolves them).
+  void spawn_local(const Placement& place, int me) {
+    const RuntimeOptions& o = sh->opt;
+    Shared& s = *sh;
     for (int i = 0; i < o.optimizer_shards; ++i) {
       if (place.shard_process(i) != me) {
         s.peers.shards.emplace_back();  // filled by cluster->connect()
@@ -164,7 +180,6 @@ struct Runtime::Impl {
         s.peers.ranks[r].push_back(spawn_rank(*sys, sh, dev, r, k));
         all.push_back(s.peers.ranks[r].back());
       }
-    if (cluster) cluster->connect();
   }
 
   ~Impl() {

@@ -210,6 +210,17 @@ Cluster::Cluster(caf::actor_system& sys, std::shared_ptr<Shared> sh, Placement p
   const auto grace = std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(2.0 * o.peer_timeout + 10.0));
   lost_ = std::make_shared<LostSet>();
   dir_ = sys_.spawn(directory, lost_, me_, place_, caf::timespan{grace});
+  try {
+    bring_up();
+  } catch (...) {
+    caf::anon_send_exit(dir_, caf::exit_reason::user_shutdown);  // or the actor system waits for it forever
+    throw;
+  }
+}
+
+void Cluster::bring_up() {
+  const RuntimeOptions& o = sh_->opt;
+  ClusterComm& comm = *o.comm;
   if (sh_->peers.coordinator) caf::anon_send(dir_, rt::register_atom_v, std::string("coordinator"), sh_->peers.coordinator);
   auto port = sys_.middleman().publish(dir_, 0, o.interface.c_str());
   std::string why = port ? "" : sys_.render(port.error());

@@ -46,6 +46,8 @@ class Cluster {
   void serve();
 
  private:
+  void bring_up();  // the constructor's work
+
   caf::actor_system& sys_;
   std::shared_ptr<Shared> sh_;
   Placement place_;
