@@ -224,8 +224,16 @@ void Cluster::bring_up() {
   if (sh_->peers.coordinator) caf::anon_send(dir_, rt::register_atom_v, std::string("coordinator"), sh_->peers.coordinator);
   auto port = sys_.middleman().publish(dir_, 0, o.interface.c_str());
   std::string why = port ? "" : sys_.render(port.error());
-  const auto endpoints = comm.exchange(advertised_host(o.interface), port ? *port : uint16_t{0}, static_cast<bool>(port));
-  if (!port) throw std::runtime_error("cannot publish on " + o.interface + ": " + why);
+  const std::string no_publish =
+      "process " + std::to_string(me_) + " cannot publish its directory on " + o.interface + ": " + why;
+  std::vector<std::pair<std::string, uint16_t>> endpoints;
+  try {
+    endpoints = comm.exchange(advertised_host(o.interface), port ? *port : uint16_t{0}, static_cast<bool>(port));
+  } catch (const std::exception&) {
+    if (!port) throw std::runtime_error(no_publish);  // this process's own reason, not "rank N failed"
+    throw;
+  }
+  if (!port) throw std::runtime_error(no_publish);
   // Every process on this host (same advertised address): large envelopes
   // may take the shared-memory path.
   bool one_host = true;

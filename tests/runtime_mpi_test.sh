@@ -10,7 +10,8 @@
 #   actors and the run ends non-zero, well before the backstop timeout;
 # - process 0 lost: the other process says so and exits non-zero;
 # - world size != [topology] processes, and processes > 1 without mpirun,
-#   are rejected with a clear message; validate lists actors per process.
+#   are rejected with a clear message, so is an interface that cannot be
+#   bound; validate lists actors per process.
 # usage: runtime_mpi_test.sh TROUPE_BINARY MPIRUN
 set -uo pipefail
 troupe=$1
@@ -87,6 +88,12 @@ out=$(TROUPE_TEST_FAULT=kill:0:3 timeout 120 "${mpi[@]}" --enable-recovery -np 2
 expect_output "process 0 lost"
 expect_output "its actors are gone: coordinator, optimizer:0, stage:0"
 expect_output "rank 1 exit 1"
+
+# An interface no process can bind: every process stops with an error, no hang.
+out=$(timeout 60 "${mpi[@]}" -np 2 "$troupe" run "${tiny[@]}" "${pipe[@]}" --set topology.interface='"10.255.255.1"' \
+      --set run.out_dir="$work/if" 2>&1); rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "unbindable interface: mpirun exited $rc"
+expect_output "cannot publish its directory on 10.255.255.1"
 
 # World size must equal [topology] processes.
 out=$(timeout 60 "${mpi[@]}" -np 2 "$troupe" run "${tiny[@]}" --set topology.devices=2 --set topology.stages=2 \
