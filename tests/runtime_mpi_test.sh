@@ -4,7 +4,7 @@
 #   the shared-memory bulk path), and 2 data-parallel
 #   replicas over 4 devices, on 2 processes: the checkpoint (parameters, AdamW
 #   moments, manifest) is byte-identical to the single-process run of the same
-#   spec, and so is the validation loss;
+#   spec, and so are every step's loss, aux loss, grad norm and the validation loss;
 # - a process that SIGKILLs itself at step 3 (test hook TROUPE_TEST_FAULT),
 #   and one that hangs (SIGSTOP): process 0 names the lost process and its
 #   actors and the run ends non-zero, well before the backstop timeout;
@@ -41,6 +41,11 @@ same_run() {
   done
   [ -n "$(val_of "$work/$name-1")" ] && [ "$(val_of "$work/$name-1")" = "$(val_of "$work/$name-2")" ] ||
     fail "$name: validation loss differs: $(val_of "$work/$name-1") vs $(val_of "$work/$name-2")"
+  # Every step's loss, aux loss, lr and gradient norm (the line up to the timings).
+  local l1 l2
+  l1=$(grep '"type":"step"' "$work/$name-1/metrics.jsonl" | sed 's/"step_seconds".*//')
+  l2=$(grep '"type":"step"' "$work/$name-2/metrics.jsonl" | sed 's/"step_seconds".*//')
+  [ -n "$l1" ] && [ "$l1" = "$l2" ] || fail "$name: step metrics differ:\n$l1\n---\n$l2"
 }
 same_run 1f1b --set topology.devices=2 --set topology.stages=2 --set topology.schedule='"1f1b"' \
   --set topology.microbatches=2 --set model.tie_embeddings=false
