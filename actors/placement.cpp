@@ -12,7 +12,8 @@ std::string rank_name(int replica, int rank, int data_parallel) {
   return "stage:" + std::to_string(rank) + (data_parallel > 1 ? "/replica:" + std::to_string(replica) : "");
 }
 
-Placement make_placement(int devices, int processes, int stages, int data_parallel, int optimizer_shards) {
+Placement make_placement(int devices, int processes, int stages, int data_parallel, int optimizer_shards,
+                         const std::vector<int>& device_process) {
   if (devices < 1 || stages < 1 || data_parallel < 1 || optimizer_shards < 1)
     throw std::invalid_argument("placement: devices, stages, data_parallel and optimizer_shards must be >= 1");
   if (processes < 1 || processes > devices)
@@ -21,9 +22,23 @@ Placement make_placement(int devices, int processes, int stages, int data_parall
   Placement p;
   p.processes = processes;
   p.data_parallel = data_parallel;
-  // Contiguous blocks: with processes <= devices every process gets >= 1 device.
-  for (int d = 0; d < devices; ++d)
-    p.device_process.push_back(static_cast<int>(static_cast<long long>(d) * processes / devices));
+  if (!device_process.empty()) {
+    if (device_process.size() != static_cast<size_t>(devices))
+      throw std::invalid_argument("placement: " + std::to_string(device_process.size()) + " device processes for " +
+                                  std::to_string(devices) + " devices");
+    std::vector<bool> used(static_cast<size_t>(processes), false);
+    for (int q : device_process) {
+      if (q < 0 || q >= processes) throw std::invalid_argument("placement: process " + std::to_string(q) + " out of range");
+      used[static_cast<size_t>(q)] = true;
+    }
+    for (int q = 0; q < processes; ++q)
+      if (!used[static_cast<size_t>(q)]) throw std::invalid_argument("placement: process " + std::to_string(q) + " gets no device");
+    p.device_process = device_process;
+  } else {
+    // Contiguous blocks: with processes <= devices every process gets >= 1 device.
+    for (int d = 0; d < devices; ++d)
+      p.device_process.push_back(static_cast<int>(static_cast<long long>(d) * processes / devices));
+  }
   for (int i = 0; i < optimizer_shards; ++i) p.shard_device.push_back(i % devices);
   p.rank_device.resize(static_cast<size_t>(data_parallel));
   for (int r = 0; r < data_parallel; ++r)

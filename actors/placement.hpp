@@ -41,8 +41,11 @@ struct Placement {
 };
 
 // Throws std::invalid_argument when the numbers cannot be placed (processes
-// outside [1, devices], non-positive counts).
-Placement make_placement(int devices, int processes, int stages, int data_parallel, int optimizer_shards);
+// outside [1, devices], non-positive counts, a bad explicit list).
+// `device_process`, when not empty, is the explicit process of each device
+// (one entry per device, each in [0, processes), every process used).
+Placement make_placement(int devices, int processes, int stages, int data_parallel, int optimizer_shards,
+                         const std::vector<int>& device_process = {});
 
 std::string shard_name(int shard);
 std::string rank_name(int replica, int rank, int data_parallel);

@@ -86,6 +86,7 @@ void validate(const RuntimeOptions& o) {
           "processes = " + std::to_string(o.processes) + " needs a launcher with as many processes (mpirun -np " +
               std::to_string(o.processes) + ")");
   require(o.peer_timeout > 0.0, "peer_timeout must be positive");
+  make_placement(o.devices, o.processes, o.stages, o.data_parallel, o.optimizer_shards, o.device_process);  // throws
 }
 
 struct Runtime::Impl {
@@ -127,7 +128,8 @@ struct Runtime::Impl {
                                     std::to_string(t.model.vocab_size));
     }
     // Only this process's devices and actors are made here (null elsewhere).
-    const Placement place = make_placement(o.devices, o.processes, o.stages, o.data_parallel, o.optimizer_shards);
+    const Placement place =
+        make_placement(o.devices, o.processes, o.stages, o.data_parallel, o.optimizer_shards, o.device_process);
     const int me = o.processes > 1 ? o.comm->rank() : 0;
     for (int d = 0; d < o.devices; ++d)
       devices.push_back(place.device_process[d] == me ? std::make_unique<Device>(d, t.backend) : nullptr);

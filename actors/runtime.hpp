@@ -47,6 +47,7 @@ struct RuntimeOptions {
   double peer_timeout = 10.0;           // seconds without traffic before a peer counts as lost
   int64_t bulk_shm_bytes = 1 << 16;     // all processes on one host: envelopes this large go through
                                         // shared memory (actors/envelope_shm.hpp); 0 = never
+  std::vector<int> device_process;      // explicit process of each device; empty: contiguous blocks
   std::shared_ptr<ClusterComm> comm;    // required when processes > 1
 };
 

@@ -69,6 +69,7 @@ static runtime::RuntimeOptions runtime_options(const Spec& spec) {
   r.interface = spec.topology.interface;
   r.peer_timeout = spec.topology.peer_timeout;
   r.bulk_shm_bytes = spec.topology.bulk_shm_bytes;
+  r.device_process = device_process_list(spec);
   return r;
 }
 

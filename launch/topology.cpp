@@ -40,7 +40,8 @@ Topology resolve_topology(const Spec& spec) {
   topo.parameters = model::build_param_layout(m).total();
   const runtime::Placement place =
       runtime::make_placement(static_cast<int>(t.devices), static_cast<int>(t.processes), static_cast<int>(t.stages),
-                              static_cast<int>(t.data_parallel), static_cast<int>(t.optimizer_shards));
+                              static_cast<int>(t.data_parallel), static_cast<int>(t.optimizer_shards),
+                              device_process_list(spec));
   auto process_of = [&](int64_t device) -> int64_t { return place.device_process[static_cast<size_t>(device)]; };
   for (int64_t d = 0; d < t.devices; ++d) topo.devices.push_back({d, process_of(d), t.device_kind});
 

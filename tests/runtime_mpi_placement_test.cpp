@@ -41,3 +41,14 @@ TEST(Placement, BadCountsAreRejected) {
   EXPECT_THROW(make_placement(0, 1, 1, 1, 1), std::invalid_argument);
   EXPECT_THROW(make_placement(2, 1, 1, 1, 0), std::invalid_argument);
 }
+
+TEST(Placement, ExplicitDeviceProcesses) {
+  // Device 0 on process 1, device 1 on process 0: actors follow their device,
+  // the coordinator stays on process 0.
+  const auto p = make_placement(2, 2, 2, 1, 2, {1, 0});
+  EXPECT_EQ(p.actors_on(0), (std::vector<std::string>{"coordinator", "optimizer:1", "stage:1"}));
+  EXPECT_EQ(p.actors_on(1), (std::vector<std::string>{"optimizer:0", "stage:0"}));
+  EXPECT_THROW(make_placement(2, 2, 2, 1, 1, {0}), std::invalid_argument);     // wrong length
+  EXPECT_THROW(make_placement(2, 2, 2, 1, 1, {0, 2}), std::invalid_argument);  // out of range
+  EXPECT_THROW(make_placement(2, 2, 2, 1, 1, {1, 1}), std::invalid_argument);  // process 0 without a device
+}

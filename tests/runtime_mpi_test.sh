@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The actor runtime across processes under mpirun (label `mpi`):
-# - 2-stage 1F1B and DualPipe (with 2 optimizer shards; also with envelopes on
-#   the shared-memory bulk path), and 2 data-parallel
+# - 2-stage 1F1B (also with an explicit device -> process placement) and
+#   DualPipe (with 2 optimizer shards; also with envelopes on the
+#   shared-memory bulk path), and 2 data-parallel
 #   replicas over 4 devices, on 2 processes: the checkpoint (parameters, AdamW
 #   moments, manifest) is byte-identical to the single-process run of the same
 #   spec, and so are every step's loss, aux loss, grad norm and the validation loss;
@@ -28,11 +29,13 @@ tiny=(--set model.d_model=32 --set model.n_layers=2 --set model.n_heads=2 --set 
       --set log.progress=plain --set run.steps=4 --set topology.peer_timeout=2)
 val_of() { grep '"type":"end"' "$1/metrics.jsonl" | grep -o '"final_val_loss":[^,}]*'; }
 
-# same_run NAME ARGS...: one process, then 2 under mpirun; checkpoints must match byte for byte.
+# same_run NAME ARGS...: one process, then 2 under mpirun (plus "${extra2[@]}");
+# checkpoints must match byte for byte.
+extra2=()
 same_run() {
   local name=$1; shift
   out=$("$troupe" run "${tiny[@]}" "$@" --set run.out_dir="$work/$name-1" 2>&1) || fail "$name: single-process run failed:\n$out"
-  out=$(timeout 120 "${mpi[@]}" -np 2 "$troupe" run "${tiny[@]}" "$@" --set topology.processes=2 \
+  out=$(timeout 120 "${mpi[@]}" -np 2 "$troupe" run "${tiny[@]}" "$@" "${extra2[@]}" --set topology.processes=2 \
         --set run.out_dir="$work/$name-2" 2>&1) || fail "$name: 2-process run failed:\n$out"
   expect_output "2 process(es)"
   expect_output "step 4/4"
@@ -56,6 +59,11 @@ same_run dualpipe-shm --set topology.devices=2 --set topology.stages=2 --set top
   --set topology.microbatches=4 --set topology.optimizer_shards=2 --set topology.bulk_shm_bytes=1024
 expect_output "shared-memory bulk path: sent"
 [ -z "$(ls /dev/shm | grep '^troupe-bulk-')" ] || fail "shared-memory segments left in /dev/shm: $(ls /dev/shm)"
+# Explicit placement: device 0 (stage:0, optimizer:0) on process 1, device 1 on process 0.
+extra2=(--set topology.device_processes='"1,0"')
+same_run placed --set topology.devices=2 --set topology.stages=2 --set topology.schedule='"1f1b"' \
+  --set topology.microbatches=2 --set topology.optimizer_shards=2
+extra2=()
 same_run dp --set topology.devices=4 --set topology.stages=2 --set topology.schedule='"1f1b"' \
   --set topology.microbatches=2 --set topology.data_parallel=2 --set topology.optimizer_shards=2
 
@@ -112,6 +120,8 @@ expect_output "mpirun -np 2 troupe run"
 out=$("$troupe" validate "${tiny[@]}" "${pipe[@]}" --set topology.optimizer_shards=2 2>&1) || fail "validate failed:\n$out"
 grep -A4 '^process 1' <<<"$out" | grep -q "stage:1" || fail "validate should place stage:1 on process 1:\n$out"
 grep -A4 '^process 1' <<<"$out" | grep -q "optimizer:1" || fail "validate should place optimizer:1 on process 1:\n$out"
+out=$("$troupe" validate "${tiny[@]}" "${pipe[@]}" --set topology.device_processes='"1,0"' 2>&1) || fail "validate failed:\n$out"
+grep -A4 '^process 1' <<<"$out" | grep -q "stage:0" || fail "device_processes = 1,0 should place stage:0 on process 1:\n$out"
 
 if [ $failures -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
 echo "all mpi runtime checks passed"
