@@ -200,9 +200,12 @@ size_t bulk_shm_threshold() { return g_threshold; }
 void bulk_shm_cleanup() {
   // Names only: mappings stay (an Envelope may still point into one; the
   // memory goes when the process ends). Later sends make new slots.
-  std::lock_guard<std::mutex> g(g_mutex);
-  for (const Slot& s : g_slots) ::shm_unlink(s.name.c_str());
-  g_slots.clear();
+  {
+    std::lock_guard<std::mutex> g(g_mutex);
+    for (const Slot& s : g_slots) ::shm_unlink(s.name.c_str());
+    g_slots.clear();
+  }
+  remove_stale_slots();  // a peer killed during the run left its slots behind
 }
 
 BulkShmStats bulk_shm_stats() { return {g_sent, g_received}; }

@@ -23,8 +23,9 @@ namespace troupe {
 void set_bulk_shm_threshold(size_t bytes);
 size_t bulk_shm_threshold();
 
-// Unlinks every segment this process created that no receiver consumed (a
-// receiver that died before reading). Called when a run ends.
+// Unlinks this process's slots, and the slots of processes that no longer
+// exist (a peer killed during the run). Called when a run ends; later sends
+// make new slots.
 void bulk_shm_cleanup();
 
 // Segments created and consumed by this process so far (tests, bench).
