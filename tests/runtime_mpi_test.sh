@@ -9,7 +9,7 @@
 # - a process that SIGKILLs itself at step 3 (test hook TROUPE_TEST_FAULT),
 #   and one that hangs (SIGSTOP): process 0 names the lost process and its
 #   actors and the run ends non-zero, well before the backstop timeout;
-# - process 0 lost: the other process says so and exits non-zero;
+# - process 0 lost (killed or hung): the other process says so and exits non-zero;
 # - world size != [topology] processes, and processes > 1 without mpirun,
 #   are rejected with a clear message, so is an interface that cannot be
 #   bound; validate lists actors per process.
@@ -101,6 +101,13 @@ out=$(TROUPE_TEST_FAULT=kill:0:3 timeout 120 "${mpi[@]}" --enable-recovery -np 2
 expect_output "process 0 lost"
 expect_output "its actors are gone: coordinator, optimizer:0, stage:0"
 expect_output "rank 1 exit 1"
+
+# Process 0 hangs: process 1 finds it by the connection timeout and ends the job.
+out=$(TROUPE_TEST_FAULT=hang:0:3 timeout 120 "${mpi[@]}" -np 2 "$troupe" run "${tiny[@]}" "${pipe[@]}" \
+      --set run.out_dir="$work/hang0" 2>&1); rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "hang of process 0: mpirun exited $rc"
+expect_output "process 0 lost"
+grep -q "exiting now" <<<"$out" && fail "hang of process 0: process 1 needed the backstop to exit:\n$out"
 
 # An interface no process can bind: every process stops with an error, no hang.
 out=$(timeout 60 "${mpi[@]}" -np 2 "$troupe" run "${tiny[@]}" "${pipe[@]}" --set topology.interface='"10.255.255.1"' \
