@@ -204,7 +204,10 @@ Runtime::~Runtime() = default;
 
 model::StepMetrics Runtime::step() {
   const auto t0 = std::chrono::steady_clock::now();
-  if (impl_->cluster) impl_->cluster->before_step(impl_->steps_done + 1);
+  if (impl_->cluster) {
+    if (impl_->sh->opt.comm->rank() != 0) throw std::logic_error("Runtime::step: only process 0 drives steps");
+    impl_->cluster->before_step(impl_->steps_done + 1);
+  }
   caf::scoped_actor self{*impl_->sys};
   model::StepMetrics m;
   std::string err;

@@ -24,3 +24,12 @@ if(TARGET troupe_messaging_samples)
     TIMEOUT 60
     LABELS messaging)
 endif()
+
+# Two processes of one run as two Runtimes in one test process (no mpirun).
+if(TARGET troupe_runtime)
+  troupe_add_gtest(runtime_mpi_inproc_test
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/runtime_mpi_inproc_test.cpp
+    LIBS troupe_runtime
+    TIMEOUT 120
+    LABELS runtime)
+endif()
