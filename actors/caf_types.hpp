@@ -37,6 +37,16 @@ CAF_BEGIN_TYPE_ID_BLOCK(troupe, caf::first_custom_type_id)
   CAF_ADD_ATOM(troupe, troupe::rt, fault_atom, "rt_fault")
   CAF_ADD_ATOM(troupe, troupe::rt, stale_atom, "rt_stale")
 
+  // Across processes (actors/runtime_cluster.cpp): each process's directory.
+  CAF_ADD_ATOM(troupe, troupe::rt, lookup_atom, "rt_lookup")
+  CAF_ADD_ATOM(troupe, troupe::rt, register_atom, "rt_reg")
+  CAF_ADD_ATOM(troupe, troupe::rt, watch_atom, "rt_watch")
+  CAF_ADD_ATOM(troupe, troupe::rt, shutdown_atom, "rt_shut")
+  CAF_ADD_ATOM(troupe, troupe::rt, tick_atom, "rt_tick")
+  CAF_ADD_ATOM(troupe, troupe::rt, wait_atom, "rt_wait")
+  CAF_ADD_ATOM(troupe, troupe::rt, lost_atom, "rt_lost")
+  CAF_ADD_ATOM(troupe, troupe::rt, abort_atom, "rt_abort")
+
 CAF_END_TYPE_ID_BLOCK(troupe)
 
 namespace troupe {

@@ -159,6 +159,16 @@ void on_child_down(Self* self, const caf::down_msg& m) {
   const Supervisor::Child child = *found;
   const std::string cause = m.reason == caf::exit_reason::kill ? "killed" : self->system().render(m.reason);
   const int64_t step1 = static_cast<int64_t>(s.step) + 1;
+  if (m.source.node() != self->node()) {
+    // An actor of another process: it went down with its process, which the
+    // cluster reports; the supervisor restarts only actors on its own devices.
+    s.error = child.name + " in another process went down (" + cause + ") in step " + std::to_string(step1);
+    if (s.running) {
+      s.running = false;
+      s.reply.deliver(caf::make_error(caf::sec::runtime_error, s.error));
+    }
+    return;
+  }
   if (std::string why = s.sup->admit_restart(child, cause, step1); !why.empty()) {
     s.error = why;
     if (s.running) {

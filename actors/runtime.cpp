@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <unistd.h>
 
+#include "actors/runtime_cluster_internal.hpp"
 #include "actors/runtime_internal.hpp"
 #include "actors/trace.hpp"
 #include "model/data.hpp"
@@ -96,6 +97,15 @@ void validate(const RuntimeOptions& o) {
                                                        " is outside the run's steps 1.." + std::to_string(t.steps));
     require(f.at_message >= 0, "fault at_message must be >= 0");
   }
+  require(o.processes >= 1 && o.processes <= o.devices, "processes must be in [1, devices]");
+  require(o.processes == 1 || (o.comm && o.comm->size() == o.processes),
+          "processes = " + std::to_string(o.processes) + " needs a launcher with as many processes (mpirun -np " +
+              std::to_string(o.processes) + ")");
+  require(o.peer_timeout > 0.0, "peer_timeout must be positive");
+  make_placement(o.devices, o.processes, o.stages, o.data_parallel, o.optimizer_shards, o.device_process);  // throws
+  require(o.faults.empty() || o.processes == 1,
+          "failure injection ([[faults]]) runs in one process only: the supervisor restarts actors on its own "
+          "devices (processes = " + std::to_string(o.processes) + ")");
 }
 
 struct Runtime::Impl {
@@ -105,6 +115,7 @@ struct Runtime::Impl {
   std::shared_ptr<Shared> sh;
   std::unique_ptr<caf::actor_system_config> cfg;
   std::unique_ptr<caf::actor_system> sys;
+  std::unique_ptr<Cluster> cluster;  // processes > 1 (runtime_cluster.cpp)
   int64_t steps_done = 0;
   mutable std::mutex restarts_mu;
   std::vector<RestartEvent> restarts;
@@ -136,19 +147,27 @@ struct Runtime::Impl {
                                     std::to_string(data->vocab_size()) + ", model has " +
                                     std::to_string(t.model.vocab_size));
     }
-    for (int d = 0; d < o.devices; ++d) devices.push_back(std::make_unique<Device>(d, t.backend));
+    // Only this process's devices and actors are made here (null elsewhere).
+    const Placement place =
+        make_placement(o.devices, o.processes, o.stages, o.data_parallel, o.optimizer_shards, o.device_process);
+    const int me = o.processes > 1 ? o.comm->rank() : 0;
+    for (int d = 0; d < o.devices; ++d)
+      devices.push_back(place.device_process[d] == me ? std::make_unique<Device>(d, t.backend) : nullptr);
     if (tracing())
-      for (auto& d : devices) d->enable_trace(4096);
+      for (auto& d : devices)
+        if (d) d->enable_trace(4096);
 
     cfg = std::make_unique<caf::actor_system_config>();
     register_caf_types(*cfg);
+    if (o.processes > 1) configure_cluster(*cfg, o);
     sys = std::make_unique<caf::actor_system>(*cfg);
     // One placement rule, used at start and by the supervisor's respawns:
-    // shards and then ranks round-robin over the devices.
-    s.spawn = [this, o](caf::actor_system& as, FaultTarget::Role role, int replica, int index) {
+    // the devices actors/placement.hpp gives them.
+    s.spawn = [this, place](caf::actor_system& as, FaultTarget::Role role, int replica, int index) {
       if (role == FaultTarget::Role::Optimizer)
-        return spawn_shard(as, sh, *devices[static_cast<size_t>(index % o.devices)], index);
-      return spawn_rank(as, sh, *devices[static_cast<size_t>((replica * o.stages + index) % o.devices)], replica, index);
+        return spawn_shard(as, sh, *devices[static_cast<size_t>(place.shard_device[static_cast<size_t>(index)])], index);
+      const int d = place.rank_device[static_cast<size_t>(replica)][static_cast<size_t>(index)];
+      return spawn_rank(as, sh, *devices[static_cast<size_t>(d)], replica, index);
     };
     s.on_restart = [this, user = o.on_restart](const RestartEvent& ev) {
       {
@@ -158,30 +177,72 @@ struct Runtime::Impl {
       if (user) user(ev);
     };
     // The coordinator first: actors report device errors to it from the start.
-    s.peers.coordinator = spawn_coordinator(*sys, sh);
+    if (place.coordinator_process() == me) s.peers.coordinator = spawn_coordinator(*sys, sh);
+    try {
+      if (o.processes > 1) cluster = std::make_unique<Cluster>(*sys, sh, place);  // a remote coordinator's handle
+      spawn_local(place, me);
+      if (cluster) cluster->connect();
+    } catch (...) {
+      // No ~Impl after a throw here: stop the actors, or the actor system waits for them forever.
+      for (const caf::actor& a : local_actors()) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+      cluster.reset();
+      throw;
+    }
+  }
+
+  // This process's optimizer shards and pipeline ranks, spawned through the
+  // supervisor's placement rule (the others' stay null until
+  // cluster->connect() resolves them).
+  void spawn_local(const Placement& place, int me) {
+    const RuntimeOptions& o = sh->opt;
+    Shared& s = *sh;
+    std::lock_guard<std::mutex> lock(s.peers_mu);
     for (int i = 0; i < o.optimizer_shards; ++i)
-      s.peers.shards.push_back(s.spawn(*sys, FaultTarget::Role::Optimizer, 0, i));
+      s.peers.shards.push_back(place.shard_process(i) == me ? s.spawn(*sys, FaultTarget::Role::Optimizer, 0, i)
+                                                            : caf::actor{});
     s.peers.ranks.resize(static_cast<size_t>(o.data_parallel));
     for (int r = 0; r < o.data_parallel; ++r)
-      for (int k = 0; k < o.stages; ++k) s.peers.ranks[r].push_back(s.spawn(*sys, FaultTarget::Role::Stage, r, k));
+      for (int k = 0; k < o.stages; ++k)
+        s.peers.ranks[r].push_back(place.rank_process(r, k) == me ? s.spawn(*sys, FaultTarget::Role::Stage, r, k)
+                                                                  : caf::actor{});
+  }
+
+  // The coordinator, shards and ranks living in this process (after restarts:
+  // the current ones).
+  std::vector<caf::actor> local_actors() const {
+    std::vector<caf::actor> out;
+    auto add = [&](const caf::actor& a) {
+      if (a && a->node() == sys->node()) out.push_back(a);
+    };
+    std::lock_guard<std::mutex> lock(sh->peers_mu);
+    add(sh->peers.coordinator);
+    for (const caf::actor& a : sh->peers.shards) add(a);
+    for (const auto& rep : sh->peers.ranks)
+      for (const caf::actor& a : rep) add(a);
+    return out;
   }
 
   ~Impl() {
-    for (auto& d : devices) d->drain();
+    // Process 0 ends a multi-process run (failed when unwinding an error).
+    if (cluster && sh->opt.comm->rank() == 0) cluster->shutdown(std::uncaught_exceptions() == 0);
+    for (auto& d : devices)
+      if (d) d->drain();
     // The coordinator (the supervisor) first, and wait until it is gone, so
     // it restarts nobody; then every rank and shard it left. Actors and
     // device work of a failed step may still be running: the peer table
     // stays valid until all of them are done.
-    {
+    const caf::actor coord = sh->peers.coordinator;
+    if (coord && coord->node() == sys->node()) {
       caf::scoped_actor self{*sys};
-      self->monitor(sh->peers.coordinator);
-      caf::anon_send_exit(sh->peers.coordinator, caf::exit_reason::user_shutdown);
+      self->monitor(coord);
+      caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
       self->receive([](const caf::down_msg&) {});
     }
-    for (const caf::actor& a : all_shards(*sh)) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
-    for (const caf::actor& a : all_ranks(*sh)) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    for (const caf::actor& a : local_actors()) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    cluster.reset();
     sys->await_all_actors_done();
-    for (auto& d : devices) d->drain();
+    for (auto& d : devices)
+      if (d) d->drain();
     {
       std::lock_guard<std::mutex> lock(sh->peers_mu);
       sh->peers = Peers{};  // actors and closures hold `sh`: break the cycle
@@ -195,6 +256,10 @@ Runtime::~Runtime() = default;
 
 model::StepMetrics Runtime::step() {
   const auto t0 = std::chrono::steady_clock::now();
+  if (impl_->cluster) {
+    if (impl_->sh->opt.comm->rank() != 0) throw std::logic_error("Runtime::step: only process 0 drives steps");
+    impl_->cluster->before_step(impl_->steps_done + 1);
+  }
   caf::scoped_actor self{*impl_->sys};
   model::StepMetrics m;
   std::string err;
@@ -314,6 +379,7 @@ void Runtime::write_trace(const std::string& path) {
   if (!impl_->tracing()) throw std::logic_error("Runtime::write_trace: tracing is off (set RuntimeOptions::trace)");
   std::vector<DeviceTrace> traces;
   for (auto& d : impl_->devices) {
+    if (!d) continue;  // another process's device
     d->drain();
     traces.push_back(DeviceTrace{d->id(), d->trace()});
   }
@@ -354,8 +420,18 @@ model::EvalMetrics evaluate_saved(const RuntimeOptions& o, const std::string& di
 
 }  // namespace
 
+void Runtime::serve() {
+  if (!impl_->cluster || impl_->sh->opt.comm->rank() == 0)
+    throw std::logic_error("Runtime::serve: only processes > 0 of a multi-process run serve");
+  impl_->cluster->serve();
+}
+
 model::TrainSummary train(const RuntimeOptions& o, model::TrainObserver& obs) {
   Runtime rt(o);
+  if (o.processes > 1 && o.comm->rank() != 0) {  // process 0 drives; this one serves its actors
+    rt.serve();
+    return {};
+  }
   const model::TrainOptions& t = o.train;
   const model::ParamLayout layout = model::build_param_layout(t.model);
   model::TrainSummary s;

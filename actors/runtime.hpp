@@ -30,6 +30,8 @@
 
 namespace troupe::runtime {
 
+struct ClusterComm;  // actors/runtime_cluster.hpp: how processes find each other (MPI in launch/)
+
 struct RuntimeOptions {
   model::TrainOptions train;        // model, optimizer, data, seed, steps, microbatches, backend
   std::string schedule = "1f1b";    // sequential | 1f1b | zb1p | dualpipe | dualpipev (B+W run as one backward)
@@ -47,6 +49,16 @@ struct RuntimeOptions {
   int restart_window = 10;          // steps
   std::function<void(const RestartEvent&)> on_restart;  // called on the coordinator's thread
   bool duplicate_sends = false;     // tests: send every step message twice (receivers must drop the copies)
+  // Across processes (actors/runtime_cluster.hpp): with processes > 1 each
+  // process creates only the devices and actors actors/placement.hpp gives
+  // it; process 0 drives training, the others serve() until told to stop.
+  int processes = 1;
+  std::string interface = "127.0.0.1";  // address CAF ports bind to
+  double peer_timeout = 10.0;           // seconds without traffic before a peer counts as lost
+  int64_t bulk_shm_bytes = 1 << 16;     // all processes on one host: envelopes this large go through
+                                        // shared memory (actors/envelope_shm.hpp); 0 = never
+  std::vector<int> device_process;      // explicit process of each device; empty: contiguous blocks
+  std::shared_ptr<ClusterComm> comm;    // required when processes > 1
 };
 
 // Checks the topology against the model and schedule; throws
@@ -88,6 +100,10 @@ class Runtime {
   // to go idle and writes their events so far as Chrome trace JSON
   // (actors/trace.hpp). Throws std::logic_error when tracing is off.
   void write_trace(const std::string& path);
+  // Processes other than 0 of a multi-process run: serves this process's
+  // actors until process 0 ends the run. Throws std::runtime_error when the
+  // run ended in a failure (process 0 lost, or it reported a lost peer).
+  void serve();
 
  private:
   struct Impl;

@@ -17,7 +17,11 @@ int command_validate(const CliOptions&, const Spec& spec) {
   std::printf("%s: ok\n%s", spec.source.c_str(), format_topology(spec, topo).c_str());
   // Say which engine runs it: a single-device sequential spec runs in the
   // single-process trainer (the same math, no actors needed).
-  if (uses_runtime(spec))
+  if (uses_runtime(spec) && spec.topology.processes > 1)
+    std::printf("runs on the actor runtime across %lld processes (mpirun -np %lld; the experts run inside the stage "
+                "actors)\n",
+                static_cast<long long>(spec.topology.processes), static_cast<long long>(spec.topology.processes));
+  else if (uses_runtime(spec))
     std::printf("runs on the actor runtime (one process; the experts run inside the stage actors)\n");
   else
     std::printf("single device: runs in the single-process trainer, with the same math as the actor runtime\n");

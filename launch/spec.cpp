@@ -513,6 +513,13 @@ void check_cross_fields(const Spec& s, Parser& p) {
     p.error(p.where("topology.expert_shards"), "[topology] expert_shards = " + v(t.expert_shards) + " needs [model] ffn = \"moe\"");
   if (t.processes > t.devices)
     p.error(p.where("topology.processes"), "[topology] processes = " + v(t.processes) + " must be <= devices = " + v(t.devices));
+  else if (!t.device_processes.empty()) {
+    try {
+      device_process_list(s);
+    } catch (const std::invalid_argument& e) {
+      p.error(p.where("topology.device_processes"), "[topology] device_processes = \"" + t.device_processes + "\": " + e.what());
+    }
+  }
   if (t.stages * t.data_parallel > t.devices)
     p.error(p.where("topology.devices"), "[topology] devices = " + v(t.devices) + " is fewer than stages * data_parallel = " + v(t.stages * t.data_parallel));
   if (uses_runtime(s) && t.optimizer_shards > 1) {
@@ -606,6 +613,30 @@ const std::string& default_spec_text() {
 
 Spec load_default_spec(const std::vector<Override>& overrides) {
   return load_spec_text(default_spec_text(), "<built-in default>", overrides);
+}
+
+std::vector<int> device_process_list(const Spec& spec) {
+  const auto& t = spec.topology;
+  std::vector<int> out;
+  if (t.device_processes.empty()) return out;
+  std::string item;
+  std::istringstream in(t.device_processes);
+  while (std::getline(in, item, ',')) {
+    const auto b = item.find_first_not_of(' '), e = item.find_last_not_of(' ');
+    const std::string x = b == std::string::npos ? "" : item.substr(b, e - b + 1);
+    if (x.empty() || x.size() > 9 || x.find_first_not_of("0123456789") != std::string::npos)
+      throw std::invalid_argument("expected comma-separated process numbers, one per device, got '" + x + "'");
+    const int p = std::stoi(x);
+    if (p >= t.processes)
+      throw std::invalid_argument("process " + x + " is out of range for processes = " + std::to_string(t.processes));
+    out.push_back(p);
+  }
+  if (static_cast<int64_t>(out.size()) != t.devices)
+    throw std::invalid_argument("lists " + std::to_string(out.size()) + " device(s), devices = " + std::to_string(t.devices));
+  for (int64_t p = 0; p < t.processes; ++p)
+    if (std::find(out.begin(), out.end(), static_cast<int>(p)) == out.end())
+      throw std::invalid_argument("process " + std::to_string(p) + " gets no device");
+  return out;
 }
 
 bool uses_runtime(const Spec& spec) {

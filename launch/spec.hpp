@@ -45,6 +45,9 @@ struct TopologyConfig {
   int64_t data_parallel = 1;            // data-parallel replicas
   int64_t processes = 1;                // OS processes (mpirun -np)
   std::string interface = "127.0.0.1"; // address that CAF ports bind to
+  double peer_timeout = 10.0;           // seconds of silence before a peer process counts as lost
+  int64_t bulk_shm_bytes = 1 << 16;     // one host: envelopes this large go through shared memory; 0 = never
+  std::string device_processes;         // explicit placement: process of each device, "0,0,1"; "" = blocks
 };
 
 struct CheckpointConfig {
@@ -91,6 +94,12 @@ struct Spec {
 // data_parallel): `troupe run` then trains on the actor runtime
 // (actors/runtime.hpp) instead of the single-process model::Trainer.
 bool uses_runtime(const Spec& spec);
+
+// [topology] device_processes as numbers, one per device ("0,1,1" -> {0,1,1});
+// empty when the key is empty (contiguous blocks). Throws std::invalid_argument
+// saying what is wrong (not a list of integers, wrong length, a process out of
+// range, a process left without a device); validation reports it on the key.
+std::vector<int> device_process_list(const Spec& spec);
 
 // One problem found in a spec. line/column are 1-based, 0 when unknown.
 struct Diagnostic {
