@@ -33,6 +33,22 @@ CAF_BEGIN_TYPE_ID_BLOCK(troupe, caf::first_custom_type_id)
   CAF_ADD_ATOM(troupe, troupe::rt, fail_atom, "rt_fail")
   CAF_ADD_ATOM(troupe, troupe::rt, params_atom, "rt_params")
   CAF_ADD_ATOM(troupe, troupe::rt, dropped_atom, "rt_dropped")
+  // Supervision, snapshots and replay (actors/supervisor.hpp).
+  CAF_ADD_ATOM(troupe, troupe::rt, arm_atom, "rt_arm")
+  CAF_ADD_ATOM(troupe, troupe::rt, restore_atom, "rt_restore")
+  CAF_ADD_ATOM(troupe, troupe::rt, snapshot_atom, "rt_snap")
+  CAF_ADD_ATOM(troupe, troupe::rt, fault_atom, "rt_fault")
+  CAF_ADD_ATOM(troupe, troupe::rt, stale_atom, "rt_stale")
+
+  // Across processes (actors/runtime_cluster.cpp): each process's directory.
+  CAF_ADD_ATOM(troupe, troupe::rt, lookup_atom, "rt_lookup")
+  CAF_ADD_ATOM(troupe, troupe::rt, register_atom, "rt_reg")
+  CAF_ADD_ATOM(troupe, troupe::rt, watch_atom, "rt_watch")
+  CAF_ADD_ATOM(troupe, troupe::rt, shutdown_atom, "rt_shut")
+  CAF_ADD_ATOM(troupe, troupe::rt, tick_atom, "rt_tick")
+  CAF_ADD_ATOM(troupe, troupe::rt, wait_atom, "rt_wait")
+  CAF_ADD_ATOM(troupe, troupe::rt, lost_atom, "rt_lost")
+  CAF_ADD_ATOM(troupe, troupe::rt, abort_atom, "rt_abort")
 
   // Expert parallelism: per-micro-batch expert loads, rank -> coordinator.
   CAF_ADD_ATOM(troupe, troupe::rt, load_atom, "rt_load")

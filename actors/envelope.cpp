@@ -17,6 +17,7 @@
 #include <caf/settings.hpp>
 #include <zstd.h>
 
+#include "actors/envelope_bulk.hpp"
 #include "actors/envelope_internal.hpp"
 
 namespace troupe {
@@ -44,6 +45,7 @@ const char* to_string(envelope_errc code) {
     case envelope_errc::schema_violation: return "schema_violation";
     case envelope_errc::empty_envelope: return "empty_envelope";
     case envelope_errc::wrong_kind: return "wrong_kind";
+    case envelope_errc::bulk_unavailable: return "bulk_unavailable";
   }
   return "unknown_envelope_error";
 }
@@ -289,6 +291,9 @@ caf::error save_envelope(caf::serializer& f, const Envelope& x) {
   CafWriter w{f};
   // The sending actor system's settings, when the serializer knows it.
   const EncodeOptions opts = f.context() ? encode_options(f.context()->system().config()) : EncodeOptions{};
+  // Large envelopes to another process on this host: shared memory (envelope_shm.hpp).
+  if (detail::bulk_wanted(x.data().get()))
+    if (auto done = detail::save_bulk(x.data().get(), opts, w)) return *done;
   return detail::encode_frame(x.data().get(), opts, w);
 }
 
@@ -322,6 +327,11 @@ caf::error load_envelope(caf::deserializer& f, Envelope& x) {
     if (auto err = f.apply_raw(n, buf.begin())) return err;
   if (auto err = f.end_sequence()) return err;
   try {
+    if (detail::is_bulk_record(buf.begin(), n)) {
+      auto bulk = detail::load_bulk(reinterpret_cast<const uint8_t*>(buf.begin()), max_frame, limits);
+      x = bulk ? std::move(*bulk) : Envelope::invalid(std::move(bulk.error()));
+      return caf::none;
+    }
     auto decoded = detail::decode_frame(std::move(buf), n, limits);
     x = decoded ? std::move(*decoded) : Envelope::invalid(std::move(decoded.error()));
   } catch (const std::bad_alloc&) {

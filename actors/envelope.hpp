@@ -69,6 +69,7 @@ enum class envelope_errc : uint8_t {
   schema_violation,         // a schema-level invariant failed (shape/data size, row counts, ...)
   empty_envelope,           // read from a default-constructed (empty) envelope
   wrong_kind,               // read<S>() on an envelope holding another kind
+  bulk_unavailable,         // the shared-memory segment a bulk record names is missing or invalid
 };
 
 const char* to_string(envelope_errc code);

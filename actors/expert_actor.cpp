@@ -87,6 +87,7 @@ struct XState {
   int slices_loaded = 0;
   std::vector<std::pair<Envelope, caf::actor>> early;  // dispatches of step + 1
   uint64_t dropped = 0;
+  KillSwitch kill;
 };
 
 using Self = caf::stateful_actor<XState>;
@@ -125,18 +126,42 @@ void reset_step(Self* self) {
   }, [] {});
 }
 
+// Where in the step the shard is (reported when a fault kills it).
+std::string expert_phase(const XState& s) {
+  if (s.waiting_params)
+    return "loading parameters after sending gradients (" + std::to_string(s.slices_loaded) + " of " +
+           std::to_string(s.slices_expected) + " slices loaded)";
+  if (!s.bwd_done.empty()) return "in its backward dispatches";
+  if (!s.fwd_done.empty()) return "in its forward dispatches, before any backward";
+  return "waiting for its step's dispatches";
+}
+
+// Abort to the start of step `step`, attempt `attempt` (a replay): the
+// supervisor then sends the parameter slices the step starts from.
+void abort_to(Self* self, uint64_t step, uint32_t attempt) {
+  auto& s = self->state;
+  s.step = step;
+  s.attempt = attempt;
+  s.waiting_params = false;
+  s.slices_from.clear();
+  s.slices_loaded = 0;
+  s.early.clear();
+  s.tickets.pending.clear();  // late completions of old work find nothing to continue
+  reset_step(self);           // queued after any old work: activations and gradients dropped
+}
+
 caf::actor reply_to(Self* self, const MoeKey& id) {
   auto& s = self->state;
   if (auto sender = self->current_sender()) return caf::actor_cast<caf::actor>(sender);
-  const auto& ranks = s.sh->peers.ranks;
   const auto& sl = s.sh->sl;
   // The ids are untrusted: range-check them before any rank arithmetic.
-  if (id.replica >= ranks.size() || id.chunk >= static_cast<uint32_t>(std::max(sl.num_dirs, 1)) ||
+  if (id.replica >= static_cast<uint32_t>(s.sh->opt.data_parallel) ||
+      id.chunk >= static_cast<uint32_t>(std::max(sl.num_dirs, 1)) ||
       id.stage >= static_cast<uint32_t>(std::max(sl.num_stages, 0)))
     return {};
   const int r = sched::stage_rank(sl, static_cast<int>(id.chunk), static_cast<int>(id.stage));
-  if (r < 0 || static_cast<size_t>(r) >= ranks[id.replica].size()) return {};
-  return ranks[id.replica][static_cast<size_t>(r)];
+  if (r < 0) return {};
+  return rank_of(*s.sh, static_cast<int>(id.replica), r);
 }
 
 // Step end: the chunk accumulators summed in chunk order, sliced per
@@ -180,7 +205,7 @@ void send_grads(Self* self) {
           b.setMicrobatches(mbs);
           b.setAttempt(attempt);
         });
-        caf::anon_send(sh->peers.shards[sh_i], std::move(e));
+        post(*sh, shard_of(*sh, sh_i), e);
       }
       base += own.count;
     }
@@ -209,7 +234,8 @@ void forward(Self* self, const CheckedDispatch& cd, caf::actor dest) {
   auto token_index = meta.token_index;
   auto counts = meta.counts;
   s.fwd.emplace(k, std::move(meta));
-  submit(self, *s.dev, [comp, k, n, F, D, id, msg, token_index, counts, dest](kernels::Backend& be) {
+  auto sh = s.sh;
+  submit(self, *s.dev, [comp, sh, k, n, F, D, id, msg, token_index, counts, dest](kernels::Backend& be) {
     std::vector<float> y;
     if (n > 0) {
       Saved sv;
@@ -220,7 +246,7 @@ void forward(Self* self, const CheckedDispatch& cd, caf::actor dest) {
       y = be.download_f32(sv.y);
       comp->saved[k] = std::move(sv);
     }
-    if (dest) caf::anon_send(dest, make_combine(id, static_cast<uint32_t>(D), y, token_index, {}));
+    if (dest) post(*sh, dest, make_combine(id, static_cast<uint32_t>(D), y, token_index, {}));
   }, [] {}, label(TraceLabel::Forward, id, s.spec.producer));
 }
 
@@ -250,7 +276,8 @@ void backward(Self* self, const CheckedDispatch& cd, caf::actor dest) {
   const int64_t nexp = s.experts.size();
   const MoeKey id = cd.id;
   auto msg = cd.msg;
-  submit(self, *s.dev, [comp, k, n, F, D, nexp, id, msg, token_index, counts, dest](kernels::Backend& be) {
+  auto sh = s.sh;
+  submit(self, *s.dev, [comp, sh, k, n, F, D, nexp, id, msg, token_index, counts, dest](kernels::Backend& be) {
     std::vector<float> dx, dw;
     if (n > 0) {
       auto sv = comp->saved.find(k);
@@ -276,7 +303,7 @@ void backward(Self* self, const CheckedDispatch& cd, caf::actor dest) {
       dw = be.download_f32(dwt);
       comp->saved.erase(sv);
     }
-    if (dest) caf::anon_send(dest, make_combine(id, static_cast<uint32_t>(D), dx, token_index, dw));
+    if (dest) post(*sh, dest, make_combine(id, static_cast<uint32_t>(D), dx, token_index, dw));
   }, [] {}, label(TraceLabel::Backward, id, s.spec.producer));
   if (s.bwd_done.size() == static_cast<size_t>(s.spec.microbatches)) send_grads(self);
 }
@@ -327,7 +354,8 @@ void handle_params(Self* self, const Envelope& e) {
     return;
   }
   const uint32_t shard = (*p)->getShard();
-  if ((*p)->getStep() != s.step || !s.waiting_params || shard >= s.sh->shard_ranges.size() ||
+  if ((*p)->getStep() != s.step || (*p)->getAttempt() != s.attempt || !s.waiting_params ||
+      shard >= s.sh->shard_ranges.size() ||
       s.slices_from.count(shard)) {
     ++s.dropped;
     return;
@@ -357,8 +385,8 @@ void handle_params(Self* self, const Envelope& e) {
   }, [self] {
     auto& s2 = self->state;
     if (++s2.slices_loaded < static_cast<int>(s2.slices_expected)) return;
-    caf::anon_send(s2.sh->peers.coordinator, rt::stepok_atom_v, s2.step, static_cast<uint32_t>(s2.spec.replica),
-                   kExpertProducerBase + static_cast<uint32_t>(s2.spec.producer));
+    post(*s2.sh, s2.sh->peers.coordinator, rt::stepok_atom_v, s2.step, s2.attempt,
+         static_cast<uint32_t>(s2.spec.replica), kExpertProducerBase + static_cast<uint32_t>(s2.spec.producer));
     ++s2.step;
     s2.attempt = 0;
     s2.waiting_params = false;
@@ -416,9 +444,41 @@ caf::behavior expert_actor(Self* self, std::shared_ptr<const Shared> sh, Device*
   }, [] {}, owner_label(TraceLabel::RankInit, spec.producer));
 
   return {
-      [self](rt::done_atom, uint64_t ticket) { run_ticket(self->state.tickets, ticket); },
+      [self](rt::done_atom, uint64_t ticket) {
+        if (kill_switch_fires(self, expert_phase(self->state))) return;
+        run_ticket(self->state.tickets, ticket);
+      },
+      [self](rt::arm_atom, uint64_t, uint32_t k) { self->state.kill.left = k; },
+      [self](rt::restore_atom, uint64_t step, uint32_t attempt) { abort_to(self, step, attempt); },
+      // One optimizer shard's slice of the parameters the restored step
+      // starts from (the supervisor's snapshot, so trusted): the part in the
+      // owned ranges is loaded.
+      [self](rt::restore_atom, const Envelope& e) {
+        auto& s = self->state;
+        auto p = e.read<schemas::ParamSlice>();
+        if (!p) {
+          caf::anon_send(s.sh->peers.coordinator, rt::fail_atom_v, s.name + ": bad restore slice: " + to_string(p.error()));
+          return;
+        }
+        const Range got{static_cast<int64_t>((*p)->getRange().getOffset()), static_cast<int64_t>((*p)->getRange().getCount())};
+        auto comp = s.comp;
+        const auto ranges = s.ranges;
+        submit(self, *s.dev, [comp, e, ranges, got](kernels::Backend& be) {
+          auto r = e.read<schemas::ParamSlice>();
+          const auto v = tensor_f32((*r)->getParams());
+          int64_t base = 0;
+          for (const Range& own : ranges) {
+            const Range piece = intersect(own, got);
+            if (piece.count > 0)
+              be.upload_f32(comp->params.view(base + piece.offset - own.offset, {piece.count}),
+                            v.subspan(static_cast<size_t>(piece.offset - got.offset), static_cast<size_t>(piece.count)));
+            base += own.count;
+          }
+        }, [] {}, owner_label(TraceLabel::ParamLoad, s.spec.producer));
+      },
       [self](const Envelope& e) {
         auto& s = self->state;
+        if (kill_switch_fires(self, expert_phase(s))) return;
         auto kind = e.kind();
         if (!kind) return reject(self, self->system().render(kind.error()));
         if (*kind == Envelope::Kind::DISPATCH) {

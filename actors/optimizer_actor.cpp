@@ -5,7 +5,11 @@
 // sum of squares for the global norm, and after the coordinator's (clip, norm)
 // clips, updates with the Trainer's AdamW/LR rules and sends the new
 // parameters to every rank; on request it hands out its parameters (and
-// moments, for checkpoints). Protocol: runtime_internal.hpp.
+// moments, for checkpoints). Protocol: runtime_internal.hpp. After each
+// update it sends the coordinator (its supervisor) a snapshot of its state
+// (parameters, m, v): the state the next step starts from. A replayed step,
+// or a fresh shard after a restart, starts from the snapshot the supervisor
+// sends back with (restore ...).
 #include <cmath>
 #include <map>
 #include <tuple>
@@ -47,10 +51,13 @@ struct ShardState {
   std::vector<OptPiece> pieces;
   std::vector<BiasPiece> bias;           // router bias parts in the range
   std::vector<int64_t> loads;            // the step's expert loads (for the bias), from the coordinator
-  uint64_t loads_step = ~uint64_t{0};
+  std::pair<uint64_t, uint32_t> loads_step{~uint64_t{0}, 0};  // (step, attempt) of `loads`
   size_t expected = 0;   // gradient slices per step
   uint64_t step = 0;     // step being reduced (== completed steps)
+  uint32_t attempt = 0;  // replay generation of the step
   bool reduced = false;  // gradients summed, waiting for (clip)
+  KillSwitch kill;
+  uint64_t armed_step = 0;
   std::map<SliceKey, Envelope> inbox;
   std::shared_ptr<ShardCompute> comp;
   uint64_t dropped = 0;
@@ -58,9 +65,17 @@ struct ShardState {
 
 using Self = caf::stateful_actor<ShardState>;
 
-Envelope param_slice(uint64_t step, uint32_t shard, Range range, const std::vector<float>& v) {
+// Where in the step the shard is (reported when a fault kills it).
+std::string shard_phase(const ShardState& st) {
+  if (st.step > st.armed_step) return "finishing its update (new parameters already sent)";
+  if (st.reduced) return "waiting for the global norm";
+  return "collecting gradients (" + std::to_string(st.inbox.size()) + " of " + std::to_string(st.expected) + ")";
+}
+
+Envelope param_slice(uint64_t step, uint32_t shard, Range range, const std::vector<float>& v, uint32_t attempt = 0) {
   return Envelope::build<schemas::ParamSlice>([&](schemas::ParamSlice::Builder b) {
     b.setStep(step);
+    b.setAttempt(attempt);
     b.setShard(shard);
     b.initRange().setOffset(static_cast<uint64_t>(range.offset));
     b.getRange().setCount(static_cast<uint64_t>(range.count));
@@ -78,9 +93,11 @@ void reduce(Self* self) {
   auto comp = st.comp;
   const Range range = st.range;
   const uint64_t step = st.step;
+  const uint32_t attempt = st.attempt;
   const uint32_t shard = static_cast<uint32_t>(st.shard);
   caf::actor coord = st.sh->peers.coordinator;
-  submit(self, *st.dev, [comp, slices = std::move(slices), range, step, shard, coord](kernels::Backend& be) {
+  auto sh = st.sh;
+  submit(self, *st.dev, [comp, slices = std::move(slices), range, step, attempt, shard, coord, sh](kernels::Backend& be) {
     std::fill(comp->acc.begin(), comp->acc.end(), 0.0f);
     for (const Envelope& e : slices) {
       auto r = e.read<schemas::GradSlice>();
@@ -91,7 +108,7 @@ void reduce(Self* self) {
     }
     be.upload_f32(comp->grads, comp->acc);
     const double sq = be.squared_norm(comp->grads);
-    caf::anon_send(coord, rt::gnorm_atom_v, step, shard, sq);
+    post(*sh, coord, rt::gnorm_atom_v, step, attempt, shard, sq);
   }, [] {}, owner_label(TraceLabel::Reduce, st.shard));
 }
 
@@ -140,9 +157,40 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
   }, [] {}, owner_label(TraceLabel::ShardInit, shard));
 
   return {
-      [self](rt::done_atom, uint64_t ticket) { run_ticket(self->state.tickets, ticket); },
+      [self](rt::done_atom, uint64_t ticket) {
+        if (kill_switch_fires(self, shard_phase(self->state))) return;
+        run_ticket(self->state.tickets, ticket);
+      },
+      [self](rt::arm_atom, uint64_t step, uint32_t k) {
+        self->state.kill.left = k;
+        self->state.armed_step = step;
+      },
+      // Back to the snapshot a step starts from (replay, or a fresh shard).
+      // Device work of the aborted attempt still queued runs first; its
+      // sends carry the old attempt and are dropped.
+      [self](rt::restore_atom, uint64_t step, uint32_t attempt, const Envelope& p, const Envelope& m,
+             const Envelope& v) {
+        auto& s = self->state;
+        s.step = step;
+        s.attempt = attempt;
+        s.reduced = false;
+        s.inbox.clear();
+        auto comp = s.comp;
+        submit(self, *s.dev, [comp, p, m, v](kernels::Backend& be) {
+          const Envelope* src[3] = {&p, &m, &v};
+          kernels::Tensor* dst[3] = {&comp->params, &comp->m, &comp->v};
+          for (int i = 0; i < 3; ++i) {
+            auto r = src[i]->read<schemas::ParamSlice>();
+            if (!r) throw std::runtime_error("bad snapshot: " + to_string(r.error()));
+            const auto x = tensor_f32((*r)->getParams());
+            if (static_cast<int64_t>(x.size()) != dst[i]->numel()) throw std::runtime_error("snapshot of the wrong size");
+            be.upload_f32(*dst[i], x);
+          }
+        }, [] {}, owner_label(TraceLabel::ShardInit, s.shard));
+      },
       [self](const Envelope& e) {
         auto& s = self->state;
+        if (kill_switch_fires(self, shard_phase(s))) return;
         auto fail = [&](const std::string& why) {
           ++s.dropped;
           caf::anon_send(s.sh->peers.coordinator, rt::fail_atom_v, s.name + ": rejected message: " + why);
@@ -150,8 +198,8 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
         auto r = e.read<schemas::GradSlice>();
         if (!r) return fail(to_string(r.error()));
         const uint64_t off = (*r)->getRange().getOffset(), cnt = (*r)->getRange().getCount();
-        if ((*r)->getStep() != s.step || s.reduced) {
-          ++s.dropped;  // stale or duplicate after the reduction
+        if ((*r)->getStep() != s.step || (*r)->getAttempt() != s.attempt || s.reduced) {
+          ++s.dropped;  // stale (older step or attempt) or duplicate after the reduction
           return;
         }
         if ((*r)->getShard() != static_cast<uint32_t>(s.shard) ||
@@ -169,9 +217,10 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
         s.inbox.emplace(k, e);
         if (s.inbox.size() == s.expected) reduce(self);
       },
-      [self](rt::clip_atom, uint64_t step, double norm) {
+      [self](rt::clip_atom, uint64_t step, uint32_t attempt, double norm) {
         auto& s = self->state;
-        if (step != s.step || !s.reduced) {
+        if (kill_switch_fires(self, shard_phase(s))) return;
+        if (step != s.step || attempt != s.attempt || !s.reduced) {
           ++s.dropped;
           return;
         }
@@ -189,13 +238,14 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
         const Range range = s.range;
         const uint32_t shard = static_cast<uint32_t>(s.shard);
         auto sh = s.sh;
-        if (!s.bias.empty() && s.loads_step != step) {
+        if (!s.bias.empty() && s.loads_step != std::make_pair(step, attempt)) {
           caf::anon_send(sh->peers.coordinator, rt::fail_atom_v, s.name + ": no expert loads for the router bias");
           return;
         }
         auto bias = s.bias;
         auto loads = s.loads;
-        submit(self, *s.dev, [comp, pieces, hp, max_norm, wd, norm, range, shard, step, sh, bias, loads](kernels::Backend& be) mutable {
+        auto snap = std::make_shared<std::vector<Envelope>>();
+        submit(self, *s.dev, [comp, pieces, hp, max_norm, wd, norm, range, shard, step, attempt, sh, snap, bias, loads](kernels::Backend& be) mutable {
           // Same clipping rule as kernels::clip_grad_norm, with the global norm.
           if (max_norm > 0.0 && norm > max_norm)
             be.scale(comp->grads, static_cast<float>(max_norm / (norm + 1e-6)));
@@ -217,26 +267,33 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
             moe::update_router_bias(row, std::span<const int64_t>(loads.data() + at, E), c.bias_update_rate);
             be.upload(v, row.data() + b.first, static_cast<size_t>(b.count) * sizeof(float));
           }
-          const Envelope e = param_slice(step, shard, range, be.download_f32(comp->params));
-          for (const auto& replica : sh->peers.ranks)
-            for (const caf::actor& r : replica) caf::anon_send(r, e);
+          const Envelope e = param_slice(step, shard, range, be.download_f32(comp->params), attempt);
+          *snap = {e, param_slice(step, shard, range, be.download_f32(comp->m)),
+                   param_slice(step, shard, range, be.download_f32(comp->v))};
+          for (const caf::actor& r : all_ranks(*sh)) post(*sh, r, e);
           // Expert shards whose weights meet this range.
-          for (const auto& replica : sh->peers.experts)
-            for (size_t p = 0; p < replica.size(); ++p) {
+          for (int rep = 0; rep < sh->opt.data_parallel; ++rep)
+            for (size_t p = 0; p < sh->expert_owned.size(); ++p) {
               bool meets = false;
               for (const Range& o : sh->expert_owned[p]) meets = meets || intersect(o, range).count > 0;
-              if (meets) caf::anon_send(replica[p], e);
+              if (meets) post(*sh, expert_of(*sh, rep, static_cast<int>(p)), e);
             }
-        }, [] {}, owner_label(TraceLabel::Update, s.shard));
+        }, [self, snap, step, attempt, shard] {
+          // Sent by the actor once the update is done, so the step (which
+          // waits for every snapshot) ends only after the shard's last message.
+          const auto& x = *snap;
+          post(*self->state.sh, self->state.sh->peers.coordinator, rt::snapshot_atom_v, step, attempt, shard, x[0], x[1], x[2]);
+        }, owner_label(TraceLabel::Update, s.shard));
         s.reduced = false;
         ++s.step;
+        s.attempt = 0;
       },
       // The step's expert loads (coordinator, before its clip): per MoE
       // layer E routed counts then the dropped count.
-      [self](rt::load_atom, uint64_t step, const std::vector<int64_t>& loads) {
+      [self](rt::load_atom, uint64_t step, uint32_t attempt, const std::vector<int64_t>& loads) {
         auto& s = self->state;
         s.loads = loads;
-        s.loads_step = step;
+        s.loads_step = {step, attempt};
       },
       // The current parameters of the range, read on the device after any
       // pending update.

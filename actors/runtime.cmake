@@ -7,6 +7,7 @@ add_library(troupe_runtime STATIC
   ${CMAKE_CURRENT_LIST_DIR}/stage_actor.cpp
   ${CMAKE_CURRENT_LIST_DIR}/optimizer_actor.cpp
   ${CMAKE_CURRENT_LIST_DIR}/coordinator.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/supervisor.cpp
   ${CMAKE_CURRENT_LIST_DIR}/runtime.cpp
   ${CMAKE_CURRENT_LIST_DIR}/trace.cpp
   ${CMAKE_CURRENT_LIST_DIR}/moe_messages.cpp

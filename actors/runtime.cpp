@@ -6,11 +6,13 @@
 #include <chrono>
 #include <limits>
 #include <filesystem>
+#include <mutex>
 #include <set>
 #include <stdexcept>
 #include <unistd.h>
 
 #include "actors/expert_shard.hpp"
+#include "actors/runtime_cluster_internal.hpp"
 #include "actors/runtime_internal.hpp"
 #include "actors/trace.hpp"
 #include "model/data.hpp"
@@ -89,6 +91,43 @@ void validate(const RuntimeOptions& o) {
   model::split_layers(t.model.n_layers, sl.num_stages);  // throws when there are too few layers
   const int64_t P = model::build_param_layout(t.model).total();
   require(o.optimizer_shards <= P, "more optimizer shards than parameters");
+  require(o.max_restarts >= 0, "max_restarts must be >= 0");
+  require(o.restart_window >= 1, "restart_window must be >= 1");
+  for (const FaultSpec& f : o.faults) {
+    const std::optional<FaultTarget> target = parse_fault_target(f.target);
+    require(target.has_value(), "fault target \"" + f.target +
+                                    "\" must be stage:K, stage:K/replica:R, optimizer:K or expert:L/S[/replica:R]");
+    if (target->role == FaultTarget::Role::Expert) {
+      require(o.expert_shards > 0, "fault target " + f.target + " does not exist: the run has no expert shards "
+                                   "(expert_shards > 1 puts the experts in their own actors)");
+      require(target->index < t.model.n_layers, "fault target " + f.target + " does not exist: there are " +
+                                                    std::to_string(t.model.n_layers) + " MoE layer(s)");
+      require(target->shard < o.expert_shards, "fault target " + f.target + " does not exist: there are " +
+                                                   std::to_string(o.expert_shards) + " expert shard(s) per layer");
+    } else {
+      const int n = target->role == FaultTarget::Role::Stage ? o.stages : o.optimizer_shards;
+      require(target->index < n, "fault target " + f.target + " does not exist: there are " + std::to_string(n) +
+                                     (target->role == FaultTarget::Role::Stage ? " stage(s)" : " optimizer shard(s)"));
+    }
+    require(target->replica < o.data_parallel, "fault target " + f.target + " does not exist: there are " +
+                                                   std::to_string(o.data_parallel) + " data-parallel replica(s)");
+    require(f.kind == "kill", "fault kind \"" + f.kind + "\" is not supported (only \"kill\")");
+    require(f.at_step >= 1 && f.at_step <= t.steps, "fault at_step " + std::to_string(f.at_step) +
+                                                       " is outside the run's steps 1.." + std::to_string(t.steps));
+    require(f.at_message >= 0, "fault at_message must be >= 0");
+  }
+  require(o.processes >= 1 && o.processes <= o.devices, "processes must be in [1, devices]");
+  require(o.processes == 1 || (o.comm && o.comm->size() == o.processes),
+          "processes = " + std::to_string(o.processes) + " needs a launcher with as many processes (mpirun -np " +
+              std::to_string(o.processes) + ")");
+  require(o.peer_timeout > 0.0, "peer_timeout must be positive");
+  require(o.expert_shards == 0 || o.processes == 1,
+          "expert shards (expert_shards > 1) run in one process only so far (processes = " +
+              std::to_string(o.processes) + ")");
+  make_placement(o.devices, o.processes, o.stages, o.data_parallel, o.optimizer_shards, o.device_process);  // throws
+  require(o.faults.empty() || o.processes == 1,
+          "failure injection ([[faults]]) runs in one process only: the supervisor restarts actors on its own "
+          "devices (processes = " + std::to_string(o.processes) + ")");
 }
 
 struct Runtime::Impl {
@@ -98,8 +137,10 @@ struct Runtime::Impl {
   std::shared_ptr<Shared> sh;
   std::unique_ptr<caf::actor_system_config> cfg;
   std::unique_ptr<caf::actor_system> sys;
-  std::vector<caf::actor> all;
+  std::unique_ptr<Cluster> cluster;  // processes > 1 (runtime_cluster.cpp)
   int64_t steps_done = 0;
+  mutable std::mutex restarts_mu;
+  std::vector<RestartEvent> restarts;
 
   bool tracing() const { return sh->opt.record_trace || !sh->opt.trace.empty(); }
 
@@ -136,67 +177,139 @@ struct Runtime::Impl {
                                     std::to_string(data->vocab_size()) + ", model has " +
                                     std::to_string(t.model.vocab_size));
     }
-    for (int d = 0; d < o.devices; ++d) devices.push_back(std::make_unique<Device>(d, t.backend));
+    // Only this process's devices and actors are made here (null elsewhere).
+    Placement place =
+        make_placement(o.devices, o.processes, o.stages, o.data_parallel, o.optimizer_shards, o.device_process);
+    if (s.expert_parallel()) {
+      // A MoE layer's shards start at the device of the rank whose
+      // first-copy stage holds the layer (as launch/topology.cpp lists them).
+      std::vector<int> layer_rank;
+      for (int layer : s.moe_layers) {
+        int stage = 0;
+        while (s.stage_layers[static_cast<size_t>(stage)].second <= layer) ++stage;
+        layer_rank.push_back(sched::stage_rank(s.sl, 0, stage));
+      }
+      place_experts(place, s.moe_layers, layer_rank, o.expert_shards);
+    }
+    const int me = o.processes > 1 ? o.comm->rank() : 0;
+    for (int d = 0; d < o.devices; ++d)
+      devices.push_back(place.device_process[d] == me ? std::make_unique<Device>(d, t.backend) : nullptr);
     if (tracing())
-      for (auto& d : devices) d->enable_trace(4096);
+      for (auto& d : devices)
+        if (d) d->enable_trace(4096);
 
     cfg = std::make_unique<caf::actor_system_config>();
     register_caf_types(*cfg);
+    if (o.processes > 1) configure_cluster(*cfg, o);
     sys = std::make_unique<caf::actor_system>(*cfg);
-    // The coordinator first: actors report device errors to it from the start.
-    s.peers.coordinator = spawn_coordinator(*sys, sh);
-    all.push_back(s.peers.coordinator);
-    for (int i = 0; i < o.optimizer_shards; ++i) {
-      s.peers.shards.push_back(spawn_shard(*sys, sh, *devices[static_cast<size_t>(i % o.devices)], i));
-      all.push_back(s.peers.shards.back());
-    }
-    s.peers.ranks.resize(static_cast<size_t>(o.data_parallel));
-    for (int r = 0; r < o.data_parallel; ++r)
-      for (int k = 0; k < o.stages; ++k) {
-        Device& dev = *devices[static_cast<size_t>((r * o.stages + k) % o.devices)];
-        s.peers.ranks[r].push_back(spawn_rank(*sys, sh, dev, r, k));
-        all.push_back(s.peers.ranks[r].back());
+    // One placement rule, used at start and by the supervisor's respawns:
+    // the devices actors/placement.hpp gives them.
+    s.spawn = [this, place](caf::actor_system& as, FaultTarget::Role role, int replica, int index) {
+      if (role == FaultTarget::Role::Optimizer)
+        return spawn_shard(as, sh, *devices[static_cast<size_t>(place.shard_device[static_cast<size_t>(index)])], index);
+      if (role == FaultTarget::Role::Expert) {  // index: the producer
+        ExpertShardSpec spec;
+        spec.replica = replica;
+        spec.layer = place.expert_ids[static_cast<size_t>(index)].first;
+        spec.shard = place.expert_ids[static_cast<size_t>(index)].second;
+        spec.shards = sh->opt.expert_shards;
+        spec.producer = index;
+        spec.microbatches = sh->chunks;
+        const int d = place.expert_device[static_cast<size_t>(replica)][static_cast<size_t>(index)];
+        return spawn_expert_shard(as, sh, *devices[static_cast<size_t>(d)], spec);
       }
-    spawn_experts();
+      const int d = place.rank_device[static_cast<size_t>(replica)][static_cast<size_t>(index)];
+      return spawn_rank(as, sh, *devices[static_cast<size_t>(d)], replica, index);
+    };
+    s.on_restart = [this, user = o.on_restart](const RestartEvent& ev) {
+      {
+        std::lock_guard<std::mutex> lock(restarts_mu);
+        restarts.push_back(ev);
+      }
+      if (user) user(ev);
+    };
+    // The coordinator first: actors report device errors to it from the start.
+    if (place.coordinator_process() == me) s.peers.coordinator = spawn_coordinator(*sys, sh);
+    try {
+      if (o.processes > 1) cluster = std::make_unique<Cluster>(*sys, sh, place);  // a remote coordinator's handle
+      spawn_local(place, me);
+      if (cluster) cluster->connect();
+    } catch (...) {
+      // No ~Impl after a throw here: stop the actors, or the actor system waits for them forever.
+      for (const caf::actor& a : local_actors()) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+      cluster.reset();
+      throw;
+    }
   }
 
-  // Expert shards of each replica: the shards of a MoE layer go round-robin
-  // over the devices, starting at the device of the rank whose first-copy
-  // stage holds the layer (as launch/topology.cpp lists them).
-  void spawn_experts() {
+  // This process's optimizer shards and pipeline ranks, spawned through the
+  // supervisor's placement rule (the others' stay null until
+  // cluster->connect() resolves them).
+  void spawn_local(const Placement& place, int me) {
+    const RuntimeOptions& o = sh->opt;
     Shared& s = *sh;
-    const RuntimeOptions& o = s.opt;
+    std::lock_guard<std::mutex> lock(s.peers_mu);
+    for (int i = 0; i < o.optimizer_shards; ++i)
+      s.peers.shards.push_back(place.shard_process(i) == me ? s.spawn(*sys, FaultTarget::Role::Optimizer, 0, i)
+                                                            : caf::actor{});
+    s.peers.ranks.resize(static_cast<size_t>(o.data_parallel));
+    for (int r = 0; r < o.data_parallel; ++r)
+      for (int k = 0; k < o.stages; ++k)
+        s.peers.ranks[r].push_back(place.rank_process(r, k) == me ? s.spawn(*sys, FaultTarget::Role::Stage, r, k)
+                                                                  : caf::actor{});
     if (!s.expert_parallel()) return;
     s.peers.experts.resize(static_cast<size_t>(o.data_parallel));
-    for (int r = 0; r < o.data_parallel; ++r) {
-      for (size_t li = 0; li < s.moe_layers.size(); ++li) {
-        const int layer = s.moe_layers[li];
-        int stage = 0;
-        while (s.stage_layers[static_cast<size_t>(stage)].second <= layer) ++stage;
-        const int rank = sched::stage_rank(s.sl, 0, stage);
-        for (int k = 0; k < o.expert_shards; ++k) {
-          ExpertShardSpec spec;
-          spec.replica = r;
-          spec.layer = layer;
-          spec.shard = k;
-          spec.shards = o.expert_shards;
-          spec.producer = static_cast<int>(li) * o.expert_shards + k;
-          spec.microbatches = s.chunks;
-          Device& dev = *devices[static_cast<size_t>((r * o.stages + rank + k) % o.devices)];
-          s.peers.experts[static_cast<size_t>(r)].push_back(spawn_expert_shard(*sys, sh, dev, spec));
-          all.push_back(s.peers.experts[static_cast<size_t>(r)].back());
-        }
-      }
-    }
+    for (int r = 0; r < o.data_parallel; ++r)
+      for (size_t x = 0; x < s.expert_owned.size(); ++x)
+        s.peers.experts[static_cast<size_t>(r)].push_back(
+            place.expert_process(r, static_cast<int>(x)) == me
+                ? s.spawn(*sys, FaultTarget::Role::Expert, r, static_cast<int>(x))
+                : caf::actor{});
+  }
+
+  // The coordinator, shards, ranks and expert shards living in this process
+  // (after restarts: the current ones).
+  std::vector<caf::actor> local_actors() const {
+    std::vector<caf::actor> out;
+    auto add = [&](const caf::actor& a) {
+      if (a && a->node() == sys->node()) out.push_back(a);
+    };
+    std::lock_guard<std::mutex> lock(sh->peers_mu);
+    add(sh->peers.coordinator);
+    for (const caf::actor& a : sh->peers.shards) add(a);
+    for (const auto& rep : sh->peers.ranks)
+      for (const caf::actor& a : rep) add(a);
+    for (const auto& rep : sh->peers.experts)
+      for (const caf::actor& a : rep) add(a);
+    return out;
   }
 
   ~Impl() {
-    for (auto& d : devices) d->drain();
-    for (const caf::actor& a : all) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
-    all.clear();
-    sh->peers = Peers{};
-    sys.reset();  // waits for every actor to finish
-    for (auto& d : devices) d->drain();
+    // Process 0 ends a multi-process run (failed when unwinding an error).
+    if (cluster && sh->opt.comm->rank() == 0) cluster->shutdown(std::uncaught_exceptions() == 0);
+    for (auto& d : devices)
+      if (d) d->drain();
+    // The coordinator (the supervisor) first, and wait until it is gone, so
+    // it restarts nobody; then every rank and shard it left. Actors and
+    // device work of a failed step may still be running: the peer table
+    // stays valid until all of them are done.
+    const caf::actor coord = sh->peers.coordinator;
+    if (coord && coord->node() == sys->node()) {
+      caf::scoped_actor self{*sys};
+      self->monitor(coord);
+      caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+      self->receive([](const caf::down_msg&) {});
+    }
+    for (const caf::actor& a : local_actors()) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    cluster.reset();
+    sys->await_all_actors_done();
+    for (auto& d : devices)
+      if (d) d->drain();
+    {
+      std::lock_guard<std::mutex> lock(sh->peers_mu);
+      sh->peers = Peers{};  // actors and closures hold `sh`: break the cycle
+    }
+    sys.reset();
   }
 };
 
@@ -205,6 +318,10 @@ Runtime::~Runtime() = default;
 
 model::StepMetrics Runtime::step() {
   const auto t0 = std::chrono::steady_clock::now();
+  if (impl_->cluster) {
+    if (impl_->sh->opt.comm->rank() != 0) throw std::logic_error("Runtime::step: only process 0 drives steps");
+    impl_->cluster->before_step(impl_->steps_done + 1);
+  }
   caf::scoped_actor self{*impl_->sys};
   model::StepMetrics m;
   std::string err;
@@ -243,7 +360,7 @@ int64_t Runtime::steps_done() const { return impl_->steps_done; }
 std::vector<float> Runtime::parameters() {
   std::vector<float> out(static_cast<size_t>(impl_->sh->layout.total()), 0.0f);
   caf::scoped_actor self{*impl_->sys};
-  for (const caf::actor& shard : impl_->sh->peers.shards) {
+  for (const caf::actor& shard : all_shards(*impl_->sh)) {
     std::string err;
     self->request(shard, caf::infinite, rt::params_atom_v)
         .receive(
@@ -274,7 +391,7 @@ model::TrainingState Runtime::state() {
   st.adam_m.assign(P, 0.0f);
   st.adam_v.assign(P, 0.0f);
   caf::scoped_actor self{*impl_->sys};
-  for (const caf::actor& shard : sh.peers.shards) {
+  for (const caf::actor& shard : all_shards(sh)) {
     std::string err;
     self->request(shard, caf::infinite, rt::params_atom_v, true)
         .receive(
@@ -306,11 +423,9 @@ uint64_t Runtime::dropped_messages() {
   uint64_t total = 0;
   caf::scoped_actor self{*impl_->sys};
   std::vector<caf::actor> actors{impl_->sh->peers.coordinator};
-  for (const auto& s : impl_->sh->peers.shards) actors.push_back(s);
-  for (const auto& rep : impl_->sh->peers.ranks)
-    for (const auto& r : rep) actors.push_back(r);
-  for (const auto& rep : impl_->sh->peers.experts)
-    for (const auto& x : rep) actors.push_back(x);
+  for (const auto& s : all_shards(*impl_->sh)) actors.push_back(s);
+  for (const auto& r : all_ranks(*impl_->sh)) actors.push_back(r);
+  for (const auto& x : all_experts(*impl_->sh)) actors.push_back(x);
   for (const caf::actor& a : actors)
     self->request(a, caf::infinite, rt::dropped_atom_v).receive([&](uint64_t n) { total += n; }, [](caf::error&) {});
   return total;
@@ -349,10 +464,32 @@ std::vector<int64_t> Runtime::expert_dropped() {
   return out;
 }
 
+std::vector<RestartEvent> Runtime::restarts() const {
+  std::lock_guard<std::mutex> lock(impl_->restarts_mu);
+  return impl_->restarts;
+}
+
+void Runtime::kill(const std::string& target) {
+  caf::scoped_actor self{*impl_->sys};
+  std::string err;
+  self->request(impl_->sh->peers.coordinator, caf::infinite, rt::fault_atom_v, target)
+      .receive([](bool) {}, [&](caf::error& e) { err = impl_->sys->render(e); });
+  if (!err.empty()) throw std::runtime_error("runtime: kill " + target + ": " + err);
+}
+
+uint32_t Runtime::inject_stale_messages() {
+  caf::scoped_actor self{*impl_->sys};
+  uint32_t sent = 0;
+  self->request(impl_->sh->peers.coordinator, caf::infinite, rt::stale_atom_v)
+      .receive([&](uint32_t n) { sent = n; }, [](caf::error&) {});
+  return sent;
+}
+
 void Runtime::write_trace(const std::string& path) {
   if (!impl_->tracing()) throw std::logic_error("Runtime::write_trace: tracing is off (set RuntimeOptions::trace)");
   std::vector<DeviceTrace> traces;
   for (auto& d : impl_->devices) {
+    if (!d) continue;  // another process's device
     d->drain();
     traces.push_back(DeviceTrace{d->id(), d->trace()});
   }
@@ -393,8 +530,18 @@ model::EvalMetrics evaluate_saved(const RuntimeOptions& o, const std::string& di
 
 }  // namespace
 
+void Runtime::serve() {
+  if (!impl_->cluster || impl_->sh->opt.comm->rank() == 0)
+    throw std::logic_error("Runtime::serve: only processes > 0 of a multi-process run serve");
+  impl_->cluster->serve();
+}
+
 model::TrainSummary train(const RuntimeOptions& o, model::TrainObserver& obs) {
   Runtime rt(o);
+  if (o.processes > 1 && o.comm->rank() != 0) {  // process 0 drives; this one serves its actors
+    rt.serve();
+    return {};
+  }
   const model::TrainOptions& t = o.train;
   const model::ParamLayout layout = model::build_param_layout(t.model);
   model::TrainSummary s;

@@ -19,14 +19,18 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "actors/faults.hpp"
 #include "model/checkpoint.hpp"
 #include "model/trainer.hpp"
 
 namespace troupe::runtime {
+
+struct ClusterComm;  // actors/runtime_cluster.hpp: how processes find each other (MPI in launch/)
 
 struct RuntimeOptions {
   model::TrainOptions train;        // model, optimizer, data, seed, steps, microbatches, backend
@@ -48,6 +52,24 @@ struct RuntimeOptions {
   bool overlap = true;
   std::string trace;                // Chrome trace file written by train(); empty: no tracing
   bool record_trace = false;        // record device events without train() writing them (tests)
+  // Supervision (actors/supervisor.hpp): a rank or shard actor that goes down
+  // is respawned on its device and the running step is replayed; more than
+  // max_restarts restarts within restart_window steps fail the step.
+  std::vector<FaultSpec> faults;    // failure injection ([[faults]])
+  int max_restarts = 3;
+  int restart_window = 10;          // steps
+  std::function<void(const RestartEvent&)> on_restart;  // called on the coordinator's thread
+  bool duplicate_sends = false;     // tests: send every step message twice (receivers must drop the copies)
+  // Across processes (actors/runtime_cluster.hpp): with processes > 1 each
+  // process creates only the devices and actors actors/placement.hpp gives
+  // it; process 0 drives training, the others serve() until told to stop.
+  int processes = 1;
+  std::string interface = "127.0.0.1";  // address CAF ports bind to
+  double peer_timeout = 10.0;           // seconds without traffic before a peer counts as lost
+  int64_t bulk_shm_bytes = 1 << 16;     // all processes on one host: envelopes this large go through
+                                        // shared memory (actors/envelope_shm.hpp); 0 = never
+  std::vector<int> device_process;      // explicit process of each device; empty: contiguous blocks
+  std::shared_ptr<ClusterComm> comm;    // required when processes > 1
 };
 
 // Checks the topology against the model and schedule; throws
@@ -79,10 +101,26 @@ class Runtime {
   std::vector<int64_t> expert_dropped();
   // Messages dropped as duplicates or stale, over all actors (for tests).
   uint64_t dropped_messages();
+  // Restarts so far, in order (see RuntimeOptions::on_restart).
+  std::vector<RestartEvent> restarts() const;
+  // Kills the actor `target` ("stage:K", "stage:K/replica:R", "optimizer:K") now,
+  // with exit_reason::kill, and returns once the supervisor has handled it
+  // (restarted it, and replayed the step if one was running). Throws
+  // std::runtime_error for an unknown target or when the restart escalated.
+  void kill(const std::string& target);
+  // Test hook, between steps (after at least one): sends every rank, shard
+  // and the coordinator messages of the finished step, which they must drop
+  // and count; returns how many were sent. Each receiver has handled them
+  // once the next step() returned.
+  uint32_t inject_stale_messages();
   // With tracing on (options.trace set or record_trace): waits for the devices
   // to go idle and writes their events so far as Chrome trace JSON
   // (actors/trace.hpp). Throws std::logic_error when tracing is off.
   void write_trace(const std::string& path);
+  // Processes other than 0 of a multi-process run: serves this process's
+  // actors until process 0 ends the run. Throws std::runtime_error when the
+  // run ended in a failure (process 0 lost, or it reported a lost peer).
+  void serve();
 
  private:
   struct Impl;

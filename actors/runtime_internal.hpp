@@ -35,6 +35,21 @@
 // actors/expert_shard.hpp.
 // Receivers key what they store by (step, kind, direction, stage, mb) or
 // (step, replica, rank, offset) and drop duplicates and stale steps.
+// Every message also carries the step's attempt (replay generation): a step
+// that lost an actor is discarded and run again with attempt + 1, and
+// receivers drop anything of an older (step, attempt). Supervision and replay
+// (actors/supervisor.hpp):
+//   shard -> coordinator              (snapshot, s, attempt, shard, p, m, v)
+//                                     after each update: the state the step
+//                                     after s starts from
+//   coordinator -> target             (arm, s, k): die on the k-th message
+//   dying actor -> coordinator        (fault, name, phase) just before it quits
+//   coordinator -> every shard        (restore, s, attempt, p, m, v): back to
+//                                     the snapshot the step s started from
+//   coordinator -> every rank         (restore, s, attempt), then one
+//                                     (restore, ParamSlice) per shard: abort to
+//                                     the start of step s with its parameters;
+//                                     then the data and (start ...) again.
 // Compute runs on Devices: a closure ends by sending (done, ticket) to its
 // actor, which then runs the continuation registered under that ticket.
 #pragma once
@@ -43,6 +58,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -72,7 +88,10 @@ struct Peers {
 };
 
 // Everything the actors share, immutable once the actors run (the peers are
-// filled in before the first message is sent).
+// filled in before the first message is sent), except the rank and shard
+// handles: the supervisor replaces a restarted actor's handle, so they are
+// read through rank_of / shard_of / all_ranks / all_shards, under peers_mu.
+// The coordinator is never replaced and is read directly.
 struct Shared {
   RuntimeOptions opt;
   model::ParamLayout layout;
@@ -87,8 +106,70 @@ struct Shared {
   std::vector<int> moe_layers;                            // global layer index of each MoE layer
   std::vector<std::vector<Range>> expert_owned;           // [producer] gate, up, down ranges
   bool expert_parallel() const { return !expert_owned.empty(); }
-  Peers peers;
+  mutable Peers peers;
+  mutable std::mutex peers_mu;
+  // Spawns the actor of a role/index (replica for ranks) on its device; the
+  // supervisor respawns with it (one placement rule, in runtime.cpp).
+  std::function<caf::actor(caf::actor_system&, FaultTarget::Role, int replica, int index)> spawn;
+  std::function<void(const RestartEvent&)> on_restart;    // runtime.cpp records, then the user's
 };
+
+// An invalid handle (sends to it are no-ops) once the runtime is torn down.
+inline caf::actor rank_of(const Shared& sh, int replica, int rank) {
+  std::lock_guard<std::mutex> lock(sh.peers_mu);
+  const auto r = static_cast<size_t>(replica), k = static_cast<size_t>(rank);
+  return r < sh.peers.ranks.size() && k < sh.peers.ranks[r].size() ? sh.peers.ranks[r][k] : caf::actor{};
+}
+inline caf::actor shard_of(const Shared& sh, size_t shard) {
+  std::lock_guard<std::mutex> lock(sh.peers_mu);
+  return shard < sh.peers.shards.size() ? sh.peers.shards[shard] : caf::actor{};
+}
+inline std::vector<caf::actor> all_ranks(const Shared& sh) {
+  std::lock_guard<std::mutex> lock(sh.peers_mu);
+  std::vector<caf::actor> out;
+  for (const auto& rep : sh.peers.ranks) out.insert(out.end(), rep.begin(), rep.end());
+  return out;
+}
+inline std::vector<caf::actor> all_shards(const Shared& sh) {
+  std::lock_guard<std::mutex> lock(sh.peers_mu);
+  return sh.peers.shards;
+}
+inline caf::actor expert_of(const Shared& sh, int replica, int producer) {
+  std::lock_guard<std::mutex> lock(sh.peers_mu);
+  const auto r = static_cast<size_t>(replica), k = static_cast<size_t>(producer);
+  return r < sh.peers.experts.size() && k < sh.peers.experts[r].size() ? sh.peers.experts[r][k] : caf::actor{};
+}
+inline std::vector<caf::actor> all_experts(const Shared& sh) {
+  std::lock_guard<std::mutex> lock(sh.peers_mu);
+  std::vector<caf::actor> out;
+  for (const auto& rep : sh.peers.experts) out.insert(out.end(), rep.begin(), rep.end());
+  return out;
+}
+
+// Sends a step message; with opt.duplicate_sends (a test switch) twice, so
+// that every receiver's duplicate dropping is exercised on every step.
+template <class... Ts>
+void post(const Shared& sh, const caf::actor& to, const Ts&... xs) {
+  caf::anon_send(to, xs...);
+  if (sh.opt.duplicate_sends) caf::anon_send(to, xs...);
+}
+
+// Fault injection on the target's side: armed by (arm, step, k), the actor
+// dies on the k-th message it receives after that (before handling it),
+// telling the coordinator where in the step it was.
+struct KillSwitch {
+  uint32_t left = 0;  // messages until death; 0 = not armed
+};
+
+// Call first in every step-message handler; true: the actor is now quitting.
+template <class State>
+bool kill_switch_fires(caf::stateful_actor<State>* self, const std::string& phase) {
+  auto& ks = self->state.kill;
+  if (ks.left == 0 || --ks.left > 0) return false;
+  caf::anon_send(self->state.sh->peers.coordinator, rt::fault_atom_v, self->state.name, phase);
+  self->quit(caf::exit_reason::kill);
+  return true;
+}
 
 // Continuations of submitted device work, keyed by ticket (actor thread only).
 struct Tickets {
@@ -157,5 +238,30 @@ caf::actor spawn_rank(caf::actor_system& sys, std::shared_ptr<const Shared> sh, 
 caf::actor spawn_shard(caf::actor_system& sys, std::shared_ptr<const Shared> sh, Device& dev,
                        int shard);
 caf::actor spawn_coordinator(caf::actor_system& sys, std::shared_ptr<const Shared> sh);
+
+// Messages a rank / shard handles in one step when nothing fails (the range
+// of the seeded kill point).
+uint32_t rank_messages_per_step(const Shared& sh, int rank);
+uint32_t shard_messages_per_step(const Shared& sh, int shard);
+uint32_t expert_messages_per_step(const Shared& sh, int producer);
+
+// The producer index of expert shard `shard` of global layer `layer`; -1 when
+// the runtime has no such expert shard.
+inline int expert_producer(const Shared& sh, int layer, int shard) {
+  for (size_t li = 0; li < sh.moe_layers.size(); ++li)
+    if (sh.moe_layers[li] == layer && shard >= 0 && shard < sh.opt.expert_shards)
+      return static_cast<int>(li) * sh.opt.expert_shards + shard;
+  return -1;
+}
+
+// The actor a fault target names (an invalid handle when there is none).
+inline caf::actor target_actor(const Shared& sh, const FaultTarget& t) {
+  switch (t.role) {
+    case FaultTarget::Role::Stage: return rank_of(sh, t.replica, t.index);
+    case FaultTarget::Role::Optimizer: return shard_of(sh, static_cast<size_t>(t.index));
+    case FaultTarget::Role::Expert: return expert_of(sh, t.replica, expert_producer(sh, t.index, t.shard));
+  }
+  return {};
+}
 
 }  // namespace troupe::runtime

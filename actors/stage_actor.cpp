@@ -2,7 +2,12 @@
 // for sequential/1f1b, two for dualpipe/dualpipev), runs the rank's op list
 // in order on its device, exchanges activations and gradients as Envelopes,
 // then sends gradient slices to the optimizer shards and loads the updated
-// parameter slices they send back. Protocol: runtime_internal.hpp.
+// parameter slices they send back. Protocol: runtime_internal.hpp. On a
+// (restore ...) from the supervisor it aborts to the start of a step: drops
+// what it holds of older attempts, forgets pending continuations (device
+// work already queued still runs, but its sends carry the old attempt and
+// are dropped), zeroes its gradients, abandons passes suspended at experts
+// and reloads the step's parameters.
 //
 // With expert shards, a chunk's pass runs step-wise (model::Stage's
 // begin_*/resume_*): at every MoE layer a device closure sends one Dispatch
@@ -32,7 +37,7 @@
 namespace troupe::runtime {
 namespace {
 
-using Key = std::tuple<uint64_t, int, int, int, int>;  // step, kind (0 act, 1 grad), dir, consumer stage, mb
+using Key = std::tuple<uint64_t, uint32_t, int, int, int, int>;  // step, attempt, kind (0 act, 1 grad), dir, consumer stage, mb
 using StageId = std::pair<int, int>;                     // dir, stage
 using PartKey = std::tuple<int, int, int, bool>;         // dir, stage, mb, backward
 
@@ -68,11 +73,15 @@ struct RankState {
   std::vector<sched::Op> ops;
   std::vector<StageId> held;
   std::shared_ptr<Compute> comp;
+  std::map<StageId, int> slot_count;               // activation slots per held stage
   std::map<StageId, std::vector<int>> free_slots;  // actor side: slot bookkeeping
   std::map<StageId, std::map<int, int>> slot_of;
   size_t next = 0;
   bool running = false;
+  int backwards = 0;               // backward ops started this attempt
   uint64_t step = 0;               // step being run (== completed steps)
+  uint32_t attempt = 0;            // replay generation of the step
+  KillSwitch kill;
   double loss_scale = 0.0, aux_scale = 0.0;
   std::map<Key, Envelope> inbox;
   std::set<Key> consumed;
@@ -91,8 +100,9 @@ using Self = caf::stateful_actor<RankState>;
 
 void try_run(Self* self);
 
-Envelope make_pipeline(uint64_t step, int replica_id, const sched::Chunk& c, std::span<const float> hidden,
-                       std::span<const int32_t> targets, bool backward, int64_t T, int64_t D) {
+Envelope make_pipeline(uint64_t step, uint32_t attempt, int replica_id, const sched::Chunk& c,
+                       std::span<const float> hidden, std::span<const int32_t> targets, bool backward, int64_t T,
+                       int64_t D) {
   const uint32_t replica = static_cast<uint32_t>(replica_id);
   auto tag = [&](schemas::PipelineTag::Builder t) {
     t.setStep(step);
@@ -101,6 +111,7 @@ Envelope make_pipeline(uint64_t step, int replica_id, const sched::Chunk& c, std
     t.setDirection(backward ? schemas::Direction::BACKWARD : schemas::Direction::FORWARD);
     t.setChunk(static_cast<uint32_t>(c.dir));
     t.setReplica(replica);
+    t.setAttempt(attempt);
   };
   const int64_t shape[2] = {T, D};
   if (backward)
@@ -118,8 +129,8 @@ Envelope make_pipeline(uint64_t step, int replica_id, const sched::Chunk& c, std
 
 // Expert load of the slot's forward (per MoE layer: E routed counts, then the
 // dropped count) to the coordinator; sent before the loss report.
-void report_load(const model::Stage& stage, int slot, const caf::actor& coord, uint64_t step, int replica,
-                 const sched::Chunk& f) {
+void report_load(const Shared& sh, const model::Stage& stage, int slot, const caf::actor& coord, uint64_t step,
+                 uint32_t attempt, int replica, const sched::Chunk& f) {
   const auto load = stage.expert_load(slot);
   if (load.empty()) return;
   const auto dropped = stage.dropped(slot);
@@ -128,18 +139,20 @@ void report_load(const model::Stage& stage, int slot, const caf::actor& coord, u
     v.insert(v.end(), load[l].begin(), load[l].end());
     v.push_back(dropped[l]);
   }
-  caf::anon_send(coord, rt::load_atom_v, step, static_cast<uint32_t>(replica), static_cast<uint32_t>(f.mb),
-                 static_cast<uint32_t>(f.stage), std::move(v));
+  post(sh, coord, rt::load_atom_v, step, attempt, static_cast<uint32_t>(replica), static_cast<uint32_t>(f.mb),
+       static_cast<uint32_t>(f.stage), v);
 }
 
 // Where a chunk's results go (captured by its device closures).
 struct ChunkCtx {
+  std::shared_ptr<const Shared> sh;
   std::shared_ptr<Compute> comp;
   sched::Chunk c;
   int slot = 0;
   int last = 0;  // last stage index
   caf::actor peer, coord;  // forward: next rank; backward: previous rank
   uint64_t step = 0;
+  uint32_t attempt = 0;
   int replica = 0;
 };
 
@@ -147,14 +160,16 @@ ChunkCtx chunk_ctx(Self* self, const sched::Chunk& c, int slot, bool backward) {
   auto& st = self->state;
   const auto& sh = *st.sh;
   ChunkCtx x;
+  x.sh = st.sh;
   x.comp = st.comp;
   x.c = c;
   x.slot = slot;
   x.last = sh.sl.num_stages - 1;
-  if (!backward && c.stage < x.last) x.peer = sh.peers.ranks[st.replica][sched::stage_rank(sh.sl, c.dir, c.stage + 1)];
-  if (backward && c.stage > 0) x.peer = sh.peers.ranks[st.replica][sched::stage_rank(sh.sl, c.dir, c.stage - 1)];
+  if (!backward && c.stage < x.last) x.peer = rank_of(sh, st.replica, sched::stage_rank(sh.sl, c.dir, c.stage + 1));
+  if (backward && c.stage > 0) x.peer = rank_of(sh, st.replica, sched::stage_rank(sh.sl, c.dir, c.stage - 1));
   x.coord = sh.peers.coordinator;
   x.step = st.step;
+  x.attempt = st.attempt;
   x.replica = st.replica;
   return x;
 }
@@ -173,16 +188,16 @@ auto begin_forward(const ChunkCtx& x, model::Stage& stage, const Envelope& in, F
 
 // After the forward: load and loss to the coordinator, the output on.
 void finish_forward(const ChunkCtx& x, model::Stage& stage, const Envelope& in, const model::ForwardResult& res) {
-  report_load(stage, x.slot, x.coord, x.step, x.replica, x.c);
-  caf::anon_send(x.coord, rt::loss_atom_v, x.step, static_cast<uint32_t>(x.replica), static_cast<uint32_t>(x.c.mb),
-                 static_cast<uint32_t>(x.c.stage), res.loss_sum, res.aux_loss);
+  report_load(*x.sh, stage, x.slot, x.coord, x.step, x.attempt, x.replica, x.c);
+  post(*x.sh, x.coord, rt::loss_atom_v, x.step, x.attempt, static_cast<uint32_t>(x.replica),
+       static_cast<uint32_t>(x.c.mb), static_cast<uint32_t>(x.c.stage), res.loss_sum, res.aux_loss);
   if (x.c.stage == x.last) return;
   auto r = in.read<schemas::Activations>();
   const auto tg = tensor_i32((*r)->getTargets());
   Compute& comp = *x.comp;
   comp.hidden.resize(static_cast<size_t>(stage.tokens() * stage.d_model()));
   stage.read_output(x.slot, comp.hidden);
-  caf::anon_send(x.peer, make_pipeline(x.step, x.replica, x.c, comp.hidden, tg, false, stage.tokens(), stage.d_model()));
+  post(*x.sh, x.peer, make_pipeline(x.step, x.attempt, x.replica, x.c, comp.hidden, tg, false, stage.tokens(), stage.d_model()));
 }
 
 // d output of the backward of x.c (empty on the last stage).
@@ -200,7 +215,7 @@ void finish_backward(const ChunkCtx& x, model::Stage& stage) {
   Compute& comp = *x.comp;
   comp.hidden.resize(static_cast<size_t>(stage.tokens() * stage.d_model()));
   stage.read_input_grad(comp.hidden);
-  caf::anon_send(x.peer, make_pipeline(x.step, x.replica, x.c, comp.hidden, {}, true, stage.tokens(), stage.d_model()));
+  post(*x.sh, x.peer, make_pipeline(x.step, x.attempt, x.replica, x.c, comp.hidden, {}, true, stage.tokens(), stage.d_model()));
 }
 
 // Forward of chunk f on the device, experts inside the stage.
@@ -226,8 +241,8 @@ Device::Work backward_work(Self* self, const sched::Chunk b, int slot, Envelope 
   };
 }
 
-Key act_key(uint64_t step, const sched::Chunk& c) { return {step, 0, c.dir, c.stage, c.mb}; }
-Key grad_key(uint64_t step, const sched::Chunk& c) { return {step, 1, c.dir, c.stage, c.mb}; }
+Key act_key(const RankState& st, const sched::Chunk& c) { return {st.step, st.attempt, 0, c.dir, c.stage, c.mb}; }
+Key grad_key(const RankState& st, const sched::Chunk& c) { return {st.step, st.attempt, 1, c.dir, c.stage, c.mb}; }
 
 bool take(RankState& st, const Key& k, Envelope& out) {
   auto it = st.inbox.find(k);
@@ -244,8 +259,9 @@ void send_grads(Self* self) {
   auto comp = st.comp;
   auto sh = st.sh;
   const uint64_t step = st.step;
+  const uint32_t attempt = st.attempt;
   const int replica = st.replica, rank = st.rank;
-  submit(self, *st.dev, [comp, sh, step, replica, rank](kernels::Backend& be) {
+  submit(self, *st.dev, [comp, sh, step, attempt, replica, rank](kernels::Backend& be) {
     const std::vector<float> all = be.download_f32(comp->grads);
     for (size_t s = 0; s < sh->shard_ranges.size(); ++s) {
       for (const Range& own : sh->rank_owned[static_cast<size_t>(rank)]) {
@@ -262,12 +278,60 @@ void send_grads(Self* self) {
           set_tensor_f32(b.initGrads(), shape,
                          std::span<const float>(all.data() + piece.offset, static_cast<size_t>(piece.count)));
           b.setMicrobatches(static_cast<uint32_t>(sh->chunks));
+          b.setAttempt(attempt);
         });
-        caf::anon_send(sh->peers.shards[s], std::move(e));
+        post(*sh, shard_of(*sh, s), e);
       }
     }
     be.fill(comp->grads, 0.0f);
   }, [] {}, owner_label(TraceLabel::GradSend, rank));
+}
+
+// Every activation slot free (at spawn and when a step is aborted).
+void reset_slots(RankState& st) {
+  st.free_slots.clear();
+  st.slot_of.clear();
+  for (const auto& [id, n] : st.slot_count)
+    for (int i = n - 1; i >= 0; --i) st.free_slots[id].push_back(i);
+}
+
+// Where in the step the rank is (reported when a fault kills it).
+std::string rank_phase(const RankState& st) {
+  if (!st.running && st.next == 0) return "waiting for its step to start";
+  if (st.next < st.ops.size() || st.parts > 0)
+    return st.backwards == 0 ? "in its forwards, before any backward" : "in its backward ops";
+  return "loading parameters after sending gradients (" + std::to_string(st.slices_loaded) + " of " +
+         std::to_string(st.sh->shard_ranges.size()) + " slices loaded)";
+}
+
+// Abort to the start of step `step`, attempt `attempt` (the supervisor then
+// sends the step's parameters, the data and (start ...)).
+void abort_to(Self* self, uint64_t step, uint32_t attempt) {
+  auto& st = self->state;
+  st.step = step;
+  st.attempt = attempt;
+  st.running = false;
+  st.next = 0;
+  st.backwards = 0;
+  st.parts = st.waiting_parts = st.b_parts = 0;
+  st.fwd_running.clear();
+  st.deferred = nullptr;
+  st.waiting.clear();
+  st.slices_from.clear();
+  st.slices_loaded = 0;
+  st.tickets.pending.clear();  // late completions of old work find nothing to continue
+  reset_slots(st);
+  const Key keep{step, attempt, 0, 0, 0, 0};
+  st.inbox.erase(st.inbox.begin(), st.inbox.lower_bound(keep));
+  st.consumed.erase(st.consumed.begin(), st.consumed.lower_bound(keep));
+  auto comp = st.comp;
+  // Queued after any old work on the device, so old backwards cannot leak in;
+  // passes of the old attempt suspended at experts are dropped.
+  submit(self, *st.dev, [comp](kernels::Backend& be) {
+    be.fill(comp->grads, 0.0f);
+    comp->exchanges.clear();
+    for (auto& [id, stage] : comp->stages) stage->abandon_passes();
+  }, [] {}, owner_label(TraceLabel::RankInit, st.rank));
 }
 
 // ---- Expert parallelism: passes that stop at MoE layers --------------------
@@ -344,6 +408,7 @@ void run_step(Self* self, const PartKey key, const sched::Chunk c, int slot,
   auto out = std::make_shared<Suspended>();
   MoeKey base;
   base.step = st.step;
+  base.attempt = st.attempt;
   base.microbatch = static_cast<uint32_t>(c.mb);
   base.stage = static_cast<uint32_t>(c.stage);
   base.chunk = static_cast<uint32_t>(c.dir);
@@ -382,9 +447,8 @@ void run_step(Self* self, const PartKey key, const sched::Chunk c, int slot,
     p.missing = static_cast<int>(p.sent.size());
     const auto li = static_cast<size_t>(std::find(s.sh->moe_layers.begin(), s.sh->moe_layers.end(),
                                                   static_cast<int>(p.layer)) - s.sh->moe_layers.begin());
-    const auto& experts = s.sh->peers.experts[static_cast<size_t>(s.replica)];
     for (size_t k = 0; k < out->dispatches.size(); ++k)
-      self->send(experts[li * out->dispatches.size() + k], std::move(out->dispatches[k]));
+      post(*s.sh, expert_of(*s.sh, s.replica, static_cast<int>(li * out->dispatches.size() + k)), out->dispatches[k]);
     try_run(self);  // the device may take the next op meanwhile
   }, chunk_label(backward ? TraceLabel::Backward : TraceLabel::Forward, c, st.rank));
 }
@@ -430,7 +494,7 @@ void on_combine(Self* self, const Envelope& e) {
   const MoeKey id = read_moe_key((*r)->getId());
   const PartKey key{static_cast<int>(id.chunk), static_cast<int>(id.stage), static_cast<int>(id.microbatch), id.backward};
   auto it = s.waiting.find(key);
-  if (id.step != s.step || it == s.waiting.end() || it->second.layer != id.layer || id.shard >= it->second.sent.size() ||
+  if (id.step != s.step || id.attempt != s.attempt || it == s.waiting.end() || it->second.layer != id.layer || id.shard >= it->second.sent.size() ||
       it->second.have[id.shard]) {
     ++s.dropped;  // stale, for an exchange already complete, or a repeat
     return;
@@ -501,8 +565,8 @@ void try_run(Self* self) {
     if (st.parts > 0 && !(st.sh->expert_parallel() && st.sh->opt.overlap && st.parts == st.waiting_parts &&
                           (!has_b || st.b_parts == 0)))
       return;
-    if (has_f && !st.inbox.count(act_key(st.step, op.f))) return;
-    if (has_b && op.b.stage < last && !st.inbox.count(grad_key(st.step, op.b))) return;
+    if (has_f && !st.inbox.count(act_key(st, op.f))) return;
+    if (has_b && op.b.stage < last && !st.inbox.count(grad_key(st, op.b))) return;
     if (has_b && st.fwd_running.count({op.b.dir, op.b.stage, op.b.mb})) return;  // its own forward first
     if (has_f && st.free_slots[{op.f.dir, op.f.stage}].empty()) {
       if (st.parts > 0) return;  // a running backward frees one
@@ -513,7 +577,7 @@ void try_run(Self* self) {
     ++st.next;
     if (has_f) {
       Envelope in;
-      take(st, act_key(st.step, op.f), in);
+      take(st, act_key(st, op.f), in);
       const StageId id{op.f.dir, op.f.stage};
       auto& fr = st.free_slots[id];
       const int slot = fr.back();
@@ -531,7 +595,8 @@ void try_run(Self* self) {
     }
     if (has_b) {
       Envelope dout;
-      if (op.b.stage < last) take(st, grad_key(st.step, op.b), dout);
+      if (op.b.stage < last) take(st, grad_key(st, op.b), dout);
+      ++st.backwards;
       const StageId id{op.b.dir, op.b.stage};
       const int slot = st.slot_of[id].at(op.b.mb);
       st.slot_of[id].erase(op.b.mb);
@@ -580,10 +645,9 @@ caf::behavior rank_actor(Self* self, std::shared_ptr<const Shared> sh, Device* d
   // the same stage) waits for its experts: one slot more.
   if (sh->expert_parallel() && sh->opt.overlap)
     for (auto& [id, n] : peak) ++n;
-  for (const auto& [id, n] : peak) {
-    st.held.push_back(id);
-    for (int i = n - 1; i >= 0; --i) st.free_slots[id].push_back(i);
-  }
+  for (const auto& [id, n] : peak) st.held.push_back(id);
+  st.slot_count = peak;
+  reset_slots(st);
   st.comp = std::make_shared<Compute>();
   auto comp = st.comp;
   const std::map<StageId, int> slots = peak;
@@ -602,25 +666,49 @@ caf::behavior rank_actor(Self* self, std::shared_ptr<const Shared> sh, Device* d
   }, [] {}, owner_label(TraceLabel::RankInit, rank));
 
   return {
-      [self](rt::done_atom, uint64_t ticket) { run_ticket(self->state.tickets, ticket); },
-      [self](rt::start_atom, uint64_t step, double loss_scale, double aux_scale) {
+      [self](rt::done_atom, uint64_t ticket) {
+        if (kill_switch_fires(self, rank_phase(self->state))) return;
+        run_ticket(self->state.tickets, ticket);
+      },
+      [self](rt::start_atom, uint64_t step, uint32_t attempt, double loss_scale, double aux_scale) {
         auto& s = self->state;
-        if (step != s.step || s.running) {
+        if (kill_switch_fires(self, rank_phase(s))) return;
+        if (step != s.step || attempt != s.attempt || s.running) {
           ++s.dropped;
           return;
         }
         s.running = true;
         s.next = 0;
+        s.backwards = 0;
         s.loss_scale = loss_scale;
         s.aux_scale = aux_scale;
         s.slices_from.clear();
         s.slices_loaded = 0;
-        // Forget dedupe keys of finished steps.
-        s.consumed.erase(s.consumed.begin(), s.consumed.lower_bound(Key{step, 0, 0, 0, 0}));
+        // Forget dedupe keys of finished steps and attempts.
+        s.consumed.erase(s.consumed.begin(), s.consumed.lower_bound(Key{step, attempt, 0, 0, 0, 0}));
         try_run(self);
+      },
+      [self](rt::arm_atom, uint64_t, uint32_t k) { self->state.kill.left = k; },
+      [self](rt::restore_atom, uint64_t step, uint32_t attempt) { abort_to(self, step, attempt); },
+      // One shard's slice of the parameters the restored step starts from
+      // (sent by the supervisor from its snapshot, so trusted).
+      [self](rt::restore_atom, const Envelope& e) {
+        auto& s = self->state;
+        auto p = e.read<schemas::ParamSlice>();
+        if (!p) {
+          caf::anon_send(s.sh->peers.coordinator, rt::fail_atom_v, s.name + ": bad restore slice: " + to_string(p.error()));
+          return;
+        }
+        const Range r{static_cast<int64_t>((*p)->getRange().getOffset()), static_cast<int64_t>((*p)->getRange().getCount())};
+        auto comp = s.comp;
+        submit(self, *s.dev, [comp, e, r](kernels::Backend& be) {
+          auto rd = e.read<schemas::ParamSlice>();
+          be.upload_f32(comp->params.view(r.offset, {r.count}), tensor_f32((*rd)->getParams()));
+        }, [] {}, owner_label(TraceLabel::ParamLoad, s.rank));
       },
       [self](const Envelope& e) {
         auto& s = self->state;
+        if (kill_switch_fires(self, rank_phase(s))) return;
         auto kind = e.kind();
         auto fail = [&](const std::string& why) {
           ++s.dropped;
@@ -644,11 +732,11 @@ caf::behavior rank_actor(Self* self, std::shared_ptr<const Shared> sh, Device* d
           const uint32_t from = tag.getStage();
           const int consumer = fwd ? (from == kDataStage ? 0 : static_cast<int>(from) + 1)
                                    : static_cast<int>(from) - 1;
-          const Key k{tag.getStep(), fwd ? 0 : 1, static_cast<int>(tag.getChunk()), consumer,
+          const Key k{tag.getStep(), tag.getAttempt(), fwd ? 0 : 1, static_cast<int>(tag.getChunk()), consumer,
                       static_cast<int>(tag.getMicrobatch())};
-          if (tag.getStep() < s.step || tag.getReplica() != static_cast<uint32_t>(s.replica) ||
-              s.inbox.count(k) || s.consumed.count(k)) {
-            ++s.dropped;  // stale, misaddressed or duplicate
+          if (std::make_pair(tag.getStep(), tag.getAttempt()) < std::make_pair(s.step, s.attempt) ||
+              tag.getReplica() != static_cast<uint32_t>(s.replica) || s.inbox.count(k) || s.consumed.count(k)) {
+            ++s.dropped;  // stale (older step or attempt), misaddressed or duplicate
             return;
           }
           s.inbox.emplace(k, e);
@@ -660,7 +748,7 @@ caf::behavior rank_actor(Self* self, std::shared_ptr<const Shared> sh, Device* d
           auto p = e.read<schemas::ParamSlice>();
           if (!p) return fail(to_string(p.error()));
           const uint32_t shard = (*p)->getShard();
-          if ((*p)->getStep() != s.step || !s.running || s.next != s.ops.size() ||
+          if ((*p)->getStep() != s.step || (*p)->getAttempt() != s.attempt || !s.running || s.next != s.ops.size() ||
               shard >= s.sh->shard_ranges.size() || s.slices_from.count(shard)) {
             ++s.dropped;
             return;
@@ -679,9 +767,11 @@ caf::behavior rank_actor(Self* self, std::shared_ptr<const Shared> sh, Device* d
             auto& s2 = self->state;
             if (++s2.slices_loaded < static_cast<int>(s2.sh->shard_ranges.size())) return;
             s2.running = false;
-            caf::anon_send(s2.sh->peers.coordinator, rt::stepok_atom_v, s2.step,
-                           static_cast<uint32_t>(s2.replica), static_cast<uint32_t>(s2.rank));
+            post(*s2.sh, s2.sh->peers.coordinator, rt::stepok_atom_v, s2.step, s2.attempt,
+                 static_cast<uint32_t>(s2.replica), static_cast<uint32_t>(s2.rank));
             ++s2.step;
+            s2.attempt = 0;
+            s2.next = 0;
           }, owner_label(TraceLabel::ParamLoad, s.rank));
           return;
         }

@@ -6,7 +6,8 @@
 //  - cross-process (mpirun -np 2): payloads of 1 KiB .. 64 MiB sent from rank
 //    1 to rank 0 and acknowledged, through CAF (Envelope over the middleman;
 //    random bytes, and compressible floats that take the zstd path) next to
-//    MPI_Send/MPI_Recv of the same bytes with the same 8-byte ack.
+//    MPI_Send/MPI_Recv of the same bytes with the same 8-byte ack, and the
+//    random bytes again on the shared-memory bulk path (actors/envelope_shm.hpp).
 // Prints a table; --json PATH writes the figures.
 #include <mpi.h>
 
@@ -28,6 +29,7 @@
 #include <caf/scoped_actor.hpp>
 
 #include "actors/caf_types.hpp"
+#include "actors/envelope_shm.hpp"
 #include "launch/mpi_bootstrap.hpp"
 
 using namespace troupe;
@@ -194,6 +196,8 @@ struct Cross {
   // Seconds per transfer (payload + ack): random bytes (sent raw), compressible
   // floats (zstd), the same compressible floats from a system with zstd off, MPI.
   double caf_raw_s = 0, caf_zstd_s = 0, caf_off_s = 0, mpi_s = 0;
+  // Random bytes again, on the shared-memory bulk path (actors/envelope_shm.hpp).
+  double caf_shm_s = 0;
 };
 
 int iterations_for(size_t bytes) {
@@ -282,6 +286,9 @@ std::vector<Cross> run_cross(caf::actor_system& sys, caf::actor_system* no_zstd,
       c.caf_raw_s = caf_transfer_s(sys, peer, payload(bytes, false, bytes), c.iters, false);
       c.caf_zstd_s = caf_transfer_s(sys, peer, compressible, c.iters, big);
       c.caf_off_s = caf_transfer_s(*no_zstd, peer_off, compressible, c.iters, false);
+      set_bulk_shm_threshold(1);  // every envelope of this rank's sends
+      c.caf_shm_s = caf_transfer_s(sys, peer, payload(bytes, false, bytes), c.iters, false);
+      set_bulk_shm_threshold(0);
     }
     quiet_barrier();  // rank 0 slept through the CAF part (its actor did the work)
     std::vector<char> buf(bytes, 1);
@@ -290,6 +297,7 @@ std::vector<Cross> run_cross(caf::actor_system& sys, caf::actor_system* no_zstd,
     out.push_back(c);
   }
   if (rank == 0) caf::anon_send_exit(recv, caf::exit_reason::user_shutdown);
+  bulk_shm_cleanup();  // the shared-memory slots rank 1 made
   return out;
 }
 
@@ -328,12 +336,13 @@ int main(int argc, char** argv) {
       cross = run_cross(sys, no_zstd.get(), rank);
       // Rank 1 measured the CAF side: hand those figures to rank 0.
       for (auto& c : cross) {
-        double v[3] = {c.caf_raw_s, c.caf_zstd_s, c.caf_off_s};
-        if (rank == 1) MPI_Send(v, 3, MPI_DOUBLE, 0, 3, MPI_COMM_WORLD);
-        else MPI_Recv(v, 3, MPI_DOUBLE, 1, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        double v[4] = {c.caf_raw_s, c.caf_zstd_s, c.caf_off_s, c.caf_shm_s};
+        if (rank == 1) MPI_Send(v, 4, MPI_DOUBLE, 0, 3, MPI_COMM_WORLD);
+        else MPI_Recv(v, 4, MPI_DOUBLE, 1, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         c.caf_raw_s = v[0];
         c.caf_zstd_s = v[1];
         c.caf_off_s = v[2];
+        c.caf_shm_s = v[3];
       }
     }
   }
@@ -358,6 +367,14 @@ int main(int argc, char** argv) {
     std::printf("(CAF random: incompressible bytes, sent raw after the zstd sample probe; CAF cmp: 4-bit floats,\n"
                 " zstd on (default) vs. off; zstd gain = time off / time on; negative GB/s would mean a failed ack)\n");
     std::printf("(1 KiB round trip: CAF %.1f us, MPI %.2f us)\n", cross[0].caf_raw_s * 1e6, cross[0].mpi_s * 1e6);
+    std::printf("\nShared-memory bulk path (random bytes; CAF carries a 64-byte record), same run\n");
+    std::printf("%-8s %11s %11s %11s %9s %9s\n", "payload", "CAF TCP", "CAF shm", "MPI", "shm gain", "MPI/shm");
+    for (const auto& c : cross) {
+      auto gbs = [&](double s) { return s > 0 ? static_cast<double>(c.bytes) / s / 1e9 : -1.0; };
+      std::printf("%-8s %11.3f %11.3f %11.3f %9.2f %9.2f\n", human(c.bytes).c_str(), gbs(c.caf_raw_s),
+                  gbs(c.caf_shm_s), gbs(c.mpi_s), c.caf_raw_s / c.caf_shm_s, c.caf_shm_s / c.mpi_s);
+    }
+    std::printf("(GB/s; shm gain = CAF TCP time / CAF shm time; MPI/shm = CAF shm time / MPI time)\n");
   }
   if (!json_path.empty()) {
     std::ofstream j(json_path);
@@ -369,7 +386,7 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < cross.size(); ++i) {
       const auto& c = cross[i];
       j << "    {\"bytes\": " << c.bytes << ", \"iters\": " << c.iters << ", \"caf_raw_s\": " << c.caf_raw_s
-        << ", \"caf_zstd_s\": " << c.caf_zstd_s << ", \"caf_zstd_off_s\": " << c.caf_off_s << ", \"mpi_s\": " << c.mpi_s << "}"
+        << ", \"caf_zstd_s\": " << c.caf_zstd_s << ", \"caf_zstd_off_s\": " << c.caf_off_s << ", \"caf_shm_s\": " << c.caf_shm_s << ", \"mpi_s\": " << c.mpi_s << "}"
         << (i + 1 < cross.size() ? "," : "") << "\n";
     }
     j << "  ]\n}\n";

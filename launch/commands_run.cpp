@@ -2,16 +2,21 @@
 // log file and metrics.jsonl in the output directory. One device running the
 // whole model trains on model::Trainer; any other topology (devices, stages,
 // schedule, optimizer shards, data-parallel replicas) on the actor runtime,
-// in this process. Both end with a checkpoint and an evaluation.
+// in this process or, with [topology] processes > 1, across the processes
+// mpirun started (process 0 drives and writes the outputs; the others serve
+// their actors). Both end with a checkpoint and an evaluation.
 #include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
+#include <mutex>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include "actors/runtime.hpp"
+#include "actors/runtime_cluster.hpp"
+#include "launch/mpi_bootstrap.hpp"
 #include "launch/cli.hpp"
 #include "launch/progress.hpp"
 #include "launch/sim_plan.hpp"
@@ -64,8 +69,96 @@ static runtime::RuntimeOptions runtime_options(const Spec& spec) {
   // One shard: the experts stay inside their stage (no dispatch messages).
   r.expert_shards = spec.topology.expert_shards > 1 ? static_cast<int>(spec.topology.expert_shards) : 0;
   r.trace = spec.log.trace;
+  r.max_restarts = static_cast<int>(spec.run.max_restarts);
+  r.restart_window = static_cast<int>(spec.run.restart_window);
+  for (const FaultConfig& f : spec.faults) r.faults.push_back({f.at_step, f.target, f.kind, f.at_message});
+  r.processes = static_cast<int>(spec.topology.processes);
+  r.interface = spec.topology.interface;
+  r.peer_timeout = spec.topology.peer_timeout;
+  r.bulk_shm_bytes = spec.topology.bulk_shm_bytes;
+  r.device_process = device_process_list(spec);
   return r;
 }
+
+namespace {
+
+// Restarts reported by the runtime's supervisor (on its own thread) are
+// logged at once and written to metrics.jsonl, as {"type":"restart",...}
+// lines, on the training thread before the next step's line.
+class RestartMetrics : public model::TrainObserver {
+ public:
+  RestartMetrics(model::TrainObserver& inner, MetricsWriter& metrics) : inner_(inner), metrics_(metrics) {}
+  void record(const runtime::RestartEvent& ev) {
+    spdlog::warn("{}", ev.str());
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_.push_back(ev);
+  }
+  void on_step(const model::StepMetrics& m) override {
+    std::vector<runtime::RestartEvent> events;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      events.swap(pending_);
+    }
+    for (const auto& ev : events)
+      metrics_.write_line(JsonObject()
+                              .add("type", std::string("restart"))
+                              .add("step", ev.step)
+                              .add("attempt", static_cast<int64_t>(ev.attempt))
+                              .add("actor", ev.actor)
+                              .add("cause", ev.cause)
+                              .add("phase", ev.phase)
+                              .add("replayed", static_cast<int64_t>(ev.replayed))
+                              .str());
+    inner_.on_step(m);
+  }
+  void on_eval(const model::EvalMetrics& m) override { inner_.on_eval(m); }
+  void on_checkpoint(int64_t step, const std::string& dir) override { inner_.on_checkpoint(step, dir); }
+
+ private:
+  model::TrainObserver& inner_;
+  MetricsWriter& metrics_;
+  std::mutex mu_;
+  std::vector<runtime::RestartEvent> pending_;
+};
+
+// The runtime's view of MPI: endpoint exchange and agreement (mpi_bootstrap).
+class MpiComm final : public runtime::ClusterComm {
+ public:
+  explicit MpiComm(const mpi::Session& s) : rank_(s.rank()), size_(s.size()) {}
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::vector<std::pair<std::string, uint16_t>> exchange(const std::string& host, uint16_t port, bool ok) override {
+    auto all = mpi::exchange_endpoints(mpi::Endpoint{host, port}, ok);
+    if (!all) throw std::runtime_error("exchange of CAF ports through MPI failed: " + caf::to_string(all.error()));
+    std::vector<std::pair<std::string, uint16_t>> out;
+    for (const auto& e : *all) out.emplace_back(e.host, e.port);
+    return out;
+  }
+  bool all_ok(bool mine) override { return mpi::all_ok(mine); }
+
+ private:
+  int rank_, size_;
+};
+
+// A process other than 0: no outputs, logs on stderr tagged with the process.
+int serve_process(const Spec& spec, runtime::RuntimeOptions ro) {
+  auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+  auto logger = std::make_shared<spdlog::logger>("troupe", console);
+  logger->set_level(spdlog::level::from_str(spec.log.level));
+  logger->set_pattern("[%H:%M:%S.%e] [process " + std::to_string(ro.comm->rank()) + "] [%l] %v");
+  spdlog::set_default_logger(logger);
+  model::TrainObserver quiet;  // process 0 reports progress
+  try {
+    runtime::train(ro, quiet);
+    spdlog::debug("run ended by process 0");
+    return kExitOk;
+  } catch (const std::exception& e) {
+    spdlog::error("run failed: {}", e.what());
+    return kExitRuntime;
+  }
+}
+
+}  // namespace
 
 // Logs go to stderr and to <out_dir>/troupe.log.
 static void setup_logging(const Spec& spec, const std::string& out_dir) {
@@ -77,7 +170,46 @@ static void setup_logging(const Spec& spec, const std::string& out_dir) {
   spdlog::set_default_logger(logger);
 }
 
+static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterComm>& comm);
+
 int command_run(const CliOptions&, const Spec& spec) {
+  // Under mpirun MPI says which process this is; the spec must ask for as
+  // many processes as were started (every process checks, none waits).
+  std::unique_ptr<mpi::Session> session;
+  if (mpi::launched_by_mpirun()) {
+    int argc = 0;
+    char** argv = nullptr;
+    session = std::make_unique<mpi::Session>(argc, argv);
+  }
+  const int world = session ? session->size() : 1;
+  if (world != spec.topology.processes) {
+    if (!session || session->rank() == 0)
+      std::fprintf(stderr,
+                   "troupe: %s: [topology] processes = %lld, but %d process(es) were started; launch it with "
+                   "`mpirun -np %lld troupe run ...`\n",
+                   spec.source.c_str(), static_cast<long long>(spec.topology.processes), world,
+                   static_cast<long long>(spec.topology.processes));
+    return kExitBadSpec;
+  }
+  std::shared_ptr<runtime::ClusterComm> comm;
+  if (world > 1) comm = std::make_shared<MpiComm>(*session);
+  const int rc = run_process(spec, comm);
+  // A failed multi-process run ends the whole job: MPI_Finalize could wait
+  // forever on a lost or hung peer.
+  if (rc != kExitOk && world > 1) {
+    spdlog::default_logger()->flush();
+    std::fflush(stderr);
+    session->abort(rc);
+  }
+  return rc;
+}
+
+static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterComm>& comm) {
+  if (comm && comm->rank() != 0) {
+    runtime::RuntimeOptions ro = runtime_options(spec);
+    ro.comm = comm;
+    return serve_process(spec, std::move(ro));
+  }
   const std::string out_dir = spec.out_dir();
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
@@ -112,10 +244,17 @@ int command_run(const CliOptions&, const Spec& spec) {
     if (uses_runtime(spec)) {
       const auto& t = spec.topology;
       spdlog::info("actor runtime: schedule {}, {} stage(s) x {} replica(s), {} microbatch(es) per replica, "
-                   "{} expert shard(s) per MoE layer, {} optimizer shard(s) on {} device(s)",
+                   "{} expert shard(s) per MoE layer, {} optimizer shard(s) on {} device(s), {} process(es)",
                    t.schedule, t.stages, t.data_parallel, t.microbatches, t.expert_shards, t.optimizer_shards,
-                   t.devices);
-      summary = runtime::train(runtime_options(spec), progress);
+                   t.devices, t.processes);
+      RestartMetrics observer(progress, metrics);
+      runtime::RuntimeOptions ro = runtime_options(spec);
+      ro.comm = comm;
+      ro.on_restart = [&observer](const runtime::RestartEvent& ev) { observer.record(ev); };
+      if (!spec.faults.empty())
+        spdlog::info("failure injection: {} fault(s); supervisor restarts at most {} time(s) per {} step(s)",
+                     spec.faults.size(), spec.run.max_restarts, spec.run.restart_window);
+      summary = runtime::train(ro, observer);
     } else {
       summary = model::train(train_options(spec), progress);
     }

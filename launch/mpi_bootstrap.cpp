@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -49,6 +50,16 @@ Session::~Session() {
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (owns_ && !finalized) MPI_Finalize();
+}
+
+void Session::abort(int code) {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);  // MPI_Abort does not return; this is for the type system
+}
+
+bool launched_by_mpirun() {
+  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("PMIX_RANK") != nullptr ||
+         std::getenv("PMI_RANK") != nullptr;
 }
 
 caf::expected<std::vector<Endpoint>> exchange_endpoints(const Endpoint& mine, bool ok) {

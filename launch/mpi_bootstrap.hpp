@@ -27,12 +27,19 @@ class Session {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // Ends the whole job with `code` (MPI_Abort): for a failed run, where a
+  // finalize could wait forever on a lost or hung peer. Does not return.
+  [[noreturn]] void abort(int code);
 
  private:
   int rank_ = 0;
   int size_ = 1;
   bool owns_ = false;
 };
+
+// True when this process was started by mpirun (Open MPI's or PMIx's
+// environment is set), i.e. a Session is wanted.
+bool launched_by_mpirun();
 
 // Where a rank's actor can be reached. port 0 = nothing published.
 struct Endpoint {

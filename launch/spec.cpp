@@ -14,6 +14,7 @@
 #include <tuple>
 #include <toml++/toml.h>
 
+#include "actors/faults.hpp"
 #include "actors/schedule.hpp"
 #include "launch/spec_keys.hpp"
 #include "model/data.hpp"
@@ -168,7 +169,7 @@ class Parser {
       const std::string section(k.str());
       const Pos kp = pos_of(k.source(), file);
       if (section == "faults") {
-        error(kp, "[[faults]]: not supported yet: failure injection arrives with the actor runtime's supervisors");
+        parse_faults(node, kp);
         continue;
       }
       if (std::find(kSections.begin(), kSections.end(), section) == kSections.end()) {
@@ -192,6 +193,76 @@ class Parser {
         apply(section, std::string(key.str()), value, pos_of(key.source(), file));
     }
   }
+
+  // [[faults]]: an array of tables, each {at_step, target, kind, at_message}.
+  // The key table cannot describe arrays of tables, so this is by hand; the
+  // checks that need other sections are in check_faults().
+  void parse_faults(const toml::node& node, const Pos& kp) {
+    const toml::array* arr = node.as_array();
+    if (!arr || !arr->is_array_of_tables()) {
+      error(kp, "faults must be an array of tables: write each entry as [[faults]] with at_step, target and kind");
+      return;
+    }
+    static const std::vector<std::string> keys = {"at_step", "target", "kind", "at_message"};
+    for (const toml::node& entry_node : *arr) {
+      const toml::table& entry = *entry_node.as_table();
+      const Pos ep = pos_of(entry.source(), kp.file);
+      FaultConfig f;
+      bool has_step = false, has_target = false, ok = true;
+      const size_t index = spec_.faults.size();
+      for (auto&& [k, v] : entry) {
+        const std::string key(k.str());
+        const Pos p = pos_of(k.source(), kp.file);
+        fault_pos_[{index, key}] = p;
+        if (key == "at_step" || key == "at_message") {
+          auto i = v.as_integer();
+          if (!i) {
+            error(p, "[[faults]] " + key + ": expected an integer, got " + node_type_name(v) + " " + node_text(v));
+            ok = false;
+            continue;
+          }
+          if (key == "at_step") f.at_step = i->get(), has_step = true;
+          else if (i->get() < 0) error(p, "[[faults]] at_message = " + node_text(v) + " must be >= 0 (0: a seeded point)"), ok = false;
+          else f.at_message = i->get();
+        } else if (key == "target" || key == "kind") {
+          auto str = v.as_string();
+          if (!str) {
+            error(p, "[[faults]] " + key + ": expected a string, got " + node_type_name(v) + " " + node_text(v));
+            ok = false;
+            continue;
+          }
+          if (key == "kind") {
+            f.kind = str->get();
+            if (f.kind != "kill") error(p, "[[faults]] kind = \"" + f.kind + "\" is not one of \"kill\""), ok = false;
+          } else {
+            f.target = str->get(), has_target = true;
+            if (!runtime::parse_fault_target(f.target))
+              error(p, "[[faults]] target = \"" + f.target + "\" is not an actor: write \"stage:K\" (pipeline rank K), "
+                       "\"stage:K/replica:R\" (of data-parallel replica R) or \"optimizer:K\" (optimizer shard K)"), ok = false;
+          }
+        } else {
+          std::string msg = "unknown key '" + key + "' in [[faults]]";
+          std::string c = closest(key, keys);
+          if (c.empty() && std::find(keys.begin(), keys.end(), "at_" + key) != keys.end()) c = "at_" + key;
+          if (!c.empty()) msg += "; did you mean '" + c + "'?";
+          error(p, msg + " (valid keys: " + join(keys) + ")");
+          ok = false;
+        }
+      }
+      if (!has_step) error(ep, "[[faults]] entry needs at_step (the 1-based step to hit)"), ok = false;
+      if (!has_target) error(ep, "[[faults]] entry needs target (\"stage:K\" or \"optimizer:K\")"), ok = false;
+      fault_pos_[{index, ""}] = ep;
+      spec_.faults.push_back(f);
+      fault_ok_.push_back(ok);
+    }
+  }
+  // Position of a [[faults]] entry's key (or of the entry).
+  Pos fault_where(size_t index, const std::string& key) const {
+    if (auto it = fault_pos_.find({index, key}); it != fault_pos_.end()) return it->second;
+    if (auto it = fault_pos_.find({index, ""}); it != fault_pos_.end()) return it->second;
+    return Pos{spec_.source, 0, 0};
+  }
+  bool fault_ok(size_t index) const { return index < fault_ok_.size() && fault_ok_[index]; }
 
   void apply_override(const Override& o) {
     const std::string where = "--set " + o.path + "=" + o.value;
@@ -334,7 +405,36 @@ class Parser {
   std::vector<Diagnostic> diags_;
   std::map<std::string, Pos> set_;
   std::map<std::string, Pos> section_pos_;
+  std::map<std::pair<size_t, std::string>, Pos> fault_pos_;
+  std::vector<bool> fault_ok_;
 };
+
+// [[faults]] against the rest of the spec: the step exists, the target
+// exists in the topology, and the spec runs on the actor runtime.
+void check_faults(const Spec& s, Parser& p) {
+  auto v = [](int64_t x) { return std::to_string(x); };
+  for (size_t i = 0; i < s.faults.size(); ++i) {
+    if (!p.fault_ok(i)) continue;  // reported while parsing
+    const FaultConfig& f = s.faults[i];
+    if (!uses_runtime(s)) {
+      p.error(p.fault_where(i, ""), "[[faults]] needs the actor runtime (supervised actors); this single-device sequential "
+                                   "spec runs in the single-process trainer (use e.g. [topology] schedule = \"1f1b\")");
+      continue;
+    }
+    if (f.at_step < 1 || f.at_step > s.run.steps)
+      p.error(p.fault_where(i, "at_step"), "[[faults]] at_step = " + v(f.at_step) + " is out of range (allowed 1 .. [run] steps = " +
+                                              v(s.run.steps) + ")");
+    const auto t = runtime::parse_fault_target(f.target);
+    const bool stage = t->role == runtime::FaultTarget::Role::Stage;
+    const int64_t n = stage ? s.topology.stages : s.topology.optimizer_shards;
+    if (t->index >= n)
+      p.error(p.fault_where(i, "target"), "[[faults]] target = \"" + f.target + "\" does not exist: [topology] " +
+                                             (stage ? "stages = " : "optimizer_shards = ") + v(n) + " (indices 0.." + v(n - 1) + ")");
+    else if (t->replica >= s.topology.data_parallel)
+      p.error(p.fault_where(i, "target"), "[[faults]] target = \"" + f.target + "\" does not exist: [topology] data_parallel = " +
+                                             v(s.topology.data_parallel) + " (replicas 0.." + v(s.topology.data_parallel - 1) + ")");
+  }
+}
 
 // The runtime's schedule rules, from the schedule library itself (one source
 // of truth): each replica runs `microbatches` chunks through `stages` ranks.
@@ -413,6 +513,13 @@ void check_cross_fields(const Spec& s, Parser& p) {
     p.error(p.where("topology.expert_shards"), "[topology] expert_shards = " + v(t.expert_shards) + " needs [model] ffn = \"moe\"");
   if (t.processes > t.devices)
     p.error(p.where("topology.processes"), "[topology] processes = " + v(t.processes) + " must be <= devices = " + v(t.devices));
+  else if (!t.device_processes.empty()) {
+    try {
+      device_process_list(s);
+    } catch (const std::invalid_argument& e) {
+      p.error(p.where("topology.device_processes"), "[topology] device_processes = \"" + t.device_processes + "\": " + e.what());
+    }
+  }
   if (t.stages * t.data_parallel > t.devices)
     p.error(p.where("topology.devices"), "[topology] devices = " + v(t.devices) + " is fewer than stages * data_parallel = " + v(t.stages * t.data_parallel));
   if (uses_runtime(s) && t.optimizer_shards > 1) {
@@ -471,6 +578,7 @@ Spec load(const std::string* text, const std::string& source, const std::vector<
     spec.data.path = (base_dir / spec.data.path).lexically_normal().string();
   const size_t problems_before_data = parser.diagnostics().size();
   check_cross_fields(spec, parser);
+  check_faults(spec, parser);
   check_supported(spec, parser);
   if (parser.diagnostics().size() == problems_before_data) check_data(spec, parser);
   auto& ds = parser.diagnostics();
@@ -505,6 +613,30 @@ const std::string& default_spec_text() {
 
 Spec load_default_spec(const std::vector<Override>& overrides) {
   return load_spec_text(default_spec_text(), "<built-in default>", overrides);
+}
+
+std::vector<int> device_process_list(const Spec& spec) {
+  const auto& t = spec.topology;
+  std::vector<int> out;
+  if (t.device_processes.empty()) return out;
+  std::string item;
+  std::istringstream in(t.device_processes);
+  while (std::getline(in, item, ',')) {
+    const auto b = item.find_first_not_of(' '), e = item.find_last_not_of(' ');
+    const std::string x = b == std::string::npos ? "" : item.substr(b, e - b + 1);
+    if (x.empty() || x.size() > 9 || x.find_first_not_of("0123456789") != std::string::npos)
+      throw std::invalid_argument("expected comma-separated process numbers, one per device, got '" + x + "'");
+    const int p = std::stoi(x);
+    if (p >= t.processes)
+      throw std::invalid_argument("process " + x + " is out of range for processes = " + std::to_string(t.processes));
+    out.push_back(p);
+  }
+  if (static_cast<int64_t>(out.size()) != t.devices)
+    throw std::invalid_argument("lists " + std::to_string(out.size()) + " device(s), devices = " + std::to_string(t.devices));
+  for (int64_t p = 0; p < t.processes; ++p)
+    if (std::find(out.begin(), out.end(), static_cast<int>(p)) == out.end())
+      throw std::invalid_argument("process " + std::to_string(p) + " gets no device");
+  return out;
 }
 
 bool uses_runtime(const Spec& spec) {

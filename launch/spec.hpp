@@ -26,6 +26,8 @@ struct RunConfig {
   std::string out_dir;            // empty: runs/<name>
   int64_t eval_every = 100;       // validation every N steps (0: only at the end)
   int64_t eval_batches = 4;       // validation batches per evaluation
+  int64_t max_restarts = 3;       // supervisor: restarts allowed within restart_window steps
+  int64_t restart_window = 10;    // supervisor: window of the restart intensity, in steps
 };
 
 struct TopologyConfig {
@@ -43,6 +45,9 @@ struct TopologyConfig {
   int64_t data_parallel = 1;            // data-parallel replicas
   int64_t processes = 1;                // OS processes (mpirun -np)
   std::string interface = "127.0.0.1"; // address that CAF ports bind to
+  double peer_timeout = 10.0;           // seconds of silence before a peer process counts as lost
+  int64_t bulk_shm_bytes = 1 << 16;     // one host: envelopes this large go through shared memory; 0 = never
+  std::string device_processes;         // explicit placement: process of each device, "0,0,1"; "" = blocks
 };
 
 struct CheckpointConfig {
@@ -59,6 +64,15 @@ struct LogConfig {
   std::string trace;               // Chrome trace file (actor runtime only)
 };
 
+// One [[faults]] entry: kill an actor at a seeded point inside a step
+// (actor runtime only; see actors/faults.hpp).
+struct FaultConfig {
+  int64_t at_step = 0;     // 1-based step, 1..[run] steps
+  std::string target;      // "stage:K", "stage:K/replica:R" or "optimizer:K"
+  std::string kind = "kill";
+  int64_t at_message = 0;  // 0: seeded point; k: on the target's k-th message of the step
+};
+
 struct Spec {
   std::string source;  // file the spec came from ("<built-in default>" for the default)
   RunConfig run;
@@ -69,6 +83,7 @@ struct Spec {
   CheckpointConfig checkpoint;
   LogConfig log;
   sim::CostConfig sim;  // [sim]: cost model of device_kind = "sim" (actors/sim_costs.hpp)
+  std::vector<FaultConfig> faults;  // [[faults]], in file order
 
   std::string out_dir() const;         // run.out_dir or runs/<name>
   std::string checkpoint_dir() const;  // checkpoint.dir or <out_dir>/checkpoint
@@ -79,6 +94,12 @@ struct Spec {
 // data_parallel): `troupe run` then trains on the actor runtime
 // (actors/runtime.hpp) instead of the single-process model::Trainer.
 bool uses_runtime(const Spec& spec);
+
+// [topology] device_processes as numbers, one per device ("0,1,1" -> {0,1,1});
+// empty when the key is empty (contiguous blocks). Throws std::invalid_argument
+// saying what is wrong (not a list of integers, wrong length, a process out of
+// range, a process left without a device); validation reports it on the key.
+std::vector<int> device_process_list(const Spec& spec);
 
 // One problem found in a spec. line/column are 1-based, 0 when unknown.
 struct Diagnostic {

@@ -44,6 +44,8 @@ std::vector<KeyDef> build_keys() {
   add({"run", "out_dir", KeyType::String, F(run.out_dir), "Output directory (log, metrics.jsonl, checkpoint); empty means runs/<name>."});
   add({"run", "eval_every", KeyType::Int, F(run.eval_every), "Validation loss (and task accuracy) every N steps; 0 means only at the end.", 0, kBig});
   add({"run", "eval_batches", KeyType::Int, F(run.eval_batches), "Validation batches per evaluation.", 1, 1e6});
+  add({"run", "max_restarts", KeyType::Int, F(run.max_restarts), "Supervisor (actor runtime): a failed stage or optimizer-shard actor is restarted and its step replayed; more than this many restarts within restart_window steps fail the run.", 0, 1e6});
+  add({"run", "restart_window", KeyType::Int, F(run.restart_window), "Supervisor: the window, in steps, over which max_restarts is counted.", 1, kBig});
 
   // [model]
   add({"model", "vocab_size", KeyType::Int, F(model.vocab_size), "Vocabulary size; must cover the data source's tokens (256 for byte-level text).", 2, 1e7});
@@ -105,9 +107,11 @@ std::vector<KeyDef> build_keys() {
   add({"topology", "expert_shards", KeyType::Int, F(topology.expert_shards), "Expert-parallel shards per MoE layer and replica; at most n_experts. 1: the experts run inside their stage; more: each shard is an actor holding a contiguous range of the layer's experts, reached through dispatch/combine messages (runs on the actor runtime).", 1, 4096});
   add({"topology", "optimizer_shards", KeyType::Int, F(topology.optimizer_shards), "ZeRO-1 optimizer shards, each owning a range of the flat parameter buffer.", 1, 4096});
   add({"topology", "data_parallel", KeyType::Int, F(topology.data_parallel), "Data-parallel replicas; each runs `microbatches` microbatches of batch_size / (microbatches * data_parallel) sequences.", 1, 4096});
-  add({"topology", "processes", KeyType::Int, F(topology.processes), "OS processes (launch with mpirun -np <processes>).", 1, 1e6,
-       {}, [=](const Spec& s) { return s.topology.processes > 1 ? not_yet("processes > 1", "multi-process runs (mpirun)") : ""; }});
-  add({"topology", "interface", KeyType::String, F(topology.interface), "Address CAF ports bind to between processes (loopback by default)."});
+  add({"topology", "processes", KeyType::Int, F(topology.processes), "OS processes (launch with mpirun -np <processes>); devices are split into contiguous blocks over them, actors follow their device, the coordinator is on process 0.", 1, 1e6});
+  add({"topology", "interface", KeyType::String, F(topology.interface), "Address CAF ports bind to between processes (loopback by default; \"0.0.0.0\" binds every interface and advertises the host name)."});
+  add({"topology", "peer_timeout", KeyType::Float, F(topology.peer_timeout), "Seconds without traffic (CAF heartbeats run at a tenth of it) before a peer process counts as lost and the run stops, naming its actors.", 0.1, 3600});
+  add({"topology", "device_processes", KeyType::String, F(topology.device_processes), "Explicit placement: the process of each device, comma-separated (e.g. \"0,0,1,1\"); actors follow their device, the coordinator stays on process 0. Empty: contiguous blocks of devices per process."});
+  add({"topology", "bulk_shm_bytes", KeyType::Int, F(topology.bulk_shm_bytes), "When all processes are on one host, envelopes of at least this many bytes go between them through a shared-memory segment (CAF carries a 64-byte record naming it) instead of CAF's TCP stream; 0 = never.", 0, 1e12});
 
   // [checkpoint]
   add({"checkpoint", "every", KeyType::Int, F(checkpoint.every), "Also save a checkpoint every N steps; 0 means only the final one (a run always saves when it ends).", 0, kBig,

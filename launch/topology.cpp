@@ -1,4 +1,5 @@
-// Placement rules (see DESIGN.md "data path"):
+// Placement rules (see DESIGN.md "data path"); processes and devices of the
+// runtime's actors come from actors/placement.hpp, the runtime's own placement:
 // - devices are split into contiguous blocks, one block per process;
 // - pipeline rank s of replica r runs on device (r*stages + s) mod devices;
 // - sequential/1f1b: rank s holds stage s;
@@ -17,6 +18,7 @@
 #include <map>
 #include <sstream>
 
+#include "actors/placement.hpp"
 #include "model/params.hpp"
 
 namespace troupe::launch {
@@ -38,7 +40,11 @@ Topology resolve_topology(const Spec& spec) {
   const auto& m = spec.model;
   Topology topo;
   topo.parameters = model::build_param_layout(m).total();
-  auto process_of = [&](int64_t device) { return device * t.processes / t.devices; };
+  const runtime::Placement place =
+      runtime::make_placement(static_cast<int>(t.devices), static_cast<int>(t.processes), static_cast<int>(t.stages),
+                              static_cast<int>(t.data_parallel), static_cast<int>(t.optimizer_shards),
+                              device_process_list(spec));
+  auto process_of = [&](int64_t device) -> int64_t { return place.device_process[static_cast<size_t>(device)]; };
   for (int64_t d = 0; d < t.devices; ++d) topo.devices.push_back({d, process_of(d), t.device_kind});
 
   topo.actors.push_back({"coordinator", "coordinator", -1, 0,
@@ -50,7 +56,9 @@ Topology resolve_topology(const Spec& spec) {
   const auto layer_chunks = split_even(m.n_layers, chunks);
   for (int64_t r = 0; r < t.data_parallel; ++r) {
     // Pipeline rank s of replica r runs on device (r*stages + s) mod devices (as actors/runtime.cpp places it).
-    auto device_of_rank = [&](int64_t s) { return (r * t.stages + s) % t.devices; };
+    auto device_of_rank = [&](int64_t s) -> int64_t {
+      return place.rank_device[static_cast<size_t>(r)][static_cast<size_t>(s)];
+    };
     const std::string rep = t.data_parallel > 1 ? "r" + std::to_string(r) + ":" : "";
     // (chunk index, copy label, device) for every stage actor of this replica.
     struct StagePlace { int64_t chunk; std::string copy; int64_t device; };
@@ -98,7 +106,7 @@ Topology resolve_topology(const Spec& spec) {
   }
   const auto param_ranges = split_even(topo.parameters, t.optimizer_shards);
   for (int64_t o = 0; o < t.optimizer_shards; ++o) {
-    const int64_t dev = o % t.devices;
+    const int64_t dev = place.shard_device[static_cast<size_t>(o)];
     const auto [pb, pe] = param_ranges[static_cast<size_t>(o)];
     topo.actors.push_back({"optimizer:" + std::to_string(o), "optimizer", dev, process_of(dev),
                            "AdamW on params [" + std::to_string(pb) + ", " + std::to_string(pe) + ")"});

@@ -166,6 +166,11 @@ void Stage::start(Slot& s, Cursor::Phase phase) {
   s.cur.phase = phase;
 }
 
+void Stage::abandon_passes() {
+  for (Slot& s : slots_) s.cur = Cursor{};
+  backward_slot_ = -1;
+}
+
 ForwardResult Stage::forward_tokens(int64_t si, const ModelWeights& w, std::span<const int32_t> inputs,
                                     std::span<const int32_t> targets) {
   Slot& s = slot(si);

@@ -113,6 +113,10 @@ class Stage {
                                     std::span<const float> dout, double loss_scale,
                                     double aux_scale);
   const MoeExchange* resume_backward(int64_t slot, const ModelWeights& w, const ModelWeights& grads);
+  // Drops every suspended pass (a discarded step: its experts never answer);
+  // every slot can start a new pass. Activations and gradients written so
+  // far stay as they are (the caller zeroes the gradients it keeps).
+  void abandon_passes();
 
   // Non-first stages: d total / d input hidden [T*D] of the last backward.
   void read_input_grad(std::span<float> out) const;

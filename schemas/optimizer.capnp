@@ -32,4 +32,5 @@ struct ParamSlice {
   shard @2 :UInt32;      # optimizer shard that owns the range
   range @3 :ParamRange;  # which elements of the flat buffer
   params @4 :Tensor;     # f32 [range.count]
+  attempt @5 :UInt32;    # replay generation of the step (dedupe)
 }

@@ -191,6 +191,33 @@ expect_output "[sim] keys apply only to [topology] device_kind = \"sim\""
 # The 1,024-device DualPipe spec: one simulated step.
 expect_exit 0 "$troupe" run "$src/launch/specs/sim_dualpipe_1024.toml" --set run.out_dir="$work/sim1024" --set run.steps=1
 expect_output "sim summary (virtual time; no math ran): 1024 device(s), schedule dualpipe"
+# [[faults]]: the 2-stage 1F1B run above, with stage 1 killed inside step 2 and
+# the optimizer shard inside step 3, restarts both, replays those steps and
+# saves the same checkpoint bit for bit; the log names the restarts. With
+# max_restarts = 0 the first kill fails the run, naming the actor.
+cp "$src/launch/specs/default.toml" "$work/faults.toml"
+printf '\n[[faults]]\nat_step = 2\ntarget = "stage:1"\nkind = "kill"\n\n[[faults]]\nat_step = 3\ntarget = "optimizer:0"\n' >> "$work/faults.toml"
+expect_exit 0 "$troupe" run "$work/faults.toml" "${untied[@]}" --set run.out_dir="$work/faults" --set topology.devices=2 \
+  --set topology.stages=2 --set topology.schedule='"1f1b"'
+expect_output "restarted stage:1 (killed"
+expect_output "in step 2, attempt 2: step replayed"
+expect_output "restarted optimizer:0 (killed"
+expect_output "step 4/4"
+grep -q "restarted stage:1 (killed" "$work/faults/troupe.log" || fail "troupe.log does not name the restart"
+[ "$(grep -c '"type":"restart"' "$work/faults/metrics.jsonl")" -eq 2 ] || fail "metrics.jsonl should hold 2 restart lines"
+expect_exit 0 "$troupe" export "$work/faults.toml" "${untied[@]}" --set run.out_dir="$work/faults" --set topology.devices=2 \
+  --set topology.stages=2 --set topology.schedule='"1f1b"' --format safetensors --output "$work/faults.safetensors"
+cmp -s "$work/pipe.safetensors" "$work/faults.safetensors" || fail "parameters after kill-and-replay differ from the run without faults"
+for f in adam_m.f32.zst adam_v.f32.zst; do
+  cmp -s "$work/pipe/checkpoint/$f" "$work/faults/checkpoint/$f" || fail "$f after kill-and-replay differs from the run without faults"
+done
+expect_exit 1 "$troupe" run "$work/faults.toml" "${untied[@]}" --set run.out_dir="$work/faults0" --set topology.devices=2 \
+  --set topology.stages=2 --set topology.schedule='"1f1b"' --set run.max_restarts=0
+expect_output "stage:1 went down (killed) in step 2"
+expect_output "more than max_restarts = 0"
+printf '[[faults]]\nat_step = 1\ntarget = "stage:3"\n' > "$work/badfault.toml"
+expect_exit 3 "$troupe" validate "$work/badfault.toml" --set topology.devices=2 --set topology.stages=2 --set topology.schedule='"1f1b"'
+expect_output "$work/badfault.toml:3:1: error: [[faults]] target = \"stage:3\" does not exist"
 
 if [ $failures -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
 echo "all CLI checks passed"

@@ -34,4 +34,9 @@ if(TARGET troupe_runtime)
     LIBS troupe_runtime
     TIMEOUT 300
     LABELS runtime)
+  troupe_add_gtest(runtime_fault_tests
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/runtime_fault_test.cpp
+    LIBS troupe_runtime
+    TIMEOUT 120
+    LABELS runtime)
 endif()

@@ -229,7 +229,7 @@ struct Fixture : ::testing::Test {
     bool got = false;
     self->receive([&](const Envelope& e) { g.env = e, got = true; },
                   [&](rt::fail_atom, const std::string& what) { g.fail = what, got = true; },
-                  [&](rt::stepok_atom, uint64_t, uint32_t, uint32_t rank) { g.stepok = true, g.rank = rank, got = true; },
+                  [&](rt::stepok_atom, uint64_t, uint32_t, uint32_t, uint32_t rank) { g.stepok = true, g.rank = rank, got = true; },
                   caf::after(std::chrono::seconds(60)) >> [&] {});
     EXPECT_TRUE(got) << "no message from the expert shards";
     return g;
@@ -507,7 +507,7 @@ TEST_F(Fixture, WorksWithTheOptimizerShards) {
   int partials = 0;
   while (partials < 2) {
     bool got = false;
-    self->receive([&](rt::gnorm_atom, uint64_t step, uint32_t, double part) {
+    self->receive([&](rt::gnorm_atom, uint64_t step, uint32_t, uint32_t, double part) {
                     EXPECT_EQ(step, 0u);
                     sq += part, got = true;
                   },
@@ -519,7 +519,7 @@ TEST_F(Fixture, WorksWithTheOptimizerShards) {
   double want_sq = 0;
   for (float g : dw_ref) want_sq += static_cast<double>(g) * g;
   EXPECT_NEAR(sq, want_sq, 1e-6 * want_sq) << "the optimizer shards summed other gradients than the experts'";
-  for (auto& o : opt) self->send(o, rt::clip_atom_v, uint64_t{0}, std::sqrt(sq));
+  for (auto& o : opt) self->send(o, rt::clip_atom_v, uint64_t{0}, uint32_t{0}, std::sqrt(sq));
   std::set<uint32_t> ok;
   for (int i = 0; i < kShards; ++i) {
     Got g = next_stepok();

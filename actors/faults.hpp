@@ -1,0 +1,107 @@
+// Failure injection and restart reports of the actor runtime (CAF-free, so
+// the spec parser can use it): which actor a [[faults]] entry names, when it
+// is killed, and what the supervisor reports when it restarts one.
+//
+// A kill happens "at a seeded point inside the step": at the start of step
+// `at_step` (1-based, as progress lines count steps; its first attempt) the coordinator arms the target with a count k;
+// the target dies (exit_reason::kill) on receiving the k-th message after
+// that, before handling it. k is drawn from (seed, step, target) by
+// kill_point(), uniformly in [1, N] where N is how many messages the target
+// handles in one step, so the same spec kills at the same point of the
+// target's message stream (k = 1: before it did anything; k = N: before its
+// last message, after everything else of the step happened).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace troupe::runtime {
+
+// An actor of the topology by role and index: "stage:1" (pipeline rank 1 of
+// data-parallel replica 0), "stage:1/replica:1", "optimizer:0", or an expert
+// shard "expert:L/S" (shard S of MoE layer L; "expert:L/S/replica:R").
+struct FaultTarget {
+  enum class Role { Stage, Optimizer, Expert };
+  Role role = Role::Stage;
+  int index = 0;    // pipeline rank, optimizer shard, or (experts) the global layer
+  int replica = 0;  // stage and expert targets only
+  int shard = 0;    // expert targets: the shard within the layer
+};
+
+// Parses "stage:K", "stage:K/replica:R", "optimizer:K", "expert:L/S" or
+// "expert:L/S/replica:R" (non-negative decimals); nullopt otherwise.
+inline std::optional<FaultTarget> parse_fault_target(const std::string& text) {
+  auto number = [](const std::string& s, int& out) {
+    if (s.empty() || s.size() > 6 || s.find_first_not_of("0123456789") != std::string::npos) return false;
+    out = std::stoi(s);
+    return true;
+  };
+  FaultTarget t;
+  if (text.rfind("expert:", 0) == 0) {
+    // expert:L/S or expert:L/S/replica:R
+    const std::string rest = text.substr(7);
+    const auto a = rest.find('/');
+    if (a == std::string::npos) return std::nullopt;
+    const auto b = rest.find('/', a + 1);
+    const std::string shard = rest.substr(a + 1, b == std::string::npos ? std::string::npos : b - a - 1);
+    if (!number(rest.substr(0, a), t.index) || !number(shard, t.shard)) return std::nullopt;
+    if (b != std::string::npos) {
+      const std::string tail = rest.substr(b + 1);
+      if (tail.rfind("replica:", 0) != 0 || !number(tail.substr(8), t.replica)) return std::nullopt;
+    }
+    t.role = FaultTarget::Role::Expert;
+    return t;
+  }
+  std::string head = text;
+  if (const auto slash = text.find('/'); slash != std::string::npos) {
+    const std::string tail = text.substr(slash + 1);
+    head = text.substr(0, slash);
+    if (tail.rfind("replica:", 0) != 0 || !number(tail.substr(8), t.replica)) return std::nullopt;
+    if (head.rfind("stage:", 0) != 0) return std::nullopt;  // shards serve every replica
+  }
+  const auto colon = head.find(':');
+  if (colon == std::string::npos || !number(head.substr(colon + 1), t.index)) return std::nullopt;
+  const std::string role = head.substr(0, colon);
+  if (role == "stage") t.role = FaultTarget::Role::Stage;
+  else if (role == "optimizer") t.role = FaultTarget::Role::Optimizer;
+  else return std::nullopt;
+  return t;
+}
+
+// One [[faults]] entry.
+struct FaultSpec {
+  int64_t at_step = 1;      // 1-based step (1..steps) whose first attempt is hit
+  std::string target;       // "stage:K", "stage:K/replica:R", "optimizer:K", "expert:L/S[/replica:R]"
+  std::string kind = "kill";  // only "kill" so far
+  int64_t at_message = 0;   // 0: seeded point; k > 0: die on the k-th message (tests pin phases)
+};
+
+// The seeded kill point in [1, n] (n >= 1) for `target` in `step`.
+inline uint32_t kill_point(uint64_t seed, uint64_t step, const std::string& target, uint32_t n) {
+  // splitmix64 over the seed, the step and the target's name: cheap, fixed, portable.
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + step;
+  for (char c : target) x = (x ^ static_cast<unsigned char>(c)) * 0x100000001B3ull;
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  x ^= x >> 31;
+  return n == 0 ? 1 : static_cast<uint32_t>(1 + x % n);
+}
+
+// What the supervisor did about one actor that went down.
+struct RestartEvent {
+  int64_t step = 0;     // 1-based step that was running (or is about to run)
+  int attempt = 0;      // 1-based attempt of that step that runs next
+  std::string actor;    // "stage:1", "stage:1/replica:1" (data-parallel runs), "optimizer:0", "expert:0/1"
+  std::string cause;    // "killed", or the exit reason
+  std::string phase;    // where in the step a killed actor was (when it said so)
+  bool replayed = false;  // the running step was discarded and is run again
+  std::string str() const {
+    std::string s = "restarted " + actor + " (" + cause + (phase.empty() ? "" : ", " + phase) + ") in step " +
+                    std::to_string(step) + ", attempt " + std::to_string(attempt);
+    return s + (replayed ? ": step replayed" : ": between steps, state restored");
+  }
+};
+
+}  // namespace troupe::runtime

@@ -1,0 +1,391 @@
+// Supervised restart and kill-and-replay (actors/supervisor.hpp): a pipeline
+// rank, an optimizer shard or an expert shard killed at a seeded point inside a step is
+// respawned, the step is discarded and replayed from its snapshot, and the
+// run ends with parameters, AdamW moments and losses bitwise equal to the
+// run without the kill. Also: restart intensity escalates, stale messages
+// are dropped and counted, bad fault entries are rejected.
+// No sleeps, no wall-clock: a step returns when every actor has finished it.
+#include <cstring>
+#include <iostream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "actors/runtime.hpp"
+
+namespace troupe::test {
+namespace {
+
+runtime::RuntimeOptions options(const std::string& schedule, uint64_t seed) {
+  runtime::RuntimeOptions o;
+  auto& t = o.train;
+  t.model.vocab_size = 16;
+  t.model.d_model = 16;
+  t.model.n_layers = 4;
+  t.model.n_heads = 2;
+  t.model.seq_len = 16;
+  t.model.ffn = "moe";
+  t.model.n_experts = 4;
+  t.model.top_k = 2;
+  t.model.expert_hidden = 8;
+  t.data.source = "addition";
+  t.data.digits = 2;
+  t.data.batch_size = 8;
+  t.microbatches = 4;
+  t.steps = 3;
+  t.optim.warmup_steps = 1;
+  t.optim.grad_clip = 0.5;
+  t.eval_every = 0;
+  t.seed = seed;
+  o.schedule = schedule;
+  o.stages = 2;
+  o.devices = 2;
+  o.optimizer_shards = 2;
+  return o;
+}
+
+struct Outcome {
+  model::TrainingState state;
+  std::vector<double> losses, norms;
+  std::vector<runtime::RestartEvent> restarts;
+  uint64_t dropped = 0;
+};
+
+Outcome run(const runtime::RuntimeOptions& o) {
+  runtime::Runtime rt(o);
+  Outcome out;
+  for (int64_t s = 0; s < o.train.steps; ++s) {
+    const model::StepMetrics m = rt.step();
+    out.losses.push_back(m.loss);
+    out.norms.push_back(m.grad_norm);
+  }
+  out.state = rt.state();
+  out.restarts = rt.restarts();
+  out.dropped = rt.dropped_messages();
+  return out;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+void expect_bitwise_equal(const Outcome& ref, const Outcome& got, const std::string& what) {
+  EXPECT_TRUE(same_bits(ref.state.params, got.state.params)) << what << ": parameters differ";
+  EXPECT_TRUE(same_bits(ref.state.adam_m, got.state.adam_m)) << what << ": AdamW m differs";
+  EXPECT_TRUE(same_bits(ref.state.adam_v, got.state.adam_v)) << what << ": AdamW v differs";
+  ASSERT_EQ(ref.losses.size(), got.losses.size());
+  for (size_t i = 0; i < ref.losses.size(); ++i) {
+    EXPECT_EQ(std::memcmp(&ref.losses[i], &got.losses[i], sizeof(double)), 0) << what << ": loss of step " << i + 1;
+    EXPECT_EQ(std::memcmp(&ref.norms[i], &got.norms[i], sizeof(double)), 0) << what << ": norm of step " << i + 1;
+  }
+}
+
+// Seeded kill points: for each schedule and seed, kill each rank and each
+// shard (separately) inside step 2. Which phase each kill hit is printed; the
+// pinned-phase test below makes sure the earliest and latest points are run.
+TEST(RuntimeFaults, SeededKillReplaysBitwise) {
+  uint64_t replays = 0, dropped = 0;
+  for (const std::string schedule : {"1f1b", "dualpipe"}) {
+    for (uint64_t seed : {3u, 4u, 5u}) {
+      const Outcome ref = run(options(schedule, seed));
+      ASSERT_TRUE(ref.restarts.empty());
+      for (const std::string target : {"stage:0", "stage:1", "optimizer:0", "optimizer:1"}) {
+        runtime::RuntimeOptions o = options(schedule, seed);
+        o.faults.push_back({2, target, "kill", 0});
+        const Outcome got = run(o);
+        const std::string what = schedule + " seed " + std::to_string(seed) + " kill " + target;
+        ASSERT_EQ(got.restarts.size(), 1u) << what;
+        const runtime::RestartEvent& ev = got.restarts[0];
+        EXPECT_EQ(ev.actor, target) << what;
+        EXPECT_EQ(ev.cause, "killed") << what;
+        EXPECT_EQ(ev.step, 2) << what;
+        std::cout << "  " << what << ": " << ev.str() << "\n";
+        replays += ev.replayed;
+        dropped += got.dropped;
+        expect_bitwise_equal(ref, got, what);
+      }
+    }
+  }
+  std::cout << "  replays " << replays << " of 24, messages dropped (older attempts) " << dropped << "\n";
+  EXPECT_GT(replays, 0u);
+}
+
+// The two ends of a step, pinned with at_message: k = 1 (the target dies on
+// its first message of the step: before any backward, before anything) and
+// k = N (its last: a rank after sending its gradients with all but one
+// parameter slice loaded; a shard after its update was applied and its new
+// parameters sent to the ranks, before it sent its snapshot).
+TEST(RuntimeFaults, EarliestAndLatestKillPoints) {
+  for (const std::string schedule : {"1f1b", "dualpipe"}) {
+    const Outcome ref = run(options(schedule, 7));
+    for (const std::string target : {"stage:0", "stage:1", "optimizer:0", "optimizer:1"}) {
+      for (int64_t k : {int64_t{1}, int64_t{1000000}}) {  // clipped to N
+        runtime::RuntimeOptions o = options(schedule, 7);
+        o.faults.push_back({2, target, "kill", k});
+        const Outcome got = run(o);
+        const std::string what = schedule + " kill " + target + (k == 1 ? " early" : " late");
+        ASSERT_EQ(got.restarts.size(), 1u) << what;
+        const std::string phase = got.restarts[0].phase;
+        std::cout << "  " << what << ": " << got.restarts[0].str() << "\n";
+        const bool stage = target.rfind("stage", 0) == 0;
+        if (k == 1) EXPECT_NE(phase.find(stage ? "waiting for its step to start" : "collecting gradients (0 of"), std::string::npos) << what << ": " << phase;
+        else EXPECT_NE(phase.find(stage ? "after sending gradients (1 of 2 slices loaded)" : "finishing its update"), std::string::npos) << what << ": " << phase;
+        EXPECT_TRUE(got.restarts[0].replayed) << what;
+        expect_bitwise_equal(ref, got, what);
+      }
+    }
+  }
+}
+
+// Expert parallelism (expert_shards > 1): an expert-shard actor killed at a
+// seeded point of step 2 is respawned on its device with the step-start
+// weights and the step replayed; so is a rank or optimizer shard of such a
+// run (the expert shards then drop the failed attempt and reload). The run
+// ends bitwise equal to the one without the kill.
+TEST(RuntimeFaults, ExpertShardKillReplaysBitwise) {
+  uint64_t replays = 0;
+  for (const std::string schedule : {"1f1b", "dualpipe"}) {
+    for (int shards : {2, 4}) {
+      runtime::RuntimeOptions base = options(schedule, 11);
+      base.expert_shards = shards;
+      const Outcome ref = run(base);
+      ASSERT_TRUE(ref.restarts.empty());
+      const std::string last = "expert:3/" + std::to_string(shards - 1);
+      for (const std::string target : {std::string("expert:0/0"), last, std::string("stage:1"), std::string("optimizer:0")}) {
+        runtime::RuntimeOptions o = base;
+        o.faults.push_back({2, target, "kill", 0});
+        const Outcome got = run(o);
+        const std::string what = schedule + " expert_shards " + std::to_string(shards) + " kill " + target;
+        ASSERT_EQ(got.restarts.size(), 1u) << what;
+        EXPECT_EQ(got.restarts[0].actor, target) << what;
+        EXPECT_EQ(got.restarts[0].step, 2) << what;
+        std::cout << "  " << what << ": " << got.restarts[0].str() << "\n";
+        replays += got.restarts[0].replayed;
+        expect_bitwise_equal(ref, got, what);
+      }
+    }
+  }
+  EXPECT_GT(replays, 0u);
+}
+
+// An expert shard killed on its first message of step 2 (before any
+// dispatch) and on its last (parameters of all but one optimizer shard
+// loaded), and one killed between steps (restored without a replay).
+TEST(RuntimeFaults, ExpertShardEarliestLatestAndBetweenSteps) {
+  for (const std::string schedule : {"1f1b", "dualpipe"}) {
+    runtime::RuntimeOptions base = options(schedule, 12);
+    base.expert_shards = 2;
+    const Outcome ref = run(base);
+    for (int64_t k : {int64_t{1}, int64_t{1000000}}) {
+      runtime::RuntimeOptions o = base;
+      o.faults.push_back({2, "expert:1/1", "kill", k});
+      const Outcome got = run(o);
+      const std::string what = schedule + " kill expert:1/1 " + (k == 1 ? "early" : "late");
+      ASSERT_EQ(got.restarts.size(), 1u) << what;
+      const std::string phase = got.restarts[0].phase;
+      std::cout << "  " << what << ": " << got.restarts[0].str() << "\n";
+      if (k == 1) EXPECT_NE(phase.find("waiting for its step's dispatches"), std::string::npos) << what << ": " << phase;
+      else EXPECT_NE(phase.find("after sending gradients"), std::string::npos) << what << ": " << phase;
+      EXPECT_TRUE(got.restarts[0].replayed) << what;
+      expect_bitwise_equal(ref, got, what);
+    }
+    runtime::Runtime rt(base);
+    Outcome got;
+    for (int64_t s = 0; s < base.train.steps; ++s) {
+      if (s == 1) rt.kill("expert:2/0");
+      const model::StepMetrics m = rt.step();
+      got.losses.push_back(m.loss);
+      got.norms.push_back(m.grad_norm);
+    }
+    got.state = rt.state();
+    got.restarts = rt.restarts();
+    ASSERT_EQ(got.restarts.size(), 1u);
+    EXPECT_FALSE(got.restarts[0].replayed);
+    expect_bitwise_equal(ref, got, schedule + " expert shard killed between steps");
+  }
+}
+
+// Data-parallel replicas with expert shards: replica 1's expert shard.
+TEST(RuntimeFaults, ExpertShardDataParallelReplay) {
+  runtime::RuntimeOptions base = options("1f1b", 13);
+  base.data_parallel = 2;
+  base.expert_shards = 2;
+  const Outcome ref = run(base);
+  runtime::RuntimeOptions o = base;
+  o.faults.push_back({2, "expert:1/0/replica:1", "kill", 0});
+  const Outcome got = run(o);
+  ASSERT_EQ(got.restarts.size(), 1u);
+  EXPECT_EQ(got.restarts[0].actor, "expert:1/0/replica:1");
+  expect_bitwise_equal(ref, got, "dp2 kill expert:1/0/replica:1");
+}
+
+// Kills in two steps, with both shards and ranks, in one run.
+TEST(RuntimeFaults, SeveralFaultsInOneRun) {
+  const Outcome ref = run(options("1f1b", 9));
+  runtime::RuntimeOptions o = options("1f1b", 9);
+  o.max_restarts = 4;
+  o.faults = {{1, "optimizer:1", "kill", 0}, {2, "stage:1", "kill", 0}, {2, "optimizer:0", "kill", 0}, {3, "stage:0", "kill", 0}};
+  const Outcome got = run(o);
+  EXPECT_EQ(got.restarts.size(), 4u);
+  expect_bitwise_equal(ref, got, "four kills");
+}
+
+// Data-parallel replicas: replica 0's rank and a shard that reduces both
+// replicas' gradients.
+TEST(RuntimeFaults, DataParallelReplay) {
+  runtime::RuntimeOptions base = options("1f1b", 5);
+  base.data_parallel = 2;
+  const Outcome ref = run(base);
+  for (const std::string target : {"stage:1", "stage:0/replica:1", "optimizer:0"}) {
+    runtime::RuntimeOptions o = base;
+    o.faults.push_back({2, target, "kill", 0});
+    const Outcome got = run(o);
+    ASSERT_EQ(got.restarts.size(), 1u) << target;
+    EXPECT_EQ(got.restarts[0].actor, target == "stage:1" ? "stage:1/replica:0" : target);
+    EXPECT_TRUE(got.restarts[0].replayed);
+    expect_bitwise_equal(ref, got, "dp2 kill " + target);
+  }
+}
+
+// An actor killed between steps (Runtime::kill waits for the supervisor): it
+// is restarted from the committed snapshot, no step is replayed.
+TEST(RuntimeFaults, KillBetweenStepsRestoresWithoutReplay) {
+  for (const std::string schedule : {"1f1b", "dualpipe"}) {
+    const Outcome ref = run(options(schedule, 6));
+    runtime::Runtime rt(options(schedule, 6));
+    Outcome got;
+    for (int s = 0; s < 3; ++s) {
+      if (s == 1) rt.kill("stage:0");
+      if (s == 2) rt.kill("optimizer:1");
+      const model::StepMetrics m = rt.step();
+      got.losses.push_back(m.loss);
+      got.norms.push_back(m.grad_norm);
+    }
+    got.state = rt.state();
+    const auto events = rt.restarts();
+    ASSERT_EQ(events.size(), 2u);
+    EXPECT_FALSE(events[0].replayed);
+    EXPECT_EQ(events[0].actor, "stage:0");
+    EXPECT_EQ(events[1].actor, "optimizer:1");
+    expect_bitwise_equal(ref, got, schedule + " kills between steps");
+    EXPECT_THROW(rt.kill("stage:9"), std::runtime_error);
+  }
+}
+
+TEST(RuntimeFaults, TooManyRestartsEscalate) {
+  runtime::RuntimeOptions o = options("1f1b", 3);
+  o.max_restarts = 1;
+  o.restart_window = 10;
+  o.faults = {{1, "stage:1", "kill", 0}, {2, "optimizer:0", "kill", 0}};
+  runtime::Runtime rt(o);
+  EXPECT_NO_THROW(rt.step());
+  try {
+    rt.step();
+    FAIL() << "the second restart within the window should fail the step";
+  } catch (const std::runtime_error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("optimizer:0"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("killed"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("max_restarts = 1"), std::string::npos) << msg;
+  }
+  EXPECT_THROW(rt.step(), std::runtime_error);  // the runtime stays failed
+}
+
+TEST(RuntimeFaults, RestartsOutsideTheWindowDoNotEscalate) {
+  const Outcome ref = run(options("1f1b", 3));
+  runtime::RuntimeOptions o = options("1f1b", 3);
+  o.max_restarts = 1;
+  o.restart_window = 1;
+  o.faults = {{1, "stage:1", "kill", 0}, {3, "optimizer:0", "kill", 0}};
+  const Outcome got = run(o);
+  EXPECT_EQ(got.restarts.size(), 2u);
+  expect_bitwise_equal(ref, got, "two restarts, window 1");
+}
+
+// Every step message sent twice (data, activations, gradients, losses,
+// gradient slices, norms, clips, parameter slices, snapshots, step reports):
+// each copy is dropped and counted, the math is unchanged, with and without
+// a kill-and-replay in the middle.
+TEST(RuntimeFaults, DuplicatedMessagesAreDropped) {
+  for (const std::string schedule : {"1f1b", "dualpipe"}) {
+    const Outcome ref = run(options(schedule, 8));
+    EXPECT_EQ(ref.dropped, 0u) << schedule;
+    for (const std::string target : {"", "stage:1", "optimizer:0"}) {
+      runtime::RuntimeOptions o = options(schedule, 8);
+      o.duplicate_sends = true;
+      if (!target.empty()) o.faults.push_back({2, target, "kill", 0});
+      const Outcome got = run(o);
+      const std::string what = schedule + " duplicates" + (target.empty() ? "" : ", kill " + target);
+      EXPECT_EQ(got.restarts.size(), target.empty() ? 0u : 1u) << what;
+      // At least one copy of each message of the three steps: the data and
+      // (start) of every rank, for instance, are 3 * (4 + 2) messages alone.
+      EXPECT_GT(got.dropped, 3u * 6u) << what;
+      expect_bitwise_equal(ref, got, what);
+    }
+  }
+}
+
+TEST(RuntimeFaults, StaleMessagesAreDroppedAndCounted) {
+  for (const std::string schedule : {"1f1b", "dualpipe"}) {
+    const runtime::RuntimeOptions o = options(schedule, 3);
+    const Outcome ref = run(o);
+    runtime::Runtime rt(o);
+    Outcome got;
+    auto step = [&] {
+      const model::StepMetrics m = rt.step();
+      got.losses.push_back(m.loss);
+      got.norms.push_back(m.grad_norm);
+    };
+    step();
+    const uint64_t before = rt.dropped_messages();
+    const uint32_t sent = rt.inject_stale_messages();
+    EXPECT_GT(sent, 0u);
+    step();  // every receiver has handled them now
+    step();
+    EXPECT_GE(rt.dropped_messages(), before + sent) << schedule;
+    got.state = rt.state();
+    expect_bitwise_equal(ref, got, schedule + " with stale messages");
+  }
+}
+
+TEST(RuntimeFaults, BadFaultEntriesAreRejected) {
+  auto bad = [](runtime::FaultSpec f, const std::string& want) {
+    runtime::RuntimeOptions o = options("1f1b", 3);
+    o.faults.push_back(f);
+    try {
+      runtime::validate(o);
+      ADD_FAILURE() << "accepted " << f.target;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  bad({1, "expert:0", "kill", 0}, "must be stage:K, stage:K/replica:R, optimizer:K or expert:L/S[/replica:R]");
+  bad({1, "expert:0/0", "kill", 0}, "the run has no expert shards");
+  auto bad_x = [](const std::string& target, const std::string& want) {
+    runtime::RuntimeOptions o = options("1f1b", 3);
+    o.expert_shards = 2;
+    o.faults.push_back({1, target, "kill", 0});
+    try {
+      runtime::validate(o);
+      ADD_FAILURE() << "accepted " << target;
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  };
+  bad_x("expert:4/0", "there are 4 MoE layer(s)");
+  bad_x("expert:0/2", "there are 2 expert shard(s) per layer");
+  bad_x("expert:0/1/replica:1", "there are 1 data-parallel replica(s)");
+  bad_x("expert:0/x", "must be stage:K");
+  bad({1, "optimizer:0/replica:0", "kill", 0}, "must be stage:K");
+  bad({1, "stage:0/replica:1", "kill", 0}, "there are 1 data-parallel replica(s)");
+  bad({1, "stage:2", "kill", 0}, "there are 2 stage(s)");
+  bad({1, "optimizer:5", "kill", 0}, "there are 2 optimizer shard(s)");
+  bad({1, "stage:0", "hang", 0}, "only \"kill\"");
+  bad({0, "stage:0", "kill", 0}, "outside the run's steps 1..3");
+  bad({4, "stage:0", "kill", 0}, "outside the run's steps 1..3");
+}
+
+}  // namespace
+}  // namespace troupe::test

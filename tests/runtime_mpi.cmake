@@ -1,0 +1,35 @@
+# The actor runtime across processes, under mpirun (tests/runtime_mpi_test.sh):
+# identical checkpoints to the single-process runtime, lost/hung process
+# reports, world-size checks.
+if(TARGET troupe AND MPIRUN_EXECUTABLE)
+  add_test(NAME runtime_mpi
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/runtime_mpi_test.sh $<TARGET_FILE:troupe> ${MPIRUN_EXECUTABLE})
+  set_tests_properties(runtime_mpi PROPERTIES LABELS "mpi;runtime" TIMEOUT 600)
+endif()
+
+# The placement function alone (no processes needed).
+if(TARGET troupe_runtime)
+  troupe_add_gtest(runtime_mpi_placement_test
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/runtime_mpi_placement_test.cpp
+    LIBS troupe_runtime
+    TIMEOUT 60
+    LABELS runtime)
+endif()
+
+# The shared-memory bulk path of the envelope transport, in one process.
+if(TARGET troupe_messaging_samples)
+  troupe_add_gtest(runtime_mpi_bulk_test
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/runtime_mpi_bulk_test.cpp
+    LIBS troupe_messaging_samples troupe_actors caf
+    TIMEOUT 60
+    LABELS messaging)
+endif()
+
+# Two processes of one run as two Runtimes in one test process (no mpirun).
+if(TARGET troupe_runtime)
+  troupe_add_gtest(runtime_mpi_inproc_test
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/runtime_mpi_inproc_test.cpp
+    LIBS troupe_runtime
+    TIMEOUT 120
+    LABELS runtime)
+endif()

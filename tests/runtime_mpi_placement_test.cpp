@@ -1,0 +1,54 @@
+// Placement of runtime actors on processes and devices (actors/placement.hpp):
+// contiguous device blocks per process, actors follow their device, the
+// coordinator on process 0, and bad counts rejected.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+#include "actors/placement.hpp"
+
+using troupe::runtime::make_placement;
+
+TEST(Placement, DevicesSplitInContiguousBlocks) {
+  const auto p = make_placement(5, 2, 1, 1, 1);
+  EXPECT_EQ(p.device_process, (std::vector<int>{0, 0, 0, 1, 1}));
+  const auto q = make_placement(4, 4, 1, 1, 1);
+  EXPECT_EQ(q.device_process, (std::vector<int>{0, 1, 2, 3}));
+}
+
+TEST(Placement, ActorsFollowTheirDevice) {
+  // 2 stages x 2 replicas on 4 devices, 3 shards, 2 processes.
+  const auto p = make_placement(4, 2, 2, 2, 3);
+  EXPECT_EQ(p.rank_device[0], (std::vector<int>{0, 1}));
+  EXPECT_EQ(p.rank_device[1], (std::vector<int>{2, 3}));
+  EXPECT_EQ(p.shard_device, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(p.rank_process(1, 0), 1);
+  EXPECT_EQ(p.shard_process(2), 1);
+  EXPECT_EQ(p.actors_on(0), (std::vector<std::string>{"coordinator", "optimizer:0", "optimizer:1", "stage:0/replica:0",
+                                                       "stage:1/replica:0"}));
+  EXPECT_EQ(p.actors_on(1), (std::vector<std::string>{"optimizer:2", "stage:0/replica:1", "stage:1/replica:1"}));
+}
+
+TEST(Placement, OneProcessHoldsEverything) {
+  const auto p = make_placement(3, 1, 3, 1, 2);
+  EXPECT_EQ(p.actors_on(0).size(), 6u);  // coordinator, 2 shards, 3 ranks
+  EXPECT_TRUE(p.actors_on(1).empty());
+}
+
+TEST(Placement, BadCountsAreRejected) {
+  EXPECT_THROW(make_placement(2, 3, 1, 1, 1), std::invalid_argument);  // more processes than devices
+  EXPECT_THROW(make_placement(2, 0, 1, 1, 1), std::invalid_argument);
+  EXPECT_THROW(make_placement(0, 1, 1, 1, 1), std::invalid_argument);
+  EXPECT_THROW(make_placement(2, 1, 1, 1, 0), std::invalid_argument);
+}
+
+TEST(Placement, ExplicitDeviceProcesses) {
+  // Device 0 on process 1, device 1 on process 0: actors follow their device,
+  // the coordinator stays on process 0.
+  const auto p = make_placement(2, 2, 2, 1, 2, {1, 0});
+  EXPECT_EQ(p.actors_on(0), (std::vector<std::string>{"coordinator", "optimizer:1", "stage:1"}));
+  EXPECT_EQ(p.actors_on(1), (std::vector<std::string>{"optimizer:0", "stage:0"}));
+  EXPECT_THROW(make_placement(2, 2, 2, 1, 1, {0}), std::invalid_argument);     // wrong length
+  EXPECT_THROW(make_placement(2, 2, 2, 1, 1, {0, 2}), std::invalid_argument);  // out of range
+  EXPECT_THROW(make_placement(2, 2, 2, 1, 1, {1, 1}), std::invalid_argument);  // process 0 without a device
+}
