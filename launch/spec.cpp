@@ -238,7 +238,8 @@ class Parser {
             f.target = str->get(), has_target = true;
             if (!runtime::parse_fault_target(f.target))
               error(p, "[[faults]] target = \"" + f.target + "\" is not an actor: write \"stage:K\" (pipeline rank K), "
-                       "\"stage:K/replica:R\" (of data-parallel replica R) or \"optimizer:K\" (optimizer shard K)"), ok = false;
+                       "\"stage:K/replica:R\" (of data-parallel replica R), \"optimizer:K\" (optimizer shard K) or "
+                       "\"expert:L/S\" (expert shard S of MoE layer L; \"expert:L/S/replica:R\")"), ok = false;
           }
         } else {
           std::string msg = "unknown key '" + key + "' in [[faults]]";
@@ -250,7 +251,7 @@ class Parser {
         }
       }
       if (!has_step) error(ep, "[[faults]] entry needs at_step (the 1-based step to hit)"), ok = false;
-      if (!has_target) error(ep, "[[faults]] entry needs target (\"stage:K\" or \"optimizer:K\")"), ok = false;
+      if (!has_target) error(ep, "[[faults]] entry needs target (\"stage:K\", \"optimizer:K\" or \"expert:L/S\")"), ok = false;
       fault_pos_[{index, ""}] = ep;
       spec_.faults.push_back(f);
       fault_ok_.push_back(ok);
@@ -425,6 +426,23 @@ void check_faults(const Spec& s, Parser& p) {
       p.error(p.fault_where(i, "at_step"), "[[faults]] at_step = " + v(f.at_step) + " is out of range (allowed 1 .. [run] steps = " +
                                               v(s.run.steps) + ")");
     const auto t = runtime::parse_fault_target(f.target);
+    if (t->role == runtime::FaultTarget::Role::Expert) {
+      // Expert-shard actors exist with expert_shards > 1 on a MoE model.
+      const Pos at = p.fault_where(i, "target");
+      if (s.model.ffn != "moe" || s.topology.expert_shards < 2)
+        p.error(at, "[[faults]] target = \"" + f.target + "\" does not exist: expert-shard actors need [model] ffn = \"moe\" "
+                    "and [topology] expert_shards > 1 (expert_shards = " + v(s.topology.expert_shards) + ")");
+      else if (t->index >= s.model.n_layers)
+        p.error(at, "[[faults]] target = \"" + f.target + "\" does not exist: [model] n_layers = " + v(s.model.n_layers) +
+                    " (MoE layers 0.." + v(s.model.n_layers - 1) + ")");
+      else if (t->shard >= s.topology.expert_shards)
+        p.error(at, "[[faults]] target = \"" + f.target + "\" does not exist: [topology] expert_shards = " +
+                    v(s.topology.expert_shards) + " (shards 0.." + v(s.topology.expert_shards - 1) + " per layer)");
+      else if (t->replica >= s.topology.data_parallel)
+        p.error(at, "[[faults]] target = \"" + f.target + "\" does not exist: [topology] data_parallel = " +
+                    v(s.topology.data_parallel) + " (replicas 0.." + v(s.topology.data_parallel - 1) + ")");
+      continue;
+    }
     const bool stage = t->role == runtime::FaultTarget::Role::Stage;
     const int64_t n = stage ? s.topology.stages : s.topology.optimizer_shards;
     if (t->index >= n)

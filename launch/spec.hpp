@@ -68,7 +68,7 @@ struct LogConfig {
 // (actor runtime only; see actors/faults.hpp).
 struct FaultConfig {
   int64_t at_step = 0;     // 1-based step, 1..[run] steps
-  std::string target;      // "stage:K", "stage:K/replica:R" or "optimizer:K"
+  std::string target;      // "stage:K", "stage:K/replica:R", "optimizer:K" or "expert:L/S[/replica:R]"
   std::string kind = "kill";
   int64_t at_message = 0;  // 0: seeded point; k: on the target's k-th message of the step
 };

@@ -215,6 +215,20 @@ expect_exit 1 "$troupe" run "$work/faults.toml" "${untied[@]}" --set run.out_dir
   --set topology.stages=2 --set topology.schedule='"1f1b"' --set run.max_restarts=0
 expect_output "stage:1 went down (killed) in step 2"
 expect_output "more than max_restarts = 0"
+# The same with 2 expert shards per MoE layer (expert-shard actors): expert
+# shard 1 of layer 1 killed inside step 2 is restarted on its device, the step
+# replayed, and the checkpoint equals the fault-free expert-parallel run's.
+xargs_=(--set topology.devices=2 --set topology.stages=2 --set topology.schedule='"1f1b"' --set topology.expert_shards=2)
+expect_exit 0 "$troupe" run "${untied[@]}" "${xargs_[@]}" --set run.out_dir="$work/xpipe"
+cp "$src/launch/specs/default.toml" "$work/xfaults.toml"
+printf '\n[[faults]]\nat_step = 2\ntarget = "expert:1/1"\n' >> "$work/xfaults.toml"
+expect_exit 0 "$troupe" run "$work/xfaults.toml" "${untied[@]}" "${xargs_[@]}" --set run.out_dir="$work/xfaults"
+expect_output "restarted expert:1/1 (killed"
+expect_output "step 4/4"
+for f in params.f32.zst adam_m.f32.zst adam_v.f32.zst; do
+  [ -s "$work/xpipe/checkpoint/$f" ] || fail "no $f in the expert-parallel run's checkpoint"
+  cmp -s "$work/xpipe/checkpoint/$f" "$work/xfaults/checkpoint/$f" || fail "$f after an expert-shard kill differs from the run without faults"
+done
 printf '[[faults]]\nat_step = 1\ntarget = "stage:3"\n' > "$work/badfault.toml"
 expect_exit 3 "$troupe" validate "$work/badfault.toml" --set topology.devices=2 --set topology.stages=2 --set topology.schedule='"1f1b"'
 expect_output "$work/badfault.toml:3:1: error: [[faults]] target = \"stage:3\" does not exist"
