@@ -121,9 +121,6 @@ void validate(const RuntimeOptions& o) {
           "processes = " + std::to_string(o.processes) + " needs a launcher with as many processes (mpirun -np " +
               std::to_string(o.processes) + ")");
   require(o.peer_timeout > 0.0, "peer_timeout must be positive");
-  require(o.expert_shards == 0 || o.processes == 1,
-          "expert shards (expert_shards > 1) run in one process only so far (processes = " +
-              std::to_string(o.processes) + ")");
   make_placement(o.devices, o.processes, o.stages, o.data_parallel, o.optimizer_shards, o.device_process);  // throws
   require(o.faults.empty() || o.processes == 1,
           "failure injection ([[faults]]) runs in one process only: the supervisor restarts actors on its own "

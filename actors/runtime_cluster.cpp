@@ -315,6 +315,13 @@ void Cluster::connect() {
       if (peers.ranks[r][k])
         caf::anon_send(dir_, rt::register_atom_v, rank_name(static_cast<int>(r), static_cast<int>(k), dp),
                        peers.ranks[r][k]);
+  // Expert shards under the names the placement gives them.
+  auto expert = [&](size_t r, size_t x) {
+    return expert_name(static_cast<int>(r), place_.expert_ids[x].first, place_.expert_ids[x].second, dp);
+  };
+  for (size_t r = 0; r < peers.experts.size(); ++r)
+    for (size_t x = 0; x < peers.experts[r].size(); ++x)
+      if (peers.experts[r][x]) caf::anon_send(dir_, rt::register_atom_v, expert(r, x), peers.experts[r][x]);
   ClusterComm& comm = *sh_->opt.comm;
   if (!comm.all_ok(true)) throw std::runtime_error("another process failed to start its actors");
   std::string err;
@@ -333,6 +340,9 @@ void Cluster::connect() {
     for (size_t k = 0; k < peers.ranks[r].size(); ++k)
       resolve(peers.ranks[r][k], place_.rank_process(static_cast<int>(r), static_cast<int>(k)),
               rank_name(static_cast<int>(r), static_cast<int>(k), dp));
+  for (size_t r = 0; r < peers.experts.size(); ++r)
+    for (size_t x = 0; x < peers.experts[r].size(); ++x)
+      resolve(peers.experts[r][x], place_.expert_process(static_cast<int>(r), static_cast<int>(x)), expert(r, x));
   if (!comm.all_ok(err.empty())) throw std::runtime_error(err.empty() ? "another process failed to resolve its peers" : err);
 }
 

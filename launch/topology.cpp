@@ -19,7 +19,9 @@
 #include <sstream>
 
 #include "actors/placement.hpp"
+#include "actors/schedule.hpp"
 #include "model/params.hpp"
+#include "model/stage.hpp"
 
 namespace troupe::launch {
 
@@ -40,26 +42,43 @@ Topology resolve_topology(const Spec& spec) {
   const auto& m = spec.model;
   Topology topo;
   topo.parameters = model::build_param_layout(m).total();
-  const runtime::Placement place =
+  runtime::Placement place =
       runtime::make_placement(static_cast<int>(t.devices), static_cast<int>(t.processes), static_cast<int>(t.stages),
                               static_cast<int>(t.data_parallel), static_cast<int>(t.optimizer_shards),
                               device_process_list(spec));
   auto process_of = [&](int64_t device) -> int64_t { return place.device_process[static_cast<size_t>(device)]; };
+  const bool v_shape = t.schedule == "dualpipev";
+  const int64_t chunks = v_shape ? 2 * t.stages : t.stages;
+  // The runtime's own layer split (model::split_layers) and expert-shard
+  // placement (runtime::place_experts): a MoE layer's shards start at the
+  // device of the rank holding the layer's first-copy stage.
+  const auto layer_chunks = model::split_layers(m.n_layers, chunks);
+  if (m.ffn == "moe" && t.expert_shards > 1) {
+    sched::Layout sl;  // stage_rank needs only the kind and the ranks (the chunk count is checked elsewhere)
+    sl.kind = sched::parse_kind(t.schedule);
+    sl.num_ranks = static_cast<int>(t.stages);
+    std::vector<int> layers, layer_rank;
+    for (int64_t l = 0; l < m.n_layers; ++l) {
+      int64_t c = 0;
+      while (layer_chunks[static_cast<size_t>(c)].second <= l) ++c;
+      layers.push_back(static_cast<int>(l));
+      layer_rank.push_back(sched::stage_rank(sl, 0, static_cast<int>(c)));
+    }
+    runtime::place_experts(place, layers, layer_rank, static_cast<int>(t.expert_shards));
+  }
   for (int64_t d = 0; d < t.devices; ++d) topo.devices.push_back({d, process_of(d), t.device_kind});
 
   topo.actors.push_back({"coordinator", "coordinator", -1, 0,
                          "drives steps, loads the data (" + std::to_string(spec.data.batch_size) + " sequences/step in " +
                              std::to_string(t.microbatches * t.data_parallel) + " microbatches), collects metrics"});
 
-  const bool v_shape = t.schedule == "dualpipev";
-  const int64_t chunks = v_shape ? 2 * t.stages : t.stages;
-  const auto layer_chunks = split_even(m.n_layers, chunks);
   for (int64_t r = 0; r < t.data_parallel; ++r) {
     // Pipeline rank s of replica r runs on device (r*stages + s) mod devices (as actors/runtime.cpp places it).
     auto device_of_rank = [&](int64_t s) -> int64_t {
       return place.rank_device[static_cast<size_t>(r)][static_cast<size_t>(s)];
     };
-    const std::string rep = t.data_parallel > 1 ? "r" + std::to_string(r) + ":" : "";
+    std::string rep;  // (built with append: GCC 12 warns falsely on "r" + to_string)
+    if (t.data_parallel > 1) rep.append("r").append(std::to_string(r)).append(":");
     // (chunk index, copy label, device) for every stage actor of this replica.
     struct StagePlace { int64_t chunk; std::string copy; int64_t device; };
     std::vector<StagePlace> places;
@@ -74,7 +93,6 @@ Topology resolve_topology(const Spec& spec) {
         places.push_back({s, "", device_of_rank(s)});
       }
     }
-    std::map<int64_t, int64_t> device_of_layer;
     for (const auto& pl : places) {
       const auto [lb, le] = layer_chunks[static_cast<size_t>(pl.chunk)];
       std::string detail = range_text("layers", lb, le);
@@ -84,8 +102,6 @@ Topology resolve_topology(const Spec& spec) {
       if (m.ffn == "moe" && t.expert_shards == 1) detail += " +experts";
       const std::string id = "stage:" + rep + std::to_string(pl.chunk) + pl.copy;
       topo.actors.push_back({id, "stage", pl.device, process_of(pl.device), detail});
-      if (pl.copy != "B")
-        for (int64_t l = lb; l < le; ++l) device_of_layer[l] = pl.device;
     }
     if (m.ffn == "moe" && t.expert_shards > 1) {
       std::vector<std::pair<int64_t, int64_t>> expert_ranges;  // the expert-shard actors' split
@@ -94,13 +110,15 @@ Topology resolve_topology(const Spec& spec) {
         expert_ranges.emplace_back(b, b + n);
         b += n;
       }
-      for (int64_t l = 0; l < m.n_layers; ++l) {
-        for (int64_t sh = 0; sh < t.expert_shards; ++sh) {
-          const int64_t dev = (device_of_layer[l] + sh) % t.devices;
-          const auto [eb, ee] = expert_ranges[static_cast<size_t>(sh)];
-          topo.actors.push_back({"experts:" + rep + "L" + std::to_string(l) + ":S" + std::to_string(sh),
-                                 "experts", dev, process_of(dev), range_text("experts", eb, ee)});
-        }
+      for (size_t x = 0; x < place.expert_ids.size(); ++x) {
+        const auto [l, sh] = place.expert_ids[x];
+        const int64_t dev = place.expert_device[static_cast<size_t>(r)][x];
+        const auto [eb, ee] = expert_ranges[static_cast<size_t>(sh)];
+        // The detail names the actor as [[faults]] targets it.
+        topo.actors.push_back({"experts:" + rep + "L" + std::to_string(l) + ":S" + std::to_string(sh), "experts", dev,
+                               process_of(dev),
+                               range_text("experts", eb, ee) + " (" +
+                                   runtime::expert_name(static_cast<int>(r), l, sh, static_cast<int>(t.data_parallel)) + ")"});
       }
     }
   }

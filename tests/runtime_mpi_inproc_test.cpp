@@ -108,8 +108,9 @@ runtime::RuntimeOptions options(const std::string& schedule, int microbatches) {
   return o;
 }
 
-void expect_same_as_one_process(const std::string& schedule, int microbatches) {
-  const runtime::RuntimeOptions one = options(schedule, microbatches);
+void expect_same_as_one_process(const std::string& schedule, int microbatches, int expert_shards = 0) {
+  runtime::RuntimeOptions one = options(schedule, microbatches);
+  one.expert_shards = expert_shards;
   std::vector<double> want_loss;
   std::vector<float> want;
   {
@@ -150,6 +151,11 @@ void expect_same_as_one_process(const std::string& schedule, int microbatches) {
 
 TEST(RuntimeTwoProcessesInProcess, OneF1BMatchesOneProcess) { expect_same_as_one_process("1f1b", 2); }
 TEST(RuntimeTwoProcessesInProcess, DualPipeMatchesOneProcess) { expect_same_as_one_process("dualpipe", 4); }
+// Expert shards on both processes: Dispatch and Combine cross between them.
+TEST(RuntimeTwoProcessesInProcess, ExpertShardsMatchOneProcess) {
+  expect_same_as_one_process("1f1b", 2, 2);
+  expect_same_as_one_process("dualpipe", 4, 4);
+}
 
 TEST(RuntimeTwoProcessesInProcess, ProcessesNeedALauncher) {
   runtime::RuntimeOptions o = options("1f1b", 2);

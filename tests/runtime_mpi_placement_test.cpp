@@ -3,6 +3,7 @@
 // coordinator on process 0, and bad counts rejected.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "actors/placement.hpp"
@@ -51,4 +52,22 @@ TEST(Placement, ExplicitDeviceProcesses) {
   EXPECT_THROW(make_placement(2, 2, 2, 1, 1, {0}), std::invalid_argument);     // wrong length
   EXPECT_THROW(make_placement(2, 2, 2, 1, 1, {0, 2}), std::invalid_argument);  // out of range
   EXPECT_THROW(make_placement(2, 2, 2, 1, 1, {1, 1}), std::invalid_argument);  // process 0 without a device
+}
+
+TEST(Placement, ExpertShardsStartAtTheirLayersRank) {
+  // 2 stages x 2 replicas on 4 devices, 2 processes; layers 0,1 on rank 0 and
+  // 2,3 on rank 1; 2 expert shards per layer: shard k on (rank's device + k).
+  auto p = make_placement(4, 2, 2, 2, 1);
+  troupe::runtime::place_experts(p, {0, 1, 2, 3}, {0, 0, 1, 1}, 2);
+  ASSERT_EQ(p.expert_ids.size(), 8u);
+  EXPECT_EQ(p.expert_ids[5], (std::pair<int, int>{2, 1}));
+  EXPECT_EQ(p.expert_device[0], (std::vector<int>{0, 1, 0, 1, 1, 2, 1, 2}));
+  EXPECT_EQ(p.expert_device[1], (std::vector<int>{2, 3, 2, 3, 3, 0, 3, 0}));
+  EXPECT_EQ(p.expert_process(0, 5), 1);  // device 2
+  EXPECT_EQ(p.expert_process(1, 7), 0);  // device 0
+  const auto on0 = p.actors_on(0);
+  EXPECT_NE(std::find(on0.begin(), on0.end(), "expert:3/1/replica:1"), on0.end());
+  EXPECT_EQ(std::count_if(on0.begin(), on0.end(), [](const std::string& n) { return n.rfind("expert:", 0) == 0; }), 8);
+  EXPECT_THROW(troupe::runtime::place_experts(p, {0, 1}, {0}, 2), std::invalid_argument);
+  EXPECT_THROW(troupe::runtime::place_experts(p, {0}, {2}, 2), std::invalid_argument);  // no rank 2
 }

@@ -3,7 +3,8 @@
 # - 2-stage 1F1B (also with an explicit device -> process placement) and
 #   DualPipe (with 2 optimizer shards; also with envelopes on the
 #   shared-memory bulk path), and 2 data-parallel
-#   replicas over 4 devices, on 2 processes: the checkpoint (parameters, AdamW
+#   replicas over 4 devices, and expert shards (2 with 1F1B, 4 with DualPipe)
+#   spread over both processes, on 2 processes: the checkpoint (parameters, AdamW
 #   moments, manifest) is byte-identical to the single-process run of the same
 #   spec, and so are every step's loss, aux loss, grad norm and the validation loss;
 # - a process that SIGKILLs itself at step 3 (test hook TROUPE_TEST_FAULT),
@@ -66,6 +67,13 @@ same_run placed --set topology.devices=2 --set topology.stages=2 --set topology.
 extra2=()
 same_run dp --set topology.devices=4 --set topology.stages=2 --set topology.schedule='"1f1b"' \
   --set topology.microbatches=2 --set topology.data_parallel=2 --set topology.optimizer_shards=2
+# Expert parallelism across processes: expert shards follow their device
+# (shard k of a layer on the device after its stage's), so Dispatch and
+# Combine cross the process boundary; 1F1B with 2 shards and DualPipe with 4.
+same_run experts2 --set topology.devices=2 --set topology.stages=2 --set topology.schedule='"1f1b"' \
+  --set topology.microbatches=2 --set topology.expert_shards=2 --set model.tie_embeddings=false
+same_run experts4 --set topology.devices=2 --set topology.stages=2 --set topology.schedule='"dualpipe"' \
+  --set topology.microbatches=4 --set topology.optimizer_shards=2 --set topology.expert_shards=4
 
 pipe=(--set topology.devices=2 --set topology.stages=2 --set topology.schedule='"1f1b"' --set topology.microbatches=2
       --set topology.processes=2 --set run.steps=6)
