@@ -9,6 +9,7 @@
 #include <set>
 #include <stdexcept>
 #include <tuple>
+#include <utility>
 
 #include "actors/moe_messages.hpp"
 #include "moe/experts.hpp"
@@ -88,6 +89,7 @@ struct XState {
   std::vector<std::pair<Envelope, caf::actor>> early;  // dispatches of step + 1
   uint64_t dropped = 0;
   KillSwitch kill;
+  bool corrupt_next = false;  // test switch RuntimeOptions::corrupt_combine
 };
 
 using Self = caf::stateful_actor<XState>;
@@ -234,8 +236,11 @@ void forward(Self* self, const CheckedDispatch& cd, caf::actor dest) {
   auto token_index = meta.token_index;
   auto counts = meta.counts;
   s.fwd.emplace(k, std::move(meta));
+  MoeKey reply = id;
+  if (std::exchange(s.corrupt_next, false)) ++reply.dispatch_id;  // test switch: a Combine that does not echo
+
   auto sh = s.sh;
-  submit(self, *s.dev, [comp, sh, k, n, F, D, id, msg, token_index, counts, dest](kernels::Backend& be) {
+  submit(self, *s.dev, [comp, sh, k, n, F, D, id, reply, msg, token_index, counts, dest](kernels::Backend& be) {
     std::vector<float> y;
     if (n > 0) {
       Saved sv;
@@ -246,7 +251,7 @@ void forward(Self* self, const CheckedDispatch& cd, caf::actor dest) {
       y = be.download_f32(sv.y);
       comp->saved[k] = std::move(sv);
     }
-    if (dest) post(*sh, dest, make_combine(id, static_cast<uint32_t>(D), y, token_index, {}));
+    if (dest) post(*sh, dest, make_combine(reply, static_cast<uint32_t>(D), y, token_index, {}));
   }, [] {}, label(TraceLabel::Forward, id, s.spec.producer));
 }
 
@@ -427,6 +432,7 @@ caf::behavior expert_actor(Self* self, std::shared_ptr<const Shared> sh, Device*
     for (const Range& own : st.ranges) meets = meets || intersect(own, sr).count > 0;
     if (meets) ++st.slices_expected;
   }
+  st.corrupt_next = sh->opt.corrupt_combine && spec.replica == 0 && spec.producer == 0;
   st.comp = std::make_shared<XCompute>();
   auto comp = st.comp;
   st.step = spec.start_step;

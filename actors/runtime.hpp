@@ -60,6 +60,8 @@ struct RuntimeOptions {
   int restart_window = 10;          // steps
   std::function<void(const RestartEvent&)> on_restart;  // called on the coordinator's thread
   bool duplicate_sends = false;     // tests: send every step message twice (receivers must drop the copies)
+  bool corrupt_combine = false;     // tests: expert shard 0 of replica 0 answers its first forward Dispatch
+                                    // with a Combine whose id does not echo it (the stage must reject it)
   // Across processes (actors/runtime_cluster.hpp): with processes > 1 each
   // process creates only the devices and actors actors/placement.hpp gives
   // it; process 0 drives training, the others serve() until told to stop.
@@ -103,7 +105,8 @@ class Runtime {
   uint64_t dropped_messages();
   // Restarts so far, in order (see RuntimeOptions::on_restart).
   std::vector<RestartEvent> restarts() const;
-  // Kills the actor `target` ("stage:K", "stage:K/replica:R", "optimizer:K") now,
+  // Kills the actor `target` ("stage:K", "stage:K/replica:R", "optimizer:K",
+  // "expert:L/S", "expert:L/S/replica:R") now,
   // with exit_reason::kill, and returns once the supervisor has handled it
   // (restarted it, and replayed the step if one was running). Throws
   // std::runtime_error for an unknown target or when the restart escalated.

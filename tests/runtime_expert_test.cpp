@@ -15,6 +15,7 @@
 // No sleeps, no wall-clock: a step returns when every actor has finished it.
 #include <cmath>
 #include <cstring>
+#include <iostream>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -190,6 +191,43 @@ TEST(RuntimeExperts, OverlapDoesNotChangeResults) {
     EXPECT_EQ(std::memcmp(params[r].data(), params[0].data(), params[0].size() * sizeof(float)), 0) << "run " << r;
     for (int s = 0; s < o.train.steps; ++s)
       EXPECT_EQ(losses[r * o.train.steps + s], losses[s]) << "run " << r << " step " << s;
+  }
+}
+
+// A malformed Combine (test switch: expert shard 0 answers its first forward
+// Dispatch with an id that does not echo it) is rejected by the stage that
+// waits for it: the step fails with an error naming that stage and the
+// broken rule, later steps fail with the same error, and the runtime shuts
+// down cleanly (no hang waiting for the exchange that never completes).
+TEST(RuntimeExperts, MalformedCombineStopsTheRunNamingTheStage) {
+  for (const std::string schedule : {"1f1b", "dualpipe"}) {
+    runtime::RuntimeOptions o = base_options();
+    o.schedule = schedule;
+    o.stages = 2;
+    o.devices = 2;
+    o.expert_shards = 2;
+    o.corrupt_combine = true;
+    runtime::Runtime rt(o);
+    std::string first;
+    try {
+      rt.step();
+      ADD_FAILURE() << schedule << ": a step with a malformed Combine succeeded";
+    } catch (const std::runtime_error& e) {
+      first = e.what();
+      std::cout << "  " << schedule << ": " << first << "\n";
+    }
+    // Layer 0's stage: rank 0 (with DualPipe also rank 1, which holds copy
+    // 1's stage 0; whichever dispatched first gets the bad Combine).
+    const bool named = first.find("stage:0: rejected combine") != std::string::npos ||
+                       (schedule == "dualpipe" && first.find("stage:1: rejected combine") != std::string::npos);
+    EXPECT_TRUE(named) << schedule << ": " << first;
+    EXPECT_NE(first.find("does not echo the dispatch"), std::string::npos) << schedule << ": " << first;
+    try {
+      rt.step();
+      ADD_FAILURE() << schedule << ": the run went on after the rejection";
+    } catch (const std::runtime_error& e) {
+      EXPECT_EQ(std::string(e.what()), first);
+    }
   }
 }
 

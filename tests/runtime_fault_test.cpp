@@ -153,7 +153,7 @@ TEST(RuntimeFaults, ExpertShardKillReplaysBitwise) {
       const Outcome ref = run(base);
       ASSERT_TRUE(ref.restarts.empty());
       const std::string last = "expert:3/" + std::to_string(shards - 1);
-      for (const std::string target : {std::string("expert:0/0"), last, std::string("stage:1"), std::string("optimizer:0")}) {
+      for (const std::string& target : {std::string("expert:0/0"), last, std::string("stage:1"), std::string("optimizer:0")}) {
         runtime::RuntimeOptions o = base;
         o.faults.push_back({2, target, "kill", 0});
         const Outcome got = run(o);
