@@ -34,6 +34,7 @@ struct CoordState {
   std::map<uint32_t, double> partials;                               // shard -> sum of squares
   std::set<std::pair<uint32_t, uint32_t>> finished;                  // (replica, rank or expert producer)
   std::map<int, std::vector<int64_t>> loads;                         // stage -> summed (load) reports of the step
+  std::set<std::tuple<uint32_t, uint32_t, uint32_t>> load_from;      // (replica, mb, stage) reports counted
   std::vector<int64_t> last_loads;                                   // the last finished step's, in stage order
   double loss_scale = 0.0, aux_scale = 0.0, norm = 0.0;
   bool clipped = false;  // (clip) sent for the step
@@ -137,6 +138,7 @@ void start_step(Self* self) {
   s.partials.clear();
   s.finished.clear();
   s.loads.clear();
+  s.load_from.clear();
   s.clipped = false;
   s.sup->clear_staged();
   s.running = true;
@@ -293,11 +295,11 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
       // Expert load of micro-batch mb at a stage: per MoE layer of the stage,
       // E routed counts then the dropped count. Sent before the stage's loss
       // report of the same micro-batch, so a finished step has all of them.
-      [self](rt::load_atom, uint64_t step, uint32_t attempt, uint32_t, uint32_t, uint32_t stage,
+      [self](rt::load_atom, uint64_t step, uint32_t attempt, uint32_t replica, uint32_t mb, uint32_t stage,
              const std::vector<int64_t>& v) {
         auto& s = self->state;
-        if (step != s.step || attempt != s.attempt || !s.running) {
-          ++s.dropped;
+        if (step != s.step || attempt != s.attempt || !s.running || !s.load_from.emplace(replica, mb, stage).second) {
+          ++s.dropped;  // stale or a duplicate
           return;
         }
         auto& sum = s.loads[static_cast<int>(stage)];

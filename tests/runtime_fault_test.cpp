@@ -51,6 +51,7 @@ struct Outcome {
   std::vector<double> losses, norms;
   std::vector<runtime::RestartEvent> restarts;
   uint64_t dropped = 0;
+  std::vector<std::vector<int64_t>> loads;  // the last step's expert load
 };
 
 Outcome run(const runtime::RuntimeOptions& o) {
@@ -64,6 +65,7 @@ Outcome run(const runtime::RuntimeOptions& o) {
   out.state = rt.state();
   out.restarts = rt.restarts();
   out.dropped = rt.dropped_messages();
+  out.loads = rt.expert_load();
   return out;
 }
 
@@ -322,6 +324,31 @@ TEST(RuntimeFaults, DuplicatedMessagesAreDropped) {
       // At least one copy of each message of the three steps: the data and
       // (start) of every rank, for instance, are 3 * (4 + 2) messages alone.
       EXPECT_GT(got.dropped, 3u * 6u) << what;
+      expect_bitwise_equal(ref, got, what);
+    }
+  }
+}
+
+// The same with expert shards and aux-loss-free balancing: Dispatches,
+// Combines, the experts' gradient and parameter slices and step reports, and
+// the per-micro-batch expert loads (which move the router bias, so a load
+// counted twice would change the math) are all sent twice.
+TEST(RuntimeFaults, DuplicatedMessagesAreDroppedWithExpertShards) {
+  for (const std::string schedule : {"1f1b", "dualpipe"}) {
+    runtime::RuntimeOptions base = options(schedule, 8);
+    base.expert_shards = 2;
+    base.train.model.balance = "bias";
+    const Outcome ref = run(base);
+    EXPECT_EQ(ref.dropped, 0u) << schedule;
+    for (const std::string& target : {std::string(), std::string("expert:1/0")}) {
+      runtime::RuntimeOptions o = base;
+      o.duplicate_sends = true;
+      if (!target.empty()) o.faults.push_back({2, target, "kill", 0});
+      const Outcome got = run(o);
+      const std::string what = schedule + " expert shards, duplicates" + (target.empty() ? "" : ", kill " + target);
+      EXPECT_EQ(got.restarts.size(), target.empty() ? 0u : 1u) << what;
+      EXPECT_GT(got.dropped, 3u * 6u) << what;
+      EXPECT_EQ(got.loads, ref.loads) << what << ": expert loads counted twice?";
       expect_bitwise_equal(ref, got, what);
     }
   }
