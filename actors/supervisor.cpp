@@ -156,6 +156,9 @@ uint32_t Supervisor::send_stale(caf::event_based_actor* self, uint64_t step) con
       }));
       ++sent;
     }
+  // Expert shards: the finished step's parameter slices again.
+  for (const caf::actor& x : all_experts(*sh_))
+    for (const auto& c : committed_) self->send(x, c[0]), ++sent;
   for (size_t i = 0; i < committed_.size(); ++i) {
     const Range range = sh_->shard_ranges[i];
     const caf::actor a = shard_of(*sh_, i);

@@ -60,7 +60,8 @@ class Supervisor {
   void restore_one(caf::event_based_actor* self, const Child& child, uint64_t step, uint32_t attempt) const;
 
   // Test hook: messages of step `step` - 1 (parameter slices, a micro-batch,
-  // a gradient slice, a clip) to every rank and shard, which must drop them.
+  // a gradient slice, a clip) to every rank, shard and expert shard, which
+  // must drop them.
   // Returns how many were sent.
   uint32_t send_stale(caf::event_based_actor* self, uint64_t step) const;
 

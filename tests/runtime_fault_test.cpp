@@ -355,8 +355,9 @@ TEST(RuntimeFaults, DuplicatedMessagesAreDroppedWithExpertShards) {
 }
 
 TEST(RuntimeFaults, StaleMessagesAreDroppedAndCounted) {
-  for (const std::string schedule : {"1f1b", "dualpipe"}) {
-    const runtime::RuntimeOptions o = options(schedule, 3);
+  for (const std::string schedule : {"1f1b", "dualpipe"}) for (int shards : {0, 2}) {
+    runtime::RuntimeOptions o = options(schedule, 3);
+    o.expert_shards = shards;  // 2: the expert shards get stale parameter slices too
     const Outcome ref = run(o);
     runtime::Runtime rt(o);
     Outcome got;
@@ -371,7 +372,7 @@ TEST(RuntimeFaults, StaleMessagesAreDroppedAndCounted) {
     EXPECT_GT(sent, 0u);
     step();  // every receiver has handled them now
     step();
-    EXPECT_GE(rt.dropped_messages(), before + sent) << schedule;
+    EXPECT_GE(rt.dropped_messages(), before + sent) << schedule << " expert_shards " << shards;
     got.state = rt.state();
     expect_bitwise_equal(ref, got, schedule + " with stale messages");
   }
