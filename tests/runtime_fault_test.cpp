@@ -173,22 +173,25 @@ TEST(RuntimeFaults, ExpertShardKillReplaysBitwise) {
 }
 
 // An expert shard killed on its first message of step 2 (before any
-// dispatch) and on its last (parameters of all but one optimizer shard
+// dispatch), on its third (among its forwards) and on its last (parameters of all but one optimizer shard
 // loaded), and one killed between steps (restored without a replay).
 TEST(RuntimeFaults, ExpertShardEarliestLatestAndBetweenSteps) {
   for (const std::string schedule : {"1f1b", "dualpipe"}) {
     runtime::RuntimeOptions base = options(schedule, 12);
     base.expert_shards = 2;
     const Outcome ref = run(base);
-    for (int64_t k : {int64_t{1}, int64_t{1000000}}) {
+    for (int64_t k : {int64_t{1}, int64_t{3}, int64_t{1000000}}) {
       runtime::RuntimeOptions o = base;
       o.faults.push_back({2, "expert:1/1", "kill", k});
       const Outcome got = run(o);
-      const std::string what = schedule + " kill expert:1/1 " + (k == 1 ? "early" : "late");
+      const std::string what = schedule + " kill expert:1/1 " + (k == 1 ? "early" : k == 3 ? "in the forwards" : "late");
       ASSERT_EQ(got.restarts.size(), 1u) << what;
       const std::string phase = got.restarts[0].phase;
       std::cout << "  " << what << ": " << got.restarts[0].str() << "\n";
       if (k == 1) EXPECT_NE(phase.find("waiting for its step's dispatches"), std::string::npos) << what << ": " << phase;
+      // Message 3: after its first forward Dispatch (and its completion);
+      // no backward reaches layer 1 before both stages ran a forward.
+      else if (k == 3) EXPECT_NE(phase.find("in its forward dispatches"), std::string::npos) << what << ": " << phase;
       else EXPECT_NE(phase.find("after sending gradients"), std::string::npos) << what << ": " << phase;
       EXPECT_TRUE(got.restarts[0].replayed) << what;
       expect_bitwise_equal(ref, got, what);
