@@ -30,9 +30,15 @@
 //                    stage = kExpertProducerBase + producer.
 //   optimizer -> shard          ParamSlice: the intersection with the owned
 //                    ranges is loaded; when every optimizer shard whose range
-//                    meets ours has answered, (stepok, s, replica,
+//                    meets ours has answered, (stepok, s, attempt, replica,
 //                    kExpertProducerBase + producer) goes to the coordinator
 //                    and the shard moves to step s+1.
+//   supervisor -> shard         (arm, s, k): die on the k-th message (fault
+//                    injection); (restore, s, attempt) then one
+//                    (restore, ParamSlice) per optimizer shard: abort to the
+//                    start of step s (the failed attempt's activations and
+//                    gradients dropped, late device work's sends carry the
+//                    old attempt) and load the owned part of the slices.
 // Combines go to the Dispatch's CAF sender when it has one, else to the rank
 // holding (id.chunk, id.stage) of the replica (peers.ranks); a dispatch with
 // neither is rejected like a malformed one.
@@ -90,9 +96,10 @@ struct ExpertShardSpec {
   int shards = 1;        // expert shards of the layer
   int producer = 0;      // unique per (replica, layer, shard): GradSlice.stage / stepok rank offset
   int microbatches = 0;  // backward dispatches per step; 0: sh->chunks
-  // Restart after a failure: the step to resume at and the weights to hold,
-  // {gate | up | down} of the owned experts as (params) returns them (e.g.
-  // read back from the optimizer shards). Null: sh->init at step 0.
+  // Start elsewhere than step 0 with sh->init: the step to resume at and the
+  // weights to hold, {gate | up | down} of the owned experts as (params)
+  // returns them. Null: sh->init at step 0. (The runtime's supervisor
+  // respawns with the defaults and then sends (restore ...).)
   uint64_t start_step = 0;
   std::shared_ptr<const std::vector<float>> weights;
 };

@@ -17,7 +17,7 @@
 //                                     global-norm reduction across shards; sent
 //                                     once every loss report is in too. With
 //                                     balance = "bias" it is preceded by
-//                                     (load, s, loads): the step's expert loads,
+//                                     (load, s, attempt, loads): the step's expert loads,
 //                                     with which the shards holding router-bias
 //                                     entries update them after AdamW
 //   shard -> every rank               Envelope(ParamSlice) after clip + AdamW
@@ -27,7 +27,7 @@
 //   rank -> expert shard              Envelope(Dispatch) per shard of the layer
 //                                     (forward: token rows; backward: dOut rows)
 //   expert shard -> rank              Envelope(Combine) with the same MoeId
-//   rank -> coordinator               (load, s, replica, mb, stage, loads):
+//   rank -> coordinator               (load, s, attempt, replica, mb, stage, loads):
 //                                     per MoE layer of the stage, E routed
 //                                     counts then the dropped count
 // and each expert shard is a gradient producer like a rank (GradSlice with
@@ -46,8 +46,8 @@
 //   dying actor -> coordinator        (fault, name, phase) just before it quits
 //   coordinator -> every shard        (restore, s, attempt, p, m, v): back to
 //                                     the snapshot the step s started from
-//   coordinator -> every rank         (restore, s, attempt), then one
-//                                     (restore, ParamSlice) per shard: abort to
+//   coordinator -> every rank and     (restore, s, attempt), then one
+//     expert shard                    (restore, ParamSlice) per shard: abort to
 //                                     the start of step s with its parameters;
 //                                     then the data and (start ...) again.
 // Compute runs on Devices: a closure ends by sending (done, ticket) to its
