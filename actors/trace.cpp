@@ -13,6 +13,8 @@ namespace troupe::runtime {
 
 namespace {
 
+constexpr int64_t kMinWaitNs = 1000;  // 1 us
+
 const char* category(TraceLabel::Kind k) {
   switch (k) {
     case TraceLabel::Forward: return "forward";
@@ -79,8 +81,19 @@ void write_chrome_trace(const std::string& path, const std::vector<DeviceTrace>&
     for (const DeviceTrace& d : devices) {
       out << ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":" << d.device
           << ",\"args\":{\"name\":\"device " << d.device << "\"}}";
-      for (const TraceEvent& e : d.events) {
+      for (size_t i = 0; i < d.events.size(); ++i) {
+        const TraceEvent& e = d.events[i];
         const TraceLabel& l = e.label;
+        // The device had nothing queued between its previous closure and this
+        // one: it waited for the message (activations, gradients, expert
+        // replies, parameter slices) or the completion that let an actor
+        // submit this work. Gaps under kMinWaitNs are not drawn.
+        if (i > 0 && e.start_ns - d.events[i - 1].end_ns >= kMinWaitNs) {
+          const int64_t from = d.events[i - 1].end_ns;
+          out << ",\n{\"name\":\"wait: " << trace_event_name(l, chunked)
+              << "\",\"cat\":\"wait\",\"ph\":\"X\",\"pid\":0,\"tid\":" << d.device << ",\"ts\":"
+              << micros(from - origin) << ",\"dur\":" << micros(e.start_ns - from) << ",\"args\":{}}";
+        }
         out << ",\n{\"name\":\"" << trace_event_name(l, chunked) << "\",\"cat\":\"" << category(l.kind)
             << "\",\"ph\":\"X\",\"pid\":0,\"tid\":" << d.device << ",\"ts\":" << micros(e.start_ns - origin)
             << ",\"dur\":" << micros(e.end_ns - e.start_ns) << ",\"args\":{";

@@ -28,15 +28,14 @@ const ParamEntry& ParamLayout::add(std::string name, kernels::Shape shape, bool 
   e.trainable = trainable;
   e.decay = decay && trainable;
   total_ += e.numel;
+  index_.emplace(e.name, entries_.size());
   entries_.push_back(std::move(e));
   return entries_.back();
 }
 
 const ParamEntry* ParamLayout::find(const std::string& name) const {
-  // Layouts have at most a few thousand entries and lookups happen at setup.
-  for (const ParamEntry& e : entries_)
-    if (e.name == name) return &e;
-  return nullptr;
+  auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &entries_[it->second];
 }
 
 const ParamEntry& ParamLayout::at(const std::string& name) const {

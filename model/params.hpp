@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "kernels/tensor.hpp"
@@ -38,6 +39,7 @@ class ParamLayout {
 
  private:
   std::vector<ParamEntry> entries_;
+  std::unordered_map<std::string, size_t> index_;  // name -> entries_ index (a 64-layer MoE has ~10^4 entries)
   int64_t total_ = 0;
 };
 

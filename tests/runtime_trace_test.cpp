@@ -206,6 +206,17 @@ void check_trace(const std::string& path, const runtime::RuntimeOptions& o) {
     for (size_t i = 1; i < ev.size(); ++i)
       EXPECT_LE(ev[i - 1].ts_ns + ev[i - 1].dur_ns, ev[i].ts_ns) << ev[i - 1].name << " overlaps " << ev[i].name;
     for (const Event& e : ev) EXPECT_GE(e.dur_ns, 0);
+    // Waits fill gaps exactly: each ends where the work it names starts.
+    int waits = 0;
+    for (size_t i = 0; i < ev.size(); ++i) {
+      if (ev[i].name.rfind("wait: ", 0) != 0) continue;
+      ++waits;
+      ASSERT_LT(i + 1, ev.size()) << "a wait must precede some work";
+      EXPECT_EQ(ev[i].name.substr(6), ev[i + 1].name);
+      EXPECT_EQ(ev[i].ts_ns + ev[i].dur_ns, ev[i + 1].ts_ns);
+      EXPECT_GE(ev[i].dur_ns, 1000);
+    }
+    if (o.stages > 1) EXPECT_GT(waits, 0) << "device " << d << ": a pipelined step always waits for messages somewhere";
     // The F/B events are rank d's op list, in order (rank d sits on device d).
     std::vector<std::string> want, got;
     for (const sched::Op& op : sched::make_schedule(kind, d, o.stages, static_cast<int>(o.train.microbatches))) {
