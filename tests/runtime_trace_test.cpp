@@ -216,7 +216,9 @@ void check_trace(const std::string& path, const runtime::RuntimeOptions& o) {
       EXPECT_EQ(ev[i].ts_ns + ev[i].dur_ns, ev[i + 1].ts_ns);
       EXPECT_GE(ev[i].dur_ns, 1000);
     }
-    if (o.stages > 1) EXPECT_GT(waits, 0) << "device " << d << ": a pipelined step always waits for messages somewhere";
+    if (o.stages > 1) {
+      EXPECT_GT(waits, 0) << "device " << d << ": a pipelined step always waits for messages somewhere";
+    }
     // The F/B events are rank d's op list, in order (rank d sits on device d).
     std::vector<std::string> want, got;
     for (const sched::Op& op : sched::make_schedule(kind, d, o.stages, static_cast<int>(o.train.microbatches))) {
