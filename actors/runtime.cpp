@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <unistd.h>
 
+#include "actors/caf_scheduler.hpp"
 #include "actors/runtime_cluster_internal.hpp"
 #include "actors/runtime_internal.hpp"
 #include "actors/trace.hpp"
@@ -159,6 +160,7 @@ struct Runtime::Impl {
 
     cfg = std::make_unique<caf::actor_system_config>();
     register_caf_types(*cfg);
+    configure_scheduler(*cfg);
     if (o.processes > 1) configure_cluster(*cfg, o);
     sys = std::make_unique<caf::actor_system>(*cfg);
     // One placement rule, used at start and by the supervisor's respawns:

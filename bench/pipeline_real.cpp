@@ -22,10 +22,15 @@
 //               completions), derived from that description, not counted:
 //               the runtime has no message counter.
 //
-//   bench_pipeline_real [--steps N] [--warmup N] [--json PATH]
+//   bench_pipeline_real [--steps N] [--warmup N] [--json PATH] [--only SUBSTRING] [--trace-dir DIR]
+// --only keeps the Trainer (the baseline) and the runtime rows whose name
+// contains SUBSTRING (for profiling one engine with perf); it prints the
+// table only (no summary, no JSON). --trace-dir records each runtime's device
+// trace and writes it as DIR/<engine>.json (Chrome trace, actors/trace.hpp).
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -130,6 +135,7 @@ std::string load_average() {
 int main(int argc, char** argv) {
   int steps = 10, warmup = 2;
   std::string json = "bench_pipeline_real.json";
+  std::string only, trace_dir;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -142,8 +148,10 @@ int main(int argc, char** argv) {
     if (a == "--steps") steps = std::atoi(next().c_str());
     else if (a == "--warmup") warmup = std::atoi(next().c_str());
     else if (a == "--json") json = next();
+    else if (a == "--only") only = next();
+    else if (a == "--trace-dir") trace_dir = next();
     else {
-      std::fprintf(stderr, "usage: bench_pipeline_real [--steps N] [--warmup N] [--json PATH]\n");
+      std::fprintf(stderr, "usage: bench_pipeline_real [--steps N] [--warmup N] [--json PATH] [--only SUBSTRING] [--trace-dir DIR]\n");
       return 2;
     }
   }
@@ -177,11 +185,13 @@ int main(int argc, char** argv) {
         {"runtime 1f1b, 2 dev, mb 8", "1f1b", 2, 2, 8},
     };
     for (const Spec& s : specs) {
+      if (!only.empty() && s.name.find(only) == std::string::npos) continue;
       runtime::RuntimeOptions o;
       o.train = base_options(s.mb);
       o.schedule = s.schedule;
       o.stages = s.stages;
       o.devices = s.devices;
+      o.record_trace = !trace_dir.empty();
       Engine e;
       e.name = s.name;
       e.schedule = s.schedule;
@@ -209,9 +219,14 @@ int main(int argc, char** argv) {
         e.sys_s += c1.second - c0.second;
       }
     const std::string load_after = load_average();
+    if (!trace_dir.empty())
+      for (size_t i = 0; i < runtimes.size(); ++i) {
+        std::string file;
+        for (char ch : engines[i + 1].name) file += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+        runtimes[i]->write_trace(trace_dir + "/" + file + ".json");
+      }
 
     const double base = median(engines[0].times);
-    const double overhead = median(engines[1].times) / base - 1.0;
     std::printf("bench_pipeline_real: quickstart model, addition, batch 16, host backend, 1 OpenBLAS thread per device\n");
     std::printf("%d warm-up + %d timed steps per engine, round-robin; load average before: %s, after: %s\n\n",
                 warmup, steps, load_before.c_str(), load_after.c_str());
@@ -230,6 +245,8 @@ int main(int argc, char** argv) {
                     static_cast<long long>(e.pipeline_envelopes), static_cast<long long>(e.local_handoffs),
                     static_cast<long long>(e.messages));
     }
+    if (!only.empty()) return 0;  // a partial run: no summary, no JSON
+    const double overhead = median(engines[1].times) / base - 1.0;
     const double per_msg_us = (median(engines[1].times) - base) / static_cast<double>(engines[1].messages) * 1e6;
     std::printf("\nruntime overhead (sequential 1 dev / trainer - 1): %+.1f%% (%.1f ms per step)\n", overhead * 100,
                 (median(engines[1].times) - base) * 1e3);
