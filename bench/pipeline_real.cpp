@@ -1,7 +1,8 @@
 // bench_pipeline_real: step time of the actor runtime (actors/runtime.hpp) on
 // this machine, quickstart model (model::ModelConfig defaults), addition data,
 // batch 16, host backend, 1 OpenBLAS thread per device, against
-// model::Trainer on one device in the same run. Every engine is built first,
+// model::Trainer on one device in the same run; runtime rows use one
+// optimizer shard per device. Every engine is built first,
 // warmed up (2 steps), then stepped round-robin (one step each per round) so
 // that load drift on a shared machine hits all of them alike; the table shows
 // the median over the rounds (and the fastest step, the least disturbed).
@@ -80,8 +81,8 @@ model::TrainOptions base_options(int64_t microbatches) {
 }
 
 // Ceiling, pipeline envelopes and an estimate of all actor messages per step
-// for one replica, one optimizer shard (see the comment at the top).
-void derive(Engine& e) {
+// for one replica and `shards` optimizer shards (see the comment at the top).
+void derive(Engine& e, int shards) {
   const sched::Kind kind = sched::parse_kind(e.schedule);
   const int C = static_cast<int>(e.microbatches);
   const sched::Layout sl = sched::make_layout(kind, e.stages, C);
@@ -99,14 +100,14 @@ void derive(Engine& e) {
     }
   }
   e.ceiling = work / sim.makespan;
-  const int64_t P = e.stages, forwards = static_cast<int64_t>(C) * sl.num_stages;
+  const int64_t P = e.stages, S = shards, forwards = static_cast<int64_t>(C) * sl.num_stages;
   e.messages = C                          // data micro-batches
                + P                        // start
                + forwards                 // one loss report per forward
                + e.pipeline_envelopes + e.local_handoffs
-               + P + 1 + 1 + P + P        // grad slices (>= 1 per rank), gnorm, clip, param slices, step-ok
+               + P + S + S + S * P + P    // grad slices (>= 1 per rank), gnorm, clip, param slices, step-ok
                + 2                        // step request + reply
-               + nops + P + P + 2;        // device completions: per op, grad upload, param load, shard (norm, AdamW)
+               + nops + P + P + 2 * S;    // device completions: per op, grad upload, param load, shard (norm, AdamW)
 }
 
 // Process CPU time (user, system) so far, all threads.
@@ -172,17 +173,21 @@ int main(int argc, char** argv) {
       e.step = [t] { t->step(); };
       engines.push_back(std::move(e));
     }
-    struct Spec { std::string name, schedule; int stages, devices; int64_t mb; };
+    // One ZeRO-1 optimizer shard per device (as launch/specs/pipeline_1f1b.toml
+    // does), so that the optimizer step is split over the devices.
+    struct Spec { std::string name, schedule; int stages, devices; int64_t mb; int shards; };
     const std::vector<Spec> specs = {
-        {"runtime sequential, 1 dev", "sequential", 1, 1, 4},
-        {"runtime 1f1b, 2 dev", "1f1b", 2, 2, 4},
-        {"runtime dualpipe, 2 dev", "dualpipe", 2, 2, 4},
-        {"runtime dualpipev, 2 dev", "dualpipev", 2, 2, 4},
+        {"runtime sequential, 1 dev", "sequential", 1, 1, 4, 1},
+        {"runtime 1f1b, 2 dev", "1f1b", 2, 2, 4, 2},
+        {"runtime dualpipe, 2 dev", "dualpipe", 2, 2, 4, 2},
+        {"runtime dualpipev, 2 dev", "dualpipev", 2, 2, 4, 2},
         // Extra rows: the same 2-stage split on one device (the pipeline's
-        // messages without the parallelism), and 8 micro-batches (a higher
-        // ceiling, smaller matmuls).
-        {"runtime 1f1b, 2 st on 1 dev", "1f1b", 2, 1, 4},
-        {"runtime 1f1b, 2 dev, mb 8", "1f1b", 2, 2, 8},
+        // messages without the parallelism), 8 micro-batches (a higher
+        // ceiling, smaller matmuls), and 1F1B with one optimizer shard (the
+        // whole optimizer step on device 0, as this bench ran before).
+        {"runtime 1f1b, 2 st on 1 dev", "1f1b", 2, 1, 4, 1},
+        {"runtime 1f1b, 2 dev, mb 8", "1f1b", 2, 2, 8, 2},
+        {"runtime 1f1b, 2 dev, 1 shard", "1f1b", 2, 2, 4, 1},
     };
     for (const Spec& s : specs) {
       if (!only.empty() && s.name.find(only) == std::string::npos) continue;
@@ -191,6 +196,7 @@ int main(int argc, char** argv) {
       o.schedule = s.schedule;
       o.stages = s.stages;
       o.devices = s.devices;
+      o.optimizer_shards = s.shards;
       o.record_trace = !trace_dir.empty();
       Engine e;
       e.name = s.name;
@@ -198,7 +204,7 @@ int main(int argc, char** argv) {
       e.stages = s.stages;
       e.devices = s.devices;
       e.microbatches = s.mb;
-      derive(e);
+      derive(e, s.shards);
       runtimes.push_back(std::make_unique<runtime::Runtime>(o));
       runtime::Runtime* r = runtimes.back().get();
       e.step = [r] { r->step(); };
