@@ -24,10 +24,15 @@
 //               the runtime has no message counter.
 //
 //   bench_pipeline_real [--steps N] [--warmup N] [--json PATH] [--only SUBSTRING] [--trace-dir DIR]
+//                       [--caf-stealing]
 // --only keeps the Trainer (the baseline) and the runtime rows whose name
 // contains SUBSTRING (for profiling one engine with perf); it prints the
 // table only (no summary, no JSON). --trace-dir records each runtime's device
 // trace and writes it as DIR/<engine>.json (Chrome trace, actors/trace.hpp).
+// --caf-stealing adds the first four runtime rows again on CAF's default
+// work-stealing scheduler (TROUPE_CAF_SCHEDULER=stealing, see
+// actors/caf_scheduler.hpp), stepped in the same rounds: before/after in one
+// run, so load drift on a shared machine hits both alike.
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -137,6 +142,7 @@ int main(int argc, char** argv) {
   int steps = 10, warmup = 2;
   std::string json = "bench_pipeline_real.json";
   std::string only, trace_dir;
+  bool caf_stealing = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -151,8 +157,9 @@ int main(int argc, char** argv) {
     else if (a == "--json") json = next();
     else if (a == "--only") only = next();
     else if (a == "--trace-dir") trace_dir = next();
+    else if (a == "--caf-stealing") caf_stealing = true;
     else {
-      std::fprintf(stderr, "usage: bench_pipeline_real [--steps N] [--warmup N] [--json PATH] [--only SUBSTRING] [--trace-dir DIR]\n");
+      std::fprintf(stderr, "usage: bench_pipeline_real [--steps N] [--warmup N] [--json PATH] [--only SUBSTRING] [--trace-dir DIR] [--caf-stealing]\n");
       return 2;
     }
   }
@@ -175,8 +182,8 @@ int main(int argc, char** argv) {
     }
     // One ZeRO-1 optimizer shard per device (as launch/specs/pipeline_1f1b.toml
     // does), so that the optimizer step is split over the devices.
-    struct Spec { std::string name, schedule; int stages, devices; int64_t mb; int shards; };
-    const std::vector<Spec> specs = {
+    struct Spec { std::string name, schedule; int stages, devices; int64_t mb; int shards; bool stealing = false; };
+    std::vector<Spec> specs = {
         {"runtime sequential, 1 dev", "sequential", 1, 1, 4, 1},
         {"runtime 1f1b, 2 dev", "1f1b", 2, 2, 4, 2},
         {"runtime dualpipe, 2 dev", "dualpipe", 2, 2, 4, 2},
@@ -189,6 +196,17 @@ int main(int argc, char** argv) {
         {"runtime 1f1b, 2 dev, mb 8", "1f1b", 2, 2, 8, 2},
         {"runtime 1f1b, 2 dev, 1 shard", "1f1b", 2, 2, 4, 1},
     };
+    if (caf_stealing) {
+      // The same runtimes on CAF's default scheduler (what the runtime used
+      // before actors/caf_scheduler.hpp), stepped in the same rounds.
+      const std::vector<Spec> before = specs;
+      for (size_t i = 0; i < 4; ++i) {
+        Spec b = before[i];
+        b.name += ", CAF steal";
+        b.stealing = true;
+        specs.push_back(b);
+      }
+    }
     for (const Spec& s : specs) {
       if (!only.empty() && s.name.find(only) == std::string::npos) continue;
       runtime::RuntimeOptions o;
@@ -205,7 +223,10 @@ int main(int argc, char** argv) {
       e.devices = s.devices;
       e.microbatches = s.mb;
       derive(e, s.shards);
+      // The scheduler is read from the environment when the actor system is made.
+      if (s.stealing) ::setenv("TROUPE_CAF_SCHEDULER", "stealing", 1);
       runtimes.push_back(std::make_unique<runtime::Runtime>(o));
+      if (s.stealing) ::unsetenv("TROUPE_CAF_SCHEDULER");
       runtime::Runtime* r = runtimes.back().get();
       e.step = [r] { r->step(); };
       engines.push_back(std::move(e));
@@ -236,17 +257,17 @@ int main(int argc, char** argv) {
     std::printf("bench_pipeline_real: quickstart model, addition, batch 16, host backend, 1 OpenBLAS thread per device\n");
     std::printf("%d warm-up + %d timed steps per engine, round-robin; load average before: %s, after: %s\n\n",
                 warmup, steps, load_before.c_str(), load_after.c_str());
-    std::printf("%-30s %5s %8s %8s %8s %8s %8s %8s %9s %6s %6s\n", "engine", "mb", "med ms", "best ms", "speedup",
+    std::printf("%-38s %5s %8s %8s %8s %8s %8s %8s %9s %6s %6s\n", "engine", "mb", "med ms", "best ms", "speedup",
                 "ceiling", "user ms", "sys ms", "envelopes", "local", "msgs");
     for (const Engine& e : engines) {
       const double med = median(e.times);
       const double best = *std::min_element(e.times.begin(), e.times.end());
       const double user = e.user_s / static_cast<double>(steps) * 1e3, sys = e.sys_s / static_cast<double>(steps) * 1e3;
       if (e.schedule.empty())
-        std::printf("%-30s %5lld %8.1f %8.1f %8.2f %8s %8.1f %8.1f %9s %6s %6s\n", e.name.c_str(),
+        std::printf("%-38s %5lld %8.1f %8.1f %8.2f %8s %8.1f %8.1f %9s %6s %6s\n", e.name.c_str(),
                     static_cast<long long>(e.microbatches), med * 1e3, best * 1e3, 1.0, "-", user, sys, "-", "-", "-");
       else
-        std::printf("%-30s %5lld %8.1f %8.1f %8.2f %8.2f %8.1f %8.1f %9lld %6lld %6lld\n", e.name.c_str(),
+        std::printf("%-38s %5lld %8.1f %8.1f %8.2f %8.2f %8.1f %8.1f %9lld %6lld %6lld\n", e.name.c_str(),
                     static_cast<long long>(e.microbatches), med * 1e3, best * 1e3, base / med, e.ceiling, user, sys,
                     static_cast<long long>(e.pipeline_envelopes), static_cast<long long>(e.local_handoffs),
                     static_cast<long long>(e.messages));
@@ -261,6 +282,12 @@ int main(int argc, char** argv) {
                 static_cast<long long>(engines[1].messages), per_msg_us);
     const double d = median(engines[3].times), f = median(engines[2].times);
     std::printf("dualpipe / 1f1b step time: %.2f\n", d / f);
+    if (caf_stealing) {
+      std::printf("CAF work-stealing (CAF's default) / work-sharing (the runtime's) step time:");
+      for (size_t i = 0; i < 4; ++i)
+        std::printf(" %s %.2f%s", engines[i + 1].schedule.c_str(),
+                    median(engines[engines.size() - 4 + i].times) / median(engines[i + 1].times), i < 3 ? "," : "\n");
+    }
 
     std::ostringstream js;
     js << "{\n  \"bench\": \"pipeline_real\",\n  \"steps\": " << steps << ",\n  \"warmup\": " << warmup
