@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "actors/expert_shard.hpp"
+#include "actors/caf_scheduler.hpp"
 #include "actors/runtime_cluster_internal.hpp"
 #include "actors/runtime_internal.hpp"
 #include "actors/trace.hpp"
@@ -197,6 +198,7 @@ struct Runtime::Impl {
 
     cfg = std::make_unique<caf::actor_system_config>();
     register_caf_types(*cfg);
+    configure_scheduler(*cfg);
     if (o.processes > 1) configure_cluster(*cfg, o);
     sys = std::make_unique<caf::actor_system>(*cfg);
     // One placement rule, used at start and by the supervisor's respawns:

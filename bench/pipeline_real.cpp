@@ -1,7 +1,8 @@
 // bench_pipeline_real: step time of the actor runtime (actors/runtime.hpp) on
 // this machine, quickstart model (model::ModelConfig defaults), addition data,
 // batch 16, host backend, 1 OpenBLAS thread per device, against
-// model::Trainer on one device in the same run. Every engine is built first,
+// model::Trainer on one device in the same run; runtime rows use one
+// optimizer shard per device. Every engine is built first,
 // warmed up (2 steps), then stepped round-robin (one step each per round) so
 // that load drift on a shared machine hits all of them alike; the table shows
 // the median over the rounds (and the fastest step, the least disturbed).
@@ -22,10 +23,20 @@
 //               completions), derived from that description, not counted:
 //               the runtime has no message counter.
 //
-//   bench_pipeline_real [--steps N] [--warmup N] [--json PATH]
+//   bench_pipeline_real [--steps N] [--warmup N] [--json PATH] [--only SUBSTRING] [--trace-dir DIR]
+//                       [--caf-stealing]
+// --only keeps the Trainer (the baseline) and the runtime rows whose name
+// contains SUBSTRING (for profiling one engine with perf); it prints the
+// table only (no summary, no JSON). --trace-dir records each runtime's device
+// trace and writes it as DIR/<engine>.json (Chrome trace, actors/trace.hpp).
+// --caf-stealing adds the first four runtime rows again on CAF's default
+// work-stealing scheduler (TROUPE_CAF_SCHEDULER=stealing, see
+// actors/caf_scheduler.hpp), stepped in the same rounds: before/after in one
+// run, so load drift on a shared machine hits both alike.
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -75,8 +86,8 @@ model::TrainOptions base_options(int64_t microbatches) {
 }
 
 // Ceiling, pipeline envelopes and an estimate of all actor messages per step
-// for one replica, one optimizer shard (see the comment at the top).
-void derive(Engine& e) {
+// for one replica and `shards` optimizer shards (see the comment at the top).
+void derive(Engine& e, int shards) {
   const sched::Kind kind = sched::parse_kind(e.schedule);
   const int C = static_cast<int>(e.microbatches);
   const sched::Layout sl = sched::make_layout(kind, e.stages, C);
@@ -94,14 +105,14 @@ void derive(Engine& e) {
     }
   }
   e.ceiling = work / sim.makespan;
-  const int64_t P = e.stages, forwards = static_cast<int64_t>(C) * sl.num_stages;
+  const int64_t P = e.stages, S = shards, forwards = static_cast<int64_t>(C) * sl.num_stages;
   e.messages = C                          // data micro-batches
                + P                        // start
                + forwards                 // one loss report per forward
                + e.pipeline_envelopes + e.local_handoffs
-               + P + 1 + 1 + P + P        // grad slices (>= 1 per rank), gnorm, clip, param slices, step-ok
+               + P + S + S + S * P + P    // grad slices (>= 1 per rank), gnorm, clip, param slices, step-ok
                + 2                        // step request + reply
-               + nops + P + P + 2;        // device completions: per op, grad upload, param load, shard (norm, AdamW)
+               + nops + P + P + 2 * S;    // device completions: per op, grad upload, param load, shard (norm, AdamW)
 }
 
 // Process CPU time (user, system) so far, all threads.
@@ -130,6 +141,8 @@ std::string load_average() {
 int main(int argc, char** argv) {
   int steps = 10, warmup = 2;
   std::string json = "bench_pipeline_real.json";
+  std::string only, trace_dir;
+  bool caf_stealing = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -142,8 +155,11 @@ int main(int argc, char** argv) {
     if (a == "--steps") steps = std::atoi(next().c_str());
     else if (a == "--warmup") warmup = std::atoi(next().c_str());
     else if (a == "--json") json = next();
+    else if (a == "--only") only = next();
+    else if (a == "--trace-dir") trace_dir = next();
+    else if (a == "--caf-stealing") caf_stealing = true;
     else {
-      std::fprintf(stderr, "usage: bench_pipeline_real [--steps N] [--warmup N] [--json PATH]\n");
+      std::fprintf(stderr, "usage: bench_pipeline_real [--steps N] [--warmup N] [--json PATH] [--only SUBSTRING] [--trace-dir DIR] [--caf-stealing]\n");
       return 2;
     }
   }
@@ -164,32 +180,53 @@ int main(int argc, char** argv) {
       e.step = [t] { t->step(); };
       engines.push_back(std::move(e));
     }
-    struct Spec { std::string name, schedule; int stages, devices; int64_t mb; };
-    const std::vector<Spec> specs = {
-        {"runtime sequential, 1 dev", "sequential", 1, 1, 4},
-        {"runtime 1f1b, 2 dev", "1f1b", 2, 2, 4},
-        {"runtime dualpipe, 2 dev", "dualpipe", 2, 2, 4},
-        {"runtime dualpipev, 2 dev", "dualpipev", 2, 2, 4},
+    // One ZeRO-1 optimizer shard per device (as launch/specs/pipeline_1f1b.toml
+    // does), so that the optimizer step is split over the devices.
+    struct Spec { std::string name, schedule; int stages, devices; int64_t mb; int shards; bool stealing = false; };
+    std::vector<Spec> specs = {
+        {"runtime sequential, 1 dev", "sequential", 1, 1, 4, 1},
+        {"runtime 1f1b, 2 dev", "1f1b", 2, 2, 4, 2},
+        {"runtime dualpipe, 2 dev", "dualpipe", 2, 2, 4, 2},
+        {"runtime dualpipev, 2 dev", "dualpipev", 2, 2, 4, 2},
         // Extra rows: the same 2-stage split on one device (the pipeline's
-        // messages without the parallelism), and 8 micro-batches (a higher
-        // ceiling, smaller matmuls).
-        {"runtime 1f1b, 2 st on 1 dev", "1f1b", 2, 1, 4},
-        {"runtime 1f1b, 2 dev, mb 8", "1f1b", 2, 2, 8},
+        // messages without the parallelism), 8 micro-batches (a higher
+        // ceiling, smaller matmuls), and 1F1B with one optimizer shard (the
+        // whole optimizer step on device 0, as this bench ran before).
+        {"runtime 1f1b, 2 st on 1 dev", "1f1b", 2, 1, 4, 1},
+        {"runtime 1f1b, 2 dev, mb 8", "1f1b", 2, 2, 8, 2},
+        {"runtime 1f1b, 2 dev, 1 shard", "1f1b", 2, 2, 4, 1},
     };
+    if (caf_stealing) {
+      // The same runtimes on CAF's default scheduler (what the runtime used
+      // before actors/caf_scheduler.hpp), stepped in the same rounds.
+      const std::vector<Spec> before = specs;
+      for (size_t i = 0; i < 4; ++i) {
+        Spec b = before[i];
+        b.name += ", CAF steal";
+        b.stealing = true;
+        specs.push_back(b);
+      }
+    }
     for (const Spec& s : specs) {
+      if (!only.empty() && s.name.find(only) == std::string::npos) continue;
       runtime::RuntimeOptions o;
       o.train = base_options(s.mb);
       o.schedule = s.schedule;
       o.stages = s.stages;
       o.devices = s.devices;
+      o.optimizer_shards = s.shards;
+      o.record_trace = !trace_dir.empty();
       Engine e;
       e.name = s.name;
       e.schedule = s.schedule;
       e.stages = s.stages;
       e.devices = s.devices;
       e.microbatches = s.mb;
-      derive(e);
+      derive(e, s.shards);
+      // The scheduler is read from the environment when the actor system is made.
+      if (s.stealing) ::setenv("TROUPE_CAF_SCHEDULER", "stealing", 1);
       runtimes.push_back(std::make_unique<runtime::Runtime>(o));
+      if (s.stealing) ::unsetenv("TROUPE_CAF_SCHEDULER");
       runtime::Runtime* r = runtimes.back().get();
       e.step = [r] { r->step(); };
       engines.push_back(std::move(e));
@@ -209,27 +246,34 @@ int main(int argc, char** argv) {
         e.sys_s += c1.second - c0.second;
       }
     const std::string load_after = load_average();
+    if (!trace_dir.empty())
+      for (size_t i = 0; i < runtimes.size(); ++i) {
+        std::string file;
+        for (char ch : engines[i + 1].name) file += std::isalnum(static_cast<unsigned char>(ch)) ? ch : '_';
+        runtimes[i]->write_trace(trace_dir + "/" + file + ".json");
+      }
 
     const double base = median(engines[0].times);
-    const double overhead = median(engines[1].times) / base - 1.0;
     std::printf("bench_pipeline_real: quickstart model, addition, batch 16, host backend, 1 OpenBLAS thread per device\n");
     std::printf("%d warm-up + %d timed steps per engine, round-robin; load average before: %s, after: %s\n\n",
                 warmup, steps, load_before.c_str(), load_after.c_str());
-    std::printf("%-30s %5s %8s %8s %8s %8s %8s %8s %9s %6s %6s\n", "engine", "mb", "med ms", "best ms", "speedup",
+    std::printf("%-38s %5s %8s %8s %8s %8s %8s %8s %9s %6s %6s\n", "engine", "mb", "med ms", "best ms", "speedup",
                 "ceiling", "user ms", "sys ms", "envelopes", "local", "msgs");
     for (const Engine& e : engines) {
       const double med = median(e.times);
       const double best = *std::min_element(e.times.begin(), e.times.end());
       const double user = e.user_s / static_cast<double>(steps) * 1e3, sys = e.sys_s / static_cast<double>(steps) * 1e3;
       if (e.schedule.empty())
-        std::printf("%-30s %5lld %8.1f %8.1f %8.2f %8s %8.1f %8.1f %9s %6s %6s\n", e.name.c_str(),
+        std::printf("%-38s %5lld %8.1f %8.1f %8.2f %8s %8.1f %8.1f %9s %6s %6s\n", e.name.c_str(),
                     static_cast<long long>(e.microbatches), med * 1e3, best * 1e3, 1.0, "-", user, sys, "-", "-", "-");
       else
-        std::printf("%-30s %5lld %8.1f %8.1f %8.2f %8.2f %8.1f %8.1f %9lld %6lld %6lld\n", e.name.c_str(),
+        std::printf("%-38s %5lld %8.1f %8.1f %8.2f %8.2f %8.1f %8.1f %9lld %6lld %6lld\n", e.name.c_str(),
                     static_cast<long long>(e.microbatches), med * 1e3, best * 1e3, base / med, e.ceiling, user, sys,
                     static_cast<long long>(e.pipeline_envelopes), static_cast<long long>(e.local_handoffs),
                     static_cast<long long>(e.messages));
     }
+    if (!only.empty()) return 0;  // a partial run: no summary, no JSON
+    const double overhead = median(engines[1].times) / base - 1.0;
     const double per_msg_us = (median(engines[1].times) - base) / static_cast<double>(engines[1].messages) * 1e6;
     std::printf("\nruntime overhead (sequential 1 dev / trainer - 1): %+.1f%% (%.1f ms per step)\n", overhead * 100,
                 (median(engines[1].times) - base) * 1e3);
@@ -238,6 +282,12 @@ int main(int argc, char** argv) {
                 static_cast<long long>(engines[1].messages), per_msg_us);
     const double d = median(engines[3].times), f = median(engines[2].times);
     std::printf("dualpipe / 1f1b step time: %.2f\n", d / f);
+    if (caf_stealing) {
+      std::printf("CAF work-stealing (CAF's default) / work-sharing (the runtime's) step time:");
+      for (size_t i = 0; i < 4; ++i)
+        std::printf(" %s %.2f%s", engines[i + 1].schedule.c_str(),
+                    median(engines[engines.size() - 4 + i].times) / median(engines[i + 1].times), i < 3 ? "," : "\n");
+    }
 
     std::ostringstream js;
     js << "{\n  \"bench\": \"pipeline_real\",\n  \"steps\": " << steps << ",\n  \"warmup\": " << warmup
