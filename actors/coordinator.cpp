@@ -238,6 +238,7 @@ void on_child_down(Self* self, const caf::down_msg& m) {
 caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
   auto& st = self->state;
   st.sh = sh;
+  st.step = sh->start_step;  // resumed: the saved step (its data cursor)
   const auto& o = sh->opt.train;
   st.data = model::make_data_source(o.data, o.seed, o.model.seq_len);
   st.sup = std::make_unique<Supervisor>(sh);

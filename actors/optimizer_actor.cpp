@@ -10,6 +10,7 @@
 // (parameters, m, v): the state the next step starts from. A replayed step,
 // or a fresh shard after a restart, starts from the snapshot the supervisor
 // sends back with (restore ...).
+#include <array>
 #include <cmath>
 #include <map>
 #include <tuple>
@@ -144,15 +145,20 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
         if (intersect(o, st.range).count > 0) ++st.expected;
   }
   st.comp = std::make_shared<ShardCompute>();
-  auto init = std::make_shared<std::vector<float>>(sh->init.begin() + st.range.offset,
-                                                  sh->init.begin() + st.range.offset + st.range.count);
+  st.step = sh->start_step;  // resumed: AdamW's step count and the LR schedule go on from there
+  auto slice = [&](const std::vector<float>& v) {
+    return v.empty() ? std::vector<float>(static_cast<size_t>(st.range.count), 0.0f)
+                     : std::vector<float>(v.begin() + st.range.offset, v.begin() + st.range.offset + st.range.count);
+  };
+  auto init = std::make_shared<std::array<std::vector<float>, 3>>(
+      std::array<std::vector<float>, 3>{slice(sh->init), slice(sh->init_m), slice(sh->init_v)});
   auto comp = st.comp;
   const Range range = st.range;
   submit(self, *dev, [comp, range, init](kernels::Backend& be) {
-    comp->params = be.from_f32({range.count}, *init);
+    comp->params = be.from_f32({range.count}, (*init)[0]);
     comp->grads = be.zeros({range.count});
-    comp->m = be.zeros({range.count});
-    comp->v = be.zeros({range.count});
+    comp->m = be.from_f32({range.count}, (*init)[1]);
+    comp->v = be.from_f32({range.count}, (*init)[2]);
     comp->acc.assign(static_cast<size_t>(range.count), 0.0f);
   }, [] {}, owner_label(TraceLabel::ShardInit, shard));
 

@@ -84,7 +84,6 @@ void validate(const RuntimeOptions& o) {
             "expert_shards (" + std::to_string(o.expert_shards) + ") must be <= n_experts (" +
                 std::to_string(t.model.n_experts) + ")");
   }
-  require(t.resume_from.empty(), "resume from a checkpoint is not supported by the runtime yet");
   require(t.checkpoint_every >= 0, "checkpoint_every must be >= 0");
   require(t.steps >= 0, "steps must be >= 0");
   require(t.optim.lr > 0.0, "lr must be positive");
@@ -167,9 +166,10 @@ struct Runtime::Impl {
           s.expert_owned.push_back({r.begin(), r.end()});
         }
     }
-    s.init = model::init_params(s.layout, t.model, t.seed);
+    if (!t.resume_from.empty()) resume(s);
+    else s.init = model::init_params(s.layout, t.model, t.seed);
     {
-      auto data = model::make_data_source(t.data, t.seed, t.model.seq_len);
+      auto data = model::make_data_source(t.data, s.opt.train.seed, t.model.seq_len);
       if (data->vocab_size() > t.model.vocab_size)
         throw std::invalid_argument("data source '" + data->describe() + "' needs vocab_size >= " +
                                     std::to_string(data->vocab_size()) + ", model has " +
@@ -214,6 +214,7 @@ struct Runtime::Impl {
         spec.shards = sh->opt.expert_shards;
         spec.producer = index;
         spec.microbatches = sh->chunks;
+        spec.start_step = sh->start_step;  // resumed (a respawn is restored to the running step after)
         const int d = place.expert_device[static_cast<size_t>(replica)][static_cast<size_t>(index)];
         return spawn_expert_shard(as, sh, *devices[static_cast<size_t>(d)], spec);
       }
@@ -239,6 +240,30 @@ struct Runtime::Impl {
       cluster.reset();
       throw;
     }
+  }
+
+  // Resume (model::Trainer's rules and checks): the saved parameters and
+  // moments become the state every actor starts from (and the supervisor's
+  // first step-start snapshot), the saved step every actor's step counter,
+  // the saved seed the run's seed (data order, kill points, later saves).
+  // Every process of a multi-process run reads the checkpoint itself.
+  void resume(Shared& s) {
+    const model::TrainOptions& t = s.opt.train;
+    model::TrainingState st = model::load_checkpoint(t.resume_from, s.layout);
+    const std::string diff = model::config_difference(t.model, st.config);
+    if (!diff.empty())
+      throw std::invalid_argument("resume_from " + t.resume_from +
+                                  ": the checkpoint's model differs from the configured one (" + diff + ")");
+    if (st.data_cursor != st.step)
+      throw std::invalid_argument("resume_from " + t.resume_from + ": data cursor " + std::to_string(st.data_cursor) +
+                                  " does not match step " + std::to_string(st.step) + " (one batch per step)");
+    if (st.step < 0) throw std::invalid_argument("resume_from " + t.resume_from + ": negative step");
+    s.opt.train.seed = st.seed;
+    s.start_step = static_cast<uint64_t>(st.step);
+    steps_done = st.step;
+    s.init = std::move(st.params);
+    s.init_m = std::move(st.adam_m);
+    s.init_v = std::move(st.adam_v);
   }
 
   // This process's optimizer shards and pipeline ranks, spawned through the

@@ -133,9 +133,10 @@ class Runtime {
 // Like model::train, on the runtime: evaluation every eval_every steps and
 // after the last (model::Trainer's evaluation code, on a checkpoint of the
 // runtime's state), checkpoints every checkpoint_every steps and after the
-// last when checkpoint_dir is set. Resume is not supported yet (validate()
-// rejects resume_from). With options.trace set, writes the device trace
-// there after the last step.
+// last when checkpoint_dir is set. With train.resume_from set, the run
+// continues from that checkpoint (model::Trainer's checks; its seed, step and
+// data cursor) up to train.steps, bitwise as if it had not stopped. With
+// options.trace set, writes the device trace there after the last step.
 model::TrainSummary train(const RuntimeOptions& options, model::TrainObserver& observer);
 
 }  // namespace troupe::runtime

@@ -101,7 +101,12 @@ struct Shared {
   std::vector<std::pair<int64_t, int64_t>> stage_layers;  // [stage] layer range
   std::vector<Range> shard_ranges;                        // [shard]
   std::vector<std::vector<Range>> rank_owned;             // [rank] entries its stages touch
-  std::vector<float> init;                                // initial flat parameters
+  std::vector<float> init;                                // initial flat parameters (resumed: the saved ones)
+  // Resumed from a checkpoint (RuntimeOptions.train.resume_from): the saved
+  // AdamW moments (empty: zeros) and the steps already done, where every
+  // actor's step counter starts (LR schedule and bias correction follow it).
+  std::vector<float> init_m, init_v;
+  uint64_t start_step = 0;
   // Expert parallelism (empty unless opt.expert_shards > 0).
   std::vector<int> moe_layers;                            // global layer index of each MoE layer
   std::vector<std::vector<Range>> expert_owned;           // [producer] gate, up, down ranges

@@ -631,6 +631,7 @@ caf::behavior rank_actor(Self* self, std::shared_ptr<const Shared> sh, Device* d
   st.dev = dev;
   st.replica = replica;
   st.rank = rank;
+  st.step = sh->start_step;  // resumed: the saved step
   st.name = "stage:" + std::to_string(rank) + (sh->opt.data_parallel > 1 ? "/replica:" + std::to_string(replica) : "");
   st.ops = sched::make_schedule(sh->sl.kind, rank, sh->sl.num_ranks, sh->chunks);
   // Stages held and the most micro-batches each keeps in flight.

@@ -28,13 +28,18 @@ std::string rank_name(const Shared& sh, int replica, int rank) {
 }  // namespace
 
 Supervisor::Supervisor(std::shared_ptr<const Shared> sh) : sh_(std::move(sh)) {
-  // The state before the first step: initial parameters, zero moments.
+  // The state before the first step: initial parameters, zero moments (or,
+  // resumed, the checkpoint's parameters and moments).
   for (size_t i = 0; i < sh_->shard_ranges.size(); ++i) {
     const Range r = sh_->shard_ranges[i];
     const std::vector<float> zeros(static_cast<size_t>(r.count), 0.0f);
     const auto shard = static_cast<uint32_t>(i);
-    committed_.push_back({slice_of(shard, r, std::span<const float>(sh_->init.data() + r.offset, static_cast<size_t>(r.count))),
-                          slice_of(shard, r, zeros), slice_of(shard, r, zeros)});
+    auto part = [&](const std::vector<float>& v) {
+      return v.empty() ? std::span<const float>(zeros)
+                       : std::span<const float>(v.data() + r.offset, static_cast<size_t>(r.count));
+    };
+    committed_.push_back({slice_of(shard, r, part(sh_->init)), slice_of(shard, r, part(sh_->init_m)),
+                          slice_of(shard, r, part(sh_->init_v))});
   }
 }
 

@@ -50,8 +50,8 @@ expect_exit 3 "$troupe" validate --set topology.devices=4 --set topology.stages=
   --set topology.microbatches=8
 expect_output "cuts the model into 8 stages, more than [model] n_layers = 4"
 expect_exit 0 "$troupe" validate --set topology.devices=2 --set model.balance='"bias"'
-expect_exit 3 "$troupe" validate --set topology.optimizer_shards=2 --set checkpoint.resume='"x"'
-expect_output "[checkpoint] resume = \"x\": not supported yet"
+# Resume runs on the runtime too (the checkpoint itself is read by run).
+expect_exit 0 "$troupe" validate --set topology.optimizer_shards=2 --set checkpoint.resume='"x"'
 expect_exit 0 "$troupe" validate --set topology.devices=2 --set topology.stages=2 --set topology.schedule='"1f1b"'
 # log.trace needs the runtime: a single-device sequential spec says so on the key.
 expect_exit 3 "$troupe" validate --set log.trace="$work/t.json"
@@ -229,6 +229,28 @@ for f in params.f32.zst adam_m.f32.zst adam_v.f32.zst; do
   [ -s "$work/xpipe/checkpoint/$f" ] || fail "no $f in the expert-parallel run's checkpoint"
   cmp -s "$work/xpipe/checkpoint/$f" "$work/xfaults/checkpoint/$f" || fail "$f after an expert-shard kill differs from the run without faults"
 done
+# Resume on the runtime: the expert-parallel run above, stopped after 2 steps
+# and continued to 4 by a new process from its checkpoint, saves the same
+# parameters (exported safetensors) and AdamW moments bit for bit, and logs
+# the same step-4 metrics. A missing checkpoint is exit 4, naming it.
+expect_exit 0 "$troupe" run "${untied[@]}" "${xargs_[@]}" --set run.steps=2 --set run.out_dir="$work/xhalf"
+expect_exit 0 "$troupe" run "${untied[@]}" "${xargs_[@]}" --set run.out_dir="$work/xrest" \
+  --set checkpoint.resume="$work/xhalf/checkpoint"
+expect_output "step 4/4"
+for run in xpipe xrest; do
+  expect_exit 0 "$troupe" export "${untied[@]}" "${xargs_[@]}" --set run.out_dir="$work/$run" --format safetensors \
+    --output "$work/$run.safetensors"
+done
+cmp -s "$work/xpipe.safetensors" "$work/xrest.safetensors" || fail "runtime: 4 steps straight differ from 2 + resume 2"
+for f in adam_m.f32.zst adam_v.f32.zst; do
+  cmp -s "$work/xpipe/checkpoint/$f" "$work/xrest/checkpoint/$f" || fail "runtime: $f differs after resume"
+done
+last_x=$(grep '"type":"step","step":4,' "$work/xpipe/metrics.jsonl" | sed 's/"step_seconds".*//')
+last_r=$(grep '"type":"step","step":4,' "$work/xrest/metrics.jsonl" | sed 's/"step_seconds".*//')
+[ -n "$last_x" ] && [ "$last_x" = "$last_r" ] || fail "runtime: step 4 metrics differ after resume:\n$last_x\n$last_r"
+expect_exit 4 "$troupe" run "${untied[@]}" "${xargs_[@]}" --set run.out_dir="$work/xnone" \
+  --set checkpoint.resume="$work/nowhere"
+expect_output "$work/nowhere"
 printf '[[faults]]\nat_step = 1\ntarget = "stage:3"\n' > "$work/badfault.toml"
 expect_exit 3 "$troupe" validate "$work/badfault.toml" --set topology.devices=2 --set topology.stages=2 --set topology.schedule='"1f1b"'
 expect_output "$work/badfault.toml:3:1: error: [[faults]] target = \"stage:3\" does not exist"

@@ -40,3 +40,11 @@ if(TARGET troupe_runtime)
     TIMEOUT 120
     LABELS runtime)
 endif()
+if(TARGET troupe_runtime)
+  # Resume from a checkpoint on the runtime (and across runtime and Trainer).
+  troupe_add_gtest(runtime_resume_tests
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/runtime_resume_test.cpp
+    LIBS troupe_runtime
+    TIMEOUT 120
+    LABELS runtime)
+endif()

@@ -7,6 +7,8 @@
 #   spread over both processes, on 2 processes: the checkpoint (parameters, AdamW
 #   moments, manifest) is byte-identical to the single-process run of the same
 #   spec, and so are every step's loss, aux loss, grad norm and the validation loss;
+# - a DualPipe expert run resumed from its step-2 checkpoint on 2 processes
+#   ends with the one-process run's checkpoint, byte for byte;
 # - a process that SIGKILLs itself at step 3 (test hook TROUPE_TEST_FAULT),
 #   and one that hangs (SIGSTOP): process 0 names the lost process and its
 #   actors and the run ends non-zero, well before the backstop timeout;
@@ -74,6 +76,19 @@ same_run experts2 --set topology.devices=2 --set topology.stages=2 --set topolog
   --set topology.microbatches=2 --set topology.expert_shards=2 --set model.tie_embeddings=false
 same_run experts4 --set topology.devices=2 --set topology.stages=2 --set topology.schedule='"dualpipe"' \
   --set topology.microbatches=4 --set topology.optimizer_shards=2 --set topology.expert_shards=4
+# Resume across processes: 2 processes run 2 steps of the DualPipe expert
+# run, then 2 processes (each reading the checkpoint itself) resume it to 4:
+# the checkpoint equals the uninterrupted one-process run's byte for byte.
+x4=(--set topology.devices=2 --set topology.stages=2 --set topology.schedule='"dualpipe"' --set topology.microbatches=4
+    --set topology.optimizer_shards=2 --set topology.expert_shards=4 --set topology.processes=2)
+out=$(timeout 120 "${mpi[@]}" -np 2 "$troupe" run "${tiny[@]}" "${x4[@]}" --set run.steps=2 \
+      --set run.out_dir="$work/xr-half" 2>&1) || fail "resume: 2-process half run failed:\n$out"
+out=$(timeout 120 "${mpi[@]}" -np 2 "$troupe" run "${tiny[@]}" "${x4[@]}" --set checkpoint.resume="$work/xr-half/checkpoint" \
+      --set run.out_dir="$work/xr-rest" 2>&1) || fail "resume: 2-process resumed run failed:\n$out"
+expect_output "step 4/4"
+for f in params.f32.zst adam_m.f32.zst adam_v.f32.zst manifest.bin; do
+  cmp -s "$work/experts4-1/checkpoint/$f" "$work/xr-rest/checkpoint/$f" || fail "resume across processes: $f differs"
+done
 
 pipe=(--set topology.devices=2 --set topology.stages=2 --set topology.schedule='"1f1b"' --set topology.microbatches=2
       --set topology.processes=2 --set run.steps=6)
