@@ -54,7 +54,7 @@ expect_exit 0 "$troupe" validate --set topology.devices=2 --set model.balance='"
 expect_exit 0 "$troupe" validate --set topology.optimizer_shards=2 --set checkpoint.resume='"x"'
 expect_exit 0 "$troupe" validate --set topology.devices=2 --set topology.stages=2 --set topology.schedule='"1f1b"'
 # log.trace needs the runtime: a single-device sequential spec says so on the key.
-expect_exit 3 "$troupe" validate --set log.trace="$work/t.json"
+expect_exit 3 "$troupe" validate --set topology.devices=1 --set topology.stages=1 --set 'topology.schedule="sequential"' --set topology.microbatches=1 --set topology.expert_shards=1 --set topology.optimizer_shards=1 --set log.trace="$work/t.json"
 expect_output "[log] trace = \"$work/t.json\": needs the actor runtime"
 
 # validate prints the resolved topology.
@@ -70,7 +70,12 @@ expect_output '| `model.d_model` | integer | `128` |'
 # A real (tiny) training run through the CLI, then eval, sample, export, import.
 tiny=(--set model.d_model=32 --set model.n_layers=2 --set model.n_heads=2 --set model.expert_hidden=32
       --set model.seq_len=32 --set data.batch_size=4 --set data.eval_problems=20 --set run.eval_batches=1
-      --set log.progress=plain)
+      --set log.progress=plain
+      # The built-in default is expert-parallel DualPipe on 2 devices; these checks
+      # start from the single-device topology and set what they test.
+      --set topology.devices=1 --set topology.stages=1 --set 'topology.schedule="sequential"'
+      --set topology.microbatches=1 --set topology.expert_shards=1 --set topology.optimizer_shards=1
+      --set topology.threads_per_device=2)
 expect_exit 0 "$troupe" run "${tiny[@]}" --set run.steps=6 --set run.out_dir="$work/a"
 expect_output "step 6/6"
 expect_output "exact-match"
