@@ -23,6 +23,7 @@
 #include <gtest/gtest.h>
 
 #include "actors/runtime.hpp"
+#include "tests/runtime_test_options.hpp"
 #include "model/params.hpp"
 #include "model/trainer.hpp"
 #include "model/weights.hpp"
@@ -31,29 +32,11 @@ namespace troupe::test {
 namespace {
 
 runtime::RuntimeOptions base_options() {
-  runtime::RuntimeOptions o;
-  auto& t = o.train;
-  t.model.vocab_size = 16;
-  t.model.d_model = 16;
-  t.model.n_layers = 4;
-  t.model.n_heads = 2;
-  t.model.seq_len = 16;
-  t.model.ffn = "moe";
-  t.model.n_experts = 4;
-  t.model.top_k = 2;
-  t.model.expert_hidden = 8;
-  t.model.shared_experts = 1;
-  t.model.capacity_factor = 1.0;  // drops some assignments: capacity must match exactly
-  t.model.tie_embeddings = false;
-  t.data.source = "addition";
-  t.data.digits = 2;
-  t.data.batch_size = 8;
-  t.microbatches = 4;
-  t.steps = 3;
-  t.optim.warmup_steps = 1;
-  t.optim.grad_clip = 0.5;
-  t.eval_every = 0;
-  t.seed = 5;
+  runtime::RuntimeOptions o = tiny_moe_options(5, 3);
+  auto& m = o.train.model;
+  m.shared_experts = 1;
+  m.capacity_factor = 1.0;  // drops some assignments: capacity must match exactly
+  m.tie_embeddings = false;
   return o;
 }
 

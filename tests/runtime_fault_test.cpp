@@ -14,31 +14,13 @@
 #include <gtest/gtest.h>
 
 #include "actors/runtime.hpp"
+#include "tests/runtime_test_options.hpp"
 
 namespace troupe::test {
 namespace {
 
 runtime::RuntimeOptions options(const std::string& schedule, uint64_t seed) {
-  runtime::RuntimeOptions o;
-  auto& t = o.train;
-  t.model.vocab_size = 16;
-  t.model.d_model = 16;
-  t.model.n_layers = 4;
-  t.model.n_heads = 2;
-  t.model.seq_len = 16;
-  t.model.ffn = "moe";
-  t.model.n_experts = 4;
-  t.model.top_k = 2;
-  t.model.expert_hidden = 8;
-  t.data.source = "addition";
-  t.data.digits = 2;
-  t.data.batch_size = 8;
-  t.microbatches = 4;
-  t.steps = 3;
-  t.optim.warmup_steps = 1;
-  t.optim.grad_clip = 0.5;
-  t.eval_every = 0;
-  t.seed = seed;
+  runtime::RuntimeOptions o = tiny_moe_options(seed, 3);
   o.schedule = schedule;
   o.stages = 2;
   o.devices = 2;

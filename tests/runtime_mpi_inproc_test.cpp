@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "actors/runtime.hpp"
+#include "tests/runtime_test_options.hpp"
 #include "actors/runtime_cluster.hpp"
 
 namespace troupe::test {
@@ -80,25 +81,9 @@ class FakeComm final : public runtime::ClusterComm {
 };
 
 runtime::RuntimeOptions options(const std::string& schedule, int microbatches) {
-  runtime::RuntimeOptions o;
-  auto& t = o.train;
-  t.model.vocab_size = 16;
-  t.model.d_model = 16;
-  t.model.n_layers = 4;
-  t.model.n_heads = 2;
-  t.model.seq_len = 16;
-  t.model.ffn = "moe";
-  t.model.n_experts = 4;
-  t.model.top_k = 2;
-  t.model.expert_hidden = 8;
-  t.data.source = "addition";
-  t.data.digits = 2;
-  t.data.batch_size = 8;
-  t.microbatches = microbatches;
-  t.steps = 3;
-  t.optim.warmup_steps = 1;
-  t.eval_every = 0;
-  t.seed = 5;
+  runtime::RuntimeOptions o = tiny_moe_options(5, 3);
+  o.train.microbatches = microbatches;
+  o.train.optim.grad_clip = model::OptimConfig{}.grad_clip;  // this test runs the default clipping
   o.schedule = schedule;
   o.stages = 2;
   o.devices = 2;

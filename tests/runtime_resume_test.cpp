@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include "actors/runtime.hpp"
+#include "tests/runtime_test_options.hpp"
 #include "model/checkpoint.hpp"
 #include "model/params.hpp"
 #include "model/trainer.hpp"
@@ -24,27 +25,8 @@ namespace troupe::test {
 namespace {
 
 runtime::RuntimeOptions base_options() {
-  runtime::RuntimeOptions o;
-  auto& t = o.train;
-  t.model.vocab_size = 16;
-  t.model.d_model = 16;
-  t.model.n_layers = 4;
-  t.model.n_heads = 2;
-  t.model.seq_len = 16;
-  t.model.ffn = "moe";
-  t.model.n_experts = 4;
-  t.model.top_k = 2;
-  t.model.expert_hidden = 8;
-  t.model.tie_embeddings = false;
-  t.data.source = "addition";
-  t.data.digits = 2;
-  t.data.batch_size = 8;
-  t.microbatches = 4;
-  t.steps = 4;
-  t.optim.warmup_steps = 1;
-  t.optim.grad_clip = 0.5;  // small, so the clipping path runs
-  t.eval_every = 0;
-  t.seed = 13;
+  runtime::RuntimeOptions o = tiny_moe_options(13, 4);
+  o.train.model.tie_embeddings = false;
   return o;
 }
 

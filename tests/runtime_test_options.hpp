@@ -1,0 +1,36 @@
+// The tiny MoE topology-free run the runtime tests start from (4 layers, 4
+// experts top-2, addition task, 4 micro-batches of 2 sequences, clipping on):
+// each test sets the topology and whatever it varies on top of it.
+#pragma once
+
+#include <cstdint>
+
+#include "actors/runtime.hpp"
+
+namespace troupe::test {
+
+inline runtime::RuntimeOptions tiny_moe_options(uint64_t seed, int64_t steps) {
+  runtime::RuntimeOptions o;
+  auto& t = o.train;
+  t.model.vocab_size = 16;
+  t.model.d_model = 16;
+  t.model.n_layers = 4;
+  t.model.n_heads = 2;
+  t.model.seq_len = 16;
+  t.model.ffn = "moe";
+  t.model.n_experts = 4;
+  t.model.top_k = 2;
+  t.model.expert_hidden = 8;
+  t.data.source = "addition";
+  t.data.digits = 2;
+  t.data.batch_size = 8;
+  t.microbatches = 4;
+  t.steps = steps;
+  t.optim.warmup_steps = 1;
+  t.optim.grad_clip = 0.5;  // small, so the clipping path runs
+  t.eval_every = 0;
+  t.seed = seed;
+  return o;
+}
+
+}  // namespace troupe::test
