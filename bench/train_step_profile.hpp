@@ -64,6 +64,10 @@ class ProfilingBackend final : public kernels::Backend {
   void attention_forward(const T& o, const T& l, const T& q, const T& k, const T& v, float s) override {
     time("attention_fwd", [&] { in_->attention_forward(o, l, q, k, v, s); });
   }
+  void attention_cached(const T& o, const T& q, const T& kc, const T& vc, std::span<const int32_t> pos,
+                        float s) override {
+    time("attention_cached", [&] { in_->attention_cached(o, q, kc, vc, pos, s); });
+  }
   void attention_backward(const T& dq, const T& dk, const T& dv, const T& d, const T& q, const T& k,
                           const T& v, const T& o, const T& l, float s) override {
     time("attention_bwd", [&] { in_->attention_backward(dq, dk, dv, d, q, k, v, o, l, s); });

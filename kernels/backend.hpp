@@ -118,6 +118,18 @@ class Backend {
                                   const Tensor& v, const Tensor& out, const Tensor& lse,
                                   float scale) = 0;
 
+  // ---- attention over a KV cache (incremental decoding) ------------------------
+  // q, out: [B,S,H,hd], S new tokens per sequence; k_cache, v_cache: [B,C,H,hd],
+  // C cached positions per sequence, already holding this step's keys/values.
+  // Query s of sequence b sits at position pos[b] + s and attends keys
+  // 0..pos[b]+s of its own cache row (causal), so sequences of different
+  // lengths share one call; needs 0 <= pos[b] and pos[b] + S <= C (positions
+  // are host values: the decoder knows them). Forward only: decoding runs no
+  // backward, training uses attention_forward.
+  virtual void attention_cached(const Tensor& out, const Tensor& q, const Tensor& k_cache,
+                                const Tensor& v_cache, std::span<const int32_t> pos,
+                                float scale) = 0;
+
   // ---- activations ------------------------------------------------------------
   virtual void silu_forward(const Tensor& out, const Tensor& x) = 0;
   virtual void silu_backward(const Tensor& dx, const Tensor& dout, const Tensor& x) = 0;

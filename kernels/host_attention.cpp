@@ -107,3 +107,42 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
 }
 
 }  // namespace troupe::kernels::host
+
+namespace troupe::kernels::host {
+
+// Decoding attends one or a few queries per sequence to at most C cached keys:
+// plain loops (one dot product per key, an exact softmax, a weighted sum of
+// value rows), vectorized along hd and the keys, no GEMM set-up per head.
+TROUPE_HOST_SIMD
+void attention_cached(float* out, const float* q, const float* k_cache, const float* v_cache,
+                      const int32_t* pos, int64_t B, int64_t S, int64_t C, int64_t H, int64_t hd,
+                      float scale) {
+  const int64_t ld = H * hd;
+  std::vector<float> p(static_cast<size_t>(C));
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t s = 0; s < S; ++s) {
+      const int64_t visible = static_cast<int64_t>(pos[b]) + s + 1;  // keys 0..pos+s
+      for (int64_t h = 0; h < H; ++h) {
+        const float* qr = q + (b * S + s) * ld + h * hd;
+        const float* kb = k_cache + b * C * ld + h * hd;
+        const float* vb = v_cache + b * C * ld + h * hd;
+        for (int64_t j = 0; j < visible; ++j) {
+          const float* kr = kb + j * ld;
+          p[j] = scale * lane_sum(hd, [&](int64_t d) { return qr[d] * kr[d]; });
+        }
+        const float mx = lane_max(p.data(), visible);
+        for (int64_t j = 0; j < visible; ++j) p[j] = fast_exp(p[j] - mx);
+        const float inv = 1.0f / lane_sum(visible, [&](int64_t j) { return p[j]; });
+        float* orow = out + (b * S + s) * ld + h * hd;
+        std::fill(orow, orow + hd, 0.0f);
+        for (int64_t j = 0; j < visible; ++j) {
+          const float pj = p[j] * inv;
+          const float* vr = vb + j * ld;
+          for (int64_t d = 0; d < hd; ++d) orow[d] += pj * vr[d];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace troupe::kernels::host

@@ -347,6 +347,22 @@ class HostBackend final : public Backend {
                              F(op, "lse", lse), s.B, s.S, s.H, s.hd, scale);
   }
 
+  void attention_cached(const Tensor& out, const Tensor& q, const Tensor& k_cache,
+                        const Tensor& v_cache, std::span<const int32_t> pos, float scale) override {
+    const char* op = "attention_cached";
+    const Heads s = heads(op, "q", q);
+    expect_shape(op, "out", out, q, "q");
+    const Heads c = heads(op, "k_cache", k_cache);
+    expect_shape(op, "v_cache", v_cache, k_cache, "k_cache");
+    if (c.B != s.B || c.H != s.H || c.hd != s.hd)
+      fail(op, "k_cache " + desc(k_cache) + " must be [B,C,H,hd] with B, H, hd of q " + desc(q));
+    if (static_cast<int64_t>(pos.size()) != s.B)
+      fail(op, "pos has " + std::to_string(pos.size()) + " entries, expected B = " + std::to_string(s.B));
+    check_indices(op, "pos", pos.data(), s.B, 0, c.S - s.S + 1);
+    host::attention_cached(F(op, "out", out), F(op, "q", q), F(op, "k_cache", k_cache),
+                           F(op, "v_cache", v_cache), pos.data(), s.B, s.S, c.S, s.H, s.hd, scale);
+  }
+
   // ---- activations ----
   void silu_forward(const Tensor& out, const Tensor& x) override {
     expect_numel("silu_forward", "out", out, x.numel(), "numel of x");

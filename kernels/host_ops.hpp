@@ -89,6 +89,12 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                         const float* k, const float* v, const float* out, const float* lse,
                         int64_t B, int64_t S, int64_t H, int64_t hd, float scale);
 
+// q, out: [B,S,H,hd]; k_cache, v_cache: [B,C,H,hd]; query s of sequence b attends
+// cache keys 0..pos[b]+s (pos[b] + S <= C, checked by the caller).
+void attention_cached(float* out, const float* q, const float* k_cache, const float* v_cache,
+                      const int32_t* pos, int64_t B, int64_t S, int64_t C, int64_t H, int64_t hd,
+                      float scale);
+
 // ---- layers (host_layers.cpp) ---------------------------------------------------------
 void embedding_forward(float* out, const float* table, const int32_t* ids, int64_t T, int64_t D);
 void embedding_backward(float* dtable, const float* dout, const int32_t* ids, int64_t T, int64_t D);

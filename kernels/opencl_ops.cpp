@@ -312,6 +312,48 @@ void OpenClBackend::attention_backward(const Tensor& dq, const Tensor& dk, const
       .items(rows);
 }
 
+void OpenClBackend::attention_cached(const Tensor& out, const Tensor& q, const Tensor& k_cache,
+                                     const Tensor& v_cache, std::span<const int32_t> pos,
+                                     float scale) {
+  const char* op = "attention_cached";
+  int64_t B, S, H, hd;
+  attention_shape(q, op, &B, &S, &H, &hd);
+  cl_need_f32(out, op, "out");
+  cl_need(out.shape() == q.shape(), op,
+          "out " + shape_str(out.shape()) + " must match q " + shape_str(q.shape()));
+  for (auto [t, name] : {std::pair{&k_cache, "k_cache"}, {&v_cache, "v_cache"}}) {
+    cl_need_f32(*t, op, name);
+    cl_need(t->rank() == 4 && t->dim(0) == B && t->dim(2) == H && t->dim(3) == hd, op,
+            std::string(name) + " " + shape_str(t->shape()) +
+                " must be [B,C,H,hd] with B, H, hd of q " + shape_str(q.shape()));
+  }
+  cl_need(k_cache.shape() == v_cache.shape(), op, "v_cache must have the shape of k_cache");
+  const int64_t C = k_cache.dim(1);
+  cl_need_int(k_cache.numel(), op, "cache numel");
+  cl_need(static_cast<int64_t>(pos.size()) == B, op,
+          "pos has " + std::to_string(pos.size()) + " entries, expected B = " + std::to_string(B));
+  for (size_t b = 0; b < pos.size(); ++b)
+    cl_need(pos[b] >= 0 && pos[b] + S <= C, op,
+            "pos[" + std::to_string(b) + "] = " + std::to_string(pos[b]) + " is out of range [0, " +
+                std::to_string(C - S + 1) + ")");
+  if (B * S * H == 0) return;
+  Tensor pt = empty({B}, DType::i32);
+  upload(pt, pos.data(), pos.size() * sizeof(int32_t));
+  ClLaunch(*this, "attention_cached", op)
+      .t(out)
+      .t(q)
+      .t(k_cache)
+      .t(v_cache)
+      .t(pt)
+      .i(B)
+      .i(S)
+      .i(C)
+      .i(H)
+      .i(hd)
+      .f(scale)
+      .items(B * S * H);
+}
+
 // ---- activations --------------------------------------------------------------------------------
 
 void OpenClBackend::silu_forward(const Tensor& out, const Tensor& x) {

@@ -26,6 +26,15 @@ void Decoder::backward(const ModelWeights& w, const ModelWeights& g, double loss
   stage_.backward(0, w, g, {}, loss_scale, aux_scale);
 }
 
+void Decoder::backward_logits(const ModelWeights& w, const ModelWeights& g,
+                              std::span<const float> dlogits, double aux_scale) {
+  if (static_cast<int64_t>(dlogits.size()) != tokens() * cfg_.vocab_size)
+    throw std::invalid_argument("Decoder::backward_logits: expected " +
+                                std::to_string(tokens() * cfg_.vocab_size) + " floats, got " +
+                                std::to_string(dlogits.size()));
+  stage_.backward(0, w, g, dlogits, 0.0, aux_scale);
+}
+
 double train_flops_per_token(const ModelConfig& c) {
   const double D = static_cast<double>(c.d_model), V = static_cast<double>(c.vocab_size);
   const double S = static_cast<double>(c.seq_len);

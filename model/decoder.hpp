@@ -40,6 +40,12 @@ class Decoder {
   void backward(const ModelWeights& w, const ModelWeights& grads, double loss_scale,
                 double aux_scale);
 
+  // Backward of a custom loss head on the logits plus aux_scale * aux_loss:
+  // dlogits [T*V] is d total / d logits of the last forward; gradients
+  // ACCUMULATE into `grads`.
+  void backward_logits(const ModelWeights& w, const ModelWeights& grads,
+                       std::span<const float> dlogits, double aux_scale);
+
   // Logits [T,V] of the last forward.
   const kernels::Tensor& logits() const { return stage_.logits(0); }
   // Assignments routed to each expert, per MoE layer, in the last forward

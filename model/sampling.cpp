@@ -125,4 +125,24 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingOptions& 
   return last;  // u landed in the rounding slack above the final cumulative sum
 }
 
+double token_logprob(const float* logits, int64_t vocab, int32_t token, double temperature,
+                     double* entropy) {
+  const double mx = check_logits(logits, vocab);
+  if (token < 0 || token >= vocab)
+    throw std::invalid_argument("token_logprob: token " + std::to_string(token) +
+                                " outside the vocabulary of " + std::to_string(vocab));
+  const double inv_t = temperature > 0.0 ? 1.0 / temperature : 1.0;
+  // z_i = (l_i - max) / T; log p_i = z_i - log sum exp z; H = lse - sum p_i z_i.
+  double sum = 0.0, pz = 0.0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    const double z = (static_cast<double>(logits[i]) - mx) * inv_t;
+    const double e = std::exp(z);
+    sum += e;
+    if (e > 0.0) pz += e * z;
+  }
+  const double lse = std::log(sum);
+  if (entropy) *entropy = lse - pz / sum;
+  return (static_cast<double>(logits[token]) - mx) * inv_t - lse;
+}
+
 }  // namespace troupe::model

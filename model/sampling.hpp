@@ -42,4 +42,12 @@ int32_t sample_token(const float* logits, int64_t vocab, const SamplingOptions& 
 // Tokens are ranked by probability, ties by lower index.
 void sampling_probs(double* probs, const float* logits, int64_t vocab, const SamplingOptions& opt);
 
+// log softmax(logits / T)[token] in float64, T = temperature (T <= 0, greedy,
+// counts as T = 1). No top-k/top-p truncation: this is the log-prob that a
+// policy-gradient loss recomputes at the same temperature (model/policy_head.hpp),
+// so generation and training agree on it. With `entropy`, also writes the
+// entropy of softmax(logits / T). Throws like sampling_probs on bad logits.
+double token_logprob(const float* logits, int64_t vocab, int32_t token, double temperature,
+                     double* entropy = nullptr);
+
 }  // namespace troupe::model

@@ -312,6 +312,10 @@ const MoeExchange* Stage::begin_backward(int64_t si, const ModelWeights& w, cons
     throw std::invalid_argument("Stage::backward: expected an output gradient of " +
                                 std::to_string(T_ * D_) + " floats, got " +
                                 std::to_string(dout.size()));
+  if (last_ && !dout.empty() && static_cast<int64_t>(dout.size()) != T_ * V_)
+    throw std::invalid_argument("Stage::backward: expected no gradient or a logits gradient of " +
+                                std::to_string(T_ * V_) + " floats, got " +
+                                std::to_string(dout.size()));
   start(s, Cursor::backward);
   s.cur.layer = s.layers.size();
   s.cur.aux_scale = aux_scale;
@@ -319,9 +323,14 @@ const MoeExchange* Stage::begin_backward(int64_t si, const ModelWeights& w, cons
   // dres_ carries d loss / d residual stream down the layers; every branch
   // adds its input gradient into it.
   if (last_) {
-    // LM head and final norm.
-    be_.fill(dlogits_, 0.0f);
-    be_.cross_entropy_backward(dlogits_, s.logits, s.targets, -1, static_cast<float>(loss_scale));
+    // LM head and final norm. A custom loss head hands d total / d logits in;
+    // else it is the cross-entropy's.
+    if (!dout.empty()) {
+      be_.upload_f32(dlogits_, dout);
+    } else {
+      be_.fill(dlogits_, 0.0f);
+      be_.cross_entropy_backward(dlogits_, s.logits, s.targets, -1, static_cast<float>(loss_scale));
+    }
     be_.gemm(false, false, T, D, V_, 1.0f, dlogits_, w.lm_head, 0.0f, dxn_);
     be_.gemm(true, false, V_, D, T, 1.0f, dlogits_, s.xf, 1.0f, g.lm_head);
     be_.fill(dres_, 0.0f);

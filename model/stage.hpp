@@ -99,8 +99,9 @@ class Stage {
   void read_output(int64_t slot, std::span<float> out) const;
 
   // Backward of the slot's forward. Last stage: of loss_scale * loss_sum +
-  // aux_scale * aux (dout empty); other stages: dout [T*D] is d total / d
-  // output. Parameter gradients ACCUMULATE into `grads` (views of the flat
+  // aux_scale * aux (dout empty), or, for a custom loss head (the policy
+  // gradient, model/policy_head.hpp), dout [T*V] is d total / d logits and
+  // loss_scale is unused; other stages: dout [T*D] is d total / d output. Parameter gradients ACCUMULATE into `grads` (views of the flat
   // gradient buffer; only this stage's entries are touched).
   void backward(int64_t slot, const ModelWeights& w, const ModelWeights& grads,
                 std::span<const float> dout, double loss_scale, double aux_scale);

@@ -109,6 +109,73 @@ TEST_P(KernelsAttention, RejectsMismatchedShapes) {
                std::invalid_argument);
 }
 
+// Cached attention: S new queries per sequence at per-sequence positions
+// against a cache of C rows (rows past pos+S hold junk that must never be read).
+struct CachedCase {
+  int64_t B, S, C, H, hd;
+  std::vector<int32_t> pos;
+};
+
+TEST_P(KernelsAttention, CachedForward) {
+  const CachedCase cases[] = {{1, 1, 1, 1, 2, {0}},
+                              {3, 1, 9, 2, 4, {0, 8, 3}},
+                              {2, 4, 12, 3, 6, {5, 0}},
+                              {4, 1, 70, 2, 16, {69, 1, 33, 0}},
+                              {2, 3, 20, 4, 32, {17, 9}}};
+  Rng rng(22);
+  for (const CachedCase& c : cases) {
+    SCOPED_TRACE("B=" + std::to_string(c.B) + " S=" + std::to_string(c.S) + " C=" +
+                 std::to_string(c.C));
+    const Shape qs{c.B, c.S, c.H, c.hd}, cs{c.B, c.C, c.H, c.hd};
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+    const auto q = rng.f32(shape_numel(qs), -2, 2);
+    const auto kc = rng.f32(shape_numel(cs), -2, 2), vc = rng.f32(shape_numel(cs));
+    const V want = ref::attention_cached_fwd(to_double(q), to_double(kc), to_double(vc), c.pos,
+                                             c.B, c.S, c.C, c.H, c.hd, scale);
+    check_op(
+        be(),
+        [&](Arena& a) -> Outputs {
+          Tensor o = a.out(qs);
+          a.be().attention_cached(o, a.in(qs, q), a.in(cs, kc), a.in(cs, vc), c.pos, scale);
+          return {{"out", a.get(o)}};
+        },
+        {want}, kFwd);
+  }
+}
+
+// With the whole sequence as new queries at position 0, cached attention is
+// causal attention: the decoder's prefill and training paths agree.
+TEST_P(KernelsAttention, CachedEqualsCausalOnFullSequence) {
+  Rng rng(23);
+  const int64_t B = 2, S = 11, H = 2, hd = 8;
+  const Shape shape{B, S, H, hd};
+  const int64_t n = shape_numel(shape);
+  const auto q = rng.f32(n, -2, 2), k = rng.f32(n, -2, 2), v = rng.f32(n);
+  Backend& b = be();
+  Tensor tq = b.from_f32(shape, q), tk = b.from_f32(shape, k), tv = b.from_f32(shape, v);
+  Tensor o1 = b.zeros(shape), o2 = b.zeros(shape), lse = b.zeros({B, H, S});
+  b.attention_forward(o1, lse, tq, tk, tv, 0.3f);
+  const std::vector<int32_t> pos{0, 0};
+  b.attention_cached(o2, tq, tk, tv, pos, 0.3f);
+  const auto a1 = b.download_f32(o1), a2 = b.download_f32(o2);
+  EXPECT_TRUE(near(a2, to_double(a1), Tol{1e-6, 1e-5}));
+}
+
+TEST_P(KernelsAttention, CachedRejectsBadPositionsAndShapes) {
+  Backend& b = be();
+  Tensor q = b.zeros({2, 2, 2, 4}), out = b.zeros({2, 2, 2, 4});
+  Tensor kc = b.zeros({2, 5, 2, 4}), vc = b.zeros({2, 5, 2, 4});
+  const std::vector<int32_t> ok{3, 0}, past_end{4, 0}, negative{0, -1}, short_pos{0};
+  EXPECT_NO_THROW(b.attention_cached(out, q, kc, vc, ok, 0.5f));
+  EXPECT_THROW(b.attention_cached(out, q, kc, vc, past_end, 0.5f), std::invalid_argument);
+  EXPECT_THROW(b.attention_cached(out, q, kc, vc, negative, 0.5f), std::invalid_argument);
+  EXPECT_THROW(b.attention_cached(out, q, kc, vc, short_pos, 0.5f), std::invalid_argument);
+  EXPECT_THROW(b.attention_cached(out, q, b.zeros({2, 5, 1, 4}), vc, ok, 0.5f),
+               std::invalid_argument);
+  EXPECT_THROW(b.attention_cached(out, q, kc, b.zeros({2, 6, 2, 4}), ok, 0.5f),
+               std::invalid_argument);
+}
+
 TROUPE_INSTANTIATE_BACKENDS(KernelsAttention);
 
 }  // namespace

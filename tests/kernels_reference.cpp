@@ -143,6 +143,35 @@ void attention_fwd(V& out, V& lse, const V& q, const V& k, const V& v, int64_t B
     }
 }
 
+V attention_cached_fwd(const V& q, const V& k_cache, const V& v_cache,
+                       const std::vector<int32_t>& pos, int64_t B, int64_t S, int64_t C,
+                       int64_t H, int64_t hd, double scale) {
+  V out(q.size(), 0.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t s = 0; s < S; ++s)
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t qrow = ((b * S + s) * H + h) * hd;
+        const int64_t n = pos[static_cast<size_t>(b)] + s + 1;
+        V sc(static_cast<size_t>(n));
+        double mx = -1e300;
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t krow = ((b * C + j) * H + h) * hd;
+          double dot = 0.0;
+          for (int64_t d = 0; d < hd; ++d) dot += q[qrow + d] * k_cache[krow + d];
+          sc[j] = scale * dot;
+          mx = std::max(mx, sc[j]);
+        }
+        double z = 0.0;
+        for (int64_t j = 0; j < n; ++j) z += std::exp(sc[j] - mx);
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t vrow = ((b * C + j) * H + h) * hd;
+          const double p = std::exp(sc[j] - mx) / z;
+          for (int64_t d = 0; d < hd; ++d) out[qrow + d] += p * v_cache[vrow + d];
+        }
+      }
+  return out;
+}
+
 void attention_bwd(V& dq, V& dk, V& dv, const V& dout, const V& q, const V& k, const V& v,
                    int64_t B, int64_t S, int64_t H, int64_t hd, double scale) {
   dq.assign(q.size(), 0.0);

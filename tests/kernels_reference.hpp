@@ -38,6 +38,11 @@ void attention_fwd(V& out, V& lse, const V& q, const V& k, const V& v, int64_t B
 void attention_bwd(V& dq, V& dk, V& dv, const V& dout, const V& q, const V& k, const V& v,
                    int64_t B, int64_t S, int64_t H, int64_t hd, double scale);
 
+// ---- attention over a KV cache: q/out [B,S,H,hd], caches [B,C,H,hd], pos [B] ----
+V attention_cached_fwd(const V& q, const V& k_cache, const V& v_cache,
+                       const std::vector<int32_t>& pos, int64_t B, int64_t S, int64_t C,
+                       int64_t H, int64_t hd, double scale);
+
 // ---- activations ----
 V silu_fwd(const V& x);
 V silu_bwd(const V& dout, const V& x);

@@ -21,3 +21,16 @@ if(TARGET troupe_moe)
     LIBS troupe_moe
     LABELS moe)
 endif()
+if(TARGET troupe_model)
+  # KV-cache decoding and batched sampling against the full recompute.
+  troupe_add_gtest(model_kv_tests
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_kv_test.cpp
+    LIBS troupe_model
+    LABELS model)
+  # The policy-gradient head against the float64 reference.
+  troupe_add_gtest(model_policy_head_tests
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_policy_head_test.cpp
+            ${CMAKE_CURRENT_LIST_DIR}/model_reference.cpp
+    LIBS troupe_model
+    LABELS model)
+endif()

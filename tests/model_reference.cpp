@@ -226,6 +226,7 @@ RefResult reference_forward(const model::ModelConfig& c, const model::ParamLayou
     r.loss_sum += mx + std::log(z) - logits[t * V + targets[t]];
     r.counted++;
   }
+  r.logits = std::move(logits);
   return r;
 }
 

@@ -22,6 +22,7 @@ struct RefResult {
   // selection score (inf when k == E or dense).
   double min_margin = 0.0;
   int64_t dropped = 0;
+  std::vector<double> logits;  // [T,V], for loss heads other than cross-entropy
 };
 
 // params: the flat buffer (layout of build_param_layout(config)) in double.

@@ -414,6 +414,43 @@ __kernel void attention_bwd_dkv(__global float* dk, long dko, __global float* dv
   }
 }
 
+// Attention of S new queries per sequence over a KV cache (decoding).
+// q, out: [B,S,H,hd]; kc, vc: [B,C,H,hd]; pos: [B]. Query s of sequence b
+// attends cache keys 0..pos[b]+s. One work-item per (b,s,h) query row, online
+// softmax as in attention_fwd.
+__kernel void attention_cached(__global float* out, long oo, __global const float* q, long qo,
+                               __global const float* kc, long ko, __global const float* vc,
+                               long vo, __global const int* pos, long po, int B, int S, int C,
+                               int H, int hd, float scale) {
+  const size_t g = get_global_id(0);
+  if (g >= (size_t)B * S * H) return;
+  const int h = g % H;
+  const int bs = g / H;
+  const int s = bs % S, b = bs / S;
+  __global const float* qr = q + qo + (long)g * hd;  // [B,S,H,hd] row (b,s,h)
+  const int visible = pos[po + b] + s + 1;
+  float acc[MAX_HD];
+  for (int d = 0; d < hd; ++d) acc[d] = 0.0f;
+  float m = -INFINITY, l = 0.0f;
+  for (int j = 0; j < visible; ++j) {
+    const long row = (((long)b * C + j) * H + h) * hd;
+    __global const float* kr = kc + ko + row;
+    float sc = 0.0f;
+    for (int d = 0; d < hd; ++d) sc += qr[d] * kr[d];
+    sc *= scale;
+    const float mn = fmax(m, sc);
+    const float corr = exp(m - mn);  // 0 on the first key (m = -inf)
+    const float p = exp(sc - mn);
+    l = l * corr + p;
+    __global const float* vr = vc + vo + row;
+    for (int d = 0; d < hd; ++d) acc[d] = acc[d] * corr + p * vr[d];
+    m = mn;
+  }
+  __global float* orow = out + oo + (long)g * hd;
+  const float inv = 1.0f / l;
+  for (int d = 0; d < hd; ++d) orow[d] = acc[d] * inv;
+}
+
 // ======== activation
 // SiLU and SwiGLU, forward and (accumulating) backward. Elementwise.
 

@@ -1,0 +1,73 @@
+// Batched sampling with the KV cache, the API rollout generators use: a batch
+// of prompts of different lengths, one RNG per sequence, and per sequence the
+// new tokens, each token's log-prob and why it stopped.
+//
+// Reproducibility: sequence b draws only from rngs[b], exactly one
+// next_double() per sampled token (none when greedy), so its tokens are a
+// pure function of (weights, prompt, its seed), whatever other sequences
+// share the batch (up to GEMM rounding of the batched matmuls, which could
+// flip a draw that lands within ~1e-7 of a boundary).
+//
+// Log-probs: log softmax(logits / T)[token], the tempered distribution over
+// the FULL vocabulary, not renormalised after top-k/top-p. That is what the
+// RL loss recomputes at the same temperature (model/policy_head.hpp), so an
+// on-policy ratio is 1 up to rounding; with top_p < 1 the draw's actual
+// probability is this one divided by the kept mass. Greedy (T <= 0) records
+// log softmax(logits) (T = 1).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "kernels/backend.hpp"
+#include "model/config.hpp"
+#include "model/sampling.hpp"
+#include "model/weights.hpp"
+
+namespace troupe::model {
+
+class KvDecoder;
+
+enum class StopReason : uint8_t {
+  eos = 0,             // sampled the eos token (it is the last token)
+  max_new_tokens = 1,  // generated max_new_tokens
+  context_full = 2,    // prompt + completion reached seq_len (a training row is full)
+};
+const char* stop_reason_name(StopReason r);
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 64;
+  SamplingOptions sampling;  // temperature <= 0: greedy
+  int32_t eos = -1;          // stop after this token (< 0: never)
+};
+
+struct Completion {
+  std::vector<int32_t> tokens;  // new tokens (eos included when it stopped there)
+  std::vector<float> logprobs;  // per new token, see the top of this file
+  StopReason stop = StopReason::max_new_tokens;
+};
+
+class BatchGenerator {
+ public:
+  BatchGenerator(kernels::Backend& backend, const ModelConfig& config);
+  ~BatchGenerator();
+
+  // One completion per prompt; rngs[b] belongs to prompts[b] and advances.
+  // Every prompt must be non-empty, shorter than seq_len and inside the
+  // vocabulary (std::invalid_argument otherwise, naming the prompt).
+  std::vector<Completion> generate(const ModelWeights& w,
+                                   const std::vector<std::vector<int32_t>>& prompts,
+                                   std::span<SamplerRng> rngs, const GenerateOptions& options);
+
+ private:
+  KvDecoder& decoder_for(int64_t batch);
+  kernels::Backend& be_;
+  ModelConfig cfg_;
+  std::map<int64_t, std::unique_ptr<KvDecoder>> decoders_;  // by batch size (the cache is sized by it)
+  std::vector<float> logits_host_;
+};
+
+}  // namespace troupe::model
