@@ -18,6 +18,7 @@
 #include "actors/runtime_cluster.hpp"
 #include "launch/mpi_bootstrap.hpp"
 #include "launch/cli.hpp"
+#include "launch/commands_rl.hpp"
 #include "launch/progress.hpp"
 #include "launch/sim_plan.hpp"
 #include "launch/topology.hpp"
@@ -239,6 +240,8 @@ static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterC
     }
     // Sim devices: timings on a virtual clock, no math (launch/commands_sim.cpp).
     if (spec.topology.device_kind == "sim") return run_sim(spec, metrics);
+    // Online RL: the synchronous generate -> reward -> train loop (rl/trainer.hpp).
+    if (spec.run.mode == "rl") return run_rl(spec, metrics, style);
     ProgressObserver progress(style, spec.run.steps, spec.log.progress_every, &metrics);
     model::TrainSummary summary;
     if (uses_runtime(spec)) {

@@ -5,6 +5,7 @@
 #include "launch/cli.hpp"
 #include "launch/sim_plan.hpp"
 #include "launch/topology.hpp"
+#include "model/checkpoint.hpp"
 
 namespace troupe::launch {
 
@@ -13,8 +14,26 @@ int command_validate(const CliOptions&, const Spec& spec) {
     std::printf("%s: ok\n%s", spec.source.c_str(), format_sim_plan(spec).c_str());
     return kExitOk;
   }
+  if (spec.run.mode == "rl" && !spec.rl.init.empty()) {
+    // `run` loads it first thing: a missing or damaged init is a bad input file.
+    try {
+      model::load_checkpoint(spec.rl.init);
+    } catch (const model::CheckpointError& e) {
+      std::fprintf(stderr, "troupe: %s: [rl] init: %s\n", spec.source.c_str(), e.what());
+      return kExitBadInput;
+    }
+  }
   const Topology topo = resolve_topology(spec);
   std::printf("%s: ok\n%s", spec.source.c_str(), format_topology(spec, topo).c_str());
+  if (spec.run.mode == "rl") {
+    const auto& r = spec.rl;
+    std::printf("online RL (synchronous, one process): each step samples %lld prompts x %lld completions "
+                "(KV cache, temperature %g, top_p %g, at most %lld new tokens), scores them with the %s task's rule "
+                "verifier and trains with loss \"%s\" (%lld update(s) per batch); policy from %s\n",
+                static_cast<long long>(r.prompts_per_step), static_cast<long long>(r.group_size), r.temperature, r.top_p,
+                static_cast<long long>(r.max_new_tokens), r.task.c_str(), rl::loss_kind_name(r.policy.kind),
+                static_cast<long long>(r.updates_per_batch), r.init.empty() ? "a fresh initialisation" : r.init.c_str());
+  }
   // Say which engine runs it: a single-device sequential spec runs in the
   // single-process trainer (the same math, no actors needed).
   const bool expert_actors = spec.model.ffn == "moe" && spec.topology.expert_shards > 1;

@@ -17,8 +17,10 @@
 #include "actors/faults.hpp"
 #include "actors/schedule.hpp"
 #include "launch/spec_keys.hpp"
+#include "model/checkpoint.hpp"
 #include "model/data.hpp"
 #include "model/params.hpp"
+#include "rl/task.hpp"
 
 namespace troupe::launch {
 
@@ -65,7 +67,7 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 
 namespace {
 
-const std::vector<std::string> kSections = {"run", "model", "data", "optim", "topology", "checkpoint", "log", "sim"};
+const std::vector<std::string> kSections = {"run", "model", "data", "optim", "topology", "checkpoint", "log", "sim", "rl"};
 
 // Where a key was set: a file position, or a command-line override.
 struct Pos {
@@ -560,6 +562,85 @@ void check_cross_fields(const Spec& s, Parser& p) {
     p.error(p.where("data.path"), "[data] path is only used with source = \"text\"");
 }
 
+// [rl] becomes rl::RlConfig once, here: the loss's preset, then every key the
+// spec sets. Its own rules come from rl::check_config; the rules that involve
+// other sections follow.
+void convert_rl(Spec& s, Parser& p) {
+  const RlSection& r = s.rl_section;
+  auto v = [](int64_t x) { return std::to_string(x); };
+  rl::RlConfig c = rl::rl_preset(rl::parse_loss_kind(r.loss), r.max_new_tokens);
+  c.init = r.init;
+  c.task = r.task;
+  c.prompts_per_step = r.prompts_per_step;
+  c.group_size = r.group_size;
+  c.max_new_tokens = r.max_new_tokens;
+  c.temperature = r.temperature;
+  c.top_p = r.top_p;
+  c.updates_per_batch = r.updates_per_batch;
+  if (r.clip_low >= 0) c.policy.clip_low = r.clip_low;
+  if (r.clip_high >= 0) c.policy.clip_high = r.clip_high;
+  if (r.behaviour_weight_cap >= 0) c.policy.behaviour_weight_cap = r.behaviour_weight_cap;
+  c.policy.kl_coef = r.kl_coef;
+  if (r.advantage_std != "auto") c.advantage.scale_by_std = r.advantage_std == "on";
+  if (r.dynamic_sampling != "auto") c.advantage.drop_zero_variance = r.dynamic_sampling == "on";
+  c.verifier.partial_credit = r.partial_credit;
+  c.verifier.format_penalty = r.format_penalty;
+  s.rl = c;
+  if (s.run.mode != "rl") {
+    if (const Pos* at = p.first_set_in("rl"))
+      p.error(*at, "[rl] keys apply only to [run] mode = \"rl\" (this spec has mode = \"" + s.run.mode + "\")");
+    return;
+  }
+  for (const rl::ConfigProblem& prob : rl::check_config(c))
+    p.error(p.where("rl." + prob.key), "[rl] " + prob.key + ": " + prob.message);
+  if (s.topology.device_kind == "sim")
+    p.error(p.where("topology.device_kind"), "[run] mode = \"rl\" computes real rollouts and updates; sim devices compute "
+                                             "no math (use device_kind = \"host\" or \"opencl\")");
+  else if (uses_runtime(s))
+    p.error(p.where("run.mode"), "[run] mode = \"rl\" runs the synchronous RL loop on one device in one process for now "
+                                 "(generator and reward actors arrive with Online RL II); set [topology] devices = 1, "
+                                 "stages = 1, schedule = \"sequential\", expert_shards = 1, optimizer_shards = 1, "
+                                 "data_parallel = 1 (this spec has devices = " + v(s.topology.devices) + ", stages = " +
+                                 v(s.topology.stages) + ", schedule = \"" + s.topology.schedule + "\")");
+  if (s.data.source != "addition" && s.data.source != "addition_plain")
+    p.error(p.where("data.source"), "[rl] task = \"" + r.task + "\" draws its problems from [data] source = \"addition\" or "
+                                    "\"addition_plain\" (this spec has \"" + s.data.source + "\")");
+}
+
+// [rl] against the task and the init checkpoint: prompts and completions fit
+// the context, answers fit max_new_tokens, and init holds this spec's model.
+// A missing or damaged init is left to `run` / `validate`, which report it as
+// a bad input file (exit 4) naming the file.
+void check_rl_inputs(const Spec& s, Parser& p) {
+  if (s.run.mode != "rl") return;
+  const RlSection& r = s.rl_section;
+  auto v = [](int64_t x) { return std::to_string(x); };
+  try {
+    const auto task = rl::make_addition_task(s.data, static_cast<uint64_t>(s.run.seed), s.rl.verifier);
+    const rl::Prompt probe = task->train_prompt(0);
+    const int64_t prompt = static_cast<int64_t>(probe.tokens.size()), answer = static_cast<int64_t>(probe.answer.size());
+    if (prompt + r.max_new_tokens > s.model.seq_len)
+      p.error(p.where("rl.max_new_tokens"), "[rl] max_new_tokens = " + v(r.max_new_tokens) + " does not fit: the task's prompts are " +
+                                                v(prompt) + " tokens and [model] seq_len = " + v(s.model.seq_len) +
+                                                " (at most " + v(s.model.seq_len - prompt) + " new tokens)");
+    else if (r.max_new_tokens < answer)
+      p.error(p.where("rl.max_new_tokens"), "[rl] max_new_tokens = " + v(r.max_new_tokens) + " is shorter than the task's answers (" +
+                                                v(answer) + " tokens with the EOS): no completion could be right");
+  } catch (const std::exception& e) {
+    p.error(p.where("rl.task"), "[rl] task: " + std::string(e.what()));
+  }
+  if (r.init.empty()) return;
+  try {
+    const model::TrainingState st = model::load_checkpoint(r.init);
+    const std::string diff = model::config_difference(s.model, st.config);
+    if (!diff.empty())
+      p.error(p.where("rl.init"), "[rl] init = \"" + r.init + "\": the checkpoint's model differs from [model] (" + diff +
+                                      "; [model] first, the checkpoint second)");
+  } catch (const model::CheckpointError&) {
+    // reported by run/validate as a bad input file
+  }
+}
+
 void check_supported(Spec& s, Parser& p) {
   for (const auto& def : spec_keys()) {
     if (!def.unsupported) continue;
@@ -598,7 +679,11 @@ Spec load(const std::string* text, const std::string& source, const std::vector<
   check_cross_fields(spec, parser);
   check_faults(spec, parser);
   check_supported(spec, parser);
-  if (parser.diagnostics().size() == problems_before_data) check_data(spec, parser);
+  convert_rl(spec, parser);
+  if (parser.diagnostics().size() == problems_before_data) {
+    check_data(spec, parser);
+    if (parser.diagnostics().size() == problems_before_data) check_rl_inputs(spec, parser);
+  }
   auto& ds = parser.diagnostics();
   // toml++ iterates keys alphabetically; report in file order, overrides last.
   auto order = [&](const Diagnostic& d) { return std::make_tuple(d.file != source, d.line, d.column); };

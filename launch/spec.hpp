@@ -15,12 +15,13 @@
 
 #include "actors/sim_costs.hpp"
 #include "model/config.hpp"
+#include "rl/config.hpp"
 
 namespace troupe::launch {
 
 struct RunConfig {
   std::string name = "quickstart";
-  std::string mode = "pretrain";  // "pretrain" (supported), "rl" (not yet)
+  std::string mode = "pretrain";  // "pretrain" (next-token training) or "rl" (online RL, [rl])
   int64_t seed = 1;               // one seed drives init, data order and sampling
   int64_t steps = 300;
   std::string out_dir;            // empty: runs/<name>
@@ -73,6 +74,29 @@ struct FaultConfig {
   int64_t at_message = 0;  // 0: seeded point; k: on the target's k-th message of the step
 };
 
+// [rl] as written in the spec: enum-like values as strings, presets not yet
+// applied. The parser converts it once into rl::RlConfig (Spec::rl), which is
+// what everything after parsing reads.
+struct RlSection {
+  std::string init;                   // checkpoint to start from (also the frozen reference); "" = fresh init
+  std::string task = "addition";
+  int64_t prompts_per_step = 8;
+  int64_t group_size = 8;
+  int64_t max_new_tokens = 8;
+  double temperature = 1.0;
+  double top_p = 1.0;
+  std::string loss = "grpo";          // "grpo", "dr_grpo", "dapo", "decoupled_ppo"
+  double clip_low = -1.0;             // < 0: the loss's preset
+  double clip_high = -1.0;            // < 0: the loss's preset
+  double kl_coef = 0.0;
+  double behaviour_weight_cap = -1.0; // < 0: the loss's preset
+  int64_t updates_per_batch = 1;
+  std::string advantage_std = "auto"; // "auto" (the loss's preset), "on", "off"
+  std::string dynamic_sampling = "auto";  // "auto", "on", "off": drop zero-variance groups
+  double partial_credit = 0.0;
+  double format_penalty = 0.0;
+};
+
 struct Spec {
   std::string source;  // file the spec came from ("<built-in default>" for the default)
   RunConfig run;
@@ -84,6 +108,8 @@ struct Spec {
   LogConfig log;
   sim::CostConfig sim;  // [sim]: cost model of device_kind = "sim" (actors/sim_costs.hpp)
   std::vector<FaultConfig> faults;  // [[faults]], in file order
+  RlSection rl_section;  // [rl] as written
+  rl::RlConfig rl;       // [rl] converted (presets applied); valid after parsing
 
   std::string out_dir() const;         // run.out_dir or runs/<name>
   std::string checkpoint_dir() const;  // checkpoint.dir or <out_dir>/checkpoint

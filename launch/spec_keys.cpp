@@ -36,8 +36,7 @@ std::vector<KeyDef> build_keys() {
   // [run]
   add({"run", "name", KeyType::String, F(run.name), "Run name; the default output directory is runs/<name>."});
   add({"run", "mode", KeyType::String, F(run.mode), "What the run does: \"pretrain\" (next-token training) or \"rl\" (online RL post-training).",
-       0, 0, {"pretrain", "rl"},
-       [](const Spec& s) { return s.run.mode == "rl" ? not_yet("mode = \"rl\"", "the online RL issue") : ""; }});
+       0, 0, {"pretrain", "rl"}});
   add({"run", "seed", KeyType::Int, F(run.seed), "Seed for initialisation, data order and sampling; same seed and spec give the same run.", 0, 9.2e18});
   add({"run", "steps", KeyType::Int, F(run.steps), "Optimizer steps to train.", 1, kBig});
   add({"run", "out_dir", KeyType::String, F(run.out_dir), "Output directory (log, metrics.jsonl, checkpoint); empty means runs/<name>."});
@@ -151,6 +150,24 @@ std::vector<KeyDef> build_keys() {
   add({"sim", "link_latency_us", KeyType::Float, F(sim.link_latency_us), "Sim: latency of every activation/gradient message between two devices, in microseconds.", 0, 1e9});
   add({"sim", "link_gbps", KeyType::Float, F(sim.link_gbps), "Sim: link bandwidth in GB/s (a message is tokens x d_model float32); 0 means unlimited.", 0, 1e9});
   add({"sim", "optimizer_ms", KeyType::Float, F(sim.optimizer_ms), "Sim: fixed time of the optimizer step after the pipeline drains, in ms; 0 leaves it out (the step time is then the pipeline's alone).", 0, 1e9});
+  // [rl]: run.mode = "rl" (rl/trainer.hpp; converted into rl::RlConfig at parsing).
+  add({"rl", "init", KeyType::String, F(rl_section.init), "Checkpoint directory the policy starts from; its parameters are also the frozen reference for the KL term. Its model must equal [model]. Empty: a fresh initialisation from the seed."});
+  add({"rl", "task", KeyType::String, F(rl_section.task), "The RL task: \"addition\" (prompts \"a+b=\" from the training split of [data], rewarded by the rule verifier; held-out problems for evaluation).", 0, 0, {"addition"}});
+  add({"rl", "prompts_per_step", KeyType::Int, F(rl_section.prompts_per_step), "Prompts (groups) sampled per RL step.", 1, 1e6});
+  add({"rl", "group_size", KeyType::Int, F(rl_section.group_size), "Completions sampled per prompt; advantages are relative to the group, so at least 2.", 1, 1e6});
+  add({"rl", "max_new_tokens", KeyType::Int, F(rl_section.max_new_tokens), "Most tokens generated per completion; prompt + completion must fit [model] seq_len.", 1, 1e6});
+  add({"rl", "temperature", KeyType::Float, F(rl_section.temperature), "Sampling temperature of the generators; the loss uses log-probs at the same temperature.", 0.01, 100});
+  add({"rl", "top_p", KeyType::Float, F(rl_section.top_p), "Nucleus sampling: keep the smallest most-likely token set with this mass (1 = all).", 0.01, 1});
+  add({"rl", "loss", KeyType::String, F(rl_section.loss), "Objective: \"grpo\" (PPO clip, (R-mean)/std advantages, sequence mean), \"dr_grpo\" (R-mean, constant normaliser), \"dapo\" (clip-higher 0.2/0.28, token-level, zero-variance groups dropped) or \"decoupled_ppo\" (AReaL: ratio to the proximal policy times the capped behaviour weight).", 0, 0, {"grpo", "dr_grpo", "dapo", "decoupled_ppo"}});
+  add({"rl", "clip_low", KeyType::Float, F(rl_section.clip_low), "eps_low: the ratio is clipped below at 1 - clip_low; negative means the loss's preset (0.2).", -1, 0.99});
+  add({"rl", "clip_high", KeyType::Float, F(rl_section.clip_high), "eps_high: the ratio is clipped above at 1 + clip_high; negative means the loss's preset (0.28 for dapo, else 0.2).", -1, 100});
+  add({"rl", "kl_coef", KeyType::Float, F(rl_section.kl_coef), "Weight of the k3 KL penalty to the frozen reference (init); 0 = none (the KL is still reported).", 0, 100});
+  add({"rl", "behaviour_weight_cap", KeyType::Float, F(rl_section.behaviour_weight_cap), "decoupled_ppo: tokens whose behaviour weight pi_prox/mu exceeds this are masked out; negative means the preset (5), 0 = no cap.", -1, 1e6});
+  add({"rl", "updates_per_batch", KeyType::Int, F(rl_section.updates_per_batch), "Optimizer steps per sampled batch (PPO epochs); the ratio is to the policy that sampled it.", 1, 64});
+  add({"rl", "advantage_std", KeyType::String, F(rl_section.advantage_std), "Divide advantages by the group's reward std: \"auto\" (the loss's preset: on for grpo and dapo), \"on\" or \"off\".", 0, 0, {"auto", "on", "off"}});
+  add({"rl", "dynamic_sampling", KeyType::String, F(rl_section.dynamic_sampling), "Drop groups whose rewards are all equal from the loss: \"auto\" (on for dapo), \"on\" or \"off\".", 0, 0, {"auto", "on", "off"}});
+  add({"rl", "partial_credit", KeyType::Float, F(rl_section.partial_credit), "Verifier: a wrong answer earns partial_credit times the share of its answer digits that are right (exact match earns 1).", 0, 0.999});
+  add({"rl", "format_penalty", KeyType::Float, F(rl_section.format_penalty), "Verifier: subtracted when a completion has no EOS within max_new_tokens.", 0, 10});
   return k;
 }
 

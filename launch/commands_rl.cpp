@@ -1,0 +1,141 @@
+// `troupe run` for run.mode = "rl": the synchronous RL loop (rl/trainer.hpp)
+// with progress on the terminal and one JSON line per RL step, evaluation and
+// checkpoint in metrics.jsonl.
+#include <cmath>
+#include <spdlog/spdlog.h>
+
+#include "launch/cli.hpp"
+#include "launch/commands_rl.hpp"
+#include "launch/train_options.hpp"
+#include "rl/trainer.hpp"
+
+namespace troupe::launch {
+
+rl::RlTrainOptions rl_train_options(const Spec& spec) {
+  rl::RlTrainOptions o;
+  o.model = spec.model;
+  o.optim = spec.optim;
+  o.data = spec.data;
+  o.rl = spec.rl;
+  o.seed = static_cast<uint64_t>(spec.run.seed);
+  o.steps = spec.run.steps;
+  o.eval_every = spec.run.eval_every;
+  o.checkpoint_every = spec.checkpoint.every;
+  o.checkpoint_dir = spec.checkpoint_dir();
+  o.resume_from = spec.checkpoint.resume;
+  o.backend = backend_options(spec);
+  return o;
+}
+
+namespace {
+
+class RlProgress final : public rl::RlObserver {
+ public:
+  RlProgress(std::string style, int64_t total, int64_t every, MetricsWriter& metrics)
+      : style_(std::move(style)), total_(total), every_(every), metrics_(metrics) {}
+
+  void on_step(const rl::RlStepMetrics& m) override {
+    if (metrics_.is_open())
+      metrics_.write_line(JsonObject()
+                              .add("type", std::string("rl_step"))
+                              .add("step", m.step)
+                              .add("loss", m.loss)
+                              .add("pg_loss", m.pg_loss)
+                              .add("reward_mean", m.reward_mean)
+                              .add("reward_std", m.reward_std)
+                              .add("correct", m.correct)
+                              .add("groups", m.groups)
+                              .add("zero_variance_groups", m.zero_variance_groups)
+                              .add("zero_variance_share", m.zero_variance_share)
+                              .add("kl_ref", m.kl_ref)
+                              .add("entropy", m.entropy)
+                              .add("clip_low", m.clip_low)
+                              .add("clip_high", m.clip_high)
+                              .add("ratio_min", m.ratio_min)
+                              .add("ratio_mean", m.ratio_mean)
+                              .add("ratio_max", m.ratio_max)
+                              .add("importance_weight_min", m.weight_min)
+                              .add("importance_weight_mean", m.weight_mean)
+                              .add("importance_weight_max", m.weight_max)
+                              .add("approx_kl", m.approx_kl)
+                              .add("response_length", m.response_length)
+                              .add("finished", m.finished)
+                              .add("grad_norm", m.grad_norm)
+                              .add("lr", m.lr)
+                              .add("aux_loss", m.aux_loss)
+                              .add("gen_tokens", m.gen_tokens)
+                              .add("train_tokens", m.train_tokens)
+                              .add("gen_tokens_per_s", m.gen_tokens_per_s)
+                              .add("train_tokens_per_s", m.train_tokens_per_s)
+                              .add("gen_seconds", m.gen_seconds)
+                              .add("reward_seconds", m.reward_seconds)
+                              .add("train_seconds", m.train_seconds)
+                              .add("step_seconds", m.step_seconds)
+                              .str());
+    if (style_ == "off") return;
+    if (m.step % every_ == 0 || m.step == total_ || m.step == 1 || style_ == "bar")
+      std::fprintf(stderr,
+                   "rl step %lld/%lld reward %.3f (std %.3f, exact %.1f%%, zero-var groups %.0f%%) kl %.4f "
+                   "entropy %.3f clip %.3f/%.3f len %.1f gen %.0f tok/s train %.0f tok/s\n",
+                   static_cast<long long>(m.step), static_cast<long long>(total_), m.reward_mean, m.reward_std,
+                   100.0 * m.correct, 100.0 * m.zero_variance_share, m.kl_ref, m.entropy, m.clip_low, m.clip_high,
+                   m.response_length, m.gen_tokens_per_s, m.train_tokens_per_s);
+  }
+
+  void on_eval(const rl::RlEvalMetrics& e) override {
+    if (metrics_.is_open())
+      metrics_.write_line(JsonObject()
+                              .add("type", std::string("rl_eval"))
+                              .add("step", e.step)
+                              .add("problems", e.problems)
+                              .add("exact_match", e.exact_match)
+                              .add("mean_reward", e.mean_reward)
+                              .add("k", e.k)
+                              .add("pass_at_k", e.pass_at_k)
+                              .add("seconds", e.seconds)
+                              .str());
+    spdlog::info("rl eval step {}: held-out exact match {:.1f}% (greedy), pass@{} {:.1f}%, mean reward {:.3f} "
+                 "({} problems)",
+                 e.step, 100.0 * e.exact_match, e.k, 100.0 * e.pass_at_k, e.mean_reward, e.problems);
+  }
+
+  void on_checkpoint(int64_t step, const std::string& dir) override {
+    if (metrics_.is_open())
+      metrics_.write_line(JsonObject().add("type", std::string("checkpoint")).add("step", step).add("dir", dir).str());
+    spdlog::info("checkpoint step {} -> {}", step, dir);
+  }
+
+ private:
+  std::string style_;
+  int64_t total_, every_;
+  MetricsWriter& metrics_;
+};
+
+}  // namespace
+
+int run_rl(const Spec& spec, MetricsWriter& metrics, const std::string& style) {
+  const auto& r = spec.rl;
+  spdlog::info("online RL (synchronous, one process): task {}, {} prompts x {} completions per step, "
+               "{} new tokens max, temperature {}, loss {}, init {}",
+               r.task, r.prompts_per_step, r.group_size, r.max_new_tokens, r.temperature,
+               rl::loss_kind_name(r.policy.kind), r.init.empty() ? std::string("(fresh initialisation)") : r.init);
+  RlProgress progress(style, spec.run.steps, spec.log.progress_every, metrics);
+  const rl::RlSummary s = rl::train(rl_train_options(spec), progress);
+  metrics.write_line(JsonObject()
+                         .add("type", std::string("end"))
+                         .add("steps", s.steps_done)
+                         .add("final_reward", s.final_reward)
+                         .add("exact_match_before", s.first_eval.exact_match)
+                         .add("exact_match_after", s.last_eval.exact_match)
+                         .str());
+  spdlog::info("done: {} RL steps; held-out exact match {:.1f}% -> {:.1f}%, pass@{} {:.1f}% -> {:.1f}%",
+               s.steps_done, 100.0 * s.first_eval.exact_match, 100.0 * s.last_eval.exact_match, s.last_eval.k,
+               100.0 * s.first_eval.pass_at_k, 100.0 * s.last_eval.pass_at_k);
+  if (!std::isfinite(s.final_reward)) {
+    spdlog::error("RL training diverged (reward is not finite)");
+    return kExitRuntime;
+  }
+  return kExitOk;
+}
+
+}  // namespace troupe::launch

@@ -1,0 +1,415 @@
+// The synchronous RL loop (see trainer.hpp): generate -> reward -> train.
+#include "rl/trainer.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <stdexcept>
+
+#include "model/checkpoint.hpp"
+#include "model/kv_generate.hpp"
+#include "model/params.hpp"
+#include "model/policy_head.hpp"
+#include "model/trainer.hpp"
+#include "model/weights.hpp"
+#include "moe/balance.hpp"
+#include "rl/group.hpp"
+#include "rl/loss.hpp"
+#include "rl/task.hpp"
+
+namespace troupe::rl {
+
+using kernels::Tensor;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// The built-in task named by rl.task.
+std::unique_ptr<Task> make_task(const std::string& name, const model::DataConfig& data, uint64_t seed,
+                                const VerifierOptions& verifier) {
+  if (name == "addition") return make_addition_task(data, seed, verifier);
+  throw std::invalid_argument("rl.task: unknown task \"" + name + "\" (expected \"addition\")");
+}
+
+}  // namespace
+
+struct RlTrainer::Impl {
+  RlTrainOptions opt;
+  uint64_t seed = 0;
+  std::unique_ptr<Task> task;
+  std::unique_ptr<kernels::Backend> be;
+  model::ParamLayout layout;
+  Tensor params, ref_params, grads, adam_m, adam_v;
+  model::ModelWeights w, ref_w, g;
+  std::vector<model::OptimizerRange> ranges;
+  std::unique_ptr<model::BatchGenerator> gen;
+  std::map<int64_t, std::unique_ptr<model::PolicyHead>> heads;  // by row length
+  int64_t step = 0;
+  bool bias_balance = false;
+
+  Impl(const RlTrainOptions& o, std::unique_ptr<Task> t) : opt(o), seed(o.seed), task(std::move(t)) {
+    for (const ConfigProblem& p : check_config(o.rl))
+      throw std::invalid_argument("rl." + p.key + ": " + p.message);
+    if (o.steps < 0) throw std::invalid_argument("rl training: steps must be >= 0");
+    layout = model::build_param_layout(o.model);
+    const int64_t P = layout.total();
+    // The policy starts from `init` (and keeps it as the frozen reference).
+    std::vector<float> init;
+    if (!o.rl.init.empty()) {
+      model::TrainingState st = model::load_checkpoint(o.rl.init, layout);
+      const std::string diff = model::config_difference(o.model, st.config);
+      if (!diff.empty())
+        throw std::invalid_argument("rl.init " + o.rl.init + ": the checkpoint's model differs from [model] (" +
+                                    diff + ")");
+      init = std::move(st.params);
+    } else {
+      init = model::init_params(layout, o.model, seed);
+    }
+    std::vector<float> start = init;
+    std::vector<float> m0, v0;
+    if (!o.resume_from.empty()) {
+      model::TrainingState st = model::load_checkpoint(o.resume_from, layout);
+      const std::string diff = model::config_difference(o.model, st.config);
+      if (!diff.empty())
+        throw std::invalid_argument("resume " + o.resume_from + ": the checkpoint's model differs from [model] (" +
+                                    diff + ")");
+      if (st.data_cursor != st.step)
+        throw std::invalid_argument("resume " + o.resume_from + ": data cursor " + std::to_string(st.data_cursor) +
+                                    " does not match step " + std::to_string(st.step));
+      seed = st.seed;
+      step = st.step;
+      start = std::move(st.params);
+      m0 = std::move(st.adam_m);
+      v0 = std::move(st.adam_v);
+    }
+    if (!task) task = make_task(o.rl.task, o.data, seed, o.rl.verifier);
+    be = kernels::make_backend(o.backend);
+    params = be->from_f32({P}, start);
+    ref_params = be->from_f32({P}, init);
+    grads = be->zeros({P});
+    adam_m = be->zeros({P});
+    adam_v = be->zeros({P});
+    if (!m0.empty()) {
+      be->upload_f32(adam_m, m0);
+      be->upload_f32(adam_v, v0);
+    }
+    w = model::bind_weights(layout, o.model, params);
+    ref_w = model::bind_weights(layout, o.model, ref_params);
+    g = model::bind_weights(layout, o.model, grads);
+    ranges = model::optimizer_ranges(layout);
+    gen = std::make_unique<model::BatchGenerator>(*be, o.model);
+    bias_balance = o.model.ffn == "moe" && o.model.balance == "bias";
+  }
+
+  // A policy head for rows of `len` tokens (prompt + completion): causal
+  // attention makes a short row's log-probs those of a seq_len row's prefix.
+  model::PolicyHead& head_for(int64_t len, int64_t rows) {
+    const int64_t key = len * 1000003 + rows;
+    auto it = heads.find(key);
+    if (it == heads.end()) {
+      model::ModelConfig c = opt.model;
+      c.seq_len = len;
+      it = heads.emplace(key, std::make_unique<model::PolicyHead>(*be, c, rows)).first;
+    }
+    return *it->second;
+  }
+
+  double train_temperature() const { return opt.rl.temperature > 0 ? opt.rl.temperature : 1.0; }
+
+  model::GenerateOptions generate_options(double temperature) const {
+    model::GenerateOptions go;
+    go.max_new_tokens = opt.rl.max_new_tokens;
+    go.sampling.temperature = temperature;
+    go.sampling.top_p = opt.rl.top_p;
+    go.eos = task->eos_token();
+    return go;
+  }
+
+  // Clip, learning rate, AdamW and the router-bias rule, as the pretraining
+  // trainer applies them (model/trainer.cpp).
+  void optimizer_step(RlStepMetrics& m, int64_t opt_step, int64_t total_opt_steps,
+                      const std::vector<std::vector<int64_t>>& load) {
+    const Tensor all[] = {grads};
+    m.grad_norm = kernels::clip_grad_norm(*be, all, opt.optim.grad_clip);
+    m.lr = model::learning_rate(opt.optim, opt_step, total_opt_steps);
+    kernels::AdamWParams hp;
+    hp.lr = static_cast<float>(m.lr);
+    hp.beta1 = static_cast<float>(opt.optim.beta1);
+    hp.beta2 = static_cast<float>(opt.optim.beta2);
+    hp.eps = static_cast<float>(opt.optim.eps);
+    hp.step = opt_step + 1;
+    for (const model::OptimizerRange& r : ranges) {
+      hp.weight_decay = r.decay ? static_cast<float>(opt.optim.weight_decay) : 0.0f;
+      be->adamw(params.view(r.offset, {r.numel}), grads.view(r.offset, {r.numel}), adam_m.view(r.offset, {r.numel}),
+                adam_v.view(r.offset, {r.numel}), hp);
+    }
+    if (bias_balance) {
+      for (size_t l = 0; l < w.layers.size() && l < load.size(); ++l) {
+        const Tensor& b = w.layers[l].moe.bias;
+        std::vector<float> host = be->download_f32(b);
+        moe::update_router_bias(host, load[l], opt.model.bias_update_rate);
+        be->upload_f32(b, host);
+      }
+    }
+  }
+
+  RlStepMetrics run_step() {
+    const auto t0 = Clock::now();
+    const RlConfig& rl = opt.rl;
+    const int64_t Pn = rl.prompts_per_step, G = rl.group_size, N = Pn * G;
+    RlStepMetrics m;
+    m.step = step + 1;
+
+    // 1. Prompts and sampler seeds: pure functions of (seed, step, group, member).
+    std::vector<Prompt> group_prompts(static_cast<size_t>(Pn));
+    std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(N));
+    std::vector<model::SamplerRng> rngs;
+    rngs.reserve(static_cast<size_t>(N));
+    for (int64_t gi = 0; gi < Pn; ++gi) {
+      const GroupId id{seed, step, gi};
+      group_prompts[gi] = task->train_prompt(prompt_index(id, Pn));
+      for (int64_t k = 0; k < G; ++k) {
+        prompts[gi * G + k] = group_prompts[gi].tokens;
+        rngs.emplace_back(sampler_seed(id, k));
+      }
+    }
+
+    // 2. Generate with the current policy.
+    auto tg = Clock::now();
+    const std::vector<model::Completion> comps =
+        gen->generate(w, prompts, std::span<model::SamplerRng>(rngs), generate_options(rl.temperature));
+    m.gen_seconds = seconds_since(tg);
+
+    // 3. Rewards.
+    auto tr = Clock::now();
+    std::vector<double> rewards(static_cast<size_t>(N));
+    int64_t correct = 0, finished = 0;
+    for (int64_t i = 0; i < N; ++i) {
+      const Verdict v = task->verifier().score(group_prompts[i / G], comps[i].tokens);
+      rewards[i] = v.reward;
+      correct += v.correct;
+      finished += v.finished;
+      m.gen_tokens += static_cast<int64_t>(comps[i].tokens.size());
+    }
+    std::vector<double> adv(static_cast<size_t>(N));
+    std::vector<uint8_t> keep(static_cast<size_t>(Pn));
+    const GroupStats gs = group_advantages(adv, keep, rewards, G, rl.advantage);
+    m.reward_seconds = seconds_since(tr);
+    m.reward_mean = gs.reward_mean;
+    m.reward_std = gs.reward_std;
+    m.groups = gs.groups;
+    m.zero_variance_groups = gs.zero_variance_groups;
+    m.zero_variance_share = gs.zero_variance_share;
+    m.correct = static_cast<double>(correct) / static_cast<double>(N);
+    m.finished = static_cast<double>(finished) / static_cast<double>(N);
+    m.response_length = static_cast<double>(m.gen_tokens) / static_cast<double>(N);
+    m.gen_tokens_per_s = m.gen_seconds > 0 ? static_cast<double>(m.gen_tokens) / m.gen_seconds : 0.0;
+
+    // 4. Training rows: row i is prompt_i + completion_i; completion token j
+    //    is the target at position len(prompt_i) - 1 + j.
+    auto tt = Clock::now();
+    int64_t longest = 1;
+    for (int64_t i = 0; i < N; ++i)
+      longest = std::max<int64_t>(longest, static_cast<int64_t>(prompts[i].size() + comps[i].tokens.size()));
+    const int64_t S = std::min<int64_t>(opt.model.seq_len, (longest + 7) / 8 * 8);
+    std::vector<int32_t> inputs(static_cast<size_t>(N * S), task->eos_token() >= 0 ? task->eos_token() : 0);
+    std::vector<int32_t> targets(static_cast<size_t>(N * S), -1);
+    std::vector<int64_t> offsets{0};
+    std::vector<size_t> pos;  // flat row position of each trained token
+    std::vector<double> logp_behav, adv_tok, mask;
+    for (int64_t i = 0; i < N; ++i) {
+      const auto& p = prompts[i];
+      const auto& c = comps[i].tokens;
+      int32_t* row = inputs.data() + i * S;
+      int64_t t = 0;
+      for (int32_t x : p) row[t++] = x;
+      for (size_t j = 0; j + 1 < c.size() && t < S; ++j) row[t++] = c[j];
+      for (size_t j = 0; j < c.size(); ++j) {
+        const size_t at = static_cast<size_t>(i * S + static_cast<int64_t>(p.size()) - 1 + static_cast<int64_t>(j));
+        targets[at] = c[j];
+        pos.push_back(at);
+        logp_behav.push_back(comps[i].logprobs[j]);
+        adv_tok.push_back(adv[i]);
+        mask.push_back(keep[i / G] ? 1.0 : 0.0);
+      }
+      offsets.push_back(static_cast<int64_t>(pos.size()));
+    }
+    const size_t T = pos.size();
+    model::PolicyHead& head = head_for(S, N);
+    const double temp = train_temperature();
+
+    // The frozen reference's log-probs: the KL penalty and its metric.
+    std::vector<double> logp_ref(T);
+    {
+      const model::PolicyForward& f = head.forward(ref_w, inputs, targets, temp);
+      for (size_t k = 0; k < T; ++k) logp_ref[k] = f.logprobs[pos[k]];
+    }
+
+    PolicyLossOptions popt = rl.policy;
+    std::vector<double> logp(T), logp_prox, entropy(T), grad(T);
+    std::vector<float> coef(static_cast<size_t>(N * S), 0.0f);
+    const int64_t U = rl.updates_per_batch;
+    for (int64_t u = 0; u < U; ++u) {
+      be->fill(grads, 0.0f);
+      const model::PolicyForward& f = head.forward(w, inputs, targets, temp);
+      for (size_t k = 0; k < T; ++k) {
+        logp[k] = f.logprobs[pos[k]];
+        entropy[k] = f.entropy[pos[k]];
+      }
+      if (u == 0) logp_prox = logp;  // the policy that sampled, recomputed (PPO's "old" policy)
+      PolicyTokens in;
+      in.logp = logp;
+      in.logp_prox = logp_prox;
+      in.logp_behav = logp_behav;
+      in.logp_ref = logp_ref;
+      in.advantage = adv_tok;
+      in.mask = mask;
+      in.offsets = offsets;
+      const PolicyMetrics pm = policy_loss_forward(in, popt);
+      policy_loss_backward(grad, in, popt);
+      for (size_t k = 0; k < T; ++k) coef[pos[k]] = static_cast<float>(grad[k]);
+      head.backward(w, g, coef, 1.0);
+      if (u == 0) {
+        double es = 0.0, ks = 0.0, n = 0.0;
+        for (size_t k = 0; k < T; ++k) {
+          if (mask[k] <= 0) continue;
+          const double d = logp_ref[k] - logp[k];
+          es += entropy[k];
+          ks += std::exp(d) - d - 1.0;
+          n += 1.0;
+        }
+        m.entropy = n > 0 ? es / n : 0.0;
+        m.kl_ref = n > 0 ? ks / n : 0.0;
+      }
+      m.loss = pm.loss;
+      m.pg_loss = pm.pg_loss;
+      m.clip_low = pm.clip_low_fraction;
+      m.clip_high = pm.clip_high_fraction;
+      m.ratio_min = pm.ratio_min;
+      m.ratio_mean = pm.ratio_mean;
+      m.ratio_max = pm.ratio_max;
+      m.weight_min = pm.behaviour_weight_min;
+      m.weight_mean = pm.behaviour_weight_mean;
+      m.weight_max = pm.behaviour_weight_max;
+      m.approx_kl = pm.approx_kl;
+      m.aux_loss = f.aux_loss;
+      optimizer_step(m, step * U + u, opt.steps * U, head.decoder().expert_load());
+    }
+    be->synchronize();
+    m.train_seconds = seconds_since(tt);
+    m.train_tokens = N * S * U;
+    m.train_tokens_per_s = m.train_seconds > 0 ? static_cast<double>(m.train_tokens) / m.train_seconds : 0.0;
+    ++step;
+    m.step_seconds = seconds_since(t0);
+    return m;
+  }
+
+  RlEvalMetrics run_eval() {
+    const auto t0 = Clock::now();
+    RlEvalMetrics e;
+    e.step = step;
+    const std::vector<Prompt> probs = task->eval_prompts(opt.data.eval_problems);
+    e.problems = static_cast<int64_t>(probs.size());
+    e.k = opt.rl.group_size;
+    if (probs.empty()) return e;
+    constexpr int64_t kChunk = 128;  // sequences per generator batch
+    // Greedy: exact match and mean reward.
+    int64_t exact = 0;
+    double reward = 0.0;
+    for (size_t at = 0; at < probs.size(); at += kChunk) {
+      const size_t n = std::min<size_t>(kChunk, probs.size() - at);
+      std::vector<std::vector<int32_t>> ps;
+      std::vector<model::SamplerRng> rngs(n, model::SamplerRng(0));
+      for (size_t i = 0; i < n; ++i) ps.push_back(probs[at + i].tokens);
+      const auto comps = gen->generate(w, ps, std::span<model::SamplerRng>(rngs), generate_options(0.0));
+      for (size_t i = 0; i < n; ++i) {
+        const Verdict v = task->verifier().score(probs[at + i], comps[i].tokens);
+        exact += v.correct;
+        reward += v.reward;
+      }
+    }
+    e.exact_match = static_cast<double>(exact) / static_cast<double>(probs.size());
+    e.mean_reward = reward / static_cast<double>(probs.size());
+    // pass@k: k samples per problem at the run's temperature, with seeds that
+    // depend on the problem only, so evaluations compare across runs and steps.
+    const int64_t K = e.k;
+    std::vector<uint8_t> solved(probs.size(), 0);
+    const int64_t per_chunk = std::max<int64_t>(1, kChunk / K);
+    for (size_t at = 0; at < probs.size(); at += static_cast<size_t>(per_chunk)) {
+      const size_t n = std::min<size_t>(static_cast<size_t>(per_chunk), probs.size() - at);
+      std::vector<std::vector<int32_t>> ps;
+      std::vector<model::SamplerRng> rngs;
+      for (size_t i = 0; i < n; ++i)
+        for (int64_t k = 0; k < K; ++k) {
+          ps.push_back(probs[at + i].tokens);
+          rngs.emplace_back(sampler_seed(GroupId{0, -1 - static_cast<int64_t>(at + i), 0}, k));
+        }
+      const double temp = opt.rl.temperature > 0 ? opt.rl.temperature : 1.0;
+      const auto comps = gen->generate(w, ps, std::span<model::SamplerRng>(rngs), generate_options(temp));
+      for (size_t i = 0; i < n; ++i)
+        for (int64_t k = 0; k < K; ++k)
+          if (task->verifier().score(probs[at + i], comps[i * K + k].tokens).correct) solved[at + i] = 1;
+    }
+    int64_t pass = 0;
+    for (uint8_t s : solved) pass += s;
+    e.pass_at_k = static_cast<double>(pass) / static_cast<double>(probs.size());
+    e.seconds = seconds_since(t0);
+    return e;
+  }
+
+  void save(const std::string& dir) {
+    model::TrainingState st;
+    st.config = opt.model;
+    st.seed = seed;
+    st.step = step;
+    st.params = be->download_f32(params);
+    st.adam_m = be->download_f32(adam_m);
+    st.adam_v = be->download_f32(adam_v);
+    st.data_cursor = step;
+    model::save_checkpoint(dir, st, layout);
+  }
+};
+
+RlTrainer::RlTrainer(const RlTrainOptions& options, std::unique_ptr<Task> task)
+    : impl_(std::make_unique<Impl>(options, std::move(task))) {}
+RlTrainer::~RlTrainer() = default;
+RlStepMetrics RlTrainer::step() { return impl_->run_step(); }
+RlEvalMetrics RlTrainer::evaluate() { return impl_->run_eval(); }
+void RlTrainer::save(const std::string& dir) { impl_->save(dir); }
+int64_t RlTrainer::steps_done() const { return impl_->step; }
+std::vector<float> RlTrainer::parameters() const { return impl_->be->download_f32(impl_->params); }
+const Task& RlTrainer::task() const { return *impl_->task; }
+
+RlSummary train(const RlTrainOptions& o, RlObserver& obs) {
+  RlTrainer tr(o);
+  RlSummary s;
+  if (tr.steps_done() == 0 && o.data.eval_problems > 0) {
+    s.first_eval = tr.evaluate();
+    obs.on_eval(s.first_eval);
+  }
+  const int64_t every = o.eval_every > 0 ? o.eval_every : o.steps;
+  while (tr.steps_done() < o.steps) {
+    const RlStepMetrics m = tr.step();
+    ++s.steps_done;
+    s.final_reward = m.reward_mean;
+    obs.on_step(m);
+    const bool last = tr.steps_done() == o.steps;
+    if (o.data.eval_problems > 0 && (m.step % every == 0 || last)) {
+      s.last_eval = tr.evaluate();
+      obs.on_eval(s.last_eval);
+    }
+    if (!o.checkpoint_dir.empty() && ((o.checkpoint_every > 0 && m.step % o.checkpoint_every == 0) || last)) {
+      tr.save(o.checkpoint_dir);
+      obs.on_checkpoint(m.step, o.checkpoint_dir);
+    }
+  }
+  return s;
+}
+
+}  // namespace troupe::rl

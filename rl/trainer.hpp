@@ -1,0 +1,114 @@
+// The synchronous (on-policy) RL loop in one process: each step samples
+// groups of completions with the KV-cache generator, scores them with the
+// task's verifier, turns rewards into group-relative advantages, and trains
+// the policy with the configured GRPO-family loss through the policy-gradient
+// head, then AdamW. `RlTrainer` is the loop one step at a time (tests,
+// benchmarks); `train` is what `troupe run` calls for run.mode = "rl".
+//
+// Determinism: step s draws the prompts and sampler seeds of its groups from
+// (seed, s, group, member) alone (rl/group.hpp), so a run is a pure function
+// of its spec and seed, and a resumed run continues bit for bit. The frozen
+// reference policy is the `init` checkpoint's parameters (or the fresh
+// initialisation when there is none); a resumed run reloads it from `init`.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.hpp"
+#include "model/config.hpp"
+#include "rl/config.hpp"
+
+namespace troupe::rl {
+
+class Task;
+
+struct RlTrainOptions {
+  model::ModelConfig model;
+  model::OptimConfig optim;
+  model::DataConfig data;        // the task's source (addition) and eval_problems
+  RlConfig rl;
+  uint64_t seed = 1;
+  int64_t steps = 100;           // RL steps (each is updates_per_batch optimizer steps)
+  int64_t eval_every = 0;        // held-out evaluation every N steps (and after the last); 0 = only the last
+  int64_t checkpoint_every = 0;  // save every N steps; 0 = only after the last (when checkpoint_dir is set)
+  std::string checkpoint_dir;
+  std::string resume_from;       // checkpoint of this RL run to continue from ("" = start at step 0)
+  kernels::BackendOptions backend;
+};
+
+struct RlStepMetrics {
+  int64_t step = 0;  // RL steps completed (1 after the first)
+  double loss = 0.0, pg_loss = 0.0;
+  double reward_mean = 0.0, reward_std = 0.0;
+  double correct = 0.0;               // share of completions that are exactly right
+  int64_t groups = 0, zero_variance_groups = 0;
+  double zero_variance_share = 0.0;
+  double kl_ref = 0.0;                // mean k3 estimate of KL(policy || reference) over trained tokens
+  double entropy = 0.0;               // mean per-token entropy of the policy over trained tokens
+  double clip_low = 0.0, clip_high = 0.0;
+  double ratio_min = 0.0, ratio_mean = 0.0, ratio_max = 0.0;
+  double weight_min = 0.0, weight_mean = 0.0, weight_max = 0.0;  // behaviour weight pi_prox / mu
+  double approx_kl = 0.0;
+  double response_length = 0.0;       // mean new tokens per completion
+  double finished = 0.0;              // share of completions that ended with EOS
+  double grad_norm = 0.0, lr = 0.0, aux_loss = 0.0;
+  int64_t gen_tokens = 0, train_tokens = 0;
+  double gen_seconds = 0.0, reward_seconds = 0.0, train_seconds = 0.0, step_seconds = 0.0;
+  double gen_tokens_per_s = 0.0, train_tokens_per_s = 0.0;
+};
+
+struct RlEvalMetrics {
+  int64_t step = 0;
+  int64_t problems = 0;
+  double exact_match = 0.0;   // greedy decoding
+  double mean_reward = 0.0;   // greedy decoding, the verifier's reward
+  int64_t k = 0;              // group_size
+  double pass_at_k = 0.0;     // share of problems with >= 1 exact completion among k samples
+  double seconds = 0.0;
+};
+
+class RlObserver {
+ public:
+  virtual ~RlObserver() = default;
+  virtual void on_step(const RlStepMetrics&) {}
+  virtual void on_eval(const RlEvalMetrics&) {}
+  virtual void on_checkpoint(int64_t /*step*/, const std::string& /*dir*/) {}
+};
+
+struct RlSummary {
+  int64_t steps_done = 0;
+  double final_reward = 0.0;
+  RlEvalMetrics first_eval, last_eval;  // before the first step (fresh runs) and after the last
+};
+
+class RlTrainer {
+ public:
+  // The task defaults to the built-in one named by rl.task over `data`; tests
+  // pass their own. Throws model::CheckpointError for a bad init or resume
+  // checkpoint, std::invalid_argument for a model that disagrees with it or a
+  // bad configuration.
+  explicit RlTrainer(const RlTrainOptions& options, std::unique_ptr<Task> task = nullptr);
+  ~RlTrainer();
+  RlTrainer(const RlTrainer&) = delete;
+  RlTrainer& operator=(const RlTrainer&) = delete;
+
+  RlStepMetrics step();
+  RlEvalMetrics evaluate();
+  void save(const std::string& dir);
+  int64_t steps_done() const;
+  std::vector<float> parameters() const;
+  const Task& task() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Evaluates before the first step (fresh runs), then runs options.steps -
+// (resumed) steps with evaluations and checkpoints as configured.
+RlSummary train(const RlTrainOptions& options, RlObserver& observer);
+
+}  // namespace troupe::rl
