@@ -560,6 +560,10 @@ void check_cross_fields(const Spec& s, Parser& p) {
     p.error(p.where("model.vocab_size"), "[model] vocab_size = " + v(m.vocab_size) + " is too small for byte-level text (needs 256)");
   if (s.data.source != "text" && !s.data.path.empty())
     p.error(p.where("data.path"), "[data] path is only used with source = \"text\"");
+  if (s.data.width != 0 && s.data.source != "addition")
+    p.error(p.where("data.width"), "[data] width = " + v(s.data.width) + " needs source = \"addition\" (the padded format), got source = \"" + s.data.source + "\"");
+  else if (s.data.width != 0 && s.data.width < s.data.digits)
+    p.error(p.where("data.width"), "[data] width = " + v(s.data.width) + " must be >= digits = " + v(s.data.digits) + " (or 0, meaning digits)");
 }
 
 // [rl] becomes rl::RlConfig once, here: the loss's preset, then every key the

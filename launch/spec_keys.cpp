@@ -72,6 +72,7 @@ std::vector<KeyDef> build_keys() {
   add({"data", "val_fraction", KeyType::Float, F(data.val_fraction), "Text: fraction of the file (its tail) held out for validation.", 0.001, 0.5});
   add({"data", "batch_size", KeyType::Int, F(data.batch_size), "Sequences per optimizer step, over all microbatches and replicas.", 1, 1e6});
   add({"data", "digits", KeyType::Int, F(data.digits), "Addition: maximum digits per operand.", 1, 9});
+  add({"data", "width", KeyType::Int, F(data.width), "Addition: digits each operand is written with (zero-padded; the answer gets one more); 0 means digits. At least digits when set: digits 3, width 4 writes 12+345 as 0012+0345=75300.", 0, 9});
   add({"data", "eval_problems", KeyType::Int, F(data.eval_problems), "Addition: held-out problems scored for exact-match accuracy.", 1, 1e6});
 
   // [optim]

@@ -48,6 +48,7 @@ struct DataConfig {
   double val_fraction = 0.1;        // text: tail fraction held out for validation
   int64_t batch_size = 16;          // sequences per optimizer step (all microbatches together)
   int64_t digits = 3;               // addition: max digits per operand
+  int64_t width = 0;                // addition: written digits per operand (0 = digits)
   int64_t eval_problems = 500;      // addition: held-out problems scored for exact match
 };
 

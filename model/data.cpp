@@ -56,6 +56,10 @@ std::vector<TaskProblem> DataSource::eval_problems(int64_t) const {
   throw std::logic_error("data: source '" + describe() + "' has no task to evaluate");
 }
 
+TaskProblem DataSource::train_problem(int64_t) const {
+  throw std::logic_error("data: source '" + describe() + "' has no task problems");
+}
+
 double DataSource::exact_match(const GenerateFn& generate, int64_t n_problems) const {
   if (n_problems <= 0) throw std::invalid_argument("data: exact_match needs n_problems > 0");
   const std::vector<TaskProblem> problems = eval_problems(n_problems);

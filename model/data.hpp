@@ -69,6 +69,10 @@ class DataSource {
   // Sources without a task return false / throw std::logic_error.
   virtual bool has_task() const { return false; }
   virtual std::vector<TaskProblem> eval_problems(int64_t n) const;
+  // Training problem number `index` (0, 1, ...) as a task problem, for RL
+  // prompts: drawn from the training split only (never a held-out problem), a
+  // pure function of (seed, index). Sources without a task throw std::logic_error.
+  virtual TaskProblem train_problem(int64_t index) const;
   // Fraction of the first n_problems held-out problems whose generated answer
   // (the first answer.size() new tokens) equals the expected one exactly.
   double exact_match(const GenerateFn& generate, int64_t n_problems) const;
@@ -83,8 +87,9 @@ class DataSource {
 //   "text"           byte-level file at config.path (vocab 256); the last
 //                    val_fraction of the bytes is the validation split;
 //   "addition"       a+b=c with operands of up to config.digits digits, written
-//                    zero-padded to exactly `digits` digits, and the answer
-//                    zero-padded to digits+1 digits, least-significant digit
+//                    zero-padded to exactly `digits` digits (config.width
+//                    digits when it is set, width >= digits), and the answer
+//                    zero-padded to one digit more, least-significant digit
 //                    first: 12+345= -> "012+345=7530" (see data_addition.cpp);
 //   "addition_plain" the same problems in plain form: "12+345=357".
 // seq_len > 0 also checks up front that sequences of that length can be made.

@@ -20,6 +20,12 @@
 // operand digits an answer digit needs are always at the same distance from
 // it, whatever the operands' lengths. "addition_plain" writes "12+345=357".
 //
+// Written width (config.width, 0 = digits): operands of up to `digits` digits
+// can be written in a wider format, e.g. digits 3, width 4: "0012+0345=75300".
+// A model trained so has seen every position of the 4-digit format but never
+// a nonzero leading digit, so 4-digit problems (digits 4, width 4) are new to
+// it while the format is not (the RL task of issue #11 trains there).
+//
 // Held-out problems: addition_held_out(a, b) hashes the unordered pair with a
 // fixed salt; about 1 in 10 pairs is held out. Training draws reject held-out
 // pairs, and validation/evaluation draw ONLY held-out pairs, so no evaluation
@@ -46,6 +52,7 @@ constexpr uint64_t kHeldOutSalt = 0x6865'6c64'6f75'7431ull;
 constexpr uint64_t kTrainSalt = 0x6164'6474'7261'696eull;
 constexpr uint64_t kValSalt = 0x6164'6476'616c'6964ull;
 constexpr uint64_t kEvalSalt = 0x6164'6465'7661'6c73ull;
+constexpr uint64_t kTaskSalt = 0x6164'6470'726f'6d70ull;  // train_problem(): RL prompts
 
 uint64_t mix64(uint64_t x) {  // splitmix64 finalizer
   x += 0x9e3779b97f4a7c15ull;
@@ -82,15 +89,18 @@ void push_number(std::vector<int32_t>& out, int64_t v, bool reversed, int64_t wi
 
 class AdditionSource final : public DataSource {
  public:
-  AdditionSource(int64_t digits, uint64_t seed, bool reversed, bool padded)
-      : digits_(digits), seed_(seed), reversed_(reversed), padded_(padded), limit_(pow10(digits)) {}
+  AdditionSource(int64_t digits, int64_t width, uint64_t seed, bool reversed, bool padded)
+      : digits_(digits), width_(width > 0 ? width : digits), seed_(seed), reversed_(reversed), padded_(padded),
+        limit_(pow10(digits)) {}
 
   int64_t vocab_size() const override { return kVocab; }
 
   std::string describe() const override {
     std::ostringstream os;
     os << "addition: operands of up to " << digits_ << " digits"
-       << (padded_ ? " (zero-padded)" : "") << ", answer "
+       << (padded_ ? " (zero-padded" : "");
+    if (padded_ && width_ != digits_) os << " to " << width_ << " digits";
+    os << (padded_ ? ")" : "") << ", answer "
        << (reversed_ ? "least-significant digit first" : "in normal digit order")
        << ", vocab " << kVocab << ", ~1 in 10 problems held out for evaluation";
     return os.str();
@@ -150,12 +160,27 @@ class AdditionSource final : public DataSource {
     return out;
   }
 
-  // Longest problem: d + '+' + d + '=' + (d + 1) + EOS, after the leading EOS.
-  int64_t min_seq() const { return 3 * digits_ + 4; }
+  TaskProblem train_problem(int64_t index) const override {
+    Stream rng{mix64(mix64(seed_ ^ kTaskSalt) ^ static_cast<uint64_t>(index))};
+    const auto [a, b] = train_problem(rng);
+    TaskProblem p;
+    p.prompt.push_back(kEos);
+    push_number(p.prompt, a, false, operand_width());
+    p.prompt.push_back(kPlus);
+    push_number(p.prompt, b, false, operand_width());
+    p.prompt.push_back(kEquals);
+    push_number(p.answer, a + b, reversed_, answer_width());
+    p.answer.push_back(kEos);
+    return p;
+  }
+
+  // Longest problem: w + '+' + w + '=' + (w + 1) + EOS after the leading EOS,
+  // w = the written width (digits when not padded: the longest operand).
+  int64_t min_seq() const { return 3 * width_ + 4; }
 
   void check_seq(int64_t seq) const {
     if (seq < min_seq())
-      throw std::runtime_error("data: addition with " + std::to_string(digits_) +
+      throw std::runtime_error("data: addition with " + std::to_string(width_) +
                                "-digit operands needs seq_len >= " + std::to_string(min_seq()) +
                                ", got " + std::to_string(seq));
   }
@@ -172,7 +197,7 @@ class AdditionSource final : public DataSource {
   }
 
  private:
-  // "[\n]a+b=" with decimal a, b -> operands zero-padded to digits_; other text unchanged.
+  // "[\n]a+b=" with decimal a, b -> operands zero-padded to width_; other text unchanged.
   std::string pad_problem(const std::string& text) const {
     const size_t start = !text.empty() && text[0] == '\n' ? 1 : 0;
     const size_t plus = text.find('+', start);
@@ -183,13 +208,13 @@ class AdditionSource final : public DataSource {
     };
     if (!is_number(a) || !is_number(b)) return text;
     auto pad = [&](const std::string& s) {
-      return static_cast<int64_t>(s.size()) < digits_ ? std::string(static_cast<size_t>(digits_) - s.size(), '0') + s : s;
+      return static_cast<int64_t>(s.size()) < width_ ? std::string(static_cast<size_t>(width_) - s.size(), '0') + s : s;
     };
     return text.substr(0, start) + pad(a) + "+" + pad(b) + "=";
   }
 
-  int64_t operand_width() const { return padded_ ? digits_ : 0; }
-  int64_t answer_width() const { return padded_ ? digits_ + 1 : 0; }
+  int64_t operand_width() const { return padded_ ? width_ : 0; }
+  int64_t answer_width() const { return padded_ ? width_ + 1 : 0; }
 
   int64_t train_operand(Stream& rng) const {
     if (rng.next() & 1) return rng.below(limit_);
@@ -249,9 +274,10 @@ class AdditionSource final : public DataSource {
   }
 
   int64_t digits_;
+  int64_t width_;  // written digits per operand when padded (>= digits_)
   uint64_t seed_;
   bool reversed_;
-  bool padded_;  // operands written with exactly digits_ digits, answers with digits_ + 1
+  bool padded_;  // operands written with exactly width_ digits, answers with width_ + 1
   int64_t limit_;  // 10^digits: operands are in [0, limit_)
 };
 
@@ -269,7 +295,14 @@ std::unique_ptr<DataSource> make_addition_source(const DataConfig& config, uint6
   if (config.digits < 1 || config.digits > kMaxDigits)
     throw std::runtime_error("data: addition digits must be in [1, " + std::to_string(kMaxDigits) +
                              "], got " + std::to_string(config.digits));
-  auto src = std::make_unique<AdditionSource>(config.digits, seed, reverse_answer, padded);
+  if (config.width != 0 && !padded)
+    throw std::runtime_error("data: width = " + std::to_string(config.width) +
+                             " needs the padded format (source \"addition\"); this source writes numbers unpadded");
+  if (config.width != 0 && (config.width < config.digits || config.width > kMaxDigits))
+    throw std::runtime_error("data: addition width must be 0 (= digits) or in [digits = " +
+                             std::to_string(config.digits) + ", " + std::to_string(kMaxDigits) + "], got " +
+                             std::to_string(config.width));
+  auto src = std::make_unique<AdditionSource>(config.digits, config.width, seed, reverse_answer, padded);
   if (seq_len > 0) src->check_seq(seq_len);
   return src;
 }

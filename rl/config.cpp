@@ -1,0 +1,123 @@
+// Presets, names and checks of the [rl] values (see config.hpp).
+#include "rl/config.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+namespace troupe::rl {
+
+RlConfig rl_preset(LossKind kind, int64_t max_new_tokens) {
+  RlConfig c;
+  c.policy.kind = kind;
+  switch (kind) {
+    case LossKind::grpo:  // DeepSeekMath: std-normalised, 1/|o_i| then mean over the group
+      c.advantage.scale_by_std = true;
+      c.policy.aggregation = Aggregation::seq_mean;
+      break;
+    case LossKind::dr_grpo:  // Dr. GRPO: neither std nor length normalisation
+      c.advantage.scale_by_std = false;
+      c.policy.aggregation = Aggregation::seq_constant;
+      c.policy.constant_norm = static_cast<double>(max_new_tokens);
+      break;
+    case LossKind::dapo:  // DAPO: clip-higher, token-level, dynamic sampling
+      c.advantage.scale_by_std = true;
+      c.advantage.drop_zero_variance = true;
+      c.policy.clip_high = 0.28;
+      c.policy.aggregation = Aggregation::token_mean;
+      break;
+    case LossKind::decoupled_ppo:  // AReaL: token-level, cap 5, over-cap tokens masked
+      c.advantage.scale_by_std = true;
+      c.policy.aggregation = Aggregation::token_mean;
+      c.policy.behaviour_weight_cap = 5.0;
+      c.policy.cap_mode = CapMode::mask;
+      break;
+  }
+  return c;
+}
+
+LossKind parse_loss_kind(const std::string& name) {
+  if (name == "grpo") return LossKind::grpo;
+  if (name == "dr_grpo") return LossKind::dr_grpo;
+  if (name == "dapo") return LossKind::dapo;
+  if (name == "decoupled_ppo") return LossKind::decoupled_ppo;
+  throw std::invalid_argument("rl: unknown loss '" + name +
+                              "' (expected \"grpo\", \"dr_grpo\", \"dapo\" or \"decoupled_ppo\")");
+}
+
+Aggregation parse_aggregation(const std::string& name) {
+  if (name == "token_mean") return Aggregation::token_mean;
+  if (name == "seq_mean") return Aggregation::seq_mean;
+  if (name == "seq_constant") return Aggregation::seq_constant;
+  throw std::invalid_argument("rl: unknown aggregation '" + name +
+                              "' (expected \"token_mean\", \"seq_mean\" or \"seq_constant\")");
+}
+
+CapMode parse_cap_mode(const std::string& name) {
+  if (name == "mask") return CapMode::mask;
+  if (name == "clip") return CapMode::clip;
+  throw std::invalid_argument("rl: unknown behaviour-weight cap mode '" + name + "' (expected \"mask\" or \"clip\")");
+}
+
+const char* loss_kind_name(LossKind kind) {
+  switch (kind) {
+    case LossKind::grpo: return "grpo";
+    case LossKind::dr_grpo: return "dr_grpo";
+    case LossKind::dapo: return "dapo";
+    case LossKind::decoupled_ppo: return "decoupled_ppo";
+  }
+  return "?";
+}
+
+const char* aggregation_name(Aggregation aggregation) {
+  switch (aggregation) {
+    case Aggregation::token_mean: return "token_mean";
+    case Aggregation::seq_mean: return "seq_mean";
+    case Aggregation::seq_constant: return "seq_constant";
+  }
+  return "?";
+}
+
+const char* cap_mode_name(CapMode mode) {
+  switch (mode) {
+    case CapMode::mask: return "mask";
+    case CapMode::clip: return "clip";
+  }
+  return "?";
+}
+
+std::vector<ConfigProblem> check_config(const RlConfig& c) {
+  std::vector<ConfigProblem> out;
+  auto bad = [&](const char* key, const std::string& why) { out.push_back({key, why}); };
+  auto num = [](double x) {
+    std::string s = std::to_string(x);
+    s.erase(s.find_last_not_of('0') + 1);
+    if (!s.empty() && s.back() == '.') s.pop_back();
+    return s;
+  };
+  const auto& p = c.policy;
+  if (c.group_size < 2)
+    bad("group_size", "group_size = " + std::to_string(c.group_size) + ": loss \"" + loss_kind_name(p.kind) +
+                          "\" uses group-relative advantages (R - group mean), which are all 0 for a group of "
+                          "one; use group_size >= 2");
+  if (!(p.clip_low >= 0 && p.clip_low < 1))
+    bad("clip_low", "clip_low = " + num(p.clip_low) + " must be in [0, 1) (the ratio is clipped below at 1 - clip_low)");
+  if (!(p.clip_high >= 0 && std::isfinite(p.clip_high)))
+    bad("clip_high", "clip_high = " + num(p.clip_high) + " must be >= 0");
+  if (!(p.kl_coef >= 0 && std::isfinite(p.kl_coef))) bad("kl_coef", "kl_coef = " + num(p.kl_coef) + " must be >= 0");
+  if (!(p.behaviour_weight_cap == 0 || (p.behaviour_weight_cap > 1 && std::isfinite(p.behaviour_weight_cap))))
+    bad("behaviour_weight_cap", "behaviour_weight_cap = " + num(p.behaviour_weight_cap) +
+                                    " must be 0 (no cap) or > 1 (a cap below 1 would drop or shrink on-policy tokens)");
+  if (p.aggregation == Aggregation::seq_constant && !(p.constant_norm > 0 && std::isfinite(p.constant_norm)))
+    bad("constant_norm", "aggregation = \"seq_constant\" needs constant_norm > 0 (Dr. GRPO: max_new_tokens), got " +
+                             num(p.constant_norm));
+  if (!(c.advantage.std_eps > 0 && std::isfinite(c.advantage.std_eps)))
+    bad("std_eps", "std_eps = " + num(c.advantage.std_eps) + " must be > 0");
+  if (!(c.verifier.partial_credit >= 0 && c.verifier.partial_credit < 1))
+    bad("partial_credit", "partial_credit = " + num(c.verifier.partial_credit) +
+                              " must be in [0, 1) (a partly right answer must earn less than an exact one)");
+  if (!(c.verifier.format_penalty >= 0 && std::isfinite(c.verifier.format_penalty)))
+    bad("format_penalty", "format_penalty = " + num(c.verifier.format_penalty) + " must be >= 0");
+  return out;
+}
+
+}  // namespace troupe::rl

@@ -1,0 +1,98 @@
+// The values the rl/ library needs from a run's [rl] section, as one named
+// struct the spec parser fills (the [rl] keys themselves are wired in
+// launch/). Each enum is the C++ form of a spec string, converted once at
+// parsing with the parse_* functions below; names, presets and the checks
+// that only involve these values live here, once.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace troupe::rl {
+
+// rl.loss: the objective family. All four use group-relative advantages.
+//   grpo           PPO clip, (R - mean)/std advantages, sequence-mean aggregation
+//   dr_grpo        PPO clip, R - mean advantages, constant normaliser
+//   dapo           PPO clip-higher (0.2 / 0.28), token-level aggregation,
+//                  dynamic sampling (zero-variance groups dropped)
+//   decoupled_ppo  AReaL: ratio to the proximal policy, times the capped
+//                  behaviour weight pi_prox / mu; token-level aggregation
+enum class LossKind { grpo, dr_grpo, dapo, decoupled_ppo };
+
+// How per-token losses l_t with mask weights m_t become one scalar.
+//   token_mean    sum_t m_t l_t / sum_t m_t over the whole batch (DAPO)
+//   seq_mean      mean over sequences of (sum_{t in s} m_t l_t / sum_{t in s} m_t),
+//                 sequences whose mask sums to 0 left out (GRPO)
+//   seq_constant  sum_t m_t l_t / (S * constant_norm), S = sequences given
+//                 (Dr. GRPO: constant_norm = max_new_tokens, no length term)
+enum class Aggregation { token_mean, seq_mean, seq_constant };
+
+// What happens to a token whose behaviour weight w = pi_prox / mu exceeds
+// behaviour_weight_cap:
+//   mask  its loss term is dropped (w := 0) but it still counts in the
+//         normaliser, as AReaL does (areal/utils/functional.py);
+//   clip  w := cap (truncated importance sampling).
+enum class CapMode { mask, clip };
+
+// Group-relative advantages A_i of the completions of one prompt.
+struct AdvantageOptions {
+  bool scale_by_std = true;  // true: (R - mean) / (std + std_eps) (GRPO); false: R - mean (Dr. GRPO)
+  double std_eps = 1e-6;     // keeps near-uniform groups finite; > 0
+  // DAPO dynamic sampling: groups whose rewards are all equal (advantage 0
+  // everywhere) are marked not kept, so they leave the batch and its normaliser.
+  bool drop_zero_variance = false;
+};
+
+struct PolicyLossOptions {
+  LossKind kind = LossKind::grpo;
+  double clip_low = 0.2;   // eps_low: the ratio is clipped below at 1 - clip_low (0 <= clip_low < 1)
+  double clip_high = 0.2;  // eps_high: clipped above at 1 + clip_high (DAPO clip-higher: 0.28)
+  // decoupled_ppo: cap on w = pi_prox / mu; 0 = no cap, otherwise > 1.
+  double behaviour_weight_cap = 5.0;
+  CapMode cap_mode = CapMode::mask;
+  double kl_coef = 0.0;  // weight of the k3 KL to the frozen reference; 0 = no KL term
+  Aggregation aggregation = Aggregation::seq_mean;
+  double constant_norm = 0.0;  // seq_constant: tokens per sequence to divide by; must be > 0 then
+};
+
+// The rule verifier's reward: 1 for an exact answer, else partial_credit times
+// the share of answer tokens (the answer without its EOS) that are right in
+// place; minus format_penalty when the completion has no EOS (it ran out of
+// max_new_tokens).
+struct VerifierOptions {
+  double partial_credit = 0.0;  // in [0, 1): stays below the exact-match reward
+  double format_penalty = 0.0;  // >= 0
+};
+
+struct RlConfig {
+  int64_t group_size = 8;  // completions sampled per prompt (>= 2: the advantages are group-relative)
+  AdvantageOptions advantage;
+  PolicyLossOptions policy;
+  VerifierOptions verifier;
+};
+
+// The published settings of each kind (see LossKind); max_new_tokens is Dr.
+// GRPO's constant normaliser. Explicit spec keys override the preset's values.
+RlConfig rl_preset(LossKind kind, int64_t max_new_tokens);
+
+// Spec strings: "grpo", "dr_grpo", "dapo", "decoupled_ppo"; "token_mean",
+// "seq_mean", "seq_constant"; "mask", "clip". Each parse throws
+// std::invalid_argument naming the value and the choices.
+LossKind parse_loss_kind(const std::string& name);
+Aggregation parse_aggregation(const std::string& name);
+CapMode parse_cap_mode(const std::string& name);
+const char* loss_kind_name(LossKind kind);
+const char* aggregation_name(Aggregation aggregation);
+const char* cap_mode_name(CapMode mode);
+
+// One violated rule: the [rl] key to point at (e.g. "group_size") and why.
+struct ConfigProblem {
+  std::string key;
+  std::string message;
+};
+// Every range and cross-field rule over these values; empty when the config is
+// usable. The spec parser attaches file:line:col to each by its key.
+std::vector<ConfigProblem> check_config(const RlConfig& config);
+
+}  // namespace troupe::rl

@@ -1,0 +1,79 @@
+// RL tasks and verifiers. A task hands out prompts (training prompts a pure
+// function of (seed, index), held-out prompts for evaluation only) and the
+// verifier that scores a completion. Both are interfaces, so tasks beyond the
+// built-in addition can follow; the rule verifier works for any task whose
+// prompts carry an exact reference answer.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/config.hpp"
+#include "rl/config.hpp"
+
+namespace troupe::model {
+class DataSource;
+}
+
+namespace troupe::rl {
+
+// One prompt and the reference its verifier checks against.
+struct Prompt {
+  int64_t index = 0;            // training: the prompt index it was drawn for; eval: the problem number
+  std::vector<int32_t> tokens;  // fed to the model
+  std::vector<int32_t> answer;  // the exact expected completion, ending with the task's EOS
+};
+
+// What a verifier says of one completion.
+struct Verdict {
+  double reward = 0.0;
+  bool correct = false;   // the completion equals the answer exactly
+  bool finished = false;  // it contains the EOS (else it ran out of max_new_tokens)
+};
+
+class Verifier {
+ public:
+  virtual ~Verifier() = default;
+  // completion: the generated tokens only (not the prompt). Tokens after the
+  // first EOS are ignored, so a generator that does not stop at EOS is scored
+  // as one that does.
+  virtual Verdict score(const Prompt& prompt, std::span<const int32_t> completion) const = 0;
+};
+
+// Exact match 1, else partial credit and format penalty (VerifierOptions).
+class RuleVerifier final : public Verifier {
+ public:
+  // Throws std::invalid_argument for options outside their ranges.
+  RuleVerifier(int32_t eos_token, const VerifierOptions& options);
+  Verdict score(const Prompt& prompt, std::span<const int32_t> completion) const override;
+
+ private:
+  int32_t eos_;
+  VerifierOptions opt_;
+};
+
+class Task {
+ public:
+  virtual ~Task() = default;
+  virtual std::string describe() const = 0;
+  // Training prompt number `index` (0, 1, ...): a pure function of (seed,
+  // index), never a held-out problem. The RL loop draws group g of step s as
+  // prompt_index() in group.hpp says, so group ids fix their prompts.
+  virtual Prompt train_prompt(int64_t index) const = 0;
+  // The first n held-out prompts, independent of the seed: evaluation only.
+  virtual std::vector<Prompt> eval_prompts(int64_t n) const = 0;
+  virtual const Verifier& verifier() const = 0;
+  virtual int32_t eos_token() const = 0;
+};
+
+// The built-in addition task (data.source "addition" or "addition_plain",
+// with data.digits and data.width) as RL prompts "EOS a+b=" from the training
+// split, held-out problems for evaluation, scored by a RuleVerifier. Throws
+// std::runtime_error for a source without a task (text) or a bad config.
+std::unique_ptr<Task> make_addition_task(const model::DataConfig& data, uint64_t seed,
+                                         const VerifierOptions& verifier);
+
+}  // namespace troupe::rl

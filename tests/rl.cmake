@@ -1,0 +1,10 @@
+# Tests of the rl/ library: verifiers and the addition task (with the written
+# width of model/data_addition.cpp), group advantages, policy losses.
+if(TARGET troupe_rl)
+  troupe_add_gtest(rl_tests
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/rl_task_test.cpp
+            ${CMAKE_CURRENT_LIST_DIR}/rl_group_test.cpp
+            ${CMAKE_CURRENT_LIST_DIR}/rl_loss_test.cpp
+    LIBS troupe_rl
+    LABELS rl)
+endif()

@@ -1,0 +1,283 @@
+// Tests of rl/task (the rule verifier, the addition task as RL prompts) and of
+// the addition source's pieces it needs in model/data_addition.cpp: the
+// written width (data.width) and train_problem().
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "model/data.hpp"
+#include "rl/task.hpp"
+
+using namespace troupe;
+using namespace troupe::rl;
+
+namespace {
+
+constexpr int32_t kPlus = 10, kEquals = 11, kEos = 12;
+
+model::DataConfig addition(int64_t digits, int64_t width = 0, const std::string& source = "addition") {
+  model::DataConfig c;
+  c.source = source;
+  c.digits = digits;
+  c.width = width;
+  return c;
+}
+
+// FNV-1a over every output a source gives (describe, train/val batches, eval
+// problems, padded prompts, the seq_len error) for digits 1..9 of both formats.
+uint64_t outputs_hash(int64_t width_for_digits /* 0, or -1 = width := digits */) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](const void* p, size_t n) {
+    const auto* b = static_cast<const unsigned char*>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  };
+  auto mixv = [&](const std::vector<int32_t>& v) {
+    const uint64_t n = v.size();
+    mix(&n, 8);
+    mix(v.data(), v.size() * 4);
+  };
+  for (const char* src : {"addition", "addition_plain"})
+    for (int d : {1, 2, 3, 4, 6, 9}) {
+      model::DataConfig c = addition(d, 0, src);
+      if (width_for_digits < 0 && std::string(src) == "addition") c.width = d;
+      auto s = model::make_data_source(c, 1234 + static_cast<uint64_t>(d), 64);
+      const std::string desc = s->describe();
+      mix(desc.data(), desc.size());
+      for (int64_t cur = 0; cur < 4; ++cur) {
+        const auto b = s->train_batch(cur, 8, 64);
+        mixv(b.inputs);
+        mixv(b.targets);
+      }
+      for (int64_t i = 0; i < 2; ++i) {
+        const auto b = s->val_batch(i, 8, 64);
+        mixv(b.inputs);
+        mixv(b.targets);
+      }
+      for (const auto& p : s->eval_problems(40)) {
+        mixv(p.prompt);
+        mixv(p.answer);
+      }
+      mixv(s->encode_prompt("12+345="));
+      mixv(s->encode_prompt("\n7+8="));
+      try {
+        model::make_data_source(c, 1, 3 * d + 3);
+      } catch (const std::exception& e) {
+        const std::string m = e.what();
+        mix(m.data(), m.size());
+      }
+    }
+  return h;
+}
+
+// Reads a number of `n` digits at tok[i..], most significant first unless reversed.
+int64_t number_at(const std::vector<int32_t>& tok, size_t i, size_t n, bool reversed) {
+  int64_t v = 0;
+  for (size_t k = 0; k < n; ++k) {
+    const int32_t d = tok.at(reversed ? i + n - 1 - k : i + k);
+    EXPECT_GE(d, 0);
+    EXPECT_LE(d, 9);
+    v = v * 10 + d;
+  }
+  return v;
+}
+
+Prompt prompt_with_answer(const std::string& digits) {
+  Prompt p;
+  for (char ch : digits) p.answer.push_back(ch - '0');
+  p.answer.push_back(kEos);
+  return p;
+}
+
+std::vector<int32_t> tokens(const std::string& digits, bool eos) {
+  std::vector<int32_t> out;
+  for (char ch : digits) out.push_back(ch - '0');
+  if (eos) out.push_back(kEos);
+  return out;
+}
+
+}  // namespace
+
+// The value is outputs_hash(0) computed with model/data*.cpp of commit ac87254
+// (before data.width existed): width = 0 must leave every output byte-identical.
+TEST(RlAdditionWidth, WidthZeroIsByteIdenticalToBeforeWidth) {
+  EXPECT_EQ(outputs_hash(0), 0x0096c11e552818faull);
+}
+
+TEST(RlAdditionWidth, WidthEqualToDigitsIsWidthZero) { EXPECT_EQ(outputs_hash(-1), outputs_hash(0)); }
+
+TEST(RlAdditionWidth, OperandsAreWrittenInTheWiderFormat) {
+  const auto src = model::make_data_source(addition(3, 4), 7, 64);
+  for (const auto& p : src->eval_problems(200)) {
+    // EOS dddd + dddd =, answer ddddd EOS (LSB first).
+    ASSERT_EQ(p.prompt.size(), 11u);
+    ASSERT_EQ(p.answer.size(), 6u);
+    EXPECT_EQ(p.prompt[0], kEos);
+    EXPECT_EQ(p.prompt[5], kPlus);
+    EXPECT_EQ(p.prompt[10], kEquals);
+    EXPECT_EQ(p.prompt[1], 0) << "3-digit operands written with 4 digits lead with 0";
+    EXPECT_EQ(p.prompt[6], 0);
+    const int64_t a = number_at(p.prompt, 1, 4, false), b = number_at(p.prompt, 6, 4, false);
+    EXPECT_LT(a, 1000);
+    EXPECT_LT(b, 1000);
+    EXPECT_EQ(number_at(p.answer, 0, 5, true), a + b);
+    EXPECT_EQ(p.answer.back(), kEos);
+    EXPECT_TRUE(model::addition_held_out(a, b));
+  }
+  EXPECT_EQ(src->decode(src->encode_prompt("12+345=")), "\n0012+0345=");
+  EXPECT_NE(src->describe().find("zero-padded to 4 digits"), std::string::npos) << src->describe();
+
+  // Training rows: every problem in the 4-digit format with the answer's loss mask.
+  const auto batch = src->train_batch(0, 4, 64);
+  for (int64_t r = 0; r < 4; ++r) {
+    const std::vector<int32_t> row(batch.inputs.begin() + r * 64, batch.inputs.begin() + (r + 1) * 64);
+    ASSERT_EQ(row[0], kEos);
+    size_t i = 1;
+    int problems = 0;
+    while (i + 16 <= row.size() && row[i] != 13) {  // 13 = PAD; a whole problem is 16 tokens
+      EXPECT_EQ(row[i + 4], kPlus);
+      EXPECT_EQ(row[i + 9], kEquals);
+      EXPECT_EQ(row[i + 15], kEos);
+      const int64_t a = number_at(row, i, 4, false), b = number_at(row, i + 5, 4, false);
+      EXPECT_LT(a, 1000);
+      EXPECT_EQ(number_at(row, i + 10, 5, true), a + b);
+      EXPECT_FALSE(model::addition_held_out(a, b));
+      i += 16;
+      ++problems;
+    }
+    EXPECT_GE(problems, 3);
+  }
+  // The longest problem now needs 3 * 4 + 4 tokens.
+  EXPECT_NO_THROW(model::make_data_source(addition(3, 4), 7, 16));
+  EXPECT_THROW(model::make_data_source(addition(3, 4), 7, 15), std::runtime_error);
+}
+
+TEST(RlAdditionWidth, BadWidthIsAClearError) {
+  auto message = [](const model::DataConfig& c) {
+    try {
+      model::make_data_source(c, 1);
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message(addition(3, 2)).find("width must be 0 (= digits) or in [digits = 3, 9], got 2"), std::string::npos)
+      << message(addition(3, 2));
+  EXPECT_NE(message(addition(3, 10)).find("got 10"), std::string::npos);
+  EXPECT_NE(message(addition(3, 4, "addition_plain")).find("needs the padded format"), std::string::npos)
+      << message(addition(3, 4, "addition_plain"));
+  EXPECT_NO_THROW(model::make_data_source(addition(3, 3), 1));
+  EXPECT_NO_THROW(model::make_data_source(addition(3, 9), 1));
+}
+
+TEST(RlAdditionTask, TrainPromptsArePureTrainingSplitDraws) {
+  const auto task = make_addition_task(addition(2), 11, {});
+  const auto same = make_addition_task(addition(2), 11, {});
+  const auto other = make_addition_task(addition(2), 12, {});
+  int differs = 0, short_operands = 0;
+  std::set<std::pair<int64_t, int64_t>> seen;
+  for (int64_t i = 0; i < 3000; ++i) {
+    const Prompt p = task->train_prompt(i);
+    EXPECT_EQ(p.index, i);
+    const Prompt q = same->train_prompt(i);
+    EXPECT_EQ(p.tokens, q.tokens);
+    EXPECT_EQ(p.answer, q.answer);
+    differs += other->train_prompt(i).tokens != p.tokens ? 1 : 0;
+    // "EOS dd+dd=" and "ddd EOS".
+    ASSERT_EQ(p.tokens.size(), 7u);
+    ASSERT_EQ(p.answer.size(), 4u);
+    const int64_t a = number_at(p.tokens, 1, 2, false), b = number_at(p.tokens, 4, 2, false);
+    EXPECT_FALSE(model::addition_held_out(a, b)) << a << "+" << b << " is held out";
+    EXPECT_EQ(number_at(p.answer, 0, 3, true), a + b);
+    short_operands += a < 10 ? 1 : 0;
+    seen.insert({a, b});
+  }
+  EXPECT_GT(differs, 2500) << "another seed draws other prompts";
+  // Training operands: half uniform, half with a uniform digit count, so about
+  // 0.5 * 0.1 + 0.5 * 0.5 = 30% are 1-digit.
+  EXPECT_GT(short_operands, 600);
+  EXPECT_LT(short_operands, 1200);
+  EXPECT_GT(seen.size(), 1500u);
+  EXPECT_THROW(task->train_prompt(-1), std::invalid_argument);
+  EXPECT_NE(task->describe().find("RL prompts of addition"), std::string::npos);
+}
+
+TEST(RlAdditionTask, EvalPromptsAreTheHeldOutProblems) {
+  model::DataConfig c = addition(3, 4);
+  const auto task = make_addition_task(c, 5, {});
+  const auto src = model::make_data_source(c, 99);
+  const auto prompts = task->eval_prompts(100);
+  const auto problems = src->eval_problems(100);
+  ASSERT_EQ(prompts.size(), 100u);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(prompts[i].index, static_cast<int64_t>(i));
+    EXPECT_EQ(prompts[i].tokens, problems[i].prompt) << "eval prompts do not depend on the seed";
+    EXPECT_EQ(prompts[i].answer, problems[i].answer);
+  }
+  EXPECT_EQ(task->eos_token(), kEos);
+  // Every held-out answer scores 1 with the task's verifier; a training prompt never is an eval prompt.
+  for (const auto& p : prompts) EXPECT_TRUE(task->verifier().score(p, p.answer).correct);
+}
+
+TEST(RlAdditionTask, NeedsAnAdditionSource) {
+  model::DataConfig c;
+  c.source = "text";
+  c.path = "/nonexistent";
+  EXPECT_THROW(make_addition_task(c, 1, {}), std::runtime_error);
+  c.source = "addition";
+  c.path.clear();
+  EXPECT_THROW(make_addition_task(c, 1, VerifierOptions{1.0, 0.0}), std::invalid_argument);
+  // A source with no task says so.
+  const std::string path = ::testing::TempDir() + "rl_task_text.txt";
+  {
+    std::ofstream out(path);
+    for (int i = 0; i < 2000; ++i) out << "some text to train on\n";
+  }
+  model::DataConfig text;
+  text.source = "text";
+  text.path = path;
+  EXPECT_THROW(model::make_data_source(text, 1)->train_problem(0), std::logic_error);
+}
+
+TEST(RlVerifier, ExactMatchIsOneElseZero) {
+  const RuleVerifier v(kEos, {});
+  const Prompt p = prompt_with_answer("7530");
+  Verdict r = v.score(p, tokens("7530", true));
+  EXPECT_TRUE(r.correct);
+  EXPECT_TRUE(r.finished);
+  EXPECT_EQ(r.reward, 1.0);
+  r = v.score(p, tokens("7531", true));
+  EXPECT_FALSE(r.correct);
+  EXPECT_EQ(r.reward, 0.0);
+  // Tokens after the first EOS are not part of the answer.
+  std::vector<int32_t> tail = tokens("7530", true);
+  tail.insert(tail.end(), {1, 2, kEos});
+  EXPECT_EQ(v.score(p, tail).reward, 1.0);
+  // Right digits without EOS, or an extra digit, are wrong.
+  r = v.score(p, tokens("7530", false));
+  EXPECT_FALSE(r.correct);
+  EXPECT_FALSE(r.finished);
+  EXPECT_EQ(r.reward, 0.0);
+  EXPECT_EQ(v.score(p, tokens("75301", true)).reward, 0.0);
+  EXPECT_EQ(v.score(p, tokens("753", true)).reward, 0.0);
+  EXPECT_EQ(v.score(p, {}).reward, 0.0);
+}
+
+TEST(RlVerifier, PartialCreditAndFormatPenalty) {
+  const RuleVerifier v(kEos, VerifierOptions{0.5, 0.1});
+  const Prompt p = prompt_with_answer("7530");
+  EXPECT_EQ(v.score(p, tokens("7530", true)).reward, 1.0);
+  // 7,5,_,0 right in place: 3 of 4 answer digits.
+  EXPECT_DOUBLE_EQ(v.score(p, tokens("7500", true)).reward, 0.5 * 3 / 4);
+  EXPECT_DOUBLE_EQ(v.score(p, tokens("0000", true)).reward, 0.5 * 1 / 4);
+  EXPECT_DOUBLE_EQ(v.score(p, tokens("75301", true)).reward, 0.5);  // all 4 digits right, then junk
+  EXPECT_DOUBLE_EQ(v.score(p, tokens("75", true)).reward, 0.5 * 2 / 4);  // the EOS is not a digit
+  // No EOS within max_new_tokens: the penalty, on top of the partial credit.
+  EXPECT_DOUBLE_EQ(v.score(p, tokens("7530", false)).reward, 0.5 - 0.1);
+  EXPECT_DOUBLE_EQ(v.score(p, tokens("12", false)).reward, -0.1);
+  EXPECT_THROW(RuleVerifier(kEos, VerifierOptions{1.0, 0.0}), std::invalid_argument);
+  EXPECT_THROW(RuleVerifier(kEos, VerifierOptions{-0.1, 0.0}), std::invalid_argument);
+  EXPECT_THROW(RuleVerifier(kEos, VerifierOptions{0.0, -1.0}), std::invalid_argument);
+}
