@@ -8,6 +8,7 @@ namespace troupe::rl {
 
 RlConfig rl_preset(LossKind kind, int64_t max_new_tokens) {
   RlConfig c;
+  c.max_new_tokens = max_new_tokens;
   c.policy.kind = kind;
   switch (kind) {
     case LossKind::grpo:  // DeepSeekMath: std-normalised, 1/|o_i| then mean over the group
@@ -95,6 +96,16 @@ std::vector<ConfigProblem> check_config(const RlConfig& c) {
     return s;
   };
   const auto& p = c.policy;
+  if (c.prompts_per_step < 1)
+    bad("prompts_per_step", "prompts_per_step = " + std::to_string(c.prompts_per_step) + " must be >= 1");
+  if (c.max_new_tokens < 1)
+    bad("max_new_tokens", "max_new_tokens = " + std::to_string(c.max_new_tokens) + " must be >= 1");
+  if (!(c.temperature > 0 && std::isfinite(c.temperature)))
+    bad("temperature", "temperature = " + num(c.temperature) +
+                           " must be > 0 (greedy decoding would make every completion of a group the same)");
+  if (!(c.top_p > 0 && c.top_p <= 1)) bad("top_p", "top_p = " + num(c.top_p) + " must be in (0, 1]");
+  if (c.updates_per_batch < 1)
+    bad("updates_per_batch", "updates_per_batch = " + std::to_string(c.updates_per_batch) + " must be >= 1");
   if (c.group_size < 2)
     bad("group_size", "group_size = " + std::to_string(c.group_size) + ": loss \"" + loss_kind_name(p.kind) +
                           "\" uses group-relative advantages (R - group mean), which are all 0 for a group of "

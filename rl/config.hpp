@@ -66,7 +66,14 @@ struct VerifierOptions {
 };
 
 struct RlConfig {
+  std::string init;               // checkpoint the policy starts from, also the frozen reference; "" = fresh init
+  std::string task = "addition";  // the built-in task (rl/task.hpp)
+  int64_t prompts_per_step = 8;   // groups sampled per RL step
   int64_t group_size = 8;  // completions sampled per prompt (>= 2: the advantages are group-relative)
+  int64_t max_new_tokens = 8;     // most tokens per completion
+  double temperature = 1.0;       // sampling temperature (> 0); the loss's log-probs use the same one
+  double top_p = 1.0;             // nucleus sampling mass in (0, 1]
+  int64_t updates_per_batch = 1;  // optimizer steps per sampled batch (PPO epochs)
   AdvantageOptions advantage;
   PolicyLossOptions policy;
   VerifierOptions verifier;

