@@ -25,10 +25,6 @@ constexpr double kBig = 1e12;
 // Helpers that build a row: F(expr) gives the field accessor for a Spec member.
 #define F(expr) [](Spec& s) -> void* { return &s.expr; }
 
-std::string not_yet(const std::string& what, const char* issue) {
-  return "not supported yet: " + what + " arrives with " + issue;
-}
-
 std::vector<KeyDef> build_keys() {
   std::vector<KeyDef> k;
   auto add = [&](KeyDef d) { k.push_back(std::move(d)); };
