@@ -15,3 +15,7 @@ if(TARGET troupe_rl)
     LIBS troupe_rl
     LABELS rl)
 endif()
+if(TARGET troupe)
+  add_test(NAME rl_cli_script COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/rl_cli_test.sh $<TARGET_FILE:troupe>)
+  set_tests_properties(rl_cli_script PROPERTIES TIMEOUT 600 LABELS rl)
+endif()

@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# End-to-end tests of run.mode = "rl" through the `troupe` executable: the
+# [rl] section's errors (file:line:col, exit 3), a missing or damaged init
+# checkpoint (exit 4, naming the file) for validate and run alike, and a short
+# RL run from a pretraining checkpoint that is identical when repeated and
+# when resumed halfway.
+# usage: rl_cli_test.sh TROUPE_BINARY
+set -uo pipefail
+troupe=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+failures=0
+
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+expect_exit() {
+  local want=$1; shift
+  out=$("$@" 2>&1); local got=$?
+  [ "$got" -eq "$want" ] || fail "'$*' exited $got, expected $want; output:\n$out"
+}
+expect_output() {
+  grep -qF -- "$1" <<<"$out" || fail "expected '$1' in output of the last command; got:\n$out"
+}
+
+# A tiny model: pretrain 3 steps to get an init checkpoint.
+cat > "$work/model.toml" <<'TOML'
+[model]
+d_model = 32
+n_layers = 2
+n_heads = 2
+seq_len = 32
+n_experts = 4
+expert_hidden = 32
+tie_embeddings = false
+[data]
+source = "addition"
+digits = 1
+batch_size = 4
+eval_problems = 20
+[log]
+progress = "off"
+TOML
+cp "$work/model.toml" "$work/pre.toml"
+printf '[run]\nsteps = 3\neval_every = 0\nout_dir = "%s/pre"\n' "$work" >> "$work/pre.toml"
+expect_exit 0 "$troupe" run "$work/pre.toml"
+init="$work/pre/checkpoint"
+[ -f "$init/manifest.bin" ] || fail "pretraining wrote no checkpoint"
+
+cp "$work/model.toml" "$work/rl.toml"
+cat >> "$work/rl.toml" <<TOML
+[run]
+mode = "rl"
+steps = 4
+eval_every = 2
+out_dir = "$work/rl1"
+[optim]
+lr = 1e-3
+warmup_steps = 0
+schedule = "constant"  # so that a 2-step run and a 4-step run share their first 2 steps
+[rl]
+init = "$init"
+prompts_per_step = 2
+group_size = 4
+max_new_tokens = 4
+kl_coef = 0.01
+TOML
+expect_exit 0 "$troupe" validate "$work/rl.toml"
+expect_output "online RL (synchronous, one process): each step samples 2 prompts x 4 completions"
+
+# [rl] errors name the key's position; each is exit 3.
+expect_exit 3 "$troupe" validate "$work/rl.toml" --set rl.group_size=1
+expect_output "error: [rl] group_size: group_size = 1: loss \"grpo\" uses group-relative advantages"
+expect_exit 3 "$troupe" validate "$work/rl.toml" --set rl.max_new_tokens=40
+expect_output "error: [rl] max_new_tokens = 40 does not fit: the task's prompts are 5 tokens and [model] seq_len = 32"
+expect_exit 3 "$troupe" validate "$work/rl.toml" --set rl.max_new_tokens=2
+expect_output "is shorter than the task's answers"
+expect_exit 3 "$troupe" validate "$work/rl.toml" --set model.d_model=64
+expect_output "$work/rl.toml:26:1: error: [rl] init = \"$init\": the checkpoint's model differs from [model] (d_model: 64 vs 32"
+expect_exit 3 "$troupe" validate "$work/rl.toml" --set rl.lss='"dapo"'
+expect_output "unknown key 'lss' in [rl]; did you mean 'loss'?"
+expect_exit 3 "$troupe" validate "$work/rl.toml" --set rl.loss='"ppo"'
+expect_output "[rl] loss = \"ppo\" is not one of"
+expect_exit 3 "$troupe" validate "$work/rl.toml" --set topology.devices=2 --set topology.stages=2 --set topology.schedule='"1f1b"'
+expect_output "runs the synchronous RL loop on one device in one process for now"
+expect_exit 3 "$troupe" validate "$work/pre.toml" --set rl.group_size=4
+expect_output "[rl] keys apply only to [run] mode = \"rl\""
+
+# A missing or damaged init: exit 4 naming the file, from validate and run.
+expect_exit 4 "$troupe" validate "$work/rl.toml" --set rl.init="\"$work/nope\""
+expect_output "$work/nope"
+cp -r "$init" "$work/damaged"
+printf 'garbage' | dd of="$work/damaged/params.f32.zst" bs=1 seek=100 conv=notrunc status=none
+expect_exit 4 "$troupe" validate "$work/rl.toml" --set rl.init="\"$work/damaged\""
+expect_output "$work/damaged/params.f32.zst"
+expect_exit 4 "$troupe" run "$work/rl.toml" --set rl.init="\"$work/damaged\"" --set run.out_dir="\"$work/rl_bad\""
+expect_output "$work/damaged/params.f32.zst"
+
+# Two runs of one spec: the same metrics (timings aside) and checkpoint bytes.
+strip_times() {
+  sed -E 's/"(gen_seconds|reward_seconds|train_seconds|step_seconds|seconds|gen_tokens_per_s|train_tokens_per_s)":[^,}]*,?//g' "$1"
+}
+expect_exit 0 "$troupe" run "$work/rl.toml"
+expect_output "done: 4 RL steps; held-out exact match"
+expect_exit 0 "$troupe" run "$work/rl.toml" --set run.out_dir="\"$work/rl2\""
+grep -q '"type":"rl_step"' "$work/rl1/metrics.jsonl" || fail "metrics.jsonl has no rl_step lines"
+grep -q '"type":"rl_eval"' "$work/rl1/metrics.jsonl" || fail "metrics.jsonl has no rl_eval lines"
+for key in reward_mean reward_std zero_variance_share kl_ref entropy clip_low clip_high importance_weight_max response_length gen_tokens_per_s; do
+  grep -q "\"$key\":" "$work/rl1/metrics.jsonl" || fail "metrics.jsonl lacks $key"
+done
+[ "$(grep -c '"type":"rl_step"' "$work/rl1/metrics.jsonl")" -eq 4 ] || fail "expected 4 rl_step lines"
+diff <(strip_times "$work/rl1/metrics.jsonl" | grep -v '"type":"start"' | sed 's#/rl1/#/rlX/#g') \
+     <(strip_times "$work/rl2/metrics.jsonl" | grep -v '"type":"start"' | sed 's#/rl2/#/rlX/#g') >/dev/null ||
+  fail "two runs of the same RL spec wrote different metrics"
+for f in "$work/rl1/checkpoint"/*; do
+  cmp -s "$f" "$work/rl2/checkpoint/$(basename "$f")" || fail "two RL runs differ in $(basename "$f")"
+done
+
+# Resume halfway: 2 steps, then continue to 4 from that checkpoint.
+expect_exit 0 "$troupe" run "$work/rl.toml" --set run.steps=2 --set run.out_dir="\"$work/half\""
+expect_exit 0 "$troupe" run "$work/rl.toml" --set run.out_dir="\"$work/resumed\"" \
+  --set checkpoint.resume="\"$work/half/checkpoint\""
+for f in "$work/rl1/checkpoint"/*; do
+  cmp -s "$f" "$work/resumed/checkpoint/$(basename "$f")" || fail "resumed RL run differs from the straight run in $(basename "$f")"
+done
+
+if [ "$failures" -gt 0 ]; then
+  echo "$failures failure(s)"
+  exit 1
+fi
+echo "rl cli tests passed"
