@@ -17,6 +17,7 @@
 #include "moe/balance.hpp"
 #include "rl/group.hpp"
 #include "rl/loss.hpp"
+#include "rl/rollout.hpp"
 #include "rl/task.hpp"
 
 namespace troupe::rl {
@@ -186,29 +187,24 @@ struct RlTrainer::Impl {
         gen->generate(w, prompts, std::span<model::SamplerRng>(rngs), generate_options(rl.temperature));
     m.gen_seconds = seconds_since(tg);
 
-    // 3. Rewards.
+    // 3. Rewards and advantages, laid out per token (rl/rollout.hpp).
     auto tr = Clock::now();
-    std::vector<double> rewards(static_cast<size_t>(N));
-    int64_t correct = 0, finished = 0;
+    std::vector<Completion> scored(static_cast<size_t>(N));
     for (int64_t i = 0; i < N; ++i) {
-      const Verdict v = task->verifier().score(group_prompts[i / G], comps[i].tokens);
-      rewards[i] = v.reward;
-      correct += v.correct;
-      finished += v.finished;
+      scored[i].tokens = comps[i].tokens;
+      scored[i].logp_behav.assign(comps[i].logprobs.begin(), comps[i].logprobs.end());
       m.gen_tokens += static_cast<int64_t>(comps[i].tokens.size());
     }
-    std::vector<double> adv(static_cast<size_t>(N));
-    std::vector<uint8_t> keep(static_cast<size_t>(Pn));
-    const GroupStats gs = group_advantages(adv, keep, rewards, G, rl.advantage);
+    const ScoredBatch sb = score_groups(*task, group_prompts, scored, G, rl.advantage);
     m.reward_seconds = seconds_since(tr);
-    m.reward_mean = gs.reward_mean;
-    m.reward_std = gs.reward_std;
-    m.groups = gs.groups;
-    m.zero_variance_groups = gs.zero_variance_groups;
-    m.zero_variance_share = gs.zero_variance_share;
-    m.correct = static_cast<double>(correct) / static_cast<double>(N);
-    m.finished = static_cast<double>(finished) / static_cast<double>(N);
-    m.response_length = static_cast<double>(m.gen_tokens) / static_cast<double>(N);
+    m.reward_mean = sb.stats.reward_mean;
+    m.reward_std = sb.stats.reward_std;
+    m.groups = sb.stats.groups;
+    m.zero_variance_groups = sb.stats.zero_variance_groups;
+    m.zero_variance_share = sb.stats.zero_variance_share;
+    m.correct = sb.correct_share;
+    m.finished = sb.finished_share;
+    m.response_length = sb.length_mean;
     m.gen_tokens_per_s = m.gen_seconds > 0 ? static_cast<double>(m.gen_tokens) / m.gen_seconds : 0.0;
 
     // 4. Training rows: row i is prompt_i + completion_i; completion token j
@@ -220,9 +216,7 @@ struct RlTrainer::Impl {
     const int64_t S = std::min<int64_t>(opt.model.seq_len, (longest + 7) / 8 * 8);
     std::vector<int32_t> inputs(static_cast<size_t>(N * S), task->eos_token() >= 0 ? task->eos_token() : 0);
     std::vector<int32_t> targets(static_cast<size_t>(N * S), -1);
-    std::vector<int64_t> offsets{0};
-    std::vector<size_t> pos;  // flat row position of each trained token
-    std::vector<double> logp_behav, adv_tok, mask;
+    std::vector<size_t> pos;  // flat row position of each completion token, in score_groups' order
     for (int64_t i = 0; i < N; ++i) {
       const auto& p = prompts[i];
       const auto& c = comps[i].tokens;
@@ -234,12 +228,9 @@ struct RlTrainer::Impl {
         const size_t at = static_cast<size_t>(i * S + static_cast<int64_t>(p.size()) - 1 + static_cast<int64_t>(j));
         targets[at] = c[j];
         pos.push_back(at);
-        logp_behav.push_back(comps[i].logprobs[j]);
-        adv_tok.push_back(adv[i]);
-        mask.push_back(keep[i / G] ? 1.0 : 0.0);
       }
-      offsets.push_back(static_cast<int64_t>(pos.size()));
     }
+    const std::vector<double>& mask = sb.mask;
     const size_t T = pos.size();
     model::PolicyHead& head = head_for(S, N);
     const double temp = train_temperature();
@@ -266,11 +257,11 @@ struct RlTrainer::Impl {
       PolicyTokens in;
       in.logp = logp;
       in.logp_prox = logp_prox;
-      in.logp_behav = logp_behav;
+      in.logp_behav = sb.logp_behav;
       in.logp_ref = logp_ref;
-      in.advantage = adv_tok;
-      in.mask = mask;
-      in.offsets = offsets;
+      in.advantage = sb.advantage;
+      in.mask = sb.mask;
+      in.offsets = sb.offsets;
       const PolicyMetrics pm = policy_loss_forward(in, popt);
       policy_loss_backward(grad, in, popt);
       for (size_t k = 0; k < T; ++k) coef[pos[k]] = static_cast<float>(grad[k]);
