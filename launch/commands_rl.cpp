@@ -1,6 +1,7 @@
 // `troupe run` for run.mode = "rl": the synchronous RL loop (rl/trainer.hpp)
 // with progress on the terminal and one JSON line per RL step, evaluation and
 // checkpoint in metrics.jsonl.
+#include <chrono>
 #include <cmath>
 #include <spdlog/spdlog.h>
 
@@ -32,7 +33,8 @@ namespace {
 class RlProgress final : public rl::RlObserver {
  public:
   RlProgress(std::string style, int64_t total, int64_t every, MetricsWriter& metrics)
-      : style_(std::move(style)), total_(total), every_(every), metrics_(metrics) {}
+      : style_(std::move(style)), total_(total), every_(every), metrics_(metrics),
+        t0_(std::chrono::steady_clock::now()) {}
 
   void on_step(const rl::RlStepMetrics& m) override {
     if (metrics_.is_open())
@@ -71,6 +73,7 @@ class RlProgress final : public rl::RlObserver {
                               .add("reward_seconds", m.reward_seconds)
                               .add("train_seconds", m.train_seconds)
                               .add("step_seconds", m.step_seconds)
+                              .add("wall_seconds", wall())
                               .str());
     if (style_ == "off") return;
     if (m.step % every_ == 0 || m.step == total_ || m.step == 1 || style_ == "bar")
@@ -93,6 +96,7 @@ class RlProgress final : public rl::RlObserver {
                               .add("k", e.k)
                               .add("pass_at_k", e.pass_at_k)
                               .add("seconds", e.seconds)
+                              .add("wall_seconds", wall())
                               .str());
     spdlog::info("rl eval step {}: held-out exact match {:.1f}% (greedy), pass@{} {:.1f}%, mean reward {:.3f} "
                  "({} problems)",
@@ -106,9 +110,14 @@ class RlProgress final : public rl::RlObserver {
   }
 
  private:
+  // Seconds since the run started (curves of accuracy against wall time).
+  double wall() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  }
   std::string style_;
   int64_t total_, every_;
   MetricsWriter& metrics_;
+  std::chrono::steady_clock::time_point t0_;
 };
 
 }  // namespace

@@ -96,7 +96,7 @@ expect_output "$work/damaged/params.f32.zst"
 
 # Two runs of one spec: the same metrics (timings aside) and checkpoint bytes.
 strip_times() {
-  sed -E 's/"(gen_seconds|reward_seconds|train_seconds|step_seconds|seconds|gen_tokens_per_s|train_tokens_per_s)":[^,}]*,?//g' "$1"
+  sed -E 's/"(gen_seconds|reward_seconds|train_seconds|step_seconds|wall_seconds|seconds|gen_tokens_per_s|train_tokens_per_s)":[^,}]*,?//g' "$1"
 }
 expect_exit 0 "$troupe" run "$work/rl.toml"
 expect_output "done: 4 RL steps; held-out exact match"
