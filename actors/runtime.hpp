@@ -3,7 +3,7 @@
 // ZeRO-1 optimizer-shard actors and a coordinator that also loads the data —
 // and runs training steps on it. The math is the single-process
 // model::Trainer's (same init, data order, loss scaling, AdamW, LR schedule,
-// clipping); see runtime_internal.hpp for the message protocol.
+// clipping); see context.hpp for the message protocol.
 //
 // Equivalence with model::Trainer (tests/runtime_equivalence_test.cpp):
 //   bitwise  when every gradient element receives its additions in the same
@@ -24,13 +24,13 @@
 #include <string>
 #include <vector>
 
-#include "actors/faults.hpp"
+#include "actors/supervision/faults.hpp"
 #include "model/checkpoint.hpp"
 #include "model/trainer.hpp"
 
 namespace troupe::runtime {
 
-struct ClusterComm;  // actors/runtime_cluster.hpp: how processes find each other (MPI in launch/)
+struct ClusterComm;  // actors/cluster/runtime_cluster.hpp: how processes find each other (MPI in launch/)
 
 struct RuntimeOptions {
   model::TrainOptions train;        // model, optimizer, data, seed, steps, microbatches, backend
@@ -52,7 +52,7 @@ struct RuntimeOptions {
   bool overlap = true;
   std::string trace;                // Chrome trace file written by train(); empty: no tracing
   bool record_trace = false;        // record device events without train() writing them (tests)
-  // Supervision (actors/supervisor.hpp): a rank or shard actor that goes down
+  // Supervision (actors/supervision/supervisor.hpp): a rank or shard actor that goes down
   // is respawned on its device and the running step is replayed; more than
   // max_restarts restarts within restart_window steps fail the step.
   std::vector<FaultSpec> faults;    // failure injection ([[faults]])
@@ -62,14 +62,14 @@ struct RuntimeOptions {
   bool duplicate_sends = false;     // tests: send every step message twice (receivers must drop the copies)
   bool corrupt_combine = false;     // tests: expert shard 0 of replica 0 answers its first forward Dispatch
                                     // with a Combine whose id does not echo it (the stage must reject it)
-  // Across processes (actors/runtime_cluster.hpp): with processes > 1 each
-  // process creates only the devices and actors actors/placement.hpp gives
+  // Across processes (actors/cluster/runtime_cluster.hpp): with processes > 1 each
+  // process creates only the devices and actors actors/cluster/placement.hpp gives
   // it; process 0 drives training, the others serve() until told to stop.
   int processes = 1;
   std::string interface = "127.0.0.1";  // address CAF ports bind to
   double peer_timeout = 10.0;           // seconds without traffic before a peer counts as lost
   int64_t bulk_shm_bytes = 1 << 16;     // all processes on one host: envelopes this large go through
-                                        // shared memory (actors/envelope_shm.hpp); 0 = never
+                                        // shared memory (actors/transport/envelope_shm.hpp); 0 = never
   std::vector<int> device_process;      // explicit process of each device; empty: contiguous blocks
   std::shared_ptr<ClusterComm> comm;    // required when processes > 1
 };
@@ -118,7 +118,7 @@ class Runtime {
   uint32_t inject_stale_messages();
   // With tracing on (options.trace set or record_trace): waits for the devices
   // to go idle and writes their events so far as Chrome trace JSON
-  // (actors/trace.hpp). Throws std::logic_error when tracing is off.
+  // (actors/device/trace.hpp). Throws std::logic_error when tracing is off.
   void write_trace(const std::string& path);
   // Processes other than 0 of a multi-process run: serves this process's
   // actors until process 0 ends the run. Throws std::runtime_error when the

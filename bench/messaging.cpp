@@ -7,7 +7,7 @@
 //    1 to rank 0 and acknowledged, through CAF (Envelope over the middleman;
 //    random bytes, and compressible floats that take the zstd path) next to
 //    MPI_Send/MPI_Recv of the same bytes with the same 8-byte ack, and the
-//    random bytes again on the shared-memory bulk path (actors/envelope_shm.hpp).
+//    random bytes again on the shared-memory bulk path (actors/transport/envelope_shm.hpp).
 // Prints a table; --json PATH writes the figures.
 #include <mpi.h>
 
@@ -28,8 +28,8 @@
 #include <caf/io/middleman.hpp>
 #include <caf/scoped_actor.hpp>
 
-#include "actors/caf_types.hpp"
-#include "actors/envelope_shm.hpp"
+#include "actors/transport/caf_types.hpp"
+#include "actors/transport/envelope_shm.hpp"
 #include "launch/mpi_bootstrap.hpp"
 
 using namespace troupe;
@@ -196,7 +196,7 @@ struct Cross {
   // Seconds per transfer (payload + ack): random bytes (sent raw), compressible
   // floats (zstd), the same compressible floats from a system with zstd off, MPI.
   double caf_raw_s = 0, caf_zstd_s = 0, caf_off_s = 0, mpi_s = 0;
-  // Random bytes again, on the shared-memory bulk path (actors/envelope_shm.hpp).
+  // Random bytes again, on the shared-memory bulk path (actors/transport/envelope_shm.hpp).
   double caf_shm_s = 0;
 };
 

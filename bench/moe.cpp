@@ -1,5 +1,5 @@
 // bench_moe: MoE all-to-all dispatch + combine through Envelopes
-// (actors/moe_messages.hpp), next to raw MPI_Alltoallv of the same bytes.
+// (actors/transport/moe_messages.hpp), next to raw MPI_Alltoallv of the same bytes.
 //
 // Workload: a stage holds T tokens routed top-k over E experts (seeded
 // uniform routing, dispatch plan of moe/dispatch.hpp), experts split over 2
@@ -19,7 +19,7 @@
 // tokens/s = all stages' tokens / time; GB/s = payload bytes of all
 // dispatches + combines (rows, ids, weights, indices) / time.
 // Then the same forward + backward exchanges through echo shards and through
-// real expert-shard actors (actors/expert_shard.hpp: grouped-GEMM SwiGLU,
+// real expert-shard actors (actors/experts/expert_shard.hpp: grouped-GEMM SwiGLU,
 // F = D/2, one device thread each): their ratio is the messaging share of an
 // expert round trip when nothing overlaps it. Step time with and without
 // overlap needs the integrated runtime (stage actors at MoE layers) and is
@@ -43,9 +43,9 @@
 #include <caf/io/middleman.hpp>
 #include <caf/scoped_actor.hpp>
 
-#include "actors/caf_types.hpp"
-#include "actors/expert_shard.hpp"
-#include "actors/moe_messages.hpp"
+#include "actors/transport/caf_types.hpp"
+#include "actors/experts/expert_shard.hpp"
+#include "actors/transport/moe_messages.hpp"
 #include "launch/mpi_bootstrap.hpp"
 #include "moe/dispatch.hpp"
 

@@ -18,7 +18,7 @@
 //               latency; ceiling = (sum of all op costs) / makespan.
 //   envelopes = pipeline Envelopes per step (activations + gradients) counted
 //               from the op lists the stage actors execute; "msgs" adds the
-//               rest of the protocol of actors/runtime_internal.hpp (data,
+//               rest of the protocol of actors/context.hpp (data,
 //               start, loss, grad/param slices, norms, step-ok, device
 //               completions), derived from that description, not counted:
 //               the runtime has no message counter.
@@ -28,10 +28,10 @@
 // --only keeps the Trainer (the baseline) and the runtime rows whose name
 // contains SUBSTRING (for profiling one engine with perf); it prints the
 // table only (no summary, no JSON). --trace-dir records each runtime's device
-// trace and writes it as DIR/<engine>.json (Chrome trace, actors/trace.hpp).
+// trace and writes it as DIR/<engine>.json (Chrome trace, actors/device/trace.hpp).
 // --caf-stealing adds the first four runtime rows again on CAF's default
 // work-stealing scheduler (TROUPE_CAF_SCHEDULER=stealing, see
-// actors/caf_scheduler.hpp), stepped in the same rounds: before/after in one
+// actors/transport/caf_scheduler.hpp), stepped in the same rounds: before/after in one
 // run, so load drift on a shared machine hits both alike.
 #include <sys/resource.h>
 
@@ -47,9 +47,9 @@
 #include <string>
 #include <vector>
 
-#include "actors/pipeline_sim.hpp"
+#include "actors/schedule/pipeline_sim.hpp"
 #include "actors/runtime.hpp"
-#include "actors/schedule.hpp"
+#include "actors/schedule/schedule.hpp"
 #include "model/trainer.hpp"
 
 using namespace troupe;
@@ -198,7 +198,7 @@ int main(int argc, char** argv) {
     };
     if (caf_stealing) {
       // The same runtimes on CAF's default scheduler (what the runtime used
-      // before actors/caf_scheduler.hpp), stepped in the same rounds.
+      // before actors/transport/caf_scheduler.hpp), stepped in the same rounds.
       const std::vector<Spec> before = specs;
       for (size_t i = 0; i < 4; ++i) {
         Spec b = before[i];

@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "actors/pipeline_sim.hpp"
-#include "actors/schedule.hpp"
+#include "actors/schedule/pipeline_sim.hpp"
+#include "actors/schedule/schedule.hpp"
 
 using namespace troupe::sched;
 

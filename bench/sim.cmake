@@ -1,4 +1,4 @@
-# bench_sim_actors: sim devices (actors/sim_runtime.hpp) — wall time to
+# bench_sim_actors: sim devices (actors/sim/sim_runtime.hpp) — wall time to
 # simulate one step of 1,024 devices through the actors vs the discrete-event
 # simulator on the same op lists, in the same run. Prints a table, writes JSON.
 if(TARGET troupe_runtime)

@@ -1,7 +1,7 @@
 // bench_sim_actors: how long it takes to simulate one training step of a
 // 1,024-device topology (PP 32 x DP 32) through the sim actors
-// (actors/sim_runtime.hpp: one CAF actor per device, Envelopes between them)
-// vs the discrete-event simulator (actors/pipeline_sim.hpp) on the same op
+// (actors/sim/sim_runtime.hpp: one CAF actor per device, Envelopes between them)
+// vs the discrete-event simulator (actors/schedule/pipeline_sim.hpp) on the same op
 // lists and costs, measured in the same run; and whether both give the same
 // virtual step time and per-device busy times (they must).
 // Prints a table and writes JSON (argv[1], default bench_sim_actors.json).
@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "actors/pipeline_sim.hpp"
-#include "actors/sim_runtime.hpp"
+#include "actors/schedule/pipeline_sim.hpp"
+#include "actors/sim/sim_runtime.hpp"
 
 using namespace troupe;
 

@@ -15,7 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/runtime.hpp"
-#include "actors/runtime_cluster.hpp"
+#include "actors/cluster/runtime_cluster.hpp"
 #include "launch/mpi_bootstrap.hpp"
 #include "launch/cli.hpp"
 #include "launch/commands_rl.hpp"

@@ -1,11 +1,11 @@
 // Sim devices from the launch spec ([topology] device_kind = "sim", [sim]):
-// the options of the actor simulation (actors/sim_runtime.hpp), what
+// the options of the actor simulation (actors/sim/sim_runtime.hpp), what
 // `troupe validate` prints about them, and `troupe run` on such a spec.
 #pragma once
 
 #include <string>
 
-#include "actors/sim_runtime.hpp"
+#include "actors/sim/sim_runtime.hpp"
 #include "launch/spec.hpp"
 
 namespace troupe::launch {

@@ -14,8 +14,8 @@
 #include <tuple>
 #include <toml++/toml.h>
 
-#include "actors/faults.hpp"
-#include "actors/schedule.hpp"
+#include "actors/supervision/faults.hpp"
+#include "actors/schedule/schedule.hpp"
 #include "launch/spec_keys.hpp"
 #include "model/checkpoint.hpp"
 #include "model/data.hpp"

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/sim_costs.hpp"
+#include "actors/sim/sim_costs.hpp"
 #include "model/config.hpp"
 #include "rl/config.hpp"
 
@@ -66,7 +66,7 @@ struct LogConfig {
 };
 
 // One [[faults]] entry: kill an actor at a seeded point inside a step
-// (actor runtime only; see actors/faults.hpp).
+// (actor runtime only; see actors/supervision/faults.hpp).
 struct FaultConfig {
   int64_t at_step = 0;     // 1-based step, 1..[run] steps
   std::string target;      // "stage:K", "stage:K/replica:R", "optimizer:K" or "expert:L/S[/replica:R]"
@@ -106,7 +106,7 @@ struct Spec {
   TopologyConfig topology;
   CheckpointConfig checkpoint;
   LogConfig log;
-  sim::CostConfig sim;  // [sim]: cost model of device_kind = "sim" (actors/sim_costs.hpp)
+  sim::CostConfig sim;  // [sim]: cost model of device_kind = "sim" (actors/sim/sim_costs.hpp)
   std::vector<FaultConfig> faults;  // [[faults]], in file order
   RlSection rl_section;  // [rl] as written
   rl::RlConfig rl;       // [rl] converted (presets applied); valid after parsing

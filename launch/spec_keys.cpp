@@ -137,7 +137,7 @@ std::vector<KeyDef> build_keys() {
                 "trainer, which records no device trace (use e.g. [topology] schedule = \"1f1b\" to run it on the runtime)";
        }});
 
-  // [sim]: sim devices (actors/sim_costs.hpp, actors/sim_runtime.hpp).
+  // [sim]: sim devices (actors/sim/sim_costs.hpp, actors/sim/sim_runtime.hpp).
   add({"sim", "cost_model", KeyType::String, F(sim.model), "Sim devices: \"fixed\" (forward_ms / backward_ms / weight_ms per micro-batch and stage) or \"flops\" (each stage's FLOPs and bytes from [model] and the micro-batch size, over gflops and gbps).", 0, 0, {"fixed", "flops"}});
   add({"sim", "forward_ms", KeyType::Float, F(sim.forward_ms), "Sim, fixed: forward of one micro-batch at one stage, in ms.", 0, 1e6});
   add({"sim", "backward_ms", KeyType::Float, F(sim.backward_ms), "Sim, fixed: full backward (inputs + weights) of one micro-batch at one stage, in ms.", 0, 1e6});

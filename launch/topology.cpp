@@ -1,5 +1,5 @@
 // Placement rules (see DESIGN.md "data path"); processes and devices of the
-// runtime's actors come from actors/placement.hpp, the runtime's own placement:
+// runtime's actors come from actors/cluster/placement.hpp, the runtime's own placement:
 // - devices are split into contiguous blocks, one block per process;
 // - pipeline rank s of replica r runs on device (r*stages + s) mod devices;
 // - sequential/1f1b: rank s holds stage s;
@@ -9,7 +9,7 @@
 //   replica has expert_shards actors per MoE layer (shard k: a contiguous
 //   range, the first n_experts % shards shards one expert more), going
 //   round-robin over the devices from the device of the rank whose first-copy
-//   stage owns the layer (as actors/runtime.cpp spawns them);
+//   stage owns the layer (as actors/supervision/runtime.cpp spawns them);
 // - optimizer shards own contiguous ranges of the flat parameter buffer and are
 //   spread round-robin over all devices.
 #include "launch/topology.hpp"
@@ -18,8 +18,8 @@
 #include <map>
 #include <sstream>
 
-#include "actors/placement.hpp"
-#include "actors/schedule.hpp"
+#include "actors/cluster/placement.hpp"
+#include "actors/schedule/schedule.hpp"
 #include "model/params.hpp"
 #include "model/stage.hpp"
 
@@ -73,7 +73,7 @@ Topology resolve_topology(const Spec& spec) {
                              std::to_string(t.microbatches * t.data_parallel) + " microbatches), collects metrics"});
 
   for (int64_t r = 0; r < t.data_parallel; ++r) {
-    // Pipeline rank s of replica r runs on device (r*stages + s) mod devices (as actors/runtime.cpp places it).
+    // Pipeline rank s of replica r runs on device (r*stages + s) mod devices (as actors/supervision/runtime.cpp places it).
     auto device_of_rank = [&](int64_t s) -> int64_t {
       return place.rank_device[static_cast<size_t>(r)][static_cast<size_t>(s)];
     };

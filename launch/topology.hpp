@@ -1,7 +1,7 @@
 // Topology resolution: from a validated Spec, every actor the run would
 // spawn (pipeline stages, expert shards when there is more than one per layer,
 // optimizer shards, the coordinator) with its device and process, placed as
-// actors/runtime.cpp places them. Pure: no actors are created here.
+// actors/supervision/runtime.cpp places them. Pure: no actors are created here.
 #pragma once
 
 #include <cstdint>

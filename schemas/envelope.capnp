@@ -1,5 +1,5 @@
 # The top-level message: exactly one of these travels in every troupe::Envelope
-# (actors/envelope.hpp). The union's discriminant is the message kind. Add new
+# (actors/transport/envelope.hpp). The union's discriminant is the message kind. Add new
 # kinds only by appending union members with new ordinals; a receiver that sees
 # a kind it does not know rejects the message with `unknown_kind`.
 @0xc6aa4e8c0f4b0db5;

@@ -2,7 +2,7 @@
 # Every tensor that crosses an actor boundary (activations, gradients, expert
 # rows, parameter slices) is one of these. Receivers check that the element
 # count of `shape` times the element size equals the length of `data`
-# (actors/envelope.cpp does this for every Tensor in every message kind).
+# (actors/transport/envelope.cpp does this for every Tensor in every message kind).
 @0xe3ffc540ea2dfede;
 
 $import "/capnp/c++.capnp".namespace("troupe::schemas");

@@ -21,8 +21,8 @@
 #include <caf/scoped_actor.hpp>
 #include <caf/stateful_actor.hpp>
 
-#include "actors/expert_shard.hpp"
-#include "actors/moe_messages.hpp"
+#include "actors/experts/expert_shard.hpp"
+#include "actors/transport/moe_messages.hpp"
 #include "launch/mpi_bootstrap.hpp"
 #include "moe/dispatch.hpp"
 #include "moe/experts.hpp"

@@ -11,7 +11,7 @@
 #include <caf/scoped_actor.hpp>
 #include <caf/stateful_actor.hpp>
 
-#include "actors/caf_types.hpp"
+#include "actors/transport/caf_types.hpp"
 #include "tests/messaging_samples.hpp"
 
 namespace troupe {

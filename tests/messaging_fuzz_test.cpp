@@ -14,7 +14,7 @@
 
 #include <kj/exception.h>
 
-#include "actors/envelope.hpp"
+#include "actors/transport/envelope.hpp"
 #include "tests/messaging_samples.hpp"
 
 namespace troupe {

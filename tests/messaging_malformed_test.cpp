@@ -12,7 +12,7 @@
 #include <capnp/serialize.h>
 #include <zstd.h>
 
-#include "actors/envelope.hpp"
+#include "actors/transport/envelope.hpp"
 #include "tests/messaging_samples.hpp"
 
 namespace troupe {

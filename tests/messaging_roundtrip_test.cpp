@@ -8,7 +8,7 @@
 #include <caf/make_message.hpp>
 #include <caf/message.hpp>
 
-#include "actors/envelope.hpp"
+#include "actors/transport/envelope.hpp"
 #include "tests/messaging_samples.hpp"
 
 namespace troupe {

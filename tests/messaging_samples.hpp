@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/envelope.hpp"
+#include "actors/transport/envelope.hpp"
 
 namespace troupe::testing {
 

@@ -1,4 +1,4 @@
-// Dispatch/Combine codec (actors/moe_messages.hpp): good messages pass with
+// Dispatch/Combine codec (actors/transport/moe_messages.hpp): good messages pass with
 // the right per-expert counts; each kind of malformed message (wrong token
 // count, unknown or foreign expert id, truncated bytes, wrong width,
 // mismatched list lengths, ungrouped rows, bad echo) is rejected with its own
@@ -10,7 +10,7 @@
 #include <cstring>
 #include <random>
 
-#include "actors/moe_messages.hpp"
+#include "actors/transport/moe_messages.hpp"
 
 namespace troupe::runtime {
 namespace {

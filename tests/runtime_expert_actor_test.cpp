@@ -23,9 +23,9 @@
 #include <caf/actor_system_config.hpp>
 #include <caf/scoped_actor.hpp>
 
-#include "actors/expert_shard.hpp"
-#include "actors/moe_messages.hpp"
-#include "actors/schedule.hpp"
+#include "actors/experts/expert_shard.hpp"
+#include "actors/transport/moe_messages.hpp"
+#include "actors/schedule/schedule.hpp"
 #include "moe/dispatch.hpp"
 #include "moe/experts.hpp"
 

@@ -1,4 +1,4 @@
-// Supervised restart and kill-and-replay (actors/supervisor.hpp): a pipeline
+// Supervised restart and kill-and-replay (actors/supervision/supervisor.hpp): a pipeline
 // rank, an optimizer shard or an expert shard killed at a seeded point inside a step is
 // respawned, the step is discarded and replayed from its snapshot, and the
 // run ends with parameters, AdamW moments and losses bitwise equal to the

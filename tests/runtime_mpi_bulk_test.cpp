@@ -1,4 +1,4 @@
-// The shared-memory bulk path of the Envelope transport (actors/envelope_shm.hpp),
+// The shared-memory bulk path of the Envelope transport (actors/transport/envelope_shm.hpp),
 // exercised through CAF serialization in one process: large envelopes become a
 // 64-byte record naming a pooled slot; every kind decodes to the same fields; a
 // slot is reused only after the receiving Envelope is gone; a forged, replayed
@@ -9,8 +9,8 @@
 #include <filesystem>
 #include <string>
 
-#include "actors/envelope.hpp"
-#include "actors/envelope_shm.hpp"
+#include "actors/transport/envelope.hpp"
+#include "actors/transport/envelope_shm.hpp"
 #include "tests/messaging_samples.hpp"
 
 namespace troupe {

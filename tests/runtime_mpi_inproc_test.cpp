@@ -16,7 +16,7 @@
 
 #include "actors/runtime.hpp"
 #include "tests/runtime_test_options.hpp"
-#include "actors/runtime_cluster.hpp"
+#include "actors/cluster/runtime_cluster.hpp"
 
 namespace troupe::test {
 namespace {

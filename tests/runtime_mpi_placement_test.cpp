@@ -1,4 +1,4 @@
-// Placement of runtime actors on processes and devices (actors/placement.hpp):
+// Placement of runtime actors on processes and devices (actors/cluster/placement.hpp):
 // contiguous device blocks per process, actors follow their device, the
 // coordinator on process 0, and bad counts rejected.
 #include <gtest/gtest.h>
@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "actors/placement.hpp"
+#include "actors/cluster/placement.hpp"
 
 using troupe::runtime::make_placement;
 

@@ -1,4 +1,4 @@
-// CAF scheduler settings of the runtime (actors/caf_scheduler.hpp): the
+// CAF scheduler settings of the runtime (actors/transport/caf_scheduler.hpp): the
 // work-sharing default, the environment overrides and their errors, and that
 // the cluster's middleman settings (runtime_cluster.cpp) sit beside them.
 #include <gtest/gtest.h>
@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <stdexcept>
 
-#include "actors/caf_scheduler.hpp"
-#include "actors/runtime_cluster_internal.hpp"
+#include "actors/transport/caf_scheduler.hpp"
+#include "actors/cluster/runtime_cluster_internal.hpp"
 
 using namespace troupe::runtime;
 

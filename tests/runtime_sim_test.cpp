@@ -1,5 +1,5 @@
-// Sim devices (actors/sim_runtime.hpp): the actor-level simulation and the
-// discrete-event simulator (actors/pipeline_sim.hpp) are two independent
+// Sim devices (actors/sim/sim_runtime.hpp): the actor-level simulation and the
+// discrete-event simulator (actors/schedule/pipeline_sim.hpp) are two independent
 // implementations of the same timing rules, so with fixed costs they must
 // give the same step time, per-device busy time, finish time and op start
 // times, for every schedule, pipeline depth and chunk count — up to a
@@ -17,8 +17,8 @@
 
 #include <gtest/gtest.h>
 
-#include "actors/pipeline_sim.hpp"
-#include "actors/sim_runtime.hpp"
+#include "actors/schedule/pipeline_sim.hpp"
+#include "actors/sim/sim_runtime.hpp"
 #include "model/decoder.hpp"
 
 namespace troupe::test {

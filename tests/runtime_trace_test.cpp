@@ -20,7 +20,7 @@
 #include <gtest/gtest.h>
 
 #include "actors/runtime.hpp"
-#include "actors/schedule.hpp"
+#include "actors/schedule/schedule.hpp"
 
 namespace troupe::test {
 namespace {

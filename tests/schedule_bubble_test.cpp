@@ -2,7 +2,7 @@
 // DualPipe README table), for PP in {2, 4, 8, 16, 32} and several chunk
 // counts, with costs chosen so that the terms are distinguishable.
 //
-// What is measured (actors/pipeline_sim.hpp): every rank starts at 0; the
+// What is measured (actors/schedule/pipeline_sim.hpp): every rank starts at 0; the
 // bubble of rank r is makespan - (sum of r's op costs); the bubble of a
 // schedule is the largest over ranks (the idle time of the least busy rank).
 // Notation as in the DualPipe README: F forward chunk, B FULL backward chunk,
@@ -27,8 +27,8 @@
 
 #include <string>
 
-#include "actors/pipeline_sim.hpp"
-#include "actors/schedule.hpp"
+#include "actors/schedule/pipeline_sim.hpp"
+#include "actors/schedule/schedule.hpp"
 
 namespace troupe::sched {
 namespace {

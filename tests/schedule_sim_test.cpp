@@ -1,4 +1,4 @@
-// The discrete-event pipeline simulator (actors/pipeline_sim.hpp): exact
+// The discrete-event pipeline simulator (actors/schedule/pipeline_sim.hpp): exact
 // hand-computed timelines, latency, per-rank speed, deadlock reports, bad
 // input, and an independent re-check of every op's start time.
 #include <gtest/gtest.h>
@@ -8,8 +8,8 @@
 #include <string>
 #include <tuple>
 
-#include "actors/pipeline_sim.hpp"
-#include "actors/schedule.hpp"
+#include "actors/schedule/pipeline_sim.hpp"
+#include "actors/schedule/schedule.hpp"
 
 namespace troupe::sched {
 namespace {

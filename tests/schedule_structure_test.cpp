@@ -1,4 +1,4 @@
-// Structure of the pipeline schedules (actors/schedule.hpp): valid and
+// Structure of the pipeline schedules (actors/schedule/schedule.hpp): valid and
 // invalid (kind, ranks, chunks) combinations, per-stage op counts, message
 // lists, the checker catching broken lists, determinism, and a unit-cost
 // simulation of every schedule finishing without deadlock.
@@ -12,8 +12,8 @@
 #include <string>
 #include <tuple>
 
-#include "actors/pipeline_sim.hpp"
-#include "actors/schedule.hpp"
+#include "actors/schedule/pipeline_sim.hpp"
+#include "actors/schedule/schedule.hpp"
 
 namespace troupe::sched {
 namespace {

@@ -1,0 +1,380 @@
+// The runtime across processes: directory actors, bring-up through a
+// ClusterComm, peer resolution, failure watch and shutdown. See
+// runtime_cluster.hpp for the protocol.
+#include "actors/cluster/runtime_cluster_internal.hpp"
+
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <thread>
+
+#include <caf/io/middleman.hpp>
+
+#include "actors/transport/envelope_shm.hpp"
+
+namespace troupe::runtime {
+namespace {
+
+// The fault the test hook asks for (kFaultEnv), if any.
+struct Fault {
+  std::string kind;  // "kill" or "hang"; empty: none
+  int process = -1;
+  int64_t step = -1;
+};
+
+Fault parse_fault() {
+  Fault f;
+  const char* env = std::getenv(kFaultEnv);
+  if (!env || !*env) return f;
+  const std::string s(env);
+  const auto a = s.find(':'), b = s.find(':', a == std::string::npos ? a : a + 1);
+  try {
+    if (a == std::string::npos || b == std::string::npos) throw std::invalid_argument(s);
+    f.kind = s.substr(0, a);
+    f.process = std::stoi(s.substr(a + 1, b - a - 1));
+    f.step = std::stoll(s.substr(b + 1));
+  } catch (const std::exception&) {
+    f.kind.clear();
+  }
+  if (f.kind != "kill" && f.kind != "hang") {
+    std::fprintf(stderr, "troupe: ignoring %s=%s (expected kill:PROCESS:STEP or hang:PROCESS:STEP)\n", kFaultEnv, env);
+    f.kind.clear();
+  }
+  return f;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+}  // namespace
+
+// Processes found lost, shared by the directory and its Cluster (which must
+// not wait on them when it shuts down).
+struct LostSet {
+  std::mutex m;
+  std::set<int> lost;
+  void add(int p) {
+    std::lock_guard<std::mutex> g(m);
+    lost.insert(p);
+  }
+  bool has(int p) {
+    std::lock_guard<std::mutex> g(m);
+    return lost.count(p) > 0;
+  }
+};
+
+namespace {
+
+struct DirState {
+  std::shared_ptr<LostSet> lost;
+  int me = 0;
+  Placement place;
+  Fault fault;
+  caf::timespan grace{};
+  std::map<std::string, caf::actor> local;                  // name -> actor on this process
+  std::map<caf::actor_addr, std::pair<int, std::string>> watched;  // remote actor -> (process, name)
+  caf::actor coordinator;                                   // process 0: where failures go
+  caf::actor waiter;                                        // processes > 0: serve()'s scoped actor
+  caf::message event;                                       // shutdown or lost, kept until a waiter asks
+  bool closing = false, failed = false;
+};
+
+using Dir = caf::stateful_actor<DirState>;
+
+void notify(Dir* self, caf::message m) {
+  auto& s = self->state;
+  if (s.event.empty()) s.event = m;
+  if (s.waiter) self->send(s.waiter, std::move(m));
+}
+
+// A watched remote actor went down outside a shutdown: its process is lost.
+void on_down(Dir* self, const caf::down_msg& dm) {
+  auto& s = self->state;
+  auto it = s.watched.find(dm.source);
+  if (it == s.watched.end()) return;
+  const int p = it->second.first;
+  s.lost->add(p);
+  if (s.closing || s.failed) return;
+  // Processes > 0 leave lost siblings to process 0, which ends the run.
+  if (s.me != 0 && p != 0) return;
+  s.failed = true;
+  const std::string what = "process " + std::to_string(p) + " lost (" + self->system().render(dm.reason) +
+                           ", noticed at " + it->second.second + "); its actors are gone: " +
+                           join(s.place.actors_on(p));
+  std::fprintf(stderr, "troupe[process %d]: %s\n", s.me, what.c_str());
+  if (s.me == 0 && s.coordinator) self->send(s.coordinator, rt::fail_atom_v, what);
+  notify(self, caf::make_message(rt::lost_atom_v, what));
+  // Backstop: the process must end even if some request never returns.
+  self->delayed_send(self, s.grace, rt::abort_atom_v, what);
+}
+
+caf::behavior directory(Dir* self, std::shared_ptr<LostSet> lost, int me, Placement place, caf::timespan grace) {
+  auto& s = self->state;
+  s.lost = std::move(lost);
+  s.me = me;
+  s.place = std::move(place);
+  s.fault = parse_fault();
+  s.grace = grace;
+  self->set_down_handler([self](caf::down_msg& dm) { on_down(self, dm); });
+  return {
+      [self](rt::register_atom, const std::string& name, const caf::actor& a) {
+        self->state.local[name] = a;
+        if (name == "coordinator") self->state.coordinator = a;
+      },
+      [self](rt::lookup_atom, const std::string& name) -> caf::result<caf::actor> {
+        auto it = self->state.local.find(name);
+        if (it == self->state.local.end())
+          return caf::make_error(caf::sec::runtime_error,
+                                 "process " + std::to_string(self->state.me) + " has no actor " + name);
+        return it->second;
+      },
+      [self](rt::watch_atom, int32_t process, const std::string& name, const caf::actor& a) {
+        self->state.watched[a.address()] = {process, name};
+        self->monitor(a);
+      },
+      [self](rt::wait_atom, const caf::actor& w) {
+        auto& s = self->state;
+        s.waiter = w;
+        if (!s.event.empty()) self->send(w, s.event);
+      },
+      [self](rt::shutdown_atom, bool ok) {
+        auto& s = self->state;
+        s.closing = true;
+        if (!ok) self->delayed_send(self, s.grace, rt::abort_atom_v, std::string("the run failed on process 0"));
+        notify(self, caf::make_message(rt::shutdown_atom_v, ok));
+        return true;
+      },
+      [self](rt::tick_atom, int64_t step) {
+        const Fault& f = self->state.fault;
+        if (f.kind.empty() || f.process != self->state.me || f.step != step) return;
+        std::fprintf(stderr, "troupe[process %d]: test fault: %s at step %lld\n", f.process, f.kind.c_str(),
+                     static_cast<long long>(step));
+        std::fflush(stderr);
+        std::raise(f.kind == "kill" ? SIGKILL : SIGSTOP);
+      },
+      [self](rt::abort_atom, const std::string& what) {
+        std::fprintf(stderr, "troupe[process %d]: %s; still running %.0f s later, exiting now\n", self->state.me,
+                     what.c_str(), std::chrono::duration<double>(self->state.grace).count());
+        std::fflush(stderr);
+        std::_Exit(1);
+      },
+  };
+}
+
+// Where this process's peers reach it: the bound address, or the host name
+// when bound to every interface.
+std::string advertised_host(const std::string& interface) {
+  if (!interface.empty() && interface != "0.0.0.0" && interface != "::") return interface;
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "127.0.0.1";
+  return name;
+}
+
+caf::actor lookup(caf::actor_system& sys, const caf::actor& dir, const std::string& name,
+                  std::chrono::milliseconds timeout, int process) {
+  caf::scoped_actor self{sys};
+  caf::actor out;
+  std::string err;
+  self->request(dir, timeout, rt::lookup_atom_v, name)
+      .receive([&](caf::actor& a) { out = std::move(a); }, [&](caf::error& e) { err = sys.render(e); });
+  if (!out)
+    throw std::runtime_error("cannot resolve " + name + " on process " + std::to_string(process) + ": " + err);
+  return out;
+}
+
+}  // namespace
+
+void configure_cluster(caf::actor_system_config& cfg, const RuntimeOptions& o) {
+  cfg.load<caf::io::middleman>();
+  const auto timeout = std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(o.peer_timeout));
+  // Several heartbeats per timeout, so one late heartbeat is no failure.
+  cfg.set("middleman.heartbeat-interval", caf::timespan{timeout / 10});
+  cfg.set("middleman.connection-timeout", caf::timespan{timeout});
+}
+
+Cluster::Cluster(caf::actor_system& sys, std::shared_ptr<Shared> sh, Placement place)
+    : sys_(sys), sh_(std::move(sh)), place_(std::move(place)) {
+  const RuntimeOptions& o = sh_->opt;
+  ClusterComm& comm = *o.comm;
+  me_ = comm.rank();
+  timeout_ = std::chrono::milliseconds(static_cast<int64_t>(o.peer_timeout * 3000.0) + 10000);
+  const auto grace = std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(2.0 * o.peer_timeout + 10.0));
+  lost_ = std::make_shared<LostSet>();
+  dir_ = sys_.spawn(directory, lost_, me_, place_, caf::timespan{grace});
+  try {
+    bring_up();
+  } catch (...) {
+    caf::anon_send_exit(dir_, caf::exit_reason::user_shutdown);  // or the actor system waits for it forever
+    throw;
+  }
+}
+
+void Cluster::bring_up() {
+  const RuntimeOptions& o = sh_->opt;
+  ClusterComm& comm = *o.comm;
+  if (sh_->peers.coordinator) caf::anon_send(dir_, rt::register_atom_v, std::string("coordinator"), sh_->peers.coordinator);
+  auto port = sys_.middleman().publish(dir_, 0, o.interface.c_str());
+  std::string why = port ? "" : sys_.render(port.error());
+  const std::string no_publish =
+      "process " + std::to_string(me_) + " cannot publish its directory on " + o.interface + ": " + why;
+  std::vector<std::pair<std::string, uint16_t>> endpoints;
+  try {
+    endpoints = comm.exchange(advertised_host(o.interface), port ? *port : uint16_t{0}, static_cast<bool>(port));
+  } catch (const std::exception&) {
+    if (!port) throw std::runtime_error(no_publish);  // this process's own reason, not "rank N failed"
+    throw;
+  }
+  if (!port) throw std::runtime_error(no_publish);
+  // Every process on this host (same advertised address): large envelopes
+  // may take the shared-memory path.
+  bool one_host = true;
+  for (const auto& e : endpoints) one_host = one_host && e.first == endpoints.front().first;
+  bulk_shm_ = one_host && o.bulk_shm_bytes > 0;
+  set_bulk_shm_threshold(bulk_shm_ ? static_cast<size_t>(o.bulk_shm_bytes) : 0);
+  // One connection per pair of processes: process p connects to every q < p
+  // and hands q its own directory over that connection (two nodes connecting
+  // to each other at once can make CAF drop both connections).
+  dirs_.resize(endpoints.size());
+  dirs_[static_cast<size_t>(me_)] = dir_;
+  std::string err;
+  for (int q = 0; q < me_ && err.empty(); ++q) {
+    const auto& [host, qport] = endpoints[static_cast<size_t>(q)];
+    for (int attempt = 0; attempt < 20; ++attempt) {
+      auto h = sys_.middleman().remote_actor(host, qport);
+      if (h) {
+        dirs_[static_cast<size_t>(q)] = *h;
+        break;
+      }
+      err = sys_.render(h.error());
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    if (!dirs_[static_cast<size_t>(q)]) {
+      err = "process " + std::to_string(me_) + " cannot connect to process " + std::to_string(q) + " at " + host +
+            ":" + std::to_string(qport) + ": " + err;
+      break;
+    }
+    err.clear();
+    caf::anon_send(dirs_[static_cast<size_t>(q)], rt::register_atom_v, "directory:" + std::to_string(me_), dir_);
+  }
+  if (!comm.all_ok(err.empty()))
+    throw std::runtime_error(err.empty() ? "another process could not connect to its peers" : err);
+  // The directories of processes p > me arrive as registrations.
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  for (size_t p = static_cast<size_t>(me_) + 1; p < dirs_.size() && err.empty(); ++p) {
+    while (!dirs_[p]) {
+      try {
+        dirs_[p] = lookup(sys_, dir_, "directory:" + std::to_string(p), timeout_, me_);
+      } catch (const std::exception& e) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          err = "process " + std::to_string(p) + " never connected to process " + std::to_string(me_);
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+  }
+  if (!comm.all_ok(err.empty()))
+    throw std::runtime_error(err.empty() ? "another process could not connect to its peers" : err);
+  for (size_t p = 0; p < dirs_.size(); ++p)
+    if (static_cast<int>(p) != me_)
+      caf::anon_send(dir_, rt::watch_atom_v, static_cast<int32_t>(p), std::string("its directory"), dirs_[p]);
+  if (me_ != 0) {
+    sh_->peers.coordinator = lookup(sys_, dirs_[0], "coordinator", timeout_, 0);
+    caf::anon_send(dir_, rt::watch_atom_v, int32_t{0}, std::string("coordinator"), sh_->peers.coordinator);
+  }
+}
+
+Cluster::~Cluster() {
+  if (dir_) caf::anon_send_exit(dir_, caf::exit_reason::user_shutdown);
+  if (bulk_shm_) {
+    const BulkShmStats st = bulk_shm_stats();
+    if (st.sent + st.received > 0)
+      std::fprintf(stderr, "troupe[process %d]: shared-memory bulk path: sent %llu, received %llu envelopes\n", me_,
+                   static_cast<unsigned long long>(st.sent), static_cast<unsigned long long>(st.received));
+    set_bulk_shm_threshold(0);
+    bulk_shm_cleanup();  // segments no receiver consumed
+  }
+}
+
+void Cluster::connect() {
+  Peers& peers = sh_->peers;
+  for (size_t i = 0; i < peers.shards.size(); ++i)
+    if (peers.shards[i]) caf::anon_send(dir_, rt::register_atom_v, shard_name(static_cast<int>(i)), peers.shards[i]);
+  const int dp = sh_->opt.data_parallel;
+  for (size_t r = 0; r < peers.ranks.size(); ++r)
+    for (size_t k = 0; k < peers.ranks[r].size(); ++k)
+      if (peers.ranks[r][k])
+        caf::anon_send(dir_, rt::register_atom_v, rank_name(static_cast<int>(r), static_cast<int>(k), dp),
+                       peers.ranks[r][k]);
+  // Expert shards under the names the placement gives them.
+  auto expert = [&](size_t r, size_t x) {
+    return expert_name(static_cast<int>(r), place_.expert_ids[x].first, place_.expert_ids[x].second, dp);
+  };
+  for (size_t r = 0; r < peers.experts.size(); ++r)
+    for (size_t x = 0; x < peers.experts[r].size(); ++x)
+      if (peers.experts[r][x]) caf::anon_send(dir_, rt::register_atom_v, expert(r, x), peers.experts[r][x]);
+  ClusterComm& comm = *sh_->opt.comm;
+  if (!comm.all_ok(true)) throw std::runtime_error("another process failed to start its actors");
+  std::string err;
+  auto resolve = [&](caf::actor& slot, int process, const std::string& name) {
+    if (slot || !err.empty()) return;
+    try {
+      slot = lookup(sys_, dirs_[static_cast<size_t>(process)], name, timeout_, process);
+      caf::anon_send(dir_, rt::watch_atom_v, static_cast<int32_t>(process), name, slot);
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+  };
+  for (size_t i = 0; i < peers.shards.size(); ++i)
+    resolve(peers.shards[i], place_.shard_process(static_cast<int>(i)), shard_name(static_cast<int>(i)));
+  for (size_t r = 0; r < peers.ranks.size(); ++r)
+    for (size_t k = 0; k < peers.ranks[r].size(); ++k)
+      resolve(peers.ranks[r][k], place_.rank_process(static_cast<int>(r), static_cast<int>(k)),
+              rank_name(static_cast<int>(r), static_cast<int>(k), dp));
+  for (size_t r = 0; r < peers.experts.size(); ++r)
+    for (size_t x = 0; x < peers.experts[r].size(); ++x)
+      resolve(peers.experts[r][x], place_.expert_process(static_cast<int>(r), static_cast<int>(x)), expert(r, x));
+  if (!comm.all_ok(err.empty())) throw std::runtime_error(err.empty() ? "another process failed to resolve its peers" : err);
+}
+
+void Cluster::before_step(int64_t step) {
+  for (const caf::actor& d : dirs_) caf::anon_send(d, rt::tick_atom_v, step);
+}
+
+void Cluster::shutdown(bool ok) {
+  if (shut_) return;
+  shut_ = true;
+  caf::scoped_actor self{sys_};
+  // Our own directory first, so the others leaving is not reported as a loss.
+  self->request(dir_, timeout_, rt::shutdown_atom_v, ok).receive([](bool) {}, [](caf::error&) {});
+  const auto answer = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::duration<double>(sh_->opt.peer_timeout));
+  for (size_t p = 0; p < dirs_.size(); ++p) {
+    if (static_cast<int>(p) == me_ || lost_->has(static_cast<int>(p))) continue;  // a lost one never answers
+    self->request(dirs_[p], answer, rt::shutdown_atom_v, ok).receive([](bool) {}, [](caf::error&) {});
+  }
+}
+
+void Cluster::serve() {
+  caf::scoped_actor self{sys_};
+  self->send(dir_, rt::wait_atom_v, caf::actor_cast<caf::actor>(self));
+  std::string err;
+  self->receive(
+      [&](rt::shutdown_atom, bool ok) {
+        if (!ok) err = "process 0 ended the run after a failure";
+      },
+      [&](rt::lost_atom, const std::string& what) { err = what; });
+  shut_ = true;
+  if (!err.empty()) throw std::runtime_error(err);
+}
+
+}  // namespace troupe::runtime

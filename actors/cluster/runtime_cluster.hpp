@@ -1,0 +1,46 @@
+// The runtime across processes: what a process of a multi-process run needs
+// from its launcher (MPI in launch/, a fake in tests) to find the others.
+// No CAF, no MPI in this header.
+//
+// Bring-up (actors/cluster/runtime_cluster.cpp), the same on every process:
+//   1. each process publishes a directory actor (middleman, bound to
+//      RuntimeOptions::interface, port 0 = any) and the processes exchange
+//      (host, port) through ClusterComm::exchange;
+//   2. every process connects to every other directory; the others take the
+//      coordinator's handle from process 0's directory;
+//   3. each process spawns its own actors (actors/cluster/placement.hpp) and
+//      registers them; after a barrier each resolves the others' actors by
+//      name and watches them; a last barrier, then process 0 drives steps.
+// Failure detection: CAF heartbeats and a connection timeout are set
+// explicitly (RuntimeOptions::peer_timeout); a dead peer closes its socket, a
+// hung one stops sending heartbeats. Process 0 names the lost process and its
+// actors and fails the run; the others exit when process 0 is lost or ends
+// the run.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace troupe::runtime {
+
+struct ClusterComm {
+  virtual ~ClusterComm() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // Collective: every process passes where it published (ok = false when its
+  // publish failed) and gets all processes' (host, port), element i being
+  // process i's. Throws std::runtime_error on the same error on every process.
+  virtual std::vector<std::pair<std::string, uint16_t>> exchange(const std::string& host, uint16_t port,
+                                                                 bool ok) = 0;
+  // Collective: true on every process iff `mine` is true on every process.
+  virtual bool all_ok(bool mine) = 0;
+};
+
+// Test hook, read from the environment variable TROUPE_TEST_FAULT on every
+// process: "kill:P:S" makes process P SIGKILL itself as step S starts, and
+// "hang:P:S" makes it SIGSTOP itself (a hung rank). Unset: no fault.
+inline constexpr const char* kFaultEnv = "TROUPE_TEST_FAULT";
+
+}  // namespace troupe::runtime

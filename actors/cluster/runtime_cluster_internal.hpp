@@ -1,0 +1,63 @@
+// Multi-process bring-up and failure watch of the runtime (CAF; include only
+// from actors/*.cpp). The protocol is described in runtime_cluster.hpp; the
+// hooks in runtime.cpp are: configure_cluster() before the actor system is
+// made, Cluster's constructor after the coordinator is spawned (process 0) and
+// before the other actors are (so they know the coordinator), connect() after
+// every local actor is spawned, before_step() at each step, shutdown() when
+// process 0's runtime goes away, and serve() on the other processes.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "actors/cluster/placement.hpp"
+#include "actors/cluster/runtime_cluster.hpp"
+#include "actors/context.hpp"
+
+namespace troupe::runtime {
+
+// Loads the middleman and sets heartbeats and the connection timeout (both
+// off by default in CAF 0.17) from o.peer_timeout.
+void configure_cluster(caf::actor_system_config& cfg, const RuntimeOptions& o);
+
+struct LostSet;
+
+class Cluster {
+ public:
+  // Steps 1-2 of the bring-up; fills sh->peers.coordinator on processes > 0.
+  // Throws std::runtime_error (on every process alike) when it fails.
+  Cluster(caf::actor_system& sys, std::shared_ptr<Shared> sh, Placement place);
+  ~Cluster();
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  // Step 3: registers the local actors (taken from sh->peers), resolves and
+  // watches the remote ones, fills sh->peers. Collective.
+  void connect();
+  // Process 0, before step `step` (1-based) starts: the fault-injection tick.
+  void before_step(int64_t step);
+  // Process 0: tells the others to stop (ok = false: the run failed) and
+  // stops reporting lost peers.
+  void shutdown(bool ok);
+  // Processes > 0: blocks until process 0 ends the run or is lost.
+  void serve();
+
+ private:
+  void bring_up();  // the constructor's work
+
+  caf::actor_system& sys_;
+  std::shared_ptr<Shared> sh_;
+  Placement place_;
+  int me_ = 0;
+  std::chrono::milliseconds timeout_;
+  std::shared_ptr<LostSet> lost_;  // processes the directory found lost
+  caf::actor dir_;                 // this process's directory
+  std::vector<caf::actor> dirs_;   // [process] its directory (dirs_[me_] == dir_)
+  bool shut_ = false;
+  bool bulk_shm_ = false;  // this run uses the shared-memory bulk path
+};
+
+}  // namespace troupe::runtime

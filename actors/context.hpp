@@ -1,0 +1,272 @@
+// Internals of the runtime shared by its actors (CAF; include only from
+// actors/*.cpp). The protocol of one step s:
+//   coordinator -> first-stage rank   Envelope(Activations, tag.stage = kDataStage,
+//                                     tokenIds + targets) per micro-batch
+//   coordinator -> every rank         (start, s, loss_scale, aux_scale)
+//   rank -> rank                      Envelope(Activations | Gradients) as the
+//                                     schedule's op list says; targets ride
+//                                     along with activations to the last stage
+//   rank -> coordinator               (loss, s, replica, mb, stage, loss_sum, aux)
+//   rank -> shard                     Envelope(GradSlice) after its last op, one
+//                                     per (owned range piece, shard)
+//   shard -> coordinator              (gnorm, s, shard, sum of squares): the
+//                                     shards reduce the replicas' slices in a
+//                                     fixed (replica, rank, offset) order first
+//   coordinator -> every shard        (clip, s, global norm) = sqrt of the sum of
+//                                     the shards' partials, in shard order: the
+//                                     global-norm reduction across shards; sent
+//                                     once every loss report is in too. With
+//                                     balance = "bias" it is preceded by
+//                                     (load, s, attempt, loads): the step's expert loads,
+//                                     with which the shards holding router-bias
+//                                     entries update them after AdamW
+//   shard -> every rank               Envelope(ParamSlice) after clip + AdamW
+//   rank -> coordinator               (stepok, s, replica, rank) when all slices
+//                                     are loaded; the step ends when all did.
+// With expert shards (opt.expert_shards > 0), a stage at a MoE layer also:
+//   rank -> expert shard              Envelope(Dispatch) per shard of the layer
+//                                     (forward: token rows; backward: dOut rows)
+//   expert shard -> rank              Envelope(Combine) with the same MoeId
+//   rank -> coordinator               (load, s, attempt, replica, mb, stage, loads):
+//                                     per MoE layer of the stage, E routed
+//                                     counts then the dropped count
+// and each expert shard is a gradient producer like a rank (GradSlice with
+// stage = kExpertProducerBase + producer, ParamSlices back, stepok); see
+// actors/experts/expert_shard.hpp.
+// Receivers key what they store by (step, kind, direction, stage, mb) or
+// (step, replica, rank, offset) and drop duplicates and stale steps.
+// Every message also carries the step's attempt (replay generation): a step
+// that lost an actor is discarded and run again with attempt + 1, and
+// receivers drop anything of an older (step, attempt). Supervision and replay
+// (actors/supervision/supervisor.hpp):
+//   shard -> coordinator              (snapshot, s, attempt, shard, p, m, v)
+//                                     after each update: the state the step
+//                                     after s starts from
+//   coordinator -> target             (arm, s, k): die on the k-th message
+//   dying actor -> coordinator        (fault, name, phase) just before it quits
+//   coordinator -> every shard        (restore, s, attempt, p, m, v): back to
+//                                     the snapshot the step s started from
+//   coordinator -> every rank and     (restore, s, attempt), then one
+//     expert shard                    (restore, ParamSlice) per shard: abort to
+//                                     the start of step s with its parameters;
+//                                     then the data and (start ...) again.
+// Compute runs on Devices: a closure ends by sending (done, ticket) to its
+// actor, which then runs the continuation registered under that ticket.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <caf/all.hpp>
+
+#include "actors/transport/caf_types.hpp"
+#include "actors/device/device.hpp"
+#include "actors/runtime.hpp"
+#include "actors/schedule/schedule.hpp"
+#include "model/params.hpp"
+
+namespace troupe::runtime {
+
+// tag.stage of the data loader's micro-batches (no stage sent them).
+inline constexpr uint32_t kDataStage = 0xFFFFFFFFu;
+
+struct Range {
+  int64_t offset = 0, count = 0;
+};
+
+struct Peers {
+  std::vector<std::vector<caf::actor>> ranks;  // [replica][rank]
+  std::vector<caf::actor> shards;
+  // Expert shards: [replica][producer], producer = moe layer index * expert_shards + shard.
+  std::vector<std::vector<caf::actor>> experts;
+  caf::actor coordinator;
+};
+
+// Everything the actors share, immutable once the actors run (the peers are
+// filled in before the first message is sent), except the rank and shard
+// handles: the supervisor replaces a restarted actor's handle, so they are
+// read through rank_of / shard_of / all_ranks / all_shards, under peers_mu.
+// The coordinator is never replaced and is read directly.
+struct Shared {
+  RuntimeOptions opt;
+  model::ParamLayout layout;
+  sched::Layout sl;
+  int chunks = 0;          // micro-batches per replica and step
+  int64_t mb_batch = 0;    // sequences per micro-batch
+  std::vector<std::pair<int64_t, int64_t>> stage_layers;  // [stage] layer range
+  std::vector<Range> shard_ranges;                        // [shard]
+  std::vector<std::vector<Range>> rank_owned;             // [rank] entries its stages touch
+  std::vector<float> init;                                // initial flat parameters (resumed: the saved ones)
+  // Resumed from a checkpoint (RuntimeOptions.train.resume_from): the saved
+  // AdamW moments (empty: zeros) and the steps already done, where every
+  // actor's step counter starts (LR schedule and bias correction follow it).
+  std::vector<float> init_m, init_v;
+  uint64_t start_step = 0;
+  // Expert parallelism (empty unless opt.expert_shards > 0).
+  std::vector<int> moe_layers;                            // global layer index of each MoE layer
+  std::vector<std::vector<Range>> expert_owned;           // [producer] gate, up, down ranges
+  bool expert_parallel() const { return !expert_owned.empty(); }
+  mutable Peers peers;
+  mutable std::mutex peers_mu;
+  // Spawns the actor of a role/index (replica for ranks) on its device; the
+  // supervisor respawns with it (one placement rule, in runtime.cpp).
+  std::function<caf::actor(caf::actor_system&, FaultTarget::Role, int replica, int index)> spawn;
+  std::function<void(const RestartEvent&)> on_restart;    // runtime.cpp records, then the user's
+};
+
+// An invalid handle (sends to it are no-ops) once the runtime is torn down.
+inline caf::actor rank_of(const Shared& sh, int replica, int rank) {
+  std::lock_guard<std::mutex> lock(sh.peers_mu);
+  const auto r = static_cast<size_t>(replica), k = static_cast<size_t>(rank);
+  return r < sh.peers.ranks.size() && k < sh.peers.ranks[r].size() ? sh.peers.ranks[r][k] : caf::actor{};
+}
+inline caf::actor shard_of(const Shared& sh, size_t shard) {
+  std::lock_guard<std::mutex> lock(sh.peers_mu);
+  return shard < sh.peers.shards.size() ? sh.peers.shards[shard] : caf::actor{};
+}
+inline std::vector<caf::actor> all_ranks(const Shared& sh) {
+  std::lock_guard<std::mutex> lock(sh.peers_mu);
+  std::vector<caf::actor> out;
+  for (const auto& rep : sh.peers.ranks) out.insert(out.end(), rep.begin(), rep.end());
+  return out;
+}
+inline std::vector<caf::actor> all_shards(const Shared& sh) {
+  std::lock_guard<std::mutex> lock(sh.peers_mu);
+  return sh.peers.shards;
+}
+inline caf::actor expert_of(const Shared& sh, int replica, int producer) {
+  std::lock_guard<std::mutex> lock(sh.peers_mu);
+  const auto r = static_cast<size_t>(replica), k = static_cast<size_t>(producer);
+  return r < sh.peers.experts.size() && k < sh.peers.experts[r].size() ? sh.peers.experts[r][k] : caf::actor{};
+}
+inline std::vector<caf::actor> all_experts(const Shared& sh) {
+  std::lock_guard<std::mutex> lock(sh.peers_mu);
+  std::vector<caf::actor> out;
+  for (const auto& rep : sh.peers.experts) out.insert(out.end(), rep.begin(), rep.end());
+  return out;
+}
+
+// Sends a step message; with opt.duplicate_sends (a test switch) twice, so
+// that every receiver's duplicate dropping is exercised on every step.
+template <class... Ts>
+void post(const Shared& sh, const caf::actor& to, const Ts&... xs) {
+  caf::anon_send(to, xs...);
+  if (sh.opt.duplicate_sends) caf::anon_send(to, xs...);
+}
+
+// Fault injection on the target's side: armed by (arm, step, k), the actor
+// dies on the k-th message it receives after that (before handling it),
+// telling the coordinator where in the step it was.
+struct KillSwitch {
+  uint32_t left = 0;  // messages until death; 0 = not armed
+};
+
+// Call first in every step-message handler; true: the actor is now quitting.
+template <class State>
+bool kill_switch_fires(caf::stateful_actor<State>* self, const std::string& phase) {
+  auto& ks = self->state.kill;
+  if (ks.left == 0 || --ks.left > 0) return false;
+  caf::anon_send(self->state.sh->peers.coordinator, rt::fault_atom_v, self->state.name, phase);
+  self->quit(caf::exit_reason::kill);
+  return true;
+}
+
+// Continuations of submitted device work, keyed by ticket (actor thread only).
+struct Tickets {
+  uint64_t next = 0;
+  std::map<uint64_t, std::function<void()>> pending;
+};
+
+// Submits `work` to `dev`; when it has run, (done, ticket) comes back to
+// `self` and `then` runs on the actor. An exception in `work` goes to the
+// coordinator as (fail, "who: what").
+template <class State>
+void submit(caf::stateful_actor<State>* self, Device& dev, Device::Work work,
+            std::function<void()> then, TraceLabel label = {}) {
+  const uint64_t ticket = ++self->state.tickets.next;
+  self->state.tickets.pending.emplace(ticket, std::move(then));
+  caf::actor me = caf::actor_cast<caf::actor>(self);
+  caf::actor coord = self->state.sh->peers.coordinator;
+  std::string who = self->state.name;
+  dev.submit(
+      [work = std::move(work), me, ticket](kernels::Backend& be) {
+        work(be);
+        caf::anon_send(me, rt::done_atom_v, ticket);
+      },
+      [coord, who](const std::string& what) { caf::anon_send(coord, rt::fail_atom_v, who + ": " + what); },
+      label);
+}
+
+// Trace label of a pipeline chunk's compute.
+inline TraceLabel chunk_label(TraceLabel::Kind kind, const sched::Chunk& c, int rank) {
+  TraceLabel l;
+  l.kind = kind;
+  l.mb = static_cast<int16_t>(c.mb);
+  l.stage = static_cast<int16_t>(c.stage);
+  l.chunk = static_cast<int16_t>(c.dir);
+  l.owner = static_cast<int16_t>(rank);
+  return l;
+}
+
+// Trace label of other work of a rank or shard.
+inline TraceLabel owner_label(TraceLabel::Kind kind, int owner) {
+  TraceLabel l;
+  l.kind = kind;
+  l.owner = static_cast<int16_t>(owner);
+  return l;
+}
+
+// Runs the continuation of `ticket` (the done handler of every actor).
+inline void run_ticket(Tickets& t, uint64_t ticket) {
+  auto it = t.pending.find(ticket);
+  if (it == t.pending.end()) return;  // duplicate completion: nothing to do
+  auto f = std::move(it->second);
+  t.pending.erase(it);
+  f();
+}
+
+// Intersection of two ranges (count 0 when disjoint).
+inline Range intersect(Range a, Range b) {
+  const int64_t lo = std::max(a.offset, b.offset);
+  const int64_t hi = std::min(a.offset + a.count, b.offset + b.count);
+  return hi > lo ? Range{lo, hi - lo} : Range{lo, 0};
+}
+
+// Actor bodies (pipeline/rank_actor.cpp, optimizer_actor.cpp, coordinator.cpp).
+caf::actor spawn_rank(caf::actor_system& sys, std::shared_ptr<const Shared> sh, Device& dev,
+                      int replica, int rank);
+caf::actor spawn_shard(caf::actor_system& sys, std::shared_ptr<const Shared> sh, Device& dev,
+                       int shard);
+caf::actor spawn_coordinator(caf::actor_system& sys, std::shared_ptr<const Shared> sh);
+
+// Messages a rank / shard handles in one step when nothing fails (the range
+// of the seeded kill point).
+uint32_t rank_messages_per_step(const Shared& sh, int rank);
+uint32_t shard_messages_per_step(const Shared& sh, int shard);
+uint32_t expert_messages_per_step(const Shared& sh, int producer);
+
+// The producer index of expert shard `shard` of global layer `layer`; -1 when
+// the runtime has no such expert shard.
+inline int expert_producer(const Shared& sh, int layer, int shard) {
+  for (size_t li = 0; li < sh.moe_layers.size(); ++li)
+    if (sh.moe_layers[li] == layer && shard >= 0 && shard < sh.opt.expert_shards)
+      return static_cast<int>(li) * sh.opt.expert_shards + shard;
+  return -1;
+}
+
+// The actor a fault target names (an invalid handle when there is none).
+inline caf::actor target_actor(const Shared& sh, const FaultTarget& t) {
+  switch (t.role) {
+    case FaultTarget::Role::Stage: return rank_of(sh, t.replica, t.index);
+    case FaultTarget::Role::Optimizer: return shard_of(sh, static_cast<size_t>(t.index));
+    case FaultTarget::Role::Expert: return expert_of(sh, t.replica, expert_producer(sh, t.index, t.shard));
+  }
+  return {};
+}
+
+}  // namespace troupe::runtime

@@ -1,0 +1,94 @@
+// Device: a serial executor. One thread owns one backend (host or OpenCL) and
+// runs the work submitted to it strictly in submission order, so everything a
+// device computes is deterministic whatever the actors around it do. Actors
+// placed on a device never block: they submit a closure, and the closure ends
+// by sending the actor a completion message (see actors/context.hpp).
+// No CAF here: the header is light enough for launch/ and tests.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/backend.hpp"
+
+namespace troupe::runtime {
+
+// What a traced closure was, kept as plain numbers so tagging a submission
+// costs no allocation; actors/device/trace.cpp turns it into a name.
+struct TraceLabel {
+  enum Kind : uint8_t { None, Forward, Backward, GradSend, ParamLoad, RankInit, Reduce, Update, ParamRead, ShardInit };
+  Kind kind = None;
+  int16_t mb = -1, stage = -1, chunk = -1;  // -1: not applicable
+  int16_t owner = -1;                      // rank or shard index
+};
+
+// One closure's run on the device thread (steady_clock nanoseconds).
+struct TraceEvent {
+  TraceLabel label;
+  int64_t start_ns = 0, end_ns = 0;
+};
+
+class Device {
+ public:
+  // Creates the backend on the device's own thread (an OpenCL context is then
+  // used by one thread only). Throws what make_backend throws.
+  Device(int id, const kernels::BackendOptions& options);
+  // Runs what was already submitted, then joins the thread.
+  ~Device();
+  Device(const Device&) = delete;
+  Device& operator=(const Device&) = delete;
+
+  int id() const { return id_; }
+  const std::string& kind() const { return kind_; }
+
+  // Queues `work`; it runs on the device thread after everything submitted
+  // before it. An exception escaping `work` is caught and passed to `on_error`
+  // (on the device thread); the device lives on.
+  using Work = std::function<void(kernels::Backend&)>;
+  using OnError = std::function<void(const std::string& what)>;
+  // `label` names the work in the trace; unlabelled closures (bookkeeping
+  // no-ops) are never recorded.
+  void submit(Work work, OnError on_error = {}, TraceLabel label = {});
+
+  // Starts recording a TraceEvent per labelled closure (off by default; call
+  // before submitting). `reserve` preallocates that many events.
+  void enable_trace(size_t reserve);
+  // The events recorded so far, in run order (call after drain()).
+  std::vector<TraceEvent> trace() const;
+
+  // Blocks until every closure submitted so far has run (tests, shutdown).
+  void drain();
+  // Closures run since start.
+  uint64_t completed() const;
+
+ private:
+  void loop();
+
+  int id_;
+  std::string kind_;
+  std::unique_ptr<kernels::Backend> backend_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_, idle_cv_;
+  struct Item {
+    Work work;
+    OnError on_error;
+    TraceLabel label;
+  };
+  std::deque<Item> queue_;
+  bool tracing_ = false;
+  std::vector<TraceEvent> events_;
+  bool stop_ = false, running_ = false;
+  uint64_t completed_ = 0;
+  std::exception_ptr init_error_;
+  std::thread thread_;
+};
+
+}  // namespace troupe::runtime

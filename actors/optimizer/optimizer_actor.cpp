@@ -1,0 +1,347 @@
+// Optimizer-shard actor (ZeRO-1): owns one contiguous range of the flat
+// parameter buffer and its AdamW moments. Per step it collects the gradient
+// slices of every (replica, rank) that touches its range, sums them in a
+// fixed (replica, rank, offset) order (deterministic, no atomics), reports its
+// sum of squares for the global norm, and after the coordinator's (clip, norm)
+// clips, updates with the Trainer's AdamW/LR rules and sends the new
+// parameters to every rank; on request it hands out its parameters (and
+// moments, for checkpoints). Protocol: context.hpp. After each
+// update it sends the coordinator (its supervisor) a snapshot of its state
+// (parameters, m, v): the state the next step starts from. A replayed step,
+// or a fresh shard after a restart, starts from the snapshot the supervisor
+// sends back with (restore ...).
+#include <array>
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include "actors/context.hpp"
+#include "moe/balance.hpp"
+
+namespace troupe::runtime {
+namespace {
+
+using SliceKey = std::tuple<uint32_t, uint32_t, uint64_t>;  // replica, rank, offset
+
+struct OptPiece {
+  int64_t offset = 0, count = 0;  // relative to the shard's range
+  bool decay = true;
+};
+
+// A router bias entry (aux-loss-free balancing; not trained by AdamW) or the
+// part of it in the shard's range.
+struct BiasPiece {
+  int layer = 0;
+  int64_t first = 0;   // index of the piece's first element within the entry [E]
+  int64_t offset = 0;  // relative to the shard's range
+  int64_t count = 0;
+};
+
+struct ShardCompute {
+  kernels::Tensor params, grads, m, v;  // [n] each
+  std::vector<float> acc;               // [n] host reduction buffer
+};
+
+struct ShardState {
+  std::shared_ptr<const Shared> sh;
+  Device* dev = nullptr;
+  int shard = 0;
+  std::string name;
+  Tickets tickets;
+  Range range;
+  std::vector<OptPiece> pieces;
+  std::vector<BiasPiece> bias;           // router bias parts in the range
+  std::vector<int64_t> loads;            // the step's expert loads (for the bias), from the coordinator
+  std::pair<uint64_t, uint32_t> loads_step{~uint64_t{0}, 0};  // (step, attempt) of `loads`
+  size_t expected = 0;   // gradient slices per step
+  uint64_t step = 0;     // step being reduced (== completed steps)
+  uint32_t attempt = 0;  // replay generation of the step
+  bool reduced = false;  // gradients summed, waiting for (clip)
+  KillSwitch kill;
+  uint64_t armed_step = 0;
+  std::map<SliceKey, Envelope> inbox;
+  std::shared_ptr<ShardCompute> comp;
+  uint64_t dropped = 0;
+};
+
+using Self = caf::stateful_actor<ShardState>;
+
+// Where in the step the shard is (reported when a fault kills it).
+std::string shard_phase(const ShardState& st) {
+  if (st.step > st.armed_step) return "finishing its update (new parameters already sent)";
+  if (st.reduced) return "waiting for the global norm";
+  return "collecting gradients (" + std::to_string(st.inbox.size()) + " of " + std::to_string(st.expected) + ")";
+}
+
+Envelope param_slice(uint64_t step, uint32_t shard, Range range, const std::vector<float>& v, uint32_t attempt = 0) {
+  return Envelope::build<schemas::ParamSlice>([&](schemas::ParamSlice::Builder b) {
+    b.setStep(step);
+    b.setAttempt(attempt);
+    b.setShard(shard);
+    b.initRange().setOffset(static_cast<uint64_t>(range.offset));
+    b.getRange().setCount(static_cast<uint64_t>(range.count));
+    const int64_t shape[1] = {range.count};
+    set_tensor_f32(b.initParams(), shape, v);
+  });
+}
+
+void reduce(Self* self) {
+  auto& st = self->state;
+  st.reduced = true;
+  std::vector<Envelope> slices;
+  for (auto& [k, e] : st.inbox) slices.push_back(std::move(e));  // map order: replica, rank, offset
+  st.inbox.clear();
+  auto comp = st.comp;
+  const Range range = st.range;
+  const uint64_t step = st.step;
+  const uint32_t attempt = st.attempt;
+  const uint32_t shard = static_cast<uint32_t>(st.shard);
+  caf::actor coord = st.sh->peers.coordinator;
+  auto sh = st.sh;
+  submit(self, *st.dev, [comp, slices = std::move(slices), range, step, attempt, shard, coord, sh](kernels::Backend& be) {
+    std::fill(comp->acc.begin(), comp->acc.end(), 0.0f);
+    for (const Envelope& e : slices) {
+      auto r = e.read<schemas::GradSlice>();
+      const int64_t off = static_cast<int64_t>((*r)->getRange().getOffset()) - range.offset;
+      const auto g = tensor_f32((*r)->getGrads());
+      float* a = comp->acc.data() + off;
+      for (size_t i = 0; i < g.size(); ++i) a[i] += g[i];
+    }
+    be.upload_f32(comp->grads, comp->acc);
+    const double sq = be.squared_norm(comp->grads);
+    post(*sh, coord, rt::gnorm_atom_v, step, attempt, shard, sq);
+  }, [] {}, owner_label(TraceLabel::Reduce, st.shard));
+}
+
+caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* dev, int shard) {
+  auto& st = self->state;
+  st.sh = sh;
+  st.dev = dev;
+  st.shard = shard;
+  st.name = "optimizer:" + std::to_string(shard);
+  st.range = sh->shard_ranges[static_cast<size_t>(shard)];
+  // AdamW pieces: the trainer's optimizer runs, cut to the range this shard owns.
+  for (const model::OptimizerRange& o : model::optimizer_ranges(sh->layout)) {
+    const Range r = intersect({o.offset, o.numel}, st.range);
+    if (r.count == 0) continue;
+    st.pieces.push_back({r.offset - st.range.offset, r.count, o.decay});
+  }
+  if (sh->opt.train.model.ffn == "moe" && sh->opt.train.model.balance == "bias")
+    for (const model::ParamEntry& e : sh->layout.entries()) {
+      const std::string suffix = ".mlp.gate.e_score_correction_bias";
+      if (e.name.size() < suffix.size() || e.name.compare(e.name.size() - suffix.size(), suffix.size(), suffix) != 0)
+        continue;
+      const Range r = intersect({e.offset, e.numel}, st.range);
+      if (r.count == 0) continue;
+      const int layer = std::stoi(e.name.substr(std::string("model.layers.").size()));
+      st.bias.push_back({layer, r.offset - e.offset, r.offset - st.range.offset, r.count});
+    }
+  for (int rep = 0; rep < sh->opt.data_parallel; ++rep) {
+    for (const auto& owned : sh->rank_owned)
+      for (const Range& o : owned)
+        if (intersect(o, st.range).count > 0) ++st.expected;
+    for (const auto& owned : sh->expert_owned)  // expert shards are gradient producers too
+      for (const Range& o : owned)
+        if (intersect(o, st.range).count > 0) ++st.expected;
+  }
+  st.comp = std::make_shared<ShardCompute>();
+  st.step = sh->start_step;  // resumed: AdamW's step count and the LR schedule go on from there
+  auto slice = [&](const std::vector<float>& v) {
+    return v.empty() ? std::vector<float>(static_cast<size_t>(st.range.count), 0.0f)
+                     : std::vector<float>(v.begin() + st.range.offset, v.begin() + st.range.offset + st.range.count);
+  };
+  auto init = std::make_shared<std::array<std::vector<float>, 3>>(
+      std::array<std::vector<float>, 3>{slice(sh->init), slice(sh->init_m), slice(sh->init_v)});
+  auto comp = st.comp;
+  const Range range = st.range;
+  submit(self, *dev, [comp, range, init](kernels::Backend& be) {
+    comp->params = be.from_f32({range.count}, (*init)[0]);
+    comp->grads = be.zeros({range.count});
+    comp->m = be.from_f32({range.count}, (*init)[1]);
+    comp->v = be.from_f32({range.count}, (*init)[2]);
+    comp->acc.assign(static_cast<size_t>(range.count), 0.0f);
+  }, [] {}, owner_label(TraceLabel::ShardInit, shard));
+
+  return {
+      [self](rt::done_atom, uint64_t ticket) {
+        if (kill_switch_fires(self, shard_phase(self->state))) return;
+        run_ticket(self->state.tickets, ticket);
+      },
+      [self](rt::arm_atom, uint64_t step, uint32_t k) {
+        self->state.kill.left = k;
+        self->state.armed_step = step;
+      },
+      // Back to the snapshot a step starts from (replay, or a fresh shard).
+      // Device work of the aborted attempt still queued runs first; its
+      // sends carry the old attempt and are dropped.
+      [self](rt::restore_atom, uint64_t step, uint32_t attempt, const Envelope& p, const Envelope& m,
+             const Envelope& v) {
+        auto& s = self->state;
+        s.step = step;
+        s.attempt = attempt;
+        s.reduced = false;
+        s.inbox.clear();
+        auto comp = s.comp;
+        submit(self, *s.dev, [comp, p, m, v](kernels::Backend& be) {
+          const Envelope* src[3] = {&p, &m, &v};
+          kernels::Tensor* dst[3] = {&comp->params, &comp->m, &comp->v};
+          for (int i = 0; i < 3; ++i) {
+            auto r = src[i]->read<schemas::ParamSlice>();
+            if (!r) throw std::runtime_error("bad snapshot: " + to_string(r.error()));
+            const auto x = tensor_f32((*r)->getParams());
+            if (static_cast<int64_t>(x.size()) != dst[i]->numel()) throw std::runtime_error("snapshot of the wrong size");
+            be.upload_f32(*dst[i], x);
+          }
+        }, [] {}, owner_label(TraceLabel::ShardInit, s.shard));
+      },
+      [self](const Envelope& e) {
+        auto& s = self->state;
+        if (kill_switch_fires(self, shard_phase(s))) return;
+        auto fail = [&](const std::string& why) {
+          ++s.dropped;
+          caf::anon_send(s.sh->peers.coordinator, rt::fail_atom_v, s.name + ": rejected message: " + why);
+        };
+        auto r = e.read<schemas::GradSlice>();
+        if (!r) return fail(to_string(r.error()));
+        const uint64_t off = (*r)->getRange().getOffset(), cnt = (*r)->getRange().getCount();
+        if ((*r)->getStep() != s.step || (*r)->getAttempt() != s.attempt || s.reduced) {
+          ++s.dropped;  // stale (older step or attempt) or duplicate after the reduction
+          return;
+        }
+        if ((*r)->getShard() != static_cast<uint32_t>(s.shard) ||
+            off < static_cast<uint64_t>(s.range.offset) ||
+            cnt > static_cast<uint64_t>(s.range.offset + s.range.count) - off ||
+            tensor_f32((*r)->getGrads()).size() != cnt)
+          return fail("gradient slice [" + std::to_string(off) + ", +" + std::to_string(cnt) +
+                      ") outside shard range [" + std::to_string(s.range.offset) + ", +" +
+                      std::to_string(s.range.count) + ")");
+        const SliceKey k{(*r)->getReplica(), (*r)->getStage(), off};
+        if (s.inbox.count(k)) {
+          ++s.dropped;
+          return;
+        }
+        s.inbox.emplace(k, e);
+        if (s.inbox.size() == s.expected) reduce(self);
+      },
+      [self](rt::clip_atom, uint64_t step, uint32_t attempt, double norm) {
+        auto& s = self->state;
+        if (kill_switch_fires(self, shard_phase(s))) return;
+        if (step != s.step || attempt != s.attempt || !s.reduced) {
+          ++s.dropped;
+          return;
+        }
+        const auto& o = s.sh->opt;
+        kernels::AdamWParams hp;
+        hp.lr = static_cast<float>(model::learning_rate(o.train.optim, static_cast<int64_t>(step), o.train.steps));
+        hp.beta1 = static_cast<float>(o.train.optim.beta1);
+        hp.beta2 = static_cast<float>(o.train.optim.beta2);
+        hp.eps = static_cast<float>(o.train.optim.eps);
+        hp.step = static_cast<int64_t>(step) + 1;
+        const double max_norm = o.train.optim.grad_clip;
+        const float wd = static_cast<float>(o.train.optim.weight_decay);
+        auto comp = s.comp;
+        auto pieces = s.pieces;
+        const Range range = s.range;
+        const uint32_t shard = static_cast<uint32_t>(s.shard);
+        auto sh = s.sh;
+        if (!s.bias.empty() && s.loads_step != std::make_pair(step, attempt)) {
+          caf::anon_send(sh->peers.coordinator, rt::fail_atom_v, s.name + ": no expert loads for the router bias");
+          return;
+        }
+        auto bias = s.bias;
+        auto loads = s.loads;
+        auto snap = std::make_shared<std::vector<Envelope>>();
+        submit(self, *s.dev, [comp, pieces, hp, max_norm, wd, norm, range, shard, step, attempt, sh, snap, bias, loads](kernels::Backend& be) mutable {
+          // Same clipping rule as kernels::clip_grad_norm, with the global norm.
+          if (max_norm > 0.0 && norm > max_norm)
+            be.scale(comp->grads, static_cast<float>(max_norm / (norm + 1e-6)));
+          for (const OptPiece& p : pieces) {
+            hp.weight_decay = p.decay ? wd : 0.0f;
+            be.adamw(comp->params.view(p.offset, {p.count}), comp->grads.view(p.offset, {p.count}),
+                     comp->m.view(p.offset, {p.count}), comp->v.view(p.offset, {p.count}), hp);
+          }
+          // Aux-loss-free balancing after the update, as model::Trainer does:
+          // the layer's whole bias row through moe::update_router_bias.
+          const auto& c = sh->opt.train.model;
+          const size_t E = static_cast<size_t>(c.n_experts);
+          for (const BiasPiece& b : bias) {
+            const size_t at = static_cast<size_t>(b.layer) * (E + 1);
+            if (loads.size() < at + E) throw std::runtime_error("expert loads miss layer " + std::to_string(b.layer));
+            std::vector<float> row(E, 0.0f);
+            const kernels::Tensor v = comp->params.view(b.offset, {b.count});
+            be.download(row.data() + b.first, v, static_cast<size_t>(b.count) * sizeof(float));
+            moe::update_router_bias(row, std::span<const int64_t>(loads.data() + at, E), c.bias_update_rate);
+            be.upload(v, row.data() + b.first, static_cast<size_t>(b.count) * sizeof(float));
+          }
+          const Envelope e = param_slice(step, shard, range, be.download_f32(comp->params), attempt);
+          *snap = {e, param_slice(step, shard, range, be.download_f32(comp->m)),
+                   param_slice(step, shard, range, be.download_f32(comp->v))};
+          for (const caf::actor& r : all_ranks(*sh)) post(*sh, r, e);
+          // Expert shards whose weights meet this range.
+          for (int rep = 0; rep < sh->opt.data_parallel; ++rep)
+            for (size_t p = 0; p < sh->expert_owned.size(); ++p) {
+              bool meets = false;
+              for (const Range& o : sh->expert_owned[p]) meets = meets || intersect(o, range).count > 0;
+              if (meets) post(*sh, expert_of(*sh, rep, static_cast<int>(p)), e);
+            }
+        }, [self, snap, step, attempt, shard] {
+          // Sent by the actor once the update is done, so the step (which
+          // waits for every snapshot) ends only after the shard's last message.
+          const auto& x = *snap;
+          post(*self->state.sh, self->state.sh->peers.coordinator, rt::snapshot_atom_v, step, attempt, shard, x[0], x[1], x[2]);
+        }, owner_label(TraceLabel::Update, s.shard));
+        s.reduced = false;
+        ++s.step;
+        s.attempt = 0;
+      },
+      // The step's expert loads (coordinator, before its clip): per MoE
+      // layer E routed counts then the dropped count.
+      [self](rt::load_atom, uint64_t step, uint32_t attempt, const std::vector<int64_t>& loads) {
+        auto& s = self->state;
+        s.loads = loads;
+        s.loads_step = {step, attempt};
+      },
+      // The current parameters of the range, read on the device after any
+      // pending update.
+      [self](rt::params_atom) -> caf::result<Envelope> {
+        auto& s = self->state;
+        auto rp = self->make_response_promise<Envelope>();
+        auto holder = std::make_shared<Envelope>();
+        auto comp = s.comp;
+        const Range range = s.range;
+        const uint32_t shard = static_cast<uint32_t>(s.shard);
+        const uint64_t step = s.step;
+        submit(self, *s.dev, [comp, holder, range, shard, step](kernels::Backend& be) {
+          *holder = param_slice(step, shard, range, be.download_f32(comp->params));
+        }, [rp, holder]() mutable { rp.deliver(*holder); }, owner_label(TraceLabel::ParamRead, s.shard));
+        return rp;
+      },
+      // The parameters and AdamW moments (m, v) of the range, for a
+      // checkpoint: three ParamSlices, read on the device after any pending
+      // update.
+      [self](rt::params_atom, bool) -> caf::result<Envelope, Envelope, Envelope> {
+        auto& s = self->state;
+        auto rp = self->make_response_promise<Envelope, Envelope, Envelope>();
+        auto holder = std::make_shared<std::vector<Envelope>>();
+        auto comp = s.comp;
+        const Range range = s.range;
+        const uint32_t shard = static_cast<uint32_t>(s.shard);
+        const uint64_t step = s.step;
+        submit(self, *s.dev, [comp, holder, range, shard, step](kernels::Backend& be) {
+          for (const kernels::Tensor* t : {&comp->params, &comp->m, &comp->v})
+            holder->push_back(param_slice(step, shard, range, be.download_f32(*t)));
+        }, [rp, holder]() mutable { rp.deliver((*holder)[0], (*holder)[1], (*holder)[2]); },
+           owner_label(TraceLabel::ParamRead, s.shard));
+        return rp;
+      },
+      [self](rt::dropped_atom) { return self->state.dropped; },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_shard(caf::actor_system& sys, std::shared_ptr<const Shared> sh, Device& dev, int shard) {
+  return sys.spawn(shard_actor, std::move(sh), &dev, shard);
+}
+
+}  // namespace troupe::runtime

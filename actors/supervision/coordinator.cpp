@@ -1,0 +1,365 @@
+// Coordinator actor: drives steps and is the data loader. For a step it cuts
+// the batch into micro-batches (replica r takes micro-batches
+// [r*C, (r+1)*C) of the Trainer's split), sends them to the first-stage ranks,
+// starts every rank, reduces the shards' squared norms into the global norm
+// (in shard order) and answers the step request once every rank has loaded
+// the new parameters. Protocol: context.hpp.
+//
+// It is also the supervisor of the ranks and shards (supervisor.hpp): when
+// one goes down it is respawned, and a running step is discarded and run
+// again from its start (attempt + 1) with the same data. It arms the
+// [[faults]] kills at the start of their step.
+#include <cmath>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "actors/context.hpp"
+#include "actors/supervision/supervisor.hpp"
+#include "model/data.hpp"
+
+namespace troupe::runtime {
+namespace {
+
+using StepReply = caf::typed_response_promise<double, double, double, double>;
+
+struct CoordState {
+  std::shared_ptr<const Shared> sh;
+  std::unique_ptr<model::DataSource> data;
+  uint64_t step = 0;
+  uint32_t attempt = 0;  // replay generation of the running step
+  bool running = false;
+  StepReply reply;
+  std::map<std::tuple<int, int>, std::pair<double, double>> losses;  // (global mb, stage) -> loss, aux
+  std::map<uint32_t, double> partials;                               // shard -> sum of squares
+  std::set<std::pair<uint32_t, uint32_t>> finished;                  // (replica, rank or expert producer)
+  std::map<int, std::vector<int64_t>> loads;                         // stage -> summed (load) reports of the step
+  std::set<std::tuple<uint32_t, uint32_t, uint32_t>> load_from;      // (replica, mb, stage) reports counted
+  std::vector<int64_t> last_loads;                                   // the last finished step's, in stage order
+  double loss_scale = 0.0, aux_scale = 0.0, norm = 0.0;
+  bool clipped = false;  // (clip) sent for the step
+  std::string error;
+  uint64_t dropped = 0;
+  std::unique_ptr<Supervisor> sup;
+  std::vector<bool> fault_armed;                 // [fault] armed once
+  std::map<std::string, std::string> last_phase;  // actor -> phase it died in
+  std::map<caf::actor_addr, caf::response_promise> kill_waiters;  // Runtime::kill callers
+};
+
+using Self = caf::stateful_actor<CoordState>;
+
+void maybe_finish(Self* self) {
+  auto& s = self->state;
+  const auto& sh = *s.sh;
+  // Expert shards report (stepok) like ranks once their parameters are loaded.
+  const size_t ranks = static_cast<size_t>(sh.opt.data_parallel) * (static_cast<size_t>(sh.sl.num_ranks) + sh.expert_owned.size());
+  const size_t reports = static_cast<size_t>(sh.opt.data_parallel) * static_cast<size_t>(sh.chunks) *
+                         static_cast<size_t>(sh.sl.num_stages);
+  // The shards' snapshots too: the next step may have to start from them.
+  if (!s.running || s.finished.size() != ranks || s.losses.size() != reports || !s.sup->all_staged()) return;
+  // Same sums as the Trainer: loss over micro-batches in order; aux per
+  // micro-batch (here: over its stages), then over micro-batches.
+  double loss_sum = 0.0, aux = 0.0;
+  const int last = sh.sl.num_stages - 1;
+  int cur = -1;
+  double mb_aux = 0.0;
+  for (const auto& [k, v] : s.losses) {
+    const auto [mb, stage] = k;
+    if (mb != cur) {
+      if (cur >= 0) aux += mb_aux;
+      cur = mb;
+      mb_aux = 0.0;
+    }
+    mb_aux += v.second;
+    if (stage == last) loss_sum += v.first;
+  }
+  if (cur >= 0) aux += mb_aux;
+  s.last_loads.clear();
+  for (const auto& [stage, v] : s.loads) s.last_loads.insert(s.last_loads.end(), v.begin(), v.end());
+  const double lr = model::learning_rate(sh.opt.train.optim, static_cast<int64_t>(s.step), sh.opt.train.steps);
+  s.running = false;
+  s.sup->commit();
+  ++s.step;
+  s.attempt = 0;
+  s.reply.deliver(loss_sum * s.loss_scale, aux * s.aux_scale, s.norm, lr);
+}
+
+// Every shard's partial norm is in (and every loss report, so the step's
+// expert loads are complete): the global norm goes to the shards, after the
+// loads when the router bias is balanced by them (aux-loss-free balancing).
+void maybe_clip(Self* self) {
+  auto& s = self->state;
+  const auto& sh = *s.sh;
+  const size_t reports = static_cast<size_t>(sh.opt.data_parallel) * static_cast<size_t>(sh.chunks) *
+                         static_cast<size_t>(sh.sl.num_stages);
+  if (!s.running || s.clipped || s.partials.size() != sh.shard_ranges.size() || s.losses.size() != reports) return;
+  s.clipped = true;
+  double total = 0.0;
+  for (const auto& [k, v] : s.partials) total += v;  // shard order
+  s.norm = std::sqrt(total);
+  if (sh.opt.train.model.ffn == "moe" && sh.opt.train.model.balance == "bias") {
+    std::vector<int64_t> loads;
+    for (const auto& [stage, v] : s.loads) loads.insert(loads.end(), v.begin(), v.end());
+    for (const caf::actor& a : all_shards(sh)) post(sh, a, rt::load_atom_v, s.step, s.attempt, loads);
+  }
+  for (const caf::actor& a : all_shards(sh)) post(sh, a, rt::clip_atom_v, s.step, s.attempt, s.norm);
+}
+
+// Arms the [[faults]] of this step: the target dies on its k-th message.
+void arm_faults(Self* self) {
+  auto& s = self->state;
+  const auto& sh = *s.sh;
+  for (size_t i = 0; i < sh.opt.faults.size(); ++i) {
+    const FaultSpec& f = sh.opt.faults[i];
+    if (s.fault_armed[i] || f.at_step != static_cast<int64_t>(s.step) + 1) continue;
+    const std::optional<FaultTarget> t = parse_fault_target(f.target);
+    if (!t) continue;  // validate() rejected it already
+    s.fault_armed[i] = true;
+    const uint32_t n = t->role == FaultTarget::Role::Stage     ? rank_messages_per_step(sh, t->index)
+                       : t->role == FaultTarget::Role::Expert  ? expert_messages_per_step(sh, expert_producer(sh, t->index, t->shard))
+                                                               : shard_messages_per_step(sh, t->index);
+    const uint32_t k = f.at_message > 0 ? static_cast<uint32_t>(std::min<int64_t>(f.at_message, n))
+                                        : kill_point(sh.opt.train.seed, s.step, f.target, n);
+    self->send(target_actor(sh, *t), rt::arm_atom_v, s.step, k);
+  }
+}
+
+void start_step(Self* self) {
+  auto& s = self->state;
+  const auto& sh = *s.sh;
+  const auto& o = sh.opt.train;
+  const int64_t S = o.model.seq_len, Bm = sh.mb_batch;
+  const model::Batch batch = s.data->train_batch(static_cast<int64_t>(s.step), o.data.batch_size, S);
+  int64_t counted = 0;
+  for (int32_t t : batch.targets) counted += t >= 0;
+  s.loss_scale = counted > 0 ? 1.0 / static_cast<double>(counted) : 0.0;
+  s.aux_scale = 1.0 / static_cast<double>(o.microbatches);
+  s.losses.clear();
+  s.partials.clear();
+  s.finished.clear();
+  s.loads.clear();
+  s.load_from.clear();
+  s.clipped = false;
+  s.sup->clear_staged();
+  s.running = true;
+  if (s.attempt == 0) arm_faults(self);
+  const int64_t n = Bm * S;
+  for (int r = 0; r < sh.opt.data_parallel; ++r) {
+    for (int j = 0; j < sh.chunks; ++j) {
+      const int64_t g = static_cast<int64_t>(r) * sh.chunks + j;
+      const int dir = sh.sl.num_dirs == 2 && j >= sched::first_mb(sh.sl, 1) ? 1 : 0;
+      const int64_t shape[1] = {n};
+      Envelope e = Envelope::build<schemas::Activations>([&](schemas::Activations::Builder b) {
+        auto t = b.initTag();
+        t.setStep(s.step);
+        t.setMicrobatch(static_cast<uint32_t>(j));
+        t.setStage(kDataStage);
+        t.setDirection(schemas::Direction::FORWARD);
+        t.setChunk(static_cast<uint32_t>(dir));
+        t.setReplica(static_cast<uint32_t>(r));
+        t.setAttempt(s.attempt);
+        const int64_t none[2] = {n, 0};  // [tokens, 0]: no hidden state, the first stage embeds the ids
+        set_tensor_f32(b.initHidden(), none, {});
+        set_tensor_i32(b.initTokenIds(), shape, std::span<const int32_t>(batch.inputs.data() + g * n, static_cast<size_t>(n)));
+        set_tensor_i32(b.initTargets(), shape, std::span<const int32_t>(batch.targets.data() + g * n, static_cast<size_t>(n)));
+      });
+      post(sh, rank_of(sh, r, sched::stage_rank(sh.sl, dir, 0)), e);
+    }
+  }
+  for (const caf::actor& a : all_ranks(sh)) post(sh, a, rt::start_atom_v, s.step, s.attempt, s.loss_scale, s.aux_scale);
+}
+
+// A supervised actor went down: respawn it; if a step is running, discard it
+// and run it again from the snapshot it started from.
+void on_child_down(Self* self, const caf::down_msg& m) {
+  auto& s = self->state;
+  const Supervisor::Child* found = s.sup->find(m.source);
+  // A Runtime::kill caller learns the outcome once this handler is done.
+  struct Answer {
+    Self* self;
+    caf::actor_addr who;
+    ~Answer() {
+      auto& st = self->state;
+      auto it = st.kill_waiters.find(who);
+      if (it == st.kill_waiters.end()) return;
+      if (st.error.empty()) it->second.deliver(true);
+      else it->second.deliver(caf::make_error(caf::sec::runtime_error, st.error));
+      st.kill_waiters.erase(it);
+    }
+  } answer{self, m.source};
+  if (!found || m.reason == caf::exit_reason::user_shutdown || !s.error.empty()) return;
+  const Supervisor::Child child = *found;
+  const std::string cause = m.reason == caf::exit_reason::kill ? "killed" : self->system().render(m.reason);
+  const int64_t step1 = static_cast<int64_t>(s.step) + 1;
+  if (m.source.node() != self->node()) {
+    // An actor of another process: it went down with its process, which the
+    // cluster reports; the supervisor restarts only actors on its own devices.
+    s.error = child.name + " in another process went down (" + cause + ") in step " + std::to_string(step1);
+    if (s.running) {
+      s.running = false;
+      s.reply.deliver(caf::make_error(caf::sec::runtime_error, s.error));
+    }
+    return;
+  }
+  if (std::string why = s.sup->admit_restart(child, cause, step1); !why.empty()) {
+    s.error = why;
+    if (s.running) {
+      s.running = false;
+      s.reply.deliver(caf::make_error(caf::sec::runtime_error, s.error));
+    }
+    return;
+  }
+  s.sup->respawn(self, child);
+  RestartEvent ev;
+  ev.step = step1;
+  ev.actor = child.name;
+  ev.cause = cause;
+  if (auto it = s.last_phase.find(child.name); it != s.last_phase.end()) {
+    ev.phase = "while " + it->second;
+    s.last_phase.erase(it);
+  }
+  ev.replayed = s.running;
+  if (s.running) {
+    ++s.attempt;
+    s.sup->restore_all(self, s.step, s.attempt);
+    start_step(self);
+  } else {
+    s.sup->restore_one(self, child, s.step, s.attempt);
+  }
+  ev.attempt = static_cast<int>(s.attempt) + 1;
+  try {
+    if (s.sh->on_restart) s.sh->on_restart(ev);
+  } catch (const std::exception&) {
+    // A reporting problem (e.g. a full disk for the log) must not take the
+    // supervisor down with it.
+  }
+}
+
+caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
+  auto& st = self->state;
+  st.sh = sh;
+  st.step = sh->start_step;  // resumed: the saved step (its data cursor)
+  const auto& o = sh->opt.train;
+  st.data = model::make_data_source(o.data, o.seed, o.model.seq_len);
+  st.sup = std::make_unique<Supervisor>(sh);
+  st.fault_armed.assign(sh->opt.faults.size(), false);
+  self->set_down_handler([self](caf::down_msg& m) { on_child_down(self, m); });
+  return {
+      [self](rt::step_atom) -> StepReply {
+        auto& s = self->state;
+        s.reply = self->make_response_promise<double, double, double, double>();
+        if (!s.error.empty()) {
+          s.reply.deliver(caf::make_error(caf::sec::runtime_error, s.error));
+        } else if (s.running) {
+          s.reply.deliver(caf::make_error(caf::sec::runtime_error, std::string("a step is already running")));
+        } else {
+          s.sup->watch(self);
+          start_step(self);
+        }
+        return s.reply;
+      },
+      [self](rt::loss_atom, uint64_t step, uint32_t attempt, uint32_t replica, uint32_t mb, uint32_t stage,
+             double loss, double aux) {
+        auto& s = self->state;
+        const int g = static_cast<int>(replica) * s.sh->chunks + static_cast<int>(mb);
+        if (step != s.step || attempt != s.attempt || !s.running || !s.losses.emplace(std::make_tuple(g, static_cast<int>(stage)), std::make_pair(loss, aux)).second) {
+          ++s.dropped;
+          return;
+        }
+        maybe_clip(self);
+        maybe_finish(self);
+      },
+      [self](rt::gnorm_atom, uint64_t step, uint32_t attempt, uint32_t shard, double sq) {
+        auto& s = self->state;
+        if (step != s.step || attempt != s.attempt || !s.running || !s.partials.emplace(shard, sq).second) {
+          ++s.dropped;
+          return;
+        }
+        maybe_clip(self);
+      },
+      [self](rt::stepok_atom, uint64_t step, uint32_t attempt, uint32_t replica, uint32_t rank) {
+        auto& s = self->state;
+        if (step != s.step || attempt != s.attempt || !s.running || !s.finished.emplace(replica, rank).second) {
+          ++s.dropped;
+          return;
+        }
+        maybe_finish(self);
+      },
+      [self](rt::fail_atom, const std::string& what) {
+        auto& s = self->state;
+        if (s.error.empty()) s.error = what;
+        if (s.running) {
+          s.running = false;
+          s.reply.deliver(caf::make_error(caf::sec::runtime_error, s.error));
+        }
+      },
+      // Expert load of micro-batch mb at a stage: per MoE layer of the stage,
+      // E routed counts then the dropped count. Sent before the stage's loss
+      // report of the same micro-batch, so a finished step has all of them.
+      [self](rt::load_atom, uint64_t step, uint32_t attempt, uint32_t replica, uint32_t mb, uint32_t stage,
+             const std::vector<int64_t>& v) {
+        auto& s = self->state;
+        if (step != s.step || attempt != s.attempt || !s.running || !s.load_from.emplace(replica, mb, stage).second) {
+          ++s.dropped;  // stale or a duplicate
+          return;
+        }
+        auto& sum = s.loads[static_cast<int>(stage)];
+        if (sum.empty()) sum.assign(v.size(), 0);
+        if (sum.size() != v.size()) {
+          ++s.dropped;
+          return;
+        }
+        for (size_t i = 0; i < v.size(); ++i) sum[i] += v[i];
+      },
+      [self](rt::load_atom) { return self->state.last_loads; },
+      [self](rt::snapshot_atom, uint64_t step, uint32_t attempt, uint32_t shard, const Envelope& p,
+             const Envelope& m, const Envelope& v) {
+        auto& s = self->state;
+        if (step != s.step || attempt != s.attempt || !s.running) {
+          ++s.dropped;
+          return;
+        }
+        if (!s.sup->stage(shard, p, m, v)) {
+          ++s.dropped;  // a duplicate
+          return;
+        }
+        maybe_finish(self);
+      },
+      [self](rt::fault_atom, const std::string& who, const std::string& phase) { self->state.last_phase[who] = phase; },
+      // Runtime::kill: kill a supervised actor now; the answer comes once the
+      // supervisor has handled its going down (restart, replay or escalation).
+      [self](rt::fault_atom, const std::string& target) -> caf::result<bool> {
+        auto& s = self->state;
+        const std::optional<FaultTarget> t = parse_fault_target(target);
+        const caf::actor a = t && t->replica < s.sh->opt.data_parallel ? target_actor(*s.sh, *t) : caf::actor{};
+        if (!a) return caf::make_error(caf::sec::runtime_error, "no actor " + target);
+        if (!s.error.empty()) return caf::make_error(caf::sec::runtime_error, s.error);
+        s.sup->watch(self);
+        auto rp = self->make_response_promise();
+        s.kill_waiters[a.address()] = rp;
+        self->send_exit(a, caf::exit_reason::kill);
+        return rp;
+      },
+      // Test hook (Runtime::inject_stale_messages): old-step traffic to every
+      // actor and to the coordinator itself.
+      [self](rt::stale_atom) -> uint32_t {
+        auto& s = self->state;
+        if (s.running || s.step == 0) return 0;
+        uint32_t sent = s.sup->send_stale(self, s.step);
+        const uint64_t old = s.step - 1;
+        self->send(self, rt::loss_atom_v, old, uint32_t{0}, uint32_t{0}, uint32_t{0}, uint32_t{0}, 1.0, 0.0);
+        self->send(self, rt::gnorm_atom_v, old, uint32_t{0}, uint32_t{0}, 1.0);
+        self->send(self, rt::stepok_atom_v, old, uint32_t{0}, uint32_t{0}, uint32_t{0});
+        return sent + 3;
+      },
+      [self](rt::dropped_atom) { return self->state.dropped; },
+  };
+}
+
+}  // namespace
+
+caf::actor spawn_coordinator(caf::actor_system& sys, std::shared_ptr<const Shared> sh) {
+  return sys.spawn(coordinator, std::move(sh));
+}
+
+}  // namespace troupe::runtime

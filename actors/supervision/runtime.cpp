@@ -1,0 +1,606 @@
+// The facade's implementation (actors/runtime.hpp): validates a topology,
+// brings up this process's devices and the supervision tree (the
+// coordinator first, then optimizer shards, pipeline ranks, expert shards),
+// asks the coordinator for steps, and tears it all down.
+#include "actors/runtime.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <limits>
+#include <filesystem>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <unistd.h>
+
+#include "actors/experts/expert_shard.hpp"
+#include "actors/transport/caf_scheduler.hpp"
+#include "actors/cluster/runtime_cluster_internal.hpp"
+#include "actors/context.hpp"
+#include "actors/device/trace.hpp"
+#include "model/data.hpp"
+#include "model/stage.hpp"
+#include "model/weights.hpp"
+
+namespace troupe::runtime {
+
+namespace {
+
+void require(bool ok, const std::string& what) {
+  if (!ok) throw std::invalid_argument("topology: " + what);
+}
+
+// Merged ranges of the layout entries that rank `rank`'s stages touch.
+std::vector<Range> owned_ranges(const Shared& sh, int rank) {
+  const model::ModelConfig& c = sh.opt.train.model;
+  std::set<std::pair<int, int>> held;
+  for (const sched::Op& op : sched::make_schedule(sh.sl.kind, rank, sh.sl.num_ranks, sh.chunks)) {
+    if (op.type == sched::OpType::F || op.type == sched::OpType::FB) held.insert({op.f.dir, op.f.stage});
+  }
+  std::set<std::string> names;
+  for (const auto& [dir, stage] : held) {
+    const auto [lb, le] = sh.stage_layers[static_cast<size_t>(stage)];
+    for (const model::ParamEntry& e : sh.layout.entries())
+      for (int64_t l = lb; l < le; ++l)
+        if (e.name.rfind("model.layers." + std::to_string(l) + ".", 0) == 0 &&
+            // With expert shards, the routed experts' weights belong to them.
+            !(sh.opt.expert_shards > 0 && e.name.find(".mlp.experts.") != std::string::npos))
+          names.insert(e.name);
+    if (stage == 0) names.insert("model.embed_tokens.weight");
+    if (stage == sh.sl.num_stages - 1) {
+      names.insert("model.norm.weight");
+      names.insert(c.tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+    }
+  }
+  std::vector<Range> out;
+  for (const model::ParamEntry& e : sh.layout.entries()) {  // layout order = offset order
+    if (!names.count(e.name)) continue;
+    if (!out.empty() && out.back().offset + out.back().count == e.offset) out.back().count += e.numel;
+    else out.push_back({e.offset, e.numel});
+  }
+  return out;
+}
+
+}  // namespace
+
+void validate(const RuntimeOptions& o) {
+  require(o.stages >= 1, "stages must be >= 1");
+  require(o.devices >= 1, "devices must be >= 1");
+  require(o.optimizer_shards >= 1, "optimizer_shards must be >= 1");
+  require(o.data_parallel >= 1, "data_parallel must be >= 1");
+  const sched::Kind kind = sched::parse_kind(o.schedule);
+  // zb1p / dualpipe ops B and W: B runs the whole backward, W is a no-op
+  // (pipeline/rank_actor.cpp), so every kind runs.
+  (void)kind;
+  const auto& t = o.train;
+  require(t.microbatches >= 1 && t.microbatches % o.data_parallel == 0,
+          "microbatches (" + std::to_string(t.microbatches) + ") must be a multiple of data_parallel (" +
+              std::to_string(o.data_parallel) + ")");
+  require(t.data.batch_size % t.microbatches == 0,
+          "batch_size (" + std::to_string(t.data.batch_size) + ") must be a multiple of microbatches (" +
+              std::to_string(t.microbatches) + ")");
+  require(o.expert_shards >= 0, "expert_shards must be >= 0");
+  if (o.expert_shards > 0) {
+    require(t.model.ffn == "moe", "expert_shards > 0 needs a MoE model (ffn = \"moe\")");
+    require(o.expert_shards <= t.model.n_experts,
+            "expert_shards (" + std::to_string(o.expert_shards) + ") must be <= n_experts (" +
+                std::to_string(t.model.n_experts) + ")");
+  }
+  require(t.checkpoint_every >= 0, "checkpoint_every must be >= 0");
+  require(t.steps >= 0, "steps must be >= 0");
+  require(t.optim.lr > 0.0, "lr must be positive");
+  const sched::Layout sl = sched::make_layout(kind, o.stages, static_cast<int>(t.microbatches / o.data_parallel));
+  model::split_layers(t.model.n_layers, sl.num_stages);  // throws when there are too few layers
+  const int64_t P = model::build_param_layout(t.model).total();
+  require(o.optimizer_shards <= P, "more optimizer shards than parameters");
+  require(o.max_restarts >= 0, "max_restarts must be >= 0");
+  require(o.restart_window >= 1, "restart_window must be >= 1");
+  for (const FaultSpec& f : o.faults) {
+    const std::optional<FaultTarget> target = parse_fault_target(f.target);
+    require(target.has_value(), "fault target \"" + f.target +
+                                    "\" must be stage:K, stage:K/replica:R, optimizer:K or expert:L/S[/replica:R]");
+    if (target->role == FaultTarget::Role::Expert) {
+      require(o.expert_shards > 0, "fault target " + f.target + " does not exist: the run has no expert shards "
+                                   "(expert_shards > 1 puts the experts in their own actors)");
+      require(target->index < t.model.n_layers, "fault target " + f.target + " does not exist: there are " +
+                                                    std::to_string(t.model.n_layers) + " MoE layer(s)");
+      require(target->shard < o.expert_shards, "fault target " + f.target + " does not exist: there are " +
+                                                   std::to_string(o.expert_shards) + " expert shard(s) per layer");
+    } else {
+      const int n = target->role == FaultTarget::Role::Stage ? o.stages : o.optimizer_shards;
+      require(target->index < n, "fault target " + f.target + " does not exist: there are " + std::to_string(n) +
+                                     (target->role == FaultTarget::Role::Stage ? " stage(s)" : " optimizer shard(s)"));
+    }
+    require(target->replica < o.data_parallel, "fault target " + f.target + " does not exist: there are " +
+                                                   std::to_string(o.data_parallel) + " data-parallel replica(s)");
+    require(f.kind == "kill", "fault kind \"" + f.kind + "\" is not supported (only \"kill\")");
+    require(f.at_step >= 1 && f.at_step <= t.steps, "fault at_step " + std::to_string(f.at_step) +
+                                                       " is outside the run's steps 1.." + std::to_string(t.steps));
+    require(f.at_message >= 0, "fault at_message must be >= 0");
+  }
+  require(o.processes >= 1 && o.processes <= o.devices, "processes must be in [1, devices]");
+  require(o.processes == 1 || (o.comm && o.comm->size() == o.processes),
+          "processes = " + std::to_string(o.processes) + " needs a launcher with as many processes (mpirun -np " +
+              std::to_string(o.processes) + ")");
+  require(o.peer_timeout > 0.0, "peer_timeout must be positive");
+  make_placement(o.devices, o.processes, o.stages, o.data_parallel, o.optimizer_shards, o.device_process);  // throws
+  require(o.faults.empty() || o.processes == 1,
+          "failure injection ([[faults]]) runs in one process only: the supervisor restarts actors on its own "
+          "devices (processes = " + std::to_string(o.processes) + ")");
+}
+
+struct Runtime::Impl {
+  // Declared first so they are destroyed last: every buffer the actors hold
+  // belongs to a device's backend.
+  std::vector<std::unique_ptr<Device>> devices;
+  std::shared_ptr<Shared> sh;
+  std::unique_ptr<caf::actor_system_config> cfg;
+  std::unique_ptr<caf::actor_system> sys;
+  std::unique_ptr<Cluster> cluster;  // processes > 1 (runtime_cluster.cpp)
+  int64_t steps_done = 0;
+  mutable std::mutex restarts_mu;
+  std::vector<RestartEvent> restarts;
+
+  bool tracing() const { return sh->opt.record_trace || !sh->opt.trace.empty(); }
+
+  explicit Impl(const RuntimeOptions& o) {
+    validate(o);
+    sh = std::make_shared<Shared>();
+    Shared& s = *sh;
+    s.opt = o;
+    const auto& t = o.train;
+    s.layout = model::build_param_layout(t.model);
+    s.chunks = static_cast<int>(t.microbatches / o.data_parallel);
+    s.sl = sched::make_layout(sched::parse_kind(o.schedule), o.stages, s.chunks);
+    s.mb_batch = t.data.batch_size / t.microbatches;
+    s.stage_layers = model::split_layers(t.model.n_layers, s.sl.num_stages);
+    const int64_t P = s.layout.total();
+    for (int i = 0; i < o.optimizer_shards; ++i) {
+      const int64_t b = P * i / o.optimizer_shards, e = P * (i + 1) / o.optimizer_shards;
+      s.shard_ranges.push_back({b, e - b});
+    }
+    for (int r = 0; r < o.stages; ++r) s.rank_owned.push_back(owned_ranges(s, r));
+    if (o.expert_shards > 0) {
+      for (int64_t l = 0; l < t.model.n_layers; ++l) s.moe_layers.push_back(static_cast<int>(l));
+      for (int l : s.moe_layers)
+        for (int k = 0; k < o.expert_shards; ++k) {
+          const auto r = expert_param_ranges(s.layout, t.model, l, expert_split(t.model.n_experts, o.expert_shards, k));
+          s.expert_owned.push_back({r.begin(), r.end()});
+        }
+    }
+    if (!t.resume_from.empty()) resume(s);
+    else s.init = model::init_params(s.layout, t.model, t.seed);
+    {
+      auto data = model::make_data_source(t.data, s.opt.train.seed, t.model.seq_len);
+      if (data->vocab_size() > t.model.vocab_size)
+        throw std::invalid_argument("data source '" + data->describe() + "' needs vocab_size >= " +
+                                    std::to_string(data->vocab_size()) + ", model has " +
+                                    std::to_string(t.model.vocab_size));
+    }
+    // Only this process's devices and actors are made here (null elsewhere).
+    Placement place =
+        make_placement(o.devices, o.processes, o.stages, o.data_parallel, o.optimizer_shards, o.device_process);
+    if (s.expert_parallel()) {
+      // A MoE layer's shards start at the device of the rank whose
+      // first-copy stage holds the layer (as launch/topology.cpp lists them).
+      std::vector<int> layer_rank;
+      for (int layer : s.moe_layers) {
+        int stage = 0;
+        while (s.stage_layers[static_cast<size_t>(stage)].second <= layer) ++stage;
+        layer_rank.push_back(sched::stage_rank(s.sl, 0, stage));
+      }
+      place_experts(place, s.moe_layers, layer_rank, o.expert_shards);
+    }
+    const int me = o.processes > 1 ? o.comm->rank() : 0;
+    for (int d = 0; d < o.devices; ++d)
+      devices.push_back(place.device_process[d] == me ? std::make_unique<Device>(d, t.backend) : nullptr);
+    if (tracing())
+      for (auto& d : devices)
+        if (d) d->enable_trace(4096);
+
+    cfg = std::make_unique<caf::actor_system_config>();
+    register_caf_types(*cfg);
+    configure_scheduler(*cfg);
+    if (o.processes > 1) configure_cluster(*cfg, o);
+    sys = std::make_unique<caf::actor_system>(*cfg);
+    // One placement rule, used at start and by the supervisor's respawns:
+    // the devices actors/cluster/placement.hpp gives them.
+    s.spawn = [this, place](caf::actor_system& as, FaultTarget::Role role, int replica, int index) {
+      if (role == FaultTarget::Role::Optimizer)
+        return spawn_shard(as, sh, *devices[static_cast<size_t>(place.shard_device[static_cast<size_t>(index)])], index);
+      if (role == FaultTarget::Role::Expert) {  // index: the producer
+        ExpertShardSpec spec;
+        spec.replica = replica;
+        spec.layer = place.expert_ids[static_cast<size_t>(index)].first;
+        spec.shard = place.expert_ids[static_cast<size_t>(index)].second;
+        spec.shards = sh->opt.expert_shards;
+        spec.producer = index;
+        spec.microbatches = sh->chunks;
+        spec.start_step = sh->start_step;  // resumed (a respawn is restored to the running step after)
+        const int d = place.expert_device[static_cast<size_t>(replica)][static_cast<size_t>(index)];
+        return spawn_expert_shard(as, sh, *devices[static_cast<size_t>(d)], spec);
+      }
+      const int d = place.rank_device[static_cast<size_t>(replica)][static_cast<size_t>(index)];
+      return spawn_rank(as, sh, *devices[static_cast<size_t>(d)], replica, index);
+    };
+    s.on_restart = [this, user = o.on_restart](const RestartEvent& ev) {
+      {
+        std::lock_guard<std::mutex> lock(restarts_mu);
+        restarts.push_back(ev);
+      }
+      if (user) user(ev);
+    };
+    // The coordinator first: actors report device errors to it from the start.
+    if (place.coordinator_process() == me) s.peers.coordinator = spawn_coordinator(*sys, sh);
+    try {
+      if (o.processes > 1) cluster = std::make_unique<Cluster>(*sys, sh, place);  // a remote coordinator's handle
+      spawn_local(place, me);
+      if (cluster) cluster->connect();
+    } catch (...) {
+      // No ~Impl after a throw here: stop the actors, or the actor system waits for them forever.
+      for (const caf::actor& a : local_actors()) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+      cluster.reset();
+      throw;
+    }
+  }
+
+  // Resume (model::Trainer's rules and checks): the saved parameters and
+  // moments become the state every actor starts from (and the supervisor's
+  // first step-start snapshot), the saved step every actor's step counter,
+  // the saved seed the run's seed (data order, kill points, later saves).
+  // Every process of a multi-process run reads the checkpoint itself.
+  void resume(Shared& s) {
+    const model::TrainOptions& t = s.opt.train;
+    model::TrainingState st = model::load_checkpoint(t.resume_from, s.layout);
+    const std::string diff = model::config_difference(t.model, st.config);
+    if (!diff.empty())
+      throw std::invalid_argument("resume_from " + t.resume_from +
+                                  ": the checkpoint's model differs from the configured one (" + diff + ")");
+    if (st.data_cursor != st.step)
+      throw std::invalid_argument("resume_from " + t.resume_from + ": data cursor " + std::to_string(st.data_cursor) +
+                                  " does not match step " + std::to_string(st.step) + " (one batch per step)");
+    if (st.step < 0) throw std::invalid_argument("resume_from " + t.resume_from + ": negative step");
+    s.opt.train.seed = st.seed;
+    s.start_step = static_cast<uint64_t>(st.step);
+    steps_done = st.step;
+    s.init = std::move(st.params);
+    s.init_m = std::move(st.adam_m);
+    s.init_v = std::move(st.adam_v);
+  }
+
+  // This process's optimizer shards and pipeline ranks, spawned through the
+  // supervisor's placement rule (the others' stay null until
+  // cluster->connect() resolves them).
+  void spawn_local(const Placement& place, int me) {
+    const RuntimeOptions& o = sh->opt;
+    Shared& s = *sh;
+    std::lock_guard<std::mutex> lock(s.peers_mu);
+    for (int i = 0; i < o.optimizer_shards; ++i)
+      s.peers.shards.push_back(place.shard_process(i) == me ? s.spawn(*sys, FaultTarget::Role::Optimizer, 0, i)
+                                                            : caf::actor{});
+    s.peers.ranks.resize(static_cast<size_t>(o.data_parallel));
+    for (int r = 0; r < o.data_parallel; ++r)
+      for (int k = 0; k < o.stages; ++k)
+        s.peers.ranks[r].push_back(place.rank_process(r, k) == me ? s.spawn(*sys, FaultTarget::Role::Stage, r, k)
+                                                                  : caf::actor{});
+    if (!s.expert_parallel()) return;
+    s.peers.experts.resize(static_cast<size_t>(o.data_parallel));
+    for (int r = 0; r < o.data_parallel; ++r)
+      for (size_t x = 0; x < s.expert_owned.size(); ++x)
+        s.peers.experts[static_cast<size_t>(r)].push_back(
+            place.expert_process(r, static_cast<int>(x)) == me
+                ? s.spawn(*sys, FaultTarget::Role::Expert, r, static_cast<int>(x))
+                : caf::actor{});
+  }
+
+  // The coordinator, shards, ranks and expert shards living in this process
+  // (after restarts: the current ones).
+  std::vector<caf::actor> local_actors() const {
+    std::vector<caf::actor> out;
+    auto add = [&](const caf::actor& a) {
+      if (a && a->node() == sys->node()) out.push_back(a);
+    };
+    std::lock_guard<std::mutex> lock(sh->peers_mu);
+    add(sh->peers.coordinator);
+    for (const caf::actor& a : sh->peers.shards) add(a);
+    for (const auto& rep : sh->peers.ranks)
+      for (const caf::actor& a : rep) add(a);
+    for (const auto& rep : sh->peers.experts)
+      for (const caf::actor& a : rep) add(a);
+    return out;
+  }
+
+  ~Impl() {
+    // Process 0 ends a multi-process run (failed when unwinding an error).
+    if (cluster && sh->opt.comm->rank() == 0) cluster->shutdown(std::uncaught_exceptions() == 0);
+    for (auto& d : devices)
+      if (d) d->drain();
+    // The coordinator (the supervisor) first, and wait until it is gone, so
+    // it restarts nobody; then every rank and shard it left. Actors and
+    // device work of a failed step may still be running: the peer table
+    // stays valid until all of them are done.
+    const caf::actor coord = sh->peers.coordinator;
+    if (coord && coord->node() == sys->node()) {
+      caf::scoped_actor self{*sys};
+      self->monitor(coord);
+      caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+      self->receive([](const caf::down_msg&) {});
+    }
+    for (const caf::actor& a : local_actors()) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    cluster.reset();
+    sys->await_all_actors_done();
+    for (auto& d : devices)
+      if (d) d->drain();
+    {
+      std::lock_guard<std::mutex> lock(sh->peers_mu);
+      sh->peers = Peers{};  // actors and closures hold `sh`: break the cycle
+    }
+    sys.reset();
+  }
+};
+
+Runtime::Runtime(const RuntimeOptions& options) : impl_(std::make_unique<Impl>(options)) {}
+Runtime::~Runtime() = default;
+
+model::StepMetrics Runtime::step() {
+  const auto t0 = std::chrono::steady_clock::now();
+  if (impl_->cluster) {
+    if (impl_->sh->opt.comm->rank() != 0) throw std::logic_error("Runtime::step: only process 0 drives steps");
+    impl_->cluster->before_step(impl_->steps_done + 1);
+  }
+  caf::scoped_actor self{*impl_->sys};
+  model::StepMetrics m;
+  std::string err;
+  self->request(impl_->sh->peers.coordinator, caf::infinite, rt::step_atom_v)
+      .receive(
+          [&](double loss, double aux, double norm, double lr) {
+            m.loss = loss;
+            m.aux_loss = aux;
+            m.grad_norm = norm;
+            m.lr = lr;
+          },
+          [&](caf::error& e) { err = impl_->sys->render(e); });
+  if (!err.empty()) throw std::runtime_error("runtime step failed: " + err);
+  m.step = ++impl_->steps_done;
+  m.tokens = impl_->sh->opt.train.data.batch_size * impl_->sh->opt.train.model.seq_len;
+  m.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const RuntimeOptions& o = impl_->sh->opt;
+  if (o.train.model.ffn == "moe") {
+    m.expert_load = expert_load();
+    m.dropped = expert_dropped();
+    for (const auto& layer : m.expert_load) {
+      if (o.expert_shards <= 0) break;
+      std::vector<int64_t> per(static_cast<size_t>(o.expert_shards), 0);
+      for (int k = 0; k < o.expert_shards; ++k) {
+        const ExpertRange r = expert_split(o.train.model.n_experts, o.expert_shards, k);
+        for (int64_t e = r.begin; e < r.end; ++e) per[static_cast<size_t>(k)] += layer[static_cast<size_t>(e)];
+      }
+      m.shard_load.push_back(std::move(per));
+    }
+  }
+  return m;
+}
+
+int64_t Runtime::steps_done() const { return impl_->steps_done; }
+
+std::vector<float> Runtime::parameters() {
+  std::vector<float> out(static_cast<size_t>(impl_->sh->layout.total()), 0.0f);
+  caf::scoped_actor self{*impl_->sys};
+  for (const caf::actor& shard : all_shards(*impl_->sh)) {
+    std::string err;
+    self->request(shard, caf::infinite, rt::params_atom_v)
+        .receive(
+            [&](const Envelope& e) {
+              auto r = e.read<schemas::ParamSlice>();
+              if (!r) {
+                err = to_string(r.error());
+                return;
+              }
+              const auto v = tensor_f32((*r)->getParams());
+              std::copy(v.begin(), v.end(), out.begin() + static_cast<int64_t>((*r)->getRange().getOffset()));
+            },
+            [&](caf::error& e) { err = impl_->sys->render(e); });
+    if (!err.empty()) throw std::runtime_error("runtime: reading parameters failed: " + err);
+  }
+  return out;
+}
+
+model::TrainingState Runtime::state() {
+  const Shared& sh = *impl_->sh;
+  model::TrainingState st;
+  st.config = sh.opt.train.model;
+  st.seed = sh.opt.train.seed;
+  st.step = impl_->steps_done;
+  st.data_cursor = impl_->steps_done;  // one batch per step, as the Trainer counts it
+  const size_t P = static_cast<size_t>(sh.layout.total());
+  st.params.assign(P, 0.0f);
+  st.adam_m.assign(P, 0.0f);
+  st.adam_v.assign(P, 0.0f);
+  caf::scoped_actor self{*impl_->sys};
+  for (const caf::actor& shard : all_shards(sh)) {
+    std::string err;
+    self->request(shard, caf::infinite, rt::params_atom_v, true)
+        .receive(
+            [&](const Envelope& p, const Envelope& m, const Envelope& v) {
+              std::vector<float>* dst[3] = {&st.params, &st.adam_m, &st.adam_v};
+              const Envelope* src[3] = {&p, &m, &v};
+              for (int i = 0; i < 3; ++i) {
+                auto r = src[i]->read<schemas::ParamSlice>();
+                if (!r) {
+                  err = to_string(r.error());
+                  return;
+                }
+                const auto x = tensor_f32((*r)->getParams());
+                const uint64_t off = (*r)->getRange().getOffset();
+                if (off > P || x.size() > P - off) {
+                  err = "slice outside the parameter buffer";
+                  return;
+                }
+                std::copy(x.begin(), x.end(), dst[i]->begin() + static_cast<int64_t>(off));
+              }
+            },
+            [&](caf::error& e) { err = impl_->sys->render(e); });
+    if (!err.empty()) throw std::runtime_error("runtime: reading the optimizer state failed: " + err);
+  }
+  return st;
+}
+
+uint64_t Runtime::dropped_messages() {
+  uint64_t total = 0;
+  caf::scoped_actor self{*impl_->sys};
+  std::vector<caf::actor> actors{impl_->sh->peers.coordinator};
+  for (const auto& s : all_shards(*impl_->sh)) actors.push_back(s);
+  for (const auto& r : all_ranks(*impl_->sh)) actors.push_back(r);
+  for (const auto& x : all_experts(*impl_->sh)) actors.push_back(x);
+  for (const caf::actor& a : actors)
+    self->request(a, caf::infinite, rt::dropped_atom_v).receive([&](uint64_t n) { total += n; }, [](caf::error&) {});
+  return total;
+}
+
+namespace {
+
+// The coordinator's (load) answer: for each MoE layer, E routed counts then
+// the dropped count, summed over the last step's micro-batches.
+std::vector<int64_t> last_loads(caf::actor_system& sys, const caf::actor& coord) {
+  caf::scoped_actor self{sys};
+  std::vector<int64_t> out;
+  std::string err;
+  self->request(coord, caf::infinite, rt::load_atom_v)
+      .receive([&](const std::vector<int64_t>& v) { out = v; }, [&](caf::error& e) { err = sys.render(e); });
+  if (!err.empty()) throw std::runtime_error("runtime: reading the expert load failed: " + err);
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::vector<int64_t>> Runtime::expert_load() {
+  const auto v = last_loads(*impl_->sys, impl_->sh->peers.coordinator);
+  const size_t E = static_cast<size_t>(impl_->sh->opt.train.model.n_experts);
+  std::vector<std::vector<int64_t>> out;
+  for (size_t i = 0; i + E < v.size() + 1 && !v.empty(); i += E + 1)
+    out.emplace_back(v.begin() + static_cast<int64_t>(i), v.begin() + static_cast<int64_t>(i + E));
+  return out;
+}
+
+std::vector<int64_t> Runtime::expert_dropped() {
+  const auto v = last_loads(*impl_->sys, impl_->sh->peers.coordinator);
+  const size_t E = static_cast<size_t>(impl_->sh->opt.train.model.n_experts);
+  std::vector<int64_t> out;
+  for (size_t i = E; i < v.size(); i += E + 1) out.push_back(v[i]);
+  return out;
+}
+
+std::vector<RestartEvent> Runtime::restarts() const {
+  std::lock_guard<std::mutex> lock(impl_->restarts_mu);
+  return impl_->restarts;
+}
+
+void Runtime::kill(const std::string& target) {
+  caf::scoped_actor self{*impl_->sys};
+  std::string err;
+  self->request(impl_->sh->peers.coordinator, caf::infinite, rt::fault_atom_v, target)
+      .receive([](bool) {}, [&](caf::error& e) { err = impl_->sys->render(e); });
+  if (!err.empty()) throw std::runtime_error("runtime: kill " + target + ": " + err);
+}
+
+uint32_t Runtime::inject_stale_messages() {
+  caf::scoped_actor self{*impl_->sys};
+  uint32_t sent = 0;
+  self->request(impl_->sh->peers.coordinator, caf::infinite, rt::stale_atom_v)
+      .receive([&](uint32_t n) { sent = n; }, [](caf::error&) {});
+  return sent;
+}
+
+void Runtime::write_trace(const std::string& path) {
+  if (!impl_->tracing()) throw std::logic_error("Runtime::write_trace: tracing is off (set RuntimeOptions::trace)");
+  std::vector<DeviceTrace> traces;
+  for (auto& d : impl_->devices) {
+    if (!d) continue;  // another process's device
+    d->drain();
+    traces.push_back(DeviceTrace{d->id(), d->trace()});
+  }
+  write_chrome_trace(path, traces, impl_->sh->sl.num_dirs > 1);
+}
+
+namespace {
+
+// Scratch checkpoint directory for an evaluation at a step with no checkpoint
+// of its own (removed when it goes out of scope).
+struct ScratchDir {
+  std::string path;
+  ScratchDir() {
+    static std::atomic<int> counter{0};
+    path = (std::filesystem::temp_directory_path() /
+            ("troupe-eval-" + std::to_string(::getpid()) + "-" + std::to_string(counter++)))
+               .string();
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+// model::Trainer's evaluation, on the saved state in `dir`: the Trainer is
+// resumed from it with the run's own data and micro-batch split (the
+// single-process run's split: micro-batches per replica), so a runtime run
+// whose parameters equal the Trainer's reports the same validation figures.
+model::EvalMetrics evaluate_saved(const RuntimeOptions& o, const std::string& dir) {
+  model::TrainOptions eo = o.train;
+  eo.microbatches = o.train.microbatches / o.data_parallel;
+  eo.resume_from = dir;
+  eo.checkpoint_dir.clear();
+  eo.checkpoint_every = 0;
+  model::Trainer tr(eo);
+  return tr.evaluate(o.train.eval_accuracy);
+}
+
+}  // namespace
+
+void Runtime::serve() {
+  if (!impl_->cluster || impl_->sh->opt.comm->rank() == 0)
+    throw std::logic_error("Runtime::serve: only processes > 0 of a multi-process run serve");
+  impl_->cluster->serve();
+}
+
+model::TrainSummary train(const RuntimeOptions& o, model::TrainObserver& obs) {
+  Runtime rt(o);
+  if (o.processes > 1 && o.comm->rank() != 0) {  // process 0 drives; this one serves its actors
+    rt.serve();
+    return {};
+  }
+  const model::TrainOptions& t = o.train;
+  const model::ParamLayout layout = model::build_param_layout(t.model);
+  model::TrainSummary s;
+  s.final_val_loss = std::numeric_limits<double>::quiet_NaN();
+  s.accuracy = std::numeric_limits<double>::quiet_NaN();
+  while (rt.steps_done() < t.steps) {
+    const model::StepMetrics m = rt.step();
+    ++s.steps_done;
+    s.final_loss = m.loss;
+    obs.on_step(m);
+    const bool last = rt.steps_done() == t.steps;
+    const bool eval = t.eval_every > 0 && t.eval_batches > 0 && (m.step % t.eval_every == 0 || last);
+    const bool save = !t.checkpoint_dir.empty() &&
+                      ((t.checkpoint_every > 0 && m.step % t.checkpoint_every == 0) || last);
+    if (!eval && !save) continue;
+    const model::TrainingState st = rt.state();
+    if (save) model::save_checkpoint(t.checkpoint_dir, st, layout);
+    if (eval) {
+      std::unique_ptr<ScratchDir> scratch;
+      if (!save) {
+        scratch = std::make_unique<ScratchDir>();
+        model::save_checkpoint(scratch->path, st, layout);
+      }
+      const model::EvalMetrics e = evaluate_saved(o, save ? t.checkpoint_dir : scratch->path);
+      s.final_val_loss = e.val_loss;
+      s.accuracy = e.accuracy;
+      obs.on_eval(e);
+    }
+    if (save) obs.on_checkpoint(m.step, t.checkpoint_dir);
+  }
+  if (!o.trace.empty()) rt.write_trace(o.trace);
+  return s;
+}
+
+}  // namespace troupe::runtime

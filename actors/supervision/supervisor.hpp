@@ -1,0 +1,80 @@
+// Supervision of the rank and shard actors, run by the coordinator (CAF 0.17
+// has monitors but no supervisors). Strategy one_for_one: an actor that goes
+// down is respawned alone, with the same role and index on the same device;
+// every child is permanent (restarted whatever the exit reason, except a
+// shutdown). Restart intensity: more than max_restarts restarts within
+// restart_window steps escalate — the step fails with an error naming the
+// actor and the cause.
+//
+// Snapshots: the supervisor keeps, per shard, the state (parameters, AdamW m
+// and v, as three ParamSlice envelopes) the current step starts from — the
+// initial state, then what each shard sends after its update, committed when
+// the step ends. A replayed step restores every shard and every rank from it;
+// a fresh rank gets its parameters from it too. Internal to actors/*.cpp.
+#pragma once
+
+#include <array>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "actors/context.hpp"
+
+namespace troupe::runtime {
+
+class Supervisor {
+ public:
+  explicit Supervisor(std::shared_ptr<const Shared> sh);
+
+  // Monitors every rank and shard (once; the coordinator calls it before the
+  // first step).
+  void watch(caf::event_based_actor* self);
+
+  struct Child {
+    FaultTarget::Role role = FaultTarget::Role::Stage;
+    int replica = 0, index = 0;
+    std::string name;
+  };
+  // The child a down message is about; nullptr for an actor we do not supervise.
+  const Child* find(const caf::actor_addr& who) const;
+
+  // Records a restart of `child` in (1-based) step `step`; returns the
+  // escalation message when the restart intensity is exceeded, else "".
+  std::string admit_restart(const Child& child, const std::string& cause, int64_t step);
+  // Spawns the child again, monitors it and publishes its handle.
+  void respawn(caf::event_based_actor* self, const Child& child);
+
+  // Snapshots: a shard's post-update state of the running step; all of them
+  // staged -> commit() when the step ends.
+  // False (nothing kept) for an unknown shard or one already staged.
+  bool stage(uint32_t shard, Envelope p, Envelope m, Envelope v);
+  bool all_staged() const { return staged_.size() == committed_.size(); }
+  void clear_staged() { staged_.clear(); }
+  void commit();
+
+  // Sends (restore ...) so that step `step`, attempt `attempt` starts from the
+  // committed snapshot: to every shard and rank (replay), or to one child.
+  void restore_all(caf::event_based_actor* self, uint64_t step, uint32_t attempt) const;
+  void restore_one(caf::event_based_actor* self, const Child& child, uint64_t step, uint32_t attempt) const;
+
+  // Test hook: messages of step `step` - 1 (parameter slices, a micro-batch,
+  // a gradient slice, a clip) to every rank, shard and expert shard, which
+  // must drop them.
+  // Returns how many were sent.
+  uint32_t send_stale(caf::event_based_actor* self, uint64_t step) const;
+
+ private:
+  void restore_shard(caf::event_based_actor* self, size_t shard, uint64_t step, uint32_t attempt) const;
+  void restore_rank(caf::event_based_actor* self, const caf::actor& rank, uint64_t step, uint32_t attempt) const;
+
+  std::shared_ptr<const Shared> sh_;
+  bool watching_ = false;
+  std::map<caf::actor_addr, Child> children_;
+  std::deque<int64_t> history_;  // steps of recent restarts
+  std::vector<std::array<Envelope, 3>> committed_;  // [shard] p, m, v
+  std::map<uint32_t, std::array<Envelope, 3>> staged_;
+};
+
+}  // namespace troupe::runtime
