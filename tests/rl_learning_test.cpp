@@ -7,6 +7,7 @@
 // wrong sign or a dropped term anywhere in the chain stops the learning.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -87,7 +88,7 @@ std::vector<double> train(LossKind kind, int64_t steps) {
     }
     const ScoredBatch b = score_groups(task, prompts, completions, cfg.group_size, cfg.advantage);
     curve.push_back(b.stats.reward_mean);
-    stale = theta;
+    std::copy(theta.begin(), theta.end(), stale.begin());  // same size; copy-assign trips a GCC 12 false -Wstringop-overflow
     const std::vector<double> prox_theta = log_softmax(theta);  // the policy at the batch's start
     std::vector<double> prox(b.mask.size());
     for (size_t t = 0; t < prox.size(); ++t) prox[t] = prox_theta[static_cast<size_t>(completions[t].tokens[0])];
