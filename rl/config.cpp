@@ -2,6 +2,7 @@
 #include "rl/config.hpp"
 
 #include <cmath>
+#include <sstream>
 #include <stdexcept>
 
 namespace troupe::rl {
@@ -90,10 +91,9 @@ std::vector<ConfigProblem> check_config(const RlConfig& c) {
   std::vector<ConfigProblem> out;
   auto bad = [&](const char* key, const std::string& why) { out.push_back({key, why}); };
   auto num = [](double x) {
-    std::string s = std::to_string(x);
-    s.erase(s.find_last_not_of('0') + 1);
-    if (!s.empty() && s.back() == '.') s.pop_back();
-    return s;
+    std::ostringstream os;  // shortest readable form: 0.2, 1e-07, nan
+    os << x;
+    return os.str();
   };
   const auto& p = c.policy;
   if (c.prompts_per_step < 1)

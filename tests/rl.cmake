@@ -1,12 +1,13 @@
 # Tests of the rl/ library: verifiers and the addition task (with the written
 # width of model/data_addition.cpp), group advantages, policy losses, scoring
-# sampled groups into a training batch.
+# sampled groups into a training batch, and all of it learning a bandit.
 if(TARGET troupe_rl)
   troupe_add_gtest(rl_tests
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/rl_task_test.cpp
             ${CMAKE_CURRENT_LIST_DIR}/rl_group_test.cpp
             ${CMAKE_CURRENT_LIST_DIR}/rl_loss_test.cpp
             ${CMAKE_CURRENT_LIST_DIR}/rl_rollout_test.cpp
+            ${CMAKE_CURRENT_LIST_DIR}/rl_learning_test.cpp
     LIBS troupe_rl
     LABELS rl)
 endif()

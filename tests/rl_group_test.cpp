@@ -207,6 +207,8 @@ TEST(RlConfig, ChecksNameTheKeyAndTheRule) {
   c.policy.clip_high = -0.1;
   c.policy.kl_coef = -1;
   EXPECT_EQ(keys(c), (std::vector<std::string>{"clip_low", "clip_high", "kl_coef"}));
+  EXPECT_EQ(check_config(c)[0].message, "clip_low = 1 must be in [0, 1) (the ratio is clipped below at 1 - clip_low)");
+  EXPECT_EQ(check_config(c)[1].message, "clip_high = -0.1 must be >= 0");
   c = rl_preset(LossKind::dr_grpo, 0);
   EXPECT_EQ(keys(c), std::vector<std::string>{"constant_norm"});
   c = rl_preset(LossKind::dapo, 8);
