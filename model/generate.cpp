@@ -1,4 +1,5 @@
-// Generation by full recompute over context-length buckets.
+// Generation by full recompute over context-length buckets, and `troupe
+// sample` (KV cache when the prompt and new tokens fit the context).
 #include "model/generate.hpp"
 
 #include <algorithm>
@@ -7,6 +8,7 @@
 #include "model/checkpoint.hpp"
 #include "model/data.hpp"
 #include "model/decoder.hpp"
+#include "model/kv_generate.hpp"
 #include "model/params.hpp"
 
 namespace troupe::model {
@@ -71,9 +73,22 @@ SampleResult sample(const SampleOptions& o) {
   const ModelWeights w = bind_weights(layout, st.config, p);
   SampleResult r;
   r.prompt_tokens = data->encode_prompt(o.prompt);
-  Generator gen(*be, st.config);
-  SamplerRng rng(o.seed);
-  r.tokens = gen.generate(w, r.prompt_tokens, o.max_new_tokens, o.sampling, rng, data->eos_token());
+  const int64_t n_prompt = static_cast<int64_t>(r.prompt_tokens.size());
+  if (n_prompt > 0 && n_prompt + std::max<int64_t>(o.max_new_tokens, 0) <= st.config.seq_len) {
+    // Fits the context: the KV cache, same tokens and RNG use as below.
+    BatchGenerator gen(*be, st.config);
+    std::vector<SamplerRng> rngs{SamplerRng(o.seed)};
+    GenerateOptions go;
+    go.max_new_tokens = o.max_new_tokens;
+    go.sampling = o.sampling;
+    go.eos = data->eos_token();
+    r.tokens = gen.generate(w, {r.prompt_tokens}, rngs, go)[0].tokens;
+  } else {
+    // Longer than the context: a sliding window, recomputed per token.
+    Generator gen(*be, st.config);
+    SamplerRng rng(o.seed);
+    r.tokens = gen.generate(w, r.prompt_tokens, o.max_new_tokens, o.sampling, rng, data->eos_token());
+  }
   r.text = data->decode(r.tokens);
   return r;
 }

@@ -1,5 +1,7 @@
 // Autoregressive generation with the decoder (full-sequence recompute per new
-// token, no KV cache), and `sample`, the entry point of `troupe sample`.
+// token, no KV cache; a sliding window past seq_len), and `sample`, the entry
+// point of `troupe sample`, which uses the KV cache (model/kv_generate.hpp)
+// when prompt + max_new_tokens fit seq_len and this Generator otherwise.
 // MoE layers run dropless here (capacity_factor ignored), so a token's output
 // never depends on the padding of its context bucket.
 #pragma once
