@@ -282,6 +282,47 @@ TEST_P(KvTest, GreedyMatchesFullRecomputeGeneratorAndStops) {
   EXPECT_EQ(e[0].stop, model::StopReason::eos);
 }
 
+// The step-wise API (a generator switching weights at a fence between
+// steps): with one set of weights it equals generate(); each token carries
+// the version of the step that sampled it; a switch is deterministic.
+TEST_P(KvTest, StepwiseRecordsVersionsAndEqualsGenerate) {
+  kernels::Backend& be = *be_;
+  ModelConfig cfg = kv_config("moe");
+  Model m1(be, cfg, 31), m2(be, cfg, 32);
+  const std::vector<std::vector<int32_t>> prompts{{1, 2}, {3, 4, 5, 6}};
+  model::GenerateOptions o;
+  o.max_new_tokens = 8;
+  model::BatchGenerator gen(be, cfg);
+  auto r1 = rngs_for({5, 6});
+  const auto whole = gen.generate(m1.w, prompts, r1, o);
+  auto r2 = rngs_for({5, 6});
+  gen.start(prompts, r2, o);
+  int64_t steps = 0;
+  while (gen.step(m1.w, 7)) ++steps;
+  EXPECT_EQ(steps + 1, o.max_new_tokens);
+  const auto stepped = gen.finish();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(stepped[i].tokens, whole[i].tokens);
+    EXPECT_EQ(stepped[i].versions, std::vector<int64_t>(whole[i].tokens.size(), 7));
+  }
+  // Switch to other weights after 3 tokens, twice: same result both times.
+  std::vector<std::vector<model::Completion>> runs;
+  for (int rep = 0; rep < 2; ++rep) {
+    auto r = rngs_for({5, 6});
+    gen.start(prompts, r, o);
+    for (int64_t k = 0; gen.step(k < 3 ? m1.w : m2.w, k < 3 ? 0 : 1); ++k) {
+    }
+    runs.push_back(gen.finish());
+  }
+  const std::vector<int64_t> want_versions{0, 0, 0, 1, 1, 1, 1, 1};
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(runs[0][i].versions, want_versions);
+    EXPECT_EQ(runs[0][i].tokens, runs[1][i].tokens);
+    EXPECT_EQ(std::vector<int32_t>(runs[0][i].tokens.begin(), runs[0][i].tokens.begin() + 3),
+              std::vector<int32_t>(whole[i].tokens.begin(), whole[i].tokens.begin() + 3));
+  }
+}
+
 TEST_P(KvTest, RejectsBadInput) {
   kernels::Backend& be = *be_;
   const ModelConfig cfg = kv_config("dense");
