@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
 
   std::vector<std::vector<int32_t>> base(static_cast<size_t>(batch));
   Row rec{"recompute", 1}, kv1{"kv", 1}, kvb{"kv", batch};
-  model::Generator old(*be, cfg);
+  model::Generator old(*be, cfg, /*kv_cache=*/false);
   model::BatchGenerator gen(*be, cfg);
   for (int r = 0; r < reps; ++r) {
     // Baseline.

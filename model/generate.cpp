@@ -1,5 +1,5 @@
-// Generation by full recompute over context-length buckets, and `troupe
-// sample` (KV cache when the prompt and new tokens fit the context).
+// Generation of one sequence: the KV cache when it fits, else full recompute
+// over context-length buckets; and `troupe sample`.
 #include "model/generate.hpp"
 
 #include <algorithm>
@@ -13,7 +13,9 @@
 
 namespace troupe::model {
 
-Generator::Generator(kernels::Backend& be, const ModelConfig& c) : be_(be), cfg_(c) {}
+Generator::Generator(kernels::Backend& be, const ModelConfig& c, bool kv_cache) : be_(be), cfg_(c) {
+  if (kv_cache) kv_ = std::make_unique<BatchGenerator>(be, c);
+}
 Generator::~Generator() = default;
 
 Decoder& Generator::decoder_for(int64_t length) {
@@ -40,6 +42,14 @@ std::vector<int32_t> Generator::generate(const ModelWeights& w, const std::vecto
     if (t < 0 || t >= cfg_.vocab_size)
       throw std::invalid_argument("generate: prompt token " + std::to_string(t) +
                                   " outside the vocabulary of " + std::to_string(cfg_.vocab_size));
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  if (kv_ && n < cfg_.seq_len && n + std::max<int64_t>(max_new, 0) <= cfg_.seq_len) {
+    GenerateOptions o;
+    o.max_new_tokens = max_new;
+    o.sampling = sampling;
+    o.eos = eos;
+    return kv_->generate(w, {prompt}, std::span<SamplerRng>(&rng, 1), o)[0].tokens;
+  }
   std::vector<int32_t> seq = prompt, out, inputs, targets;
   std::vector<float> row(static_cast<size_t>(cfg_.vocab_size));
   for (int64_t i = 0; i < max_new; ++i) {
@@ -73,22 +83,9 @@ SampleResult sample(const SampleOptions& o) {
   const ModelWeights w = bind_weights(layout, st.config, p);
   SampleResult r;
   r.prompt_tokens = data->encode_prompt(o.prompt);
-  const int64_t n_prompt = static_cast<int64_t>(r.prompt_tokens.size());
-  if (n_prompt > 0 && n_prompt + std::max<int64_t>(o.max_new_tokens, 0) <= st.config.seq_len) {
-    // Fits the context: the KV cache, same tokens and RNG use as below.
-    BatchGenerator gen(*be, st.config);
-    std::vector<SamplerRng> rngs{SamplerRng(o.seed)};
-    GenerateOptions go;
-    go.max_new_tokens = o.max_new_tokens;
-    go.sampling = o.sampling;
-    go.eos = data->eos_token();
-    r.tokens = gen.generate(w, {r.prompt_tokens}, rngs, go)[0].tokens;
-  } else {
-    // Longer than the context: a sliding window, recomputed per token.
-    Generator gen(*be, st.config);
-    SamplerRng rng(o.seed);
-    r.tokens = gen.generate(w, r.prompt_tokens, o.max_new_tokens, o.sampling, rng, data->eos_token());
-  }
+  Generator gen(*be, st.config);
+  SamplerRng rng(o.seed);
+  r.tokens = gen.generate(w, r.prompt_tokens, o.max_new_tokens, o.sampling, rng, data->eos_token());
   r.text = data->decode(r.tokens);
   return r;
 }

@@ -256,7 +256,9 @@ TEST_P(KvTest, RecordedLogprobsEqualPolicyHeadRecompute) {
   }
 }
 
-// Greedy KV generation reproduces the full-recompute Generator (troupe sample).
+// Greedy KV generation reproduces the full-recompute Generator (troupe sample
+// and the exact-match evaluation used it before), and Generator's default
+// (KV) path gives the same tokens.
 TEST_P(KvTest, GreedyMatchesFullRecomputeGeneratorAndStops) {
   kernels::Backend& be = *be_;
   ModelConfig cfg = kv_config("moe");
@@ -264,7 +266,7 @@ TEST_P(KvTest, GreedyMatchesFullRecomputeGeneratorAndStops) {
   const std::vector<int32_t> prompt{3, 1, 4, 1, 5};
   model::SamplingOptions greedy;
   greedy.temperature = 0.0;
-  model::Generator old(be, cfg);
+  model::Generator old(be, cfg, /*kv_cache=*/false);
   model::SamplerRng r0(1);
   const std::vector<int32_t> want = old.generate(m.w, prompt, 10, greedy, r0);
   model::BatchGenerator gen(be, cfg);
@@ -275,6 +277,11 @@ TEST_P(KvTest, GreedyMatchesFullRecomputeGeneratorAndStops) {
   const auto got = gen.generate(m.w, {prompt}, rngs, o);
   EXPECT_EQ(got[0].tokens, want);
   EXPECT_EQ(got[0].stop, model::StopReason::max_new_tokens);
+  model::Generator with_kv(be, cfg);
+  EXPECT_EQ(with_kv.generate(m.w, prompt, 10, greedy, r0), want);
+  // Past seq_len it slides the window like the recompute generator.
+  EXPECT_EQ(with_kv.generate(m.w, prompt, cfg.seq_len + 4, greedy, r0),
+            old.generate(m.w, prompt, cfg.seq_len + 4, greedy, r0));
   // eos: stop right after the first greedy token.
   o.eos = want[0];
   const auto e = gen.generate(m.w, {prompt}, rngs, o);
