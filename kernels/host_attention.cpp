@@ -118,7 +118,7 @@ void attention_cached(float* out, const float* q, const float* k_cache, const fl
                       const int32_t* pos, int64_t B, int64_t S, int64_t C, int64_t H, int64_t hd,
                       float scale) {
   const int64_t ld = H * hd;
-  std::vector<float> p(static_cast<size_t>(C));
+  std::vector<float> p(static_cast<size_t>(C)), acc(static_cast<size_t>(hd));
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t s = 0; s < S; ++s) {
       const int64_t visible = static_cast<int64_t>(pos[b]) + s + 1;  // keys 0..pos+s
@@ -133,13 +133,16 @@ void attention_cached(float* out, const float* q, const float* k_cache, const fl
         const float mx = lane_max(p.data(), visible);
         for (int64_t j = 0; j < visible; ++j) p[j] = fast_exp(p[j] - mx);
         const float inv = 1.0f / lane_sum(visible, [&](int64_t j) { return p[j]; });
-        float* orow = out + (b * S + s) * ld + h * hd;
-        std::fill(orow, orow + hd, 0.0f);
+        // Accumulate in a local row (no aliasing with the value rows, so the
+        // d loop vectorizes), then store.
+        std::fill(acc.begin(), acc.begin() + hd, 0.0f);
+        float* __restrict a = acc.data();
         for (int64_t j = 0; j < visible; ++j) {
           const float pj = p[j] * inv;
-          const float* vr = vb + j * ld;
-          for (int64_t d = 0; d < hd; ++d) orow[d] += pj * vr[d];
+          const float* __restrict vr = vb + j * ld;
+          for (int64_t d = 0; d < hd; ++d) a[d] += pj * vr[d];
         }
+        std::copy(a, a + hd, out + (b * S + s) * ld + h * hd);
       }
     }
   }

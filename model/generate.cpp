@@ -1,4 +1,5 @@
-// Generation by full recompute over context-length buckets.
+// Generation of one sequence: the KV cache when it fits, else full recompute
+// over context-length buckets; and `troupe sample`.
 #include "model/generate.hpp"
 
 #include <algorithm>
@@ -7,11 +8,14 @@
 #include "model/checkpoint.hpp"
 #include "model/data.hpp"
 #include "model/decoder.hpp"
+#include "model/kv_generate.hpp"
 #include "model/params.hpp"
 
 namespace troupe::model {
 
-Generator::Generator(kernels::Backend& be, const ModelConfig& c) : be_(be), cfg_(c) {}
+Generator::Generator(kernels::Backend& be, const ModelConfig& c, bool kv_cache) : be_(be), cfg_(c) {
+  if (kv_cache) kv_ = std::make_unique<BatchGenerator>(be, c);
+}
 Generator::~Generator() = default;
 
 Decoder& Generator::decoder_for(int64_t length) {
@@ -38,6 +42,14 @@ std::vector<int32_t> Generator::generate(const ModelWeights& w, const std::vecto
     if (t < 0 || t >= cfg_.vocab_size)
       throw std::invalid_argument("generate: prompt token " + std::to_string(t) +
                                   " outside the vocabulary of " + std::to_string(cfg_.vocab_size));
+  const int64_t n = static_cast<int64_t>(prompt.size());
+  if (kv_ && n < cfg_.seq_len && n + std::max<int64_t>(max_new, 0) <= cfg_.seq_len) {
+    GenerateOptions o;
+    o.max_new_tokens = max_new;
+    o.sampling = sampling;
+    o.eos = eos;
+    return kv_->generate(w, {prompt}, std::span<SamplerRng>(&rng, 1), o)[0].tokens;
+  }
   std::vector<int32_t> seq = prompt, out, inputs, targets;
   std::vector<float> row(static_cast<size_t>(cfg_.vocab_size));
   for (int64_t i = 0; i < max_new; ++i) {

@@ -1,5 +1,9 @@
-// Autoregressive generation with the decoder (full-sequence recompute per new
-// token, no KV cache), and `sample`, the entry point of `troupe sample`.
+// Autoregressive generation of one sequence, and `sample`, the entry point of
+// `troupe sample`. When the prompt and max_new fit seq_len it runs the KV
+// cache (model/kv_generate.hpp, batch 1); past that, a sliding window of the
+// last seq_len tokens, recomputed in full per new token (a KV cache cannot
+// slide: RoPE positions are absolute). Both draw the same way from the same
+// RNG, so they give the same tokens up to float rounding.
 // MoE layers run dropless here (capacity_factor ignored), so a token's output
 // never depends on the padding of its context bucket.
 #pragma once
@@ -18,10 +22,12 @@
 namespace troupe::model {
 
 class Decoder;
+class BatchGenerator;
 
 class Generator {
  public:
-  Generator(kernels::Backend& backend, const ModelConfig& config);
+  // kv_cache = false always recomputes (the baseline of bench_generate).
+  Generator(kernels::Backend& backend, const ModelConfig& config, bool kv_cache = true);
   ~Generator();
   // Up to max_new NEW tokens after `prompt`, stopping after `eos` (>= 0). The
   // context is the last seq_len tokens. Throws std::invalid_argument for an
@@ -37,6 +43,7 @@ class Generator {
   // One decoder per context-length bucket (powers of two up to seq_len):
   // causal attention makes a short run's logits equal a long run's prefix.
   std::map<int64_t, std::unique_ptr<Decoder>> decoders_;
+  std::unique_ptr<BatchGenerator> kv_;  // null when kv_cache is off
 };
 
 struct SampleOptions {

@@ -32,11 +32,18 @@ std::vector<Completion> BatchGenerator::generate(const ModelWeights& w,
                                                  const std::vector<std::vector<int32_t>>& prompts,
                                                  std::span<SamplerRng> rngs,
                                                  const GenerateOptions& o) {
+  start(prompts, rngs, o);
+  while (step(w)) {
+  }
+  return finish();
+}
+
+void BatchGenerator::start(const std::vector<std::vector<int32_t>>& prompts,
+                           std::span<SamplerRng> rngs, const GenerateOptions& o) {
   const int64_t B = static_cast<int64_t>(prompts.size()), C = cfg_.seq_len, V = cfg_.vocab_size;
   if (static_cast<int64_t>(rngs.size()) != B)
     throw std::invalid_argument("generate: " + std::to_string(prompts.size()) + " prompts but " +
                                 std::to_string(rngs.size()) + " RNGs (one per sequence)");
-  int64_t max_prompt = 0;
   for (int64_t b = 0; b < B; ++b) {
     const auto& p = prompts[static_cast<size_t>(b)];
     const std::string who = "generate: prompt " + std::to_string(b);
@@ -48,66 +55,84 @@ std::vector<Completion> BatchGenerator::generate(const ModelWeights& w,
       if (t < 0 || t >= V)
         throw std::invalid_argument(who + ": token " + std::to_string(t) +
                                     " outside the vocabulary of " + std::to_string(V));
-    max_prompt = std::max<int64_t>(max_prompt, static_cast<int64_t>(p.size()));
   }
-  std::vector<Completion> out(static_cast<size_t>(B));
-  if (B == 0 || o.max_new_tokens <= 0) return out;
+  prompts_ = prompts;
+  rngs_ = rngs;
+  opt_ = o;
+  out_.assign(static_cast<size_t>(B), Completion{});
+  len_.assign(static_cast<size_t>(B), 0);
+  for (int64_t b = 0; b < B; ++b) len_[static_cast<size_t>(b)] = static_cast<int64_t>(prompts[static_cast<size_t>(b)].size());
+  active_.assign(static_cast<size_t>(B), 1);
+  prefilled_ = false;
+  live_ = B > 0 && o.max_new_tokens > 0;
+  dec_ = live_ ? &decoder_for(B) : nullptr;
+}
 
-  KvDecoder& dec = decoder_for(B);
-  std::vector<int64_t> len(static_cast<size_t>(B));  // tokens so far (prompt + new)
-  std::vector<char> active(static_cast<size_t>(B), 1);
-  // Samples sequence b's next token from logits row `row` (host copy) and
-  // records it; returns whether b goes on.
-  auto take = [&](int64_t b, const float* row) {
-    const size_t i = static_cast<size_t>(b);
-    const int32_t tok = sample_token(row, V, o.sampling, rngs[i]);
-    Completion& c = out[i];
-    c.tokens.push_back(tok);
-    c.logprobs.push_back(static_cast<float>(token_logprob(row, V, tok, o.sampling.temperature)));
-    ++len[i];
-    if (o.eos >= 0 && tok == o.eos) c.stop = StopReason::eos;
-    else if (static_cast<int64_t>(c.tokens.size()) >= o.max_new_tokens) c.stop = StopReason::max_new_tokens;
-    else if (len[i] >= C) c.stop = StopReason::context_full;
-    else return true;
-    active[i] = 0;
-    return false;
-  };
+std::vector<Completion> BatchGenerator::finish() {
+  live_ = false;
+  dec_ = nullptr;
+  return std::move(out_);
+}
 
-  // Prefill: every prompt at position 0, right-padded to a power-of-two width
-  // (few distinct widths, so few workspaces). Causal attention keeps the
-  // padding out of the real tokens, and the next chunk overwrites its cache rows.
-  int64_t width = 8;
-  while (width < max_prompt) width *= 2;
-  width = std::min(width, C);
-  std::vector<int32_t> tokens(static_cast<size_t>(B * width), 0), pos(static_cast<size_t>(B), 0);
-  for (int64_t b = 0; b < B; ++b) {
-    const auto& p = prompts[static_cast<size_t>(b)];
-    std::copy(p.begin(), p.end(), tokens.begin() + b * width);
-    len[static_cast<size_t>(b)] = static_cast<int64_t>(p.size());
-  }
-  const kernels::Tensor& pre = dec.forward(w, tokens, width, pos);
-  logits_host_.resize(static_cast<size_t>(B * width * V));
-  be_.download(logits_host_.data(), pre, logits_host_.size() * sizeof(float));
+// Samples sequence b's next token from logits row `row` (host copy) and
+// records it; returns whether b goes on.
+bool BatchGenerator::take(int64_t b, const float* row, int64_t version) {
+  const size_t i = static_cast<size_t>(b);
+  const int64_t V = cfg_.vocab_size;
+  const int32_t tok = sample_token(row, V, opt_.sampling, rngs_[i]);
+  Completion& c = out_[i];
+  c.tokens.push_back(tok);
+  c.logprobs.push_back(static_cast<float>(token_logprob(row, V, tok, opt_.sampling.temperature)));
+  c.versions.push_back(version);
+  ++len_[i];
+  if (opt_.eos >= 0 && tok == opt_.eos) c.stop = StopReason::eos;
+  else if (static_cast<int64_t>(c.tokens.size()) >= opt_.max_new_tokens) c.stop = StopReason::max_new_tokens;
+  else if (len_[i] >= cfg_.seq_len) c.stop = StopReason::context_full;
+  else return true;
+  active_[i] = 0;
+  return false;
+}
+
+bool BatchGenerator::step(const ModelWeights& w, int64_t version) {
+  if (!live_) return false;
+  const int64_t B = static_cast<int64_t>(prompts_.size()), C = cfg_.seq_len, V = cfg_.vocab_size;
   bool any = false;
-  for (int64_t b = 0; b < B; ++b)
-    any |= take(b, logits_host_.data() + (b * width + len[static_cast<size_t>(b)] - 1) * V);
-
-  // Decode: each live sequence feeds its newest token at position len - 1.
-  // Finished ones ride along at position 0 with token 0 (their cache is dead).
-  tokens.assign(static_cast<size_t>(B), 0);
-  while (any) {
+  if (!prefilled_) {
+    // Prefill: every prompt at position 0, right-padded to a power-of-two
+    // width (few distinct widths, so few workspaces). Causal attention keeps
+    // the padding out of the real tokens, and decode overwrites its cache rows.
+    int64_t width = 8, max_prompt = 0;
+    for (const auto& p : prompts_) max_prompt = std::max<int64_t>(max_prompt, static_cast<int64_t>(p.size()));
+    while (width < max_prompt) width *= 2;
+    width = std::min(width, C);
+    tokens_.assign(static_cast<size_t>(B * width), 0);
+    pos_.assign(static_cast<size_t>(B), 0);
+    for (int64_t b = 0; b < B; ++b) {
+      const auto& p = prompts_[static_cast<size_t>(b)];
+      std::copy(p.begin(), p.end(), tokens_.begin() + b * width);
+    }
+    const kernels::Tensor& pre = dec_->forward(w, tokens_, width, pos_);
+    logits_host_.resize(static_cast<size_t>(B * width * V));
+    be_.download(logits_host_.data(), pre, logits_host_.size() * sizeof(float));
+    prefilled_ = true;
+    for (int64_t b = 0; b < B; ++b)
+      any |= take(b, logits_host_.data() + (b * width + len_[static_cast<size_t>(b)] - 1) * V, version);
+  } else {
+    // Decode: each live sequence feeds its newest token at position len - 1.
+    // Finished ones ride along at position 0 with token 0 (their cache is dead).
+    tokens_.assign(static_cast<size_t>(B), 0);
     for (int64_t b = 0; b < B; ++b) {
       const size_t i = static_cast<size_t>(b);
-      tokens[i] = active[i] ? out[i].tokens.back() : 0;
-      pos[i] = active[i] ? static_cast<int32_t>(len[i] - 1) : 0;
+      tokens_[i] = active_[i] ? out_[i].tokens.back() : 0;
+      pos_[i] = active_[i] ? static_cast<int32_t>(len_[i] - 1) : 0;
     }
-    const kernels::Tensor& lg = dec.forward(w, tokens, 1, pos);
+    const kernels::Tensor& lg = dec_->forward(w, tokens_, 1, pos_);
     be_.download(logits_host_.data(), lg, static_cast<size_t>(B * V) * sizeof(float));
-    any = false;
     for (int64_t b = 0; b < B; ++b)
-      if (active[static_cast<size_t>(b)]) any |= take(b, logits_host_.data() + b * V);
+      if (active_[static_cast<size_t>(b)]) any |= take(b, logits_host_.data() + b * V, version);
   }
-  return out;
+  live_ = any;
+  return any;
 }
 
 }  // namespace troupe::model

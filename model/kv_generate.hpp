@@ -45,8 +45,9 @@ struct GenerateOptions {
 };
 
 struct Completion {
-  std::vector<int32_t> tokens;  // new tokens (eos included when it stopped there)
-  std::vector<float> logprobs;  // per new token, see the top of this file
+  std::vector<int32_t> tokens;    // new tokens (eos included when it stopped there)
+  std::vector<float> logprobs;    // per new token, see the top of this file
+  std::vector<int64_t> versions;  // per new token, the policy version of the step that sampled it
   StopReason stop = StopReason::max_new_tokens;
 };
 
@@ -58,16 +59,40 @@ class BatchGenerator {
   // One completion per prompt; rngs[b] belongs to prompts[b] and advances.
   // Every prompt must be non-empty, shorter than seq_len and inside the
   // vocabulary (std::invalid_argument otherwise, naming the prompt).
+  // Equals start, then step(w) until it returns false, then finish.
   std::vector<Completion> generate(const ModelWeights& w,
                                    const std::vector<std::vector<int32_t>>& prompts,
                                    std::span<SamplerRng> rngs, const GenerateOptions& options);
 
+  // Step-wise, for a generator that may switch weights between steps (a
+  // fence: never inside one). start checks the input like generate; `rngs`
+  // must outlive the generation. Each step samples one token for every live
+  // sequence (the first one prefills the prompts), recording `version` on
+  // it, and returns whether any sequence is still live. Keys and values
+  // cached under earlier weights are kept, not recomputed.
+  void start(const std::vector<std::vector<int32_t>>& prompts, std::span<SamplerRng> rngs,
+             const GenerateOptions& options);
+  bool step(const ModelWeights& w, int64_t version = 0);
+  // The completions of the generation (moved out; start begins a new one).
+  std::vector<Completion> finish();
+
  private:
   KvDecoder& decoder_for(int64_t batch);
+  bool take(int64_t b, const float* row, int64_t version);
   kernels::Backend& be_;
   ModelConfig cfg_;
   std::map<int64_t, std::unique_ptr<KvDecoder>> decoders_;  // by batch size (the cache is sized by it)
   std::vector<float> logits_host_;
+  // The generation in progress.
+  std::vector<std::vector<int32_t>> prompts_;
+  std::span<SamplerRng> rngs_;
+  GenerateOptions opt_;
+  KvDecoder* dec_ = nullptr;
+  bool prefilled_ = false, live_ = false;
+  std::vector<int64_t> len_;  // tokens so far (prompt + new)
+  std::vector<char> active_;
+  std::vector<Completion> out_;
+  std::vector<int32_t> tokens_, pos_;
 };
 
 }  // namespace troupe::model

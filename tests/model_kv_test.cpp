@@ -256,7 +256,9 @@ TEST_P(KvTest, RecordedLogprobsEqualPolicyHeadRecompute) {
   }
 }
 
-// Greedy KV generation reproduces the full-recompute Generator (troupe sample).
+// Greedy KV generation reproduces the full-recompute Generator (troupe sample
+// and the exact-match evaluation used it before), and Generator's default
+// (KV) path gives the same tokens.
 TEST_P(KvTest, GreedyMatchesFullRecomputeGeneratorAndStops) {
   kernels::Backend& be = *be_;
   ModelConfig cfg = kv_config("moe");
@@ -264,7 +266,7 @@ TEST_P(KvTest, GreedyMatchesFullRecomputeGeneratorAndStops) {
   const std::vector<int32_t> prompt{3, 1, 4, 1, 5};
   model::SamplingOptions greedy;
   greedy.temperature = 0.0;
-  model::Generator old(be, cfg);
+  model::Generator old(be, cfg, /*kv_cache=*/false);
   model::SamplerRng r0(1);
   const std::vector<int32_t> want = old.generate(m.w, prompt, 10, greedy, r0);
   model::BatchGenerator gen(be, cfg);
@@ -275,11 +277,57 @@ TEST_P(KvTest, GreedyMatchesFullRecomputeGeneratorAndStops) {
   const auto got = gen.generate(m.w, {prompt}, rngs, o);
   EXPECT_EQ(got[0].tokens, want);
   EXPECT_EQ(got[0].stop, model::StopReason::max_new_tokens);
+  model::Generator with_kv(be, cfg);
+  EXPECT_EQ(with_kv.generate(m.w, prompt, 10, greedy, r0), want);
+  // Past seq_len it slides the window like the recompute generator.
+  EXPECT_EQ(with_kv.generate(m.w, prompt, cfg.seq_len + 4, greedy, r0),
+            old.generate(m.w, prompt, cfg.seq_len + 4, greedy, r0));
   // eos: stop right after the first greedy token.
   o.eos = want[0];
   const auto e = gen.generate(m.w, {prompt}, rngs, o);
   ASSERT_EQ(e[0].tokens.size(), 1u);
   EXPECT_EQ(e[0].stop, model::StopReason::eos);
+}
+
+// The step-wise API (a generator switching weights at a fence between
+// steps): with one set of weights it equals generate(); each token carries
+// the version of the step that sampled it; a switch is deterministic.
+TEST_P(KvTest, StepwiseRecordsVersionsAndEqualsGenerate) {
+  kernels::Backend& be = *be_;
+  ModelConfig cfg = kv_config("moe");
+  Model m1(be, cfg, 31), m2(be, cfg, 32);
+  const std::vector<std::vector<int32_t>> prompts{{1, 2}, {3, 4, 5, 6}};
+  model::GenerateOptions o;
+  o.max_new_tokens = 8;
+  model::BatchGenerator gen(be, cfg);
+  auto r1 = rngs_for({5, 6});
+  const auto whole = gen.generate(m1.w, prompts, r1, o);
+  auto r2 = rngs_for({5, 6});
+  gen.start(prompts, r2, o);
+  int64_t steps = 0;
+  while (gen.step(m1.w, 7)) ++steps;
+  EXPECT_EQ(steps + 1, o.max_new_tokens);
+  const auto stepped = gen.finish();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(stepped[i].tokens, whole[i].tokens);
+    EXPECT_EQ(stepped[i].versions, std::vector<int64_t>(whole[i].tokens.size(), 7));
+  }
+  // Switch to other weights after 3 tokens, twice: same result both times.
+  std::vector<std::vector<model::Completion>> runs;
+  for (int rep = 0; rep < 2; ++rep) {
+    auto r = rngs_for({5, 6});
+    gen.start(prompts, r, o);
+    for (int64_t k = 0; gen.step(k < 3 ? m1.w : m2.w, k < 3 ? 0 : 1); ++k) {
+    }
+    runs.push_back(gen.finish());
+  }
+  const std::vector<int64_t> want_versions{0, 0, 0, 1, 1, 1, 1, 1};
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    EXPECT_EQ(runs[0][i].versions, want_versions);
+    EXPECT_EQ(runs[0][i].tokens, runs[1][i].tokens);
+    EXPECT_EQ(std::vector<int32_t>(runs[0][i].tokens.begin(), runs[0][i].tokens.begin() + 3),
+              std::vector<int32_t>(whole[i].tokens.begin(), whole[i].tokens.begin() + 3));
+  }
 }
 
 TEST_P(KvTest, RejectsBadInput) {

@@ -182,6 +182,27 @@ TEST(Sampling, SameSeedSameTokensAndStateRoundTrip) {
   EXPECT_THROW(c.set_state("short"), std::invalid_argument);
 }
 
+// token_logprob is log softmax(logits / T) over the full vocabulary (top-p
+// and top-k not applied; greedy counts as T = 1), with the entropy of it.
+TEST(Sampling, TokenLogprobIsTheTemperedFullSoftmax) {
+  SamplerRng rng(9);
+  const std::vector<float> l = random_logits(rng, 50, 4.0);
+  for (double T : {0.5, 1.0, 1.7}) {
+    const std::vector<double> p = softmax(l, T);
+    double h_want = 0.0;
+    for (double x : p) h_want -= x > 0 ? x * std::log(x) : 0.0;
+    for (int32_t tok : {0, 7, 49}) {
+      double h = -1.0;
+      EXPECT_NEAR(token_logprob(l.data(), 50, tok, T, &h), std::log(p[tok]), 1e-12);
+      EXPECT_NEAR(h, h_want, 1e-12);
+    }
+  }
+  const std::vector<double> p1 = softmax(l, 1.0);
+  EXPECT_NEAR(token_logprob(l.data(), 50, 3, 0.0), std::log(p1[3]), 1e-12);
+  EXPECT_THROW(token_logprob(l.data(), 50, 50, 1.0), std::invalid_argument);
+  EXPECT_THROW(token_logprob(l.data(), 50, -1, 1.0), std::invalid_argument);
+}
+
 TEST(Sampling, RejectsBadInput) {
   SamplerRng rng(1);
   SamplingOptions opt;
