@@ -68,6 +68,10 @@ class ProfilingBackend final : public kernels::Backend {
                         float s) override {
     time("attention_cached", [&] { in_->attention_cached(o, q, kc, vc, pos, s); });
   }
+  void rope_kv_append(const T& q, const T& k, const T& v, const T& kc, const T& vc,
+                      std::span<const int32_t> pos, float th) override {
+    time("rope_kv_append", [&] { in_->rope_kv_append(q, k, v, kc, vc, pos, th); });
+  }
   void attention_backward(const T& dq, const T& dk, const T& dv, const T& d, const T& q, const T& k,
                           const T& v, const T& o, const T& l, float s) override {
     time("attention_bwd", [&] { in_->attention_backward(dq, dk, dv, d, q, k, v, o, l, s); });

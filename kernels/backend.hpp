@@ -129,6 +129,14 @@ class Backend {
   virtual void attention_cached(const Tensor& out, const Tensor& q, const Tensor& k_cache,
                                 const Tensor& v_cache, std::span<const int32_t> pos,
                                 float scale) = 0;
+  // The step before it, in one call for the whole batch: q and k ([B,S,H,hd])
+  // are rotated IN PLACE by RoPE at positions pos[b] + s (the rotation of
+  // rope_forward with pos_offset = pos[b]), then the rotated k and v rows go into
+  // k_cache and v_cache ([B,C,H,hd]) at rows pos[b] .. pos[b]+S-1 (needs
+  // pos[b] + S <= C; other rows are untouched). Forward only.
+  virtual void rope_kv_append(const Tensor& q, const Tensor& k, const Tensor& v,
+                              const Tensor& k_cache, const Tensor& v_cache,
+                              std::span<const int32_t> pos, float theta) = 0;
 
   // ---- activations ------------------------------------------------------------
   virtual void silu_forward(const Tensor& out, const Tensor& x) = 0;

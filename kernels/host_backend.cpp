@@ -363,6 +363,31 @@ class HostBackend final : public Backend {
                            F(op, "v_cache", v_cache), pos.data(), s.B, s.S, c.S, s.H, s.hd, scale);
   }
 
+  void rope_kv_append(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
+                      const Tensor& v_cache, std::span<const int32_t> pos, float theta) override {
+    const char* op = "rope_kv_append";
+    const Heads s = rope_shape(op, q, theta);
+    expect_shape(op, "k", k, q, "q");
+    expect_shape(op, "v", v, q, "q");
+    const Heads c = heads(op, "k_cache", k_cache);
+    expect_shape(op, "v_cache", v_cache, k_cache, "k_cache");
+    if (c.B != s.B || c.H != s.H || c.hd != s.hd)
+      fail(op, "k_cache " + desc(k_cache) + " must be [B,C,H,hd] with B, H, hd of q " + desc(q));
+    if (static_cast<int64_t>(pos.size()) != s.B)
+      fail(op, "pos has " + std::to_string(pos.size()) + " entries, expected B = " + std::to_string(s.B));
+    check_indices(op, "pos", pos.data(), s.B, 0, c.S - s.S + 1);
+    float *pq = F(op, "q", q), *pk = F(op, "k", k), *pv = F(op, "v", v);
+    float *kc = F(op, "k_cache", k_cache), *vc = F(op, "v_cache", v_cache);
+    const int64_t row = s.S * s.H * s.hd;  // one sequence's new rows
+    for (int64_t b = 0; b < s.B; ++b) {
+      host::rope_forward(pq + b * row, pq + b * row, 1, s.S, s.H, s.hd, pos[b], theta);
+      host::rope_forward(pk + b * row, pk + b * row, 1, s.S, s.H, s.hd, pos[b], theta);
+      const int64_t at = (b * c.S + pos[b]) * s.H * s.hd;
+      std::memcpy(kc + at, pk + b * row, static_cast<size_t>(row) * sizeof(float));
+      std::memcpy(vc + at, pv + b * row, static_cast<size_t>(row) * sizeof(float));
+    }
+  }
+
   // ---- activations ----
   void silu_forward(const Tensor& out, const Tensor& x) override {
     expect_numel("silu_forward", "out", out, x.numel(), "numel of x");

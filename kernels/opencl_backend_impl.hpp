@@ -105,6 +105,8 @@ class OpenClBackend final : public Backend {
                           const Tensor& out, const Tensor& lse, float scale) override;
   void attention_cached(const Tensor& out, const Tensor& q, const Tensor& k_cache,
                         const Tensor& v_cache, std::span<const int32_t> pos, float scale) override;
+  void rope_kv_append(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
+                      const Tensor& v_cache, std::span<const int32_t> pos, float theta) override;
   void silu_forward(const Tensor& out, const Tensor& x) override;
   void silu_backward(const Tensor& dx, const Tensor& dout, const Tensor& x) override;
   void swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) override;

@@ -354,6 +354,52 @@ void OpenClBackend::attention_cached(const Tensor& out, const Tensor& q, const T
       .items(B * S * H);
 }
 
+void OpenClBackend::rope_kv_append(const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const Tensor& k_cache, const Tensor& v_cache,
+                                   std::span<const int32_t> pos, float theta) {
+  const char* op = "rope_kv_append";
+  cl_need_f32(q, op, "q");
+  int64_t B, S, H, hd;
+  rope_shape(q, theta, op, &B, &S, &H, &hd);
+  for (auto [t, name] : {std::pair{&k, "k"}, {&v, "v"}}) {
+    cl_need_f32(*t, op, name);
+    cl_need(t->shape() == q.shape(), op,
+            std::string(name) + " " + shape_str(t->shape()) + " must match q " + shape_str(q.shape()));
+  }
+  for (auto [t, name] : {std::pair{&k_cache, "k_cache"}, {&v_cache, "v_cache"}}) {
+    cl_need_f32(*t, op, name);
+    cl_need(t->rank() == 4 && t->dim(0) == B && t->dim(2) == H && t->dim(3) == hd, op,
+            std::string(name) + " " + shape_str(t->shape()) +
+                " must be [B,C,H,hd] with B, H, hd of q " + shape_str(q.shape()));
+  }
+  cl_need(k_cache.shape() == v_cache.shape(), op, "v_cache must have the shape of k_cache");
+  const int64_t C = k_cache.dim(1);
+  cl_need_int(k_cache.numel(), op, "cache numel");
+  cl_need(static_cast<int64_t>(pos.size()) == B, op,
+          "pos has " + std::to_string(pos.size()) + " entries, expected B = " + std::to_string(B));
+  for (size_t b = 0; b < pos.size(); ++b)
+    cl_need(pos[b] >= 0 && pos[b] + S <= C, op,
+            "pos[" + std::to_string(b) + "] = " + std::to_string(pos[b]) + " is out of range [0, " +
+                std::to_string(C - S + 1) + ")");
+  if (q.numel() == 0) return;
+  Tensor pt = empty({B}, DType::i32);
+  upload(pt, pos.data(), pos.size() * sizeof(int32_t));
+  ClLaunch(*this, "rope_kv_append", op)
+      .t(q)
+      .t(k)
+      .t(v)
+      .t(k_cache)
+      .t(v_cache)
+      .t(pt)
+      .i(B)
+      .i(S)
+      .i(C)
+      .i(H)
+      .i(hd)
+      .f(theta)
+      .items2d(hd / 2, B * S * H);
+}
+
 // ---- activations --------------------------------------------------------------------------------
 
 void OpenClBackend::silu_forward(const Tensor& out, const Tensor& x) {

@@ -1,6 +1,7 @@
 // KV-cache forward over backend ops (see kv_decoder.hpp). The layer math
 // mirrors Stage::forward_steps line for line; the differences are RoPE at
-// per-sequence positions, the cache writes, and attention over the cache.
+// per-sequence positions with the cache writes (Backend::rope_kv_append) and
+// attention over the cache (Backend::attention_cached).
 #include "model/kv_decoder.hpp"
 
 #include <cmath>
@@ -95,7 +96,7 @@ const Tensor& KvDecoder::forward(const ModelWeights& w, std::span<const int32_t>
                                   std::to_string(pos[b]) + " with " + std::to_string(width) +
                                   " new tokens does not fit the context of " + std::to_string(C));
   Work& wk = work_for(width);
-  const int64_t T = B * width, D = cfg_.d_model, H = cfg_.n_heads, hd = D / H, HD = H * hd;
+  const int64_t T = B * width, D = cfg_.d_model, hd = D / cfg_.n_heads;
   const float eps = static_cast<float>(cfg_.norm_eps), theta = static_cast<float>(cfg_.rope_theta);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
 
@@ -107,23 +108,9 @@ const Tensor& KvDecoder::forward(const ModelWeights& w, std::span<const int32_t>
     be_.gemm(false, true, T, D, D, 1.0f, wk.xn, W.wq, 0.0f, wk.q);
     be_.gemm(false, true, T, D, D, 1.0f, wk.xn, W.wk, 0.0f, wk.k);
     be_.gemm(false, true, T, D, D, 1.0f, wk.xn, W.wv, 0.0f, wk.v);
-    // RoPE at each sequence's own positions: one call per run of sequences
-    // that share a position (a whole group of samples of one prompt, say).
-    for (int64_t b0 = 0; b0 < B;) {
-      int64_t b1 = b0 + 1;
-      while (b1 < B && pos[static_cast<size_t>(b1)] == pos[static_cast<size_t>(b0)]) ++b1;
-      const kernels::Shape run{b1 - b0, width, H, hd};
-      const Tensor qv = wk.q.view(b0 * width * HD, run), kv = wk.k.view(b0 * width * HD, run);
-      be_.rope_forward(qv, qv, pos[static_cast<size_t>(b0)], theta);
-      be_.rope_forward(kv, kv, pos[static_cast<size_t>(b0)], theta);
-      b0 = b1;
-    }
-    // This chunk's keys and values into the cache rows at pos[b].
-    for (int64_t b = 0; b < B; ++b) {
-      const int64_t at = (b * C + pos[static_cast<size_t>(b)]) * HD, n = width * HD;
-      be_.copy(k_cache_[l].view(at, {n}), wk.k.view(b * width * HD, {n}));
-      be_.copy(v_cache_[l].view(at, {n}), wk.v.view(b * width * HD, {n}));
-    }
+    // RoPE at each sequence's own positions, and this chunk's keys and
+    // values into the cache rows at pos[b]: one op for the whole batch.
+    be_.rope_kv_append(wk.q, wk.k, wk.v, k_cache_[l], v_cache_[l], pos, theta);
     be_.attention_cached(wk.att, wk.q, k_cache_[l], v_cache_[l], pos, scale);
     be_.copy(wk.mid, wk.x);
     be_.gemm(false, true, T, D, D, 1.0f, wk.att, W.wo, 1.0f, wk.mid);

@@ -3,7 +3,8 @@
 // the keys and values cached from the earlier ones. The same layers and
 // Backend ops as Stage's forward (RMSNorm, q/k/v/o GEMMs, RoPE, dense SwiGLU
 // or MoE FFN with shared experts, tied or untied LM head), so it runs on
-// every backend; only attention differs (Backend::attention_cached).
+// every backend; only RoPE + cache writes and attention differ
+// (Backend::rope_kv_append, Backend::attention_cached).
 //
 // One call is a "chunk" of `width` tokens per sequence: a prefill is one
 // chunk of the (right-padded) prompts at position 0, a decode step a chunk of

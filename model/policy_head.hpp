@@ -30,6 +30,18 @@ struct PolicyForward {
   double aux_loss = 0.0;        // sum over MoE layers (0 when dense or not aux_loss)
 };
 
+// The head's math on host logits [T,V] (row t's target targets[t], -1 =
+// none), shared with a pipeline's last stage (Stage::backward takes the
+// logits gradient as dout): per-token log-probs and entropies at T, and
+// dlogits[T,V] = d(sum_t coef[t] logp_t)/d logits (overwritten; 0 on rows
+// without a target; a non-zero coefficient there is std::invalid_argument).
+void policy_logprobs(std::span<float> logprobs, std::span<float> entropy,
+                     std::span<const float> logits, std::span<const int32_t> targets,
+                     int64_t vocab, double temperature);
+void policy_logits_grad(std::span<float> dlogits, std::span<const float> logits,
+                        std::span<const int32_t> targets, std::span<const float> coef,
+                        int64_t vocab, double temperature);
+
 class PolicyHead {
  public:
   // `batch` rows of config.seq_len tokens (prompt + completion, padded).

@@ -176,6 +176,59 @@ TEST_P(KernelsAttention, CachedRejectsBadPositionsAndShapes) {
                std::invalid_argument);
 }
 
+// RoPE at per-sequence positions plus the cache write of a decoding chunk:
+// q, k rotated in place, the cache rows at pos[b].. replaced, others kept.
+TEST_P(KernelsAttention, RopeKvAppend) {
+  const CachedCase cases[] = {{1, 1, 1, 1, 2, {0}},
+                              {3, 1, 9, 2, 4, {0, 8, 3}},
+                              {2, 4, 12, 3, 6, {5, 0}},
+                              {2, 3, 2000, 2, 16, {1500, 1997}}};  // large positions
+  Rng rng(24);
+  const float theta = 10000.0f;
+  for (const CachedCase& c : cases) {
+    SCOPED_TRACE("B=" + std::to_string(c.B) + " S=" + std::to_string(c.S) + " C=" +
+                 std::to_string(c.C));
+    const Shape qs{c.B, c.S, c.H, c.hd}, cs{c.B, c.C, c.H, c.hd};
+    const auto q = rng.f32(shape_numel(qs)), k = rng.f32(shape_numel(qs)), v = rng.f32(shape_numel(qs));
+    const auto kc = rng.f32(shape_numel(cs)), vc = rng.f32(shape_numel(cs));
+    V wq = to_double(q), wk = to_double(k), wkc = to_double(kc), wvc = to_double(vc);
+    ref::rope_kv_append(wq, wk, to_double(v), wkc, wvc, c.pos, c.B, c.S, c.C, c.H, c.hd, theta);
+    check_op(
+        be(),
+        [&](Arena& a) -> Outputs {
+          Tensor tq = a.in(qs, q), tk = a.in(qs, k), tkc = a.in(cs, kc), tvc = a.in(cs, vc);
+          a.be().rope_kv_append(tq, tk, a.in(qs, v), tkc, tvc, c.pos, theta);
+          return {{"q", a.get(tq)}, {"k", a.get(tk)}, {"k_cache", a.get(tkc)}, {"v_cache", a.get(tvc)}};
+        },
+        {wq, wk, wkc, wvc}, Tol{1e-5, 1e-5});
+  }
+  // Same rotation as rope_forward at pos_offset = pos[b].
+  Backend& b = be();
+  const Shape qs{2, 3, 2, 8};
+  const auto x = rng.f32(shape_numel(qs));
+  Tensor q = b.from_f32(qs, x), k = b.from_f32(qs, x), v = b.zeros(qs);
+  Tensor kc = b.zeros({2, 10, 2, 8}), vc = b.zeros({2, 10, 2, 8});
+  b.rope_kv_append(q, k, v, kc, vc, std::vector<int32_t>{4, 7}, 10000.0f);
+  for (int64_t s = 0; s < 2; ++s) {
+    Tensor one = b.from_f32({1, 3, 2, 8}, std::vector<float>(x.begin() + s * 48, x.begin() + (s + 1) * 48));
+    b.rope_forward(one, one, s == 0 ? 4 : 7, 10000.0f);
+    const auto want = b.download_f32(one), got = b.download_f32(q.view(s * 48, {48}));
+    EXPECT_TRUE(near(got, to_double(want), Tol{1e-6, 1e-6})) << "sequence " << s;
+  }
+}
+
+TEST_P(KernelsAttention, RopeKvAppendRejectsBadPositions) {
+  Backend& b = be();
+  Tensor q = b.zeros({2, 2, 2, 4}), k = b.zeros({2, 2, 2, 4}), v = b.zeros({2, 2, 2, 4});
+  Tensor kc = b.zeros({2, 5, 2, 4}), vc = b.zeros({2, 5, 2, 4});
+  EXPECT_NO_THROW(b.rope_kv_append(q, k, v, kc, vc, std::vector<int32_t>{3, 0}, 1e4f));
+  EXPECT_THROW(b.rope_kv_append(q, k, v, kc, vc, std::vector<int32_t>{4, 0}, 1e4f), std::invalid_argument);
+  EXPECT_THROW(b.rope_kv_append(q, k, v, kc, vc, std::vector<int32_t>{-1, 0}, 1e4f), std::invalid_argument);
+  EXPECT_THROW(b.rope_kv_append(q, k, v, kc, vc, std::vector<int32_t>{0}, 1e4f), std::invalid_argument);
+  EXPECT_THROW(b.rope_kv_append(q, k, b.zeros({2, 2, 2, 2}), kc, vc, std::vector<int32_t>{0, 0}, 1e4f),
+               std::invalid_argument);
+}
+
 TROUPE_INSTANTIATE_BACKENDS(KernelsAttention);
 
 }  // namespace

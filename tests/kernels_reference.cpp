@@ -94,6 +94,24 @@ V rope_fwd(const V& x, int64_t B, int64_t S, int64_t H, int64_t hd, int64_t pos_
   return rope_rotate(x, B, S, H, hd, pos_offset, theta, 1.0);
 }
 
+void rope_kv_append(V& q, V& k, const V& v, V& k_cache, V& v_cache, const std::vector<int32_t>& pos,
+                    int64_t B, int64_t S, int64_t C, int64_t H, int64_t hd, double theta) {
+  const int64_t row = S * H * hd;
+  for (int64_t b = 0; b < B; ++b) {
+    const V qb(q.begin() + b * row, q.begin() + (b + 1) * row);
+    const V kb(k.begin() + b * row, k.begin() + (b + 1) * row);
+    const V qr = rope_rotate(qb, 1, S, H, hd, pos[b], theta, 1.0);
+    const V kr = rope_rotate(kb, 1, S, H, hd, pos[b], theta, 1.0);
+    const int64_t at = (b * C + pos[b]) * H * hd;
+    for (int64_t i = 0; i < row; ++i) {
+      q[b * row + i] = qr[i];
+      k[b * row + i] = kr[i];
+      k_cache[at + i] = kr[i];
+      v_cache[at + i] = v[b * row + i];
+    }
+  }
+}
+
 V rope_bwd(const V& dout, int64_t B, int64_t S, int64_t H, int64_t hd, int64_t pos_offset,
            double theta) {
   return rope_rotate(dout, B, S, H, hd, pos_offset, theta, -1.0);

@@ -43,6 +43,10 @@ V attention_cached_fwd(const V& q, const V& k_cache, const V& v_cache,
                        const std::vector<int32_t>& pos, int64_t B, int64_t S, int64_t C,
                        int64_t H, int64_t hd, double scale);
 
+// RoPE of q, k at positions pos[b] + s (in place) and the cache rows they fill.
+void rope_kv_append(V& q, V& k, const V& v, V& k_cache, V& v_cache, const std::vector<int32_t>& pos,
+                    int64_t B, int64_t S, int64_t C, int64_t H, int64_t hd, double theta);
+
 // ---- activations ----
 V silu_fwd(const V& x);
 V silu_bwd(const V& dout, const V& x);

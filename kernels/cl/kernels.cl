@@ -451,6 +451,36 @@ __kernel void attention_cached(__global float* out, long oo, __global const floa
   for (int d = 0; d < hd; ++d) orow[d] = acc[d] * inv;
 }
 
+// RoPE at per-sequence positions and the KV-cache write of a decoding chunk:
+// q, k rotated in place at position pos[b] + s (the angle from rope_angle, as
+// rope_table builds it), rotated k and v copied to cache row pos[b] + s.
+// q, k, v: [B,S,H,hd]; kc, vc: [B,C,H,hd]. One work-item per (b,s,h,i < hd/2).
+__kernel void rope_kv_append(__global float* q, long qo, __global float* k, long ko,
+                             __global const float* v, long vo, __global float* kc, long kco,
+                             __global float* vc, long vco, __global const int* pos, long po,
+                             int B, int S, int C, int H, int hd, float theta) {
+  const int nh = hd / 2;
+  const int i = get_global_id(0), r = get_global_id(1);  // pair, (b,s,h) row
+  if (i >= nh || r >= B * S * H) return;
+  const int h = r % H, s = (r / H) % S, b = r / (H * S);
+  const long p = (long)pos[po + b] + s;
+  float c, sn;
+  rope_angle(p, i, hd, theta, &c, &sn);
+  const long base = (long)r * hd;
+  const long cache = (((long)b * C + p) * H + h) * hd;
+  const float q1 = q[qo + base + i], q2 = q[qo + base + i + nh];
+  q[qo + base + i] = q1 * c - q2 * sn;
+  q[qo + base + i + nh] = q2 * c + q1 * sn;
+  const float k1 = k[ko + base + i], k2 = k[ko + base + i + nh];
+  const float r1 = k1 * c - k2 * sn, r2 = k2 * c + k1 * sn;
+  k[ko + base + i] = r1;
+  k[ko + base + i + nh] = r2;
+  kc[kco + cache + i] = r1;
+  kc[kco + cache + i + nh] = r2;
+  vc[vco + cache + i] = v[vo + base + i];
+  vc[vco + cache + i + nh] = v[vo + base + i + nh];
+}
+
 // ======== activation
 // SiLU and SwiGLU, forward and (accumulating) backward. Elementwise.
 
