@@ -101,6 +101,10 @@ class Runtime {
   // layers only; empty for dense models.
   std::vector<std::vector<int64_t>> expert_load();
   std::vector<int64_t> expert_dropped();
+  // The names the live actors give themselves (each asked), in spawn order:
+  // coordinator, optimizer shards, pipeline ranks, expert shards. They are
+  // the plan's names (actors/plan.hpp), as `troupe validate` lists them.
+  std::vector<std::string> actor_names();
   // Messages dropped as duplicates or stale, over all actors (for tests).
   uint64_t dropped_messages();
   // Restarts so far, in order (see RuntimeOptions::on_restart).

@@ -13,7 +13,7 @@ int command_validate(const CliOptions&, const Spec& spec) {
     std::printf("%s: ok\n%s", spec.source.c_str(), format_sim_plan(spec).c_str());
     return kExitOk;
   }
-  const Topology topo = resolve_topology(spec);
+  const runtime::Plan topo = resolve_topology(spec);
   std::printf("%s: ok\n%s", spec.source.c_str(), format_topology(spec, topo).c_str());
   // Say which engine runs it: a single-device sequential spec runs in the
   // single-process trainer (the same math, no actors needed).

@@ -118,8 +118,8 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
   st.sh = sh;
   st.dev = dev;
   st.shard = shard;
-  st.name = "optimizer:" + std::to_string(shard);
-  st.range = sh->shard_ranges[static_cast<size_t>(shard)];
+  st.name = shard_name(shard);
+  st.range = sh->plan.shard_ranges[static_cast<size_t>(shard)];
   // AdamW pieces: the trainer's optimizer runs, cut to the range this shard owns.
   for (const model::OptimizerRange& o : model::optimizer_ranges(sh->layout)) {
     const Range r = intersect({o.offset, o.numel}, st.range);
@@ -136,14 +136,7 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
       const int layer = std::stoi(e.name.substr(std::string("model.layers.").size()));
       st.bias.push_back({layer, r.offset - e.offset, r.offset - st.range.offset, r.count});
     }
-  for (int rep = 0; rep < sh->opt.data_parallel; ++rep) {
-    for (const auto& owned : sh->rank_owned)
-      for (const Range& o : owned)
-        if (intersect(o, st.range).count > 0) ++st.expected;
-    for (const auto& owned : sh->expert_owned)  // expert shards are gradient producers too
-      for (const Range& o : owned)
-        if (intersect(o, st.range).count > 0) ++st.expected;
-  }
+  st.expected = static_cast<uint32_t>(sh->opt.data_parallel) * sh->plan.gradient_slices(st.range);
   st.comp = std::make_shared<ShardCompute>();
   st.step = sh->start_step;  // resumed: AdamW's step count and the LR schedule go on from there
   auto slice = [&](const std::vector<float>& v) {
@@ -279,9 +272,9 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
           for (const caf::actor& r : all_ranks(*sh)) post(*sh, r, e);
           // Expert shards whose weights meet this range.
           for (int rep = 0; rep < sh->opt.data_parallel; ++rep)
-            for (size_t p = 0; p < sh->expert_owned.size(); ++p) {
+            for (size_t p = 0; p < sh->plan.expert_owned.size(); ++p) {
               bool meets = false;
-              for (const Range& o : sh->expert_owned[p]) meets = meets || intersect(o, range).count > 0;
+              for (const Range& o : sh->plan.expert_owned[p]) meets = meets || intersect(o, range).count > 0;
               if (meets) post(*sh, expert_of(*sh, rep, static_cast<int>(p)), e);
             }
         }, [self, snap, step, attempt, shard] {
@@ -335,6 +328,7 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
         return rp;
       },
       [self](rt::dropped_atom) { return self->state.dropped; },
+      [self](rt::name_atom) { return self->state.name; },
   };
 }
 
