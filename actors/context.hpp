@@ -67,6 +67,7 @@
 #include "actors/transport/caf_types.hpp"
 #include "actors/device/device.hpp"
 #include "actors/plan.hpp"
+#include "actors/supervision/interposer.hpp"
 #include "actors/runtime.hpp"
 #include "actors/schedule/schedule.hpp"
 #include "model/params.hpp"
@@ -107,6 +108,8 @@ struct Shared {
   // supervisor respawns with it (one placement rule, in runtime.cpp).
   std::function<caf::actor(caf::actor_system&, FaultTarget::Role, int replica, int index)> spawn;
   std::function<void(const RestartEvent&)> on_restart;    // runtime.cpp records, then the user's
+  // The test seam on step messages (actors/supervision/interposer.hpp); null in production.
+  std::shared_ptr<Interposer> interposer;
 };
 
 // An invalid handle (sends to it are no-ops) once the runtime is torn down.
@@ -141,12 +144,12 @@ inline std::vector<caf::actor> all_experts(const Shared& sh) {
   return out;
 }
 
-// Sends a step message; with opt.duplicate_sends (a test switch) twice, so
-// that every receiver's duplicate dropping is exercised on every step.
+// Sends a step message, through the run's interposer when it has one (the
+// test seam: actors/supervision/interposer.hpp).
 template <class... Ts>
 void post(const Shared& sh, const caf::actor& to, const Ts&... xs) {
-  caf::anon_send(to, xs...);
-  if (sh.opt.duplicate_sends) caf::anon_send(to, xs...);
+  if (sh.interposer) sh.interposer->send(to, caf::make_message(xs...));
+  else caf::anon_send(to, xs...);
 }
 
 // Fault injection on the target's side: armed by (arm, step, k), the actor

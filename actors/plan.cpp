@@ -28,12 +28,18 @@ int expert_owner(int64_t n_experts, int shards, int64_t expert) {
 
 std::array<Range, 3> expert_param_ranges(const model::ParamLayout& layout, const model::ModelConfig& c,
                                          int layer, ExpertRange r) {
-  const std::string p = "model.layers." + std::to_string(layer) + ".mlp.experts." + std::to_string(r.begin) + ".";
   const int64_t per = c.expert_hidden * c.d_model;
   std::array<Range, 3> out;
-  int i = 0;
-  for (const char* m : {"gate_proj", "up_proj", "down_proj"})
-    out[static_cast<size_t>(i++)] = {layout.at(p + m + ".weight").offset, r.size() * per};
+  std::array<bool, 3> found{};
+  for (const model::ParamEntry& e : layout.entries()) {
+    const model::ParamTag& t = e.tag;
+    if (t.role != model::ParamRole::Expert || t.layer != layer || t.expert != r.begin) continue;
+    out[static_cast<size_t>(t.part)] = {e.offset, r.size() * per};
+    found[static_cast<size_t>(t.part)] = true;
+  }
+  if (!found[0] || !found[1] || !found[2])
+    throw std::out_of_range("expert_param_ranges: layer " + std::to_string(layer) + " has no routed expert " +
+                            std::to_string(r.begin));
   return out;
 }
 
@@ -71,22 +77,23 @@ std::vector<StageSlot> rank_stages(const Plan& p, int rank) {
 // at stage 0, the final norm and the head (or the tied embedding) at the last.
 std::vector<Range> rank_params(const Plan& p, const model::ParamLayout& layout, const model::ModelConfig& c,
                                const std::vector<StageSlot>& stages) {
-  std::set<std::string> names;
-  for (const StageSlot& s : stages) {
-    for (const model::ParamEntry& e : layout.entries())
-      for (int64_t l = s.layer_begin; l < s.layer_end; ++l)
-        if (e.name.rfind("model.layers." + std::to_string(l) + ".", 0) == 0 &&
-            !(p.expert_shards > 0 && e.name.find(".mlp.experts.") != std::string::npos))
-          names.insert(e.name);
-    if (s.stage == 0) names.insert("model.embed_tokens.weight");
-    if (s.stage == p.sl.num_stages - 1) {
-      names.insert("model.norm.weight");
-      names.insert(c.tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
+  using model::ParamRole;
+  auto held = [&](const model::ParamEntry& e) {
+    const model::ParamTag& t = e.tag;
+    for (const StageSlot& s : stages) {
+      const bool first = s.stage == 0, last = s.stage == p.sl.num_stages - 1;
+      if (t.layer >= s.layer_begin && t.layer < s.layer_end)
+        return !(p.expert_shards > 0 && t.role == ParamRole::Expert);
+      if (first && t.role == ParamRole::Embedding) return true;
+      if (last && (t.role == ParamRole::FinalNorm || t.role == ParamRole::Head ||
+                   (c.tie_embeddings && t.role == ParamRole::Embedding)))
+        return true;
     }
-  }
+    return false;
+  };
   std::vector<Range> out;
   for (const model::ParamEntry& e : layout.entries()) {  // layout order = offset order
-    if (!names.count(e.name)) continue;
+    if (!held(e)) continue;
     if (!out.empty() && out.back().offset + out.back().count == e.offset) out.back().count += e.numel;
     else out.push_back({e.offset, e.numel});
   }

@@ -63,7 +63,6 @@ struct XState {
   std::vector<std::pair<Envelope, caf::actor>> early;  // dispatches of step + 1
   uint64_t dropped = 0;
   KillSwitch kill;
-  bool corrupt_next = false;  // test switch RuntimeOptions::corrupt_combine
 };
 
 using Self = caf::stateful_actor<XState>;
@@ -210,8 +209,7 @@ void forward(Self* self, const CheckedDispatch& cd, caf::actor dest) {
   auto token_index = meta.token_index;
   auto counts = meta.counts;
   s.fwd.emplace(k, std::move(meta));
-  MoeKey reply = id;
-  if (std::exchange(s.corrupt_next, false)) ++reply.dispatch_id;  // test switch: a Combine that does not echo
+  const MoeKey reply = id;
 
   auto sh = s.sh;
   submit(self, *s.dev, [comp, sh, k, n, F, D, id, reply, msg, token_index, counts, dest](kernels::Backend& be) {
@@ -401,7 +399,6 @@ caf::behavior expert_actor(Self* self, std::shared_ptr<const Shared> sh, Device*
   st.view.tokens = static_cast<uint32_t>(sh->plan.mb_batch * c.seq_len);
   st.view.top_k = static_cast<uint32_t>(c.top_k);
   st.slices_expected = sh->plan.meeting_shards({st.ranges.begin(), st.ranges.end()});
-  st.corrupt_next = sh->opt.corrupt_combine && spec.replica == 0 && spec.producer == 0;
   st.comp = std::make_shared<XCompute>();
   auto comp = st.comp;
   st.step = spec.start_step;

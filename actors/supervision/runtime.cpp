@@ -121,6 +121,8 @@ struct Runtime::Impl {
     const auto& t = o.train;
     s.layout = model::build_param_layout(t.model);
     s.plan = make_plan(o);
+    // Test switches (duplicate_sends, corrupt_combine) act through the seam only.
+    s.interposer = make_interposer(o, s.plan.moe_layers.empty() ? -1 : s.plan.moe_layers.front());
     if (!t.resume_from.empty()) resume(s);
     else s.init = model::init_params(s.layout, t.model, t.seed);
     {
