@@ -66,6 +66,8 @@
 
 #include "actors/transport/caf_types.hpp"
 #include "actors/device/device.hpp"
+#include "actors/plan.hpp"
+#include "actors/supervision/interposer.hpp"
 #include "actors/runtime.hpp"
 #include "actors/schedule/schedule.hpp"
 #include "model/params.hpp"
@@ -74,10 +76,6 @@ namespace troupe::runtime {
 
 // tag.stage of the data loader's micro-batches (no stage sent them).
 inline constexpr uint32_t kDataStage = 0xFFFFFFFFu;
-
-struct Range {
-  int64_t offset = 0, count = 0;
-};
 
 struct Peers {
   std::vector<std::vector<caf::actor>> ranks;  // [replica][rank]
@@ -95,28 +93,23 @@ struct Peers {
 struct Shared {
   RuntimeOptions opt;
   model::ParamLayout layout;
-  sched::Layout sl;
-  int chunks = 0;          // micro-batches per replica and step
-  int64_t mb_batch = 0;    // sequences per micro-batch
-  std::vector<std::pair<int64_t, int64_t>> stage_layers;  // [stage] layer range
-  std::vector<Range> shard_ranges;                        // [shard]
-  std::vector<std::vector<Range>> rank_owned;             // [rank] entries its stages touch
+  // The topology (actors/plan.hpp): schedule layout, stage layers, every
+  // actor's ranges, names, placement and per-step message counts.
+  Plan plan;
   std::vector<float> init;                                // initial flat parameters (resumed: the saved ones)
   // Resumed from a checkpoint (RuntimeOptions.train.resume_from): the saved
   // AdamW moments (empty: zeros) and the steps already done, where every
   // actor's step counter starts (LR schedule and bias correction follow it).
   std::vector<float> init_m, init_v;
   uint64_t start_step = 0;
-  // Expert parallelism (empty unless opt.expert_shards > 0).
-  std::vector<int> moe_layers;                            // global layer index of each MoE layer
-  std::vector<std::vector<Range>> expert_owned;           // [producer] gate, up, down ranges
-  bool expert_parallel() const { return !expert_owned.empty(); }
   mutable Peers peers;
   mutable std::mutex peers_mu;
   // Spawns the actor of a role/index (replica for ranks) on its device; the
   // supervisor respawns with it (one placement rule, in runtime.cpp).
   std::function<caf::actor(caf::actor_system&, FaultTarget::Role, int replica, int index)> spawn;
   std::function<void(const RestartEvent&)> on_restart;    // runtime.cpp records, then the user's
+  // The test seam on step messages (actors/supervision/interposer.hpp); null in production.
+  std::shared_ptr<Interposer> interposer;
 };
 
 // An invalid handle (sends to it are no-ops) once the runtime is torn down.
@@ -151,12 +144,12 @@ inline std::vector<caf::actor> all_experts(const Shared& sh) {
   return out;
 }
 
-// Sends a step message; with opt.duplicate_sends (a test switch) twice, so
-// that every receiver's duplicate dropping is exercised on every step.
+// Sends a step message, through the run's interposer when it has one (the
+// test seam: actors/supervision/interposer.hpp).
 template <class... Ts>
 void post(const Shared& sh, const caf::actor& to, const Ts&... xs) {
-  caf::anon_send(to, xs...);
-  if (sh.opt.duplicate_sends) caf::anon_send(to, xs...);
+  if (sh.interposer) sh.interposer->send(to, caf::make_message(xs...));
+  else caf::anon_send(to, xs...);
 }
 
 // Fault injection on the target's side: armed by (arm, step, k), the actor
@@ -230,13 +223,6 @@ inline void run_ticket(Tickets& t, uint64_t ticket) {
   f();
 }
 
-// Intersection of two ranges (count 0 when disjoint).
-inline Range intersect(Range a, Range b) {
-  const int64_t lo = std::max(a.offset, b.offset);
-  const int64_t hi = std::min(a.offset + a.count, b.offset + b.count);
-  return hi > lo ? Range{lo, hi - lo} : Range{lo, 0};
-}
-
 // Actor bodies (pipeline/rank_actor.cpp, optimizer_actor.cpp, coordinator.cpp).
 caf::actor spawn_rank(caf::actor_system& sys, std::shared_ptr<const Shared> sh, Device& dev,
                       int replica, int rank);
@@ -244,27 +230,12 @@ caf::actor spawn_shard(caf::actor_system& sys, std::shared_ptr<const Shared> sh,
                        int shard);
 caf::actor spawn_coordinator(caf::actor_system& sys, std::shared_ptr<const Shared> sh);
 
-// Messages a rank / shard handles in one step when nothing fails (the range
-// of the seeded kill point).
-uint32_t rank_messages_per_step(const Shared& sh, int rank);
-uint32_t shard_messages_per_step(const Shared& sh, int shard);
-uint32_t expert_messages_per_step(const Shared& sh, int producer);
-
-// The producer index of expert shard `shard` of global layer `layer`; -1 when
-// the runtime has no such expert shard.
-inline int expert_producer(const Shared& sh, int layer, int shard) {
-  for (size_t li = 0; li < sh.moe_layers.size(); ++li)
-    if (sh.moe_layers[li] == layer && shard >= 0 && shard < sh.opt.expert_shards)
-      return static_cast<int>(li) * sh.opt.expert_shards + shard;
-  return -1;
-}
-
 // The actor a fault target names (an invalid handle when there is none).
 inline caf::actor target_actor(const Shared& sh, const FaultTarget& t) {
   switch (t.role) {
     case FaultTarget::Role::Stage: return rank_of(sh, t.replica, t.index);
     case FaultTarget::Role::Optimizer: return shard_of(sh, static_cast<size_t>(t.index));
-    case FaultTarget::Role::Expert: return expert_of(sh, t.replica, expert_producer(sh, t.index, t.shard));
+    case FaultTarget::Role::Expert: return expert_of(sh, t.replica, sh.plan.expert_producer(t.index, t.shard));
   }
   return {};
 }

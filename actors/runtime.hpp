@@ -59,9 +59,11 @@ struct RuntimeOptions {
   int max_restarts = 3;
   int restart_window = 10;          // steps
   std::function<void(const RestartEvent&)> on_restart;  // called on the coordinator's thread
-  bool duplicate_sends = false;     // tests: send every step message twice (receivers must drop the copies)
-  bool corrupt_combine = false;     // tests: expert shard 0 of replica 0 answers its first forward Dispatch
-                                    // with a Combine whose id does not echo it (the stage must reject it)
+  // Test switches, applied through the one test seam on step messages
+  // (actors/supervision/interposer.hpp), never inside an actor:
+  bool duplicate_sends = false;     // send every step message twice (receivers must drop the copies)
+  bool corrupt_combine = false;     // expert shard 0 of replica 0's first forward Combine does not echo
+                                    // its Dispatch (the stage must reject it)
   // Across processes (actors/cluster/runtime_cluster.hpp): with processes > 1 each
   // process creates only the devices and actors actors/cluster/placement.hpp gives
   // it; process 0 drives training, the others serve() until told to stop.
@@ -101,6 +103,10 @@ class Runtime {
   // layers only; empty for dense models.
   std::vector<std::vector<int64_t>> expert_load();
   std::vector<int64_t> expert_dropped();
+  // The names the live actors give themselves (each asked), in spawn order:
+  // coordinator, optimizer shards, pipeline ranks, expert shards. They are
+  // the plan's names (actors/plan.hpp), as `troupe validate` lists them.
+  std::vector<std::string> actor_names();
   // Messages dropped as duplicates or stale, over all actors (for tests).
   uint64_t dropped_messages();
   // Restarts so far, in order (see RuntimeOptions::on_restart).

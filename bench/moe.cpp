@@ -206,13 +206,13 @@ std::shared_ptr<Shared> expert_shared(int64_t D, int64_t F, caf::actor sink) {
   c.top_k = kTopK;
   c.expert_hidden = F;
   sh->layout = model::build_param_layout(c);
-  sh->mb_batch = kTokens / c.seq_len;
-  sh->chunks = 1;
+  sh->plan.mb_batch = kTokens / c.seq_len;
+  sh->plan.chunks = 1;
   std::mt19937_64 rng(5);
   std::normal_distribution<float> nd(0.0f, 0.02f);
   sh->init.resize(static_cast<size_t>(sh->layout.total()));
   for (float& v : sh->init) v = nd(rng);
-  sh->shard_ranges = {{0, sh->layout.total()}};
+  sh->plan.shard_ranges = {{0, sh->layout.total()}};
   sh->peers.coordinator = sink;
   sh->peers.shards = {sink};
   return sh;

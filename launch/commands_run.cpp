@@ -55,32 +55,6 @@ model::TrainOptions train_options(const Spec& spec) {
   return o;
 }
 
-// The runtime's view of the spec. The spec counts microbatches per replica;
-// the runtime counts them over all replicas (each replica takes
-// microbatches / data_parallel of them).
-static runtime::RuntimeOptions runtime_options(const Spec& spec) {
-  runtime::RuntimeOptions r;
-  r.train = train_options(spec);
-  r.train.microbatches = spec.topology.microbatches * spec.topology.data_parallel;
-  r.schedule = spec.topology.schedule;
-  r.stages = static_cast<int>(spec.topology.stages);
-  r.devices = static_cast<int>(spec.topology.devices);
-  r.optimizer_shards = static_cast<int>(spec.topology.optimizer_shards);
-  r.data_parallel = static_cast<int>(spec.topology.data_parallel);
-  // One shard: the experts stay inside their stage (no dispatch messages).
-  r.expert_shards = spec.topology.expert_shards > 1 ? static_cast<int>(spec.topology.expert_shards) : 0;
-  r.trace = spec.log.trace;
-  r.max_restarts = static_cast<int>(spec.run.max_restarts);
-  r.restart_window = static_cast<int>(spec.run.restart_window);
-  for (const FaultConfig& f : spec.faults) r.faults.push_back({f.at_step, f.target, f.kind, f.at_message});
-  r.processes = static_cast<int>(spec.topology.processes);
-  r.interface = spec.topology.interface;
-  r.peer_timeout = spec.topology.peer_timeout;
-  r.bulk_shm_bytes = spec.topology.bulk_shm_bytes;
-  r.device_process = device_process_list(spec);
-  return r;
-}
-
 namespace {
 
 // Restarts reported by the runtime's supervisor (on its own thread) are
@@ -219,7 +193,7 @@ static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterC
     return kExitRuntime;
   }
   setup_logging(spec, out_dir);
-  const Topology topo = resolve_topology(spec);
+  const runtime::Plan topo = resolve_topology(spec);
   spdlog::info("run '{}' from {}: {} parameters, {} steps, {} device(s) ({}), output in {}", spec.run.name,
                spec.source, topo.parameters, spec.run.steps, spec.topology.devices, spec.topology.device_kind, out_dir);
 

@@ -23,7 +23,7 @@ int command_validate(const CliOptions&, const Spec& spec) {
       return kExitBadInput;
     }
   }
-  const Topology topo = resolve_topology(spec);
+  const runtime::Plan topo = resolve_topology(spec);
   std::printf("%s: ok\n%s", spec.source.c_str(), format_topology(spec, topo).c_str());
   if (spec.run.mode == "rl") {
     const auto& r = spec.rl;

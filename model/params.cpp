@@ -15,7 +15,7 @@
 namespace troupe::model {
 
 const ParamEntry& ParamLayout::add(std::string name, kernels::Shape shape, bool trainable,
-                                   bool decay) {
+                                   bool decay, ParamTag tag) {
   if (find(name)) throw std::invalid_argument("ParamLayout: duplicate entry " + name);
   for (int64_t d : shape)
     if (d <= 0) throw std::invalid_argument("ParamLayout: entry " + name + " has empty shape " +
@@ -27,6 +27,7 @@ const ParamEntry& ParamLayout::add(std::string name, kernels::Shape shape, bool 
   e.offset = total_;
   e.trainable = trainable;
   e.decay = decay && trainable;
+  e.tag = tag;
   total_ += e.numel;
   index_.emplace(e.name, entries_.size());
   entries_.push_back(std::move(e));
@@ -69,37 +70,44 @@ ParamLayout build_param_layout(const ModelConfig& c) {
   validate(c);
   const int64_t V = c.vocab_size, D = c.d_model;
   ParamLayout L;
-  L.add("model.embed_tokens.weight", {V, D});
+  L.add("model.embed_tokens.weight", {V, D}, true, true, {ParamRole::Embedding});
   for (int64_t i = 0; i < c.n_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
-    L.add(p + "input_layernorm.weight", {D}, true, false);
+    const int l = static_cast<int>(i);
+    L.add(p + "input_layernorm.weight", {D}, true, false, {ParamRole::Norm, l});
     for (const char* m : {"q_proj", "k_proj", "v_proj", "o_proj"})
-      L.add(p + "self_attn." + m + ".weight", {D, D});
-    L.add(p + "post_attention_layernorm.weight", {D}, true, false);
+      L.add(p + "self_attn." + m + ".weight", {D, D}, true, true, {ParamRole::Attention, l});
+    L.add(p + "post_attention_layernorm.weight", {D}, true, false, {ParamRole::Norm, l});
     if (c.ffn == "dense") {
       const int64_t H = c.dense_hidden;
-      L.add(p + "mlp.gate_proj.weight", {H, D});
-      L.add(p + "mlp.up_proj.weight", {H, D});
-      L.add(p + "mlp.down_proj.weight", {D, H});
+      L.add(p + "mlp.gate_proj.weight", {H, D}, true, true, {ParamRole::Dense, l});
+      L.add(p + "mlp.up_proj.weight", {H, D}, true, true, {ParamRole::Dense, l});
+      L.add(p + "mlp.down_proj.weight", {D, H}, true, true, {ParamRole::Dense, l});
       continue;
     }
     const int64_t E = c.n_experts, F = c.expert_hidden;
-    L.add(p + "mlp.gate.weight", {E, D});
-    if (c.balance == "bias") L.add(p + "mlp.gate.e_score_correction_bias", {E}, false, false);
-    for (const char* m : {"gate_proj", "up_proj"})
+    L.add(p + "mlp.gate.weight", {E, D}, true, true, {ParamRole::Router, l});
+    if (c.balance == "bias")
+      L.add(p + "mlp.gate.e_score_correction_bias", {E}, false, false, {ParamRole::RouterBias, l});
+    int part = 0;
+    for (const char* m : {"gate_proj", "up_proj"}) {
       for (int64_t e = 0; e < E; ++e)
-        L.add(p + "mlp.experts." + std::to_string(e) + "." + m + ".weight", {F, D});
+        L.add(p + "mlp.experts." + std::to_string(e) + "." + m + ".weight", {F, D}, true, true,
+              {ParamRole::Expert, l, static_cast<int>(e), part});
+      ++part;
+    }
     for (int64_t e = 0; e < E; ++e)
-      L.add(p + "mlp.experts." + std::to_string(e) + ".down_proj.weight", {D, F});
+      L.add(p + "mlp.experts." + std::to_string(e) + ".down_proj.weight", {D, F}, true, true,
+            {ParamRole::Expert, l, static_cast<int>(e), 2});
     if (c.shared_experts > 0) {
       const int64_t S = c.shared_experts * F;
-      L.add(p + "mlp.shared_experts.gate_proj.weight", {S, D});
-      L.add(p + "mlp.shared_experts.up_proj.weight", {S, D});
-      L.add(p + "mlp.shared_experts.down_proj.weight", {D, S});
+      L.add(p + "mlp.shared_experts.gate_proj.weight", {S, D}, true, true, {ParamRole::SharedExpert, l});
+      L.add(p + "mlp.shared_experts.up_proj.weight", {S, D}, true, true, {ParamRole::SharedExpert, l});
+      L.add(p + "mlp.shared_experts.down_proj.weight", {D, S}, true, true, {ParamRole::SharedExpert, l});
     }
   }
-  L.add("model.norm.weight", {D}, true, false);
-  if (!c.tie_embeddings) L.add("lm_head.weight", {V, D});
+  L.add("model.norm.weight", {D}, true, false, {ParamRole::FinalNorm});
+  if (!c.tie_embeddings) L.add("lm_head.weight", {V, D}, true, true, {ParamRole::Head});
   return L;
 }
 

@@ -16,6 +16,27 @@
 
 namespace troupe::model {
 
+// What a parameter is, independent of its (Hugging Face) name: the runtime
+// finds parameters by these tags, never by matching name strings.
+enum class ParamRole : uint8_t {
+  Embedding,     // token embedding (also the head when embeddings are tied)
+  Norm,          // a layer's RMSNorm weights
+  Attention,     // q/k/v/o projections
+  Dense,         // a dense layer's FFN
+  Router,        // a MoE layer's router (gate) weight
+  RouterBias,    // the aux-loss-free router bias (not trained by AdamW)
+  Expert,        // a routed expert's gate/up/down projection
+  SharedExpert,  // the shared experts' projections
+  FinalNorm,     // the final RMSNorm
+  Head,          // the untied LM head
+};
+struct ParamTag {
+  ParamRole role = ParamRole::Embedding;
+  int layer = -1;   // decoder layer; -1 outside the layers
+  int expert = -1;  // routed expert id (role Expert); -1 otherwise
+  int part = -1;    // role Expert: 0 gate_proj, 1 up_proj, 2 down_proj; -1 otherwise
+};
+
 struct ParamEntry {
   std::string name;      // e.g. "model.layers.0.self_attn.q_proj.weight"
   kernels::Shape shape;  // e.g. [d_model, d_model]
@@ -23,13 +44,14 @@ struct ParamEntry {
   int64_t numel = 0;
   bool trainable = true;  // false: state such as the aux-loss-free router bias
   bool decay = true;      // AdamW weight decay applies (false for norms)
+  ParamTag tag;           // what it is (layer, role, expert)
 };
 
 class ParamLayout {
  public:
   // Appends an entry at the end of the buffer and returns it.
   const ParamEntry& add(std::string name, kernels::Shape shape, bool trainable = true,
-                        bool decay = true);
+                        bool decay = true, ParamTag tag = {});
   const std::vector<ParamEntry>& entries() const { return entries_; }
   int64_t total() const { return total_; }
   // nullptr when absent.

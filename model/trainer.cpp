@@ -11,22 +11,13 @@
 #include "model/decoder.hpp"
 #include "model/generate.hpp"
 #include "model/params.hpp"
+#include "model/update_rules.hpp"
 #include "model/weights.hpp"
 #include "moe/balance.hpp"
 
 namespace troupe::model {
 
 using kernels::Tensor;
-
-double learning_rate(const OptimConfig& o, int64_t step, int64_t total) {
-  if (o.warmup_steps > 0 && step < o.warmup_steps)
-    return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup_steps);
-  if (o.schedule == "constant") return o.lr;
-  const double span = static_cast<double>(std::max<int64_t>(1, total - o.warmup_steps - 1));
-  const double progress = std::min(1.0, static_cast<double>(step - o.warmup_steps) / span);
-  const double min_lr = o.lr * o.min_lr_ratio;
-  return min_lr + (o.lr - min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));
-}
 
 namespace {
 
@@ -146,20 +137,14 @@ struct Trainer::Impl {
     m.loss = loss_sum * loss_scale;
     m.aux_loss = aux * aux_scale;
 
-    const Tensor all[] = {grads};
-    m.grad_norm = kernels::clip_grad_norm(*be, all, opt.optim.grad_clip);
+    // The step's rules (model/update_rules.hpp), as the optimizer shards apply them.
+    m.grad_norm = std::sqrt(be->squared_norm(grads));
+    clip_to_norm(*be, grads, m.grad_norm, opt.optim.grad_clip);
     m.lr = learning_rate(opt.optim, step, opt.steps);
-    kernels::AdamWParams hp;
-    hp.lr = static_cast<float>(m.lr);
-    hp.beta1 = static_cast<float>(opt.optim.beta1);
-    hp.beta2 = static_cast<float>(opt.optim.beta2);
-    hp.eps = static_cast<float>(opt.optim.eps);
-    hp.step = step + 1;
-    for (const OptimizerRange& r : ranges) {
-      hp.weight_decay = r.decay ? static_cast<float>(opt.optim.weight_decay) : 0.0f;
+    for (const OptimizerRange& r : ranges)
       be->adamw(params.view(r.offset, {r.numel}), grads.view(r.offset, {r.numel}),
-                adam_m.view(r.offset, {r.numel}), adam_v.view(r.offset, {r.numel}), hp);
-    }
+                adam_m.view(r.offset, {r.numel}), adam_v.view(r.offset, {r.numel}),
+                adamw_params(opt.optim, step, opt.steps, r.decay));
     if (balance == moe::Balance::bias) update_biases(m.expert_load);
     ++step;
     be->synchronize();

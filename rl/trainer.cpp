@@ -13,6 +13,7 @@
 #include "model/params.hpp"
 #include "model/policy_head.hpp"
 #include "model/trainer.hpp"
+#include "model/update_rules.hpp"
 #include "model/weights.hpp"
 #include "moe/balance.hpp"
 #include "rl/group.hpp"
@@ -132,24 +133,17 @@ struct RlTrainer::Impl {
     return go;
   }
 
-  // Clip, learning rate, AdamW and the router-bias rule, as the pretraining
-  // trainer applies them (model/trainer.cpp).
+  // The optimizer step's rules as both pretraining engines apply them
+  // (model/update_rules.hpp): clipping to the global norm, the scheduled LR
+  // and AdamW per optimizer range, then the router-bias rule.
   void optimizer_step(RlStepMetrics& m, int64_t opt_step, int64_t total_opt_steps,
                       const std::vector<std::vector<int64_t>>& load) {
-    const Tensor all[] = {grads};
-    m.grad_norm = kernels::clip_grad_norm(*be, all, opt.optim.grad_clip);
+    m.grad_norm = std::sqrt(be->squared_norm(grads));
+    model::clip_to_norm(*be, grads, m.grad_norm, opt.optim.grad_clip);
     m.lr = model::learning_rate(opt.optim, opt_step, total_opt_steps);
-    kernels::AdamWParams hp;
-    hp.lr = static_cast<float>(m.lr);
-    hp.beta1 = static_cast<float>(opt.optim.beta1);
-    hp.beta2 = static_cast<float>(opt.optim.beta2);
-    hp.eps = static_cast<float>(opt.optim.eps);
-    hp.step = opt_step + 1;
-    for (const model::OptimizerRange& r : ranges) {
-      hp.weight_decay = r.decay ? static_cast<float>(opt.optim.weight_decay) : 0.0f;
+    for (const model::OptimizerRange& r : ranges)
       be->adamw(params.view(r.offset, {r.numel}), grads.view(r.offset, {r.numel}), adam_m.view(r.offset, {r.numel}),
-                adam_v.view(r.offset, {r.numel}), hp);
-    }
+                adam_v.view(r.offset, {r.numel}), model::adamw_params(opt.optim, opt_step, total_opt_steps, r.decay));
     if (bias_balance) {
       for (size_t l = 0; l < w.layers.size() && l < load.size(); ++l) {
         const Tensor& b = w.layers[l].moe.bias;

@@ -40,7 +40,7 @@ expect_exit 3 "$troupe" validate "$work/missing.toml"
 expect_output "cannot open spec file"
 # Expert shards as actors: validate lists them and says who computes the experts.
 expect_exit 0 "$troupe" validate --set topology.expert_shards=4
-expect_output "experts:L3:S3"
+expect_output "expert:3/3 "  # one naming scheme: validate lists the runtime's names (was experts:L3:S3)
 expect_output "the experts run in the expert-shard actors"
 # Multi-device topologies: the runtime's rules, checked at validation on the right key.
 expect_exit 3 "$troupe" validate --set topology.devices=2 --set topology.stages=2 --set topology.schedule='"dualpipe"' \

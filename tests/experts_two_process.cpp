@@ -59,13 +59,13 @@ std::shared_ptr<Shared> make_shared_state() {
   c.top_k = 2;
   c.expert_hidden = 8;
   sh->layout = model::build_param_layout(c);
-  sh->chunks = 2;
-  sh->mb_batch = 2;
+  sh->plan.chunks = 2;
+  sh->plan.mb_batch = 2;
   std::mt19937_64 rng(7);
   std::normal_distribution<float> nd(0.0f, 0.2f);
   sh->init.resize(static_cast<size_t>(sh->layout.total()));
   for (float& v : sh->init) v = nd(rng);
-  sh->shard_ranges = {{0, sh->layout.total()}};
+  sh->plan.shard_ranges = {{0, sh->layout.total()}};
   return sh;
 }
 
@@ -135,7 +135,7 @@ struct Micro {
 
 Micro reference(const Shared& sh, kernels::Backend& be, uint64_t seed) {
   const model::ModelConfig& c = sh.opt.train.model;
-  const int64_t T = sh.mb_batch * c.seq_len, k = c.top_k, E = c.n_experts, D = c.d_model, F = c.expert_hidden;
+  const int64_t T = sh.plan.mb_batch * c.seq_len, k = c.top_k, E = c.n_experts, D = c.d_model, F = c.expert_hidden;
   std::mt19937_64 rng(seed);
   Micro mb;
   std::vector<int32_t> ids;

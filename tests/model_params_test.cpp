@@ -66,6 +66,50 @@ TEST(ParamLayout, DenseHasNoRouter) {
             (kernels::Shape{c.d_model, c.dense_hidden}));
 }
 
+// The tags the runtime finds parameters by (layer, role, expert, part) say
+// what the Hugging Face names say, for every kind of entry.
+TEST(ParamLayout, TagsAgreeWithTheNames) {
+  using model::ParamRole;
+  ModelConfig moe;
+  moe.balance = "bias";
+  moe.shared_experts = 1;
+  moe.tie_embeddings = false;
+  ModelConfig dense;
+  dense.ffn = "dense";
+  for (const ModelConfig& c : {moe, dense}) {
+    const model::ParamLayout layout = model::build_param_layout(c);
+    for (const auto& e : layout.entries()) {
+      const std::string& n = e.name;
+      const std::string layers = "model.layers.";
+      if (n.rfind(layers, 0) == 0) {
+        EXPECT_EQ(e.tag.layer, std::stoi(n.substr(layers.size()))) << n;
+        const auto has = [&](const char* s) { return n.find(s) != std::string::npos; };
+        const ParamRole want = has(".mlp.experts.")          ? ParamRole::Expert
+                               : has(".mlp.shared_experts.") ? ParamRole::SharedExpert
+                               : has("e_score_correction_bias") ? ParamRole::RouterBias
+                               : has(".mlp.gate.weight")     ? ParamRole::Router
+                               : has(".mlp.")                ? ParamRole::Dense
+                               : has("self_attn.")           ? ParamRole::Attention
+                                                             : ParamRole::Norm;
+        EXPECT_EQ(e.tag.role, want) << n;
+        if (want == ParamRole::Expert) {
+          const size_t at = n.find(".mlp.experts.") + std::string(".mlp.experts.").size();
+          EXPECT_EQ(e.tag.expert, std::stoi(n.substr(at))) << n;
+          EXPECT_EQ(e.tag.part, has("gate_proj") ? 0 : has("up_proj") ? 1 : 2) << n;
+        } else {
+          EXPECT_EQ(e.tag.expert, -1) << n;
+        }
+      } else {
+        EXPECT_EQ(e.tag.layer, -1) << n;
+        EXPECT_EQ(e.tag.role, n == "model.embed_tokens.weight" ? ParamRole::Embedding
+                              : n == "model.norm.weight"       ? ParamRole::FinalNorm
+                                                               : ParamRole::Head)
+            << n;
+      }
+    }
+  }
+}
+
 TEST(ParamLayout, BadConfigsAreRejectedWithAReason) {
   ModelConfig c;
   c.n_heads = 3;

@@ -98,14 +98,14 @@ struct Fixture : ::testing::Test {
     sh = std::make_shared<Shared>();
     sh->opt.train.model = c;
     sh->layout = model::build_param_layout(c);
-    sh->chunks = kMbs;
-    sh->mb_batch = 2;
+    sh->plan.chunks = kMbs;
+    sh->plan.mb_batch = 2;
     sh->init = randn(static_cast<size_t>(sh->layout.total()), rng, 0.2f);
     // Two optimizer shards splitting the buffer inside the layer's gate_proj
     // block, so the experts' ranges are cut across them.
     all_ranges = expert_param_ranges(sh->layout, c, kLayer, {0, c.n_experts});
     const int64_t cut = all_ranges[0].offset + all_ranges[0].count / 2 + 3;
-    sh->shard_ranges = {{0, cut}, {cut, sh->layout.total() - cut}};
+    sh->plan.shard_ranges = {{0, cut}, {cut, sh->layout.total() - cut}};
     sh->peers.coordinator = caf::actor_cast<caf::actor>(self);
     sh->peers.shards = {sh->peers.coordinator, sh->peers.coordinator};
     dev0 = std::make_unique<Device>(0, kernels::BackendOptions{});
@@ -129,7 +129,7 @@ struct Fixture : ::testing::Test {
 
   // The single-process math: experts over all E, micro-batch by micro-batch.
   void reference(std::mt19937_64& rng) {
-    const int64_t T = sh->mb_batch * c.seq_len, k = c.top_k, E = c.n_experts, D = c.d_model, F = c.expert_hidden;
+    const int64_t T = sh->plan.mb_batch * c.seq_len, k = c.top_k, E = c.n_experts, D = c.d_model, F = c.expert_hidden;
     std::vector<float> all;
     for (const Range& r : all_ranges) all.insert(all.end(), sh->init.begin() + r.offset, sh->init.begin() + r.offset + r.count);
     const kernels::Tensor wbuf = be->from_f32({static_cast<int64_t>(all.size())}, all);
@@ -326,7 +326,7 @@ struct Fixture : ::testing::Test {
       EXPECT_EQ((*r)->getMicrobatches(), static_cast<uint32_t>(kMbs));
       const int64_t off = static_cast<int64_t>((*r)->getRange().getOffset());
       const int64_t cnt = static_cast<int64_t>((*r)->getRange().getCount());
-      const Range osr = sh->shard_ranges[(*r)->getShard()];
+      const Range osr = sh->plan.shard_ranges[(*r)->getShard()];
       EXPECT_GE(off, osr.offset);
       EXPECT_LE(off + cnt, osr.offset + osr.count);
       int which = -1;
@@ -357,7 +357,7 @@ TEST_F(Fixture, CombinesAndGradientsEqualExpertsOverAllExperts) {
   std::vector<float> fresh = sh->init;
   for (float& v : fresh) v += 1.0f;
   for (uint32_t o = 0; o < 2; ++o) {
-    const Range r = sh->shard_ranges[o];
+    const Range r = sh->plan.shard_ranges[o];
     Envelope p = Envelope::build<schemas::ParamSlice>([&](schemas::ParamSlice::Builder b) {
       b.setStep(0);
       b.setShard(o);
@@ -494,7 +494,7 @@ TEST_F(Fixture, DualPipeCopiesSummedInChunkOrder) {
 TEST_F(Fixture, WorksWithTheOptimizerShards) {
   for (int s = 0; s < kShards; ++s) {
     const auto r = expert_param_ranges(sh->layout, c, kLayer, expert_split(c.n_experts, kShards, s));
-    sh->rank_owned.push_back(std::vector<Range>(r.begin(), r.end()));
+    sh->plan.rank_owned.push_back(std::vector<Range>(r.begin(), r.end()));
   }
   sh->peers.ranks = {shards};
   std::vector<caf::actor> opt;
@@ -658,7 +658,7 @@ TEST_F(Fixture, EmptyDispatchesAnsweredAndStepEnds) {
 // A dispatch without a CAF sender (sent from a device thread) is answered at
 // the rank holding (chunk, stage); one naming no such rank is rejected.
 TEST_F(Fixture, AnonymousDispatchRoutedByStage) {
-  sh->sl = sched::make_layout(sched::Kind::sequential, 1, kMbs);
+  sh->plan.sl = sched::make_layout(sched::Kind::sequential, 1, kMbs);
   sh->peers.ranks = {{caf::actor_cast<caf::actor>(self)}};
   caf::anon_send(shards[0], dispatch(0, 0, false));
   int s = -1, m = -1;

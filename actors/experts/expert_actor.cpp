@@ -16,32 +16,6 @@
 
 namespace troupe::runtime {
 
-ExpertRange expert_split(int64_t n_experts, int shards, int shard) {
-  if (shards < 1 || shards > n_experts || shard < 0 || shard >= shards)
-    throw std::invalid_argument("expert_split: " + std::to_string(shards) + " shards for " +
-                                std::to_string(n_experts) + " experts, shard " + std::to_string(shard));
-  const int64_t base = n_experts / shards, extra = n_experts % shards;
-  const int64_t begin = shard * base + std::min<int64_t>(shard, extra);
-  return {begin, begin + base + (shard < extra ? 1 : 0)};
-}
-
-int expert_owner(int64_t n_experts, int shards, int64_t expert) {
-  for (int s = 0; s < shards; ++s)
-    if (expert < expert_split(n_experts, shards, s).end) return s;
-  throw std::invalid_argument("expert_owner: expert " + std::to_string(expert) + " >= " + std::to_string(n_experts));
-}
-
-std::array<Range, 3> expert_param_ranges(const model::ParamLayout& layout, const model::ModelConfig& c,
-                                         int layer, ExpertRange r) {
-  const std::string p = "model.layers." + std::to_string(layer) + ".mlp.experts." + std::to_string(r.begin) + ".";
-  const int64_t per = c.expert_hidden * c.d_model;
-  std::array<Range, 3> out;
-  int i = 0;
-  for (const char* m : {"gate_proj", "up_proj", "down_proj"})
-    out[static_cast<size_t>(i++)] = {layout.at(p + m + ".weight").offset, r.size() * per};
-  return out;
-}
-
 namespace {
 
 using ActKey = std::pair<uint32_t, uint32_t>;  // chunk, microbatch
@@ -89,7 +63,6 @@ struct XState {
   std::vector<std::pair<Envelope, caf::actor>> early;  // dispatches of step + 1
   uint64_t dropped = 0;
   KillSwitch kill;
-  bool corrupt_next = false;  // test switch RuntimeOptions::corrupt_combine
 };
 
 using Self = caf::stateful_actor<XState>;
@@ -155,7 +128,7 @@ void abort_to(Self* self, uint64_t step, uint32_t attempt) {
 caf::actor reply_to(Self* self, const MoeKey& id) {
   auto& s = self->state;
   if (auto sender = self->current_sender()) return caf::actor_cast<caf::actor>(sender);
-  const auto& sl = s.sh->sl;
+  const auto& sl = s.sh->plan.sl;
   // The ids are untrusted: range-check them before any rank arithmetic.
   if (id.replica >= static_cast<uint32_t>(s.sh->opt.data_parallel) ||
       id.chunk >= static_cast<uint32_t>(std::max(sl.num_dirs, 1)) ||
@@ -189,8 +162,8 @@ void send_grads(Self* self) {
     }
     int64_t base = 0;  // offset of each range inside `total`
     for (const Range& own : ranges) {
-      for (size_t sh_i = 0; sh_i < sh->shard_ranges.size(); ++sh_i) {
-        const Range piece = intersect(own, sh->shard_ranges[sh_i]);
+      for (size_t sh_i = 0; sh_i < sh->plan.shard_ranges.size(); ++sh_i) {
+        const Range piece = intersect(own, sh->plan.shard_ranges[sh_i]);
         if (piece.count == 0) continue;
         const float* src = total.empty() ? nullptr : total.data() + base + (piece.offset - own.offset);
         std::vector<float> zeros;
@@ -236,8 +209,7 @@ void forward(Self* self, const CheckedDispatch& cd, caf::actor dest) {
   auto token_index = meta.token_index;
   auto counts = meta.counts;
   s.fwd.emplace(k, std::move(meta));
-  MoeKey reply = id;
-  if (std::exchange(s.corrupt_next, false)) ++reply.dispatch_id;  // test switch: a Combine that does not echo
+  const MoeKey reply = id;
 
   auto sh = s.sh;
   submit(self, *s.dev, [comp, sh, k, n, F, D, id, reply, msg, token_index, counts, dest](kernels::Backend& be) {
@@ -360,13 +332,13 @@ void handle_params(Self* self, const Envelope& e) {
   }
   const uint32_t shard = (*p)->getShard();
   if ((*p)->getStep() != s.step || (*p)->getAttempt() != s.attempt || !s.waiting_params ||
-      shard >= s.sh->shard_ranges.size() ||
+      shard >= s.sh->plan.shard_ranges.size() ||
       s.slices_from.count(shard)) {
     ++s.dropped;
     return;
   }
   const Range got{static_cast<int64_t>((*p)->getRange().getOffset()), static_cast<int64_t>((*p)->getRange().getCount())};
-  const Range want = s.sh->shard_ranges[shard];
+  const Range want = s.sh->plan.shard_ranges[shard];
   if (got.offset != want.offset || got.count != want.count) {
     ++s.dropped;
     caf::anon_send(s.sh->peers.coordinator, rt::fail_atom_v,
@@ -409,7 +381,7 @@ void handle_params(Self* self, const Envelope& e) {
 caf::behavior expert_actor(Self* self, std::shared_ptr<const Shared> sh, Device* dev, ExpertShardSpec spec) {
   auto& st = self->state;
   const model::ModelConfig& c = sh->opt.train.model;
-  if (spec.microbatches <= 0) spec.microbatches = sh->chunks;
+  if (spec.microbatches <= 0) spec.microbatches = sh->plan.chunks;
   st.sh = sh;
   st.dev = dev;
   st.spec = spec;
@@ -417,22 +389,16 @@ caf::behavior expert_actor(Self* self, std::shared_ptr<const Shared> sh, Device*
   st.ranges = expert_param_ranges(sh->layout, c, spec.layer, st.experts);
   st.F = c.expert_hidden;
   st.D = c.d_model;
-  st.name = "expert:" + std::to_string(spec.layer) + "/" + std::to_string(spec.shard) +
-            (sh->opt.data_parallel > 1 ? "/replica:" + std::to_string(spec.replica) : "");
+  st.name = expert_name(spec.replica, spec.layer, spec.shard, sh->opt.data_parallel);
   st.view.replica = static_cast<uint32_t>(spec.replica);
   st.view.layer = static_cast<uint32_t>(spec.layer);
   st.view.shard = static_cast<uint32_t>(spec.shard);
   st.view.expert_begin = static_cast<uint32_t>(st.experts.begin);
   st.view.expert_end = static_cast<uint32_t>(st.experts.end);
   st.view.width = static_cast<uint32_t>(c.d_model);
-  st.view.tokens = static_cast<uint32_t>(sh->mb_batch * c.seq_len);
+  st.view.tokens = static_cast<uint32_t>(sh->plan.mb_batch * c.seq_len);
   st.view.top_k = static_cast<uint32_t>(c.top_k);
-  for (const Range& sr : sh->shard_ranges) {
-    bool meets = false;
-    for (const Range& own : st.ranges) meets = meets || intersect(own, sr).count > 0;
-    if (meets) ++st.slices_expected;
-  }
-  st.corrupt_next = sh->opt.corrupt_combine && spec.replica == 0 && spec.producer == 0;
+  st.slices_expected = sh->plan.meeting_shards({st.ranges.begin(), st.ranges.end()});
   st.comp = std::make_shared<XCompute>();
   auto comp = st.comp;
   st.step = spec.start_step;
@@ -500,6 +466,7 @@ caf::behavior expert_actor(Self* self, std::shared_ptr<const Shared> sh, Device*
                        s.name + ": unexpected message kind " + kind_name(*kind));
       },
       [self](rt::dropped_atom) { return self->state.dropped; },
+      [self](rt::name_atom) { return self->state.name; },
       [self](rt::params_atom) -> caf::result<Envelope, Envelope, Envelope> {
         auto& s = self->state;
         auto rp = self->make_response_promise<Envelope, Envelope, Envelope>();

@@ -70,24 +70,7 @@ namespace troupe::runtime {
 // the coordinator's (replica, rank) set never collide.
 inline constexpr uint32_t kExpertProducerBase = 0x40000000u;
 
-// Global expert ids [begin, end) of one shard.
-struct ExpertRange {
-  int64_t begin = 0, end = 0;
-  int64_t size() const { return end - begin; }
-};
-
-// Contiguous, balanced split of n_experts over `shards`: the first
-// n_experts % shards shards take one more. Throws std::invalid_argument when
-// shards < 1 or shards > n_experts.
-ExpertRange expert_split(int64_t n_experts, int shards, int shard);
-// The shard of `expert` under expert_split.
-int expert_owner(int64_t n_experts, int shards, int64_t expert);
-
-// The flat-buffer ranges {gate, up, down} of experts `r` of layer `layer`
-// (each contiguous: all gate_proj of a layer are consecutive [F,D] blocks).
-// Throws std::out_of_range when the layer has no routed experts.
-std::array<Range, 3> expert_param_ranges(const model::ParamLayout& layout, const model::ModelConfig& c,
-                                         int layer, ExpertRange r);
+// ExpertRange, expert_split, expert_owner and expert_param_ranges: actors/plan.hpp.
 
 struct ExpertShardSpec {
   int replica = 0;       // data-parallel replica served
@@ -95,7 +78,7 @@ struct ExpertShardSpec {
   int shard = 0;         // this shard within the layer
   int shards = 1;        // expert shards of the layer
   int producer = 0;      // unique per (replica, layer, shard): GradSlice.stage / stepok rank offset
-  int microbatches = 0;  // backward dispatches per step; 0: sh->chunks
+  int microbatches = 0;  // backward dispatches per step; 0: sh->plan.chunks
   // Start elsewhere than step 0 with sh->init: the step to resume at and the
   // weights to hold, {gate | up | down} of the owned experts as (params)
   // returns them. Null: sh->init at step 0. (The runtime's supervisor

@@ -16,6 +16,7 @@
 #include <tuple>
 
 #include "actors/context.hpp"
+#include "model/update_rules.hpp"
 #include "moe/balance.hpp"
 
 namespace troupe::runtime {
@@ -118,8 +119,8 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
   st.sh = sh;
   st.dev = dev;
   st.shard = shard;
-  st.name = "optimizer:" + std::to_string(shard);
-  st.range = sh->shard_ranges[static_cast<size_t>(shard)];
+  st.name = shard_name(shard);
+  st.range = sh->plan.shard_ranges[static_cast<size_t>(shard)];
   // AdamW pieces: the trainer's optimizer runs, cut to the range this shard owns.
   for (const model::OptimizerRange& o : model::optimizer_ranges(sh->layout)) {
     const Range r = intersect({o.offset, o.numel}, st.range);
@@ -128,22 +129,13 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
   }
   if (sh->opt.train.model.ffn == "moe" && sh->opt.train.model.balance == "bias")
     for (const model::ParamEntry& e : sh->layout.entries()) {
-      const std::string suffix = ".mlp.gate.e_score_correction_bias";
-      if (e.name.size() < suffix.size() || e.name.compare(e.name.size() - suffix.size(), suffix.size(), suffix) != 0)
-        continue;
+      if (e.tag.role != model::ParamRole::RouterBias) continue;
       const Range r = intersect({e.offset, e.numel}, st.range);
       if (r.count == 0) continue;
-      const int layer = std::stoi(e.name.substr(std::string("model.layers.").size()));
+      const int layer = e.tag.layer;
       st.bias.push_back({layer, r.offset - e.offset, r.offset - st.range.offset, r.count});
     }
-  for (int rep = 0; rep < sh->opt.data_parallel; ++rep) {
-    for (const auto& owned : sh->rank_owned)
-      for (const Range& o : owned)
-        if (intersect(o, st.range).count > 0) ++st.expected;
-    for (const auto& owned : sh->expert_owned)  // expert shards are gradient producers too
-      for (const Range& o : owned)
-        if (intersect(o, st.range).count > 0) ++st.expected;
-  }
+  st.expected = static_cast<uint32_t>(sh->opt.data_parallel) * sh->plan.gradient_slices(st.range);
   st.comp = std::make_shared<ShardCompute>();
   st.step = sh->start_step;  // resumed: AdamW's step count and the LR schedule go on from there
   auto slice = [&](const std::vector<float>& v) {
@@ -231,14 +223,8 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
           return;
         }
         const auto& o = s.sh->opt;
-        kernels::AdamWParams hp;
-        hp.lr = static_cast<float>(model::learning_rate(o.train.optim, static_cast<int64_t>(step), o.train.steps));
-        hp.beta1 = static_cast<float>(o.train.optim.beta1);
-        hp.beta2 = static_cast<float>(o.train.optim.beta2);
-        hp.eps = static_cast<float>(o.train.optim.eps);
-        hp.step = static_cast<int64_t>(step) + 1;
-        const double max_norm = o.train.optim.grad_clip;
-        const float wd = static_cast<float>(o.train.optim.weight_decay);
+        const model::OptimConfig optim = o.train.optim;
+        const int64_t total = o.train.steps;
         auto comp = s.comp;
         auto pieces = s.pieces;
         const Range range = s.range;
@@ -251,15 +237,13 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
         auto bias = s.bias;
         auto loads = s.loads;
         auto snap = std::make_shared<std::vector<Envelope>>();
-        submit(self, *s.dev, [comp, pieces, hp, max_norm, wd, norm, range, shard, step, attempt, sh, snap, bias, loads](kernels::Backend& be) mutable {
-          // Same clipping rule as kernels::clip_grad_norm, with the global norm.
-          if (max_norm > 0.0 && norm > max_norm)
-            be.scale(comp->grads, static_cast<float>(max_norm / (norm + 1e-6)));
-          for (const OptPiece& p : pieces) {
-            hp.weight_decay = p.decay ? wd : 0.0f;
+        submit(self, *s.dev, [comp, pieces, optim, total, norm, range, shard, step, attempt, sh, snap, bias, loads](kernels::Backend& be) mutable {
+          // The Trainer's rules (model/update_rules.hpp), with the global norm.
+          model::clip_to_norm(be, comp->grads, norm, optim.grad_clip);
+          for (const OptPiece& p : pieces)
             be.adamw(comp->params.view(p.offset, {p.count}), comp->grads.view(p.offset, {p.count}),
-                     comp->m.view(p.offset, {p.count}), comp->v.view(p.offset, {p.count}), hp);
-          }
+                     comp->m.view(p.offset, {p.count}), comp->v.view(p.offset, {p.count}),
+                     model::adamw_params(optim, static_cast<int64_t>(step), total, p.decay));
           // Aux-loss-free balancing after the update, as model::Trainer does:
           // the layer's whole bias row through moe::update_router_bias.
           const auto& c = sh->opt.train.model;
@@ -279,9 +263,9 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
           for (const caf::actor& r : all_ranks(*sh)) post(*sh, r, e);
           // Expert shards whose weights meet this range.
           for (int rep = 0; rep < sh->opt.data_parallel; ++rep)
-            for (size_t p = 0; p < sh->expert_owned.size(); ++p) {
+            for (size_t p = 0; p < sh->plan.expert_owned.size(); ++p) {
               bool meets = false;
-              for (const Range& o : sh->expert_owned[p]) meets = meets || intersect(o, range).count > 0;
+              for (const Range& o : sh->plan.expert_owned[p]) meets = meets || intersect(o, range).count > 0;
               if (meets) post(*sh, expert_of(*sh, rep, static_cast<int>(p)), e);
             }
         }, [self, snap, step, attempt, shard] {
@@ -335,6 +319,7 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
         return rp;
       },
       [self](rt::dropped_atom) { return self->state.dropped; },
+      [self](rt::name_atom) { return self->state.name; },
   };
 }
 

@@ -164,9 +164,9 @@ ChunkCtx chunk_ctx(Self* self, const sched::Chunk& c, int slot, bool backward) {
   x.comp = st.comp;
   x.c = c;
   x.slot = slot;
-  x.last = sh.sl.num_stages - 1;
-  if (!backward && c.stage < x.last) x.peer = rank_of(sh, st.replica, sched::stage_rank(sh.sl, c.dir, c.stage + 1));
-  if (backward && c.stage > 0) x.peer = rank_of(sh, st.replica, sched::stage_rank(sh.sl, c.dir, c.stage - 1));
+  x.last = sh.plan.sl.num_stages - 1;
+  if (!backward && c.stage < x.last) x.peer = rank_of(sh, st.replica, sched::stage_rank(sh.plan.sl, c.dir, c.stage + 1));
+  if (backward && c.stage > 0) x.peer = rank_of(sh, st.replica, sched::stage_rank(sh.plan.sl, c.dir, c.stage - 1));
   x.coord = sh.peers.coordinator;
   x.step = st.step;
   x.attempt = st.attempt;
@@ -264,10 +264,10 @@ void send_grads(Self* self) {
   submit(self, *st.dev, [comp, sh, step, attempt, replica, rank](kernels::Backend& be) {
     // Only the entries this rank's stages touch leave the device (the rest of
     // the flat buffer stays zero): a full-buffer download cost ~7 ms a step.
-    const auto& owned = sh->rank_owned[static_cast<size_t>(rank)];
-    for (size_t s = 0; s < sh->shard_ranges.size(); ++s) {
+    const auto& owned = sh->plan.rank_owned[static_cast<size_t>(rank)];
+    for (size_t s = 0; s < sh->plan.shard_ranges.size(); ++s) {
       for (const Range& own : owned) {
-        const Range piece = intersect(own, sh->shard_ranges[s]);
+        const Range piece = intersect(own, sh->plan.shard_ranges[s]);
         if (piece.count == 0) continue;
         const std::vector<float> g = be.download_f32(comp->grads.view(piece.offset, {piece.count}));
         Envelope e = Envelope::build<schemas::GradSlice>([&](schemas::GradSlice::Builder b) {
@@ -279,7 +279,7 @@ void send_grads(Self* self) {
           b.getRange().setCount(static_cast<uint64_t>(piece.count));
           const int64_t shape[1] = {piece.count};
           set_tensor_f32(b.initGrads(), shape, g);
-          b.setMicrobatches(static_cast<uint32_t>(sh->chunks));
+          b.setMicrobatches(static_cast<uint32_t>(sh->plan.chunks));
           b.setAttempt(attempt);
         });
         post(*sh, shard_of(*sh, s), e);
@@ -303,7 +303,7 @@ std::string rank_phase(const RankState& st) {
   if (st.next < st.ops.size() || st.parts > 0)
     return st.backwards == 0 ? "in its forwards, before any backward" : "in its backward ops";
   return "loading parameters after sending gradients (" + std::to_string(st.slices_loaded) + " of " +
-         std::to_string(st.sh->shard_ranges.size()) + " slices loaded)";
+         std::to_string(st.sh->plan.shard_ranges.size()) + " slices loaded)";
 }
 
 // Abort to the start of step `step`, attempt `attempt` (the supervisor then
@@ -447,8 +447,8 @@ void run_step(Self* self, const PartKey key, const sched::Chunk c, int slot,
     p.got.resize(p.sent.size());
     p.have.assign(p.sent.size(), false);
     p.missing = static_cast<int>(p.sent.size());
-    const auto li = static_cast<size_t>(std::find(s.sh->moe_layers.begin(), s.sh->moe_layers.end(),
-                                                  static_cast<int>(p.layer)) - s.sh->moe_layers.begin());
+    const auto li = static_cast<size_t>(std::find(s.sh->plan.moe_layers.begin(), s.sh->plan.moe_layers.end(),
+                                                  static_cast<int>(p.layer)) - s.sh->plan.moe_layers.begin());
     for (size_t k = 0; k < out->dispatches.size(); ++k)
       post(*s.sh, expert_of(*s.sh, s.replica, static_cast<int>(li * out->dispatches.size() + k)), out->dispatches[k]);
     try_run(self);  // the device may take the next op meanwhile
@@ -558,13 +558,13 @@ void try_run(Self* self) {
   auto& st = self->state;
   while (st.running && st.next < st.ops.size()) {
     const sched::Op& op = st.ops[st.next];
-    const int last = st.sh->sl.num_stages - 1;
+    const int last = st.sh->plan.sl.num_stages - 1;
     const bool has_f = op.type == sched::OpType::F || op.type == sched::OpType::FB;
     // B runs the full backward (inputs and weights) and W is then a no-op: the
     // weight gradients are the same values, computed earlier than scheduled.
     const bool has_b = op.type == sched::OpType::BW || op.type == sched::OpType::FB ||
                        op.type == sched::OpType::B;
-    if (st.parts > 0 && !(st.sh->expert_parallel() && st.sh->opt.overlap && st.parts == st.waiting_parts &&
+    if (st.parts > 0 && !(st.sh->plan.expert_parallel() && st.sh->opt.overlap && st.parts == st.waiting_parts &&
                           (!has_b || st.b_parts == 0)))
       return;
     if (has_f && !st.inbox.count(act_key(st, op.f))) return;
@@ -574,7 +574,7 @@ void try_run(Self* self) {
       if (st.parts > 0) return;  // a running backward frees one
       throw std::logic_error(st.name + ": no free activation slot");
     }
-    const bool early_free = st.sh->expert_parallel() && st.sh->opt.overlap;
+    const bool early_free = st.sh->plan.expert_parallel() && st.sh->opt.overlap;
     const int before = st.parts;
     ++st.next;
     if (has_f) {
@@ -587,7 +587,7 @@ void try_run(Self* self) {
       st.slot_of[id][op.f.mb] = slot;
       st.fwd_running.insert({op.f.dir, op.f.stage, op.f.mb});
       ++st.parts;
-      if (st.sh->expert_parallel()) start_forward_parts(self, op.f, slot, std::move(in));
+      if (st.sh->plan.expert_parallel()) start_forward_parts(self, op.f, slot, std::move(in));
       else submit(self, *st.dev, forward_work(self, op.f, slot, std::move(in)),
                   [self, f = op.f] {
                     self->state.fwd_running.erase({f.dir, f.stage, f.mb});
@@ -609,11 +609,11 @@ void try_run(Self* self) {
       if (!early_free) st.free_slots[id].push_back(slot);
       ++st.parts;
       ++st.b_parts;
-      if (st.sh->expert_parallel() && has_f && !st.sh->opt.overlap)
+      if (st.sh->plan.expert_parallel() && has_f && !st.sh->opt.overlap)
         st.deferred = [self, b = op.b, slot, dout, ls = st.loss_scale, as = st.aux_scale] {
           start_backward_parts(self, b, slot, dout, ls, as);
         };
-      else if (st.sh->expert_parallel())
+      else if (st.sh->plan.expert_parallel())
         start_backward_parts(self, op.b, slot, std::move(dout), st.loss_scale, st.aux_scale);
       else submit(self, *st.dev, backward_work(self, op.b, slot, std::move(dout), st.loss_scale, st.aux_scale),
                   [self] { part_done(self, true); }, chunk_label(TraceLabel::Backward, op.b, st.rank));
@@ -632,8 +632,8 @@ caf::behavior rank_actor(Self* self, std::shared_ptr<const Shared> sh, Device* d
   st.replica = replica;
   st.rank = rank;
   st.step = sh->start_step;  // resumed: the saved step
-  st.name = "stage:" + std::to_string(rank) + (sh->opt.data_parallel > 1 ? "/replica:" + std::to_string(replica) : "");
-  st.ops = sched::make_schedule(sh->sl.kind, rank, sh->sl.num_ranks, sh->chunks);
+  st.name = rank_name(replica, rank, sh->opt.data_parallel);
+  st.ops = sched::make_schedule(sh->plan.sl.kind, rank, sh->plan.sl.num_ranks, sh->plan.chunks);
   // Stages held and the most micro-batches each keeps in flight.
   std::map<StageId, int> live, peak;
   for (const sched::Op& op : st.ops) {
@@ -646,7 +646,7 @@ caf::behavior rank_actor(Self* self, std::shared_ptr<const Shared> sh, Device* d
   }
   // With overlap, a forward may start while the previous op's backward (on
   // the same stage) waits for its experts: one slot more.
-  if (sh->expert_parallel() && sh->opt.overlap)
+  if (sh->plan.expert_parallel() && sh->opt.overlap)
     for (auto& [id, n] : peak) ++n;
   for (const auto& [id, n] : peak) st.held.push_back(id);
   st.slot_count = peak;
@@ -660,10 +660,10 @@ caf::behavior rank_actor(Self* self, std::shared_ptr<const Shared> sh, Device* d
     comp->grads = be.zeros({sh->layout.total()});
     comp->w = model::bind_weights(sh->layout, c, comp->params);
     comp->g = model::bind_weights(sh->layout, c, comp->grads);
-    const int last = sh->sl.num_stages - 1;
+    const int last = sh->plan.sl.num_stages - 1;
     for (const auto& [id, n] : slots) {
-      const auto [lb, le] = sh->stage_layers[static_cast<size_t>(id.second)];
-      comp->stages[id] = std::make_unique<model::Stage>(be, c, sh->mb_batch, lb, le, id.second == 0,
+      const auto [lb, le] = sh->plan.stage_layers[static_cast<size_t>(id.second)];
+      comp->stages[id] = std::make_unique<model::Stage>(be, c, sh->plan.mb_batch, lb, le, id.second == 0,
                                                         id.second == last, n);
     }
   }, [] {}, owner_label(TraceLabel::RankInit, rank));
@@ -752,11 +752,11 @@ caf::behavior rank_actor(Self* self, std::shared_ptr<const Shared> sh, Device* d
           if (!p) return fail(to_string(p.error()));
           const uint32_t shard = (*p)->getShard();
           if ((*p)->getStep() != s.step || (*p)->getAttempt() != s.attempt || !s.running || s.next != s.ops.size() ||
-              shard >= s.sh->shard_ranges.size() || s.slices_from.count(shard)) {
+              shard >= s.sh->plan.shard_ranges.size() || s.slices_from.count(shard)) {
             ++s.dropped;
             return;
           }
-          const Range want = s.sh->shard_ranges[shard];
+          const Range want = s.sh->plan.shard_ranges[shard];
           if (static_cast<int64_t>((*p)->getRange().getOffset()) != want.offset ||
               static_cast<int64_t>((*p)->getRange().getCount()) != want.count)
             return fail("parameter slice range does not match shard " + std::to_string(shard));
@@ -768,7 +768,7 @@ caf::behavior rank_actor(Self* self, std::shared_ptr<const Shared> sh, Device* d
             be.upload_f32(comp->params.view(want.offset, {want.count}), v);
           }, [self] {
             auto& s2 = self->state;
-            if (++s2.slices_loaded < static_cast<int>(s2.sh->shard_ranges.size())) return;
+            if (++s2.slices_loaded < static_cast<int>(s2.sh->plan.shard_ranges.size())) return;
             s2.running = false;
             post(*s2.sh, s2.sh->peers.coordinator, rt::stepok_atom_v, s2.step, s2.attempt,
                  static_cast<uint32_t>(s2.replica), static_cast<uint32_t>(s2.rank));
@@ -781,6 +781,7 @@ caf::behavior rank_actor(Self* self, std::shared_ptr<const Shared> sh, Device* d
         fail(std::string("unexpected message kind ") + kind_name(*kind));
       },
       [self](rt::dropped_atom) { return self->state.dropped; },
+      [self](rt::name_atom) { return self->state.name; },
   };
 }
 

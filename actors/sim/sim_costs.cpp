@@ -61,12 +61,11 @@ std::vector<StageWork> stage_work(const model::ModelConfig& c, int64_t mb_sequen
   const model::ParamLayout layout = model::build_param_layout(c);
   std::vector<double> layer_params(static_cast<size_t>(c.n_layers), 0.0);
   double embed = 0, head = 0;  // head: final norm (+ untied LM head)
-  const std::string prefix = "model.layers.";
   for (const model::ParamEntry& e : layout.entries()) {
-    if (e.name.rfind(prefix, 0) == 0) {
-      const size_t l = std::stoul(e.name.substr(prefix.size()));
+    if (e.tag.layer >= 0) {
+      const size_t l = static_cast<size_t>(e.tag.layer);
       if (l < layer_params.size()) layer_params[l] += static_cast<double>(e.numel);
-    } else if (e.name == "model.embed_tokens.weight") {
+    } else if (e.tag.role == model::ParamRole::Embedding) {
       embed += static_cast<double>(e.numel);
     } else {
       head += static_cast<double>(e.numel);

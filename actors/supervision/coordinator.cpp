@@ -52,15 +52,15 @@ void maybe_finish(Self* self) {
   auto& s = self->state;
   const auto& sh = *s.sh;
   // Expert shards report (stepok) like ranks once their parameters are loaded.
-  const size_t ranks = static_cast<size_t>(sh.opt.data_parallel) * (static_cast<size_t>(sh.sl.num_ranks) + sh.expert_owned.size());
-  const size_t reports = static_cast<size_t>(sh.opt.data_parallel) * static_cast<size_t>(sh.chunks) *
-                         static_cast<size_t>(sh.sl.num_stages);
+  const size_t ranks = static_cast<size_t>(sh.opt.data_parallel) * (static_cast<size_t>(sh.plan.sl.num_ranks) + sh.plan.expert_owned.size());
+  const size_t reports = static_cast<size_t>(sh.opt.data_parallel) * static_cast<size_t>(sh.plan.chunks) *
+                         static_cast<size_t>(sh.plan.sl.num_stages);
   // The shards' snapshots too: the next step may have to start from them.
   if (!s.running || s.finished.size() != ranks || s.losses.size() != reports || !s.sup->all_staged()) return;
   // Same sums as the Trainer: loss over micro-batches in order; aux per
   // micro-batch (here: over its stages), then over micro-batches.
   double loss_sum = 0.0, aux = 0.0;
-  const int last = sh.sl.num_stages - 1;
+  const int last = sh.plan.sl.num_stages - 1;
   int cur = -1;
   double mb_aux = 0.0;
   for (const auto& [k, v] : s.losses) {
@@ -90,9 +90,9 @@ void maybe_finish(Self* self) {
 void maybe_clip(Self* self) {
   auto& s = self->state;
   const auto& sh = *s.sh;
-  const size_t reports = static_cast<size_t>(sh.opt.data_parallel) * static_cast<size_t>(sh.chunks) *
-                         static_cast<size_t>(sh.sl.num_stages);
-  if (!s.running || s.clipped || s.partials.size() != sh.shard_ranges.size() || s.losses.size() != reports) return;
+  const size_t reports = static_cast<size_t>(sh.opt.data_parallel) * static_cast<size_t>(sh.plan.chunks) *
+                         static_cast<size_t>(sh.plan.sl.num_stages);
+  if (!s.running || s.clipped || s.partials.size() != sh.plan.shard_ranges.size() || s.losses.size() != reports) return;
   s.clipped = true;
   double total = 0.0;
   for (const auto& [k, v] : s.partials) total += v;  // shard order
@@ -113,13 +113,12 @@ void arm_faults(Self* self) {
     const FaultSpec& f = sh.opt.faults[i];
     if (s.fault_armed[i] || f.at_step != static_cast<int64_t>(s.step) + 1) continue;
     const std::optional<FaultTarget> t = parse_fault_target(f.target);
-    if (!t) continue;  // validate() rejected it already
+    const ActorPlan* target = t ? sh.plan.target(*t) : nullptr;
+    if (!target) continue;  // validate() rejected it already
     s.fault_armed[i] = true;
-    const uint32_t n = t->role == FaultTarget::Role::Stage     ? rank_messages_per_step(sh, t->index)
-                       : t->role == FaultTarget::Role::Expert  ? expert_messages_per_step(sh, expert_producer(sh, t->index, t->shard))
-                                                               : shard_messages_per_step(sh, t->index);
+    const uint32_t n = target->messages_per_step;
     const uint32_t k = f.at_message > 0 ? static_cast<uint32_t>(std::min<int64_t>(f.at_message, n))
-                                        : kill_point(sh.opt.train.seed, s.step, f.target, n);
+                                        : kill_point(sh.opt.train.seed, s.step, fault_key(f.target), n);
     self->send(target_actor(sh, *t), rt::arm_atom_v, s.step, k);
   }
 }
@@ -128,7 +127,7 @@ void start_step(Self* self) {
   auto& s = self->state;
   const auto& sh = *s.sh;
   const auto& o = sh.opt.train;
-  const int64_t S = o.model.seq_len, Bm = sh.mb_batch;
+  const int64_t S = o.model.seq_len, Bm = sh.plan.mb_batch;
   const model::Batch batch = s.data->train_batch(static_cast<int64_t>(s.step), o.data.batch_size, S);
   int64_t counted = 0;
   for (int32_t t : batch.targets) counted += t >= 0;
@@ -145,9 +144,9 @@ void start_step(Self* self) {
   if (s.attempt == 0) arm_faults(self);
   const int64_t n = Bm * S;
   for (int r = 0; r < sh.opt.data_parallel; ++r) {
-    for (int j = 0; j < sh.chunks; ++j) {
-      const int64_t g = static_cast<int64_t>(r) * sh.chunks + j;
-      const int dir = sh.sl.num_dirs == 2 && j >= sched::first_mb(sh.sl, 1) ? 1 : 0;
+    for (int j = 0; j < sh.plan.chunks; ++j) {
+      const int64_t g = static_cast<int64_t>(r) * sh.plan.chunks + j;
+      const int dir = sh.plan.sl.num_dirs == 2 && j >= sched::first_mb(sh.plan.sl, 1) ? 1 : 0;
       const int64_t shape[1] = {n};
       Envelope e = Envelope::build<schemas::Activations>([&](schemas::Activations::Builder b) {
         auto t = b.initTag();
@@ -163,7 +162,7 @@ void start_step(Self* self) {
         set_tensor_i32(b.initTokenIds(), shape, std::span<const int32_t>(batch.inputs.data() + g * n, static_cast<size_t>(n)));
         set_tensor_i32(b.initTargets(), shape, std::span<const int32_t>(batch.targets.data() + g * n, static_cast<size_t>(n)));
       });
-      post(sh, rank_of(sh, r, sched::stage_rank(sh.sl, dir, 0)), e);
+      post(sh, rank_of(sh, r, sched::stage_rank(sh.plan.sl, dir, 0)), e);
     }
   }
   for (const caf::actor& a : all_ranks(sh)) post(sh, a, rt::start_atom_v, s.step, s.attempt, s.loss_scale, s.aux_scale);
@@ -261,7 +260,7 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
       [self](rt::loss_atom, uint64_t step, uint32_t attempt, uint32_t replica, uint32_t mb, uint32_t stage,
              double loss, double aux) {
         auto& s = self->state;
-        const int g = static_cast<int>(replica) * s.sh->chunks + static_cast<int>(mb);
+        const int g = static_cast<int>(replica) * s.sh->plan.chunks + static_cast<int>(mb);
         if (step != s.step || attempt != s.attempt || !s.running || !s.losses.emplace(std::make_tuple(g, static_cast<int>(stage)), std::make_pair(loss, aux)).second) {
           ++s.dropped;
           return;
@@ -353,6 +352,7 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
         return sent + 3;
       },
       [self](rt::dropped_atom) { return self->state.dropped; },
+      [self](rt::name_atom) { return self->state.sh->plan.coordinator().name; },
   };
 }
 

@@ -31,6 +31,8 @@ struct FaultTarget {
 
 // Parses "stage:K", "stage:K/replica:R", "optimizer:K", "expert:L/S" or
 // "expert:L/S/replica:R" (non-negative decimals); nullopt otherwise.
+// "stage:K" names pipeline rank K (actors/plan.hpp); "rank:K[/replica:R]"
+// is accepted as an alias of it.
 inline std::optional<FaultTarget> parse_fault_target(const std::string& text) {
   auto number = [](const std::string& s, int& out) {
     if (s.empty() || s.size() > 6 || s.find_first_not_of("0123456789") != std::string::npos) return false;
@@ -58,12 +60,12 @@ inline std::optional<FaultTarget> parse_fault_target(const std::string& text) {
     const std::string tail = text.substr(slash + 1);
     head = text.substr(0, slash);
     if (tail.rfind("replica:", 0) != 0 || !number(tail.substr(8), t.replica)) return std::nullopt;
-    if (head.rfind("stage:", 0) != 0) return std::nullopt;  // shards serve every replica
+    if (head.rfind("stage:", 0) != 0 && head.rfind("rank:", 0) != 0) return std::nullopt;  // shards serve every replica
   }
   const auto colon = head.find(':');
   if (colon == std::string::npos || !number(head.substr(colon + 1), t.index)) return std::nullopt;
   const std::string role = head.substr(0, colon);
-  if (role == "stage") t.role = FaultTarget::Role::Stage;
+  if (role == "stage" || role == "rank") t.role = FaultTarget::Role::Stage;
   else if (role == "optimizer") t.role = FaultTarget::Role::Optimizer;
   else return std::nullopt;
   return t;
@@ -76,6 +78,12 @@ struct FaultSpec {
   std::string kind = "kill";  // only "kill" so far
   int64_t at_message = 0;   // 0: seeded point; k > 0: die on the k-th message (tests pin phases)
 };
+
+// The spelling of a target its seeded kill point is drawn from: the alias
+// "rank:" counts as "stage:", so both spellings kill at the same point.
+inline std::string fault_key(const std::string& target) {
+  return target.rfind("rank:", 0) == 0 ? "stage:" + target.substr(5) : target;
+}
 
 // The seeded kill point in [1, n] (n >= 1) for `target` in `step`.
 inline uint32_t kill_point(uint64_t seed, uint64_t step, const std::string& target, uint32_t n) {

@@ -31,37 +31,6 @@ void require(bool ok, const std::string& what) {
   if (!ok) throw std::invalid_argument("topology: " + what);
 }
 
-// Merged ranges of the layout entries that rank `rank`'s stages touch.
-std::vector<Range> owned_ranges(const Shared& sh, int rank) {
-  const model::ModelConfig& c = sh.opt.train.model;
-  std::set<std::pair<int, int>> held;
-  for (const sched::Op& op : sched::make_schedule(sh.sl.kind, rank, sh.sl.num_ranks, sh.chunks)) {
-    if (op.type == sched::OpType::F || op.type == sched::OpType::FB) held.insert({op.f.dir, op.f.stage});
-  }
-  std::set<std::string> names;
-  for (const auto& [dir, stage] : held) {
-    const auto [lb, le] = sh.stage_layers[static_cast<size_t>(stage)];
-    for (const model::ParamEntry& e : sh.layout.entries())
-      for (int64_t l = lb; l < le; ++l)
-        if (e.name.rfind("model.layers." + std::to_string(l) + ".", 0) == 0 &&
-            // With expert shards, the routed experts' weights belong to them.
-            !(sh.opt.expert_shards > 0 && e.name.find(".mlp.experts.") != std::string::npos))
-          names.insert(e.name);
-    if (stage == 0) names.insert("model.embed_tokens.weight");
-    if (stage == sh.sl.num_stages - 1) {
-      names.insert("model.norm.weight");
-      names.insert(c.tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight");
-    }
-  }
-  std::vector<Range> out;
-  for (const model::ParamEntry& e : sh.layout.entries()) {  // layout order = offset order
-    if (!names.count(e.name)) continue;
-    if (!out.empty() && out.back().offset + out.back().count == e.offset) out.back().count += e.numel;
-    else out.push_back({e.offset, e.numel});
-  }
-  return out;
-}
-
 }  // namespace
 
 void validate(const RuntimeOptions& o) {
@@ -151,24 +120,9 @@ struct Runtime::Impl {
     s.opt = o;
     const auto& t = o.train;
     s.layout = model::build_param_layout(t.model);
-    s.chunks = static_cast<int>(t.microbatches / o.data_parallel);
-    s.sl = sched::make_layout(sched::parse_kind(o.schedule), o.stages, s.chunks);
-    s.mb_batch = t.data.batch_size / t.microbatches;
-    s.stage_layers = model::split_layers(t.model.n_layers, s.sl.num_stages);
-    const int64_t P = s.layout.total();
-    for (int i = 0; i < o.optimizer_shards; ++i) {
-      const int64_t b = P * i / o.optimizer_shards, e = P * (i + 1) / o.optimizer_shards;
-      s.shard_ranges.push_back({b, e - b});
-    }
-    for (int r = 0; r < o.stages; ++r) s.rank_owned.push_back(owned_ranges(s, r));
-    if (o.expert_shards > 0) {
-      for (int64_t l = 0; l < t.model.n_layers; ++l) s.moe_layers.push_back(static_cast<int>(l));
-      for (int l : s.moe_layers)
-        for (int k = 0; k < o.expert_shards; ++k) {
-          const auto r = expert_param_ranges(s.layout, t.model, l, expert_split(t.model.n_experts, o.expert_shards, k));
-          s.expert_owned.push_back({r.begin(), r.end()});
-        }
-    }
+    s.plan = make_plan(o);
+    // Test switches (duplicate_sends, corrupt_combine) act through the seam only.
+    s.interposer = make_interposer(o, s.plan.moe_layers.empty() ? -1 : s.plan.moe_layers.front());
     if (!t.resume_from.empty()) resume(s);
     else s.init = model::init_params(s.layout, t.model, t.seed);
     {
@@ -179,19 +133,7 @@ struct Runtime::Impl {
                                     std::to_string(t.model.vocab_size));
     }
     // Only this process's devices and actors are made here (null elsewhere).
-    Placement place =
-        make_placement(o.devices, o.processes, o.stages, o.data_parallel, o.optimizer_shards, o.device_process);
-    if (s.expert_parallel()) {
-      // A MoE layer's shards start at the device of the rank whose
-      // first-copy stage holds the layer (as launch/topology.cpp lists them).
-      std::vector<int> layer_rank;
-      for (int layer : s.moe_layers) {
-        int stage = 0;
-        while (s.stage_layers[static_cast<size_t>(stage)].second <= layer) ++stage;
-        layer_rank.push_back(sched::stage_rank(s.sl, 0, stage));
-      }
-      place_experts(place, s.moe_layers, layer_rank, o.expert_shards);
-    }
+    const Placement& place = s.plan.placement;
     const int me = o.processes > 1 ? o.comm->rank() : 0;
     for (int d = 0; d < o.devices; ++d)
       devices.push_back(place.device_process[d] == me ? std::make_unique<Device>(d, t.backend) : nullptr);
@@ -205,7 +147,7 @@ struct Runtime::Impl {
     if (o.processes > 1) configure_cluster(*cfg, o);
     sys = std::make_unique<caf::actor_system>(*cfg);
     // One placement rule, used at start and by the supervisor's respawns:
-    // the devices actors/cluster/placement.hpp gives them.
+    // the devices the plan gives them.
     s.spawn = [this, place](caf::actor_system& as, FaultTarget::Role role, int replica, int index) {
       if (role == FaultTarget::Role::Optimizer)
         return spawn_shard(as, sh, *devices[static_cast<size_t>(place.shard_device[static_cast<size_t>(index)])], index);
@@ -216,7 +158,7 @@ struct Runtime::Impl {
         spec.shard = place.expert_ids[static_cast<size_t>(index)].second;
         spec.shards = sh->opt.expert_shards;
         spec.producer = index;
-        spec.microbatches = sh->chunks;
+        spec.microbatches = sh->plan.chunks;
         spec.start_step = sh->start_step;  // resumed (a respawn is restored to the running step after)
         const int d = place.expert_device[static_cast<size_t>(replica)][static_cast<size_t>(index)];
         return spawn_expert_shard(as, sh, *devices[static_cast<size_t>(d)], spec);
@@ -284,10 +226,10 @@ struct Runtime::Impl {
       for (int k = 0; k < o.stages; ++k)
         s.peers.ranks[r].push_back(place.rank_process(r, k) == me ? s.spawn(*sys, FaultTarget::Role::Stage, r, k)
                                                                   : caf::actor{});
-    if (!s.expert_parallel()) return;
+    if (!s.plan.expert_parallel()) return;
     s.peers.experts.resize(static_cast<size_t>(o.data_parallel));
     for (int r = 0; r < o.data_parallel; ++r)
-      for (size_t x = 0; x < s.expert_owned.size(); ++x)
+      for (size_t x = 0; x < s.plan.expert_owned.size(); ++x)
         s.peers.experts[static_cast<size_t>(r)].push_back(
             place.expert_process(r, static_cast<int>(x)) == me
                 ? s.spawn(*sys, FaultTarget::Role::Expert, r, static_cast<int>(x))
@@ -446,6 +388,20 @@ model::TrainingState Runtime::state() {
   return st;
 }
 
+std::vector<std::string> Runtime::actor_names() {
+  caf::scoped_actor self{*impl_->sys};
+  std::vector<caf::actor> actors{impl_->sh->peers.coordinator};
+  for (const auto& s : all_shards(*impl_->sh)) actors.push_back(s);
+  for (const auto& r : all_ranks(*impl_->sh)) actors.push_back(r);
+  for (const auto& x : all_experts(*impl_->sh)) actors.push_back(x);
+  std::vector<std::string> out;
+  for (const caf::actor& a : actors)
+    self->request(a, caf::infinite, rt::name_atom_v)
+        .receive([&](const std::string& n) { out.push_back(n); },
+                 [&](caf::error& e) { out.push_back("<" + impl_->sys->render(e) + ">"); });
+  return out;
+}
+
 uint64_t Runtime::dropped_messages() {
   uint64_t total = 0;
   caf::scoped_actor self{*impl_->sys};
@@ -520,7 +476,7 @@ void Runtime::write_trace(const std::string& path) {
     d->drain();
     traces.push_back(DeviceTrace{d->id(), d->trace()});
   }
-  write_chrome_trace(path, traces, impl_->sh->sl.num_dirs > 1);
+  write_chrome_trace(path, traces, impl_->sh->plan.sl.num_dirs > 1);
 }
 
 namespace {

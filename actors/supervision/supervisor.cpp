@@ -1,11 +1,10 @@
 // Supervisor (see supervisor.hpp): child bookkeeping, restart intensity,
 // respawn, the shards' step-start snapshots and the restore messages of a
-// replay; plus the per-step message counts that bound the seeded kill point.
+// replay. Child names come from the plan.
 #include "actors/supervision/supervisor.hpp"
 
 #include <stdexcept>
 
-#include "actors/cluster/placement.hpp"
 
 namespace troupe::runtime {
 
@@ -21,17 +20,13 @@ Envelope slice_of(uint32_t shard, Range range, std::span<const float> v) {
   });
 }
 
-std::string rank_name(const Shared& sh, int replica, int rank) {
-  return "stage:" + std::to_string(rank) + (sh.opt.data_parallel > 1 ? "/replica:" + std::to_string(replica) : "");
-}
-
 }  // namespace
 
 Supervisor::Supervisor(std::shared_ptr<const Shared> sh) : sh_(std::move(sh)) {
   // The state before the first step: initial parameters, zero moments (or,
   // resumed, the checkpoint's parameters and moments).
-  for (size_t i = 0; i < sh_->shard_ranges.size(); ++i) {
-    const Range r = sh_->shard_ranges[i];
+  for (size_t i = 0; i < sh_->plan.shard_ranges.size(); ++i) {
+    const Range r = sh_->plan.shard_ranges[i];
     const std::vector<float> zeros(static_cast<size_t>(r.count), 0.0f);
     const auto shard = static_cast<uint32_t>(i);
     auto part = [&](const std::vector<float>& v) {
@@ -52,21 +47,19 @@ void Supervisor::watch(caf::event_based_actor* self) {
       const caf::actor& a = sh_->peers.ranks[r][k];
       self->monitor(a);
       children_[a.address()] = {FaultTarget::Role::Stage, static_cast<int>(r), static_cast<int>(k),
-                                rank_name(*sh_, static_cast<int>(r), static_cast<int>(k))};
+                                sh_->plan.rank(static_cast<int>(r), static_cast<int>(k)).name};
     }
   for (size_t i = 0; i < sh_->peers.shards.size(); ++i) {
     const caf::actor& a = sh_->peers.shards[i];
     self->monitor(a);
-    children_[a.address()] = {FaultTarget::Role::Optimizer, 0, static_cast<int>(i), "optimizer:" + std::to_string(i)};
+    children_[a.address()] = {FaultTarget::Role::Optimizer, 0, static_cast<int>(i), sh_->plan.shard(static_cast<int>(i)).name};
   }
-  const int shards = std::max(1, sh_->opt.expert_shards);
   for (size_t r = 0; r < sh_->peers.experts.size(); ++r)
     for (size_t x = 0; x < sh_->peers.experts[r].size(); ++x) {
       const caf::actor& a = sh_->peers.experts[r][x];
       self->monitor(a);
-      const int layer = sh_->moe_layers[x / static_cast<size_t>(shards)], shard = static_cast<int>(x) % shards;
       children_[a.address()] = {FaultTarget::Role::Expert, static_cast<int>(r), static_cast<int>(x),
-                                expert_name(static_cast<int>(r), layer, shard, sh_->opt.data_parallel)};
+                                sh_->plan.expert(static_cast<int>(r), static_cast<int>(x)).name};
     }
 }
 
@@ -140,12 +133,12 @@ uint32_t Supervisor::send_stale(caf::event_based_actor* self, uint64_t step) con
   if (step == 0) return 0;
   const uint64_t old = step - 1;
   uint32_t sent = 0;
-  const int64_t T = sh_->mb_batch * sh_->opt.train.model.seq_len;
+  const int64_t T = sh_->plan.mb_batch * sh_->opt.train.model.seq_len;
   const int64_t none[2] = {T, 0};
   const int64_t ids[1] = {T};
   const std::vector<int32_t> zeros(static_cast<size_t>(T), 0);
   for (int r = 0; r < sh_->opt.data_parallel; ++r)
-    for (int k = 0; k < sh_->sl.num_ranks; ++k) {
+    for (int k = 0; k < sh_->plan.sl.num_ranks; ++k) {
       const caf::actor a = rank_of(*sh_, r, k);
       // The finished step's parameter slices again.
       for (const auto& c : committed_) self->send(a, c[0]), ++sent;
@@ -165,7 +158,7 @@ uint32_t Supervisor::send_stale(caf::event_based_actor* self, uint64_t step) con
   for (const caf::actor& x : all_experts(*sh_))
     for (const auto& c : committed_) self->send(x, c[0]), ++sent;
   for (size_t i = 0; i < committed_.size(); ++i) {
-    const Range range = sh_->shard_ranges[i];
+    const Range range = sh_->plan.shard_ranges[i];
     const caf::actor a = shard_of(*sh_, i);
     self->send(a, Envelope::build<schemas::GradSlice>([&](schemas::GradSlice::Builder b) {
       b.setStep(old);
@@ -179,55 +172,6 @@ uint32_t Supervisor::send_stale(caf::event_based_actor* self, uint64_t step) con
     sent += 2;
   }
   return sent;
-}
-
-uint32_t rank_messages_per_step(const Shared& sh, int rank) {
-  const int last = sh.sl.num_stages - 1;
-  // Each part (F or B) of an op is its own device closure; with expert
-  // shards a pass also stops at each MoE layer of its stage (one closure
-  // more) and gets one Combine per shard there.
-  auto part = [&](const sched::Chunk& c) {
-    if (!sh.expert_parallel()) return 1u;
-    const auto [lb, le] = sh.stage_layers[static_cast<size_t>(c.stage)];
-    uint32_t moe = 0;
-    for (int l : sh.moe_layers) moe += l >= lb && l < le;
-    return 1 + moe * (1 + static_cast<uint32_t>(sh.opt.expert_shards));
-  };
-  uint32_t n = 2;  // (start) and the completion of the gradient send
-  for (const sched::Op& op : sched::make_schedule(sh.sl.kind, rank, sh.sl.num_ranks, sh.chunks)) {
-    const bool has_f = op.type == sched::OpType::F || op.type == sched::OpType::FB;
-    const bool has_b = op.type == sched::OpType::BW || op.type == sched::OpType::FB || op.type == sched::OpType::B;
-    if (has_f) n += 1 + part(op.f);  // its input activations and its pass
-    if (has_b) n += part(op.b) + (op.b.stage < last ? 1 : 0);  // its pass and its output gradient
-    if (!has_f && !has_b) ++n;  // W: a no-op closure
-  }
-  return n + 2 * static_cast<uint32_t>(sh.shard_ranges.size());  // each slice and its load
-}
-
-uint32_t shard_messages_per_step(const Shared& sh, int shard) {
-  const Range range = sh.shard_ranges[static_cast<size_t>(shard)];
-  uint32_t slices = 0;
-  for (int rep = 0; rep < sh.opt.data_parallel; ++rep) {
-    for (const auto& owned : sh.rank_owned)
-      for (const Range& o : owned)
-        if (intersect(o, range).count > 0) ++slices;
-    for (const auto& owned : sh.expert_owned)  // expert shards send gradient slices too
-      for (const Range& o : owned)
-        if (intersect(o, range).count > 0) ++slices;
-  }
-  return slices + 3;  // + reduction done, (clip), update done
-}
-
-uint32_t expert_messages_per_step(const Shared& sh, int producer) {
-  uint32_t slices = 0;  // optimizer shards whose range meets the shard's experts
-  for (const Range& sr : sh.shard_ranges) {
-    bool meets = false;
-    for (const Range& o : sh.expert_owned[static_cast<size_t>(producer)]) meets = meets || intersect(o, sr).count > 0;
-    if (meets) ++slices;
-  }
-  // Each micro-batch's forward and backward dispatch and their completions,
-  // the gradient send's completion, then each slice and its load.
-  return 4 * static_cast<uint32_t>(sh.chunks) + 1 + 2 * slices;
 }
 
 }  // namespace troupe::runtime

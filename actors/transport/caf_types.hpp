@@ -54,6 +54,9 @@ CAF_BEGIN_TYPE_ID_BLOCK(troupe, caf::first_custom_type_id)
   CAF_ADD_ATOM(troupe, troupe::rt, load_atom, "rt_load")
   CAF_ADD_TYPE_ID(troupe, (std::vector<int64_t>))
 
+  // The name an actor goes by (actors/plan.hpp), for checks against the plan.
+  CAF_ADD_ATOM(troupe, troupe::rt, name_atom, "rt_name")
+
 CAF_END_TYPE_ID_BLOCK(troupe)
 
 namespace troupe {

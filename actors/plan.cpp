@@ -1,0 +1,312 @@
+// The topology plan (see plan.hpp): layers per stage, stages per rank,
+// experts per shard, parameter ranges per actor, placement, names and the
+// per-step message counts, each derived here once.
+#include "actors/plan.hpp"
+
+#include <algorithm>
+#include <set>
+#include <stdexcept>
+
+#include "model/stage.hpp"
+
+namespace troupe::runtime {
+
+ExpertRange expert_split(int64_t n_experts, int shards, int shard) {
+  if (shards < 1 || shards > n_experts || shard < 0 || shard >= shards)
+    throw std::invalid_argument("expert_split: " + std::to_string(shards) + " shards for " +
+                                std::to_string(n_experts) + " experts, shard " + std::to_string(shard));
+  const int64_t base = n_experts / shards, extra = n_experts % shards;
+  const int64_t begin = shard * base + std::min<int64_t>(shard, extra);
+  return {begin, begin + base + (shard < extra ? 1 : 0)};
+}
+
+int expert_owner(int64_t n_experts, int shards, int64_t expert) {
+  for (int s = 0; s < shards; ++s)
+    if (expert < expert_split(n_experts, shards, s).end) return s;
+  throw std::invalid_argument("expert_owner: expert " + std::to_string(expert) + " >= " + std::to_string(n_experts));
+}
+
+std::array<Range, 3> expert_param_ranges(const model::ParamLayout& layout, const model::ModelConfig& c,
+                                         int layer, ExpertRange r) {
+  const int64_t per = c.expert_hidden * c.d_model;
+  std::array<Range, 3> out;
+  std::array<bool, 3> found{};
+  for (const model::ParamEntry& e : layout.entries()) {
+    const model::ParamTag& t = e.tag;
+    if (t.role != model::ParamRole::Expert || t.layer != layer || t.expert != r.begin) continue;
+    out[static_cast<size_t>(t.part)] = {e.offset, r.size() * per};
+    found[static_cast<size_t>(t.part)] = true;
+  }
+  if (!found[0] || !found[1] || !found[2])
+    throw std::out_of_range("expert_param_ranges: layer " + std::to_string(layer) + " has no routed expert " +
+                            std::to_string(r.begin));
+  return out;
+}
+
+const char* role_name(Role role) {
+  switch (role) {
+    case Role::Coordinator: return "coordinator";
+    case Role::Optimizer: return "optimizer";
+    case Role::Rank: return "stage";
+    case Role::Expert: return "expert";
+  }
+  return "?";
+}
+
+namespace {
+
+std::string range_text(const char* what, int64_t begin, int64_t end) {
+  return std::string(what) + " " + std::to_string(begin) + ".." + std::to_string(end - 1);
+}
+
+// The stages rank `rank` holds: those its op list runs forward passes of.
+std::vector<StageSlot> rank_stages(const Plan& p, int rank) {
+  std::set<std::pair<int, int>> held;
+  for (const sched::Op& op : sched::make_schedule(p.sl.kind, rank, p.sl.num_ranks, p.chunks))
+    if (op.type == sched::OpType::F || op.type == sched::OpType::FB) held.insert({op.f.dir, op.f.stage});
+  std::vector<StageSlot> out;
+  for (const auto& [dir, stage] : held) {
+    const auto [lb, le] = p.stage_layers[static_cast<size_t>(stage)];
+    out.push_back({dir, stage, lb, le});
+  }
+  return out;
+}
+
+// Merged ranges of the layout entries a rank's stages touch: their layers
+// (without the routed experts when expert shards hold them), the embedding
+// at stage 0, the final norm and the head (or the tied embedding) at the last.
+std::vector<Range> rank_params(const Plan& p, const model::ParamLayout& layout, const model::ModelConfig& c,
+                               const std::vector<StageSlot>& stages) {
+  using model::ParamRole;
+  auto held = [&](const model::ParamEntry& e) {
+    const model::ParamTag& t = e.tag;
+    for (const StageSlot& s : stages) {
+      const bool first = s.stage == 0, last = s.stage == p.sl.num_stages - 1;
+      if (t.layer >= s.layer_begin && t.layer < s.layer_end)
+        return !(p.expert_shards > 0 && t.role == ParamRole::Expert);
+      if (first && t.role == ParamRole::Embedding) return true;
+      if (last && (t.role == ParamRole::FinalNorm || t.role == ParamRole::Head ||
+                   (c.tie_embeddings && t.role == ParamRole::Embedding)))
+        return true;
+    }
+    return false;
+  };
+  std::vector<Range> out;
+  for (const model::ParamEntry& e : layout.entries()) {  // layout order = offset order
+    if (!held(e)) continue;
+    if (!out.empty() && out.back().offset + out.back().count == e.offset) out.back().count += e.numel;
+    else out.push_back({e.offset, e.numel});
+  }
+  return out;
+}
+
+std::string rank_detail(const Plan& p, const std::vector<StageSlot>& stages, bool experts_inside) {
+  std::string out;
+  for (const StageSlot& s : stages) {
+    if (!out.empty()) out += ", ";
+    if (stages.size() > 1)
+      out += "stage " + std::to_string(s.stage) + (p.sl.num_dirs > 1 ? (s.dir == 0 ? "A " : "B ") : " ");
+    out += range_text("layers", s.layer_begin, s.layer_end);
+    if (s.stage == 0) out += " +embedding";
+    if (s.stage == p.sl.num_stages - 1) out += " +head";
+    if (experts_inside) out += " +experts";
+  }
+  return out;
+}
+
+bool meets(const std::vector<Range>& owned, Range r) {
+  for (const Range& o : owned)
+    if (intersect(o, r).count > 0) return true;
+  return false;
+}
+
+// Messages rank `a` handles in one step when nothing fails.
+uint32_t rank_messages(const Plan& p, int rank) {
+  const int last = p.sl.num_stages - 1;
+  // Each part (F or B) of an op is its own device closure; with expert
+  // shards a pass also stops at each MoE layer of its stage (one closure
+  // more) and gets one Combine per shard there.
+  auto part = [&](const sched::Chunk& c) {
+    if (!p.expert_parallel()) return 1u;
+    const auto [lb, le] = p.stage_layers[static_cast<size_t>(c.stage)];
+    uint32_t moe = 0;
+    for (int l : p.moe_layers) moe += l >= lb && l < le;
+    return 1 + moe * (1 + static_cast<uint32_t>(p.expert_shards));
+  };
+  uint32_t n = 2;  // (start) and the completion of the gradient send
+  for (const sched::Op& op : sched::make_schedule(p.sl.kind, rank, p.sl.num_ranks, p.chunks)) {
+    const bool has_f = op.type == sched::OpType::F || op.type == sched::OpType::FB;
+    const bool has_b = op.type == sched::OpType::BW || op.type == sched::OpType::FB || op.type == sched::OpType::B;
+    if (has_f) n += 1 + part(op.f);  // its input activations and its pass
+    if (has_b) n += part(op.b) + (op.b.stage < last ? 1 : 0);  // its pass and its output gradient
+    if (!has_f && !has_b) ++n;  // W: a no-op closure
+  }
+  return n + 2 * static_cast<uint32_t>(p.num_shards());  // each slice and its load
+}
+
+}  // namespace
+
+uint32_t Plan::gradient_slices(Range r) const {
+  uint32_t n = 0;
+  for (const auto& owned : rank_owned)
+    for (const Range& o : owned) n += intersect(o, r).count > 0;
+  for (const auto& owned : expert_owned)  // expert shards are gradient producers too
+    for (const Range& o : owned) n += intersect(o, r).count > 0;
+  return n;
+}
+
+uint32_t Plan::meeting_shards(const std::vector<Range>& owned) const {
+  uint32_t n = 0;
+  for (const Range& sr : shard_ranges) n += meets(owned, sr);
+  return n;
+}
+
+const ActorPlan& Plan::shard(int i) const { return actors[static_cast<size_t>(1 + i)]; }
+
+const ActorPlan& Plan::rank(int replica, int rank) const {
+  return actors[static_cast<size_t>(1 + num_shards() + replica * sl.num_ranks + rank)];
+}
+
+const ActorPlan& Plan::expert(int replica, int producer) const {
+  return actors[static_cast<size_t>(1 + num_shards() + data_parallel * sl.num_ranks + replica * num_producers() +
+                                    producer)];
+}
+
+int Plan::expert_producer(int layer, int shard) const {
+  for (size_t li = 0; li < moe_layers.size(); ++li)
+    if (moe_layers[li] == layer && shard >= 0 && shard < expert_shards)
+      return static_cast<int>(li) * expert_shards + shard;
+  return -1;
+}
+
+const ActorPlan* Plan::target(const FaultTarget& t) const {
+  if (t.replica < 0 || t.index < 0) return nullptr;
+  switch (t.role) {
+    case FaultTarget::Role::Stage:
+      return t.replica < data_parallel && t.index < sl.num_ranks ? &rank(t.replica, t.index) : nullptr;
+    case FaultTarget::Role::Optimizer: return t.index < num_shards() ? &shard(t.index) : nullptr;
+    case FaultTarget::Role::Expert: {
+      const int x = expert_producer(t.index, t.shard);
+      return x >= 0 && t.replica < data_parallel ? &expert(t.replica, x) : nullptr;
+    }
+  }
+  return nullptr;
+}
+
+const ActorPlan* Plan::find(const std::string& name) const {
+  if (name == "coordinator") return &coordinator();
+  const std::optional<FaultTarget> t = parse_fault_target(name);
+  return t ? target(*t) : nullptr;
+}
+
+Plan make_plan(const RuntimeOptions& o) {
+  const model::TrainOptions& t = o.train;
+  const model::ModelConfig& c = t.model;
+  const model::ParamLayout layout = model::build_param_layout(c);
+  Plan p;
+  p.data_parallel = o.data_parallel;
+  p.expert_shards = o.expert_shards;
+  p.chunks = static_cast<int>(t.microbatches / o.data_parallel);
+  p.mb_batch = t.data.batch_size / t.microbatches;
+  p.sl = sched::make_layout(sched::parse_kind(o.schedule), o.stages, p.chunks);
+  p.stage_layers = model::split_layers(c.n_layers, p.sl.num_stages);
+  p.parameters = layout.total();
+  if (o.expert_shards > 0)
+    for (int64_t l = 0; l < c.n_layers; ++l) p.moe_layers.push_back(static_cast<int>(l));
+
+  p.placement = make_placement(o.devices, o.processes, o.stages, o.data_parallel, o.optimizer_shards, o.device_process);
+  if (o.expert_shards > 0) {
+    // A MoE layer's shards start at the device of the rank whose first-copy
+    // stage holds the layer.
+    std::vector<int> layer_rank;
+    for (int layer : p.moe_layers) {
+      int stage = 0;
+      while (p.stage_layers[static_cast<size_t>(stage)].second <= layer) ++stage;
+      layer_rank.push_back(sched::stage_rank(p.sl, 0, stage));
+    }
+    place_experts(p.placement, p.moe_layers, layer_rank, o.expert_shards);
+  }
+  const Placement& pl = p.placement;
+  for (int d = 0; d < o.devices; ++d) p.devices.push_back({d, pl.device_process[static_cast<size_t>(d)]});
+
+  // The ranges: optimizer slices, expert shards' weights, ranks' stages.
+  const int64_t P = layout.total();
+  for (int i = 0; i < o.optimizer_shards; ++i) {
+    const int64_t b = P * i / o.optimizer_shards, e = P * (i + 1) / o.optimizer_shards;
+    p.shard_ranges.push_back({b, e - b});
+  }
+  for (const auto& [layer, shard] : pl.expert_ids) {
+    const auto r = expert_param_ranges(layout, c, layer, expert_split(c.n_experts, o.expert_shards, shard));
+    p.expert_owned.push_back({r.begin(), r.end()});
+  }
+  std::vector<std::vector<StageSlot>> stages;  // [rank]
+  for (int k = 0; k < o.stages; ++k) {
+    stages.push_back(rank_stages(p, k));
+    p.rank_owned.push_back(rank_params(p, layout, c, stages.back()));
+  }
+
+  ActorPlan coord;
+  coord.name = "coordinator";
+  coord.role = Role::Coordinator;
+  coord.process = pl.coordinator_process();
+  coord.detail = "drives steps, loads the data (" + std::to_string(t.data.batch_size) + " sequences/step in " +
+                 std::to_string(t.microbatches) + " microbatches), collects metrics, supervises";
+  p.actors.push_back(coord);
+
+  for (int i = 0; i < o.optimizer_shards; ++i) {
+    ActorPlan a;
+    a.name = shard_name(i);
+    a.role = Role::Optimizer;
+    a.index = i;
+    a.device = pl.shard_device[static_cast<size_t>(i)];
+    a.process = pl.shard_process(i);
+    const Range range = p.shard_ranges[static_cast<size_t>(i)];
+    a.params = {range};
+    // Every replica's gradient slices, then the reduction's completion, the
+    // (clip) and the update's completion.
+    a.messages_per_step = static_cast<uint32_t>(o.data_parallel) * p.gradient_slices(range) + 3;
+    a.detail = "AdamW on params [" + std::to_string(range.offset) + ", " + std::to_string(range.offset + range.count) + ")";
+    p.actors.push_back(std::move(a));
+  }
+
+  for (int r = 0; r < o.data_parallel; ++r)
+    for (int k = 0; k < o.stages; ++k) {
+      ActorPlan a;
+      a.name = rank_name(r, k, o.data_parallel);
+      a.role = Role::Rank;
+      a.replica = r;
+      a.index = k;
+      a.device = pl.rank_device[static_cast<size_t>(r)][static_cast<size_t>(k)];
+      a.process = pl.rank_process(r, k);
+      a.stages = stages[static_cast<size_t>(k)];
+      a.params = p.rank_owned[static_cast<size_t>(k)];
+      a.messages_per_step = rank_messages(p, k);
+      a.detail = rank_detail(p, a.stages, c.ffn == "moe" && o.expert_shards == 0);
+      p.actors.push_back(std::move(a));
+    }
+
+  for (int r = 0; r < o.data_parallel; ++r)
+    for (size_t x = 0; x < pl.expert_ids.size(); ++x) {
+      const auto [layer, shard] = pl.expert_ids[x];
+      ActorPlan a;
+      a.name = expert_name(r, layer, shard, o.data_parallel);
+      a.role = Role::Expert;
+      a.replica = r;
+      a.index = static_cast<int>(x);
+      a.device = pl.expert_device[static_cast<size_t>(r)][x];
+      a.process = pl.expert_process(r, static_cast<int>(x));
+      a.layer = layer;
+      a.shard = shard;
+      a.experts = expert_split(c.n_experts, o.expert_shards, shard);
+      a.params = p.expert_owned[x];
+      // Each micro-batch's forward and backward dispatch and their
+      // completions, the gradient send's completion, then each ParamSlice
+      // (from the optimizer shards meeting its ranges) and its load.
+      a.messages_per_step = 4 * static_cast<uint32_t>(p.chunks) + 1 + 2 * p.meeting_shards(a.params);
+      a.detail = range_text("experts", a.experts.begin, a.experts.end);
+      p.actors.push_back(std::move(a));
+    }
+  return p;
+}
+
+}  // namespace troupe::runtime

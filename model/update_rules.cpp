@@ -1,0 +1,38 @@
+// Optimizer-step rules shared by model::Trainer and the runtime's optimizer
+// shards (see update_rules.hpp).
+#include "model/update_rules.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "model/trainer.hpp"
+
+namespace troupe::model {
+
+// Declared in trainer.hpp (its public home); the schedule lives here with the other rules.
+double learning_rate(const OptimConfig& o, int64_t step, int64_t total) {
+  if (o.warmup_steps > 0 && step < o.warmup_steps)
+    return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup_steps);
+  if (o.schedule == "constant") return o.lr;
+  const double span = static_cast<double>(std::max<int64_t>(1, total - o.warmup_steps - 1));
+  const double progress = std::min(1.0, static_cast<double>(step - o.warmup_steps) / span);
+  const double min_lr = o.lr * o.min_lr_ratio;
+  return min_lr + (o.lr - min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));
+}
+
+kernels::AdamWParams adamw_params(const OptimConfig& o, int64_t step, int64_t total, bool decay) {
+  kernels::AdamWParams hp;
+  hp.lr = static_cast<float>(learning_rate(o, step, total));
+  hp.beta1 = static_cast<float>(o.beta1);
+  hp.beta2 = static_cast<float>(o.beta2);
+  hp.eps = static_cast<float>(o.eps);
+  hp.step = step + 1;
+  hp.weight_decay = decay ? static_cast<float>(o.weight_decay) : 0.0f;
+  return hp;
+}
+
+void clip_to_norm(kernels::Backend& backend, const kernels::Tensor& grads, double norm, double max_norm) {
+  if (max_norm > 0.0 && norm > max_norm) backend.scale(grads, static_cast<float>(max_norm / (norm + 1e-6)));
+}
+
+}  // namespace troupe::model
