@@ -137,8 +137,8 @@ class Runtime {
 };
 
 // Like model::train, on the runtime: evaluation every eval_every steps and
-// after the last (model::Trainer's evaluation code, on a checkpoint of the
-// runtime's state), checkpoints every checkpoint_every steps and after the
+// after the last (model::Trainer's evaluation code, started in memory from
+// the runtime's state: its parameter vector, seed and step), checkpoints every checkpoint_every steps and after the
 // last when checkpoint_dir is set. With train.resume_from set, the run
 // continues from that checkpoint (model::Trainer's checks; its seed, step and
 // data cursor) up to train.steps, bitwise as if it had not stopped. With

@@ -58,23 +58,32 @@ struct Trainer::Impl {
   int64_t mb_batch = 0;
   moe::Balance balance = moe::Balance::none;
 
-  Impl(const TrainOptions& o, std::unique_ptr<kernels::Backend> backend)
+  // `given`: start from this state (in memory) instead of options.resume_from.
+  Impl(const TrainOptions& o, std::unique_ptr<kernels::Backend> backend, const TrainingState* given = nullptr)
       : opt(o), seed(o.seed), be(std::move(backend)) {
     validate_options(o);
     layout = build_param_layout(o.model);
     TrainingState st;
-    const bool resume = !o.resume_from.empty();
+    const bool resume = given || !o.resume_from.empty();
     if (resume) {
-      st = load_checkpoint(o.resume_from, layout);
+      const std::string from = given ? std::string("the given state") : o.resume_from;
+      if (given) {
+        st = *given;
+        if (static_cast<int64_t>(st.params.size()) != layout.total())
+          throw std::invalid_argument("Trainer: the given state has " + std::to_string(st.params.size()) +
+                                      " parameters, the model " + std::to_string(layout.total()));
+      } else {
+        st = load_checkpoint(o.resume_from, layout);
+      }
       const std::string diff = config_difference(o.model, st.config);
       if (!diff.empty())
-        throw std::invalid_argument("resume_from " + o.resume_from +
+        throw std::invalid_argument("resume_from " + from +
                                     ": the checkpoint's model differs from the configured one (" +
                                     diff + ")");
       seed = st.seed;  // the data order and everything after follow the original run
       step = st.step;
       if (st.data_cursor != st.step)
-        throw std::invalid_argument("resume_from " + o.resume_from + ": data cursor " +
+        throw std::invalid_argument("resume_from " + from + ": data cursor " +
                                     std::to_string(st.data_cursor) + " does not match step " +
                                     std::to_string(st.step) + " (one batch per step)");
     }
@@ -212,6 +221,8 @@ struct Trainer::Impl {
 Trainer::Trainer(const TrainOptions& options) : impl_(std::make_unique<Impl>(options, nullptr)) {}
 Trainer::Trainer(const TrainOptions& options, std::unique_ptr<kernels::Backend> backend)
     : impl_(std::make_unique<Impl>(options, std::move(backend))) {}
+Trainer::Trainer(const TrainOptions& options, const TrainingState& state)
+    : impl_(std::make_unique<Impl>(options, nullptr, &state)) {}
 Trainer::~Trainer() = default;
 StepMetrics Trainer::step() { return impl_->run_step(); }
 EvalMetrics Trainer::evaluate(bool accuracy) { return impl_->run_eval(accuracy); }

@@ -78,6 +78,7 @@ TrainSummary train(const TrainOptions& options, TrainObserver& observer);
 double learning_rate(const OptimConfig& optim, int64_t step, int64_t total);
 
 class DataSource;
+struct TrainingState;  // model/checkpoint.hpp
 
 // The training loop, one step at a time.
 class Trainer {
@@ -86,6 +87,10 @@ class Trainer {
   // Runs on the given backend instead of make_backend(options.backend) (a
   // profiling wrapper, a device owned by the caller).
   Trainer(const TrainOptions& options, std::unique_ptr<kernels::Backend> backend);
+  // Starts from `state` as if resumed from a checkpoint holding it (the same
+  // checks; options.resume_from is ignored): how the actor runtime evaluates
+  // its parameter vector without writing a checkpoint.
+  Trainer(const TrainOptions& options, const TrainingState& state);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;

@@ -5,14 +5,11 @@
 #include "actors/runtime.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <limits>
-#include <filesystem>
 #include <mutex>
 #include <set>
 #include <stdexcept>
-#include <unistd.h>
 
 #include "actors/experts/expert_shard.hpp"
 #include "actors/transport/caf_scheduler.hpp"
@@ -481,33 +478,18 @@ void Runtime::write_trace(const std::string& path) {
 
 namespace {
 
-// Scratch checkpoint directory for an evaluation at a step with no checkpoint
-// of its own (removed when it goes out of scope).
-struct ScratchDir {
-  std::string path;
-  ScratchDir() {
-    static std::atomic<int> counter{0};
-    path = (std::filesystem::temp_directory_path() /
-            ("troupe-eval-" + std::to_string(::getpid()) + "-" + std::to_string(counter++)))
-               .string();
-  }
-  ~ScratchDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
-
-// model::Trainer's evaluation, on the saved state in `dir`: the Trainer is
-// resumed from it with the run's own data and micro-batch split (the
-// single-process run's split: micro-batches per replica), so a runtime run
-// whose parameters equal the Trainer's reports the same validation figures.
-model::EvalMetrics evaluate_saved(const RuntimeOptions& o, const std::string& dir) {
+// model::Trainer's evaluation, started from the runtime's state (its
+// parameter vector, seed and step; no checkpoint is written) with the run's
+// own data and micro-batch split (the single-process run's split:
+// micro-batches per replica), so a runtime run whose parameters equal the
+// Trainer's reports the same validation figures.
+model::EvalMetrics evaluate_state(const RuntimeOptions& o, const model::TrainingState& st) {
   model::TrainOptions eo = o.train;
   eo.microbatches = o.train.microbatches / o.data_parallel;
-  eo.resume_from = dir;
+  eo.resume_from.clear();
   eo.checkpoint_dir.clear();
   eo.checkpoint_every = 0;
-  model::Trainer tr(eo);
+  model::Trainer tr(eo, st);
   return tr.evaluate(o.train.eval_accuracy);
 }
 
@@ -543,12 +525,7 @@ model::TrainSummary train(const RuntimeOptions& o, model::TrainObserver& obs) {
     const model::TrainingState st = rt.state();
     if (save) model::save_checkpoint(t.checkpoint_dir, st, layout);
     if (eval) {
-      std::unique_ptr<ScratchDir> scratch;
-      if (!save) {
-        scratch = std::make_unique<ScratchDir>();
-        model::save_checkpoint(scratch->path, st, layout);
-      }
-      const model::EvalMetrics e = evaluate_saved(o, save ? t.checkpoint_dir : scratch->path);
+      const model::EvalMetrics e = evaluate_state(o, st);
       s.final_val_loss = e.val_loss;
       s.accuracy = e.accuracy;
       obs.on_eval(e);
