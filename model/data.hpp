@@ -30,10 +30,26 @@ using GenerateFn =
     std::function<std::vector<int32_t>(const std::vector<int32_t>& prompt, int64_t max_new_tokens)>;
 
 // One held-out task problem: the prompt to feed and the exact tokens expected
-// back (ending with eos_token()).
+// back (ending with eos_token()). `context` counts the whole problems (with
+// answers) the prompt shows before this one, as earlier problems of a
+// training row do.
 struct TaskProblem {
   std::vector<int32_t> prompt;
   std::vector<int32_t> answer;
+  int64_t context = 0;
+};
+
+// How well a model answers held-out task problems (greedy generation).
+struct TaskScore {
+  int64_t problems = 0;
+  double exact_match = 0.0;  // share of problems whose whole answer (EOS included) is right
+  // [answer position] share of problems whose answer token at that position,
+  // in the order generated, is right; answer digits only (the final EOS is
+  // not a digit). For the default reversed format, position 0 is the units.
+  std::vector<double> digit_accuracy;
+  // [context] exact match over the problems with that many earlier problems
+  // in their prompt (NaN where there are none).
+  std::vector<double> context_accuracy;
 };
 
 class DataSource {
@@ -65,12 +81,15 @@ class DataSource {
   virtual int32_t eos_token() const { return -1; }
 
   // Tasks with an exact answer (addition): the first n problems of the
-  // held-out evaluation set, deterministic and independent of the seed.
+  // held-out evaluation set, deterministic and independent of the seed. Their
+  // prompts place them after 0, 1, ... earlier problems, as training rows do.
   // Sources without a task return false / throw std::logic_error.
   virtual bool has_task() const { return false; }
   virtual std::vector<TaskProblem> eval_problems(int64_t n) const;
-  // Fraction of the first n_problems held-out problems whose generated answer
-  // (the first answer.size() new tokens) equals the expected one exactly.
+  // Scores the first n_problems held-out problems: generate(prompt,
+  // answer.size()) is compared token by token with the expected answer.
+  TaskScore score_task(const GenerateFn& generate, int64_t n_problems) const;
+  // score_task(...).exact_match.
   double exact_match(const GenerateFn& generate, int64_t n_problems) const;
 
  protected:
