@@ -106,7 +106,9 @@ class DataSource {
 //                    zero-padded to digits+1 digits, least-significant digit
 //                    first: 12+345= -> "012+345=7530" (see data_addition.cpp);
 //   "addition_plain" the same problems in plain form: "12+345=357".
-// seq_len > 0 also checks up front that sequences of that length can be made.
+// seq_len > 0 also checks up front that sequences of that length can be made,
+// and lets the addition task's eval prompts follow as many earlier problems
+// as a training row of seq_len holds (with 0, every prompt starts a row).
 // Throws std::runtime_error with a clear message (unknown source, missing,
 // empty or too-short file, bad digits or val_fraction).
 std::unique_ptr<DataSource> make_data_source(const DataConfig& config, uint64_t seed,
