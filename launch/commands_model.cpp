@@ -45,8 +45,13 @@ int command_eval(const CliOptions& o, const Spec& spec) {
     const std::string dir = checkpoint_of(o, spec);
     const model::EvalMetrics m = model::evaluate(dir, spec.data, spec.run.eval_batches, backend_options(spec));
     std::printf("checkpoint %s (step %lld)\nval_loss %.6f\n", dir.c_str(), static_cast<long long>(m.step), m.val_loss);
-    if (!std::isnan(m.accuracy))
-      std::printf("exact_match %.4f (%lld problems)\n", m.accuracy, static_cast<long long>(m.problems));
+    if (!std::isnan(m.accuracy)) {
+      std::printf("exact_match %.4f (%lld problems)\ndigit_accuracy", m.accuracy, static_cast<long long>(m.problems));
+      for (double d : m.digit_accuracy) std::printf(" %.4f", d);
+      std::printf("  (per answer position, in the order generated)\ncontext_accuracy");
+      for (double c : m.context_accuracy) std::printf(" %.4f", c);
+      std::printf("  (after 0, 1, ... earlier problems)\n");
+    }
     return static_cast<int>(kExitOk);
   });
 }

@@ -247,7 +247,7 @@ static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterC
       spdlog::info("done: {} steps, final loss {:.4f}, val loss {:.4f}", summary.steps_done, summary.final_loss,
                    summary.final_val_loss);
     else
-      spdlog::info("done: {} steps, final loss {:.4f}, val loss {:.4f}, exact-match accuracy {:.1f}%",
+      spdlog::info("done: {} steps, final loss {:.4f}, val loss {:.4f}, held-out exact match {:.1f}%",
                    summary.steps_done, summary.final_loss, summary.final_val_loss, 100.0 * summary.accuracy);
     if (!std::isfinite(summary.final_loss)) {
       spdlog::error("training diverged (loss is not finite)");

@@ -125,6 +125,22 @@ double imbalance(const std::vector<std::vector<int64_t>>& v) {
   return worst;
 }
 
+// [0.5,1,null] of shares (NaN -> null).
+std::string list_json(const std::vector<double>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (i) out += ',';
+    if (std::isfinite(v[i])) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.6g", v[i]);
+      out += buf;
+    } else {
+      out += "null";
+    }
+  }
+  return out + "]";
+}
+
 }  // namespace
 
 void ProgressObserver::on_step(const model::StepMetrics& m) {
@@ -179,14 +195,25 @@ void ProgressObserver::on_eval(const model::EvalMetrics& m) {
                              .add("val_loss", m.val_loss)
                              .add("accuracy", m.accuracy)
                              .add("problems", m.problems)
+                             .add_raw("digit_accuracy", list_json(m.digit_accuracy))
+                             .add_raw("context_accuracy", list_json(m.context_accuracy))
                              .str());
   if (style_ == "off") return;
   if (bar_drawn_) std::fputc('\n', stderr), bar_drawn_ = false;
-  if (std::isnan(m.accuracy))
+  if (std::isnan(m.accuracy)) {
     std::fprintf(stderr, "eval step %lld: val_loss %.4f\n", static_cast<long long>(m.step), m.val_loss);
-  else
-    std::fprintf(stderr, "eval step %lld: val_loss %.4f exact-match %.1f%% (%lld problems)\n",
-                 static_cast<long long>(m.step), m.val_loss, 100.0 * m.accuracy, static_cast<long long>(m.problems));
+    return;
+  }
+  // Per answer position in the order generated (units first in the default format).
+  std::string digits;
+  for (double d : m.digit_accuracy) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "%s%.0f", digits.empty() ? "" : " ", 100.0 * d);
+    digits += buf;
+  }
+  std::fprintf(stderr, "eval step %lld: val_loss %.4f exact-match %.1f%% (%lld problems) per-digit %% [%s]\n",
+               static_cast<long long>(m.step), m.val_loss, 100.0 * m.accuracy, static_cast<long long>(m.problems),
+               digits.c_str());
 }
 
 void ProgressObserver::on_checkpoint(int64_t step, const std::string& dir) {

@@ -60,17 +60,42 @@ TaskProblem DataSource::train_problem(int64_t) const {
   throw std::logic_error("data: source '" + describe() + "' has no task problems");
 }
 
-double DataSource::exact_match(const GenerateFn& generate, int64_t n_problems) const {
-  if (n_problems <= 0) throw std::invalid_argument("data: exact_match needs n_problems > 0");
+TaskScore DataSource::score_task(const GenerateFn& generate, int64_t n_problems) const {
+  if (n_problems <= 0) throw std::invalid_argument("data: score_task needs n_problems > 0");
   const std::vector<TaskProblem> problems = eval_problems(n_problems);
+  TaskScore s;
+  s.problems = static_cast<int64_t>(problems.size());
   int64_t correct = 0;
+  std::vector<int64_t> digit_right, digit_seen, ctx_right, ctx_seen;
   for (const TaskProblem& p : problems) {
     const std::vector<int32_t> out = generate(p.prompt, static_cast<int64_t>(p.answer.size()));
     bool ok = out.size() >= p.answer.size();
     for (size_t i = 0; ok && i < p.answer.size(); ++i) ok = out[i] == p.answer[i];
     correct += ok ? 1 : 0;
+    const size_t digits = p.answer.empty() ? 0 : p.answer.size() - 1;  // the last token is EOS
+    if (digit_seen.size() < digits) digit_seen.resize(digits), digit_right.resize(digits);
+    for (size_t i = 0; i < digits; ++i) {
+      ++digit_seen[i];
+      digit_right[i] += i < out.size() && out[i] == p.answer[i] ? 1 : 0;
+    }
+    const auto c = static_cast<size_t>(p.context);
+    if (ctx_seen.size() <= c) ctx_seen.resize(c + 1), ctx_right.resize(c + 1);
+    ++ctx_seen[c];
+    ctx_right[c] += ok ? 1 : 0;
   }
-  return static_cast<double>(correct) / static_cast<double>(problems.size());
+  auto share = [](int64_t right, int64_t seen) {
+    return seen > 0 ? static_cast<double>(right) / static_cast<double>(seen)
+                    : std::numeric_limits<double>::quiet_NaN();
+  };
+  s.exact_match = share(correct, s.problems);
+  for (size_t i = 0; i < digit_seen.size(); ++i) s.digit_accuracy.push_back(share(digit_right[i], digit_seen[i]));
+  for (size_t c = 0; c < ctx_seen.size(); ++c) s.context_accuracy.push_back(share(ctx_right[c], ctx_seen[c]));
+  return s;
+}
+
+double DataSource::exact_match(const GenerateFn& generate, int64_t n_problems) const {
+  if (n_problems <= 0) throw std::invalid_argument("data: exact_match needs n_problems > 0");
+  return score_task(generate, n_problems).exact_match;
 }
 
 std::unique_ptr<DataSource> make_data_source(const DataConfig& config, uint64_t seed, int64_t seq_len) {

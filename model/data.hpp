@@ -30,10 +30,26 @@ using GenerateFn =
     std::function<std::vector<int32_t>(const std::vector<int32_t>& prompt, int64_t max_new_tokens)>;
 
 // One held-out task problem: the prompt to feed and the exact tokens expected
-// back (ending with eos_token()).
+// back (ending with eos_token()). `context` counts the whole problems (with
+// answers) the prompt shows before this one, as earlier problems of a
+// training row do.
 struct TaskProblem {
   std::vector<int32_t> prompt;
   std::vector<int32_t> answer;
+  int64_t context = 0;
+};
+
+// How well a model answers held-out task problems (greedy generation).
+struct TaskScore {
+  int64_t problems = 0;
+  double exact_match = 0.0;  // share of problems whose whole answer (EOS included) is right
+  // [answer position] share of problems whose answer token at that position,
+  // in the order generated, is right; answer digits only (the final EOS is
+  // not a digit). For the default reversed format, position 0 is the units.
+  std::vector<double> digit_accuracy;
+  // [context] exact match over the problems with that many earlier problems
+  // in their prompt (NaN where there are none).
+  std::vector<double> context_accuracy;
 };
 
 class DataSource {
@@ -65,7 +81,8 @@ class DataSource {
   virtual int32_t eos_token() const { return -1; }
 
   // Tasks with an exact answer (addition): the first n problems of the
-  // held-out evaluation set, deterministic and independent of the seed.
+  // held-out evaluation set, deterministic and independent of the seed. Their
+  // prompts place them after 0, 1, ... earlier problems, as training rows do.
   // Sources without a task return false / throw std::logic_error.
   virtual bool has_task() const { return false; }
   virtual std::vector<TaskProblem> eval_problems(int64_t n) const;
@@ -73,8 +90,10 @@ class DataSource {
   // prompts: drawn from the training split only (never a held-out problem), a
   // pure function of (seed, index). Sources without a task throw std::logic_error.
   virtual TaskProblem train_problem(int64_t index) const;
-  // Fraction of the first n_problems held-out problems whose generated answer
-  // (the first answer.size() new tokens) equals the expected one exactly.
+  // Scores the first n_problems held-out problems: generate(prompt,
+  // answer.size()) is compared token by token with the expected answer.
+  TaskScore score_task(const GenerateFn& generate, int64_t n_problems) const;
+  // score_task(...).exact_match.
   double exact_match(const GenerateFn& generate, int64_t n_problems) const;
 
  protected:
@@ -92,7 +111,9 @@ class DataSource {
 //                    zero-padded to one digit more, least-significant digit
 //                    first: 12+345= -> "012+345=7530" (see data_addition.cpp);
 //   "addition_plain" the same problems in plain form: "12+345=357".
-// seq_len > 0 also checks up front that sequences of that length can be made.
+// seq_len > 0 also checks up front that sequences of that length can be made,
+// and lets the addition task's eval prompts follow as many earlier problems
+// as a training row of seq_len holds (with 0, every prompt starts a row).
 // Throws std::runtime_error with a clear message (unknown source, missing,
 // empty or too-short file, bad digits or val_fraction).
 std::unique_ptr<DataSource> make_data_source(const DataConfig& config, uint64_t seed,

@@ -4,7 +4,10 @@
 // PAD ('_') -> 13. A training sequence is EOS followed by packed problems, each
 // "a+b=c" + EOS, and PAD up to the end when the next problem does not fit
 // (problems are never cut, so every problem a sequence shows is whole). The
-// evaluation prompt is "EOS a+b=", the same context a problem has in training.
+// evaluation prompt for problem i is "EOS", then i % P earlier held-out problems
+// with their answers, then "a+b=": P is the number of problems one training row
+// of seq_len holds, so the scored problem sits at every position it has in
+// training (with seq_len unknown, 0, every prompt is at the start of a row).
 //
 // Loss: only the answer digits and the EOS that ends them carry a target.
 // The operands are random: predicting them teaches nothing and adds
@@ -53,6 +56,7 @@ constexpr uint64_t kTrainSalt = 0x6164'6474'7261'696eull;
 constexpr uint64_t kValSalt = 0x6164'6476'616c'6964ull;
 constexpr uint64_t kEvalSalt = 0x6164'6465'7661'6c73ull;
 constexpr uint64_t kTaskSalt = 0x6164'6470'726f'6d70ull;  // train_problem(): RL prompts
+constexpr uint64_t kEvalContextSalt = 0x6164'6463'6f6e'7478ull;
 
 uint64_t mix64(uint64_t x) {  // splitmix64 finalizer
   x += 0x9e3779b97f4a7c15ull;
@@ -89,9 +93,9 @@ void push_number(std::vector<int32_t>& out, int64_t v, bool reversed, int64_t wi
 
 class AdditionSource final : public DataSource {
  public:
-  AdditionSource(int64_t digits, int64_t width, uint64_t seed, bool reversed, bool padded)
+  AdditionSource(int64_t digits, int64_t width, uint64_t seed, bool reversed, bool padded, int64_t seq_len)
       : digits_(digits), width_(width > 0 ? width : digits), seed_(seed), reversed_(reversed), padded_(padded),
-        limit_(pow10(digits)) {}
+        limit_(pow10(digits)), eval_positions_(seq_len > 0 ? std::max<int64_t>(1, seq_len / min_seq()) : 1) {}
 
   int64_t vocab_size() const override { return kVocab; }
 
@@ -142,6 +146,10 @@ class AdditionSource final : public DataSource {
   int32_t eos_token() const override { return kEos; }
   bool has_task() const override { return true; }
 
+  // Problem i is the first held-out draw of its own stream (so it does not
+  // depend on n or on seq_len); its context, i % eval_positions_ earlier
+  // held-out problems written out with their answers, comes from a second
+  // stream. Nothing depends on the seed.
   std::vector<TaskProblem> eval_problems(int64_t n) const override {
     if (n < 0) throw std::invalid_argument("data: eval_problems needs n >= 0");
     std::vector<TaskProblem> out(static_cast<size_t>(n));
@@ -149,13 +157,16 @@ class AdditionSource final : public DataSource {
       Stream rng{mix64(kEvalSalt ^ static_cast<uint64_t>(i))};
       const auto [a, b] = held_out_problem(rng);
       TaskProblem& p = out[static_cast<size_t>(i)];
+      p.context = i % eval_positions_;
       p.prompt.push_back(kEos);
-      push_number(p.prompt, a, false, operand_width());
-      p.prompt.push_back(kPlus);
-      push_number(p.prompt, b, false, operand_width());
-      p.prompt.push_back(kEquals);
-      push_number(p.answer, a + b, reversed_, answer_width());
-      p.answer.push_back(kEos);
+      Stream ctx{mix64(kEvalContextSalt ^ static_cast<uint64_t>(i))};
+      for (int64_t c = 0; c < p.context; ++c) {
+        const auto [ca, cb] = held_out_problem(ctx);
+        push_question(p.prompt, ca, cb);
+        push_answer(p.prompt, ca + cb);
+      }
+      push_question(p.prompt, a, b);
+      push_answer(p.answer, a + b);
     }
     return out;
   }
@@ -165,12 +176,8 @@ class AdditionSource final : public DataSource {
     const auto [a, b] = train_problem(rng);
     TaskProblem p;
     p.prompt.push_back(kEos);
-    push_number(p.prompt, a, false, operand_width());
-    p.prompt.push_back(kPlus);
-    push_number(p.prompt, b, false, operand_width());
-    p.prompt.push_back(kEquals);
-    push_number(p.answer, a + b, reversed_, answer_width());
-    p.answer.push_back(kEos);
+    push_question(p.prompt, a, b);
+    push_answer(p.answer, a + b);
     return p;
   }
 
@@ -216,6 +223,19 @@ class AdditionSource final : public DataSource {
   int64_t operand_width() const { return padded_ ? width_ : 0; }
   int64_t answer_width() const { return padded_ ? width_ + 1 : 0; }
 
+  // "a+b=" in this source's format.
+  void push_question(std::vector<int32_t>& out, int64_t a, int64_t b) const {
+    push_number(out, a, false, operand_width());
+    out.push_back(kPlus);
+    push_number(out, b, false, operand_width());
+    out.push_back(kEquals);
+  }
+  // The answer digits in this source's format, then EOS.
+  void push_answer(std::vector<int32_t>& out, int64_t sum) const {
+    push_number(out, sum, reversed_, answer_width());
+    out.push_back(kEos);
+  }
+
   int64_t train_operand(Stream& rng) const {
     if (rng.next() & 1) return rng.below(limit_);
     const int64_t nd = 1 + rng.below(digits_);
@@ -252,13 +272,9 @@ class AdditionSource final : public DataSource {
     for (;;) {
       const auto [a, b] = draw();
       problem.clear();
-      push_number(problem, a, false, operand_width());
-      problem.push_back(kPlus);
-      push_number(problem, b, false, operand_width());
-      problem.push_back(kEquals);
+      push_question(problem, a, b);
       const size_t answer_at = problem.size();
-      push_number(problem, a + b, reversed_, answer_width());
-      problem.push_back(kEos);
+      push_answer(problem, a + b);
       if (static_cast<int64_t>(tok.size() + problem.size()) > seq + 1) break;
       for (size_t i = 0; i < problem.size(); ++i) {
         tok.push_back(problem[i]);
@@ -279,6 +295,7 @@ class AdditionSource final : public DataSource {
   bool reversed_;
   bool padded_;  // operands written with exactly width_ digits, answers with width_ + 1
   int64_t limit_;  // 10^digits: operands are in [0, limit_)
+  int64_t eval_positions_;  // problems one training row holds: eval contexts are 0 .. this - 1
 };
 
 }  // namespace
@@ -302,7 +319,7 @@ std::unique_ptr<DataSource> make_addition_source(const DataConfig& config, uint6
     throw std::runtime_error("data: addition width must be 0 (= digits) or in [digits = " +
                              std::to_string(config.digits) + ", " + std::to_string(kMaxDigits) + "], got " +
                              std::to_string(config.width));
-  auto src = std::make_unique<AdditionSource>(config.digits, config.width, seed, reverse_answer, padded);
+  auto src = std::make_unique<AdditionSource>(config.digits, config.width, seed, reverse_answer, padded, seq_len);
   if (seq_len > 0) src->check_seq(seq_len);
   return src;
 }

@@ -199,8 +199,11 @@ struct Trainer::Impl {
       GenerateFn fn = [&](const std::vector<int32_t>& prompt, int64_t max_new) {
         return gen->generate(w, prompt, max_new, greedy, rng, eos);
       };
-      e.problems = opt.data.eval_problems;
-      e.accuracy = data->exact_match(fn, e.problems);
+      TaskScore score = data->score_task(fn, opt.data.eval_problems);
+      e.problems = score.problems;
+      e.accuracy = score.exact_match;
+      e.digit_accuracy = std::move(score.digit_accuracy);
+      e.context_accuracy = std::move(score.context_accuracy);
     }
     return e;
   }

@@ -50,6 +50,8 @@ struct EvalMetrics {
   double val_loss = 0.0;
   double accuracy = 0.0;  // exact match on the task; NaN if the data source has no task
   int64_t problems = 0;   // task problems scored (0 without a task)
+  std::vector<double> digit_accuracy;    // TaskScore::digit_accuracy (empty without a task)
+  std::vector<double> context_accuracy;  // TaskScore::context_accuracy (empty without a task)
 };
 
 class TrainObserver {

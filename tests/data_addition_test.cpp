@@ -82,6 +82,37 @@ std::vector<Problem> parse_row(const int32_t* inputs, const int32_t* targets, in
   return out;
 }
 
+// An eval prompt: EOS, whole answered problems "a+b=c EOS" (the context), then
+// the question "a+b=". Checks the format; returns the context problems and
+// sets a, b of the question.
+std::vector<Problem> parse_prompt(const std::vector<int32_t>& tok, bool reversed, int64_t& a, int64_t& b) {
+  std::vector<Problem> context;
+  EXPECT_FALSE(tok.empty());
+  EXPECT_EQ(tok.front(), kEos) << "a prompt starts with EOS, as a training row does";
+  size_t i = 1;
+  for (;;) {
+    Problem p{};
+    p.a = read_number(tok, i, false);
+    EXPECT_LT(i, tok.size());
+    if (i >= tok.size()) return context;
+    EXPECT_EQ(tok[i++], kPlus);
+    p.b = read_number(tok, i, false);
+    EXPECT_LT(i, tok.size());
+    if (i >= tok.size()) return context;
+    EXPECT_EQ(tok[i++], kEquals);
+    if (i == tok.size()) {  // the question
+      a = p.a, b = p.b;
+      return context;
+    }
+    p.c = read_number(tok, i, reversed);
+    EXPECT_EQ(p.c, p.a + p.b) << "a context problem with a wrong answer";
+    EXPECT_LT(i, tok.size());
+    if (i >= tok.size()) return context;
+    EXPECT_EQ(tok[i++], kEos);
+    context.push_back(p);
+  }
+}
+
 }  // namespace
 
 TEST(AdditionData, SequencesAreWholeCorrectProblemsWithAnswerOnlyLoss) {
@@ -160,17 +191,20 @@ TEST(AdditionData, EvalAndValidationAreHeldOutAndSeedIndependent) {
   ASSERT_EQ(e1.size(), 500u);
   std::set<std::vector<int32_t>> distinct;
   int full_width = 0;
+  std::set<std::pair<int64_t, int64_t>> distinct_questions;
   for (size_t i = 0; i < e1.size(); ++i) {
     EXPECT_EQ(e1[i].prompt, e2[i].prompt);
     EXPECT_EQ(e1[i].answer, e2[i].answer);
     distinct.insert(e1[i].prompt);
-    const std::string p = s1->decode(e1[i].prompt);
-    const auto plus = p.find('+');
-    const long long a = std::stoll(p.substr(1, plus - 1)), b = std::stoll(p.substr(plus + 1));
+    int64_t a = -1, b = -1;
+    for (const Problem& p : parse_prompt(e1[i].prompt, true, a, b))
+      EXPECT_TRUE(addition_held_out(p.a, p.b)) << "context problems are held out too";
     EXPECT_TRUE(addition_held_out(a, b));
+    distinct_questions.insert({a, b});
     full_width += (a >= 100 && b >= 100);
   }
   EXPECT_GT(distinct.size(), 480u);
+  EXPECT_GT(distinct_questions.size(), 480u);
   EXPECT_GT(full_width, 350) << "eval operands are uniform in [0, 1000)";
   // The first n problems do not depend on n.
   EXPECT_EQ(s1->eval_problems(10)[9].prompt, e1[9].prompt);
@@ -182,6 +216,44 @@ TEST(AdditionData, EvalAndValidationAreHeldOutAndSeedIndependent) {
     for (const Problem& p : parse_row(&v1.inputs[r * 40], &v1.targets[r * 40], 40, true))
       EXPECT_TRUE(addition_held_out(p.a, p.b));
   EXPECT_NE(s1->val_batch(0, 4, 40).inputs, s1->val_batch(1, 4, 40).inputs);
+}
+
+// Eval prompts put the question after 0 .. P-1 earlier problems, P being the
+// problems one training row of seq_len holds (9 for 3 digits in 128 tokens),
+// so every position a problem has in training is scored, evenly. The question
+// of problem i does not depend on seq_len; without seq_len there is no context.
+TEST(AdditionData, EvalPromptsCoverEveryPositionOfATrainingRow) {
+  for (const bool reversed : {true, false}) {
+    const std::string source = reversed ? "addition" : "addition_plain";
+    auto row = make_data_source(addition_config(3, source), 1, 128);
+    auto bare = make_data_source(addition_config(3, source), 1);
+    const auto with = row->eval_problems(180), without = bare->eval_problems(180);
+    std::vector<int> per_context(9, 0);
+    for (size_t i = 0; i < with.size(); ++i) {
+      const TaskProblem& p = with[i];
+      ASSERT_GE(p.context, 0);
+      ASSERT_LT(p.context, 9);
+      EXPECT_EQ(p.context, static_cast<int64_t>(i % 9));
+      ++per_context[static_cast<size_t>(p.context)];
+      int64_t a = -1, b = -1;
+      const auto context = parse_prompt(p.prompt, reversed, a, b);
+      EXPECT_EQ(static_cast<int64_t>(context.size()), p.context);
+      // Prompt and answer fit one row, as the problem would in training.
+      EXPECT_LE(p.prompt.size() + p.answer.size(), 129u);
+      // The same question and answer as with no context.
+      EXPECT_EQ(p.answer, without[i].answer);
+      EXPECT_EQ(without[i].context, 0);
+      int64_t a0 = -1, b0 = -1;
+      EXPECT_TRUE(parse_prompt(without[i].prompt, reversed, a0, b0).empty());
+      EXPECT_EQ(a, a0);
+      EXPECT_EQ(b, b0);
+    }
+    for (int c = 0; c < 9; ++c) EXPECT_EQ(per_context[static_cast<size_t>(c)], 20) << "context " << c;
+  }
+  // The row holds exactly 9 problems: a 10th would not fit 128 tokens.
+  auto src = make_data_source(addition_config(3), 1, 128);
+  const Batch b = src->train_batch(0, 1, 128);
+  EXPECT_EQ(parse_row(b.inputs.data(), b.targets.data(), 128, true).size(), 9u);
 }
 
 TEST(AdditionData, TrainingIsAPureFunctionOfSeedAndIndex) {
@@ -248,6 +320,59 @@ TEST(AdditionData, ExactMatchScoresTheGeneratedAnswer) {
   };
   EXPECT_DOUBLE_EQ(src->exact_match(no_eos, 40), 0.0) << "the answer must end with EOS";
   EXPECT_THROW(src->exact_match(silent, 0), std::invalid_argument);
+}
+
+// score_task: per-digit accuracy per answer position, exact match per context.
+TEST(AdditionData, ScoreTaskReportsDigitsAndContexts) {
+  auto src = make_data_source(addition_config(3), 1, 40);  // 3 problems per row: contexts 0, 1, 2
+  const auto problems = src->eval_problems(60);
+  auto answer_of = [&](const std::vector<int32_t>& prompt) {
+    for (const auto& p : problems)
+      if (p.prompt == prompt) return p;
+    ADD_FAILURE() << "unknown prompt";
+    return TaskProblem{};
+  };
+  // Wrong units digit (position 0 of the reversed answer) on every problem,
+  // and the hundreds digit wrong after two earlier problems only.
+  GenerateFn units_wrong = [&](const std::vector<int32_t>& prompt, int64_t) {
+    const TaskProblem p = answer_of(prompt);
+    auto out = p.answer;
+    out[0] = (out[0] + 3) % 10;
+    if (p.context == 2) out[2] = (out[2] + 1) % 10;
+    return out;
+  };
+  const TaskScore s = src->score_task(units_wrong, 60);
+  EXPECT_EQ(s.problems, 60);
+  EXPECT_DOUBLE_EQ(s.exact_match, 0.0);
+  ASSERT_EQ(s.digit_accuracy.size(), 4u) << "3-digit operands: 4 answer digits";
+  EXPECT_DOUBLE_EQ(s.digit_accuracy[0], 0.0);
+  EXPECT_DOUBLE_EQ(s.digit_accuracy[1], 1.0);
+  EXPECT_DOUBLE_EQ(s.digit_accuracy[2], 2.0 / 3.0);
+  EXPECT_DOUBLE_EQ(s.digit_accuracy[3], 1.0);
+  // Right everywhere except after exactly one earlier problem.
+  GenerateFn context1_wrong = [&](const std::vector<int32_t>& prompt, int64_t) {
+    const TaskProblem p = answer_of(prompt);
+    auto out = p.answer;
+    if (p.context == 1) out.back() = kPad;  // no EOS: the digits alone are not an exact match
+    return out;
+  };
+  const TaskScore c = src->score_task(context1_wrong, 60);
+  EXPECT_DOUBLE_EQ(c.exact_match, 2.0 / 3.0);
+  ASSERT_EQ(c.context_accuracy.size(), 3u);
+  EXPECT_DOUBLE_EQ(c.context_accuracy[0], 1.0);
+  EXPECT_DOUBLE_EQ(c.context_accuracy[1], 0.0);
+  EXPECT_DOUBLE_EQ(c.context_accuracy[2], 1.0);
+  for (double d : c.digit_accuracy) EXPECT_DOUBLE_EQ(d, 1.0);
+  // A model that stops early scores its missing digits as wrong.
+  GenerateFn two_digits = [&](const std::vector<int32_t>& prompt, int64_t) {
+    const TaskProblem p = answer_of(prompt);
+    return std::vector<int32_t>(p.answer.begin(), p.answer.begin() + 2);
+  };
+  const TaskScore t = src->score_task(two_digits, 60);
+  EXPECT_DOUBLE_EQ(t.exact_match, 0.0);
+  EXPECT_DOUBLE_EQ(t.digit_accuracy[1], 1.0);
+  EXPECT_DOUBLE_EQ(t.digit_accuracy[2], 0.0);
+  EXPECT_THROW(src->score_task(two_digits, 0), std::invalid_argument);
 }
 
 TEST(AdditionData, ClearErrors) {

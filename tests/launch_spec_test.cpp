@@ -110,6 +110,55 @@ TEST(Specs, DefaultSpecIsTheQuickstart) {
   EXPECT_EQ(s.data.batch_size, 16);
   EXPECT_EQ(s.out_dir(), "runs/quickstart");
   EXPECT_EQ(s.checkpoint_dir(), "runs/quickstart/checkpoint");
+  // The addition recipe measured in bench/RESULTS.md ("Addition task").
+  EXPECT_FALSE(s.model.tie_embeddings);
+  EXPECT_DOUBLE_EQ(s.optim.lr, 1e-3);
+  EXPECT_EQ(s.optim.warmup_steps, 100);
+  EXPECT_EQ(s.optim.schedule, "constant");
+  EXPECT_DOUBLE_EQ(s.optim.weight_decay, 0.0);
+  EXPECT_EQ(s.run.steps, 1600);
+  EXPECT_EQ(s.topology.schedule, "dualpipe");
+  EXPECT_EQ(s.topology.devices, 2);
+}
+
+// launch/specs/sft_addition.toml ships the default's recipe with a named
+// checkpoint: every training key equal, only the run name and checkpoint dir differ.
+TEST(Specs, SftAdditionIsTheDefaultRecipeWithACheckpoint) {
+  const Spec d = load_default_spec();
+  const Spec s = load_spec_file((fs::path(TROUPE_SOURCE_DIR) / "launch" / "specs" / "sft_addition.toml").string());
+  EXPECT_EQ(s.checkpoint_dir(), "runs/sft_addition/checkpoint");
+  EXPECT_EQ(s.run.name, "sft_addition");
+  EXPECT_EQ(s.run.steps, d.run.steps);
+  EXPECT_EQ(s.run.seed, d.run.seed);
+  EXPECT_EQ(s.model.tie_embeddings, d.model.tie_embeddings);
+  EXPECT_EQ(s.model.d_model, d.model.d_model);
+  EXPECT_EQ(s.model.n_layers, d.model.n_layers);
+  EXPECT_EQ(s.model.n_experts, d.model.n_experts);
+  EXPECT_EQ(s.data.source, d.data.source);
+  EXPECT_EQ(s.data.digits, d.data.digits);
+  EXPECT_EQ(s.data.batch_size, d.data.batch_size);
+  EXPECT_DOUBLE_EQ(s.optim.lr, d.optim.lr);
+  EXPECT_EQ(s.optim.warmup_steps, d.optim.warmup_steps);
+  EXPECT_EQ(s.optim.schedule, d.optim.schedule);
+  EXPECT_DOUBLE_EQ(s.optim.weight_decay, d.optim.weight_decay);
+  EXPECT_EQ(s.topology.schedule, d.topology.schedule);
+  EXPECT_EQ(s.topology.devices, d.topology.devices);
+  EXPECT_EQ(s.topology.expert_shards, d.topology.expert_shards);
+  EXPECT_EQ(s.topology.optimizer_shards, d.topology.optimizer_shards);
+  // The file minus its header comment, run name and checkpoint dir is default.toml's body.
+  auto body = [](const std::string& path, bool drop_dir) {
+    std::ifstream in(path);
+    std::string line, out;
+    bool started = false;
+    while (std::getline(in, line)) {
+      if (line == "[run]") started = true;
+      if (!started || line.rfind("name = ", 0) == 0 || (drop_dir && line.rfind("dir = ", 0) == 0)) continue;
+      out += line + "\n";
+    }
+    return out;
+  };
+  const fs::path specs = fs::path(TROUPE_SOURCE_DIR) / "launch" / "specs";
+  EXPECT_EQ(body((specs / "sft_addition.toml").string(), true), body((specs / "default.toml").string(), false));
 }
 
 TEST(Specs, OverridesApplyAndAreChecked) {

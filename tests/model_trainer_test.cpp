@@ -94,6 +94,15 @@ TEST(Trainer, LossFallsOnTheAdditionTask) {
   EXPECT_EQ(e.problems, o.data.eval_problems);
   EXPECT_GE(e.accuracy, 0.0);
   EXPECT_LE(e.accuracy, 1.0);
+  // 2-digit operands: 3 answer digits; a 24-token row holds 2 problems, so
+  // questions are scored after 0 and after 1 earlier problem, 10 each.
+  ASSERT_EQ(e.digit_accuracy.size(), 3u);
+  for (double d : e.digit_accuracy) {
+    EXPECT_GE(d, e.accuracy) << "an exact match gets every digit right";
+    EXPECT_LE(d, 1.0);
+  }
+  ASSERT_EQ(e.context_accuracy.size(), 2u);
+  EXPECT_NEAR((e.context_accuracy[0] + e.context_accuracy[1]) / 2.0, e.accuracy, 1e-12);
 }
 
 TEST(Trainer, SameSeedSameRunBitwise) {
@@ -238,6 +247,7 @@ TEST(Trainer, TrainWritesCheckpointsAndSampleEvaluateReadThem) {
   EXPECT_EQ(e.step, 6);
   EXPECT_DOUBLE_EQ(e.val_loss, s.final_val_loss);
   EXPECT_DOUBLE_EQ(e.accuracy, s.accuracy);
+  EXPECT_EQ(e.digit_accuracy.size(), 3u);
 
   model::SampleOptions so;
   so.checkpoint_dir = o.checkpoint_dir;
