@@ -209,8 +209,16 @@ TEST(RlConfig, ChecksNameTheKeyAndTheRule) {
   EXPECT_EQ(keys(c), (std::vector<std::string>{"clip_low", "clip_high", "kl_coef"}));
   EXPECT_EQ(check_config(c)[0].message, "clip_low = 1 must be in [0, 1) (the ratio is clipped below at 1 - clip_low)");
   EXPECT_EQ(check_config(c)[1].message, "clip_high = -0.1 must be >= 0");
-  c = rl_preset(LossKind::dr_grpo, 0);
-  EXPECT_EQ(keys(c), std::vector<std::string>{"constant_norm"});
+  c = rl_preset(LossKind::dr_grpo, 0);  // the config carries max_new_tokens, which must be >= 1 too
+  EXPECT_EQ(keys(c), (std::vector<std::string>{"max_new_tokens", "constant_norm"}));
+  c = rl_preset(LossKind::grpo, 8);
+  c.prompts_per_step = 0;
+  c.temperature = 0.0;
+  c.top_p = 1.5;
+  c.updates_per_batch = 0;
+  EXPECT_EQ(keys(c), (std::vector<std::string>{"prompts_per_step", "temperature", "top_p", "updates_per_batch"}));
+  EXPECT_NE(check_config(c)[1].message.find("greedy decoding would make every completion of a group the same"),
+            std::string::npos);
   c = rl_preset(LossKind::dapo, 8);
   c.verifier.partial_credit = 1.0;
   c.verifier.format_penalty = -0.5;

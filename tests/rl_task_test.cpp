@@ -56,7 +56,9 @@ uint64_t outputs_hash(int64_t width_for_digits /* 0, or -1 = width := digits */)
         mixv(b.inputs);
         mixv(b.targets);
       }
-      for (const auto& p : s->eval_problems(40)) {
+      // seq_len 0: eval prompts start a row, as every prompt did at ac87254
+      // (with seq_len > 0 they now also follow earlier problems; data.cpp).
+      for (const auto& p : model::make_data_source(c, 1234 + static_cast<uint64_t>(d), 0)->eval_problems(40)) {
         mixv(p.prompt);
         mixv(p.answer);
       }
@@ -110,7 +112,8 @@ TEST(RlAdditionWidth, WidthEqualToDigitsIsWidthZero) { EXPECT_EQ(outputs_hash(-1
 
 TEST(RlAdditionWidth, OperandsAreWrittenInTheWiderFormat) {
   const auto src = model::make_data_source(addition(3, 4), 7, 64);
-  for (const auto& p : src->eval_problems(200)) {
+  // seq_len 0: every eval prompt starts a row (with 64 some follow earlier problems).
+  for (const auto& p : model::make_data_source(addition(3, 4), 7, 0)->eval_problems(200)) {
     // EOS dddd + dddd =, answer ddddd EOS (LSB first).
     ASSERT_EQ(p.prompt.size(), 11u);
     ASSERT_EQ(p.answer.size(), 6u);
