@@ -4,7 +4,7 @@
 # checkpoint (exit 4, naming the file) for validate and run alike, and a short
 # RL run from a pretraining checkpoint that is identical when repeated and
 # when resumed halfway.
-# usage: rl_cli_test.sh TROUPE_BINARY
+# usage: rl_cli_test.sh TROUPE_BINARY [SOURCE_DIR]
 set -uo pipefail
 troupe=$1
 work=$(mktemp -d)
@@ -121,6 +121,12 @@ expect_exit 0 "$troupe" run "$work/rl.toml" --set run.out_dir="\"$work/resumed\"
 for f in "$work/rl1/checkpoint"/*; do
   cmp -s "$f" "$work/resumed/checkpoint/$(basename "$f")" || fail "resumed RL run differs from the straight run in $(basename "$f")"
 done
+
+# The shipped RL spec parses; its init is the checkpoint it documents how to make.
+if [ -n "${2:-}" ]; then
+  expect_exit 4 "$troupe" validate "$2/launch/specs/rl_addition.toml"
+  expect_output "runs/sft_addition_w4/checkpoint"
+fi
 
 if [ "$failures" -gt 0 ]; then
   echo "$failures failure(s)"
