@@ -13,18 +13,20 @@
 namespace troupe::launch {
 
 rl::RlTrainOptions rl_train_options(const Spec& spec) {
+  // The keys RL shares with pretraining map as train_options maps them.
+  const model::TrainOptions t = train_options(spec);
   rl::RlTrainOptions o;
-  o.model = spec.model;
-  o.optim = spec.optim;
-  o.data = spec.data;
+  o.model = t.model;
+  o.optim = t.optim;
+  o.data = t.data;
+  o.seed = t.seed;
+  o.steps = t.steps;
+  o.checkpoint_every = t.checkpoint_every;
+  o.checkpoint_dir = t.checkpoint_dir;
+  o.resume_from = t.resume_from;
+  o.backend = t.backend;
   o.rl = spec.rl;
-  o.seed = static_cast<uint64_t>(spec.run.seed);
-  o.steps = spec.run.steps;
-  o.eval_every = spec.run.eval_every;
-  o.checkpoint_every = spec.checkpoint.every;
-  o.checkpoint_dir = spec.checkpoint_dir();
-  o.resume_from = spec.checkpoint.resume;
-  o.backend = backend_options(spec);
+  o.eval_every = spec.run.eval_every;  // 0: only after the last step (rl::train)
   return o;
 }
 
