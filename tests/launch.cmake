@@ -11,6 +11,11 @@ endif()
 file(GLOB TROUPE_EXAMPLE_SPECS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/launch/specs/*.toml)
 foreach(spec IN LISTS TROUPE_EXAMPLE_SPECS)
   get_filename_component(spec_name ${spec} NAME_WE)
+  # rl_addition starts from the checkpoint its header says how to make:
+  # tests/rl_cli_test.sh validates it against one (and without one: exit 4).
+  if(spec_name STREQUAL "rl_addition")
+    continue()
+  endif()
   add_test(NAME cli_validate_${spec_name} COMMAND troupe validate ${spec})
   set_tests_properties(cli_validate_${spec_name} PROPERTIES LABELS cli PASS_REGULAR_EXPRESSION "ok")
 endforeach()
