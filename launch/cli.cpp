@@ -3,6 +3,8 @@
 // command reports spec problems the same way.
 #include "launch/cli.hpp"
 
+#include <cmath>
+
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -107,6 +109,13 @@ int run_cli(int argc, char** argv) {
       } catch (const std::exception&) {
         return usage_error(a + " " + tmp + ": not a number");
       }
+      // stod reads "nan" and "inf": a sampling setting must be a finite number in range.
+      if (a == "--temperature" && !(std::isfinite(opt.temperature) && opt.temperature >= 0))
+        return usage_error("--temperature " + tmp + ": must be a finite number >= 0 (0 = greedy)");
+      if (a == "--top-p" && !(std::isfinite(opt.top_p) && opt.top_p > 0 && opt.top_p <= 1))
+        return usage_error("--top-p " + tmp + ": must be in (0, 1]");
+      if (a == "--max-new-tokens" && opt.max_new_tokens < 1)
+        return usage_error("--max-new-tokens " + tmp + ": must be >= 1");
     } else if (a.size() > 1 && a[0] == '-') {
       return usage_error("unknown option " + a);
     } else if (opt.command.empty()) {

@@ -416,6 +416,21 @@ class Parser {
 // exists in the topology, and the spec runs on the actor runtime.
 void check_faults(const Spec& s, Parser& p) {
   auto v = [](int64_t x) { return std::to_string(x); };
+  // One actor, one step, one fault: a second entry would silently collapse
+  // into the first (the supervisor kills an actor once per step attempt).
+  std::map<std::tuple<int, int, int, int, int64_t>, size_t> seen;
+  for (size_t i = 0; i < s.faults.size(); ++i) {
+    if (!p.fault_ok(i)) continue;
+    const auto t = runtime::parse_fault_target(s.faults[i].target);
+    const auto key = std::make_tuple(static_cast<int>(t->role), t->index, t->replica, t->shard, s.faults[i].at_step);
+    const auto [it, fresh] = seen.emplace(key, i);
+    if (!fresh) {
+      const Pos first = p.fault_where(it->second, "");
+      p.error(p.fault_where(i, ""), "[[faults]] entry repeats the one at line " + std::to_string(first.line) +
+                                       " (target \"" + s.faults[i].target + "\", at_step = " + v(s.faults[i].at_step) +
+                                       "): one actor takes at most one fault per step");
+    }
+  }
   for (size_t i = 0; i < s.faults.size(); ++i) {
     if (!p.fault_ok(i)) continue;  // reported while parsing
     const FaultConfig& f = s.faults[i];
@@ -703,7 +718,23 @@ Spec load_spec_text(const std::string& text, const std::string& source_name,
   return load(&text, source_name, overrides, {});
 }
 
+// A spec is a small regular file: a directory would read as empty (and train
+// on the defaults), a FIFO would block the open, a huge file is a mistake.
+constexpr std::uintmax_t kMaxSpecBytes = 1 << 20;
+
 Spec load_spec_file(const std::string& path, const std::vector<Override>& overrides) {
+  std::error_code ec;
+  const auto st = std::filesystem::status(path, ec);
+  if (!ec && std::filesystem::exists(st)) {
+    if (std::filesystem::is_directory(st))
+      throw SpecError({{path, 0, 0, "is a directory, not a spec file (give the path of a .toml file)"}});
+    if (!std::filesystem::is_regular_file(st))
+      throw SpecError({{path, 0, 0, "is not a regular file (a FIFO, device or socket); give the path of a .toml file"}});
+    const auto bytes = std::filesystem::file_size(path, ec);
+    if (!ec && bytes > kMaxSpecBytes)
+      throw SpecError({{path, 0, 0, "is " + std::to_string(bytes) + " bytes; a spec file is at most " +
+                                        std::to_string(kMaxSpecBytes) + " bytes"}});
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw SpecError({{path, 0, 0, "cannot open spec file: " + std::string(std::strerror(errno))}});
   std::ostringstream ss;

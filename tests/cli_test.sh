@@ -38,6 +38,22 @@ expect_output "$work/bad.toml:3:1: error: [model] head size d_model/n_heads"
 expect_output "$work/bad.toml:5:1: error: unknown key 'lerning_rate' in [optim]; did you mean 'lr'?"
 expect_exit 3 "$troupe" validate "$work/missing.toml"
 expect_output "cannot open spec file"
+# A spec path that is a directory, a FIFO or a huge file: a clear error, no hang, no run on defaults.
+mkdir "$work/specdir"
+expect_exit 3 "$troupe" run "$work/specdir"
+expect_output "$work/specdir: error: is a directory, not a spec file"
+mkfifo "$work/fifo.toml"
+expect_exit 3 timeout 20 "$troupe" validate "$work/fifo.toml"
+expect_output "is not a regular file (a FIFO, device or socket)"
+head -c 1100000 /dev/zero | tr '\0' '#' > "$work/huge.toml"
+expect_exit 3 "$troupe" validate "$work/huge.toml"
+expect_output "is 1100000 bytes; a spec file is at most 1048576 bytes"
+# Sampling settings must be finite numbers in range (stod reads nan and inf).
+expect_exit 2 "$troupe" sample --checkpoint "$work/none" --prompt 1 --temperature nan
+expect_output "--temperature nan: must be a finite number >= 0"
+expect_exit 2 "$troupe" sample --checkpoint "$work/none" --prompt 1 --temperature inf
+expect_exit 2 "$troupe" sample --checkpoint "$work/none" --prompt 1 --top-p 0
+expect_output "--top-p 0: must be in (0, 1]"
 # Expert shards as actors: validate lists them and says who computes the experts.
 expect_exit 0 "$troupe" validate --set topology.expert_shards=4
 expect_output "expert:3/3 "  # one naming scheme: validate lists the runtime's names (was experts:L3:S3)
