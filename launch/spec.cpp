@@ -660,6 +660,27 @@ void check_rl_inputs(const Spec& s, Parser& p) {
   }
 }
 
+// The checkpoint directory is checked before anything runs: a save into a
+// regular file, or into a non-empty directory that is not a checkpoint (which
+// save_checkpoint never replaces), would fail only at the end of the run.
+void check_checkpoint_dir(const Spec& s, Parser& p) {
+  if (s.topology.device_kind == "sim") return;  // a sim run saves nothing
+  namespace fs = std::filesystem;
+  const std::string dir = s.checkpoint_dir();
+  const char* key = s.checkpoint.dir.empty() ? "run.out_dir" : "checkpoint.dir";
+  std::error_code ec;
+  const auto st = fs::status(dir, ec);
+  if (ec || !fs::exists(st)) return;  // created by the first save
+  if (!fs::is_directory(st)) {
+    p.error(p.where(key), "checkpoint directory " + dir + " exists and is not a directory; the run's checkpoint "
+                          "could not be saved there (set [checkpoint] dir to a new or checkpoint directory)");
+    return;
+  }
+  if (!fs::is_empty(dir, ec) && !ec && !model::checkpoint_exists(dir))
+    p.error(p.where(key), "checkpoint directory " + dir + " is a non-empty directory that holds no checkpoint; the "
+                          "run would not overwrite it and would lose its final save (set [checkpoint] dir elsewhere)");
+}
+
 void check_supported(Spec& s, Parser& p) {
   for (const auto& def : spec_keys()) {
     if (!def.unsupported) continue;
@@ -699,6 +720,7 @@ Spec load(const std::string* text, const std::string& source, const std::vector<
   check_faults(spec, parser);
   check_supported(spec, parser);
   convert_rl(spec, parser);
+  check_checkpoint_dir(spec, parser);
   if (parser.diagnostics().size() == problems_before_data) {
     check_data(spec, parser);
     if (parser.diagnostics().size() == problems_before_data) check_rl_inputs(spec, parser);

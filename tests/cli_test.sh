@@ -48,6 +48,14 @@ expect_output "is not a regular file (a FIFO, device or socket)"
 head -c 1100000 /dev/zero | tr '\0' '#' > "$work/huge.toml"
 expect_exit 3 "$troupe" validate "$work/huge.toml"
 expect_output "is 1100000 bytes; a spec file is at most 1048576 bytes"
+# A checkpoint directory that cannot take the final save is an error before the run.
+printf 'x' > "$work/ckfile"
+expect_exit 3 "$troupe" validate --set checkpoint.dir="\"$work/ckfile\""
+expect_output "checkpoint directory $work/ckfile exists and is not a directory"
+mkdir -p "$work/notack" && printf 'keep me' > "$work/notack/notes.txt"
+expect_exit 3 "$troupe" run --set checkpoint.dir="\"$work/notack\""
+expect_output "is a non-empty directory that holds no checkpoint"
+[ "$(cat "$work/notack/notes.txt")" = "keep me" ] || fail "a non-checkpoint directory was touched"
 # Sampling settings must be finite numbers in range (stod reads nan and inf).
 expect_exit 2 "$troupe" sample --checkpoint "$work/none" --prompt 1 --temperature nan
 expect_output "--temperature nan: must be a finite number >= 0"
