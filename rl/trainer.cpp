@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <limits>
 #include <map>
 #include <stdexcept>
 
@@ -236,7 +235,6 @@ struct RlTrainer::Impl {
       for (size_t k = 0; k < T; ++k) logp_ref[k] = f.logprobs[pos[k]];
     }
 
-    PolicyLossOptions popt = rl.policy;
     std::vector<double> logp(T), logp_prox, entropy(T), grad(T);
     std::vector<float> coef(static_cast<size_t>(N * S), 0.0f);
     const int64_t U = rl.updates_per_batch;
@@ -256,8 +254,8 @@ struct RlTrainer::Impl {
       in.advantage = sb.advantage;
       in.mask = sb.mask;
       in.offsets = sb.offsets;
-      const PolicyMetrics pm = policy_loss_forward(in, popt);
-      policy_loss_backward(grad, in, popt);
+      const PolicyMetrics pm = policy_loss_forward(in, rl.policy);
+      policy_loss_backward(grad, in, rl.policy);
       for (size_t k = 0; k < T; ++k) coef[pos[k]] = static_cast<float>(grad[k]);
       head.backward(w, g, coef, 1.0);
       if (u == 0) {
