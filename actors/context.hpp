@@ -106,7 +106,7 @@ struct Shared {
   mutable std::mutex peers_mu;
   // Spawns the actor of a role/index (replica for ranks) on its device; the
   // supervisor respawns with it (one placement rule, in runtime.cpp).
-  std::function<caf::actor(caf::actor_system&, FaultTarget::Role, int replica, int index)> spawn;
+  std::function<caf::actor(caf::actor_system&, Role, int replica, int index)> spawn;
   std::function<void(const RestartEvent&)> on_restart;    // runtime.cpp records, then the user's
   // The test seam on step messages (actors/supervision/interposer.hpp); null in production.
   std::shared_ptr<Interposer> interposer;
@@ -233,9 +233,9 @@ caf::actor spawn_coordinator(caf::actor_system& sys, std::shared_ptr<const Share
 // The actor a fault target names (an invalid handle when there is none).
 inline caf::actor target_actor(const Shared& sh, const FaultTarget& t) {
   switch (t.role) {
-    case FaultTarget::Role::Stage: return rank_of(sh, t.replica, t.index);
-    case FaultTarget::Role::Optimizer: return shard_of(sh, static_cast<size_t>(t.index));
-    case FaultTarget::Role::Expert: return expert_of(sh, t.replica, sh.plan.expert_producer(t.index, t.shard));
+    case Role::Rank: return rank_of(sh, t.replica, t.index);
+    case Role::Optimizer: return shard_of(sh, static_cast<size_t>(t.index));
+    case Role::Expert: return expert_of(sh, t.replica, sh.plan.expert_producer(t.index, t.shard));
   }
   return {};
 }

@@ -182,13 +182,14 @@ int Plan::expert_producer(int layer, int shard) const {
 const ActorPlan* Plan::target(const FaultTarget& t) const {
   if (t.replica < 0 || t.index < 0) return nullptr;
   switch (t.role) {
-    case FaultTarget::Role::Stage:
+    case Role::Rank:
       return t.replica < data_parallel && t.index < sl.num_ranks ? &rank(t.replica, t.index) : nullptr;
-    case FaultTarget::Role::Optimizer: return t.index < num_shards() ? &shard(t.index) : nullptr;
-    case FaultTarget::Role::Expert: {
+    case Role::Optimizer: return t.index < num_shards() ? &shard(t.index) : nullptr;
+    case Role::Expert: {
       const int x = expert_producer(t.index, t.shard);
       return x >= 0 && t.replica < data_parallel ? &expert(t.replica, x) : nullptr;
     }
+    case Role::Coordinator: return t.index == 0 ? &coordinator() : nullptr;
   }
   return nullptr;
 }
@@ -208,7 +209,7 @@ Plan make_plan(const RuntimeOptions& o) {
   p.expert_shards = o.expert_shards;
   p.chunks = static_cast<int>(t.microbatches / o.data_parallel);
   p.mb_batch = t.data.batch_size / t.microbatches;
-  p.sl = sched::make_layout(sched::parse_kind(o.schedule), o.stages, p.chunks);
+  p.sl = sched::make_layout(o.schedule, o.stages, p.chunks);
   p.stage_layers = model::split_layers(c.n_layers, p.sl.num_stages);
   p.parameters = layout.total();
   if (o.expert_shards > 0)
@@ -281,7 +282,7 @@ Plan make_plan(const RuntimeOptions& o) {
       a.stages = stages[static_cast<size_t>(k)];
       a.params = p.rank_owned[static_cast<size_t>(k)];
       a.messages_per_step = rank_messages(p, k);
-      a.detail = rank_detail(p, a.stages, c.ffn == "moe" && o.expert_shards == 0);
+      a.detail = rank_detail(p, a.stages, c.ffn == model::Ffn::moe && o.expert_shards == 0);
       p.actors.push_back(std::move(a));
     }
 

@@ -65,7 +65,7 @@ int expert_owner(int64_t n_experts, int shards, int64_t expert);
 std::array<Range, 3> expert_param_ranges(const model::ParamLayout& layout, const model::ModelConfig& c,
                                          int layer, ExpertRange r);
 
-enum class Role { Coordinator, Optimizer, Rank, Expert };
+// Role (actors/supervision/faults.hpp): Coordinator, Optimizer, Rank, Expert.
 // "coordinator", "optimizer", "stage" (a pipeline rank), "expert".
 const char* role_name(Role role);
 

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/schedule/schedule.hpp"
 #include "actors/supervision/faults.hpp"
 #include "model/checkpoint.hpp"
 #include "model/trainer.hpp"
@@ -34,7 +35,7 @@ struct ClusterComm;  // actors/cluster/runtime_cluster.hpp: how processes find e
 
 struct RuntimeOptions {
   model::TrainOptions train;        // model, optimizer, data, seed, steps, microbatches, backend
-  std::string schedule = "1f1b";    // sequential | 1f1b | zb1p | dualpipe | dualpipev (B+W run as one backward)
+  sched::Kind schedule = sched::Kind::one_f_one_b;  // B+W run as one backward in zb1p / dualpipe
   int stages = 1;                   // pipeline ranks per replica (PP)
   int devices = 1;                  // serial executors; ranks and shards are placed round-robin
   int optimizer_shards = 1;         // ZeRO-1 shards of the flat parameter buffer
@@ -64,6 +65,7 @@ struct RuntimeOptions {
   bool duplicate_sends = false;     // send every step message twice (receivers must drop the copies)
   bool corrupt_combine = false;     // expert shard 0 of replica 0's first forward Combine does not echo
                                     // its Dispatch (the stage must reject it)
+  bool replay_stale = false;        // keep each step's messages for inject_stale_messages()
   // Across processes (actors/cluster/runtime_cluster.hpp): with processes > 1 each
   // process creates only the devices and actors actors/cluster/placement.hpp gives
   // it; process 0 drives training, the others serve() until told to stop.
@@ -80,7 +82,8 @@ struct RuntimeOptions {
 // std::invalid_argument naming the rule that was broken.
 void validate(const RuntimeOptions& options);
 
-class Runtime {
+// An engine of the one training loop (model/training_loop.hpp).
+class Runtime final : public model::TrainingEngine {
  public:
   explicit Runtime(const RuntimeOptions& options);
   ~Runtime();
@@ -89,8 +92,15 @@ class Runtime {
 
   // One optimizer step through the actors. Throws std::runtime_error when an
   // actor reported an error (the message names the actor and the cause).
-  model::StepMetrics step();
-  int64_t steps_done() const;
+  model::StepMetrics step() override;
+  int64_t steps_done() const override;
+  // Validation loss (+ task accuracy) of the current parameters, computed by
+  // model::Trainer's evaluation code started in memory from state() (the
+  // runtime's micro-batch split per replica, so the figures equal the
+  // Trainer's for the same parameters).
+  model::EvalMetrics evaluate(bool accuracy) override;
+  // Checkpoint of state().
+  void save(const std::string& dir) override;
   // The flat parameter buffer, assembled from the optimizer shards.
   std::vector<float> parameters();
   // Everything a checkpoint holds: the parameters and the shards' AdamW
@@ -117,10 +127,11 @@ class Runtime {
   // (restarted it, and replayed the step if one was running). Throws
   // std::runtime_error for an unknown target or when the restart escalated.
   void kill(const std::string& target);
-  // Test hook, between steps (after at least one): sends every rank, shard
-  // and the coordinator messages of the finished step, which they must drop
-  // and count; returns how many were sent. Each receiver has handled them
-  // once the next step() returned.
+  // Test hook, between steps (after at least one; needs
+  // options.replay_stale): sends every step message of the finished step
+  // again, through the test seam, to its receiver (ranks, shards, the
+  // coordinator), which must drop and count it; returns how many were sent.
+  // Each receiver has handled them once the next step() returned.
   uint32_t inject_stale_messages();
   // With tracing on (options.trace set or record_trace): waits for the devices
   // to go idle and writes their events so far as Chrome trace JSON
@@ -132,17 +143,20 @@ class Runtime {
   void serve();
 
  private:
+  // state() after the last step, gathered once for an evaluation and a save.
+  const model::TrainingState& current_state();
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
-// Like model::train, on the runtime: evaluation every eval_every steps and
-// after the last (model::Trainer's evaluation code, started in memory from
-// the runtime's state: its parameter vector, seed and step), checkpoints every checkpoint_every steps and after the
-// last when checkpoint_dir is set. With train.resume_from set, the run
-// continues from that checkpoint (model::Trainer's checks; its seed, step and
-// data cursor) up to train.steps, bitwise as if it had not stopped. With
-// options.trace set, writes the device trace there after the last step.
+// model::train's loop (model/training_loop.hpp) with the runtime as its
+// engine: evaluations and checkpoints at the same steps. With
+// train.resume_from set, the run continues from that checkpoint
+// (model::Trainer's checks; its seed, step and data cursor) up to
+// train.steps, bitwise as if it had not stopped. With options.trace set,
+// writes the device trace there after the last step. Processes other than 0
+// of a multi-process run serve their actors until process 0 ends the run.
 model::TrainSummary train(const RuntimeOptions& options, model::TrainObserver& observer);
 
 }  // namespace troupe::runtime

@@ -70,14 +70,14 @@ int main(int argc, char** argv) {
   }
   runtime::RuntimeOptions o;
   auto& t = o.train;
-  t.data.source = "addition";
+  t.data.source = troupe::model::DataKind::addition;
   t.data.digits = 3;
   t.data.batch_size = 16;
   t.microbatches = 4;
   t.steps = 1000;  // the LR schedule's horizon; only a few are run
   t.eval_every = 0;
   t.backend.threads = 1;
-  o.schedule = "dualpipe";
+  o.schedule = sched::Kind::dualpipe;
   o.stages = 2;
   o.devices = 2;
   o.optimizer_shards = 2;
@@ -99,7 +99,7 @@ int main(int argc, char** argv) {
                            Variant{"1f1b, experts in-stage", "1f1b", 0, true},
                            Variant{"1f1b, 4 shards+overlap", "1f1b", 4, true},
                            Variant{"1f1b, 4 shards serial", "1f1b", 4, false}}) {
-    o.schedule = v.schedule;
+    o.schedule = sched::parse_kind(v.schedule);
     o.expert_shards = v.shards;
     o.overlap = v.overlap;
     runtimes.push_back(std::make_unique<runtime::Runtime>(o));

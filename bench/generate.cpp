@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--backend") bo.kind = next();
+    if (a == "--backend") bo.kind = kernels::parse_backend_kind(next());
     else if (a == "--threads") bo.threads = std::stoi(next());
     else if (a == "--batch") batch = std::stoll(next());
     else if (a == "--new") max_new = std::stoll(next());

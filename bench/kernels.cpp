@@ -385,7 +385,7 @@ int main(int argc, char** argv) {
   if (o.opencl) {
     try {
       BackendOptions bo;
-      bo.kind = "opencl";
+      bo.kind = troupe::kernels::BackendKind::opencl;
       ocl = make_backend(bo);
     } catch (const std::exception& e) {
       notes.push_back(std::string("opencl rows missing: ") + e.what());

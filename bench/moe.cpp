@@ -201,7 +201,7 @@ std::shared_ptr<Shared> expert_shared(int64_t D, int64_t F, caf::actor sink) {
   c.n_layers = 1;
   c.n_heads = 4;
   c.seq_len = 128;
-  c.ffn = "moe";
+  c.ffn = troupe::model::Ffn::moe;
   c.n_experts = kExperts;
   c.top_k = kTopK;
   c.expert_hidden = F;

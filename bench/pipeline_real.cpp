@@ -75,12 +75,12 @@ struct Engine {
 
 model::TrainOptions base_options(int64_t microbatches) {
   model::TrainOptions t;  // ModelConfig defaults = the quickstart model
-  t.data.source = "addition";
+  t.data.source = troupe::model::DataKind::addition;
   t.data.batch_size = 16;
   t.microbatches = microbatches;
   t.steps = 1000;  // the LR schedule's span; only a few steps run
   t.eval_every = 0;
-  t.backend.kind = "host";
+  t.backend.kind = kernels::BackendKind::host;
   t.backend.threads = 1;
   return t;
 }
@@ -211,7 +211,7 @@ int main(int argc, char** argv) {
       if (!only.empty() && s.name.find(only) == std::string::npos) continue;
       runtime::RuntimeOptions o;
       o.train = base_options(s.mb);
-      o.schedule = s.schedule;
+      o.schedule = sched::parse_kind(s.schedule);
       o.stages = s.stages;
       o.devices = s.devices;
       o.optimizer_shards = s.shards;

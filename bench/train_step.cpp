@@ -90,11 +90,11 @@ struct Row {
 Row measure(const NamedConfig& nc, int threads, const Options& o) {
   model::TrainOptions t;
   t.model = nc.model;
-  t.data.source = "addition";  // vocab 14 < 256: tokens are valid ids of the model
+  t.data.source = troupe::model::DataKind::addition;  // vocab 14 < 256: tokens are valid ids of the model
   t.data.batch_size = nc.batch;
   t.steps = 1000;
   t.eval_every = 0;
-  t.backend.kind = "host";
+  t.backend.kind = kernels::BackendKind::host;
   t.backend.threads = threads;
   model::Trainer tr(t);
   tr.step();  // warm-up: page faults, OpenBLAS buffers
@@ -125,7 +125,7 @@ std::vector<std::pair<std::string, bench::OpStat>> profile(const NamedConfig& nc
                                                            double* step_s) {
   model::TrainOptions t;
   t.model = nc.model;
-  t.data.source = "addition";
+  t.data.source = troupe::model::DataKind::addition;
   t.data.batch_size = nc.batch;
   t.steps = 1000;
   t.eval_every = 0;

@@ -75,11 +75,33 @@ double clip_grad_norm(Backend& backend, std::span<const Tensor> grads, double ma
   return norm;
 }
 
+const char* backend_kind_name(BackendKind kind) { return kind == BackendKind::host ? "host" : "opencl"; }
+
+const char* opencl_device_type_name(OpenclDeviceType type) {
+  switch (type) {
+    case OpenclDeviceType::any: return "any";
+    case OpenclDeviceType::gpu: return "gpu";
+    case OpenclDeviceType::cpu: return "cpu";
+  }
+  return "?";
+}
+
+BackendKind parse_backend_kind(const std::string& name) {
+  if (name == "host") return BackendKind::host;
+  if (name == "opencl") return BackendKind::opencl;
+  throw std::invalid_argument("unknown backend kind '" + name + "' (expected \"host\" or \"opencl\")");
+}
+
+OpenclDeviceType parse_opencl_device_type(const std::string& name) {
+  if (name == "any" || name.empty()) return OpenclDeviceType::any;
+  if (name == "gpu") return OpenclDeviceType::gpu;
+  if (name == "cpu") return OpenclDeviceType::cpu;
+  throw std::invalid_argument("opencl: unknown device_type '" + name + "' (expected \"any\", \"gpu\" or \"cpu\")");
+}
+
 std::unique_ptr<Backend> make_backend(const BackendOptions& options) {
-  if (options.kind == "host") return make_host_backend(options);
-  if (options.kind == "opencl") return make_opencl_backend(options);
-  throw std::invalid_argument("unknown backend kind '" + options.kind +
-                              "' (expected \"host\" or \"opencl\")");
+  if (options.kind == BackendKind::opencl) return make_opencl_backend(options);
+  return make_host_backend(options);
 }
 
 }  // namespace troupe::kernels

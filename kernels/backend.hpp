@@ -206,13 +206,23 @@ class Backend {
 // max_norm <= 0). Returns the norm before clipping.
 double clip_grad_norm(Backend& backend, std::span<const Tensor> grads, double max_norm);
 
+enum class BackendKind : uint8_t { host, opencl };      // "host", "opencl"
+enum class OpenclDeviceType : uint8_t { any, gpu, cpu };  // "any", "gpu", "cpu"
+
+const char* backend_kind_name(BackendKind kind);
+const char* opencl_device_type_name(OpenclDeviceType type);
+// The inverses, for command lines and tests (specs convert through their key
+// table); std::invalid_argument naming the valid values otherwise.
+BackendKind parse_backend_kind(const std::string& name);
+OpenclDeviceType parse_opencl_device_type(const std::string& name);
+
 struct BackendOptions {
-  std::string kind = "host";  // "host" or "opencl"
+  BackendKind kind = BackendKind::host;
   int threads = 1;            // host: OpenBLAS threads (process-wide in OpenBLAS:
                               // the last host backend created sets it)
   int platform = -1;          // opencl: platform index (-1: first with a device of `device_type`)
   int device = 0;             // opencl: device index on that platform
-  std::string device_type = "any";  // opencl: "any", "gpu", "cpu"
+  OpenclDeviceType device_type = OpenclDeviceType::any;  // opencl
 };
 
 // Creates a backend; throws std::runtime_error with a clear message on failure

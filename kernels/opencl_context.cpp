@@ -137,12 +137,13 @@ static std::string device_string(cl_device_id d, cl_device_info what) {
   return s;
 }
 
-static cl_device_type parse_device_type(const std::string& t) {
-  if (t == "any" || t.empty()) return CL_DEVICE_TYPE_ALL;
-  if (t == "gpu") return CL_DEVICE_TYPE_GPU;
-  if (t == "cpu") return CL_DEVICE_TYPE_CPU;
-  throw std::invalid_argument("opencl: unknown device_type '" + t +
-                              "' (expected \"any\", \"gpu\" or \"cpu\")");
+static cl_device_type cl_type_of(OpenclDeviceType t) {
+  switch (t) {
+    case OpenclDeviceType::gpu: return CL_DEVICE_TYPE_GPU;
+    case OpenclDeviceType::cpu: return CL_DEVICE_TYPE_CPU;
+    case OpenclDeviceType::any: break;
+  }
+  return CL_DEVICE_TYPE_ALL;
 }
 
 static std::vector<cl_device_id> devices_of(cl_platform_id p, cl_device_type type) {
@@ -156,7 +157,7 @@ static std::vector<cl_device_id> devices_of(cl_platform_id p, cl_device_type typ
 }
 
 ClSelection cl_select_device(const BackendOptions& options) {
-  const cl_device_type type = parse_device_type(options.device_type);
+  const cl_device_type type = cl_type_of(options.device_type);
   cl_uint np = 0;
   cl_int err = clGetPlatformIDs(0, nullptr, &np);
   // The ICD loader answers CL_PLATFORM_NOT_FOUND_KHR (-1001) when no ICD is installed.
@@ -172,7 +173,7 @@ ClSelection cl_select_device(const BackendOptions& options) {
     devs[i] = devices_of(platforms[i], type);
     listing += (i ? "; " : "") + std::to_string(i) + ": " +
                platform_string(platforms[i], CL_PLATFORM_NAME) + " (" +
-               std::to_string(devs[i].size()) + " device(s) of type " + options.device_type + ")";
+               std::to_string(devs[i].size()) + " device(s) of type " + opencl_device_type_name(options.device_type) + ")";
   }
 
   int pi = options.platform;
@@ -185,7 +186,7 @@ ClSelection cl_select_device(const BackendOptions& options) {
     for (cl_uint i = 0; i < np && pi < 0; ++i)
       if (!devs[i].empty()) pi = static_cast<int>(i);
     if (pi < 0)
-      throw std::runtime_error("no OpenCL device of type '" + options.device_type +
+      throw std::runtime_error(std::string("no OpenCL device of type '") + opencl_device_type_name(options.device_type) +
                                "' on any platform [" + listing + "]");
   }
   const auto& ds = devs[static_cast<size_t>(pi)];

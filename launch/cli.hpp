@@ -34,6 +34,12 @@ struct CliOptions {
 
 int run_cli(int argc, char** argv);
 
+// The checkpoints a spec reads ([rl] init, [checkpoint] resume): each loads,
+// and a resumed run has steps left. Prints the problem and returns
+// kExitBadInput (missing or damaged) or kExitBadSpec (nothing to train);
+// kExitOk otherwise. `validate` and `run` both call it.
+int check_input_checkpoints(const Spec& spec);
+
 // Command implementations (launch/commands_*.cpp). Each returns an ExitCode.
 int command_validate(const CliOptions& options, const Spec& spec);
 int command_run(const CliOptions& options, const Spec& spec);

@@ -34,8 +34,8 @@ namespace {
 
 class RlProgress final : public rl::RlObserver {
  public:
-  RlProgress(std::string style, int64_t total, int64_t every, MetricsWriter& metrics)
-      : style_(std::move(style)), total_(total), every_(every), metrics_(metrics),
+  RlProgress(ProgressStyle style, int64_t total, int64_t every, MetricsWriter& metrics)
+      : style_(style), total_(total), every_(every), metrics_(metrics),
         t0_(std::chrono::steady_clock::now()) {}
 
   void on_step(const rl::RlStepMetrics& m) override {
@@ -77,8 +77,8 @@ class RlProgress final : public rl::RlObserver {
                               .add("step_seconds", m.step_seconds)
                               .add("wall_seconds", wall())
                               .str());
-    if (style_ == "off") return;
-    if (m.step % every_ == 0 || m.step == total_ || m.step == 1 || style_ == "bar")
+    if (style_ == ProgressStyle::off) return;
+    if (m.step % every_ == 0 || m.step == total_ || m.step == 1 || style_ == ProgressStyle::bar)
       std::fprintf(stderr,
                    "rl step %lld/%lld reward %.3f (std %.3f, exact %.1f%%, zero-var groups %.0f%%) kl %.4f "
                    "entropy %.3f clip %.3f/%.3f len %.1f gen %.0f tok/s train %.0f tok/s\n",
@@ -116,7 +116,7 @@ class RlProgress final : public rl::RlObserver {
   double wall() const {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
   }
-  std::string style_;
+  ProgressStyle style_;
   int64_t total_, every_;
   MetricsWriter& metrics_;
   std::chrono::steady_clock::time_point t0_;
@@ -124,21 +124,25 @@ class RlProgress final : public rl::RlObserver {
 
 }  // namespace
 
-int run_rl(const Spec& spec, MetricsWriter& metrics, const std::string& style) {
+int run_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, const StopOnSignal& signals) {
   const auto& r = spec.rl;
   spdlog::info("online RL (synchronous, one process): task {}, {} prompts x {} completions per step, "
                "{} new tokens max, temperature {}, loss {}, init {}",
                r.task, r.prompts_per_step, r.group_size, r.max_new_tokens, r.temperature,
                rl::loss_kind_name(r.policy.kind), r.init.empty() ? std::string("(fresh initialisation)") : r.init);
   RlProgress progress(style, spec.run.steps, spec.log.progress_every, metrics);
-  const rl::RlSummary s = rl::train(rl_train_options(spec), progress);
+  rl::RlTrainOptions options = rl_train_options(spec);
+  options.stop = signals.flag();
+  const rl::RlSummary s = rl::train(options, progress);
   metrics.write_line(JsonObject()
                          .add("type", std::string("end"))
                          .add("steps", s.steps_done)
                          .add("final_reward", s.final_reward)
                          .add("exact_match_before", s.first_eval.exact_match)
                          .add("exact_match_after", s.last_eval.exact_match)
+                         .add_raw("interrupted", s.interrupted ? "true" : "false")
                          .str());
+  if (s.interrupted) return report_interrupted(spec, signals, s.steps_done);
   spdlog::info("done: {} RL steps; held-out exact match {:.1f}% -> {:.1f}%, pass@{} {:.1f}% -> {:.1f}%",
                s.steps_done, 100.0 * s.first_eval.exact_match, 100.0 * s.last_eval.exact_match, s.last_eval.k,
                100.0 * s.first_eval.pass_at_k, 100.0 * s.last_eval.pass_at_k);

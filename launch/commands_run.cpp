@@ -7,6 +7,8 @@
 // their actors). Both end with a checkpoint and an evaluation.
 #include <unistd.h>
 
+#include <csignal>
+
 #include <cmath>
 #include <filesystem>
 #include <mutex>
@@ -20,6 +22,7 @@
 #include "launch/cli.hpp"
 #include "launch/commands_rl.hpp"
 #include "launch/progress.hpp"
+#include "launch/signals.hpp"
 #include "launch/sim_plan.hpp"
 #include "launch/topology.hpp"
 #include "launch/train_options.hpp"
@@ -29,7 +32,7 @@ namespace troupe::launch {
 
 kernels::BackendOptions backend_options(const Spec& spec) {
   kernels::BackendOptions b;
-  b.kind = spec.topology.device_kind;
+  b.kind = spec.topology.device_kind == DeviceKind::opencl ? kernels::BackendKind::opencl : kernels::BackendKind::host;
   b.threads = static_cast<int>(spec.topology.threads_per_device);
   b.platform = static_cast<int>(spec.topology.opencl_platform);
   b.device = static_cast<int>(spec.topology.opencl_device);
@@ -123,6 +126,9 @@ int serve_process(const Spec& spec, runtime::RuntimeOptions ro) {
   logger->set_pattern("[%H:%M:%S.%e] [process " + std::to_string(ro.comm->rank()) + "] [%l] %v");
   spdlog::set_default_logger(logger);
   model::TrainObserver quiet;  // process 0 reports progress
+  // mpirun forwards SIGINT/SIGTERM to every process: this one keeps serving
+  // until process 0 has finished its step and ended the run.
+  StopOnSignal signals;
   try {
     runtime::train(ro, quiet);
     spdlog::debug("run ended by process 0");
@@ -146,6 +152,14 @@ static void setup_logging(const Spec& spec, const std::string& out_dir) {
 }
 
 static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterComm>& comm);
+
+int report_interrupted(const Spec& spec, const StopOnSignal& signals, int64_t steps_done) {
+  const char* name = signals.signal() == SIGTERM ? "SIGTERM" : "SIGINT";
+  spdlog::warn("stopped by {} after {} step(s) of this run; checkpoint saved to {} (continue with --set "
+               "checkpoint.resume='\"{}\"')",
+               name, steps_done, spec.checkpoint_dir(), spec.checkpoint_dir());
+  return kExitInterrupted;
+}
 
 int command_run(const CliOptions&, const Spec& spec) {
   // Under mpirun MPI says which process this is; the spec must ask for as
@@ -185,6 +199,7 @@ static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterC
     ro.comm = comm;
     return serve_process(spec, std::move(ro));
   }
+  if (const int rc = check_input_checkpoints(spec); rc != kExitOk) return rc;
   const std::string out_dir = spec.out_dir();
   std::error_code ec;
   std::filesystem::create_directories(out_dir, ec);
@@ -195,11 +210,10 @@ static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterC
   setup_logging(spec, out_dir);
   const runtime::Plan topo = resolve_topology(spec);
   spdlog::info("run '{}' from {}: {} parameters, {} steps, {} device(s) ({}), output in {}", spec.run.name,
-               spec.source, topo.parameters, spec.run.steps, spec.topology.devices, spec.topology.device_kind, out_dir);
+               spec.source, topo.parameters, spec.run.steps, spec.topology.devices, device_kind_name(spec.topology.device_kind), out_dir);
 
   MetricsWriter metrics;
-  std::string style = spec.log.progress;
-  if (style == "auto") style = isatty(fileno(stderr)) ? "bar" : "plain";
+  const ProgressStyle style = resolve_progress(spec.log.progress);
   try {
     if (spec.log.metrics) {
       metrics.open(out_dir + "/metrics.jsonl");
@@ -213,27 +227,31 @@ static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterC
                              .str());
     }
     // Sim devices: timings on a virtual clock, no math (launch/commands_sim.cpp).
-    if (spec.topology.device_kind == "sim") return run_sim(spec, metrics);
+    if (spec.topology.device_kind == DeviceKind::sim) return run_sim(spec, metrics);
+    StopOnSignal signals;  // stop after the running step, save, exit 130
     // Online RL: the synchronous generate -> reward -> train loop (rl/trainer.hpp).
-    if (spec.run.mode == "rl") return run_rl(spec, metrics, style);
+    if (spec.run.mode == RunMode::rl) return run_rl(spec, metrics, style, signals);
     ProgressObserver progress(style, spec.run.steps, spec.log.progress_every, &metrics);
     model::TrainSummary summary;
     if (uses_runtime(spec)) {
       const auto& t = spec.topology;
       spdlog::info("actor runtime: schedule {}, {} stage(s) x {} replica(s), {} microbatch(es) per replica, "
                    "{} expert shard(s) per MoE layer, {} optimizer shard(s) on {} device(s), {} process(es)",
-                   t.schedule, t.stages, t.data_parallel, t.microbatches, t.expert_shards, t.optimizer_shards,
+                   sched::to_string(t.schedule), t.stages, t.data_parallel, t.microbatches, t.expert_shards, t.optimizer_shards,
                    t.devices, t.processes);
       RestartMetrics observer(progress, metrics);
       runtime::RuntimeOptions ro = runtime_options(spec);
       ro.comm = comm;
+      ro.train.stop = signals.flag();
       ro.on_restart = [&observer](const runtime::RestartEvent& ev) { observer.record(ev); };
       if (!spec.faults.empty())
         spdlog::info("failure injection: {} fault(s); supervisor restarts at most {} time(s) per {} step(s)",
                      spec.faults.size(), spec.run.max_restarts, spec.run.restart_window);
       summary = runtime::train(ro, observer);
     } else {
-      summary = model::train(train_options(spec), progress);
+      model::TrainOptions to = train_options(spec);
+      to.stop = signals.flag();
+      summary = model::train(to, progress);
     }
     progress.finish();
     metrics.write_line(JsonObject()
@@ -242,7 +260,9 @@ static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterC
                            .add("final_loss", summary.final_loss)
                            .add("final_val_loss", summary.final_val_loss)
                            .add("accuracy", summary.accuracy)
+                           .add_raw("interrupted", summary.interrupted ? "true" : "false")
                            .str());
+    if (summary.interrupted) return report_interrupted(spec, signals, summary.steps_done);
     if (std::isnan(summary.accuracy))
       spdlog::info("done: {} steps, final loss {:.4f}, val loss {:.4f}", summary.steps_done, summary.final_loss,
                    summary.final_val_loss);

@@ -47,8 +47,8 @@ std::string stages_held(const sched::Layout& l, int rank) {
 
 std::string cost_model_text(const Spec& s) {
   const auto& c = s.sim;
-  std::string out = "cost model " + c.model + ": ";
-  if (c.model == "fixed")
+  std::string out = std::string("cost model ") + sim::cost_model_name(c.model) + ": ";
+  if (c.model == sim::CostModel::fixed)
     out += "F " + fmt("%g", c.forward_ms) + " ms, B " + fmt("%g", c.backward_ms) + " ms (full backward, W " +
            fmt("%g", c.weight_ms) + " ms of it) per micro-batch and stage";
   else
@@ -66,7 +66,7 @@ std::string cost_model_text(const Spec& s) {
 sim::SimOptions sim_options(const Spec& s) {
   const auto& t = s.topology;
   sim::SimOptions o;
-  o.kind = sched::parse_kind(t.schedule);
+  o.kind = t.schedule;
   o.stages = static_cast<int>(t.stages);
   o.chunks = static_cast<int>(t.microbatches);
   o.replicas = static_cast<int>(t.data_parallel);
@@ -87,7 +87,7 @@ std::string format_sim_plan(const Spec& s) {
   const sched::Layout l = sched::make_layout(o.kind, o.stages, o.chunks);
   std::ostringstream os;
   os << "sim devices: " << o.replicas * o.stages << " (" << o.replicas << " replica(s) x " << o.stages
-     << " pipeline rank(s)), schedule " << s.topology.schedule << ", " << o.chunks << " micro-batch(es) of "
+     << " pipeline rank(s)), schedule " << sched::to_string(s.topology.schedule) << ", " << o.chunks << " micro-batch(es) of "
      << mb_sequences(s) << " sequence(s) per replica and step; no math runs: timings only\n";
   os << cost_model_text(s) << "\n";
   const auto work = sim::stage_work(s.model, mb_sequences(s), l.num_stages);
@@ -113,11 +113,11 @@ int run_sim(const Spec& s, MetricsWriter& metrics) {
   const int devices = o.replicas * o.stages;
   spdlog::info("sim devices: {} ({} replica(s) x {} rank(s)), schedule {}, {} micro-batch(es) per replica. "
                "No math runs: timings only, on a virtual clock.", devices, o.replicas, o.stages,
-               s.topology.schedule, o.chunks);
+               sched::to_string(s.topology.schedule), o.chunks);
   spdlog::info("{}", cost_model_text(s));
   const int64_t every = std::max<int64_t>(1, s.log.progress_every);
   o.on_step = [&](const sim::StepReport& r) {
-    if (s.log.progress != "off" && (r.step % every == 0 || r.step == o.steps || r.step == 1))
+    if (s.log.progress != ProgressStyle::off && (r.step % every == 0 || r.step == o.steps || r.step == 1))
       spdlog::info("sim step {}/{}: step time {:.4f} ms virtual (pipeline {:.4f} ms), {} messages, simulated in {:.3f} s",
                    r.step, o.steps, ms(r.step_ns), ms(r.pipeline_ns), r.messages, r.wall_seconds);
     metrics.write_line(JsonObject()
@@ -142,7 +142,7 @@ int run_sim(const Spec& s, MetricsWriter& metrics) {
   const double span = static_cast<double>(std::max<int64_t>(res.makespan, 1));  // all-zero costs: no division by 0
   const double bubble_fraction = 1.0 - static_cast<double>(busy_sum) / (static_cast<double>(devices) * span);
   std::printf("\nsim summary (virtual time; no math ran): %d device(s), schedule %s, %d micro-batch(es) per replica\n",
-              devices, s.topology.schedule.c_str(), o.chunks);
+              devices, std::string(sched::to_string(s.topology.schedule)).c_str(), o.chunks);
   std::printf("  step time %.4f ms = pipeline %.4f ms + optimizer %s\n", ms(res.step_ns()), ms(res.makespan),
               o.optimizer_ns > 0 ? (fmt("%.4f", ms(o.optimizer_ns)) + " ms").c_str() : "(not modelled)");
   std::printf("  bubble (idle share of device time in the pipeline): %.2f%%\n", 100.0 * bubble_fraction);

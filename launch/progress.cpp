@@ -8,6 +8,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <unistd.h>
+
 namespace troupe::launch {
 
 MetricsWriter::~MetricsWriter() {
@@ -78,9 +80,14 @@ JsonObject& JsonObject::add_raw(const char* k, const std::string& json) {
   return *this;
 }
 
-ProgressObserver::ProgressObserver(std::string style, int64_t total_steps, int64_t plain_every,
+ProgressStyle resolve_progress(ProgressStyle style) {
+  if (style != ProgressStyle::automatic) return style;
+  return isatty(fileno(stderr)) ? ProgressStyle::bar : ProgressStyle::plain;
+}
+
+ProgressObserver::ProgressObserver(ProgressStyle style, int64_t total_steps, int64_t plain_every,
                                    MetricsWriter* metrics)
-    : style_(std::move(style)), total_(total_steps), start_(0), every_(plain_every),
+    : style_(style), total_(total_steps), start_(0), every_(plain_every),
       metrics_(metrics), t0_(std::chrono::steady_clock::now()) {}
 
 std::string ProgressObserver::eta_text(int64_t step) const {
@@ -170,7 +177,7 @@ void ProgressObserver::on_step(const model::StepMetrics& m) {
                              .add("shard_imbalance", imbalance(m.shard_load))
                              .str());
   }
-  if (style_ == "bar") {
+  if (style_ == ProgressStyle::bar) {
     const int width = 30;
     const int filled = total_ > 0 ? static_cast<int>(width * m.step / total_) : width;
     std::fprintf(stderr, "\r\033[Kstep %lld/%lld [%s%s] loss %.4f | %.0f tok/s | ETA %s",
@@ -180,7 +187,7 @@ void ProgressObserver::on_step(const model::StepMetrics& m) {
                  eta_text(m.step).c_str());
     std::fflush(stderr);
     bar_drawn_ = true;
-  } else if (style_ == "plain" && (m.step % every_ == 0 || m.step == total_ || m.step == start_ + 1)) {
+  } else if (style_ == ProgressStyle::plain && (m.step % every_ == 0 || m.step == total_ || m.step == start_ + 1)) {
     std::fprintf(stderr, "step %lld/%lld loss %.4f aux %.4f lr %.3g gnorm %.3f tok/s %.0f eta %s\n",
                  static_cast<long long>(m.step), static_cast<long long>(total_), m.loss, m.aux_loss, m.lr,
                  m.grad_norm, smoothed_tps_, eta_text(m.step).c_str());
@@ -198,7 +205,7 @@ void ProgressObserver::on_eval(const model::EvalMetrics& m) {
                              .add_raw("digit_accuracy", list_json(m.digit_accuracy))
                              .add_raw("context_accuracy", list_json(m.context_accuracy))
                              .str());
-  if (style_ == "off") return;
+  if (style_ == ProgressStyle::off) return;
   if (bar_drawn_) std::fputc('\n', stderr), bar_drawn_ = false;
   if (std::isnan(m.accuracy)) {
     std::fprintf(stderr, "eval step %lld: val_loss %.4f\n", static_cast<long long>(m.step), m.val_loss);
@@ -219,7 +226,7 @@ void ProgressObserver::on_eval(const model::EvalMetrics& m) {
 void ProgressObserver::on_checkpoint(int64_t step, const std::string& dir) {
   if (metrics_ && metrics_->is_open())
     metrics_->write_line(JsonObject().add("type", std::string("checkpoint")).add("step", step).add("dir", dir).str());
-  if (style_ == "off") return;
+  if (style_ == ProgressStyle::off) return;
   if (bar_drawn_) std::fputc('\n', stderr), bar_drawn_ = false;
   std::fprintf(stderr, "checkpoint step %lld -> %s\n", static_cast<long long>(step), dir.c_str());
 }

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <string>
 
+#include "launch/spec.hpp"
 #include "model/trainer.hpp"
 
 namespace troupe::launch {
@@ -40,10 +41,14 @@ class JsonObject {
 };
 std::string json_escape(const std::string& s);
 
+// ProgressStyle::automatic as this process sees it: a bar when stderr is a
+// terminal, plain lines otherwise; other styles as they are.
+ProgressStyle resolve_progress(ProgressStyle style);
+
 class ProgressObserver : public model::TrainObserver {
  public:
-  // style: "bar", "plain" or "off" ("auto" resolved by the caller).
-  ProgressObserver(std::string style, int64_t total_steps, int64_t plain_every,
+  // style: bar, plain or off (automatic resolved by the caller: resolve_progress).
+  ProgressObserver(ProgressStyle style, int64_t total_steps, int64_t plain_every,
                    MetricsWriter* metrics);
   void on_step(const model::StepMetrics& m) override;
   void on_eval(const model::EvalMetrics& m) override;
@@ -52,7 +57,7 @@ class ProgressObserver : public model::TrainObserver {
 
  private:
   std::string eta_text(int64_t step) const;
-  std::string style_;
+  ProgressStyle style_;
   int64_t total_, start_, every_;
   MetricsWriter* metrics_;
   std::chrono::steady_clock::time_point t0_;

@@ -234,8 +234,9 @@ class Parser {
             continue;
           }
           if (key == "kind") {
-            f.kind = str->get();
-            if (f.kind != "kill") error(p, "[[faults]] kind = \"" + f.kind + "\" is not one of \"kill\""), ok = false;
+            const std::string kind = str->get();
+            if (kind == runtime::fault_kind_name(runtime::FaultKind::kill)) f.kind = runtime::FaultKind::kill;
+            else error(p, "[[faults]] kind = \"" + kind + "\" is not one of \"kill\""), ok = false;
           } else {
             f.target = str->get(), has_target = true;
             if (!runtime::parse_fault_target(f.target))
@@ -339,19 +340,21 @@ class Parser {
         *static_cast<bool*>(field) = b->get();
         break;
       }
-      case KeyType::String: {
+      case KeyType::String:
+      case KeyType::Choice: {
         auto s = value.as_string();
         if (!s) return type_error(*def, value, p);
         const std::string v = s->get();
-        if (!def->choices.empty() &&
-            std::find(def->choices.begin(), def->choices.end(), v) == def->choices.end()) {
+        const auto choice = std::find(def->choices.begin(), def->choices.end(), v);
+        if (!def->choices.empty() && choice == def->choices.end()) {
           std::vector<std::string> quoted;
           for (const auto& c : def->choices) quoted.push_back("\"" + c + "\"");
           std::string msg = name + " = \"" + v + "\" is not one of " + join(quoted);
           if (auto c = closest(v, def->choices); !c.empty()) msg += "; did you mean \"" + c + "\"?";
           return error(p, msg);
         }
-        *static_cast<std::string*>(field) = v;
+        if (def->type == KeyType::Choice) def->set_choice(field, static_cast<size_t>(choice - def->choices.begin()));
+        else *static_cast<std::string*>(field) = v;
         break;
       }
     }
@@ -396,7 +399,7 @@ class Parser {
                       (def.type == KeyType::Int ? "an " : "a ") + key_type_name(def.type) +
                       ", got " + node_type_name(value) + " " + node_text(value);
     if (def.type == KeyType::Int && value.is_floating_point()) msg += " (write it without a fraction)";
-    if (value.is_string() && def.type != KeyType::String) msg += " (remove the quotes)";
+    if (value.is_string() && def.type != KeyType::String && def.type != KeyType::Choice) msg += " (remove the quotes)";
     error(p, msg);
   }
   void range_error(const KeyDef& def, const toml::node& value, const Pos& p) {
@@ -443,10 +446,10 @@ void check_faults(const Spec& s, Parser& p) {
       p.error(p.fault_where(i, "at_step"), "[[faults]] at_step = " + v(f.at_step) + " is out of range (allowed 1 .. [run] steps = " +
                                               v(s.run.steps) + ")");
     const auto t = runtime::parse_fault_target(f.target);
-    if (t->role == runtime::FaultTarget::Role::Expert) {
+    if (t->role == runtime::Role::Expert) {
       // Expert-shard actors exist with expert_shards > 1 on a MoE model.
       const Pos at = p.fault_where(i, "target");
-      if (s.model.ffn != "moe" || s.topology.expert_shards < 2)
+      if (s.model.ffn != model::Ffn::moe || s.topology.expert_shards < 2)
         p.error(at, "[[faults]] target = \"" + f.target + "\" does not exist: expert-shard actors need [model] ffn = \"moe\" "
                     "and [topology] expert_shards > 1 (expert_shards = " + v(s.topology.expert_shards) + ")");
       else if (t->index >= s.model.n_layers)
@@ -460,7 +463,7 @@ void check_faults(const Spec& s, Parser& p) {
                     v(s.topology.data_parallel) + " (replicas 0.." + v(s.topology.data_parallel - 1) + ")");
       continue;
     }
-    const bool stage = t->role == runtime::FaultTarget::Role::Stage;
+    const bool stage = t->role == runtime::Role::Rank;  // a pipeline rank, named "stage:K"
     const int64_t n = stage ? s.topology.stages : s.topology.optimizer_shards;
     if (t->index >= n)
       p.error(p.fault_where(i, "target"), "[[faults]] target = \"" + f.target + "\" does not exist: [topology] " +
@@ -476,16 +479,17 @@ void check_faults(const Spec& s, Parser& p) {
 void check_schedule(const Spec& s, Parser& p) {
   const auto& t = s.topology;
   auto v = [](int64_t x) { return std::to_string(x); };
+  const std::string sched_name(sched::to_string(t.schedule));
   sched::Layout layout;
   try {
-    layout = sched::make_layout(sched::parse_kind(t.schedule), static_cast<int>(t.stages), static_cast<int>(t.microbatches));
+    layout = sched::make_layout(t.schedule, static_cast<int>(t.stages), static_cast<int>(t.microbatches));
   } catch (const std::invalid_argument& e) {
     p.error(p.where("topology.microbatches"), "[topology] microbatches = " + v(t.microbatches) + " does not fit schedule = \"" +
-                                                 t.schedule + "\" with stages = " + v(t.stages) + ": " + e.what());
+                                                 sched_name + "\" with stages = " + v(t.stages) + ": " + e.what());
     return;
   }
   if (layout.num_stages > s.model.n_layers && t.stages <= s.model.n_layers)  // else the stages rule fired
-    p.error(p.where("topology.stages"), "[topology] schedule = \"" + t.schedule + "\" with stages = " + v(t.stages) + " cuts the model into " +
+    p.error(p.where("topology.stages"), "[topology] schedule = \"" + sched_name + "\" with stages = " + v(t.stages) + " cuts the model into " +
                                             v(layout.num_stages) + " stages, more than [model] n_layers = " + v(s.model.n_layers));
 }
 
@@ -494,20 +498,20 @@ void check_schedule(const Spec& s, Parser& p) {
 void check_sim(const Spec& s, Parser& p) {
   const auto& t = s.topology;
   auto v = [](int64_t x) { return std::to_string(x); };
-  if (t.device_kind != "sim") {
+  if (t.device_kind != DeviceKind::sim) {
     if (const Pos* at = p.first_set_in("sim"))
-      p.error(*at, "[sim] keys apply only to [topology] device_kind = \"sim\" (this spec has device_kind = \"" +
-                       t.device_kind + "\")");
+      p.error(*at, std::string("[sim] keys apply only to [topology] device_kind = \"sim\" (this spec has device_kind = \"") +
+                       device_kind_name(t.device_kind) + "\")");
     return;
   }
   // A key of the other cost model would be ignored: say so instead.
-  const bool fixed = s.sim.model == "fixed";
+  const bool fixed = s.sim.model == sim::CostModel::fixed;
   for (const char* key : {"forward_ms", "backward_ms", "weight_ms", "gflops", "gbps"}) {
     const bool for_fixed = std::string(key).find("_ms") != std::string::npos;
     if (for_fixed == fixed) continue;
     if (const Pos* at = p.set_at(std::string("sim.") + key))
       p.error(*at, std::string("[sim] ") + key + " applies only to cost_model = \"" + (for_fixed ? "fixed" : "flops") +
-                       "\" (this spec has cost_model = \"" + s.sim.model + "\")");
+                       "\" (this spec has cost_model = \"" + sim::cost_model_name(s.sim.model) + "\")");
   }
   if (s.sim.weight_ms > s.sim.backward_ms)
     p.error(p.where("sim.weight_ms"), "[sim] weight_ms = " + num_text(s.sim.weight_ms) +
@@ -528,23 +532,23 @@ void check_cross_fields(const Spec& s, Parser& p) {
     p.error(p.where("model.n_heads"), "[model] n_heads = " + v(m.n_heads) + " must divide d_model = " + v(m.d_model));
   else if ((m.d_model / m.n_heads) % 2 != 0)
     p.error(p.where("model.n_heads"), "[model] head size d_model/n_heads = " + v(m.d_model / m.n_heads) + " must be even (RoPE rotates pairs)");
-  if (m.ffn == "moe" && m.top_k > m.n_experts)
+  if (m.ffn == model::Ffn::moe && m.top_k > m.n_experts)
     p.error(p.where("model.top_k"), "[model] top_k = " + v(m.top_k) + " must be <= n_experts = " + v(m.n_experts));
-  if (m.ffn == "moe" && m.balance == "bias" && m.bias_update_rate <= 0)
+  if (m.ffn == model::Ffn::moe && m.balance == moe::Balance::bias && m.bias_update_rate <= 0)
     p.error(p.where("model.bias_update_rate"), "[model] balance = \"bias\" needs bias_update_rate > 0");
   if (t.stages > m.n_layers)
     p.error(p.where("topology.stages"), "[topology] stages = " + v(t.stages) + " must be <= [model] n_layers = " + v(m.n_layers));
-  if ((t.schedule == "dualpipe" || t.schedule == "dualpipev") && t.stages % 2 != 0)
-    p.error(p.where("topology.schedule"), "[topology] schedule = \"" + t.schedule + "\" needs an even number of stages, got stages = " + v(t.stages));
+  if ((t.schedule == sched::Kind::dualpipe || t.schedule == sched::Kind::dualpipev) && t.stages % 2 != 0)
+    p.error(p.where("topology.schedule"), "[topology] schedule = \"" + std::string(sched::to_string(t.schedule)) + "\" needs an even number of stages, got stages = " + v(t.stages));
   else if (uses_runtime(s))
     check_schedule(s, p);
   const int64_t per_step = t.microbatches * t.data_parallel;
   if (s.data.batch_size % per_step != 0)
     p.error(p.where("data.batch_size"), "[data] batch_size = " + v(s.data.batch_size) +
                                           " must be divisible by [topology] microbatches * data_parallel = " + v(per_step));
-  if (m.ffn == "moe" && t.expert_shards > m.n_experts)
+  if (m.ffn == model::Ffn::moe && t.expert_shards > m.n_experts)
     p.error(p.where("topology.expert_shards"), "[topology] expert_shards = " + v(t.expert_shards) + " must be <= [model] n_experts = " + v(m.n_experts));
-  if (m.ffn == "dense" && t.expert_shards > 1)
+  if (m.ffn == model::Ffn::dense && t.expert_shards > 1)
     p.error(p.where("topology.expert_shards"), "[topology] expert_shards = " + v(t.expert_shards) + " needs [model] ffn = \"moe\"");
   if (t.processes > t.devices)
     p.error(p.where("topology.processes"), "[topology] processes = " + v(t.processes) + " must be <= devices = " + v(t.devices));
@@ -569,14 +573,14 @@ void check_cross_fields(const Spec& s, Parser& p) {
                                                         " is more than the model's " + v(params) + " parameters");
   }
   check_sim(s, p);
-  if (s.data.source == "text" && s.data.path.empty())
+  if (s.data.source == model::DataKind::text && s.data.path.empty())
     p.error(p.where("data.source"), "[data] source = \"text\" needs [data] path (the text file to train on)");
-  if (s.data.source == "text" && m.vocab_size < 256)
+  if (s.data.source == model::DataKind::text && m.vocab_size < 256)
     p.error(p.where("model.vocab_size"), "[model] vocab_size = " + v(m.vocab_size) + " is too small for byte-level text (needs 256)");
-  if (s.data.source != "text" && !s.data.path.empty())
+  if (s.data.source != model::DataKind::text && !s.data.path.empty())
     p.error(p.where("data.path"), "[data] path is only used with source = \"text\"");
-  if (s.data.width != 0 && s.data.source != "addition")
-    p.error(p.where("data.width"), "[data] width = " + v(s.data.width) + " needs source = \"addition\" (the padded format), got source = \"" + s.data.source + "\"");
+  if (s.data.width != 0 && s.data.source != model::DataKind::addition)
+    p.error(p.where("data.width"), "[data] width = " + v(s.data.width) + " needs source = \"addition\" (the padded format), got source = \"" + model::data_kind_name(s.data.source) + "\"");
   else if (s.data.width != 0 && s.data.width < s.data.digits)
     p.error(p.where("data.width"), "[data] width = " + v(s.data.width) + " must be >= digits = " + v(s.data.digits) + " (or 0, meaning digits)");
 }
@@ -605,14 +609,14 @@ void convert_rl(Spec& s, Parser& p) {
   c.verifier.partial_credit = r.partial_credit;
   c.verifier.format_penalty = r.format_penalty;
   s.rl = c;
-  if (s.run.mode != "rl") {
+  if (s.run.mode != RunMode::rl) {
     if (const Pos* at = p.first_set_in("rl"))
-      p.error(*at, "[rl] keys apply only to [run] mode = \"rl\" (this spec has mode = \"" + s.run.mode + "\")");
+      p.error(*at, std::string("[rl] keys apply only to [run] mode = \"rl\" (this spec has mode = \"") + run_mode_name(s.run.mode) + "\")");
     return;
   }
   for (const rl::ConfigProblem& prob : rl::check_config(c))
     p.error(p.where("rl." + prob.key), "[rl] " + prob.key + ": " + prob.message);
-  if (s.topology.device_kind == "sim")
+  if (s.topology.device_kind == DeviceKind::sim)
     p.error(p.where("topology.device_kind"), "[run] mode = \"rl\" computes real rollouts and updates; sim devices compute "
                                              "no math (use device_kind = \"host\" or \"opencl\")");
   else if (uses_runtime(s))
@@ -620,10 +624,10 @@ void convert_rl(Spec& s, Parser& p) {
                                  "(generator and reward actors arrive with Online RL II); set [topology] devices = 1, "
                                  "stages = 1, schedule = \"sequential\", expert_shards = 1, optimizer_shards = 1, "
                                  "data_parallel = 1 (this spec has devices = " + v(s.topology.devices) + ", stages = " +
-                                 v(s.topology.stages) + ", schedule = \"" + s.topology.schedule + "\")");
-  if (s.data.source != "addition" && s.data.source != "addition_plain")
+                                 v(s.topology.stages) + ", schedule = \"" + std::string(sched::to_string(s.topology.schedule)) + "\")");
+  if (s.data.source != model::DataKind::addition && s.data.source != model::DataKind::addition_plain)
     p.error(p.where("data.source"), "[rl] task = \"" + r.task + "\" draws its problems from [data] source = \"addition\" or "
-                                    "\"addition_plain\" (this spec has \"" + s.data.source + "\")");
+                                    "\"addition_plain\" (this spec has \"" + model::data_kind_name(s.data.source) + "\")");
 }
 
 // [rl] against the task and the init checkpoint: prompts and completions fit
@@ -631,7 +635,7 @@ void convert_rl(Spec& s, Parser& p) {
 // A missing or damaged init is left to `run` / `validate`, which report it as
 // a bad input file (exit 4) naming the file.
 void check_rl_inputs(const Spec& s, Parser& p) {
-  if (s.run.mode != "rl") return;
+  if (s.run.mode != RunMode::rl) return;
   const RlSection& r = s.rl_section;
   auto v = [](int64_t x) { return std::to_string(x); };
   try {
@@ -664,7 +668,7 @@ void check_rl_inputs(const Spec& s, Parser& p) {
 // regular file, or into a non-empty directory that is not a checkpoint (which
 // save_checkpoint never replaces), would fail only at the end of the run.
 void check_checkpoint_dir(const Spec& s, Parser& p) {
-  if (s.topology.device_kind == "sim") return;  // a sim run saves nothing
+  if (s.topology.device_kind == DeviceKind::sim) return;  // a sim run saves nothing
   namespace fs = std::filesystem;
   const std::string dir = s.checkpoint_dir();
   const char* key = s.checkpoint.dir.empty() ? "run.out_dir" : "checkpoint.dir";
@@ -692,7 +696,7 @@ void check_supported(Spec& s, Parser& p) {
 // The data source must be buildable (file present, long enough, sequences fit)
 // and its tokens must fit the model's vocabulary.
 void check_data(const Spec& s, Parser& p) {
-  const std::string key = s.data.source == "text" ? "data.path" : "data.source";
+  const std::string key = s.data.source == model::DataKind::text ? "data.path" : "data.source";
   try {
     const auto source = model::make_data_source(s.data, static_cast<uint64_t>(s.run.seed), s.model.seq_len);
     if (source->vocab_size() > s.model.vocab_size)
@@ -801,7 +805,7 @@ std::vector<int> device_process_list(const Spec& spec) {
 
 bool uses_runtime(const Spec& spec) {
   const auto& t = spec.topology;
-  return t.devices > 1 || t.stages > 1 || t.schedule != "sequential" || t.optimizer_shards > 1 || t.data_parallel > 1 ||
+  return t.devices > 1 || t.stages > 1 || t.schedule != sched::Kind::sequential || t.optimizer_shards > 1 || t.data_parallel > 1 ||
          t.expert_shards > 1;
 }
 

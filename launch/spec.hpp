@@ -13,15 +13,29 @@
 #include <string>
 #include <vector>
 
+#include "actors/schedule/schedule.hpp"
 #include "actors/sim/sim_costs.hpp"
+#include "actors/supervision/faults.hpp"
+#include "kernels/backend.hpp"
 #include "model/config.hpp"
 #include "rl/config.hpp"
 
 namespace troupe::launch {
 
+// Enum-like spec values, converted once by the key table (spec_keys.cpp);
+// *_name gives the spec's spelling. The enums of other layers: model::Ffn,
+// moe::Balance, model::LrSchedule, model::DataKind, sched::Kind,
+// kernels::OpenclDeviceType, sim::CostModel, runtime::FaultKind.
+enum class RunMode : uint8_t { pretrain, rl };                 // "pretrain", "rl"
+enum class DeviceKind : uint8_t { host, opencl, sim };         // "host", "opencl", "sim"
+enum class ProgressStyle : uint8_t { automatic, bar, plain, off };  // "auto", "bar", "plain", "off"
+const char* run_mode_name(RunMode mode);
+const char* device_kind_name(DeviceKind kind);
+const char* progress_style_name(ProgressStyle style);
+
 struct RunConfig {
   std::string name = "quickstart";
-  std::string mode = "pretrain";  // "pretrain" (next-token training) or "rl" (online RL, [rl])
+  RunMode mode = RunMode::pretrain;  // next-token training, or online RL ([rl])
   int64_t seed = 1;               // one seed drives init, data order and sampling
   int64_t steps = 300;
   std::string out_dir;            // empty: runs/<name>
@@ -33,13 +47,13 @@ struct RunConfig {
 
 struct TopologyConfig {
   int64_t devices = 1;                  // devices (threads / GPU queues) in the whole run
-  std::string device_kind = "host";     // "host", "opencl", "sim"
+  DeviceKind device_kind = DeviceKind::host;
   int64_t threads_per_device = 1;       // host: OpenBLAS threads per device
   int64_t opencl_platform = -1;         // opencl: platform index, -1 = first usable
   int64_t opencl_device = 0;            // opencl: device index on the platform
-  std::string opencl_device_type = "any";  // opencl: "any", "gpu", "cpu"
+  kernels::OpenclDeviceType opencl_device_type = kernels::OpenclDeviceType::any;  // opencl
   int64_t stages = 1;                   // pipeline stages
-  std::string schedule = "sequential";  // "sequential", "1f1b", "dualpipe", "dualpipev"
+  sched::Kind schedule = sched::Kind::sequential;  // sequential, 1f1b, dualpipe, dualpipev
   int64_t microbatches = 1;             // microbatches per step (gradient accumulation)
   int64_t expert_shards = 1;            // expert-parallel shards per MoE layer
   int64_t optimizer_shards = 1;         // ZeRO-1 optimizer shards
@@ -59,7 +73,7 @@ struct CheckpointConfig {
 
 struct LogConfig {
   std::string level = "info";      // trace, debug, info, warn, error, off
-  std::string progress = "auto";   // "auto" (bar on a TTY, lines otherwise), "bar", "plain", "off"
+  ProgressStyle progress = ProgressStyle::automatic;  // a bar on a TTY, lines otherwise
   int64_t progress_every = 10;     // plain progress: one line every N steps
   bool metrics = true;             // metrics.jsonl in out_dir
   std::string trace;               // Chrome trace file (actor runtime only)
@@ -70,7 +84,7 @@ struct LogConfig {
 struct FaultConfig {
   int64_t at_step = 0;     // 1-based step, 1..[run] steps
   std::string target;      // "stage:K", "stage:K/replica:R", "optimizer:K" or "expert:L/S[/replica:R]"
-  std::string kind = "kill";
+  runtime::FaultKind kind = runtime::FaultKind::kill;
   int64_t at_message = 0;  // 0: seeded point; k: on the target's k-th message of the step
 };
 

@@ -5,15 +5,38 @@
 
 #include <cmath>
 #include <sstream>
+#include <stdexcept>
 
 namespace troupe::launch {
+
+const char* run_mode_name(RunMode mode) { return mode == RunMode::pretrain ? "pretrain" : "rl"; }
+
+const char* device_kind_name(DeviceKind kind) {
+  switch (kind) {
+    case DeviceKind::host: return "host";
+    case DeviceKind::opencl: return "opencl";
+    case DeviceKind::sim: return "sim";
+  }
+  return "?";
+}
+
+const char* progress_style_name(ProgressStyle style) {
+  switch (style) {
+    case ProgressStyle::automatic: return "auto";
+    case ProgressStyle::bar: return "bar";
+    case ProgressStyle::plain: return "plain";
+    case ProgressStyle::off: return "off";
+  }
+  return "?";
+}
 
 const char* key_type_name(KeyType t) {
   switch (t) {
     case KeyType::Int: return "integer";
     case KeyType::Float: return "float";
     case KeyType::Bool: return "boolean";
-    case KeyType::String: return "string";
+    case KeyType::String:
+    case KeyType::Choice: return "string";
   }
   return "?";
 }
@@ -31,8 +54,8 @@ std::vector<KeyDef> build_keys() {
 
   // [run]
   add({"run", "name", KeyType::String, F(run.name), "Run name; the default output directory is runs/<name>."});
-  add({"run", "mode", KeyType::String, F(run.mode), "What the run does: \"pretrain\" (next-token training) or \"rl\" (online RL post-training).",
-       0, 0, {"pretrain", "rl"}});
+  add({"run", "mode", KeyType::Choice, F(run.mode), "What the run does: \"pretrain\" (next-token training) or \"rl\" (online RL post-training).",
+       0, 0, {} /* the enum's names: bind_choices */});
   add({"run", "seed", KeyType::Int, F(run.seed), "Seed for initialisation, data order and sampling; same seed and spec give the same run.", 0, 9.2e18});
   add({"run", "steps", KeyType::Int, F(run.steps), "Optimizer steps to train.", 1, kBig});
   add({"run", "out_dir", KeyType::String, F(run.out_dir), "Output directory (log, metrics.jsonl, checkpoint); empty means runs/<name>."});
@@ -47,13 +70,13 @@ std::vector<KeyDef> build_keys() {
   add({"model", "n_layers", KeyType::Int, F(model.n_layers), "Decoder blocks.", 1, 1024});
   add({"model", "n_heads", KeyType::Int, F(model.n_heads), "Attention heads; must divide d_model with an even head size (RoPE).", 1, 1024});
   add({"model", "seq_len", KeyType::Int, F(model.seq_len), "Tokens per training sequence (context length).", 2, 1e6});
-  add({"model", "ffn", KeyType::String, F(model.ffn), "Feed-forward block of every layer: \"moe\" (routed experts) or \"dense\" (SwiGLU).", 0, 0, {"moe", "dense"}});
+  add({"model", "ffn", KeyType::Choice, F(model.ffn), "Feed-forward block of every layer: \"moe\" (routed experts) or \"dense\" (SwiGLU).", 0, 0, {} /* the enum's names: bind_choices */});
   add({"model", "dense_hidden", KeyType::Int, F(model.dense_hidden), "Hidden width of dense SwiGLU FFNs.", 1, 1e6});
   add({"model", "n_experts", KeyType::Int, F(model.n_experts), "Routed experts per MoE layer.", 1, 4096});
   add({"model", "top_k", KeyType::Int, F(model.top_k), "Experts per token; at most n_experts.", 1, 4096});
   add({"model", "expert_hidden", KeyType::Int, F(model.expert_hidden), "Hidden width of each expert's SwiGLU (and of shared experts).", 1, 1e6});
   add({"model", "shared_experts", KeyType::Int, F(model.shared_experts), "Always-on shared experts per MoE layer.", 0, 64});
-  add({"model", "balance", KeyType::String, F(model.balance), "Load balancing: \"aux_loss\" (alpha*E*sum f_i P_i), \"bias\" (DeepSeek-V3 auxiliary-loss-free bias) or \"none\".", 0, 0, {"aux_loss", "bias", "none"}});
+  add({"model", "balance", KeyType::Choice, F(model.balance), "Load balancing: \"aux_loss\" (alpha*E*sum f_i P_i), \"bias\" (DeepSeek-V3 auxiliary-loss-free bias) or \"none\".", 0, 0, {} /* the enum's names: bind_choices */});
   add({"model", "aux_loss_alpha", KeyType::Float, F(model.aux_loss_alpha), "Weight alpha of the auxiliary balance loss.", 0, 10});
   add({"model", "bias_update_rate", KeyType::Float, F(model.bias_update_rate), "gamma of the aux-loss-free bias update bias += gamma*sign(mean load - load).", 0, 1});
   add({"model", "capacity_factor", KeyType::Float, F(model.capacity_factor), "Expert capacity = ceil(cf*tokens*top_k/n_experts), extra tokens dropped; 0 means dropless.", 0, 64});
@@ -63,7 +86,7 @@ std::vector<KeyDef> build_keys() {
   add({"model", "init_std", KeyType::Float, F(model.init_std), "Standard deviation of the normal weight initialisation.", 1e-6, 1});
 
   // [data]
-  add({"data", "source", KeyType::String, F(data.source), "\"addition\" (built-in multi-digit addition task scored by exact match; operands zero-padded, the answer zero-padded and written least-significant digit first: 12+345 is 012+345=7530), \"addition_plain\" (12+345=357) or \"text\" (byte-level text file).", 0, 0, {"addition", "addition_plain", "text"}});
+  add({"data", "source", KeyType::Choice, F(data.source), "\"addition\" (built-in multi-digit addition task scored by exact match; operands zero-padded, the answer zero-padded and written least-significant digit first: 12+345 is 012+345=7530), \"addition_plain\" (12+345=357) or \"text\" (byte-level text file).", 0, 0, {} /* the enum's names: bind_choices */});
   add({"data", "path", KeyType::String, F(data.path), "Text file for source = \"text\" (relative paths are relative to the spec file)."});
   add({"data", "val_fraction", KeyType::Float, F(data.val_fraction), "Text: fraction of the file (its tail) held out for validation.", 0.001, 0.5});
   add({"data", "batch_size", KeyType::Int, F(data.batch_size), "Sequences per optimizer step, over all microbatches and replicas.", 1, 1e6});
@@ -75,7 +98,7 @@ std::vector<KeyDef> build_keys() {
   add({"optim", "lr", KeyType::Float, F(optim.lr), "Peak learning rate (AdamW).", 0, 10});
   add({"optim", "min_lr_ratio", KeyType::Float, F(optim.min_lr_ratio), "Cosine decay ends at lr*min_lr_ratio.", 0, 1});
   add({"optim", "warmup_steps", KeyType::Int, F(optim.warmup_steps), "Linear warmup steps from 0 to lr.", 0, kBig});
-  add({"optim", "schedule", KeyType::String, F(optim.schedule), "Learning-rate schedule after warmup: \"cosine\" or \"constant\".", 0, 0, {"cosine", "constant"}});
+  add({"optim", "schedule", KeyType::Choice, F(optim.schedule), "Learning-rate schedule after warmup: \"cosine\" or \"constant\".", 0, 0, {} /* the enum's names: bind_choices */});
   add({"optim", "beta1", KeyType::Float, F(optim.beta1), "AdamW beta1.", 0, 0.999999});
   add({"optim", "beta2", KeyType::Float, F(optim.beta2), "AdamW beta2.", 0, 0.999999});
   add({"optim", "eps", KeyType::Float, F(optim.eps), "AdamW epsilon.", 1e-30, 1});
@@ -84,10 +107,10 @@ std::vector<KeyDef> build_keys() {
 
   // [topology]
   add({"topology", "devices", KeyType::Int, F(topology.devices), "Devices in the run (a device is a serial executor: a thread or a GPU queue); pipeline ranks and optimizer shards are placed on them round-robin.", 1, 1e6});
-  add({"topology", "device_kind", KeyType::String, F(topology.device_kind), "\"host\" (CPU, OpenBLAS), \"opencl\" (CLBlast + OpenCL C) or \"sim\" (no math: each device is a virtual clock that runs the schedule with costs from [sim]; devices = stages * data_parallel).", 0, 0, {"host", "opencl", "sim"},
+  add({"topology", "device_kind", KeyType::Choice, F(topology.device_kind), "\"host\" (CPU, OpenBLAS), \"opencl\" (CLBlast + OpenCL C) or \"sim\" (no math: each device is a virtual clock that runs the schedule with costs from [sim]; devices = stages * data_parallel).", 0, 0, {} /* the enum's names: bind_choices */,
        [](const Spec& s) -> std::string {
          // Sim devices run the pipeline schedule's timing only: no optimizer shards or experts to place.
-         if (s.topology.device_kind != "sim") return "";
+         if (s.topology.device_kind != DeviceKind::sim) return "";
          if (s.topology.optimizer_shards > 1) return "sim devices model the optimizer step as one fixed cost ([sim] optimizer_ms); set optimizer_shards = 1";
          if (s.topology.expert_shards > 1) return "sim devices time the pipeline schedule only (no expert-shard actors); set expert_shards = 1";
          return "";
@@ -95,9 +118,9 @@ std::vector<KeyDef> build_keys() {
   add({"topology", "threads_per_device", KeyType::Int, F(topology.threads_per_device), "Host devices: OpenBLAS threads per device.", 1, 1024});
   add({"topology", "opencl_platform", KeyType::Int, F(topology.opencl_platform), "OpenCL platform index; -1 picks the first platform with a matching device.", -1, 64});
   add({"topology", "opencl_device", KeyType::Int, F(topology.opencl_device), "OpenCL device index on the platform.", 0, 64});
-  add({"topology", "opencl_device_type", KeyType::String, F(topology.opencl_device_type), "OpenCL device type to look for: \"any\", \"gpu\" or \"cpu\".", 0, 0, {"any", "gpu", "cpu"}});
+  add({"topology", "opencl_device_type", KeyType::Choice, F(topology.opencl_device_type), "OpenCL device type to look for: \"any\", \"gpu\" or \"cpu\".", 0, 0, {} /* the enum's names: bind_choices */});
   add({"topology", "stages", KeyType::Int, F(topology.stages), "Pipeline ranks per replica (each holds contiguous layer ranges; dualpipev cuts the model into 2*stages).", 1, 4096});
-  add({"topology", "schedule", KeyType::String, F(topology.schedule), "Pipeline schedule: \"sequential\", \"1f1b\", \"dualpipe\" (needs even stages and microbatches >= 2*stages, even) or \"dualpipev\" (microbatches >= 2*stages).", 0, 0, {"sequential", "1f1b", "dualpipe", "dualpipev"}});
+  add({"topology", "schedule", KeyType::Choice, F(topology.schedule), "Pipeline schedule: \"sequential\", \"1f1b\", \"dualpipe\" (needs even stages and microbatches >= 2*stages, even) or \"dualpipev\" (microbatches >= 2*stages).", 0, 0, {} /* the enum's names: bind_choices */});
   add({"topology", "microbatches", KeyType::Int, F(topology.microbatches), "Microbatches per step (gradient accumulation); must divide batch_size / data_parallel.", 1, 1e6});
   add({"topology", "expert_shards", KeyType::Int, F(topology.expert_shards), "Expert-parallel shards per MoE layer and replica; at most n_experts. 1: the experts run inside their stage; more: each shard is an actor holding a contiguous range of the layer's experts, reached through dispatch/combine messages (runs on the actor runtime).", 1, 4096});
   add({"topology", "optimizer_shards", KeyType::Int, F(topology.optimizer_shards), "ZeRO-1 optimizer shards, each owning a range of the flat parameter buffer.", 1, 4096});
@@ -111,20 +134,20 @@ std::vector<KeyDef> build_keys() {
   // [checkpoint]
   add({"checkpoint", "every", KeyType::Int, F(checkpoint.every), "Also save a checkpoint every N steps; 0 means only the final one (a run always saves when it ends).", 0, kBig,
        {}, [](const Spec& s) -> std::string {
-         return s.checkpoint.every > 0 && s.topology.device_kind == "sim"
+         return s.checkpoint.every > 0 && s.topology.device_kind == DeviceKind::sim
                     ? "a sim run computes no parameters, so it saves no checkpoints" : "";
        }});
   add({"checkpoint", "dir", KeyType::String, F(checkpoint.dir), "Checkpoint directory; empty means <out_dir>/checkpoint."});
   add({"checkpoint", "resume", KeyType::String, F(checkpoint.resume), "Checkpoint directory to resume from (bitwise continuation); empty starts fresh.", 0, 0, {},
        [=](const Spec& s) {
-         if (!s.checkpoint.resume.empty() && s.topology.device_kind == "sim")
+         if (!s.checkpoint.resume.empty() && s.topology.device_kind == DeviceKind::sim)
            return std::string("a sim run computes no parameters, so there is nothing to resume");
          return std::string();
        }});
 
   // [log]
   add({"log", "level", KeyType::String, F(log.level), "Log level (also --log-level).", 0, 0, {"trace", "debug", "info", "warn", "error", "off"}});
-  add({"log", "progress", KeyType::String, F(log.progress), "Progress display: \"auto\" (a bar on a terminal, plain lines otherwise), \"bar\", \"plain\" or \"off\".", 0, 0, {"auto", "bar", "plain", "off"}});
+  add({"log", "progress", KeyType::Choice, F(log.progress), "Progress display: \"auto\" (a bar on a terminal, plain lines otherwise), \"bar\", \"plain\" or \"off\".", 0, 0, {} /* the enum's names: bind_choices */});
   add({"log", "progress_every", KeyType::Int, F(log.progress_every), "Plain progress: one line every N steps.", 1, kBig});
   add({"log", "metrics", KeyType::Bool, F(log.metrics), "Write metrics as JSON lines to <out_dir>/metrics.jsonl."});
   add({"log", "trace", KeyType::String, F(log.trace),
@@ -132,13 +155,13 @@ std::vector<KeyDef> build_keys() {
        "parameter-exchange work (gaps are idle time); with sim devices, the virtual clock's F, B, W, wait and idle spans. "
        "Actor runtime or sim devices only (not single-device sequential specs).", 0, 0, {},
        [](const Spec& s) -> std::string {
-         if (s.log.trace.empty() || uses_runtime(s) || s.topology.device_kind == "sim") return "";
+         if (s.log.trace.empty() || uses_runtime(s) || s.topology.device_kind == DeviceKind::sim) return "";
          return "needs the actor runtime; this single-device sequential spec runs in the single-process "
                 "trainer, which records no device trace (use e.g. [topology] schedule = \"1f1b\" to run it on the runtime)";
        }});
 
   // [sim]: sim devices (actors/sim/sim_costs.hpp, actors/sim/sim_runtime.hpp).
-  add({"sim", "cost_model", KeyType::String, F(sim.model), "Sim devices: \"fixed\" (forward_ms / backward_ms / weight_ms per micro-batch and stage) or \"flops\" (each stage's FLOPs and bytes from [model] and the micro-batch size, over gflops and gbps).", 0, 0, {"fixed", "flops"}});
+  add({"sim", "cost_model", KeyType::Choice, F(sim.model), "Sim devices: \"fixed\" (forward_ms / backward_ms / weight_ms per micro-batch and stage) or \"flops\" (each stage's FLOPs and bytes from [model] and the micro-batch size, over gflops and gbps).", 0, 0, {} /* the enum's names: bind_choices */});
   add({"sim", "forward_ms", KeyType::Float, F(sim.forward_ms), "Sim, fixed: forward of one micro-batch at one stage, in ms.", 0, 1e6});
   add({"sim", "backward_ms", KeyType::Float, F(sim.backward_ms), "Sim, fixed: full backward (inputs + weights) of one micro-batch at one stage, in ms.", 0, 1e6});
   add({"sim", "weight_ms", KeyType::Float, F(sim.weight_ms), "Sim, fixed: the weight-gradient part of backward_ms (zb1p/dualpipe W ops; their B costs backward_ms - weight_ms); at most backward_ms.", 0, 1e6});
@@ -170,10 +193,57 @@ std::vector<KeyDef> build_keys() {
 
 #undef F
 
+// Makes the row `path` a Choice key over `values`, spelled by `name` (the
+// enum's own name function, so each spelling is written once).
+template <class E, class Name>
+void bind_choice(std::vector<KeyDef>& keys, const std::string& path, std::vector<E> values, Name name) {
+  for (KeyDef& d : keys) {
+    if (d.path() != path) continue;
+    if (d.type != KeyType::Choice) throw std::logic_error("spec key table: " + path + " is not a choice key");
+    for (E v : values) d.choices.emplace_back(name(v));
+    d.set_choice = [values](void* field, size_t i) { *static_cast<E*>(field) = values.at(i); };
+    d.choice_index = [values](const void* field) {
+      for (size_t i = 0; i < values.size(); ++i)
+        if (values[i] == *static_cast<const E*>(field)) return i;
+      throw std::logic_error("spec key table: a value outside its key's choices");
+    };
+    return;
+  }
+  throw std::logic_error("spec key table: no key " + path);
+}
+
+// The enum values each Choice key offers, in the order the docs list them.
+void bind_choices(std::vector<KeyDef>& k) {
+  bind_choice(k, "run.mode", std::vector{RunMode::pretrain, RunMode::rl}, run_mode_name);
+  bind_choice(k, "model.ffn", std::vector{model::Ffn::moe, model::Ffn::dense}, model::ffn_name);
+  bind_choice(k, "model.balance", std::vector{moe::Balance::aux_loss, moe::Balance::bias, moe::Balance::none}, moe::balance_name);
+  bind_choice(k, "data.source", std::vector{model::DataKind::addition, model::DataKind::addition_plain, model::DataKind::text},
+       model::data_kind_name);
+  bind_choice(k, "optim.schedule", std::vector{model::LrSchedule::cosine, model::LrSchedule::constant}, model::lr_schedule_name);
+  bind_choice(k, "topology.device_kind", std::vector{DeviceKind::host, DeviceKind::opencl, DeviceKind::sim}, device_kind_name);
+  bind_choice(k, "topology.opencl_device_type",
+       std::vector{kernels::OpenclDeviceType::any, kernels::OpenclDeviceType::gpu, kernels::OpenclDeviceType::cpu},
+       kernels::opencl_device_type_name);
+  // zb1p runs in the runtime and the sim but is not offered in specs (B and W are not split yet).
+  bind_choice(k, "topology.schedule",
+       std::vector{sched::Kind::sequential, sched::Kind::one_f_one_b, sched::Kind::dualpipe, sched::Kind::dualpipev},
+       [](sched::Kind x) { return std::string(sched::to_string(x)); });
+  bind_choice(k, "log.progress",
+       std::vector{ProgressStyle::automatic, ProgressStyle::bar, ProgressStyle::plain, ProgressStyle::off},
+       progress_style_name);
+  bind_choice(k, "sim.cost_model", std::vector{sim::CostModel::fixed, sim::CostModel::flops}, sim::cost_model_name);
+  for (const KeyDef& d : k)
+    if (d.type == KeyType::Choice && !d.set_choice) throw std::logic_error("spec key table: " + d.path() + " has no enum");
+}
+
 }  // namespace
 
 const std::vector<KeyDef>& spec_keys() {
-  static const std::vector<KeyDef> keys = build_keys();
+  static const std::vector<KeyDef> keys = [] {
+    std::vector<KeyDef> k = build_keys();
+    bind_choices(k);
+    return k;
+  }();
   return keys;
 }
 
@@ -185,6 +255,7 @@ std::string key_value_text(const KeyDef& def, Spec& spec) {
     case KeyType::Float: os << *static_cast<double*>(p); break;
     case KeyType::Bool: os << (*static_cast<bool*>(p) ? "true" : "false"); break;
     case KeyType::String: os << '"' << *static_cast<std::string*>(p) << '"'; break;
+    case KeyType::Choice: os << '"' << def.choices.at(def.choice_index(p)) << '"'; break;
   }
   return os.str();
 }

@@ -11,21 +11,26 @@
 
 namespace troupe::launch {
 
-enum class KeyType { Int, Float, Bool, String };
+// Choice: a string from `choices`, stored as the enum the row names.
+enum class KeyType { Int, Float, Bool, String, Choice };
 const char* key_type_name(KeyType t);
 
 struct KeyDef {
   std::string section;
   std::string key;
   KeyType type;
-  // Address of the typed field (int64_t, double, bool or std::string) in a Spec.
+  // Address of the typed field (int64_t, double, bool, std::string or an enum) in a Spec.
   std::function<void*(Spec&)> field;
   std::string doc;
   double min = -std::numeric_limits<double>::infinity();  // Int/Float: inclusive range
   double max = std::numeric_limits<double>::infinity();
-  std::vector<std::string> choices;  // String: allowed values (empty = any)
+  std::vector<std::string> choices;  // String: allowed values (empty = any); Choice: the enum's names
   // Non-empty result: why this value cannot run yet ("not supported yet: ...").
   std::function<std::string(const Spec&)> unsupported;
+  // Choice: stores the enum value of choices[i] into the field / finds the
+  // index of the field's value (set by the table's bind_choices).
+  std::function<void(void*, size_t)> set_choice;
+  std::function<size_t(const void*)> choice_index;
 
   std::string path() const { return section + "." + key; }
 };

@@ -45,7 +45,8 @@ std::string format_topology(const Spec& spec, const runtime::Plan& plan) {
   const auto& t = spec.topology;
   std::ostringstream os;
   os << "topology of " << spec.source << ": " << t.processes << " process(es), " << t.devices << " "
-     << t.device_kind << " device(s), " << t.stages << " pipeline rank(s), schedule " << t.schedule << ", "
+     << device_kind_name(t.device_kind) << " device(s), " << t.stages << " pipeline rank(s), schedule "
+     << sched::to_string(t.schedule) << ", "
      << t.microbatches << " microbatch(es), " << t.expert_shards << " expert shard(s)/MoE layer, "
      << t.optimizer_shards << " optimizer shard(s), " << t.data_parallel << " replica(s); "
      << plan.parameters << " parameters; " << plan.actors.size() << " actors\n";
@@ -61,7 +62,7 @@ std::string format_topology(const Spec& spec, const runtime::Plan& plan) {
       if (a.process == p && a.device < 0) print(a);
     for (const auto& d : plan.devices) {
       if (d.process != p) continue;
-      os << "  device " << d.index << " (" << t.device_kind << ")\n";
+      os << "  device " << d.index << " (" << device_kind_name(t.device_kind) << ")\n";
       for (const auto& a : plan.actors)
         if (a.device == d.index) print(a);
     }

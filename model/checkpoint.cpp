@@ -187,13 +187,13 @@ void write_config(schemas::ModelConfigMsg::Builder b, const ModelConfig& c) {
   b.setNLayers(c.n_layers);
   b.setNHeads(c.n_heads);
   b.setSeqLen(c.seq_len);
-  b.setFfn(c.ffn);
+  b.setFfn(ffn_name(c.ffn));
   b.setDenseHidden(c.dense_hidden);
   b.setNExperts(c.n_experts);
   b.setTopK(c.top_k);
   b.setExpertHidden(c.expert_hidden);
   b.setSharedExperts(c.shared_experts);
-  b.setBalance(c.balance);
+  b.setBalance(moe::balance_name(c.balance));
   b.setAuxLossAlpha(c.aux_loss_alpha);
   b.setBiasUpdateRate(c.bias_update_rate);
   b.setCapacityFactor(c.capacity_factor);
@@ -203,20 +203,30 @@ void write_config(schemas::ModelConfigMsg::Builder b, const ModelConfig& c) {
   b.setInitStd(c.init_std);
 }
 
-ModelConfig read_config(schemas::ModelConfigMsg::Reader r) {
+ModelConfig read_config(const std::filesystem::path& path, schemas::ModelConfigMsg::Reader r) {
   ModelConfig c;
   c.vocab_size = r.getVocabSize();
   c.d_model = r.getDModel();
   c.n_layers = r.getNLayers();
   c.n_heads = r.getNHeads();
   c.seq_len = r.getSeqLen();
-  c.ffn = r.getFfn();
+  const std::string ffn = r.getFfn();
+  try {
+    c.ffn = parse_ffn(ffn);
+  } catch (const std::invalid_argument& e) {
+    fail(path, std::string("manifest: ") + e.what());
+  }
   c.dense_hidden = r.getDenseHidden();
   c.n_experts = r.getNExperts();
   c.top_k = r.getTopK();
   c.expert_hidden = r.getExpertHidden();
   c.shared_experts = r.getSharedExperts();
-  c.balance = r.getBalance();
+  const std::string balance = r.getBalance();
+  try {
+    c.balance = moe::parse_balance(balance);
+  } catch (const std::invalid_argument& e) {
+    fail(path, std::string("manifest: ") + e.what());
+  }
   c.aux_loss_alpha = r.getAuxLossAlpha();
   c.bias_update_rate = r.getBiasUpdateRate();
   c.capacity_factor = r.getCapacityFactor();
@@ -281,7 +291,7 @@ Manifest read_manifest(const fs::path& path) {
     if (m.version != kFormatVersion)
       fail(path, "format version " + std::to_string(m.version) + " is not supported (this build reads " +
                      std::to_string(kFormatVersion) + ")");
-    m.config = read_config(root.getConfig());
+    m.config = read_config(path, root.getConfig());
     m.seed = root.getSeed();
     m.step = root.getStep();
     m.data_cursor = root.getDataCursor();
@@ -629,13 +639,13 @@ std::string config_difference(const ModelConfig& a, const ModelConfig& b) {
   cmp("n_layers", a.n_layers, b.n_layers);
   cmp("n_heads", a.n_heads, b.n_heads);
   cmp("seq_len", a.seq_len, b.seq_len);
-  cmp("ffn", a.ffn, b.ffn);
+  cmp("ffn", std::string(ffn_name(a.ffn)), std::string(ffn_name(b.ffn)));
   cmp("dense_hidden", a.dense_hidden, b.dense_hidden);
   cmp("n_experts", a.n_experts, b.n_experts);
   cmp("top_k", a.top_k, b.top_k);
   cmp("expert_hidden", a.expert_hidden, b.expert_hidden);
   cmp("shared_experts", a.shared_experts, b.shared_experts);
-  cmp("balance", a.balance, b.balance);
+  cmp("balance", std::string(moe::balance_name(a.balance)), std::string(moe::balance_name(b.balance)));
   cmp("aux_loss_alpha", a.aux_loss_alpha, b.aux_loss_alpha);
   cmp("bias_update_rate", a.bias_update_rate, b.bias_update_rate);
   cmp("capacity_factor", a.capacity_factor, b.capacity_factor);

@@ -1,12 +1,31 @@
 // Plain configuration structs for the model, optimizer, data and training
 // loop. launch/ fills them from the TOML spec (and validates them there);
 // model/, moe/ and rl/ only read them. Defaults are the quickstart config.
+// Enum-like spec values are C++ enums here, converted once when the spec is
+// parsed (or a checkpoint manifest read); *_name gives the spec's spelling.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
+
+#include "moe/balance.hpp"
 
 namespace troupe::model {
+
+enum class Ffn : uint8_t { dense, moe };                           // "dense" (SwiGLU), "moe"
+enum class LrSchedule : uint8_t { cosine, constant };              // "cosine", "constant"
+enum class DataKind : uint8_t { addition, addition_plain, text };  // "addition", "addition_plain", "text"
+
+const char* ffn_name(Ffn ffn);
+const char* lr_schedule_name(LrSchedule schedule);
+const char* data_kind_name(DataKind kind);
+// The inverses of ffn_name and data_kind_name: std::invalid_argument
+// (parse_ffn) or std::runtime_error (parse_data_kind, as an unusable data
+// source) naming the text and the valid names otherwise.
+Ffn parse_ffn(std::string_view name);
+DataKind parse_data_kind(std::string_view name);
 
 struct ModelConfig {
   int64_t vocab_size = 256;     // token ids in [0, vocab_size); the data source may require more
@@ -14,13 +33,13 @@ struct ModelConfig {
   int64_t n_layers = 4;         // decoder blocks
   int64_t n_heads = 4;          // attention heads; d_model % n_heads == 0, head dim even (RoPE)
   int64_t seq_len = 128;        // tokens per sequence (context length)
-  std::string ffn = "moe";      // "dense" (SwiGLU) or "moe"
+  Ffn ffn = Ffn::moe;           // dense SwiGLU or routed experts
   int64_t dense_hidden = 512;   // hidden width of dense SwiGLU FFNs
   int64_t n_experts = 8;        // routed experts per MoE layer
   int64_t top_k = 2;            // experts per token, <= n_experts
   int64_t expert_hidden = 256;  // hidden width of each expert's SwiGLU
   int64_t shared_experts = 0;   // always-on shared experts (0 or more), hidden = expert_hidden
-  std::string balance = "aux_loss";  // "aux_loss", "bias" (DeepSeek-V3 aux-loss-free) or "none"
+  moe::Balance balance = moe::Balance::aux_loss;  // aux_loss, bias (DeepSeek-V3 aux-loss-free) or none
   double aux_loss_alpha = 0.01;      // alpha in alpha * E * sum_i f_i P_i
   double bias_update_rate = 0.001;   // gamma in bias += gamma * sign(mean load - load)
   double capacity_factor = 0.0;      // 0 = dropless; else capacity = ceil(cf * T * k / E)
@@ -34,7 +53,7 @@ struct OptimConfig {
   double lr = 3e-3;            // peak learning rate
   double min_lr_ratio = 0.1;   // cosine decays to lr * min_lr_ratio
   int64_t warmup_steps = 20;   // linear warmup from 0
-  std::string schedule = "cosine";  // "cosine" or "constant" (after warmup)
+  LrSchedule schedule = LrSchedule::cosine;  // after warmup
   double beta1 = 0.9;
   double beta2 = 0.95;
   double eps = 1e-8;
@@ -43,7 +62,7 @@ struct OptimConfig {
 };
 
 struct DataConfig {
-  std::string source = "addition";  // "addition" (built-in task) or "text" (byte-level file)
+  DataKind source = DataKind::addition;  // the built-in task (two formats) or a byte-level text file
   std::string path;                 // text: the file to read
   double val_fraction = 0.1;        // text: tail fraction held out for validation
   int64_t batch_size = 16;          // sequences per optimizer step (all microbatches together)

@@ -40,7 +40,7 @@ double train_flops_per_token(const ModelConfig& c) {
   const double S = static_cast<double>(c.seq_len);
   // Matmul weights touched per token (2 FLOPs per weight per token forward).
   double ffn = 0.0;
-  if (c.ffn == "dense") {
+  if (c.ffn == Ffn::dense) {
     ffn = 3.0 * D * static_cast<double>(c.dense_hidden);
   } else {
     const double F = static_cast<double>(c.expert_hidden);

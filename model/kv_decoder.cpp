@@ -29,7 +29,7 @@ struct KvDecoder::Work {
 };
 
 KvDecoder::KvDecoder(kernels::Backend& be, const ModelConfig& c, int64_t batch)
-    : be_(be), cfg_(c), batch_(batch), is_moe_(c.ffn == "moe") {
+    : be_(be), cfg_(c), batch_(batch), is_moe_(c.ffn == Ffn::moe) {
   if (batch <= 0) throw std::invalid_argument("KvDecoder: batch must be positive");
   build_param_layout(c);  // validates the config
   // Dropless at inference (see the top of kv_decoder.hpp).

@@ -53,15 +53,12 @@ static void validate(const ModelConfig& c) {
       "vocab_size, d_model, n_layers, n_heads and seq_len must be positive");
   req(c.d_model % c.n_heads == 0, "d_model must be a multiple of n_heads");
   req((c.d_model / c.n_heads) % 2 == 0, "head dim (d_model / n_heads) must be even for RoPE");
-  req(c.ffn == "dense" || c.ffn == "moe", "ffn must be \"dense\" or \"moe\", got \"" + c.ffn + "\"");
-  if (c.ffn == "dense") {
+  if (c.ffn == Ffn::dense) {
     req(c.dense_hidden > 0, "dense_hidden must be positive");
   } else {
     req(c.n_experts > 0 && c.expert_hidden > 0, "n_experts and expert_hidden must be positive");
     req(c.top_k >= 1 && c.top_k <= c.n_experts, "top_k must be in [1, n_experts]");
     req(c.shared_experts >= 0, "shared_experts must be >= 0");
-    req(c.balance == "aux_loss" || c.balance == "bias" || c.balance == "none",
-        "balance must be \"aux_loss\", \"bias\" or \"none\", got \"" + c.balance + "\"");
     req(c.capacity_factor >= 0.0, "capacity_factor must be >= 0");
   }
 }
@@ -78,7 +75,7 @@ ParamLayout build_param_layout(const ModelConfig& c) {
     for (const char* m : {"q_proj", "k_proj", "v_proj", "o_proj"})
       L.add(p + "self_attn." + m + ".weight", {D, D}, true, true, {ParamRole::Attention, l});
     L.add(p + "post_attention_layernorm.weight", {D}, true, false, {ParamRole::Norm, l});
-    if (c.ffn == "dense") {
+    if (c.ffn == Ffn::dense) {
       const int64_t H = c.dense_hidden;
       L.add(p + "mlp.gate_proj.weight", {H, D}, true, true, {ParamRole::Dense, l});
       L.add(p + "mlp.up_proj.weight", {H, D}, true, true, {ParamRole::Dense, l});
@@ -87,7 +84,7 @@ ParamLayout build_param_layout(const ModelConfig& c) {
     }
     const int64_t E = c.n_experts, F = c.expert_hidden;
     L.add(p + "mlp.gate.weight", {E, D}, true, true, {ParamRole::Router, l});
-    if (c.balance == "bias")
+    if (c.balance == moe::Balance::bias)
       L.add(p + "mlp.gate.e_score_correction_bias", {E}, false, false, {ParamRole::RouterBias, l});
     int part = 0;
     for (const char* m : {"gate_proj", "up_proj"}) {

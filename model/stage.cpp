@@ -19,7 +19,7 @@ moe::MoeOptions moe_options(const ModelConfig& c) {
   o.expert_hidden = c.expert_hidden;
   o.shared_hidden = c.shared_experts * c.expert_hidden;
   o.capacity_factor = c.capacity_factor;
-  o.balance = moe::parse_balance(c.balance);
+  o.balance = c.balance;
   o.aux_alpha = c.aux_loss_alpha;
   return o;
 }
@@ -41,7 +41,7 @@ std::vector<std::pair<int64_t, int64_t>> split_layers(int64_t n_layers, int64_t 
 Stage::Stage(kernels::Backend& be, const ModelConfig& c, int64_t batch, int64_t lb, int64_t le,
              bool first, bool last, int64_t n_slots)
     : be_(be), cfg_(c), batch_(batch), T_(batch * c.seq_len), D_(c.d_model), V_(c.vocab_size),
-      lb_(lb), le_(le), first_(first), last_(last), is_moe_(c.ffn == "moe"), arena_(be) {
+      lb_(lb), le_(le), first_(first), last_(last), is_moe_(c.ffn == Ffn::moe), arena_(be) {
   if (batch <= 0) throw std::invalid_argument("Stage: batch must be positive");
   build_param_layout(c);  // validates the config
   if (n_slots <= 0) throw std::invalid_argument("Stage: slots must be positive");

@@ -1,5 +1,6 @@
 // The single-process training loop (see trainer.hpp).
 #include "model/trainer.hpp"
+#include "model/training_loop.hpp"
 
 #include <chrono>
 #include <cmath>
@@ -36,8 +37,6 @@ void validate_options(const TrainOptions& o) {
   req(o.checkpoint_every == 0 || !o.checkpoint_dir.empty(),
       "checkpoint_every is set but checkpoint_dir is empty");
   req(o.optim.lr > 0.0, "lr must be positive");
-  req(o.optim.schedule == "cosine" || o.optim.schedule == "constant",
-      "schedule must be \"cosine\" or \"constant\", got \"" + o.optim.schedule + "\"");
   req(o.optim.warmup_steps >= 0, "warmup_steps must be >= 0");
 }
 
@@ -107,7 +106,7 @@ struct Trainer::Impl {
     ranges = optimizer_ranges(layout);
     mb_batch = o.data.batch_size / o.microbatches;
     dec = std::make_unique<Decoder>(*be, o.model, mb_batch);
-    if (o.model.ffn == "moe") balance = moe::parse_balance(o.model.balance);
+    if (o.model.ffn == Ffn::moe) balance = o.model.balance;
   }
 
   StepMetrics run_step() {
@@ -237,28 +236,7 @@ const DataSource& Trainer::data() const { return *impl_->data; }
 
 TrainSummary train(const TrainOptions& o, TrainObserver& obs) {
   Trainer tr(o);
-  TrainSummary s;
-  s.final_val_loss = std::numeric_limits<double>::quiet_NaN();
-  s.accuracy = std::numeric_limits<double>::quiet_NaN();
-  while (tr.steps_done() < o.steps) {
-    const StepMetrics m = tr.step();
-    ++s.steps_done;
-    s.final_loss = m.loss;
-    obs.on_step(m);
-    const bool last = tr.steps_done() == o.steps;
-    if (o.eval_every > 0 && o.eval_batches > 0 && (m.step % o.eval_every == 0 || last)) {
-      const EvalMetrics e = tr.evaluate(o.eval_accuracy);
-      s.final_val_loss = e.val_loss;
-      s.accuracy = e.accuracy;
-      obs.on_eval(e);
-    }
-    if (!o.checkpoint_dir.empty() &&
-        ((o.checkpoint_every > 0 && m.step % o.checkpoint_every == 0) || last)) {
-      tr.save(o.checkpoint_dir);
-      obs.on_checkpoint(m.step, o.checkpoint_dir);
-    }
-  }
-  return s;
+  return run_training(tr, o, obs);
 }
 
 EvalMetrics evaluate(const std::string& checkpoint_dir, const DataConfig& data,

@@ -6,6 +6,7 @@
 // step at a time (tests, benchmarks).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -30,6 +31,9 @@ struct TrainOptions {
   std::string resume_from;         // checkpoint directory to continue from ("" = fresh)
   kernels::BackendOptions backend;
   bool eval_accuracy = true;       // score the task (exact match) at each evaluation
+  // Set from outside (a SIGINT/SIGTERM handler): the loop stops after the
+  // running step and saves a checkpoint there (model/training_loop.hpp).
+  const std::atomic<bool>* stop = nullptr;
 };
 
 struct StepMetrics {
@@ -67,9 +71,11 @@ struct TrainSummary {
   double final_loss = 0.0;    // training loss of the last step
   double final_val_loss = 0.0;  // NaN when no evaluation ran
   double accuracy = 0.0;        // of the last evaluation; NaN without a task or evaluation
+  bool interrupted = false;     // stopped early on request (TrainOptions::stop)
 };
 
-// Runs options.steps - (resumed step) optimizer steps. Throws
+// Runs options.steps - (resumed step) optimizer steps through the one loop
+// (model/training_loop.hpp) on a Trainer. Throws
 // std::invalid_argument / std::runtime_error with a clear message on a bad
 // configuration, data source or checkpoint.
 TrainSummary train(const TrainOptions& options, TrainObserver& observer);
@@ -82,8 +88,22 @@ double learning_rate(const OptimConfig& optim, int64_t step, int64_t total);
 class DataSource;
 struct TrainingState;  // model/checkpoint.hpp
 
-// The training loop, one step at a time.
-class Trainer {
+// What the one training loop (model/training_loop.hpp) drives in
+// pretraining: model::Trainer in one process, runtime::Runtime on actors.
+// Both read batch steps_done() of the one data order
+// (DataSource::train_batch) and apply the one set of update rules
+// (model/update_rules.hpp).
+class TrainingEngine {
+ public:
+  virtual ~TrainingEngine() = default;
+  virtual int64_t steps_done() const = 0;          // optimizer steps completed (resumed ones included)
+  virtual StepMetrics step() = 0;                  // one optimizer step
+  virtual EvalMetrics evaluate(bool accuracy) = 0;  // validation loss (+ task accuracy)
+  virtual void save(const std::string& dir) = 0;   // checkpoint of the current state
+};
+
+// The single-process engine, one step at a time.
+class Trainer final : public TrainingEngine {
  public:
   explicit Trainer(const TrainOptions& options);
   // Runs on the given backend instead of make_backend(options.backend) (a
@@ -97,10 +117,10 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  StepMetrics step();                      // one optimizer step
-  EvalMetrics evaluate(bool accuracy);     // validation loss (+ task accuracy)
-  void save(const std::string& dir);       // checkpoint of the current state
-  int64_t steps_done() const;              // optimizer steps completed (resumed ones included)
+  StepMetrics step() override;
+  EvalMetrics evaluate(bool accuracy) override;
+  void save(const std::string& dir) override;
+  int64_t steps_done() const override;
   std::vector<float> parameters() const;   // the flat buffer, on the host
   kernels::Backend& backend();
   const DataSource& data() const;

@@ -13,7 +13,7 @@ namespace troupe::model {
 double learning_rate(const OptimConfig& o, int64_t step, int64_t total) {
   if (o.warmup_steps > 0 && step < o.warmup_steps)
     return o.lr * static_cast<double>(step + 1) / static_cast<double>(o.warmup_steps);
-  if (o.schedule == "constant") return o.lr;
+  if (o.schedule == LrSchedule::constant) return o.lr;
   const double span = static_cast<double>(std::max<int64_t>(1, total - o.warmup_steps - 1));
   const double progress = std::min(1.0, static_cast<double>(step - o.warmup_steps) / span);
   const double min_lr = o.lr * o.min_lr_ratio;

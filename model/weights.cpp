@@ -66,14 +66,14 @@ ModelWeights bind_weights(const ParamLayout& L, const ModelConfig& c, const Tens
     lw.wv = entry_view(L, flat, p + "self_attn.v_proj.weight");
     lw.wo = entry_view(L, flat, p + "self_attn.o_proj.weight");
     lw.ln2 = entry_view(L, flat, p + "post_attention_layernorm.weight");
-    if (c.ffn == "dense") {
+    if (c.ffn == Ffn::dense) {
       lw.dense.gate = entry_view(L, flat, p + "mlp.gate_proj.weight");
       lw.dense.up = entry_view(L, flat, p + "mlp.up_proj.weight");
       lw.dense.down = entry_view(L, flat, p + "mlp.down_proj.weight");
     } else {
       const std::string x = p + "mlp.experts.";
       lw.moe.router = entry_view(L, flat, p + "mlp.gate.weight");
-      if (c.balance == "bias") lw.moe.bias = entry_view(L, flat, p + "mlp.gate.e_score_correction_bias");
+      if (c.balance == moe::Balance::bias) lw.moe.bias = entry_view(L, flat, p + "mlp.gate.e_score_correction_bias");
       lw.moe.experts.gate = stacked_view(L, flat, x, ".gate_proj.weight", c.n_experts);
       lw.moe.experts.up = stacked_view(L, flat, x, ".up_proj.weight", c.n_experts);
       lw.moe.experts.down = stacked_view(L, flat, x, ".down_proj.weight", c.n_experts);

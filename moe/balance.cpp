@@ -13,6 +13,15 @@ Balance parse_balance(const std::string& name) {
                               "' (expected \"none\", \"aux_loss\" or \"bias\")");
 }
 
+const char* balance_name(Balance balance) {
+  switch (balance) {
+    case Balance::none: return "none";
+    case Balance::aux_loss: return "aux_loss";
+    case Balance::bias: return "bias";
+  }
+  return "?";
+}
+
 double aux_loss_value(std::span<const float> prob_sum, std::span<const int64_t> routed,
                       int64_t tokens, int64_t top_k, double alpha) {
   if (prob_sum.size() != routed.size()) throw std::invalid_argument("aux_loss_value: sizes");

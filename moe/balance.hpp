@@ -19,6 +19,8 @@ enum class Balance { none, aux_loss, bias };
 
 // "none", "aux_loss", "bias"; throws std::invalid_argument otherwise.
 Balance parse_balance(const std::string& name);
+// The inverse of parse_balance.
+const char* balance_name(Balance balance);
 
 // prob_sum[E] = sum over tokens of router probabilities; routed[E] = assignments.
 double aux_loss_value(std::span<const float> prob_sum, std::span<const int64_t> routed,

@@ -71,9 +71,9 @@ class AdditionTask final : public Task {
 
 std::unique_ptr<Task> make_addition_task(const model::DataConfig& data, uint64_t seed,
                                          const VerifierOptions& verifier) {
-  if (data.source != "addition" && data.source != "addition_plain")
-    throw std::runtime_error("rl: the addition task needs data.source = \"addition\" or \"addition_plain\", got \"" +
-                             data.source + "\"");
+  if (data.source != model::DataKind::addition && data.source != model::DataKind::addition_plain)
+    throw std::runtime_error(std::string("rl: the addition task needs data.source = \"addition\" or \"addition_plain\", got \"") +
+                             model::data_kind_name(data.source) + "\"");
   return std::make_unique<AdditionTask>(model::make_data_source(data, seed), verifier);
 }
 

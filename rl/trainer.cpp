@@ -12,6 +12,7 @@
 #include "model/params.hpp"
 #include "model/policy_head.hpp"
 #include "model/trainer.hpp"
+#include "model/training_loop.hpp"
 #include "model/update_rules.hpp"
 #include "model/weights.hpp"
 #include "moe/balance.hpp"
@@ -105,7 +106,7 @@ struct RlTrainer::Impl {
     g = model::bind_weights(layout, o.model, grads);
     ranges = model::optimizer_ranges(layout);
     gen = std::make_unique<model::BatchGenerator>(*be, o.model);
-    bias_balance = o.model.ffn == "moe" && o.model.balance == "bias";
+    bias_balance = o.model.ffn == model::Ffn::moe && o.model.balance == moe::Balance::bias;
   }
 
   // A policy head for rows of `len` tokens (prompt + completion): causal
@@ -369,29 +370,48 @@ int64_t RlTrainer::steps_done() const { return impl_->step; }
 std::vector<float> RlTrainer::parameters() const { return impl_->be->download_f32(impl_->params); }
 const Task& RlTrainer::task() const { return *impl_->task; }
 
+namespace {
+
+// The RL trainer as an engine of the one loop (model/training_loop.hpp).
+class RlEngine final : public model::LoopEngine {
+ public:
+  RlEngine(RlTrainer& tr, RlObserver& obs, RlSummary& s) : tr_(tr), obs_(obs), s_(s) {}
+  int64_t steps_done() const override { return tr_.steps_done(); }
+  void step() override {
+    const RlStepMetrics m = tr_.step();
+    s_.final_reward = m.reward_mean;
+    obs_.on_step(m);
+  }
+  void evaluate() override {
+    RlEvalMetrics& e = tr_.steps_done() == 0 ? s_.first_eval : s_.last_eval;
+    e = tr_.evaluate();
+    obs_.on_eval(e);
+  }
+  void save(const std::string& dir) override { tr_.save(dir); }
+
+ private:
+  RlTrainer& tr_;
+  RlObserver& obs_;
+  RlSummary& s_;
+};
+
+}  // namespace
+
 RlSummary train(const RlTrainOptions& o, RlObserver& obs) {
   RlTrainer tr(o);
   RlSummary s;
-  if (tr.steps_done() == 0 && o.data.eval_problems > 0) {
-    s.first_eval = tr.evaluate();
-    obs.on_eval(s.first_eval);
-  }
-  const int64_t every = o.eval_every > 0 ? o.eval_every : o.steps;
-  while (tr.steps_done() < o.steps) {
-    const RlStepMetrics m = tr.step();
-    ++s.steps_done;
-    s.final_reward = m.reward_mean;
-    obs.on_step(m);
-    const bool last = tr.steps_done() == o.steps;
-    if (o.data.eval_problems > 0 && (m.step % every == 0 || last)) {
-      s.last_eval = tr.evaluate();
-      obs.on_eval(s.last_eval);
-    }
-    if (!o.checkpoint_dir.empty() && ((o.checkpoint_every > 0 && m.step % o.checkpoint_every == 0) || last)) {
-      tr.save(o.checkpoint_dir);
-      obs.on_checkpoint(m.step, o.checkpoint_dir);
-    }
-  }
+  RlEngine engine(tr, obs, s);
+  model::LoopOptions lo;
+  lo.steps = o.steps;
+  lo.eval_every = o.data.eval_problems > 0 ? (o.eval_every > 0 ? o.eval_every : o.steps) : 0;
+  lo.eval_at_start = true;  // the base the run starts from (fresh runs)
+  lo.checkpoint_every = o.checkpoint_every;
+  lo.checkpoint_dir = o.checkpoint_dir;
+  lo.stop = o.stop;
+  const model::LoopOutcome out =
+      model::run_loop(engine, lo, [&obs](int64_t step, const std::string& dir) { obs.on_checkpoint(step, dir); });
+  s.steps_done = out.steps_done;
+  s.interrupted = out.interrupted;
   return s;
 }
 

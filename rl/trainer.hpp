@@ -12,6 +12,7 @@
 // initialisation when there is none); a resumed run reloads it from `init`.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -37,6 +38,7 @@ struct RlTrainOptions {
   std::string checkpoint_dir;
   std::string resume_from;       // checkpoint of this RL run to continue from ("" = start at step 0)
   kernels::BackendOptions backend;
+  const std::atomic<bool>* stop = nullptr;  // set (SIGINT/SIGTERM): stop after the running step, saving there
 };
 
 struct RlStepMetrics {
@@ -82,6 +84,7 @@ struct RlSummary {
   int64_t steps_done = 0;
   double final_reward = 0.0;
   RlEvalMetrics first_eval, last_eval;  // before the first step (fresh runs) and after the last
+  bool interrupted = false;             // stopped early on request (RlTrainOptions::stop)
 };
 
 class RlTrainer {
@@ -107,8 +110,10 @@ class RlTrainer {
   std::unique_ptr<Impl> impl_;
 };
 
-// Evaluates before the first step (fresh runs), then runs options.steps -
-// (resumed) steps with evaluations and checkpoints as configured.
+// The one training loop (model/training_loop.hpp) with an RlTrainer as its
+// engine: evaluates before the first step (fresh runs), then runs
+// options.steps - (resumed) steps with evaluations and checkpoints as
+// configured.
 RlSummary train(const RlTrainOptions& options, RlObserver& observer);
 
 }  // namespace troupe::rl

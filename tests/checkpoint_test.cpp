@@ -43,7 +43,7 @@ TrainingState make_state(const ParamLayout& layout, uint32_t seed, bool adam = t
   TrainingState s;
   s.config.d_model = 4;
   s.config.n_layers = 1;
-  s.config.ffn = "dense";
+  s.config.ffn = troupe::model::Ffn::dense;
   s.config.aux_loss_alpha = 0.0123;
   s.seed = 0xdeadbeefcafef00dull + seed;
   s.step = 1234 + seed;
@@ -336,7 +336,7 @@ TEST_F(Checkpoint, FallbackSwapWithoutRenameExchange) {
 TEST_F(Checkpoint, ConfigDifference) {
   ModelConfig a, b;
   EXPECT_EQ(config_difference(a, b), "");
-  b.ffn = "dense";
+  b.ffn = troupe::model::Ffn::dense;
   EXPECT_EQ(config_difference(a, b), "ffn: moe vs dense");
   b = a;
   b.norm_eps = 1e-6;

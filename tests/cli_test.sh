@@ -74,8 +74,6 @@ expect_exit 3 "$troupe" validate --set topology.devices=4 --set topology.stages=
   --set topology.microbatches=8
 expect_output "cuts the model into 8 stages, more than [model] n_layers = 4"
 expect_exit 0 "$troupe" validate --set topology.devices=2 --set model.balance='"bias"'
-# Resume runs on the runtime too (the checkpoint itself is read by run).
-expect_exit 0 "$troupe" validate --set topology.optimizer_shards=2 --set checkpoint.resume='"x"'
 expect_exit 0 "$troupe" validate --set topology.devices=2 --set topology.stages=2 --set topology.schedule='"1f1b"'
 # log.trace needs the runtime: a single-device sequential spec says so on the key.
 expect_exit 3 "$troupe" validate --set topology.devices=1 --set topology.stages=1 --set 'topology.schedule="sequential"' --set topology.microbatches=1 --set topology.expert_shards=1 --set topology.optimizer_shards=1 --set log.trace="$work/t.json"
@@ -131,6 +129,53 @@ cmp -s "$work/a.safetensors" "$work/d.safetensors" || fail "6 steps straight dif
 last_a=$(grep '"type":"step","step":6,' "$work/a/metrics.jsonl" | sed 's/"step_seconds".*//')
 last_d=$(grep '"type":"step","step":6,' "$work/d/metrics.jsonl" | sed 's/"step_seconds".*//')
 [ -n "$last_a" ] && [ "$last_a" = "$last_d" ] || fail "step 6 metrics differ after resume:\n$last_a\n$last_d"
+# Resume runs on the runtime too. validate reads the checkpoint as run does
+# (validate says what run would say): a missing one exits 4 naming it, one
+# already at or past run.steps exits 3 (nothing left to train) from both.
+expect_exit 0 "$troupe" validate "${tiny[@]}" --set run.steps=6 --set topology.optimizer_shards=2 \
+  --set checkpoint.resume="$work/c/checkpoint"
+expect_exit 4 "$troupe" validate --set topology.optimizer_shards=2 --set checkpoint.resume='"x"'
+expect_output "x: checkpoint directory does not exist"
+expect_exit 3 "$troupe" validate "${tiny[@]}" --set run.steps=3 --set checkpoint.resume="$work/c/checkpoint"
+expect_output "is at step 3, but [run] steps = 3: nothing is left to train"
+expect_exit 3 "$troupe" run "${tiny[@]}" --set run.steps=2 --set run.out_dir="$work/past" \
+  --set checkpoint.resume="$work/c/checkpoint"
+expect_output "nothing is left to train"
+[ ! -e "$work/past/metrics.jsonl" ] || fail "a run with nothing to train wrote metrics"
+
+# SIGINT / SIGTERM: the run stops after the running step, saves a checkpoint
+# there, writes the end line and exits 130; resuming it ends bitwise equal to
+# the straight run. $1: signal, $2: extra options (a topology).
+signal_run() {
+  local sig=$1; shift
+  local dir="$work/sig_$sig"
+  "$troupe" run "${tiny[@]}" "$@" --set run.steps=400 --set run.eval_every=0 --set run.out_dir="$dir" \
+    > "$dir.log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 1 600); do  # wait for the second step line (up to 60 s)
+    grep -q '"type":"step","step":2,' "$dir/metrics.jsonl" 2>/dev/null && break
+    sleep 0.1
+  done
+  kill -"$sig" "$pid"
+  wait "$pid"; local rc=$?
+  [ "$rc" -eq 130 ] || fail "run stopped by SIG$sig exited $rc, expected 130:\n$(tail -n 5 "$dir.log")"
+  grep -q '"type":"end",.*"interrupted":true' "$dir/metrics.jsonl" || fail "SIG$sig: no interrupted end line"
+  grep -q "stopped by SIG$sig" "$dir.log" || fail "SIG$sig: the log does not say so"
+  local stopped
+  stopped=$(grep -o '"type":"end","steps":[0-9]*' "$dir/metrics.jsonl" | grep -o '[0-9]*$')
+  [ -n "$stopped" ] && [ "$stopped" -lt 400 ] || fail "SIG$sig: the run did not stop early (steps: $stopped)"
+  ls "$dir"/checkpoint.tmp* >/dev/null 2>&1 && fail "SIG$sig: a temporary checkpoint directory was left behind"
+  expect_exit 0 "$troupe" run "${tiny[@]}" "$@" --set run.steps=400 --set run.eval_every=0 --set run.out_dir="$dir" \
+    --set checkpoint.resume="$dir/checkpoint" --set checkpoint.dir="$dir/resumed"
+  "$troupe" run "${tiny[@]}" "$@" --set run.steps=400 --set run.eval_every=0 --set run.out_dir="$dir.straight" \
+    > /dev/null 2>&1 || fail "SIG$sig: the straight run failed"
+  for f in params.f32.zst adam_m.f32.zst adam_v.f32.zst; do
+    cmp -s "$dir/resumed/$f" "$dir.straight/checkpoint/$f" || fail "SIG$sig: $f after stop + resume differs from the straight run"
+  done
+}
+signal_run INT
+signal_run TERM --set topology.devices=2 --set topology.stages=2 --set 'topology.schedule="1f1b"' \
+  --set model.tie_embeddings=false
 
 # A corrupt checkpoint is rejected with exit 4, naming the file.
 printf 'xx' | dd of="$work/a/checkpoint/params.f32.zst" bs=1 seek=40 conv=notrunc 2>/dev/null

@@ -34,7 +34,7 @@ class TextData : public ::testing::Test {
 
   DataConfig config(const std::string& path, double val_fraction = 0.1) {
     DataConfig c;
-    c.source = "text";
+    c.source = troupe::model::DataKind::text;
     c.path = path;
     c.val_fraction = val_fraction;
     return c;

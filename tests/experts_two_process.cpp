@@ -54,7 +54,7 @@ std::shared_ptr<Shared> make_shared_state() {
   c.n_layers = 2;
   c.n_heads = 2;
   c.seq_len = 8;
-  c.ffn = "moe";
+  c.ffn = troupe::model::Ffn::moe;
   c.n_experts = 4;
   c.top_k = 2;
   c.expert_hidden = 8;

@@ -30,7 +30,7 @@ Backend* backend_or_null(const std::string& name, std::string* why) {
     Slot s;
     try {
       BackendOptions o;
-      o.kind = name;
+      o.kind = parse_backend_kind(name);
       s.backend = make_backend(o);
     } catch (const std::exception& e) {
       s.error = e.what();

@@ -114,10 +114,10 @@ TEST(Specs, DefaultSpecIsTheQuickstart) {
   EXPECT_FALSE(s.model.tie_embeddings);
   EXPECT_DOUBLE_EQ(s.optim.lr, 1e-3);
   EXPECT_EQ(s.optim.warmup_steps, 100);
-  EXPECT_EQ(s.optim.schedule, "constant");
+  EXPECT_EQ(s.optim.schedule, troupe::model::LrSchedule::constant);
   EXPECT_DOUBLE_EQ(s.optim.weight_decay, 0.0);
   EXPECT_EQ(s.run.steps, 1600);
-  EXPECT_EQ(s.topology.schedule, "dualpipe");
+  EXPECT_EQ(s.topology.schedule, troupe::sched::Kind::dualpipe);
   EXPECT_EQ(s.topology.devices, 2);
 }
 

@@ -27,7 +27,7 @@ Spec spec_with(int64_t devices, int64_t stages, int64_t shards, int64_t opt, int
   s.topology.optimizer_shards = opt;
   s.topology.data_parallel = dp;
   s.topology.processes = procs;
-  s.topology.schedule = schedule;
+  s.topology.schedule = troupe::sched::parse_kind(schedule);
   return s;
 }
 

@@ -60,7 +60,7 @@ std::vector<Case> cases() {
   }
   {
     Case c{"moe_bias_dropless", tiny_config("moe")};
-    c.cfg.balance = "bias";
+    c.cfg.balance = troupe::moe::Balance::bias;
     c.random_bias = true;
     cs.push_back(c);
   }
@@ -72,7 +72,7 @@ std::vector<Case> cases() {
   }
   {
     Case c{"moe_bias_capacity", tiny_config("moe")};
-    c.cfg.balance = "bias";
+    c.cfg.balance = troupe::moe::Balance::bias;
     c.cfg.capacity_factor = 0.75;
     c.random_bias = true;
     c.expect_drops = true;
@@ -80,7 +80,7 @@ std::vector<Case> cases() {
   }
   {
     Case c{"moe_none_top1", tiny_config("moe")};
-    c.cfg.balance = "none";
+    c.cfg.balance = troupe::moe::Balance::none;
     c.cfg.top_k = 1;
     cs.push_back(c);
   }

@@ -51,7 +51,7 @@ std::vector<Case> cases() {
   m.cfg.tie_embeddings = false;
   cs.push_back(m);
   Case b{"moe_bias_top1", kv_config("moe")};
-  b.cfg.balance = "bias";
+  b.cfg.balance = troupe::moe::Balance::bias;
   b.cfg.top_k = 1;
   cs.push_back(b);
   return cs;

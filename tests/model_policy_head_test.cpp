@@ -48,7 +48,7 @@ std::vector<Case> cases() {
   m.cfg.tie_embeddings = false;
   cs.push_back(m);
   Case b{"moe_bias", tiny_config("moe")};
-  b.cfg.balance = "bias";
+  b.cfg.balance = troupe::moe::Balance::bias;
   b.random_bias = true;
   cs.push_back(b);
   return cs;

@@ -134,7 +134,7 @@ RefResult reference_forward(const model::ModelConfig& c, const model::ParamLayou
     for (size_t i = 0; i < x.size(); ++i) x[i] += o[i];
 
     Mat xn2 = rmsnorm(x, ctx.at(pre + "post_attention_layernorm.weight"), T, D, c.norm_eps);
-    if (c.ffn == "dense") {
+    if (c.ffn == troupe::model::Ffn::dense) {
       const int64_t F = c.dense_hidden;
       for (int64_t t = 0; t < T; ++t)
         swiglu_row(&x[t * D], &xn2[t * D], ctx.at(pre + "mlp.gate_proj.weight"),
@@ -152,7 +152,7 @@ RefResult reference_forward(const model::ModelConfig& c, const model::ParamLayou
       for (int64_t e = 0; e < E; ++e) probs[t * E + e] = std::exp(logits[t * E + e] - mx) / z;
     }
     const double* bias =
-        c.balance == "bias" ? ctx.at(pre + "mlp.gate.e_score_correction_bias") : nullptr;
+        c.balance == troupe::moe::Balance::bias ? ctx.at(pre + "mlp.gate.e_score_correction_bias") : nullptr;
     // Selection: k largest of probs + bias, ties to the lower id.
     std::vector<int32_t> ids(static_cast<size_t>(T * K));
     std::vector<double> wts(static_cast<size_t>(T * K));
@@ -205,7 +205,7 @@ RefResult reference_forward(const model::ModelConfig& c, const model::ParamLayou
                    ctx.at(pre + "mlp.shared_experts.down_proj.weight"), D,
                    c.shared_experts * F, 1.0);
     }
-    if (c.balance == "aux_loss") {
+    if (c.balance == troupe::moe::Balance::aux_loss) {
       double s = 0.0;
       for (int64_t e = 0; e < E; ++e) {
         double P = 0.0;

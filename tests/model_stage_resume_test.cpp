@@ -45,12 +45,12 @@ model::ModelConfig config_for(const Case& k) {
   c.n_layers = 4;
   c.n_heads = 2;
   c.seq_len = 6;
-  c.ffn = "moe";
+  c.ffn = troupe::model::Ffn::moe;
   c.n_experts = 4;
   c.top_k = 2;
   c.expert_hidden = 6;
   c.shared_experts = k.shared;
-  c.balance = k.balance;
+  c.balance = troupe::moe::parse_balance(k.balance);
   c.aux_loss_alpha = 0.1;
   c.capacity_factor = k.capacity;
   c.tie_embeddings = false;

@@ -23,13 +23,13 @@ inline model::ModelConfig tiny_config(const std::string& ffn) {
   c.n_layers = 2;
   c.n_heads = 2;
   c.seq_len = 6;
-  c.ffn = ffn;
+  c.ffn = model::parse_ffn(ffn);
   c.dense_hidden = 12;
   c.n_experts = 4;
   c.top_k = 2;
   c.expert_hidden = 6;
   c.shared_experts = 0;
-  c.balance = "aux_loss";
+  c.balance = troupe::moe::Balance::aux_loss;
   c.aux_loss_alpha = 0.1;  // large, so the aux term's gradient is visible in the check
   c.capacity_factor = 0.0;
   c.tie_embeddings = true;
@@ -47,7 +47,7 @@ inline bool require_opencl() {
 // is a test failure.
 inline std::unique_ptr<kernels::Backend> try_backend(const std::string& kind, std::string* why) {
   kernels::BackendOptions o;
-  o.kind = kind;
+  o.kind = kernels::parse_backend_kind(kind);
   try {
     return kernels::make_backend(o);
   } catch (const std::exception& e) {

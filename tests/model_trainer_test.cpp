@@ -35,7 +35,7 @@ TrainOptions small_options(const std::string& ffn) {
   o.model.aux_loss_alpha = 0.01;
   o.optim.lr = 3e-3;
   o.optim.warmup_steps = 3;
-  o.data.source = "addition";
+  o.data.source = troupe::model::DataKind::addition;
   o.data.digits = 2;
   o.data.batch_size = 8;
   o.data.eval_problems = 20;
@@ -65,7 +65,7 @@ TEST(LearningRate, WarmupThenCosineToTheFloor) {
   const double mid = model::learning_rate(o, 4 + 15 / 2, 20);
   EXPECT_GT(mid, 0.1);
   EXPECT_LT(mid, 1.0);
-  o.schedule = "constant";
+  o.schedule = troupe::model::LrSchedule::constant;
   EXPECT_DOUBLE_EQ(model::learning_rate(o, 19, 20), 1.0);
 }
 
@@ -143,7 +143,7 @@ class Resume : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Resume, HalfSaveLoadHalfIsBitwiseTheStraightRun) {
   TrainOptions o = small_options("moe");
-  o.model.balance = GetParam();
+  o.model.balance = troupe::moe::parse_balance(GetParam());
   o.model.bias_update_rate = 0.01;
   o.model.capacity_factor = GetParam() == "bias" ? 1.0 : 0.0;
   o.steps = 8;
@@ -180,7 +180,7 @@ INSTANTIATE_TEST_SUITE_P(Balance, Resume, ::testing::Values("aux_loss", "bias"))
 
 TEST(Trainer, RouterBiasFollowsTheLoad) {
   TrainOptions o = small_options("moe");
-  o.model.balance = "bias";
+  o.model.balance = troupe::moe::Balance::bias;
   o.model.bias_update_rate = 0.05;
   model::Trainer tr(o);
   const model::ParamLayout L = model::build_param_layout(o.model);
@@ -316,7 +316,7 @@ TEST(HostVsOpenCL, TwentyStepsSameLosses) {
   o.steps = 20;
   o.model.shared_experts = 1;
   TrainOptions ocl = o;
-  ocl.backend.kind = "opencl";
+  ocl.backend.kind = troupe::kernels::BackendKind::opencl;
   model::Trainer host(o), cl(ocl);
   double worst = 0.0;
   for (int i = 0; i < 20; ++i) {
@@ -342,7 +342,7 @@ TEST(OpenCL, SameSeedSameRunBitwise) {
   std::string why;
   if (!try_backend("opencl", &why)) GTEST_SKIP() << "no opencl backend: " << why;
   TrainOptions o = small_options("moe");
-  o.backend.kind = "opencl";
+  o.backend.kind = troupe::kernels::BackendKind::opencl;
   model::Trainer a(o), b(o);
   for (int i = 0; i < 3; ++i) EXPECT_EQ(a.step().loss, b.step().loss);
   EXPECT_EQ(a.parameters(), b.parameters());

@@ -34,7 +34,7 @@ std::string error_of(F&& fn) {
 
 TEST(OpenclDevice, BadPlatformIndexNamesIt) {
   BackendOptions o;
-  o.kind = "opencl";
+  o.kind = kernels::BackendKind::opencl;
   o.platform = 97;
   const std::string msg = error_of<std::runtime_error>([&] { make_backend(o); });
   if (platform_count() == 0) {
@@ -48,7 +48,7 @@ TEST(OpenclDevice, BadPlatformIndexNamesIt) {
 TEST(OpenclDevice, BadDeviceIndexNamesIt) {
   if (platform_count() == 0) GTEST_SKIP() << "no OpenCL platform";
   BackendOptions o;
-  o.kind = "opencl";
+  o.kind = kernels::BackendKind::opencl;
   o.device = 41;
   const std::string msg = error_of<std::runtime_error>([&] { make_backend(o); });
   EXPECT_CONTAINS(msg, ("OpenCL device index 41 out of range on platform"));
@@ -56,9 +56,7 @@ TEST(OpenclDevice, BadDeviceIndexNamesIt) {
 
 TEST(OpenclDevice, UnknownDeviceTypeIsInvalidArgument) {
   BackendOptions o;
-  o.kind = "opencl";
-  o.device_type = "tpu";
-  const std::string msg = error_of<std::invalid_argument>([&] { make_backend(o); });
+  const std::string msg = error_of<std::invalid_argument>([&] { o.device_type = parse_opencl_device_type("tpu"); });
   EXPECT_CONTAINS(msg, ("unknown device_type 'tpu'"));
 }
 
@@ -75,8 +73,8 @@ TEST(OpenclDevice, DeviceTypeFilterIsHonoured) {
       any_gpu = true;
   }
   BackendOptions o;
-  o.kind = "opencl";
-  o.device_type = "gpu";
+  o.kind = kernels::BackendKind::opencl;
+  o.device_type = kernels::OpenclDeviceType::gpu;
   if (any_gpu) {
     auto be = make_backend(o);
     EXPECT_EQ(opencl_device_info(*be).device_type, "gpu");
@@ -140,7 +138,7 @@ TEST(OpenclErrors, CheckNamesTheOpAndTheError) {
 TEST(OpenclErrors, MissingKernelIsReportedByName) {
   TROUPE_REQUIRE_OPENCL_BACKEND(be);
   BackendOptions o;
-  o.kind = "opencl";
+  o.kind = kernels::BackendKind::opencl;
   ClContext ctx(o);
   const std::string msg = error_of<std::runtime_error>([&] { ctx.kernel("no_such_kernel"); });
   EXPECT_CONTAINS(msg, ("no_such_kernel"));
@@ -150,7 +148,7 @@ TEST(OpenclErrors, MissingKernelIsReportedByName) {
 TEST(OpenclErrors, BuildFailureCarriesTheBuildLog) {
   TROUPE_REQUIRE_OPENCL_BACKEND(be);
   BackendOptions o;
-  o.kind = "opencl";
+  o.kind = kernels::BackendKind::opencl;
   ClContext ctx(o);
   const std::string bad = "__kernel void broken(__global float* x) { x[0] = undeclared_name; }\n";
   const std::string msg =

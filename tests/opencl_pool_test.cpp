@@ -126,7 +126,7 @@ TEST(OpenclPool, RepeatedStepAllocatesNothingNew) {
 TEST(OpenclPool, TrimReleasesFreeBuffers) {
   TROUPE_REQUIRE_OPENCL_BACKEND(shared);
   BackendOptions o;
-  o.kind = "opencl";
+  o.kind = kernels::BackendKind::opencl;
   ClContext ctx(o);
   auto pool = ctx.pool();
   {
@@ -147,7 +147,7 @@ TEST(OpenclPool, TrimReleasesFreeBuffers) {
 TEST(OpenclPool, BuffersMayOutliveTheirBackend) {
   TROUPE_REQUIRE_OPENCL_BACKEND(shared);
   BackendOptions o;
-  o.kind = "opencl";
+  o.kind = kernels::BackendKind::opencl;
   Tensor survivor;
   {
     auto be = make_backend(o);

@@ -105,7 +105,7 @@ TEST(OpenclSmoke, LazyChecksReportAtSynchronize) {
   TROUPE_REQUIRE_OPENCL_BACKEND(shared);
   setenv("TROUPE_OPENCL_LAZY_CHECKS", "1", 1);
   BackendOptions o;
-  o.kind = "opencl";
+  o.kind = troupe::kernels::BackendKind::opencl;
   auto be = make_backend(o);
   unsetenv("TROUPE_OPENCL_LAZY_CHECKS");
   Tensor table = be->zeros({4, 3}), out = be->empty({1, 3});
@@ -182,7 +182,7 @@ TEST(OpenclSmoke, TwoBackendsOnTwoThreads) {
   auto work = [](int seed, std::string* error) {
     try {
       BackendOptions o;
-      o.kind = "opencl";
+      o.kind = troupe::kernels::BackendKind::opencl;
       auto be = make_backend(o);
       const int64_t n = 24 + seed;  // different shapes per thread
       std::vector<float> a(static_cast<size_t>(n * n));

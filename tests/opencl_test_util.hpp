@@ -32,7 +32,7 @@ inline Backend* shared_opencl(std::string* why) {
     tried = true;
     try {
       BackendOptions o;
-      o.kind = "opencl";
+      o.kind = kernels::BackendKind::opencl;
       be = make_backend(o);
     } catch (const std::exception& e) {
       error = e.what();

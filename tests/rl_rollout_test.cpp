@@ -18,7 +18,7 @@ constexpr int32_t kEos = 12;
 
 model::DataConfig one_digit() {
   model::DataConfig c;
-  c.source = "addition";
+  c.source = troupe::model::DataKind::addition;
   c.digits = 1;
   return c;
 }

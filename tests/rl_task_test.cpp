@@ -20,7 +20,7 @@ constexpr int32_t kPlus = 10, kEquals = 11, kEos = 12;
 
 model::DataConfig addition(int64_t digits, int64_t width = 0, const std::string& source = "addition") {
   model::DataConfig c;
-  c.source = source;
+  c.source = model::parse_data_kind(source);
   c.digits = digits;
   c.width = width;
   return c;
@@ -226,10 +226,10 @@ TEST(RlAdditionTask, EvalPromptsAreTheHeldOutProblems) {
 
 TEST(RlAdditionTask, NeedsAnAdditionSource) {
   model::DataConfig c;
-  c.source = "text";
+  c.source = troupe::model::DataKind::text;
   c.path = "/nonexistent";
   EXPECT_THROW(make_addition_task(c, 1, {}), std::runtime_error);
-  c.source = "addition";
+  c.source = troupe::model::DataKind::addition;
   c.path.clear();
   EXPECT_THROW(make_addition_task(c, 1, VerifierOptions{1.0, 0.0}), std::invalid_argument);
   // A source with no task says so.
@@ -239,7 +239,7 @@ TEST(RlAdditionTask, NeedsAnAdditionSource) {
     for (int i = 0; i < 2000; ++i) out << "some text to train on\n";
   }
   model::DataConfig text;
-  text.source = "text";
+  text.source = troupe::model::DataKind::text;
   text.path = path;
   EXPECT_THROW(model::make_data_source(text, 1)->train_problem(0), std::logic_error);
 }

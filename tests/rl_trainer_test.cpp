@@ -69,7 +69,7 @@ rl::RlTrainOptions tiny_options(const std::string& ffn) {
   c.n_layers = 2;
   c.n_heads = 4;
   c.seq_len = 16;
-  c.ffn = ffn;
+  c.ffn = troupe::model::parse_ffn(ffn);
   c.dense_hidden = 64;
   c.n_experts = 4;
   c.top_k = 2;
@@ -78,7 +78,7 @@ rl::RlTrainOptions tiny_options(const std::string& ffn) {
   c.init_std = 0.02;
   o.optim.lr = 1e-2;
   o.optim.warmup_steps = 0;
-  o.optim.schedule = "constant";
+  o.optim.schedule = troupe::model::LrSchedule::constant;
   o.optim.weight_decay = 0.0;
   o.data.eval_problems = 8;
   o.rl.group_size = 8;
@@ -149,7 +149,7 @@ TEST(RlTrainer, ResumeEqualsStraightRun) {
   o.steps = 4;
   o.rl.updates_per_batch = 2;
   o.rl.policy.kl_coef = 0.01;
-  o.optim.schedule = "cosine";
+  o.optim.schedule = troupe::model::LrSchedule::cosine;
   o.optim.warmup_steps = 1;
   std::vector<float> straight;
   {
@@ -179,7 +179,7 @@ TEST(RlTrainer, StartsFromInitAndKeepsItAsReference) {
   rl::RlTrainOptions o = tiny_options("dense");
   model::TrainOptions pre;
   pre.model = o.model;
-  pre.data.source = "addition";
+  pre.data.source = troupe::model::DataKind::addition;
   pre.data.digits = 1;
   pre.data.batch_size = 4;
   pre.steps = 1;

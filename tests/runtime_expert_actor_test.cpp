@@ -49,7 +49,7 @@ model::ModelConfig tiny() {
   c.n_layers = 2;
   c.n_heads = 2;
   c.seq_len = 8;
-  c.ffn = "moe";
+  c.ffn = troupe::model::Ffn::moe;
   c.n_experts = 4;
   c.top_k = 2;
   c.expert_hidden = 8;

@@ -61,13 +61,13 @@ class RuntimeExperts : public ::testing::TestWithParam<Case> {};
 TEST_P(RuntimeExperts, MatchesTrainer) {
   const Case c = GetParam();
   runtime::RuntimeOptions o = base_options();
-  o.schedule = c.schedule;
+  o.schedule = troupe::sched::parse_kind(c.schedule);
   o.stages = c.stages;
   o.devices = c.devices;
   o.optimizer_shards = c.optimizer_shards;
   o.expert_shards = c.experts;
   o.data_parallel = c.dp;
-  o.train.model.balance = c.balance;
+  o.train.model.balance = troupe::moe::parse_balance(c.balance);
   o.train.model.bias_update_rate = 0.01;  // large enough to change the routing within the run
 
   model::Trainer ref(o.train);
@@ -155,7 +155,7 @@ INSTANTIATE_TEST_SUITE_P(
 // does not. Every run of the same spec gives bitwise the same parameters.
 TEST(RuntimeExperts, OverlapDoesNotChangeResults) {
   runtime::RuntimeOptions o = base_options();
-  o.schedule = "dualpipe";
+  o.schedule = sched::Kind::dualpipe;
   o.stages = 2;
   o.devices = 2;
   o.expert_shards = 4;
@@ -185,7 +185,7 @@ TEST(RuntimeExperts, OverlapDoesNotChangeResults) {
 TEST(RuntimeExperts, MalformedCombineStopsTheRunNamingTheStage) {
   for (const std::string schedule : {"1f1b", "dualpipe"}) {
     runtime::RuntimeOptions o = base_options();
-    o.schedule = schedule;
+    o.schedule = troupe::sched::parse_kind(schedule);
     o.stages = 2;
     o.devices = 2;
     o.expert_shards = 2;
@@ -221,7 +221,7 @@ TEST(RuntimeExpertsValidation, RejectsBadExpertShards) {
   o.expert_shards = -1;
   EXPECT_THROW(runtime::validate(o), std::invalid_argument);
   o = base_options();
-  o.train.model.ffn = "dense";
+  o.train.model.ffn = troupe::model::Ffn::dense;
   o.expert_shards = 2;
   EXPECT_THROW(runtime::validate(o), std::invalid_argument);
   o = base_options();

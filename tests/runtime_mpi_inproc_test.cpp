@@ -84,7 +84,7 @@ runtime::RuntimeOptions options(const std::string& schedule, int microbatches) {
   runtime::RuntimeOptions o = tiny_moe_options(5, 3);
   o.train.microbatches = microbatches;
   o.train.optim.grad_clip = model::OptimConfig{}.grad_clip;  // this test runs the default clipping
-  o.schedule = schedule;
+  o.schedule = troupe::sched::parse_kind(schedule);
   o.stages = 2;
   o.devices = 2;
   o.optimizer_shards = 2;

@@ -77,12 +77,12 @@ class RuntimeResume : public ::testing::TestWithParam<Case> {};
 TEST_P(RuntimeResume, HalfCheckpointHalfEqualsStraight) {
   const Case c = GetParam();
   runtime::RuntimeOptions o = base_options();
-  o.schedule = c.schedule;
+  o.schedule = troupe::sched::parse_kind(c.schedule);
   o.stages = c.stages;
   o.devices = c.devices;
   o.optimizer_shards = c.optimizer_shards;
   o.expert_shards = c.expert_shards;
-  o.train.model.balance = c.balance;
+  o.train.model.balance = troupe::moe::parse_balance(c.balance);
   o.train.model.bias_update_rate = 0.01;
   const int64_t N = o.train.steps;
 
@@ -148,7 +148,7 @@ class RuntimeResumeCross : public ::testing::TestWithParam<CrossCase> {};
 TEST_P(RuntimeResumeCross, TrainerAndRuntimeResumeEachOther) {
   const CrossCase c = GetParam();
   runtime::RuntimeOptions o = base_options();
-  o.schedule = c.schedule;
+  o.schedule = troupe::sched::parse_kind(c.schedule);
   o.stages = 2;
   o.devices = 2;
   o.expert_shards = c.expert_shards;

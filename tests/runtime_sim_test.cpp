@@ -231,7 +231,7 @@ TEST(SimCosts, FlopsModelAddsUpToTheModelsTrainingFlops) {
   }
   // Compute-bound (huge memory bandwidth): time = FLOPs / GFLOP/s, in ns.
   sim::CostConfig cc;
-  cc.model = "flops";
+  cc.model = sim::CostModel::flops;
   cc.gflops = 50;
   cc.gbps = 1e9;
   const auto costs = sim::stage_costs(cc, c, 2, 4);
@@ -261,7 +261,7 @@ TEST(SimActors, FlopsCostsRunPerStage) {
   model::ModelConfig c;
   c.n_layers = 8;
   sim::CostConfig cc;
-  cc.model = "flops";
+  cc.model = sim::CostModel::flops;
   const Case cs{Kind::dualpipev, 4, 8};
   sim::SimOptions o = actor_options(cs, {}, 0);
   o.stage_costs = sim::stage_costs(cc, c, 1, 8);

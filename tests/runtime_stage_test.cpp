@@ -26,7 +26,7 @@ model::ModelConfig small_config(const std::string& ffn, bool tied) {
   c.n_layers = 4;
   c.n_heads = 2;
   c.seq_len = 6;
-  c.ffn = ffn;
+  c.ffn = troupe::model::parse_ffn(ffn);
   c.dense_hidden = 12;
   c.n_experts = 4;
   c.top_k = 2;

@@ -17,11 +17,11 @@ inline runtime::RuntimeOptions tiny_moe_options(uint64_t seed, int64_t steps) {
   t.model.n_layers = 4;
   t.model.n_heads = 2;
   t.model.seq_len = 16;
-  t.model.ffn = "moe";
+  t.model.ffn = troupe::model::Ffn::moe;
   t.model.n_experts = 4;
   t.model.top_k = 2;
   t.model.expert_hidden = 8;
-  t.data.source = "addition";
+  t.data.source = troupe::model::DataKind::addition;
   t.data.digits = 2;
   t.data.batch_size = 8;
   t.microbatches = 4;

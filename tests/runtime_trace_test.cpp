@@ -145,16 +145,16 @@ runtime::RuntimeOptions tiny(const std::string& schedule, int microbatches) {
   t.model.n_layers = 4;
   t.model.n_heads = 2;
   t.model.seq_len = 16;
-  t.model.ffn = "dense";
+  t.model.ffn = troupe::model::Ffn::dense;
   t.model.tie_embeddings = false;
-  t.data.source = "addition";
+  t.data.source = troupe::model::DataKind::addition;
   t.data.digits = 2;
   t.data.batch_size = 8;
   t.microbatches = microbatches;
   t.steps = 1;
   t.eval_every = 0;
   t.seed = 5;
-  o.schedule = schedule;
+  o.schedule = troupe::sched::parse_kind(schedule);
   o.stages = 2;
   o.devices = 2;
   return o;
@@ -194,7 +194,7 @@ std::string chunk_name(const char* op, const sched::Chunk& c, bool chunked) {
 void check_trace(const std::string& path, const runtime::RuntimeOptions& o) {
   std::map<int, std::string> tracks;
   const auto events = read_trace(path, tracks);
-  const sched::Kind kind = sched::parse_kind(o.schedule);
+  const sched::Kind kind = o.schedule;
   const sched::Layout sl = sched::make_layout(kind, o.stages, static_cast<int>(o.train.microbatches));
   const bool chunked = sl.num_dirs > 1;
   ASSERT_EQ(tracks.size(), static_cast<size_t>(o.devices));

@@ -47,7 +47,7 @@ class Device {
   Device& operator=(const Device&) = delete;
 
   int id() const { return id_; }
-  const std::string& kind() const { return kind_; }
+  kernels::BackendKind kind() const { return kind_; }
 
   // Queues `work`; it runs on the device thread after everything submitted
   // before it. An exception escaping `work` is caught and passed to `on_error`
@@ -73,7 +73,7 @@ class Device {
   void loop();
 
   int id_;
-  std::string kind_;
+  kernels::BackendKind kind_;
   std::unique_ptr<kernels::Backend> backend_;
   mutable std::mutex mu_;
   std::condition_variable cv_, idle_cv_;

@@ -127,7 +127,7 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
     if (r.count == 0) continue;
     st.pieces.push_back({r.offset - st.range.offset, r.count, o.decay});
   }
-  if (sh->opt.train.model.ffn == "moe" && sh->opt.train.model.balance == "bias")
+  if (sh->opt.train.model.ffn == model::Ffn::moe && sh->opt.train.model.balance == moe::Balance::bias)
     for (const model::ParamEntry& e : sh->layout.entries()) {
       if (e.tag.role != model::ParamRole::RouterBias) continue;
       const Range r = intersect({e.offset, e.numel}, st.range);

@@ -44,7 +44,7 @@ std::vector<StageWork> stage_work(const model::ModelConfig& c, int64_t mb_sequen
   const double S = static_cast<double>(c.seq_len);
   const double T = static_cast<double>(mb_sequences) * S;
   double ffn_per_token = 0, hidden_eff = 0;
-  if (c.ffn == "dense") {
+  if (c.ffn == model::Ffn::dense) {
     ffn_per_token = 3.0 * D * static_cast<double>(c.dense_hidden);
     hidden_eff = static_cast<double>(c.dense_hidden);
   } else {
@@ -110,7 +110,7 @@ std::vector<StageCost> stage_costs(const CostConfig& cost, const model::ModelCon
                                    int64_t mb_sequences, int num_stages) {
   if (num_stages < 1) throw std::invalid_argument("sim: num_stages must be >= 1");
   auto finite_nonneg = [](double x) { return std::isfinite(x) && x >= 0; };
-  if (cost.model == "fixed") {
+  if (cost.model == CostModel::fixed) {
     if (!finite_nonneg(cost.forward_ms) || !finite_nonneg(cost.backward_ms) || !finite_nonneg(cost.weight_ms))
       throw std::invalid_argument("sim: fixed op times must be finite and >= 0");
     if (cost.weight_ms > cost.backward_ms)
@@ -118,7 +118,6 @@ std::vector<StageCost> stage_costs(const CostConfig& cost, const model::ModelCon
     const StageCost c{ms_to_ns(cost.forward_ms), ms_to_ns(cost.backward_ms), ms_to_ns(cost.weight_ms)};
     return std::vector<StageCost>(static_cast<size_t>(num_stages), c);
   }
-  if (cost.model != "flops") throw std::invalid_argument("sim: unknown cost model '" + cost.model + "'");
   if (!(cost.gflops > 0) || !(cost.gbps > 0) || !std::isfinite(cost.gflops) || !std::isfinite(cost.gbps))
     throw std::invalid_argument("sim: gflops and gbps must be finite and > 0");
   // GFLOP/s is FLOPs per ns and GB/s bytes per ns: the quotients are ns.

@@ -33,9 +33,12 @@ struct StageCost {
   friend bool operator==(const StageCost&, const StageCost&) = default;
 };
 
+enum class CostModel : uint8_t { fixed, flops };  // "fixed", "flops"
+inline const char* cost_model_name(CostModel m) { return m == CostModel::fixed ? "fixed" : "flops"; }
+
 // The [sim] section of a spec, in its units.
 struct CostConfig {
-  std::string model = "fixed";  // "fixed" or "flops"
+  CostModel model = CostModel::fixed;  // fixed op times, or FLOPs and bytes over rates
   double forward_ms = 1.0;      // fixed: forward of one micro-batch at one stage
   double backward_ms = 2.0;     // fixed: full backward (inputs + weights)
   double weight_ms = 1.0;       // fixed: weight-gradient part of backward_ms

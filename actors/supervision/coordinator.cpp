@@ -97,7 +97,7 @@ void maybe_clip(Self* self) {
   double total = 0.0;
   for (const auto& [k, v] : s.partials) total += v;  // shard order
   s.norm = std::sqrt(total);
-  if (sh.opt.train.model.ffn == "moe" && sh.opt.train.model.balance == "bias") {
+  if (sh.opt.train.model.ffn == model::Ffn::moe && sh.opt.train.model.balance == moe::Balance::bias) {
     std::vector<int64_t> loads;
     for (const auto& [stage, v] : s.loads) loads.insert(loads.end(), v.begin(), v.end());
     for (const caf::actor& a : all_shards(sh)) post(sh, a, rt::load_atom_v, s.step, s.attempt, loads);
@@ -338,18 +338,6 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
         s.kill_waiters[a.address()] = rp;
         self->send_exit(a, caf::exit_reason::kill);
         return rp;
-      },
-      // Test hook (Runtime::inject_stale_messages): old-step traffic to every
-      // actor and to the coordinator itself.
-      [self](rt::stale_atom) -> uint32_t {
-        auto& s = self->state;
-        if (s.running || s.step == 0) return 0;
-        uint32_t sent = s.sup->send_stale(self, s.step);
-        const uint64_t old = s.step - 1;
-        self->send(self, rt::loss_atom_v, old, uint32_t{0}, uint32_t{0}, uint32_t{0}, uint32_t{0}, 1.0, 0.0);
-        self->send(self, rt::gnorm_atom_v, old, uint32_t{0}, uint32_t{0}, 1.0);
-        self->send(self, rt::stepok_atom_v, old, uint32_t{0}, uint32_t{0}, uint32_t{0});
-        return sent + 3;
       },
       [self](rt::dropped_atom) { return self->state.dropped; },
       [self](rt::name_atom) { return self->state.sh->plan.coordinator().name; },

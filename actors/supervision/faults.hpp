@@ -18,12 +18,17 @@
 
 namespace troupe::runtime {
 
+// The role of an actor of the topology (actors/plan.hpp names them): the
+// coordinator, a ZeRO-1 optimizer shard, a pipeline rank (the actor running
+// one op list; named "stage:K", and it may hold two model stages), an expert
+// shard.
+enum class Role { Coordinator, Optimizer, Rank, Expert };
+
 // An actor of the topology by role and index: "stage:1" (pipeline rank 1 of
 // data-parallel replica 0), "stage:1/replica:1", "optimizer:0", or an expert
 // shard "expert:L/S" (shard S of MoE layer L; "expert:L/S/replica:R").
 struct FaultTarget {
-  enum class Role { Stage, Optimizer, Expert };
-  Role role = Role::Stage;
+  Role role = Role::Rank;
   int index = 0;    // pipeline rank, optimizer shard, or (experts) the global layer
   int replica = 0;  // stage and expert targets only
   int shard = 0;    // expert targets: the shard within the layer
@@ -52,7 +57,7 @@ inline std::optional<FaultTarget> parse_fault_target(const std::string& text) {
       const std::string tail = rest.substr(b + 1);
       if (tail.rfind("replica:", 0) != 0 || !number(tail.substr(8), t.replica)) return std::nullopt;
     }
-    t.role = FaultTarget::Role::Expert;
+    t.role = Role::Expert;
     return t;
   }
   std::string head = text;
@@ -65,17 +70,21 @@ inline std::optional<FaultTarget> parse_fault_target(const std::string& text) {
   const auto colon = head.find(':');
   if (colon == std::string::npos || !number(head.substr(colon + 1), t.index)) return std::nullopt;
   const std::string role = head.substr(0, colon);
-  if (role == "stage" || role == "rank") t.role = FaultTarget::Role::Stage;
-  else if (role == "optimizer") t.role = FaultTarget::Role::Optimizer;
+  if (role == "stage" || role == "rank") t.role = Role::Rank;
+  else if (role == "optimizer") t.role = Role::Optimizer;
   else return std::nullopt;
   return t;
 }
+
+// What a [[faults]] entry does to its target ("kill"; more kinds follow).
+enum class FaultKind : uint8_t { kill };
+inline const char* fault_kind_name(FaultKind) { return "kill"; }
 
 // One [[faults]] entry.
 struct FaultSpec {
   int64_t at_step = 1;      // 1-based step (1..steps) whose first attempt is hit
   std::string target;       // "stage:K", "stage:K/replica:R", "optimizer:K", "expert:L/S[/replica:R]"
-  std::string kind = "kill";  // only "kill" so far
+  FaultKind kind = FaultKind::kill;
   int64_t at_message = 0;   // 0: seeded point; k > 0: die on the k-th message (tests pin phases)
 };
 

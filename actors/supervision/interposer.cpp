@@ -63,10 +63,40 @@ std::shared_ptr<Interposer> corrupt_first_combine(uint32_t layer, uint32_t shard
   return std::make_shared<CorruptCombine>(layer, shard, std::move(next));
 }
 
-std::shared_ptr<Interposer> make_interposer(const RuntimeOptions& o, int first_moe_layer) {
-  std::shared_ptr<Interposer> out = o.duplicate_sends ? duplicate_sends() : nullptr;
+void StaleReplay::send(const caf::actor& to, caf::message msg) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    kept_.emplace_back(to, msg);
+  }
+  forward(to, std::move(msg));
+}
+
+uint32_t StaleReplay::replay() {
+  std::vector<std::pair<caf::actor, caf::message>> kept;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    kept.swap(kept_);
+  }
+  for (auto& [to, msg] : kept) forward(to, std::move(msg));
+  return static_cast<uint32_t>(kept.size());
+}
+
+void StaleReplay::forget() {
+  std::lock_guard<std::mutex> lock(mu_);
+  kept_.clear();
+}
+
+void StaleReplay::forward(const caf::actor& to, caf::message msg) {
+  if (next_) next_->send(to, std::move(msg));
+  else caf::anon_send(to, std::move(msg));
+}
+
+Interposers make_interposer(const RuntimeOptions& o, int first_moe_layer) {
+  Interposers out;
+  if (o.duplicate_sends) out.chain = duplicate_sends();
   if (o.corrupt_combine && first_moe_layer >= 0)
-    out = corrupt_first_combine(static_cast<uint32_t>(first_moe_layer), 0, std::move(out));
+    out.chain = corrupt_first_combine(static_cast<uint32_t>(first_moe_layer), 0, std::move(out.chain));
+  if (o.replay_stale) out.chain = out.stale = std::make_shared<StaleReplay>(std::move(out.chain));
   return out;
 }
 

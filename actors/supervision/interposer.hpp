@@ -4,12 +4,17 @@
 // interposer decides what reaches the receiver: the message, the message
 // twice, nothing, or a changed message. Production runs have none (post() is
 // a plain send), so no actor carries a test branch. The test switches
-// RuntimeOptions::duplicate_sends and corrupt_combine install the interposers
-// below (make_interposer); [[faults]] kinds beyond "kill" (drop, delay,
-// corrupt) can be built the same way. Include only from actors/ and tests (CAF).
+// RuntimeOptions::duplicate_sends, corrupt_combine and replay_stale install
+// the interposers below (make_interposer); [[faults]] kinds beyond "kill"
+// (drop, delay, corrupt) can be built the same way. Include only from
+// actors/ and tests (CAF).
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
 
 #include <caf/all.hpp>
 
@@ -36,8 +41,32 @@ std::shared_ptr<Interposer> duplicate_sends();
 std::shared_ptr<Interposer> corrupt_first_combine(uint32_t layer, uint32_t shard,
                                                   std::shared_ptr<Interposer> next = nullptr);
 
-// The interposer the options' test switches ask for; null when none.
+// Passes every message on and keeps it: replay() sends the kept ones again,
+// to the same receivers, as stale traffic of a finished step that every
+// receiver must drop and count (Runtime::inject_stale_messages); forget()
+// drops what was kept (the runtime calls it when a step starts, so what is
+// kept is the last step's messages).
+class StaleReplay final : public Interposer {
+ public:
+  explicit StaleReplay(std::shared_ptr<Interposer> next = nullptr) : next_(std::move(next)) {}
+  void send(const caf::actor& to, caf::message msg) override;
+  uint32_t replay();
+  void forget();
+
+ private:
+  void forward(const caf::actor& to, caf::message msg);
+  std::shared_ptr<Interposer> next_;
+  std::mutex mu_;
+  std::vector<std::pair<caf::actor, caf::message>> kept_;
+};
+
+// The interposers the options' test switches ask for; `chain` is null when
+// none, `stale` the StaleReplay in it (null without replay_stale).
 // `first_moe_layer`: the layer of expert producer 0.
-std::shared_ptr<Interposer> make_interposer(const RuntimeOptions& o, int first_moe_layer);
+struct Interposers {
+  std::shared_ptr<Interposer> chain;
+  std::shared_ptr<StaleReplay> stale;
+};
+Interposers make_interposer(const RuntimeOptions& o, int first_moe_layer);
 
 }  // namespace troupe::runtime

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <limits>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
@@ -17,6 +18,7 @@
 #include "actors/context.hpp"
 #include "actors/device/trace.hpp"
 #include "model/data.hpp"
+#include "model/training_loop.hpp"
 #include "model/stage.hpp"
 #include "model/weights.hpp"
 
@@ -35,10 +37,6 @@ void validate(const RuntimeOptions& o) {
   require(o.devices >= 1, "devices must be >= 1");
   require(o.optimizer_shards >= 1, "optimizer_shards must be >= 1");
   require(o.data_parallel >= 1, "data_parallel must be >= 1");
-  const sched::Kind kind = sched::parse_kind(o.schedule);
-  // zb1p / dualpipe ops B and W: B runs the whole backward, W is a no-op
-  // (pipeline/rank_actor.cpp), so every kind runs.
-  (void)kind;
   const auto& t = o.train;
   require(t.microbatches >= 1 && t.microbatches % o.data_parallel == 0,
           "microbatches (" + std::to_string(t.microbatches) + ") must be a multiple of data_parallel (" +
@@ -48,7 +46,7 @@ void validate(const RuntimeOptions& o) {
               std::to_string(t.microbatches) + ")");
   require(o.expert_shards >= 0, "expert_shards must be >= 0");
   if (o.expert_shards > 0) {
-    require(t.model.ffn == "moe", "expert_shards > 0 needs a MoE model (ffn = \"moe\")");
+    require(t.model.ffn == model::Ffn::moe, "expert_shards > 0 needs a MoE model (ffn = \"moe\")");
     require(o.expert_shards <= t.model.n_experts,
             "expert_shards (" + std::to_string(o.expert_shards) + ") must be <= n_experts (" +
                 std::to_string(t.model.n_experts) + ")");
@@ -56,7 +54,7 @@ void validate(const RuntimeOptions& o) {
   require(t.checkpoint_every >= 0, "checkpoint_every must be >= 0");
   require(t.steps >= 0, "steps must be >= 0");
   require(t.optim.lr > 0.0, "lr must be positive");
-  const sched::Layout sl = sched::make_layout(kind, o.stages, static_cast<int>(t.microbatches / o.data_parallel));
+  const sched::Layout sl = sched::make_layout(o.schedule, o.stages, static_cast<int>(t.microbatches / o.data_parallel));
   model::split_layers(t.model.n_layers, sl.num_stages);  // throws when there are too few layers
   const int64_t P = model::build_param_layout(t.model).total();
   require(o.optimizer_shards <= P, "more optimizer shards than parameters");
@@ -66,7 +64,7 @@ void validate(const RuntimeOptions& o) {
     const std::optional<FaultTarget> target = parse_fault_target(f.target);
     require(target.has_value(), "fault target \"" + f.target +
                                     "\" must be stage:K, stage:K/replica:R, optimizer:K or expert:L/S[/replica:R]");
-    if (target->role == FaultTarget::Role::Expert) {
+    if (target->role == Role::Expert) {
       require(o.expert_shards > 0, "fault target " + f.target + " does not exist: the run has no expert shards "
                                    "(expert_shards > 1 puts the experts in their own actors)");
       require(target->index < t.model.n_layers, "fault target " + f.target + " does not exist: there are " +
@@ -74,13 +72,12 @@ void validate(const RuntimeOptions& o) {
       require(target->shard < o.expert_shards, "fault target " + f.target + " does not exist: there are " +
                                                    std::to_string(o.expert_shards) + " expert shard(s) per layer");
     } else {
-      const int n = target->role == FaultTarget::Role::Stage ? o.stages : o.optimizer_shards;
+      const int n = target->role == Role::Rank ? o.stages : o.optimizer_shards;
       require(target->index < n, "fault target " + f.target + " does not exist: there are " + std::to_string(n) +
-                                     (target->role == FaultTarget::Role::Stage ? " stage(s)" : " optimizer shard(s)"));
+                                     (target->role == Role::Rank ? " stage(s)" : " optimizer shard(s)"));
     }
     require(target->replica < o.data_parallel, "fault target " + f.target + " does not exist: there are " +
                                                    std::to_string(o.data_parallel) + " data-parallel replica(s)");
-    require(f.kind == "kill", "fault kind \"" + f.kind + "\" is not supported (only \"kill\")");
     require(f.at_step >= 1 && f.at_step <= t.steps, "fault at_step " + std::to_string(f.at_step) +
                                                        " is outside the run's steps 1.." + std::to_string(t.steps));
     require(f.at_message >= 0, "fault at_message must be >= 0");
@@ -105,6 +102,11 @@ struct Runtime::Impl {
   std::unique_ptr<caf::actor_system> sys;
   std::unique_ptr<Cluster> cluster;  // processes > 1 (runtime_cluster.cpp)
   int64_t steps_done = 0;
+  std::shared_ptr<StaleReplay> stale;  // RuntimeOptions::replay_stale: the last step's messages
+  // state() of step `cached_step`: an evaluation and a save after the same
+  // step gather the shards' state once.
+  std::optional<model::TrainingState> cached;
+  int64_t cached_step = -1;
   mutable std::mutex restarts_mu;
   std::vector<RestartEvent> restarts;
 
@@ -118,8 +120,10 @@ struct Runtime::Impl {
     const auto& t = o.train;
     s.layout = model::build_param_layout(t.model);
     s.plan = make_plan(o);
-    // Test switches (duplicate_sends, corrupt_combine) act through the seam only.
-    s.interposer = make_interposer(o, s.plan.moe_layers.empty() ? -1 : s.plan.moe_layers.front());
+    // Test switches (duplicate_sends, corrupt_combine, replay_stale) act through the seam only.
+    Interposers seam = make_interposer(o, s.plan.moe_layers.empty() ? -1 : s.plan.moe_layers.front());
+    s.interposer = std::move(seam.chain);
+    stale = std::move(seam.stale);
     if (!t.resume_from.empty()) resume(s);
     else s.init = model::init_params(s.layout, t.model, t.seed);
     {
@@ -145,10 +149,10 @@ struct Runtime::Impl {
     sys = std::make_unique<caf::actor_system>(*cfg);
     // One placement rule, used at start and by the supervisor's respawns:
     // the devices the plan gives them.
-    s.spawn = [this, place](caf::actor_system& as, FaultTarget::Role role, int replica, int index) {
-      if (role == FaultTarget::Role::Optimizer)
+    s.spawn = [this, place](caf::actor_system& as, Role role, int replica, int index) {
+      if (role == Role::Optimizer)
         return spawn_shard(as, sh, *devices[static_cast<size_t>(place.shard_device[static_cast<size_t>(index)])], index);
-      if (role == FaultTarget::Role::Expert) {  // index: the producer
+      if (role == Role::Expert) {  // index: the producer
         ExpertShardSpec spec;
         spec.replica = replica;
         spec.layer = place.expert_ids[static_cast<size_t>(index)].first;
@@ -216,12 +220,12 @@ struct Runtime::Impl {
     Shared& s = *sh;
     std::lock_guard<std::mutex> lock(s.peers_mu);
     for (int i = 0; i < o.optimizer_shards; ++i)
-      s.peers.shards.push_back(place.shard_process(i) == me ? s.spawn(*sys, FaultTarget::Role::Optimizer, 0, i)
+      s.peers.shards.push_back(place.shard_process(i) == me ? s.spawn(*sys, Role::Optimizer, 0, i)
                                                             : caf::actor{});
     s.peers.ranks.resize(static_cast<size_t>(o.data_parallel));
     for (int r = 0; r < o.data_parallel; ++r)
       for (int k = 0; k < o.stages; ++k)
-        s.peers.ranks[r].push_back(place.rank_process(r, k) == me ? s.spawn(*sys, FaultTarget::Role::Stage, r, k)
+        s.peers.ranks[r].push_back(place.rank_process(r, k) == me ? s.spawn(*sys, Role::Rank, r, k)
                                                                   : caf::actor{});
     if (!s.plan.expert_parallel()) return;
     s.peers.experts.resize(static_cast<size_t>(o.data_parallel));
@@ -229,7 +233,7 @@ struct Runtime::Impl {
       for (size_t x = 0; x < s.plan.expert_owned.size(); ++x)
         s.peers.experts[static_cast<size_t>(r)].push_back(
             place.expert_process(r, static_cast<int>(x)) == me
-                ? s.spawn(*sys, FaultTarget::Role::Expert, r, static_cast<int>(x))
+                ? s.spawn(*sys, Role::Expert, r, static_cast<int>(x))
                 : caf::actor{});
   }
 
@@ -288,6 +292,7 @@ model::StepMetrics Runtime::step() {
     if (impl_->sh->opt.comm->rank() != 0) throw std::logic_error("Runtime::step: only process 0 drives steps");
     impl_->cluster->before_step(impl_->steps_done + 1);
   }
+  if (impl_->stale) impl_->stale->forget();  // keep this step's messages only
   caf::scoped_actor self{*impl_->sys};
   model::StepMetrics m;
   std::string err;
@@ -305,7 +310,7 @@ model::StepMetrics Runtime::step() {
   m.tokens = impl_->sh->opt.train.data.batch_size * impl_->sh->opt.train.model.seq_len;
   m.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const RuntimeOptions& o = impl_->sh->opt;
-  if (o.train.model.ffn == "moe") {
+  if (o.train.model.ffn == model::Ffn::moe) {
     m.expert_load = expert_load();
     m.dropped = expert_dropped();
     for (const auto& layer : m.expert_load) {
@@ -458,11 +463,9 @@ void Runtime::kill(const std::string& target) {
 }
 
 uint32_t Runtime::inject_stale_messages() {
-  caf::scoped_actor self{*impl_->sys};
-  uint32_t sent = 0;
-  self->request(impl_->sh->peers.coordinator, caf::infinite, rt::stale_atom_v)
-      .receive([&](uint32_t n) { sent = n; }, [](caf::error&) {});
-  return sent;
+  if (!impl_->stale) throw std::logic_error("Runtime::inject_stale_messages: needs RuntimeOptions::replay_stale");
+  if (impl_->steps_done == 0) return 0;
+  return impl_->stale->replay();
 }
 
 void Runtime::write_trace(const std::string& path) {
@@ -476,29 +479,33 @@ void Runtime::write_trace(const std::string& path) {
   write_chrome_trace(path, traces, impl_->sh->plan.sl.num_dirs > 1);
 }
 
-namespace {
-
-// model::Trainer's evaluation, started from the runtime's state (its
-// parameter vector, seed and step; no checkpoint is written) with the run's
-// own data and micro-batch split (the single-process run's split:
-// micro-batches per replica), so a runtime run whose parameters equal the
-// Trainer's reports the same validation figures.
-model::EvalMetrics evaluate_state(const RuntimeOptions& o, const model::TrainingState& st) {
-  model::TrainOptions eo = o.train;
-  eo.microbatches = o.train.microbatches / o.data_parallel;
-  eo.resume_from.clear();
-  eo.checkpoint_dir.clear();
-  eo.checkpoint_every = 0;
-  model::Trainer tr(eo, st);
-  return tr.evaluate(o.train.eval_accuracy);
+const model::TrainingState& Runtime::current_state() {
+  if (!impl_->cached || impl_->cached_step != impl_->steps_done) {
+    impl_->cached = state();
+    impl_->cached_step = impl_->steps_done;
+  }
+  return *impl_->cached;
 }
-
-}  // namespace
 
 void Runtime::serve() {
   if (!impl_->cluster || impl_->sh->opt.comm->rank() == 0)
     throw std::logic_error("Runtime::serve: only processes > 0 of a multi-process run serve");
   impl_->cluster->serve();
+}
+
+model::EvalMetrics Runtime::evaluate(bool accuracy) {
+  const model::TrainingState& st = current_state();
+  model::TrainOptions eo = impl_->sh->opt.train;
+  eo.microbatches = eo.microbatches / impl_->sh->opt.data_parallel;
+  eo.resume_from.clear();
+  eo.checkpoint_dir.clear();
+  eo.checkpoint_every = 0;
+  model::Trainer tr(eo, st);
+  return tr.evaluate(accuracy);
+}
+
+void Runtime::save(const std::string& dir) {
+  model::save_checkpoint(dir, current_state(), impl_->sh->layout);
 }
 
 model::TrainSummary train(const RuntimeOptions& o, model::TrainObserver& obs) {
@@ -507,31 +514,7 @@ model::TrainSummary train(const RuntimeOptions& o, model::TrainObserver& obs) {
     rt.serve();
     return {};
   }
-  const model::TrainOptions& t = o.train;
-  const model::ParamLayout layout = model::build_param_layout(t.model);
-  model::TrainSummary s;
-  s.final_val_loss = std::numeric_limits<double>::quiet_NaN();
-  s.accuracy = std::numeric_limits<double>::quiet_NaN();
-  while (rt.steps_done() < t.steps) {
-    const model::StepMetrics m = rt.step();
-    ++s.steps_done;
-    s.final_loss = m.loss;
-    obs.on_step(m);
-    const bool last = rt.steps_done() == t.steps;
-    const bool eval = t.eval_every > 0 && t.eval_batches > 0 && (m.step % t.eval_every == 0 || last);
-    const bool save = !t.checkpoint_dir.empty() &&
-                      ((t.checkpoint_every > 0 && m.step % t.checkpoint_every == 0) || last);
-    if (!eval && !save) continue;
-    const model::TrainingState st = rt.state();
-    if (save) model::save_checkpoint(t.checkpoint_dir, st, layout);
-    if (eval) {
-      const model::EvalMetrics e = evaluate_state(o, st);
-      s.final_val_loss = e.val_loss;
-      s.accuracy = e.accuracy;
-      obs.on_eval(e);
-    }
-    if (save) obs.on_checkpoint(m.step, t.checkpoint_dir);
-  }
+  model::TrainSummary s = model::run_training(rt, o.train, obs);
   if (!o.trace.empty()) rt.write_trace(o.trace);
   return s;
 }

@@ -46,19 +46,19 @@ void Supervisor::watch(caf::event_based_actor* self) {
     for (size_t k = 0; k < sh_->peers.ranks[r].size(); ++k) {
       const caf::actor& a = sh_->peers.ranks[r][k];
       self->monitor(a);
-      children_[a.address()] = {FaultTarget::Role::Stage, static_cast<int>(r), static_cast<int>(k),
+      children_[a.address()] = {Role::Rank, static_cast<int>(r), static_cast<int>(k),
                                 sh_->plan.rank(static_cast<int>(r), static_cast<int>(k)).name};
     }
   for (size_t i = 0; i < sh_->peers.shards.size(); ++i) {
     const caf::actor& a = sh_->peers.shards[i];
     self->monitor(a);
-    children_[a.address()] = {FaultTarget::Role::Optimizer, 0, static_cast<int>(i), sh_->plan.shard(static_cast<int>(i)).name};
+    children_[a.address()] = {Role::Optimizer, 0, static_cast<int>(i), sh_->plan.shard(static_cast<int>(i)).name};
   }
   for (size_t r = 0; r < sh_->peers.experts.size(); ++r)
     for (size_t x = 0; x < sh_->peers.experts[r].size(); ++x) {
       const caf::actor& a = sh_->peers.experts[r][x];
       self->monitor(a);
-      children_[a.address()] = {FaultTarget::Role::Expert, static_cast<int>(r), static_cast<int>(x),
+      children_[a.address()] = {Role::Expert, static_cast<int>(r), static_cast<int>(x),
                                 sh_->plan.expert(static_cast<int>(r), static_cast<int>(x)).name};
     }
 }
@@ -83,9 +83,9 @@ void Supervisor::respawn(caf::event_based_actor* self, const Child& child) {
   caf::actor fresh = sh_->spawn(self->system(), c.role, c.replica, c.index);
   self->monitor(fresh);
   std::lock_guard<std::mutex> lock(sh_->peers_mu);
-  caf::actor& slot = c.role == FaultTarget::Role::Stage
+  caf::actor& slot = c.role == Role::Rank
                          ? sh_->peers.ranks[static_cast<size_t>(c.replica)][static_cast<size_t>(c.index)]
-                     : c.role == FaultTarget::Role::Expert
+                     : c.role == Role::Expert
                          ? sh_->peers.experts[static_cast<size_t>(c.replica)][static_cast<size_t>(c.index)]
                          : sh_->peers.shards[static_cast<size_t>(c.index)];
   children_.erase(slot.address());
@@ -124,54 +124,9 @@ void Supervisor::restore_all(caf::event_based_actor* self, uint64_t step, uint32
 }
 
 void Supervisor::restore_one(caf::event_based_actor* self, const Child& child, uint64_t step, uint32_t attempt) const {
-  if (child.role == FaultTarget::Role::Optimizer) restore_shard(self, static_cast<size_t>(child.index), step, attempt);
-  else if (child.role == FaultTarget::Role::Expert) restore_rank(self, expert_of(*sh_, child.replica, child.index), step, attempt);
+  if (child.role == Role::Optimizer) restore_shard(self, static_cast<size_t>(child.index), step, attempt);
+  else if (child.role == Role::Expert) restore_rank(self, expert_of(*sh_, child.replica, child.index), step, attempt);
   else restore_rank(self, rank_of(*sh_, child.replica, child.index), step, attempt);
-}
-
-uint32_t Supervisor::send_stale(caf::event_based_actor* self, uint64_t step) const {
-  if (step == 0) return 0;
-  const uint64_t old = step - 1;
-  uint32_t sent = 0;
-  const int64_t T = sh_->plan.mb_batch * sh_->opt.train.model.seq_len;
-  const int64_t none[2] = {T, 0};
-  const int64_t ids[1] = {T};
-  const std::vector<int32_t> zeros(static_cast<size_t>(T), 0);
-  for (int r = 0; r < sh_->opt.data_parallel; ++r)
-    for (int k = 0; k < sh_->plan.sl.num_ranks; ++k) {
-      const caf::actor a = rank_of(*sh_, r, k);
-      // The finished step's parameter slices again.
-      for (const auto& c : committed_) self->send(a, c[0]), ++sent;
-      // A micro-batch of the finished step (data as the coordinator sends it).
-      self->send(a, Envelope::build<schemas::Activations>([&](schemas::Activations::Builder b) {
-        auto t = b.initTag();
-        t.setStep(old);
-        t.setStage(kDataStage);
-        t.setReplica(static_cast<uint32_t>(r));
-        set_tensor_f32(b.initHidden(), none, {});
-        set_tensor_i32(b.initTokenIds(), ids, zeros);
-        set_tensor_i32(b.initTargets(), ids, zeros);
-      }));
-      ++sent;
-    }
-  // Expert shards: the finished step's parameter slices again.
-  for (const caf::actor& x : all_experts(*sh_))
-    for (const auto& c : committed_) self->send(x, c[0]), ++sent;
-  for (size_t i = 0; i < committed_.size(); ++i) {
-    const Range range = sh_->plan.shard_ranges[i];
-    const caf::actor a = shard_of(*sh_, i);
-    self->send(a, Envelope::build<schemas::GradSlice>([&](schemas::GradSlice::Builder b) {
-      b.setStep(old);
-      b.setShard(static_cast<uint32_t>(i));
-      b.initRange().setOffset(static_cast<uint64_t>(range.offset));
-      b.getRange().setCount(static_cast<uint64_t>(range.count));
-      const int64_t shape[1] = {range.count};
-      set_tensor_f32(b.initGrads(), shape, std::vector<float>(static_cast<size_t>(range.count), 1.0f));
-    }));
-    self->send(a, rt::clip_atom_v, old, uint32_t{0}, 1.0);
-    sent += 2;
-  }
-  return sent;
 }
 
 }  // namespace troupe::runtime

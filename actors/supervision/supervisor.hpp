@@ -33,7 +33,7 @@ class Supervisor {
   void watch(caf::event_based_actor* self);
 
   struct Child {
-    FaultTarget::Role role = FaultTarget::Role::Stage;
+    Role role = Role::Rank;
     int replica = 0, index = 0;
     std::string name;
   };
@@ -58,12 +58,6 @@ class Supervisor {
   // committed snapshot: to every shard and rank (replay), or to one child.
   void restore_all(caf::event_based_actor* self, uint64_t step, uint32_t attempt) const;
   void restore_one(caf::event_based_actor* self, const Child& child, uint64_t step, uint32_t attempt) const;
-
-  // Test hook: messages of step `step` - 1 (parameter slices, a micro-batch,
-  // a gradient slice, a clip) to every rank, shard and expert shard, which
-  // must drop them.
-  // Returns how many were sent.
-  uint32_t send_stale(caf::event_based_actor* self, uint64_t step) const;
 
  private:
   void restore_shard(caf::event_based_actor* self, size_t shard, uint64_t step, uint32_t attempt) const;

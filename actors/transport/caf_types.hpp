@@ -38,7 +38,6 @@ CAF_BEGIN_TYPE_ID_BLOCK(troupe, caf::first_custom_type_id)
   CAF_ADD_ATOM(troupe, troupe::rt, restore_atom, "rt_restore")
   CAF_ADD_ATOM(troupe, troupe::rt, snapshot_atom, "rt_snap")
   CAF_ADD_ATOM(troupe, troupe::rt, fault_atom, "rt_fault")
-  CAF_ADD_ATOM(troupe, troupe::rt, stale_atom, "rt_stale")
 
   // Across processes (actors/cluster/runtime_cluster.cpp): each process's directory.
   CAF_ADD_ATOM(troupe, troupe::rt, lookup_atom, "rt_lookup")
