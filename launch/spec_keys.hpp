@@ -27,7 +27,10 @@ struct KeyDef {
   // Non-empty result: why this value cannot run yet ("not supported yet: ...").
   std::function<std::string(const Spec&)> unsupported;
 
-  std::string path() const { return section + "." + key; }
+  // section "" is the top level (spec_version).
+  std::string path() const { return section.empty() ? key : section + "." + key; }
+  // How messages name the key: "[run] steps", or "spec_version" at the top level.
+  std::string label() const { return section.empty() ? key : "[" + section + "] " + key; }
 };
 
 const std::vector<KeyDef>& spec_keys();

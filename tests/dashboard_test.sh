@@ -198,6 +198,29 @@ grep -q 'href="/' "$work/report.html" && fail "the report links external stylesh
 browse dump "file://$work/report.html" > "$work/report.dom" || fail "chromium failed on the report"
 check_state "$work/report.dom" 2 report || fail "report page state (see above)"
 
+# An RL run (fresh init, one device): the reward, KL and entropy panels hold its rl_step lines.
+expect_exit 0 "$troupe" run --set 'run.mode="rl"' --set run.name=rl --set run.out_dir="$work/rl" --set run.steps=3 \
+  --set run.eval_every=0 --set model.d_model=32 --set model.n_layers=2 --set model.n_heads=2 --set model.seq_len=32 \
+  --set model.n_experts=4 --set model.expert_hidden=32 --set data.digits=1 --set data.batch_size=4 \
+  --set data.eval_problems=20 --set rl.prompts_per_step=2 --set rl.group_size=2 --set rl.max_new_tokens=4 \
+  --set log.progress=off --set topology.devices=1 --set topology.stages=1 --set 'topology.schedule="sequential"' \
+  --set topology.microbatches=1 --set topology.expert_shards=1 --set topology.optimizer_shards=1
+expect_exit 0 "$troupe" report "$work/rl" --output "$work/rl.html"
+browse dump "file://$work/rl.html" > "$work/rl.dom" || fail "chromium failed on the RL report"
+"$py" - "$work/rl.dom" "$work/rl/metrics.jsonl" <<'PY' || fail "RL panels (see above)"
+import html, json, re, sys
+state = json.loads(html.unescape(re.search(r'<pre id="troupe-state"[^>]*>(.*?)</pre>', open(sys.argv[1]).read(), re.S).group(1)))
+rl = [json.loads(l) for l in open(sys.argv[2]) if '"type":"rl_step"' in l]
+bad = []
+for chart, key in (("reward", "reward_mean"), ("kl", "kl_ref"), ("entropy", "entropy")):
+    s = state["charts"].get(chart, {"series": [{}]})["series"][0]
+    if s.get("points") != len(rl) or abs(s.get("last", 1e99) - rl[-1][key]) > 1e-9 * max(1, abs(rl[-1][key])):
+        bad.append(f"{chart}: {s} vs {len(rl)} rl_step lines, last {rl[-1][key]}")
+if len(rl) != 3: bad.append(f"expected 3 rl_step lines, got {len(rl)}")
+if bad: sys.exit("; ".join(bad))
+print("rl: page state matches metrics.jsonl:", json.dumps(state["charts"]["reward"]))
+PY
+
 # Plots: PNG and SVG through gnuplot.
 expect_exit 0 "$troupe" plot "$work/a" "$work/b" --output "$work/plot.png"
 [ "$(head -c 4 "$work/plot.png" | od -An -c | tr -d ' ')" = '211PNG' ] || fail "plot.png is not a PNG"
@@ -205,6 +228,8 @@ expect_exit 0 "$troupe" plot "$work/a" "$work/b" --output "$work/plot.svg"
 for want in '<svg' 'Training loss' 'Validation loss' 'runA' 'runB' 'Expert load, layer 1' 'Shard imbalance'; do
   grep -qF "$want" "$work/plot.svg" || fail "plot.svg lacks '$want'"
 done
+expect_exit 0 "$troupe" plot "$work/rl" --output "$work/rl.svg"
+grep -qF 'RL reward (mean)' "$work/rl.svg" || fail "the RL plot lacks its reward panel"
 expect_exit 2 "$troupe" plot "$work/a" --output "$work/plot.txt"
 expect_output "expected a .png or .svg file"
 
