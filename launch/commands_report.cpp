@@ -2,6 +2,7 @@
 // self-contained file) and `troupe plot RUN_DIR... --output FILE.png|.svg`
 // (the charts drawn by gnuplot, from Debian's gnuplot-nox). Both only read
 // the run directories.
+#include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -97,10 +98,17 @@ std::string overlay(const std::vector<RunSeries>& series, const std::string& dir
   return cmd;
 }
 
-int run_gnuplot(const std::string& script) {
+// Runs gnuplot on `script`; its messages (warnings about flat ranges, ...) go
+// to `messages`, shown only when it fails. -1: gnuplot is not installed.
+int run_gnuplot(const std::string& script, const std::string& messages) {
   const char* argv[] = {"gnuplot", script.c_str(), nullptr};
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 2, messages.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   pid_t pid = 0;
-  if (posix_spawnp(&pid, "gnuplot", nullptr, nullptr, const_cast<char* const*>(argv), environ) != 0) return -1;
+  const int spawned = posix_spawnp(&pid, "gnuplot", &actions, nullptr, const_cast<char* const*>(argv), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (spawned != 0) return -1;
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
@@ -218,14 +226,15 @@ int command_plot(const CliOptions& opt) {
     std::fprintf(stderr, "troupe: plot: cannot write %s\n", script.c_str());
     return kExitRuntime;
   }
-  const int rc = run_gnuplot(script);
+  const int rc = run_gnuplot(script, dir + "/gnuplot.err");
   if (rc == -1) {
     std::fprintf(stderr, "troupe: plot: gnuplot not found: install gnuplot-nox (./setup.sh does)\n");
     return kExitRuntime;
   }
   std::error_code ec;
   if (rc != 0 || fs::file_size(opt.file, ec) == 0 || ec) {
-    std::fprintf(stderr, "troupe: plot: gnuplot failed (exit %d) writing %s\n", rc, opt.file.c_str());
+    std::fprintf(stderr, "troupe: plot: gnuplot failed (exit %d) writing %s:\n%s\n", rc, opt.file.c_str(),
+                 read_whole_file(dir + "/gnuplot.err").value_or("").c_str());
     return kExitRuntime;
   }
   std::printf("troupe plot: %zu panel(s) for %zu run(s) -> %s\n", panels.size(), runs.size(), opt.file.c_str());

@@ -113,8 +113,14 @@ std::string trace_path(const RunDir& run) {
   std::error_code ec;
   const json plan = first_line_of_type(run, "plan");
   if (plan.is_object() && plan.contains("trace") && plan["trace"].is_string()) {
-    std::string t = plan["trace"].get<std::string>();
-    if (!t.empty()) return t;
+    const std::string t = plan["trace"].get<std::string>();
+    // A relative path is relative to where the run started; the dashboard may
+    // run elsewhere, so look next to metrics.jsonl too.
+    if (!t.empty() && (fs::exists(t, ec) || fs::path(t).is_absolute())) return t;
+    if (!t.empty()) {
+      const std::string beside = run.path + "/" + fs::path(t).filename().string();
+      if (fs::exists(beside, ec)) return beside;
+    }
   }
   const std::string local = run.path + "/trace.json";
   return fs::exists(local, ec) ? local : "";

@@ -197,6 +197,17 @@ grep -q '<script src=' "$work/report.html" && fail "the report loads external sc
 grep -q 'href="/' "$work/report.html" && fail "the report links external stylesheets"
 browse dump "file://$work/report.html" > "$work/report.dom" || fail "chromium failed on the report"
 check_state "$work/report.dom" 2 report || fail "report page state (see above)"
+# Wall time on the x axis: the loss chart's last x is the latest wall_seconds of the two runs.
+browse dump "file://$work/report.html?x=wall" > "$work/wall.dom" || fail "chromium failed on the report (wall time)"
+"$py" - "$work/wall.dom" "$work/a/metrics.jsonl" "$work/b/metrics.jsonl" <<'PY' || fail "wall-time axis (see above)"
+import html, json, re, sys
+state = json.loads(html.unescape(re.search(r'<pre id="troupe-state"[^>]*>(.*?)</pre>', open(sys.argv[1]).read(), re.S).group(1)))
+walls = [json.loads(l)["wall_seconds"] for f in sys.argv[2:] for l in open(f) if '"type":"step"' in l]
+loss = state["charts"]["loss"]
+if state["xaxis"] != "wall" or abs(loss["x_last"] - max(walls)) > 1e-9 or loss["rows"] != len(set(walls)):
+    sys.exit(f"wall axis: x_last {loss['x_last']} rows {loss['rows']} vs max wall_seconds {max(walls)}, {len(set(walls))} distinct")
+print("wall axis: last x", loss["x_last"], "s")
+PY
 
 # An RL run (fresh init, one device): the reward, KL and entropy panels hold its rl_step lines.
 expect_exit 0 "$troupe" run --set 'run.mode="rl"' --set run.name=rl --set run.out_dir="$work/rl" --set run.steps=3 \

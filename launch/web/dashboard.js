@@ -9,6 +9,9 @@
   const COLORS = ['#1f77b4', '#d62728', '#2ca02c', '#9467bd', '#ff7f0e', '#8c564b', '#e377c2', '#17becf'];
   const state = { runs: [], charts: {}, xaxis: 'step', focus: 0, polls: 0, summary: null };
   window.troupe = state;
+  // ?x=wall starts with wall time on the x axis (the select switches it).
+  if (new URLSearchParams(window.location.search).get('x') === 'wall') state.xaxis = 'wall';
+  document.getElementById('xaxis').value = state.xaxis;
 
   // ---- parsing metrics.jsonl --------------------------------------------
   function newRun(meta) {
@@ -284,7 +287,7 @@
         }
         series.push({ label: g.getLabels()[c], points, last });
       }
-      charts[id] = { rows: g.numRows(), series };
+      charts[id] = { rows: g.numRows(), x_last: g.numRows() ? g.getValue(g.numRows() - 1, 0) : null, series };
     }
     state.summary = {
       polls: state.polls, xaxis: state.xaxis,
