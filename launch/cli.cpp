@@ -152,6 +152,7 @@ int run_cli(int argc, char** argv) {
     std::fputs(spec_keys_markdown().c_str(), stdout);
     return kExitOk;
   }
+  if (opt.port != 0 && opt.command != "dashboard") return usage_error("--port is an option of dashboard only");
   // Seeing runs: RUN_DIR arguments, no spec.
   if (opt.command == "dashboard") return command_dashboard(opt);
   if (opt.command == "report") return command_report(opt);

@@ -43,7 +43,12 @@ browse() {  # browse MODE(dump|shot) URL [PNG]: headless Chromium, virtual time 
   fi
 }
 
-# Command-line errors: no run, a missing directory, a file, a directory that is no run.
+# Help names the commands; command-line errors: no run, a missing directory, a file, a directory that is no run.
+expect_exit 0 "$troupe" --help
+expect_output "troupe dashboard RUN_DIR... [--port N]"
+expect_output "troupe plot RUN_DIR... --output FILE.png|FILE.svg"
+expect_exit 2 "$troupe" validate --port 8080
+expect_output "--port is an option of dashboard only"
 expect_exit 2 "$troupe" dashboard
 expect_output "dashboard needs at least one RUN_DIR"
 expect_exit 4 "$troupe" dashboard "$work/nowhere"
@@ -138,6 +143,53 @@ if bad:
 print(label + ": page state matches metrics.jsonl:", json.dumps(state["charts"]["loss"]))
 PY
 }
+
+# D: a real run that is still writing while the dashboard follows it.
+mkdir "$work/d"
+"$troupe" run "${tiny[@]}" --set run.steps=400 --set run.eval_every=0 --set run.name=runD --set run.out_dir="$work/d" \
+  --set log.progress=off --set topology.devices=1 --set topology.stages=1 --set 'topology.schedule="sequential"' \
+  --set topology.microbatches=1 --set topology.expert_shards=1 > "$work/d.out" 2>&1 &
+run_pid=$!
+for _ in $(seq 200); do [ -e "$work/d/troupe.log" ] && break; sleep 0.05; done
+# Its own dashboard (two can run side by side), stopped with SIGINT afterwards.
+"$troupe" dashboard "$work/d" > "$work/dash_d.out" 2>&1 &
+dash_pid=$!
+for _ in $(seq 100); do grep -q 'http://127.0.0.1:' "$work/dash_d.out" && break; sleep 0.1; done
+port_d=$(grep -o 'http://127.0.0.1:[0-9]*' "$work/dash_d.out" | head -1 | sed 's/.*://')
+[ -n "$port_d" ] || fail "dashboard for the live run printed no address: $(cat "$work/dash_d.out")"
+# Follow D while it writes: every answer is whole lines, and together they are the file.
+"$py" - "http://127.0.0.1:$port_d/api/metrics?run=0" "$work/d/metrics.jsonl" "$run_pid" <<'PY' || fail "following a run that is writing (see above)"
+import os, sys, time, urllib.request
+url, path, pid = sys.argv[1], sys.argv[2], int(sys.argv[3])
+got, offset, polls = b"", 0, 0
+def running():
+  try:
+      os.kill(pid, 0)
+      return open(f"/proc/{pid}/stat").read().split()[2] != "Z"
+  except OSError:
+      return False
+deadline = time.time() + 300
+while time.time() < deadline:
+  alive = running()
+  with urllib.request.urlopen(f"{url}&from={offset}") as r:
+      body, nxt = r.read(), int(r.headers["X-Next-Offset"])
+  polls += 1
+  if body and not body.endswith(b"\n"): sys.exit(f"poll {polls}: a partial line was served")
+  if nxt != offset + len(body): sys.exit(f"poll {polls}: next offset {nxt} != {offset} + {len(body)}")
+  got, offset = got + body, nxt
+  if not alive: break
+  time.sleep(0.02)
+final = open(path, "rb").read()
+if got != final: sys.exit(f"after {polls} polls the served lines ({len(got)} bytes) differ from metrics.jsonl ({len(final)} bytes)")
+steps = got.count(b'"type":"step"')
+if steps != 400: sys.exit(f"expected 400 step lines, got {steps}")
+print(f"followed a live run: {polls} polls, {steps} step lines, all whole")
+PY
+wait "$run_pid" || fail "run D failed: $(tail -5 "$work/d.out")"
+kill -INT "$dash_pid"
+wait "$dash_pid"; rc=$?
+[ "$rc" -eq 0 ] && grep -q "stopped (SIGINT)" "$work/dash_d.out" || fail "SIGINT: exit $rc, $(cat "$work/dash_d.out")"
+dash_pid=""
 
 # The live dashboard: port from its first line.
 "$troupe" dashboard "$work/a" "$work/b" "$work/c" > "$work/dash.out" 2>&1 &
