@@ -17,7 +17,12 @@ PACKAGES=(
   libopenblas-dev                             # host GEMM
   libzstd-dev libspdlog-dev libtomlplusplus-dev
   libgtest-dev libbenchmark-dev
+  libcpp-httplib-dev nlohmann-json3-dev       # `troupe dashboard`: HTTP server (loopback only), reading metrics.jsonl
+  libjs-dygraphs libjs-d3                     # dashboard/report charts, served from /usr/share/javascript
+  gnuplot-nox                                 # `troupe plot` images (PNG/SVG)
 )
+# Only for `./setup.sh test`: the dashboard's browser test drives headless Chromium.
+TEST_PACKAGES=(chromium)
 
 install_missing() {
   local missing=()
@@ -52,6 +57,7 @@ case "$cmd" in
     install_missing; build
     exec "./$BUILD_DIR/troupe" run "$@" ;;
   test)
+    PACKAGES+=("${TEST_PACKAGES[@]}")
     install_missing; build
     # OpenCL cases must run (PoCL is installed above), not skip.
     export TROUPE_REQUIRE_OPENCL=1

@@ -32,11 +32,19 @@ usage:
   troupe import [SPEC] --checkpoint DIR --input FILE
                                     make a fresh checkpoint from safetensors weights
   troupe keys                       print every spec key (Markdown table: key, type, default, meaning)
+  troupe dashboard RUN_DIR... [--port N]
+                                    serve a read-only page on 127.0.0.1 that follows the runs live (loss, evals,
+                                    RL, expert load, pipeline timeline, actor tree, log); the port is printed
+  troupe report RUN_DIR... --output FILE.html
+                                    the same page as one self-contained file (libraries and data inlined)
+  troupe plot RUN_DIR... --output FILE.png|FILE.svg
+                                    the charts as an image (gnuplot)
   troupe --help | --version
 
 options:
   --set SECTION.KEY=VALUE   override a spec key (repeatable), e.g. --set run.steps=20
   --log-level LEVEL         trace, debug, info, warn, error, off (overrides [log] level)
+  --port N                  dashboard: the port on 127.0.0.1 (default: a free port, printed)
 
 exit codes:
   0    success
@@ -98,6 +106,16 @@ int run_cli(int argc, char** argv) {
       if (!need(a.c_str(), opt.format)) return usage_error("--format needs a format");
     } else if (a == "--output" || a == "--input") {
       if (!need(a.c_str(), opt.file)) return usage_error(a + " needs a path");
+    } else if (a == "--port") {
+      if (!need(a.c_str(), tmp)) return usage_error("--port needs a number");
+      size_t used = 0;
+      long port = -1;
+      try {
+        port = std::stol(tmp, &used);
+      } catch (const std::exception&) {
+      }
+      if (used != tmp.size() || port < 1 || port > 65535) return usage_error("--port " + tmp + ": expected 1..65535");
+      opt.port = static_cast<int>(port);
     } else if (a == "--max-new-tokens" || a == "--temperature" || a == "--top-p") {
       if (!need(a.c_str(), tmp)) return usage_error(a + " needs a number");
       try {
@@ -125,7 +143,8 @@ int run_cli(int argc, char** argv) {
     }
   }
 
-  static const char* kCommands[] = {"run", "validate", "eval", "sample", "export", "import", "keys"};
+  static const char* kCommands[] = {"run", "validate", "eval", "sample", "export", "import", "keys",
+                                    "dashboard", "report", "plot"};
   bool known = false;
   for (const char* c : kCommands) known = known || opt.command == c;
   if (!known) return usage_error("unknown command '" + opt.command + "'");
@@ -133,6 +152,11 @@ int run_cli(int argc, char** argv) {
     std::fputs(spec_keys_markdown().c_str(), stdout);
     return kExitOk;
   }
+  if (opt.port != 0 && opt.command != "dashboard") return usage_error("--port is an option of dashboard only");
+  // Seeing runs: RUN_DIR arguments, no spec.
+  if (opt.command == "dashboard") return command_dashboard(opt);
+  if (opt.command == "report") return command_report(opt);
+  if (opt.command == "plot") return command_plot(opt);
   if (opt.positional.size() > 1) return usage_error("expected at most one SPEC, got " + std::to_string(opt.positional.size()));
   if (opt.command == "validate" && opt.positional.empty() && opt.overrides.empty())
     return usage_error("validate needs a SPEC file");

@@ -30,6 +30,7 @@ struct CliOptions {
   double top_p = 1.0;               // sample: --top-p P
   std::string format;               // export: --format safetensors
   std::string file;                 // export: --output FILE, import: --input FILE
+  int port = 0;                     // dashboard: --port N (0: any free port)
 };
 
 int run_cli(int argc, char** argv);
@@ -47,5 +48,9 @@ int command_eval(const CliOptions& options, const Spec& spec);
 int command_sample(const CliOptions& options, const Spec& spec);
 int command_export(const CliOptions& options, const Spec& spec);
 int command_import(const CliOptions& options, const Spec& spec);
+// Seeing runs (no spec): the positional arguments are run directories.
+int command_dashboard(const CliOptions& options);  // launch/commands_dashboard.cpp
+int command_report(const CliOptions& options);     // launch/commands_report.cpp
+int command_plot(const CliOptions& options);       // launch/commands_report.cpp
 
 }  // namespace troupe::launch

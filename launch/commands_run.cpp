@@ -60,6 +60,35 @@ model::TrainOptions train_options(const Spec& spec) {
 
 namespace {
 
+// {"type":"plan",...}: every actor of the plan (name, role, device, process,
+// what it owns), the [[faults]] to inject and the trace file, for the dashboard.
+std::string plan_line(const Spec& spec, const runtime::Plan& plan) {
+  std::string actors = "[", faults = "[";
+  for (const auto& a : plan.actors)
+    actors += std::string(actors.size() > 1 ? "," : "") + JsonObject()
+                                                            .add("name", a.name)
+                                                            .add("role", std::string(runtime::role_name(a.role)))
+                                                            .add("device", static_cast<int64_t>(a.device))
+                                                            .add("process", static_cast<int64_t>(a.process))
+                                                            .add("detail", a.detail)
+                                                            .str();
+  for (const auto& f : spec.faults) {
+    // A target as written may use an alias (rank:K): name it as the plan does.
+    const runtime::ActorPlan* a = plan.find(f.target);
+    faults += std::string(faults.size() > 1 ? "," : "") + JsonObject()
+                                                            .add("at_step", f.at_step)
+                                                            .add("target", a ? a->name : f.target)
+                                                            .add("kind", std::string(runtime::fault_kind_name(f.kind)))
+                                                            .str();
+  }
+  return JsonObject()
+      .add("type", std::string("plan"))
+      .add_raw("actors", actors + "]")
+      .add_raw("faults", faults + "]")
+      .add("trace", spec.log.trace)
+      .str();
+}
+
 // Restarts reported by the runtime's supervisor (on its own thread) are
 // logged at once and written to metrics.jsonl, as {"type":"restart",...}
 // lines, on the training thread before the next step's line.
@@ -225,6 +254,8 @@ static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterC
                              .add("steps", spec.run.steps)
                              .add("parameters", topo.parameters)
                              .str());
+      // The actor tree for `troupe dashboard` (sim runs have no actors).
+      if (spec.topology.device_kind != DeviceKind::sim) metrics.write_line(plan_line(spec, topo));
     }
     // Sim devices: timings on a virtual clock, no math (launch/commands_sim.cpp).
     if (spec.topology.device_kind == DeviceKind::sim) return run_sim(spec, metrics);

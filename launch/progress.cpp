@@ -175,6 +175,7 @@ void ProgressObserver::on_step(const model::StepMetrics& m) {
                              .add_raw("shard_load", shard_load)
                              .add("expert_imbalance", imbalance(m.expert_load))
                              .add("shard_imbalance", imbalance(m.shard_load))
+                             .add("wall_seconds", wall_seconds())
                              .str());
   }
   if (style_ == ProgressStyle::bar) {
@@ -204,6 +205,7 @@ void ProgressObserver::on_eval(const model::EvalMetrics& m) {
                              .add("problems", m.problems)
                              .add_raw("digit_accuracy", list_json(m.digit_accuracy))
                              .add_raw("context_accuracy", list_json(m.context_accuracy))
+                             .add("wall_seconds", wall_seconds())
                              .str());
   if (style_ == ProgressStyle::off) return;
   if (bar_drawn_) std::fputc('\n', stderr), bar_drawn_ = false;

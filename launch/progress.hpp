@@ -57,6 +57,8 @@ class ProgressObserver : public model::TrainObserver {
 
  private:
   std::string eta_text(int64_t step) const;
+  // Seconds since the observer was made (when training began): metrics' wall_seconds.
+  double wall_seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
   ProgressStyle style_;
   int64_t total_, start_, every_;
   MetricsWriter* metrics_;

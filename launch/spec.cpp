@@ -167,9 +167,24 @@ class Parser {
       error(pos_of(e.source(), file), "invalid TOML: " + std::string(e.description()));
       return;
     }
+    // spec_version first: a spec for a newer format gets that one error, not
+    // a list of keys this troupe does not know.
+    for (auto&& [key, node] : root) {
+      if (key.str() != "spec_version") continue;
+      const toml::node* v = &node;
+      const Pos vp = pos_of(key.source(), file);
+      if (auto i = v->as_integer(); i && i->get() > kSpecVersion) {
+        error(vp, "spec_version = " + std::to_string(i->get()) + " is newer than this troupe reads (spec_version <= " +
+                      std::to_string(kSpecVersion) + "): upgrade troupe, or write the spec for version " +
+                      std::to_string(kSpecVersion));
+        return;
+      }
+      apply("", "spec_version", *v, vp);
+    }
     for (auto&& [k, node] : root) {
       const std::string section(k.str());
       const Pos kp = pos_of(k.source(), file);
+      if (section == "spec_version") continue;  // applied above
       if (section == "faults") {
         parse_faults(node, kp);
         continue;
@@ -310,7 +325,7 @@ class Parser {
       error(p, msg + " (valid keys: " + join(valid) + ")");
       return;
     }
-    const std::string name = "[" + section + "] " + key;
+    const std::string name = def->label();
     if (set_.count(def->path()) && set_[def->path()].file == p.file) {
       error(p, name + " is set twice");
       return;
@@ -395,7 +410,7 @@ class Parser {
     return "";
   }
   void type_error(const KeyDef& def, const toml::node& value, const Pos& p) {
-    std::string msg = "[" + def.section + "] " + def.key + ": expected " +
+    std::string msg = def.label() + ": expected " +
                       (def.type == KeyType::Int ? "an " : "a ") + key_type_name(def.type) +
                       ", got " + node_type_name(value) + " " + node_text(value);
     if (def.type == KeyType::Int && value.is_floating_point()) msg += " (write it without a fraction)";
@@ -403,7 +418,7 @@ class Parser {
     error(p, msg);
   }
   void range_error(const KeyDef& def, const toml::node& value, const Pos& p) {
-    error(p, "[" + def.section + "] " + def.key + " = " + node_text(value) +
+    error(p, def.label() + " = " + node_text(value) +
                  " is out of range (allowed " + num_text(def.min) + " .. " + num_text(def.max) + ")");
   }
 
@@ -689,7 +704,7 @@ void check_supported(Spec& s, Parser& p) {
   for (const auto& def : spec_keys()) {
     if (!def.unsupported) continue;
     if (std::string why = def.unsupported(s); !why.empty())
-      p.error(p.where(def.path()), "[" + def.section + "] " + def.key + " = " + key_value_text(def, s) + ": " + why);
+      p.error(p.where(def.path()), def.label() + " = " + key_value_text(def, s) + ": " + why);
   }
 }
 

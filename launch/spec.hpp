@@ -111,7 +111,12 @@ struct RlSection {
   double format_penalty = 0.0;
 };
 
+// The spec format this troupe reads (the top-level spec_version key); a spec
+// written for a newer format is refused with a clear error.
+inline constexpr int64_t kSpecVersion = 1;
+
 struct Spec {
+  int64_t spec_version = kSpecVersion;  // spec_version = N at the top of the file
   std::string source;  // file the spec came from ("<built-in default>" for the default)
   RunConfig run;
   model::ModelConfig model;

@@ -52,6 +52,9 @@ std::vector<KeyDef> build_keys() {
   std::vector<KeyDef> k;
   auto add = [&](KeyDef d) { k.push_back(std::move(d)); };
 
+  // Top level (before any [section]).
+  add({"", "spec_version", KeyType::Int, F(spec_version), "Version of the spec format the file is written for (omitted: this troupe's). A spec for a newer version than this troupe reads is refused with an error saying so, before any other check.", 1, static_cast<double>(kSpecVersion)});
+
   // [run]
   add({"run", "name", KeyType::String, F(run.name), "Run name; the default output directory is runs/<name>."});
   add({"run", "mode", KeyType::Choice, F(run.mode), "What the run does: \"pretrain\" (next-token training) or \"rl\" (online RL post-training).",

@@ -32,7 +32,10 @@ struct KeyDef {
   std::function<void(void*, size_t)> set_choice;
   std::function<size_t(const void*)> choice_index;
 
-  std::string path() const { return section + "." + key; }
+  // section "" is the top level (spec_version).
+  std::string path() const { return section.empty() ? key : section + "." + key; }
+  // How messages name the key: "[run] steps", or "spec_version" at the top level.
+  std::string label() const { return section.empty() ? key : "[" + section + "] " + key; }
 };
 
 const std::vector<KeyDef>& spec_keys();

@@ -21,3 +21,10 @@ foreach(spec IN LISTS TROUPE_EXAMPLE_SPECS)
 endforeach()
 add_test(NAME cli_script COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli_test.sh $<TARGET_FILE:troupe> ${PROJECT_SOURCE_DIR})
 set_tests_properties(cli_script PROPERTIES LABELS cli TIMEOUT 900)
+# `troupe dashboard` / `report` / `plot` on real short runs, in headless
+# Chromium (skipped, exit 77, only when Chromium is absent).
+add_test(NAME dashboard_browser COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dashboard_test.sh $<TARGET_FILE:troupe> ${PROJECT_SOURCE_DIR})
+set_tests_properties(dashboard_browser PROPERTIES LABELS "cli;dashboard" TIMEOUT 600 SKIP_RETURN_CODE 77)
+# troupe as a package: install to a temporary prefix, build a consumer with find_package(troupe).
+add_test(NAME package_consumer COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/package_test.sh ${PROJECT_BINARY_DIR} ${PROJECT_SOURCE_DIR})
+set_tests_properties(package_consumer PROPERTIES LABELS "package" TIMEOUT 600)

@@ -1,0 +1,202 @@
+// `troupe dashboard RUN_DIR... [--port N]`: a read-only web page on
+// 127.0.0.1 that follows runs live (launch/web/dashboard.js polls the /api
+// routes below). cpp-httplib (Debian's libcpp-httplib-dev) is the server;
+// this is the only file that includes it. SIGINT/SIGTERM stop it cleanly.
+#include <httplib.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "launch/cli.hpp"
+#include "launch/progress.hpp"
+#include "launch/run_dir.hpp"
+#include "launch/web_page.hpp"
+
+namespace troupe::launch {
+
+namespace {
+
+constexpr const char* kHost = "127.0.0.1";  // loopback only, always
+
+int g_stop_pipe[2] = {-1, -1};
+extern "C" void on_stop_signal(int sig) {
+  const unsigned char s = static_cast<unsigned char>(sig);
+  (void)!write(g_stop_pipe[1], &s, 1);  // async-signal-safe
+}
+
+// The run a request names (?run=K), or -1.
+int run_index(const httplib::Request& req, size_t runs) {
+  if (!req.has_param("run")) return -1;
+  try {
+    size_t used = 0;
+    const std::string v = req.get_param_value("run");
+    const long i = std::stol(v, &used);
+    return used == v.size() && i >= 0 && static_cast<size_t>(i) < runs ? static_cast<int>(i) : -1;
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+uint64_t offset_param(const httplib::Request& req) {
+  try {
+    return req.has_param("from") ? std::stoull(req.get_param_value("from")) : 0;
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+// Identifies a version of the trace file: changes when it is rewritten.
+std::string file_key(const std::string& path) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  if (ec) return "";
+  const auto mtime = std::filesystem::last_write_time(path, ec).time_since_epoch().count();
+  return std::to_string(size) + "-" + std::to_string(mtime);
+}
+
+void routes(httplib::Server& svr, const std::vector<RunDir>& runs, const std::string& page) {
+  svr.Get("/", [&page](const httplib::Request&, httplib::Response& res) {
+    res.set_content(page, "text/html; charset=utf-8");
+  });
+  svr.Get("/api/runs", [&runs](const httplib::Request&, httplib::Response& res) {
+    std::string out = "[";
+    for (size_t i = 0; i < runs.size(); ++i)
+      out += std::string(i ? "," : "") + JsonObject().add("id", static_cast<int64_t>(i)).add("name", runs[i].name)
+                                             .add("dir", runs[i].path).str();
+    res.set_content(out + "]", "application/json");
+  });
+  svr.Get("/api/metrics", [&runs](const httplib::Request& req, httplib::Response& res) {
+    const int i = run_index(req, runs.size());
+    if (i < 0) return void(res.status = 404);
+    const MetricsChunk c = read_metrics(runs[static_cast<size_t>(i)], offset_param(req));
+    if (c.gone) {
+      res.status = 410;
+      res.set_content(runs[static_cast<size_t>(i)].path + " no longer exists", "text/plain");
+      return;
+    }
+    res.set_header("X-Next-Offset", std::to_string(c.next));
+    if (c.reset) res.set_header("X-Reset", "1");
+    res.set_content(c.text, "application/x-ndjson");
+  });
+  svr.Get("/api/log", [&runs](const httplib::Request& req, httplib::Response& res) {
+    const int i = run_index(req, runs.size());
+    if (i < 0) return void(res.status = 404);
+    const auto tail = read_log_tail(runs[static_cast<size_t>(i)], 64u << 10);
+    if (!tail) return void(res.status = 404);
+    res.set_content(*tail, "text/plain; charset=utf-8");
+  });
+  svr.Get("/api/trace", [&runs](const httplib::Request& req, httplib::Response& res) {
+    const int i = run_index(req, runs.size());
+    if (i < 0) return void(res.status = 404);
+    const std::string path = trace_path(runs[static_cast<size_t>(i)]);
+    const std::string key = path.empty() ? "" : file_key(path);
+    if (key.empty()) return void(res.status = 404);
+    if (req.has_param("key") && req.get_param_value("key") == key) return void(res.status = 204);
+    const auto text = read_whole_file(path, 64u << 20);
+    if (!text) return void(res.status = 404);
+    res.set_header("X-Trace-Key", key);
+    res.set_content(*text, "application/json");
+  });
+  // The chart libraries, from Debian's packages (read-only static files).
+  svr.set_mount_point("/js/dygraphs", std::string(kJsRoot) + "/dygraphs");
+  svr.set_mount_point("/js/d3", std::string(kJsRoot) + "/d3");
+  svr.set_post_routing_handler([](const httplib::Request&, httplib::Response& res) {
+    res.set_header("Cache-Control", "no-store");
+  });
+}
+
+}  // namespace
+
+int command_dashboard(const CliOptions& opt) {
+  if (opt.positional.empty()) {
+    std::fprintf(stderr, "troupe: dashboard needs at least one RUN_DIR\nRun 'troupe --help' for usage.\n");
+    return kExitUsage;
+  }
+  std::vector<RunDir> runs;
+  try {
+    runs = open_run_dirs(opt.positional);
+  } catch (const RunDirError& e) {
+    std::fprintf(stderr, "troupe: dashboard: %s\n", e.what());
+    return kExitBadInput;
+  }
+  for (const char* lib : {"dygraphs/dygraph.min.js", "d3/d3.min.js"})
+    if (!std::filesystem::exists(std::string(kJsRoot) + "/" + lib)) {
+      std::fprintf(stderr, "troupe: dashboard: %s/%s not found: install libjs-dygraphs and libjs-d3 (./setup.sh does)\n",
+                   kJsRoot, lib);
+      return kExitRuntime;
+    }
+  const std::string page = live_page();
+
+  // SIGINT/SIGTERM: the handler (run on whichever thread gets the signal;
+  // OpenBLAS's threads exist already) writes the signal to a pipe, and a
+  // waiter thread stops the server.
+  if (pipe(g_stop_pipe) != 0) {
+    std::perror("troupe: dashboard: pipe");
+    return kExitRuntime;
+  }
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  httplib::Server svr;
+  // No SO_REUSEPORT (httplib's default): a port another server holds is an error, not shared.
+  svr.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
+  routes(svr, runs, page);
+  int port = opt.port;
+  if (port > 0) {
+    if (!svr.bind_to_port(kHost, port)) {
+      std::fprintf(stderr, "troupe: dashboard: cannot listen on %s:%d (port in use?); pick another with --port\n", kHost,
+                   port);
+      return kExitRuntime;
+    }
+  } else {
+    port = svr.bind_to_any_port(kHost);
+    if (port <= 0) {
+      std::fprintf(stderr, "troupe: dashboard: cannot listen on %s\n", kHost);
+      return kExitRuntime;
+    }
+  }
+  std::printf("troupe dashboard: following %zu run(s) at http://%s:%d/ (read-only; Ctrl-C stops)\n", runs.size(), kHost,
+              port);
+  for (const auto& r : runs) std::printf("  %s  %s\n", r.name.c_str(), r.path.c_str());
+  std::fflush(stdout);
+
+  std::atomic<int> caught{0};
+  std::thread waiter([&] {
+    unsigned char sig = 0;
+    while (read(g_stop_pipe[0], &sig, 1) < 0 && errno == EINTR) {
+    }
+    caught = sig;
+    if (sig == 0) return;  // released below: the server ended on its own
+    // A signal just before listening starts: wait until it runs, then stop it.
+    for (int k = 0; k < 300 && !svr.is_running(); ++k) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    svr.stop();
+  });
+  const bool ok = svr.listen_after_bind();
+  if (!caught) {
+    const unsigned char zero = 0;
+    (void)!write(g_stop_pipe[1], &zero, 1);
+  }
+  waiter.join();
+  if (caught) {
+    std::printf("troupe dashboard: stopped (%s)\n", caught == SIGINT ? "SIGINT" : "SIGTERM");
+    return kExitOk;
+  }
+  std::fprintf(stderr, "troupe: dashboard: the server stopped unexpectedly\n");
+  return ok ? kExitOk : kExitRuntime;
+}
+
+}  // namespace troupe::launch
