@@ -30,34 +30,6 @@
 
 namespace troupe::launch {
 
-kernels::BackendOptions backend_options(const Spec& spec) {
-  kernels::BackendOptions b;
-  b.kind = spec.topology.device_kind == DeviceKind::opencl ? kernels::BackendKind::opencl : kernels::BackendKind::host;
-  b.threads = static_cast<int>(spec.topology.threads_per_device);
-  b.platform = static_cast<int>(spec.topology.opencl_platform);
-  b.device = static_cast<int>(spec.topology.opencl_device);
-  b.device_type = spec.topology.opencl_device_type;
-  return b;
-}
-
-model::TrainOptions train_options(const Spec& spec) {
-  model::TrainOptions o;
-  o.model = spec.model;
-  o.optim = spec.optim;
-  o.data = spec.data;
-  o.seed = static_cast<uint64_t>(spec.run.seed);
-  o.steps = spec.run.steps;
-  o.microbatches = spec.topology.microbatches;
-  // eval_every = 0 means "only at the end"; the trainer always evaluates after its last step.
-  o.eval_every = spec.run.eval_every > 0 ? spec.run.eval_every : spec.run.steps;
-  o.eval_batches = spec.run.eval_batches;
-  o.checkpoint_every = spec.checkpoint.every;
-  o.checkpoint_dir = spec.checkpoint_dir();
-  o.resume_from = spec.checkpoint.resume;
-  o.backend = backend_options(spec);
-  return o;
-}
-
 namespace {
 
 // {"type":"plan",...}: every actor of the plan (name, role, device, process,

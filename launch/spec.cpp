@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <tuple>
@@ -17,6 +18,7 @@
 #include "actors/supervision/faults.hpp"
 #include "actors/schedule/schedule.hpp"
 #include "launch/spec_keys.hpp"
+#include "launch/topology.hpp"
 #include "model/checkpoint.hpp"
 #include "model/data.hpp"
 #include "model/params.hpp"
@@ -449,6 +451,17 @@ void check_faults(const Spec& s, Parser& p) {
                                        "): one actor takes at most one fault per step");
     }
   }
+  // Whether a target exists is the plan's answer (the actors the runtime
+  // would spawn, by their one naming scheme); the message says which
+  // setting leaves it out. No plan: the topology itself is invalid and is
+  // reported on its keys.
+  std::optional<runtime::Plan> plan;
+  if (uses_runtime(s) && !s.faults.empty()) {
+    try {
+      plan = resolve_topology(s);
+    } catch (const std::exception&) {
+    }
+  }
   for (size_t i = 0; i < s.faults.size(); ++i) {
     if (!p.fault_ok(i)) continue;  // reported while parsing
     const FaultConfig& f = s.faults[i];
@@ -461,31 +474,30 @@ void check_faults(const Spec& s, Parser& p) {
       p.error(p.fault_where(i, "at_step"), "[[faults]] at_step = " + v(f.at_step) + " is out of range (allowed 1 .. [run] steps = " +
                                               v(s.run.steps) + ")");
     const auto t = runtime::parse_fault_target(f.target);
+    if (!plan || plan->target(*t)) continue;
+    const Pos at = p.fault_where(i, "target");
+    const std::string gone = "[[faults]] target = \"" + f.target + "\" does not exist: ";
+    const int dp = plan->data_parallel;
     if (t->role == runtime::Role::Expert) {
-      // Expert-shard actors exist with expert_shards > 1 on a MoE model.
-      const Pos at = p.fault_where(i, "target");
-      if (s.model.ffn != model::Ffn::moe || s.topology.expert_shards < 2)
-        p.error(at, "[[faults]] target = \"" + f.target + "\" does not exist: expert-shard actors need [model] ffn = \"moe\" "
-                    "and [topology] expert_shards > 1 (expert_shards = " + v(s.topology.expert_shards) + ")");
-      else if (t->index >= s.model.n_layers)
-        p.error(at, "[[faults]] target = \"" + f.target + "\" does not exist: [model] n_layers = " + v(s.model.n_layers) +
-                    " (MoE layers 0.." + v(s.model.n_layers - 1) + ")");
-      else if (t->shard >= s.topology.expert_shards)
-        p.error(at, "[[faults]] target = \"" + f.target + "\" does not exist: [topology] expert_shards = " +
-                    v(s.topology.expert_shards) + " (shards 0.." + v(s.topology.expert_shards - 1) + " per layer)");
-      else if (t->replica >= s.topology.data_parallel)
-        p.error(at, "[[faults]] target = \"" + f.target + "\" does not exist: [topology] data_parallel = " +
-                    v(s.topology.data_parallel) + " (replicas 0.." + v(s.topology.data_parallel - 1) + ")");
+      const bool moe_layer = std::find(plan->moe_layers.begin(), plan->moe_layers.end(), t->index) != plan->moe_layers.end();
+      if (!plan->expert_parallel())
+        p.error(at, gone + "expert-shard actors need [model] ffn = \"moe\" and [topology] expert_shards > 1 (expert_shards = " +
+                        v(s.topology.expert_shards) + ")");
+      else if (!moe_layer)
+        p.error(at, gone + "[model] n_layers = " + v(s.model.n_layers) + " (MoE layers 0.." + v(s.model.n_layers - 1) + ")");
+      else if (t->shard >= plan->expert_shards)
+        p.error(at, gone + "[topology] expert_shards = " + v(plan->expert_shards) + " (shards 0.." +
+                        v(plan->expert_shards - 1) + " per layer)");
+      else
+        p.error(at, gone + "[topology] data_parallel = " + v(dp) + " (replicas 0.." + v(dp - 1) + ")");
       continue;
     }
-    const bool stage = t->role == runtime::Role::Rank;  // a pipeline rank, named "stage:K"
-    const int64_t n = stage ? s.topology.stages : s.topology.optimizer_shards;
+    const bool rank = t->role == runtime::Role::Rank;  // a pipeline rank, named "stage:K"
+    const int n = rank ? plan->sl.num_ranks : plan->num_shards();
     if (t->index >= n)
-      p.error(p.fault_where(i, "target"), "[[faults]] target = \"" + f.target + "\" does not exist: [topology] " +
-                                             (stage ? "stages = " : "optimizer_shards = ") + v(n) + " (indices 0.." + v(n - 1) + ")");
-    else if (t->replica >= s.topology.data_parallel)
-      p.error(p.fault_where(i, "target"), "[[faults]] target = \"" + f.target + "\" does not exist: [topology] data_parallel = " +
-                                             v(s.topology.data_parallel) + " (replicas 0.." + v(s.topology.data_parallel - 1) + ")");
+      p.error(at, gone + "[topology] " + (rank ? "stages = " : "optimizer_shards = ") + v(n) + " (indices 0.." + v(n - 1) + ")");
+    else
+      p.error(at, gone + "[topology] data_parallel = " + v(dp) + " (replicas 0.." + v(dp - 1) + ")");
   }
 }
 

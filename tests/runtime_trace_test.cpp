@@ -19,6 +19,7 @@
 
 #include <gtest/gtest.h>
 
+#include "actors/plan.hpp"
 #include "actors/runtime.hpp"
 #include "actors/schedule/schedule.hpp"
 
@@ -166,7 +167,9 @@ struct Event {
 };
 
 // The X events per tid, in file order, after checking the file's shape.
-std::map<int, std::vector<Event>> read_trace(const std::string& path, std::map<int, std::string>& tracks) {
+// tracks: each device's track name; actors: the actors its track lists.
+std::map<int, std::vector<Event>> read_trace(const std::string& path, std::map<int, std::string>& tracks,
+                                             std::map<int, std::string>* actors = nullptr) {
   std::ifstream in(path);
   EXPECT_TRUE(in.good()) << path;
   std::stringstream ss;
@@ -177,7 +180,10 @@ std::map<int, std::vector<Event>> read_trace(const std::string& path, std::map<i
     EXPECT_EQ(e.at("pid").num, 0.0);
     const int tid = static_cast<int>(e.at("tid").num);
     const std::string ph = e.at("ph").str;
-    if (ph == "M" && e.at("name").str == "thread_name") tracks[tid] = e.at("args").at("name").str;
+    if (ph == "M" && e.at("name").str == "thread_name") {
+      tracks[tid] = e.at("args").at("name").str;
+      if (actors && e.at("args").fields.count("actors")) (*actors)[tid] = e.at("args").at("actors").str;
+    }
     if (ph != "X") continue;
     // ts/dur are microseconds printed with 3 decimals: back to whole ns.
     out[tid].push_back({e.at("name").str, std::llround(e.at("ts").num * 1000.0), std::llround(e.at("dur").num * 1000.0)});
@@ -192,9 +198,18 @@ std::string chunk_name(const char* op, const sched::Chunk& c, bool chunked) {
 
 // Checks one trace against the schedule the runtime ran.
 void check_trace(const std::string& path, const runtime::RuntimeOptions& o) {
-  std::map<int, std::string> tracks;
-  const auto events = read_trace(path, tracks);
+  std::map<int, std::string> tracks, actors;
+  const auto events = read_trace(path, tracks, &actors);
   const sched::Kind kind = o.schedule;
+  // Each track lists the actors the plan placed on its device, by the plan's names.
+  const runtime::Plan plan = runtime::make_plan(o);
+  for (int d = 0; d < o.devices; ++d) {
+    std::string want;
+    for (const runtime::ActorPlan& a : plan.actors)
+      if (a.device == d) want += (want.empty() ? "" : ", ") + a.name;
+    EXPECT_EQ(actors[d], want) << "device " << d;
+    EXPECT_FALSE(actors[d].empty()) << "device " << d << " hosts actors";
+  }
   const sched::Layout sl = sched::make_layout(kind, o.stages, static_cast<int>(o.train.microbatches));
   const bool chunked = sl.num_dirs > 1;
   ASSERT_EQ(tracks.size(), static_cast<size_t>(o.devices));

@@ -80,7 +80,9 @@ void write_chrome_trace(const std::string& path, const std::vector<DeviceTrace>&
     out << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{\"name\":\"troupe runtime\"}}";
     for (const DeviceTrace& d : devices) {
       out << ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":" << d.device
-          << ",\"args\":{\"name\":\"device " << d.device << "\"}}";
+          << ",\"args\":{\"name\":\"device " << d.device << "\"";
+      if (!d.actors.empty()) out << ",\"actors\":\"" << d.actors << "\"";
+      out << "}}";
       for (size_t i = 0; i < d.events.size(); ++i) {
         const TraceEvent& e = d.events[i];
         const TraceLabel& l = e.label;

@@ -13,6 +13,7 @@ namespace troupe::runtime {
 struct DeviceTrace {
   int device = 0;
   std::vector<TraceEvent> events;
+  std::string actors;  // the plan's actors placed on the device ("stage:0, expert:1/0"); "" = not said
 };
 
 // Name of one event, e.g. "F mb3 s1", "B mb0 s2 c1" (`chunked`: name the
@@ -20,7 +21,7 @@ struct DeviceTrace {
 std::string trace_event_name(const TraceLabel& label, bool chunked);
 
 // Writes {"traceEvents": [...]}: a thread_name record "device N" per device
-// and a complete ("X") event per closure, pid 0, tid = device index, times in
+// (its args also list the device's actors, by the plan's names) and a complete ("X") event per closure, pid 0, tid = device index, times in
 // microseconds from the earliest event. Written to a temporary file and
 // renamed over `path`; throws std::runtime_error when it cannot be written.
 void write_chrome_trace(const std::string& path, const std::vector<DeviceTrace>& devices, bool chunked);

@@ -474,7 +474,10 @@ void Runtime::write_trace(const std::string& path) {
   for (auto& d : impl_->devices) {
     if (!d) continue;  // another process's device
     d->drain();
-    traces.push_back(DeviceTrace{d->id(), d->trace()});
+    std::string actors;  // by the plan's names, as validate lists them
+    for (const ActorPlan& a : impl_->sh->plan.actors)
+      if (a.device == d->id()) actors += (actors.empty() ? "" : ", ") + a.name;
+    traces.push_back(DeviceTrace{d->id(), d->trace(), actors});
   }
   write_chrome_trace(path, traces, impl_->sh->plan.sl.num_dirs > 1);
 }
