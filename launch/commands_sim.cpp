@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "launch/progress.hpp"
+#include "launch/topology.hpp"
 
 namespace troupe::launch {
 namespace {
@@ -108,6 +109,30 @@ std::string format_sim_plan(const Spec& s) {
   return os.str();
 }
 
+namespace {
+
+// The pipeline ranks the plan places on each device, by the plan's names
+// ("stage:3/replica:1"): the trace labels its tracks with them. Empty when
+// the plan cannot be made (its rules are stricter than the sim's, e.g. on
+// parameters per optimizer shard).
+std::vector<std::string> device_ranks(const Spec& s) {
+  std::vector<std::string> out;
+  try {
+    const runtime::Plan plan = resolve_topology(s);
+    out.resize(plan.devices.size());
+    for (const runtime::ActorPlan& a : plan.actors)
+      if (a.role == runtime::Role::Rank && a.device >= 0) {
+        std::string& x = out[static_cast<size_t>(a.device)];
+        x += (x.empty() ? "" : ", ") + a.name;
+      }
+  } catch (const std::exception&) {
+    out.clear();
+  }
+  return out;
+}
+
+}  // namespace
+
 int run_sim(const Spec& s, MetricsWriter& metrics) {
   sim::SimOptions o = sim_options(s);
   const int devices = o.replicas * o.stages;
@@ -166,7 +191,7 @@ int run_sim(const Spec& s, MetricsWriter& metrics) {
                          .add("wall_seconds", res.wall_seconds)
                          .str());
   if (!s.log.trace.empty()) {
-    sim::write_sim_trace(s.log.trace, o, res);
+    sim::write_sim_trace(s.log.trace, o, res, device_ranks(s));
     spdlog::info("trace (virtual time, one track per device) written to {}", s.log.trace);
   }
   spdlog::info("done: {} simulated step(s), step time {:.4f} ms (virtual); no parameters were computed, so no checkpoint",

@@ -241,6 +241,9 @@ expect_output "step time 33.9249 ms = pipeline 33.4249 ms + optimizer 0.5000 ms"
 [ "$(grep -c '"type":"sim_step"' "$work/sim/metrics.jsonl")" -eq 5 ] || fail "sim run should log 5 sim_step lines"
 grep -q '"type":"end".*"sim":"timings only"' "$work/sim/metrics.jsonl" || fail "sim run lacks its end line"
 [ -s "$work/sim/trace.json" ] || fail "sim run wrote no trace"
+# Its tracks name the pipeline ranks the plan places on each device (as validate lists them).
+grep -qF '"name":"device 7 (replica 1, rank 3)","actors":"stage:3/replica:1"' "$work/sim/trace.json" \
+  || fail "sim trace: device 7's track does not name stage:3/replica:1"
 if command -v python3 >/dev/null; then
   python3 - "$work/sim/trace.json" <<'PY' || fail "sim trace is not valid JSON with one track per device"
 import json, sys

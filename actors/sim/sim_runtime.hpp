@@ -107,6 +107,9 @@ SimResult simulate(const SimOptions& options);
 // message, "idle" from its last op to the step's end, "optimizer" for the
 // optimizer step; times in microseconds of virtual time. Throws
 // std::runtime_error when the file cannot be written or nothing was recorded.
-void write_sim_trace(const std::string& path, const SimOptions& options, const SimResult& result);
+// `device_actors[d]`, when given, names the actors on device d (the plan's
+// names, e.g. "stage:3/replica:1"); it goes into the track's args.
+void write_sim_trace(const std::string& path, const SimOptions& options, const SimResult& result,
+                     const std::vector<std::string>& device_actors = {});
 
 }  // namespace troupe::sim

@@ -52,7 +52,8 @@ void event(std::ofstream& out, const std::string& name, const char* cat, int tid
 
 }  // namespace
 
-void write_sim_trace(const std::string& path, const SimOptions& o, const SimResult& res) {
+void write_sim_trace(const std::string& path, const SimOptions& o, const SimResult& res,
+                     const std::vector<std::string>& device_actors) {
   if (res.timeline.empty()) throw std::runtime_error("sim trace: no timeline was recorded (set record_timeline)");
   const bool dirs = o.kind == sched::Kind::dualpipe;
   const std::filesystem::path target(path);
@@ -68,7 +69,9 @@ void write_sim_trace(const std::string& path, const SimOptions& o, const SimResu
       const int tid = static_cast<int>(d);
       out << ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":" << tid << ",\"args\":{\"name\":\"device "
           << d << " (replica " << d / static_cast<size_t>(o.stages) << ", rank " << d % static_cast<size_t>(o.stages)
-          << ")\"}}";
+          << ")\"";
+      if (d < device_actors.size()) out << ",\"actors\":\"" << device_actors[d] << "\"";
+      out << "}}";
       // Walk the spans step by step: after a device's last op of a step, it
       // idles until the step's pipeline part ends.
       size_t i = 0;

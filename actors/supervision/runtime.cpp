@@ -60,34 +60,38 @@ void validate(const RuntimeOptions& o) {
   require(o.optimizer_shards <= P, "more optimizer shards than parameters");
   require(o.max_restarts >= 0, "max_restarts must be >= 0");
   require(o.restart_window >= 1, "restart_window must be >= 1");
-  for (const FaultSpec& f : o.faults) {
-    const std::optional<FaultTarget> target = parse_fault_target(f.target);
-    require(target.has_value(), "fault target \"" + f.target +
-                                    "\" must be stage:K, stage:K/replica:R, optimizer:K or expert:L/S[/replica:R]");
-    if (target->role == Role::Expert) {
-      require(o.expert_shards > 0, "fault target " + f.target + " does not exist: the run has no expert shards "
-                                   "(expert_shards > 1 puts the experts in their own actors)");
-      require(target->index < t.model.n_layers, "fault target " + f.target + " does not exist: there are " +
-                                                    std::to_string(t.model.n_layers) + " MoE layer(s)");
-      require(target->shard < o.expert_shards, "fault target " + f.target + " does not exist: there are " +
-                                                   std::to_string(o.expert_shards) + " expert shard(s) per layer");
-    } else {
-      const int n = target->role == Role::Rank ? o.stages : o.optimizer_shards;
-      require(target->index < n, "fault target " + f.target + " does not exist: there are " + std::to_string(n) +
-                                     (target->role == Role::Rank ? " stage(s)" : " optimizer shard(s)"));
-    }
-    require(target->replica < o.data_parallel, "fault target " + f.target + " does not exist: there are " +
-                                                   std::to_string(o.data_parallel) + " data-parallel replica(s)");
-    require(f.at_step >= 1 && f.at_step <= t.steps, "fault at_step " + std::to_string(f.at_step) +
-                                                       " is outside the run's steps 1.." + std::to_string(t.steps));
-    require(f.at_message >= 0, "fault at_message must be >= 0");
-  }
   require(o.processes >= 1 && o.processes <= o.devices, "processes must be in [1, devices]");
   require(o.processes == 1 || (o.comm && o.comm->size() == o.processes),
           "processes = " + std::to_string(o.processes) + " needs a launcher with as many processes (mpirun -np " +
               std::to_string(o.processes) + ")");
   require(o.peer_timeout > 0.0, "peer_timeout must be positive");
   make_placement(o.devices, o.processes, o.stages, o.data_parallel, o.optimizer_shards, o.device_process);  // throws
+  // A fault target exists when the plan has the actor (the one naming
+  // scheme); the message says which count leaves it out.
+  const Plan plan = make_plan(o);
+  for (const FaultSpec& f : o.faults) {
+    const std::optional<FaultTarget> target = parse_fault_target(f.target);
+    require(target.has_value(), "fault target \"" + f.target +
+                                    "\" must be stage:K, stage:K/replica:R, optimizer:K or expert:L/S[/replica:R]");
+    require(f.at_step >= 1 && f.at_step <= t.steps, "fault at_step " + std::to_string(f.at_step) +
+                                                       " is outside the run's steps 1.." + std::to_string(t.steps));
+    require(f.at_message >= 0, "fault at_message must be >= 0");
+    if (plan.target(*target)) continue;
+    const std::string gone = "fault target " + f.target + " does not exist: ";
+    if (target->role == Role::Expert) {
+      const bool moe_layer =
+          std::find(plan.moe_layers.begin(), plan.moe_layers.end(), target->index) != plan.moe_layers.end();
+      require(plan.expert_parallel(), gone + "the run has no expert shards (expert_shards > 1 puts the experts in their own actors)");
+      require(moe_layer, gone + "there are " + std::to_string(plan.moe_layers.size()) + " MoE layer(s)");
+      require(target->shard < plan.expert_shards,
+              gone + "there are " + std::to_string(plan.expert_shards) + " expert shard(s) per layer");
+    } else {
+      const bool rank = target->role == Role::Rank;
+      const int n = rank ? plan.sl.num_ranks : plan.num_shards();
+      require(target->index < n, gone + "there are " + std::to_string(n) + (rank ? " stage(s)" : " optimizer shard(s)"));
+    }
+    require(false, gone + "there are " + std::to_string(plan.data_parallel) + " data-parallel replica(s)");
+  }
   require(o.faults.empty() || o.processes == 1,
           "failure injection ([[faults]]) runs in one process only: the supervisor restarts actors on its own "
           "devices (processes = " + std::to_string(o.processes) + ")");
