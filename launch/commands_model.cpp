@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "launch/cli.hpp"
+#include "launch/spec_keys.hpp"
 #include "launch/train_options.hpp"
 #include "model/checkpoint.hpp"
 #include "model/generate.hpp"
@@ -38,11 +39,40 @@ int guarded(const char* what, F&& body) {
   }
 }
 
+// eval and sample run the checkpoint's model: a `--set model.KEY=...` that
+// disagrees with it would be ignored, so it is an error naming both values.
+// Returns kExitOk or kExitBadSpec (after printing). Throws
+// model::CheckpointError for a missing or damaged checkpoint.
+int check_model_overrides(const CliOptions& o, const Spec& spec, const std::string& dir, const char* what) {
+  bool any = false;
+  for (const Override& ov : o.overrides) any = any || ov.path.rfind("model.", 0) == 0;
+  if (!any) return kExitOk;
+  Spec asked = spec, saved = spec;
+  saved.model = model::load_checkpoint(dir).config;
+  int rc = kExitOk;
+  for (const Override& ov : o.overrides) {
+    if (ov.path.rfind("model.", 0) != 0) continue;
+    for (const KeyDef& def : spec_keys()) {
+      if (def.path() != ov.path) continue;
+      const std::string want = key_value_text(def, asked), have = key_value_text(def, saved);
+      if (want != have) {
+        std::fprintf(stderr,
+                     "troupe %s: --set %s=%s disagrees with the checkpoint %s (%s = %s); %s uses the checkpoint's "
+                     "model: drop the --set or pick a checkpoint of that model\n",
+                     what, ov.path.c_str(), ov.value.c_str(), dir.c_str(), ov.path.c_str(), have.c_str(), what);
+        rc = kExitBadSpec;
+      }
+    }
+  }
+  return rc;
+}
+
 }  // namespace
 
 int command_eval(const CliOptions& o, const Spec& spec) {
   return guarded("eval", [&] {
     const std::string dir = checkpoint_of(o, spec);
+    if (const int rc = check_model_overrides(o, spec, dir, "eval"); rc != kExitOk) return rc;
     const model::EvalMetrics m = model::evaluate(dir, spec.data, spec.run.eval_batches, backend_options(spec));
     std::printf("checkpoint %s (step %lld)\nval_loss %.6f\n", dir.c_str(), static_cast<long long>(m.step), m.val_loss);
     if (!std::isnan(m.accuracy)) {
@@ -68,6 +98,7 @@ int command_sample(const CliOptions& o, const Spec& spec) {
   return guarded("sample", [&] {
     model::SampleOptions s;
     s.checkpoint_dir = checkpoint_of(o, spec);
+    if (const int rc = check_model_overrides(o, spec, s.checkpoint_dir, "sample"); rc != kExitOk) return rc;
     s.data = spec.data;
     s.prompt = o.prompt;
     s.max_new_tokens = o.max_new_tokens;

@@ -470,6 +470,9 @@ void check_faults(const Spec& s, Parser& p) {
                                    "spec runs in the single-process trainer (use e.g. [topology] schedule = \"1f1b\")");
       continue;
     }
+    if (s.topology.processes > 1)
+      p.error(p.fault_where(i, ""), "[[faults]] runs in one process only for now: the supervisor restarts actors on its "
+                                   "own devices ([topology] processes = " + v(s.topology.processes) + ")");
     if (f.at_step < 1 || f.at_step > s.run.steps)
       p.error(p.fault_where(i, "at_step"), "[[faults]] at_step = " + v(f.at_step) + " is out of range (allowed 1 .. [run] steps = " +
                                               v(s.run.steps) + ")");

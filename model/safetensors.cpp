@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <bit>
 #include <cerrno>
 #include <cstdio>
@@ -468,6 +469,12 @@ std::vector<float> import_safetensors(const std::string& path, const ParamLayout
       throw SafetensorsError(pre + "tensor '" + e.name + "' has shape " + shape_text(it->second->shape) +
                              ", the layout needs " + shape_text(e.shape));
     std::memcpy(out.data() + e.offset, data + it->second->begin, static_cast<size_t>(e.numel) * sizeof(float));
+    // A NaN or Inf weight would train (or evaluate) to NaN with no word of where it came from.
+    for (int64_t i = 0; i < e.numel; ++i)
+      if (!std::isfinite(out[static_cast<size_t>(e.offset + i)]))
+        throw SafetensorsError(pre + "tensor '" + e.name + "' holds a non-finite value (" +
+                               std::to_string(out[static_cast<size_t>(e.offset + i)]) + ") at element " +
+                               std::to_string(i));
   }
   if (metadata) *metadata = std::move(meta);
   return out;

@@ -119,6 +119,22 @@ expect_exit 0 "$troupe" export "${tiny[@]}" --set run.out_dir="$work/imp" --form
 expect_exit 0 "$troupe" eval "${tiny[@]}" --set run.out_dir="$work/imp"
 expect_output "(step 0)"
 
+# eval and sample use the checkpoint's model: a --set model.* that disagrees
+# with it is an error naming both values (one that agrees is fine).
+expect_exit 3 "$troupe" eval "${tiny[@]}" --set run.out_dir="$work/a" --set model.d_model=64
+expect_output "--set model.d_model=64 disagrees with the checkpoint"
+expect_output "(model.d_model = 32)"
+expect_exit 3 "$troupe" sample "${tiny[@]}" --set run.out_dir="$work/a" --set model.n_layers=3 --prompt "1+2="
+expect_output "--set model.n_layers=3 disagrees"
+expect_exit 0 "$troupe" eval "${tiny[@]}" --set run.out_dir="$work/a" --set model.n_experts=8
+# A safetensors file holding NaN is refused by import, naming the tensor (exit 4).
+cp "$work/a.safetensors" "$work/nan.safetensors"
+hdr=$(od -An -t u8 -N8 "$work/nan.safetensors" | tr -d ' ')  # header length; the data area follows it
+printf '\x00\x00\xc0\x7f' | dd of="$work/nan.safetensors" bs=1 seek=$((8 + hdr)) conv=notrunc 2>/dev/null
+expect_exit 4 "$troupe" import "${tiny[@]}" --set run.out_dir="$work/impnan" --input "$work/nan.safetensors"
+expect_output "holds a non-finite value (nan) at element 0"
+[ ! -e "$work/impnan/checkpoint" ] || fail "a refused import left a checkpoint"
+
 # Resume is bitwise: 3 steps, then resume to 6, equals 6 straight.
 expect_exit 0 "$troupe" run "${tiny[@]}" --set run.steps=6 --set run.out_dir="$work/b" --set checkpoint.every=3 \
   --set checkpoint.dir="$work/b/ck3"

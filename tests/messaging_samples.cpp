@@ -298,7 +298,12 @@ void check(Checker& c, Message::Reader m, Envelope::Kind kind, Gen& g, uint32_t 
       auto e = d.getExpertIds();
       auto cw = d.getCombineWeights();
       auto ti = d.getTokenIndex();
-      for (uint32_t i = 0; i < rows; ++i) {
+      // Compare lengths before reading elements: a message that differs (e.g.
+      // fewer entries than rows) must be reported, not read past its end.
+      c.eq("dispatch.expertIds.size", e.size(), rows);
+      c.eq("dispatch.combineWeights.size", cw.size(), rows);
+      c.eq("dispatch.tokenIndex.size", ti.size(), rows);
+      for (uint32_t i = 0; i < rows && i < e.size() && i < cw.size() && i < ti.size(); ++i) {
         c.eq("dispatch.expertIds[i]", e[i], g.u32() % 256);
         c.eq("dispatch.combineWeights[i]", cw[i], g.f32());
         c.eq("dispatch.tokenIndex[i]", ti[i], g.u32());
@@ -313,7 +318,8 @@ void check(Checker& c, Message::Reader m, Envelope::Kind kind, Gen& g, uint32_t 
       c.eq("combine.width", x.getWidth(), width);
       check_f32(c, "combine.rows", x.getRows(), g, {r, w});
       auto ti = x.getTokenIndex();
-      for (uint32_t i = 0; i < rows; ++i) c.eq("combine.tokenIndex[i]", ti[i], g.u32());
+      c.eq("combine.tokenIndex.size", ti.size(), rows);
+      for (uint32_t i = 0; i < rows && i < ti.size(); ++i) c.eq("combine.tokenIndex[i]", ti[i], g.u32());
       auto wg = x.getWeightGrads();
       c.eq("combine.weightGrads.size", wg.size(), dir == Direction::BACKWARD ? rows : 0u);
       if (dir == Direction::BACKWARD)

@@ -86,6 +86,28 @@ TEST_F(Safetensors, RoundTrip) {
     EXPECT_EQ(e.path().filename(), "m.safetensors") << "temporary file left behind";
 }
 
+TEST_F(Safetensors, NonFiniteValuesAreRejectedNamingTheTensor) {
+  const ParamLayout l = tiny_layout();
+  for (float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+    std::vector<float> p = {0.5f, -1.0f, 2.0f};
+    p[2] = bad;  // element 0 of tensor "b"
+    const std::string path = (dir_ / "bad.safetensors").string();
+    export_safetensors(path, l, p, {});
+    try {
+      import_safetensors(path, l);
+      ADD_FAILURE() << "accepted a tensor holding " << bad;
+    } catch (const SafetensorsError& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("tensor 'b' holds a non-finite value"), std::string::npos) << m;
+      EXPECT_NE(m.find("at element 0"), std::string::npos) << m;
+    }
+  }
+  std::vector<float> ok = {0.5f, -1.0f, 2.0f};
+  const std::string path = (dir_ / "ok.safetensors").string();
+  export_safetensors(path, l, ok, {});
+  EXPECT_EQ(import_safetensors(path, l), ok);
+}
+
 TEST_F(Safetensors, GoldenBytes) {
   const ParamLayout l = tiny_layout();
   const std::string path = (dir_ / "g.safetensors").string();
