@@ -67,6 +67,7 @@
 #include "actors/transport/caf_types.hpp"
 #include "actors/device/device.hpp"
 #include "actors/plan.hpp"
+#include "actors/supervision/fault_injector.hpp"
 #include "actors/supervision/interposer.hpp"
 #include "actors/runtime.hpp"
 #include "actors/schedule/schedule.hpp"
@@ -110,6 +111,9 @@ struct Shared {
   std::function<void(const RestartEvent&)> on_restart;    // runtime.cpp records, then the user's
   // The test seam on step messages (actors/supervision/interposer.hpp); null in production.
   std::shared_ptr<Interposer> interposer;
+  // Faults on messages in flight ([[faults]] drop/duplicate/delay/pause), part
+  // of the interposer chain; null when the run has none.
+  std::shared_ptr<FaultInjector> injector;
 };
 
 // An invalid handle (sends to it are no-ops) once the runtime is torn down.

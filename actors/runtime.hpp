@@ -59,6 +59,11 @@ struct RuntimeOptions {
   std::vector<FaultSpec> faults;    // failure injection ([[faults]])
   int max_restarts = 3;
   int restart_window = 10;          // steps
+  // A step that has not finished this many seconds after it started (a lost
+  // message, a frozen actor) is discarded and replayed; more than
+  // max_restarts replays of one step fail the run naming what it waited for.
+  // 0: max(3 s, 4 x the slowest step so far), 30 s for the first step.
+  double step_deadline = 0.0;
   std::function<void(const RestartEvent&)> on_restart;  // called on the coordinator's thread
   // Test switches, applied through the one test seam on step messages
   // (actors/supervision/interposer.hpp), never inside an actor:

@@ -222,7 +222,8 @@ class Parser {
       error(kp, "faults must be an array of tables: write each entry as [[faults]] with at_step, target and kind");
       return;
     }
-    static const std::vector<std::string> keys = {"at_step", "target", "kind", "at_message"};
+    static const std::vector<std::string> keys = {"at_step", "target", "kind", "at_message", "count", "delay_ms",
+                                                  "duration_ms"};
     for (const toml::node& entry_node : *arr) {
       const toml::table& entry = *entry_node.as_table();
       const Pos ep = pos_of(entry.source(), kp.file);
@@ -233,7 +234,7 @@ class Parser {
         const std::string key(k.str());
         const Pos p = pos_of(k.source(), kp.file);
         fault_pos_[{index, key}] = p;
-        if (key == "at_step" || key == "at_message") {
+        if (key == "at_step" || key == "at_message" || key == "count") {
           auto i = v.as_integer();
           if (!i) {
             error(p, "[[faults]] " + key + ": expected an integer, got " + node_type_name(v) + " " + node_text(v));
@@ -241,8 +242,23 @@ class Parser {
             continue;
           }
           if (key == "at_step") f.at_step = i->get(), has_step = true;
+          else if (key == "count" && (i->get() < 1 || i->get() > 1000000000))
+            error(p, "[[faults]] count = " + node_text(v) + " is out of range (allowed 1 .. 1e9)"), ok = false;
+          else if (key == "count") f.count = i->get();
           else if (i->get() < 0) error(p, "[[faults]] at_message = " + node_text(v) + " must be >= 0 (0: a seeded point)"), ok = false;
           else f.at_message = i->get();
+        } else if (key == "delay_ms" || key == "duration_ms") {
+          double x = 0;
+          if (auto fl = v.as_floating_point()) x = fl->get();
+          else if (auto in = v.as_integer()) x = static_cast<double>(in->get());
+          else {
+            error(p, "[[faults]] " + key + ": expected a number, got " + node_type_name(v) + " " + node_text(v));
+            ok = false;
+            continue;
+          }
+          if (!std::isfinite(x) || x <= 0 || x > 3.6e6)
+            error(p, "[[faults]] " + key + " = " + node_text(v) + " is out of range (allowed > 0 .. 3600000 ms)"), ok = false;
+          else (key == "delay_ms" ? f.delay_ms : f.duration_ms) = x;
         } else if (key == "target" || key == "kind") {
           auto str = v.as_string();
           if (!str) {
@@ -252,8 +268,13 @@ class Parser {
           }
           if (key == "kind") {
             const std::string kind = str->get();
-            if (kind == runtime::fault_kind_name(runtime::FaultKind::kill)) f.kind = runtime::FaultKind::kill;
-            else error(p, "[[faults]] kind = \"" + kind + "\" is not one of \"kill\""), ok = false;
+            bool known = false;
+            std::vector<std::string> names;
+            for (runtime::FaultKind k : runtime::kFaultKinds) {
+              names.push_back(std::string("\"") + runtime::fault_kind_name(k) + "\"");
+              if (kind == runtime::fault_kind_name(k)) f.kind = k, known = true;
+            }
+            if (!known) error(p, "[[faults]] kind = \"" + kind + "\" is not one of " + join(names)), ok = false;
           } else {
             f.target = str->get(), has_target = true;
             if (!runtime::parse_fault_target(f.target))
@@ -470,6 +491,10 @@ void check_faults(const Spec& s, Parser& p) {
                                    "spec runs in the single-process trainer (use e.g. [topology] schedule = \"1f1b\")");
       continue;
     }
+    if (f.kind == runtime::FaultKind::delay && f.delay_ms <= 0)
+      p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"delay\" needs delay_ms (how late each message arrives, ms)");
+    if (f.kind == runtime::FaultKind::pause && f.duration_ms <= 0)
+      p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"pause\" needs duration_ms (how long the actor receives nothing)");
     if (s.topology.processes > 1)
       p.error(p.fault_where(i, ""), "[[faults]] runs in one process only for now: the supervisor restarts actors on its "
                                    "own devices ([topology] processes = " + v(s.topology.processes) + ")");

@@ -43,6 +43,7 @@ struct RunConfig {
   int64_t eval_batches = 4;       // validation batches per evaluation
   int64_t max_restarts = 3;       // supervisor: restarts allowed within restart_window steps
   int64_t restart_window = 10;    // supervisor: window of the restart intensity, in steps
+  double step_deadline = 0.0;     // seconds before an unfinished step is replayed; 0 = adaptive
 };
 
 struct TopologyConfig {
@@ -79,14 +80,9 @@ struct LogConfig {
   std::string trace;               // Chrome trace file (actor runtime only)
 };
 
-// One [[faults]] entry: kill an actor at a seeded point inside a step
-// (actor runtime only; see actors/supervision/faults.hpp).
-struct FaultConfig {
-  int64_t at_step = 0;     // 1-based step, 1..[run] steps
-  std::string target;      // "stage:K", "stage:K/replica:R", "optimizer:K" or "expert:L/S[/replica:R]"
-  runtime::FaultKind kind = runtime::FaultKind::kill;
-  int64_t at_message = 0;  // 0: seeded point; k: on the target's k-th message of the step
-};
+// One [[faults]] entry: a fault injected into one actor in one step
+// (actor runtime only; kinds and keys in actors/supervision/faults.hpp).
+using FaultConfig = runtime::FaultSpec;  // one type: the runtime's (actors/supervision/faults.hpp)
 
 // [rl] as written in the spec: enum-like values as strings, presets not yet
 // applied. The parser converts it once into rl::RlConfig (Spec::rl), which is

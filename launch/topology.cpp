@@ -52,7 +52,8 @@ runtime::RuntimeOptions runtime_options(const Spec& spec) {
   r.trace = spec.log.trace;
   r.max_restarts = static_cast<int>(spec.run.max_restarts);
   r.restart_window = static_cast<int>(spec.run.restart_window);
-  for (const FaultConfig& f : spec.faults) r.faults.push_back({f.at_step, f.target, f.kind, f.at_message});
+  r.step_deadline = spec.run.step_deadline;
+  r.faults = spec.faults;
   r.processes = static_cast<int>(spec.topology.processes);
   r.interface = spec.topology.interface;
   r.peer_timeout = spec.topology.peer_timeout;

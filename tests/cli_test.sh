@@ -325,6 +325,23 @@ for f in params.f32.zst adam_m.f32.zst adam_v.f32.zst; do
   [ -s "$work/xpipe/checkpoint/$f" ] || fail "no $f in the expert-parallel run's checkpoint"
   cmp -s "$work/xpipe/checkpoint/$f" "$work/xfaults/checkpoint/$f" || fail "$f after an expert-shard kill differs from the run without faults"
 done
+# Faults on messages in flight, from the spec: messages to expert:1/1 dropped
+# in step 2 (the step's deadline replays it), to stage:1 duplicated in step 3
+# and to optimizer:0 paused in step 3: the checkpoint equals the fault-free run's.
+cp "$src/launch/specs/default.toml" "$work/mfaults.toml"
+printf '\n[[faults]]\nat_step = 2\ntarget = "expert:1/1"\nkind = "drop"\ncount = 2\n' >> "$work/mfaults.toml"
+printf '\n[[faults]]\nat_step = 3\ntarget = "stage:1"\nkind = "duplicate"\ncount = 3\n' >> "$work/mfaults.toml"
+printf '\n[[faults]]\nat_step = 3\ntarget = "optimizer:0"\nkind = "pause"\nduration_ms = 200\n' >> "$work/mfaults.toml"
+expect_exit 0 "$troupe" run "$work/mfaults.toml" "${untied[@]}" "${xargs_[@]}" --set run.out_dir="$work/mfaults" \
+  --set run.step_deadline=1.0
+expect_output "step 2 missed its deadline (no progress within 1 s; waiting for"
+expect_output "step 4/4"
+for f in params.f32.zst adam_m.f32.zst adam_v.f32.zst; do
+  cmp -s "$work/xpipe/checkpoint/$f" "$work/mfaults/checkpoint/$f" || fail "$f after message faults differs from the run without faults"
+done
+printf '\n[[faults]]\nat_step = 1\ntarget = "stage:0"\nkind = "delay"\n' >> "$work/mfaults.toml"
+expect_exit 3 "$troupe" validate "$work/mfaults.toml" "${untied[@]}" "${xargs_[@]}"
+expect_output "[[faults]] kind = \"delay\" needs delay_ms"
 # Resume on the runtime: the expert-parallel run above, stopped after 2 steps
 # and continued to 4 by a new process from its checkpoint, saves the same
 # parameters (exported safetensors) and AdamW moments bit for bit, and logs

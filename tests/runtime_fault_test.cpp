@@ -66,6 +66,70 @@ void expect_bitwise_equal(const Outcome& ref, const Outcome& got, const std::str
   }
 }
 
+// Faults on messages in flight (drop, duplicate, delay, pause), at a rank,
+// an optimizer shard and an expert shard, in 1F1B and DualPipe: the run ends
+// bitwise equal to the fault-free run. A drop stalls the step until its
+// deadline, which replays it (reported as a deadline event); the others need
+// no replay as long as they end within the deadline.
+TEST(RuntimeFaults, MessageFaultsEndBitwiseEqual) {
+  using runtime::FaultKind;
+  for (const std::string schedule : {"1f1b", "dualpipe"}) {
+    runtime::RuntimeOptions base = options(schedule, 5);
+    base.expert_shards = 2;
+    base.step_deadline = 1.0;
+    const Outcome ref = run(base);
+    for (const FaultKind kind : {FaultKind::drop, FaultKind::duplicate, FaultKind::delay, FaultKind::pause}) {
+      for (const std::string target : {"stage:1", "optimizer:0", "expert:1/1"}) {
+        runtime::RuntimeOptions o = base;
+        runtime::FaultSpec f;
+        f.at_step = 2;
+        f.target = target;
+        f.kind = kind;
+        f.count = 2;
+        f.delay_ms = 40;
+        f.duration_ms = 150;
+        o.faults = {f};
+        const std::string what = schedule + " " + runtime::fault_kind_name(kind) + " " + target;
+        const Outcome got = run(o);
+        expect_bitwise_equal(ref, got, what);
+        size_t deadlines = 0;
+        for (const auto& ev : got.restarts) {
+          deadlines += ev.deadline;
+          EXPECT_TRUE(ev.deadline) << what << ": no actor died, yet " << ev.str();
+          if (ev.deadline) EXPECT_EQ(ev.step, 2) << what << ": " << ev.str();
+        }
+        if (kind == FaultKind::drop) EXPECT_GE(deadlines, 1u) << what << ": a lost message must end in a replay";
+        else EXPECT_EQ(deadlines, 0u) << what << ": nothing was lost";
+      }
+    }
+  }
+}
+
+// A step that never finishes (every message to a rank lost, more replays than
+// max_restarts allows) fails the run with a message naming what it waited for.
+TEST(RuntimeFaults, EndlessStallFailsNamingTheWaitedFor) {
+  runtime::RuntimeOptions o = options("1f1b", 5);
+  o.step_deadline = 0.3;
+  o.max_restarts = 0;
+  runtime::FaultSpec f;
+  f.at_step = 1;
+  f.target = "stage:1";
+  f.kind = runtime::FaultKind::drop;
+  f.count = 1000000;
+  o.faults = {f};
+  runtime::Runtime rt(o);
+  try {
+    rt.step();
+    ADD_FAILURE() << "a step whose messages to stage:1 are all lost succeeded";
+  } catch (const std::runtime_error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("step 1 made no progress within 0.3 s in 1 attempt(s)"), std::string::npos) << m;
+    const size_t w = m.find("waiting for ");
+    ASSERT_NE(w, std::string::npos) << m;
+    EXPECT_NE(m.find("stage:1", w), std::string::npos) << m;
+  }
+}
+
 // Seeded kill points: for each schedule and seed, kill each rank and each
 // shard (separately) inside step 2. Which phase each kill hit is printed; the
 // pinned-phase test below makes sure the earliest and latest points are run.

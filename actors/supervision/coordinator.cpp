@@ -9,12 +9,16 @@
 // one goes down it is respawned, and a running step is discarded and run
 // again from its start (attempt + 1) with the same data. It arms the
 // [[faults]] kills at the start of their step.
+#include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <set>
 #include <tuple>
 
 #include "actors/context.hpp"
+#include "actors/experts/expert_shard.hpp"
 #include "actors/supervision/supervisor.hpp"
 #include "model/data.hpp"
 
@@ -44,6 +48,9 @@ struct CoordState {
   std::vector<bool> fault_armed;                 // [fault] armed once
   std::map<std::string, std::string> last_phase;  // actor -> phase it died in
   std::map<caf::actor_addr, caf::response_promise> kill_waiters;  // Runtime::kill callers
+  std::chrono::steady_clock::time_point started;  // of the running attempt
+  double slowest = 0.0;          // seconds of the slowest finished step
+  uint32_t deadline_replays = 0;  // of the running step
 };
 
 using Self = caf::stateful_actor<CoordState>;
@@ -77,6 +84,8 @@ void maybe_finish(Self* self) {
   s.last_loads.clear();
   for (const auto& [stage, v] : s.loads) s.last_loads.insert(s.last_loads.end(), v.begin(), v.end());
   const double lr = model::learning_rate(sh.opt.train.optim, static_cast<int64_t>(s.step), sh.opt.train.steps);
+  s.slowest = std::max(s.slowest, std::chrono::duration<double>(std::chrono::steady_clock::now() - s.started).count());
+  s.deadline_replays = 0;
   s.running = false;
   s.sup->commit();
   ++s.step;
@@ -116,6 +125,10 @@ void arm_faults(Self* self) {
     const ActorPlan* target = t ? sh.plan.target(*t) : nullptr;
     if (!target) continue;  // validate() rejected it already
     s.fault_armed[i] = true;
+    if (f.kind != FaultKind::kill) {  // acts on messages in flight, at the seam
+      if (sh.injector) sh.injector->arm(target_actor(sh, *t), f);
+      continue;
+    }
     const uint32_t n = target->messages_per_step;
     const uint32_t k = f.at_message > 0 ? static_cast<uint32_t>(std::min<int64_t>(f.at_message, n))
                                         : kill_point(sh.opt.train.seed, s.step, fault_key(f.target), n);
@@ -142,6 +155,13 @@ void start_step(Self* self) {
   s.sup->clear_staged();
   s.running = true;
   if (s.attempt == 0) arm_faults(self);
+  // The step's deadline (a lost message or a frozen actor never ends it).
+  s.started = std::chrono::steady_clock::now();
+  const double limit = sh.opt.step_deadline > 0 ? sh.opt.step_deadline
+                       : s.slowest > 0          ? std::max(3.0, 4.0 * s.slowest)
+                                                : 30.0;
+  self->delayed_send(self, std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::duration<double>(limit)),
+                     rt::deadline_atom_v, s.step, s.attempt, limit);
   const int64_t n = Bm * S;
   for (int r = 0; r < sh.opt.data_parallel; ++r) {
     for (int j = 0; j < sh.plan.chunks; ++j) {
@@ -231,6 +251,50 @@ void on_child_down(Self* self, const caf::down_msg& m) {
   } catch (const std::exception&) {
     // A reporting problem (e.g. a full disk for the log) must not take the
     // supervisor down with it.
+  }
+}
+
+// The running attempt missed its deadline: no actor died, but a message was
+// lost or an actor is frozen. Discard the attempt and replay the step from
+// its snapshot (messages of the old attempt are dropped wherever they
+// arrive); more than max_restarts replays of one step fail the run.
+void on_deadline(Self* self, uint64_t step, uint32_t attempt, double limit) {
+  auto& s = self->state;
+  const auto& sh = *s.sh;
+  if (!s.running || step != s.step || attempt != s.attempt || !s.error.empty()) return;  // it finished
+  std::string waiting;  // the actors that have not reported the step done
+  for (int r = 0; r < sh.opt.data_parallel; ++r) {
+    for (int k = 0; k < sh.plan.sl.num_ranks; ++k)
+      if (!s.finished.count(std::make_pair(static_cast<uint32_t>(r), static_cast<uint32_t>(k))))
+        waiting += (waiting.empty() ? "" : ", ") + sh.plan.rank(r, k).name;
+    for (int x = 0; x < sh.plan.num_producers(); ++x)
+      if (!s.finished.count(std::make_pair(static_cast<uint32_t>(r), kExpertProducerBase + static_cast<uint32_t>(x))))
+        waiting += (waiting.empty() ? "" : ", ") + sh.plan.expert(r, x).name;
+  }
+  if (waiting.empty()) waiting = "the optimizer shards";
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%.3g s", limit);
+  const int64_t step1 = static_cast<int64_t>(s.step) + 1;
+  if (static_cast<int>(++s.deadline_replays) > sh.opt.max_restarts) {
+    s.error = "step " + std::to_string(step1) + " made no progress within " + secs + " in " +
+              std::to_string(s.deadline_replays) + " attempt(s); waiting for " + waiting;
+    s.running = false;
+    s.reply.deliver(caf::make_error(caf::sec::runtime_error, s.error));
+    return;
+  }
+  ++s.attempt;
+  s.sup->restore_all(self, s.step, s.attempt);
+  start_step(self);
+  RestartEvent ev;
+  ev.step = step1;
+  ev.attempt = static_cast<int>(s.attempt) + 1;
+  ev.actor = waiting;
+  ev.cause = std::string("no progress within ") + secs;
+  ev.replayed = true;
+  ev.deadline = true;
+  try {
+    if (sh.on_restart) sh.on_restart(ev);
+  } catch (const std::exception&) {
   }
 }
 
@@ -339,6 +403,7 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
         self->send_exit(a, caf::exit_reason::kill);
         return rp;
       },
+      [self](rt::deadline_atom, uint64_t step, uint32_t attempt, double limit) { on_deadline(self, step, attempt, limit); },
       [self](rt::dropped_atom) { return self->state.dropped; },
       [self](rt::name_atom) { return self->state.sh->plan.coordinator().name; },
   };

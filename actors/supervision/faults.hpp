@@ -76,16 +76,40 @@ inline std::optional<FaultTarget> parse_fault_target(const std::string& text) {
   return t;
 }
 
-// What a [[faults]] entry does to its target ("kill"; more kinds follow).
-enum class FaultKind : uint8_t { kill };
-inline const char* fault_kind_name(FaultKind) { return "kill"; }
+// What a [[faults]] entry does to its target:
+//   kill       the actor exits (exit_reason::kill) at a seeded point; it is
+//              restarted and the step replayed;
+//   drop       the next `count` step messages sent to it are lost; the step's
+//              deadline catches the stall and the step is replayed;
+//   duplicate  the next `count` messages to it arrive twice (it drops the copies);
+//   delay      the next `count` messages to it arrive delay_ms late (in order);
+//   pause      it receives nothing for duration_ms (a frozen actor; what it
+//              was sent arrives afterwards, in order).
+// Drop, duplicate, delay and pause act on messages in flight, through the
+// one seam on step messages (actors/supervision/interposer.hpp).
+enum class FaultKind : uint8_t { kill, drop, duplicate, delay, pause };
+inline const char* fault_kind_name(FaultKind k) {
+  switch (k) {
+    case FaultKind::kill: return "kill";
+    case FaultKind::drop: return "drop";
+    case FaultKind::duplicate: return "duplicate";
+    case FaultKind::delay: return "delay";
+    case FaultKind::pause: return "pause";
+  }
+  return "?";
+}
+inline constexpr FaultKind kFaultKinds[] = {FaultKind::kill, FaultKind::drop, FaultKind::duplicate, FaultKind::delay,
+                                           FaultKind::pause};
 
 // One [[faults]] entry.
 struct FaultSpec {
   int64_t at_step = 1;      // 1-based step (1..steps) whose first attempt is hit
   std::string target;       // "stage:K", "stage:K/replica:R", "optimizer:K", "expert:L/S[/replica:R]"
   FaultKind kind = FaultKind::kill;
-  int64_t at_message = 0;   // 0: seeded point; k > 0: die on the k-th message (tests pin phases)
+  int64_t at_message = 0;   // kill: 0 = seeded point; k > 0: die on the k-th message (tests pin phases)
+  int64_t count = 1;        // drop, duplicate, delay: how many messages
+  double delay_ms = 0.0;    // delay: how late each arrives
+  double duration_ms = 0.0; // pause: how long the actor receives nothing
 };
 
 // The spelling of a target its seeded kill point is drawn from: the alias
@@ -114,7 +138,11 @@ struct RestartEvent {
   std::string cause;    // "killed", or the exit reason
   std::string phase;    // where in the step a killed actor was (when it said so)
   bool replayed = false;  // the running step was discarded and is run again
+  bool deadline = false;  // no actor died: the step missed its deadline (actor: what it waited for)
   std::string str() const {
+    if (deadline)
+      return "step " + std::to_string(step) + " missed its deadline (" + cause + "; waiting for " + actor +
+             "): step replayed, attempt " + std::to_string(attempt);
     std::string s = "restarted " + actor + " (" + cause + (phase.empty() ? "" : ", " + phase) + ") in step " +
                     std::to_string(step) + ", attempt " + std::to_string(attempt);
     return s + (replayed ? ": step replayed" : ": between steps, state restored");

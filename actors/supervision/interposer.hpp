@@ -60,12 +60,15 @@ class StaleReplay final : public Interposer {
   std::vector<std::pair<caf::actor, caf::message>> kept_;
 };
 
-// The interposers the options' test switches ask for; `chain` is null when
-// none, `stale` the StaleReplay in it (null without replay_stale).
+// The interposers the options ask for (test switches, and [[faults]] kinds
+// that act on messages); `chain` is null when none, `stale` / `injector` the
+// StaleReplay / FaultInjector in it (null when not asked for).
 // `first_moe_layer`: the layer of expert producer 0.
+class FaultInjector;  // fault_injector.hpp
 struct Interposers {
   std::shared_ptr<Interposer> chain;
   std::shared_ptr<StaleReplay> stale;
+  std::shared_ptr<FaultInjector> injector;  // [[faults]] on messages in flight; null without any
 };
 Interposers make_interposer(const RuntimeOptions& o, int first_moe_layer);
 

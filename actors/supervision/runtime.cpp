@@ -65,6 +65,7 @@ void validate(const RuntimeOptions& o) {
           "processes = " + std::to_string(o.processes) + " needs a launcher with as many processes (mpirun -np " +
               std::to_string(o.processes) + ")");
   require(o.peer_timeout > 0.0, "peer_timeout must be positive");
+  require(o.step_deadline >= 0.0, "step_deadline must be >= 0 (0: adaptive)");
   make_placement(o.devices, o.processes, o.stages, o.data_parallel, o.optimizer_shards, o.device_process);  // throws
   // A fault target exists when the plan has the actor (the one naming
   // scheme); the message says which count leaves it out.
@@ -76,6 +77,9 @@ void validate(const RuntimeOptions& o) {
     require(f.at_step >= 1 && f.at_step <= t.steps, "fault at_step " + std::to_string(f.at_step) +
                                                        " is outside the run's steps 1.." + std::to_string(t.steps));
     require(f.at_message >= 0, "fault at_message must be >= 0");
+    require(f.count >= 1, "fault count must be >= 1");
+    require(f.kind != FaultKind::delay || f.delay_ms > 0, "fault kind delay needs delay_ms > 0");
+    require(f.kind != FaultKind::pause || f.duration_ms > 0, "fault kind pause needs duration_ms > 0");
     if (plan.target(*target)) continue;
     const std::string gone = "fault target " + f.target + " does not exist: ";
     if (target->role == Role::Expert) {
@@ -127,6 +131,7 @@ struct Runtime::Impl {
     // Test switches (duplicate_sends, corrupt_combine, replay_stale) act through the seam only.
     Interposers seam = make_interposer(o, s.plan.moe_layers.empty() ? -1 : s.plan.moe_layers.front());
     s.interposer = std::move(seam.chain);
+    s.injector = std::move(seam.injector);
     stale = std::move(seam.stale);
     if (!t.resume_from.empty()) resume(s);
     else s.init = model::init_params(s.layout, t.model, t.seed);

@@ -55,6 +55,7 @@ CAF_BEGIN_TYPE_ID_BLOCK(troupe, caf::first_custom_type_id)
 
   // The name an actor goes by (actors/plan.hpp), for checks against the plan.
   CAF_ADD_ATOM(troupe, troupe::rt, name_atom, "rt_name")
+  CAF_ADD_ATOM(troupe, troupe::rt, deadline_atom, "rt_dline")
 
 CAF_END_TYPE_ID_BLOCK(troupe)
 

@@ -1,0 +1,67 @@
+// Faults on messages in flight ([[faults]] kinds drop, duplicate, delay and
+// pause): an interposer on the one seam of step messages
+// (interposer.hpp). The coordinator arms an entry at the start of the
+// fault's step (first attempt only, so the replayed step runs clean); from
+// then on, messages sent to the target actor are dropped, doubled or held
+// back as the entry says. Held messages are released by the injector's own
+// thread at their release time, in the order they were sent to each target
+// (a later message to a target never overtakes a held one). Include only
+// from actors/ and tests (CAF).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "actors/supervision/faults.hpp"
+#include "actors/supervision/interposer.hpp"
+
+namespace troupe::runtime {
+
+class FaultInjector final : public Interposer {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  explicit FaultInjector(std::shared_ptr<Interposer> next = nullptr);
+  ~FaultInjector() override;  // stops the release thread; what is still held is dropped
+
+  // From now on, fault `f` (not kill) acts on messages to `target`.
+  void arm(const caf::actor& target, const FaultSpec& f);
+  void send(const caf::actor& to, caf::message msg) override;
+  // Messages dropped, doubled and held so far (tests, reports).
+  struct Counts {
+    uint64_t dropped = 0, duplicated = 0, held = 0;
+  };
+  Counts counts() const;
+
+ private:
+  struct Armed {
+    caf::actor target;
+    FaultKind kind;
+    int64_t remaining;       // drop, duplicate, delay: messages still to hit
+    Clock::duration delay;   // delay
+    Clock::time_point until; // pause: held until then
+  };
+  void forward(const caf::actor& to, caf::message msg);
+  void release_loop();
+
+  std::shared_ptr<Interposer> next_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Armed> armed_;
+  // Held messages by (release time, sequence): per target, release times never
+  // decrease, so this order keeps each target's messages in sending order.
+  std::map<std::pair<Clock::time_point, uint64_t>, std::pair<caf::actor, caf::message>> held_;
+  std::map<caf::actor_addr, Clock::time_point> last_release_;  // per target: the latest release queued
+  uint64_t seq_ = 0;
+  Counts counts_;
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+}  // namespace troupe::runtime
