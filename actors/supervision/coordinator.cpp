@@ -160,8 +160,12 @@ void start_step(Self* self) {
   const double limit = sh.opt.step_deadline > 0 ? sh.opt.step_deadline
                        : s.slowest > 0          ? std::max(3.0, 4.0 * s.slowest)
                                                 : 30.0;
-  self->delayed_send(self, std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::duration<double>(limit)),
-                     rt::deadline_atom_v, s.step, s.attempt, limit);
+  // Across processes a lost or hung peer is the cluster's to report
+  // (peer_timeout); replays there are not built yet, so only an explicit
+  // step_deadline arms one.
+  if (sh.opt.processes == 1 || sh.opt.step_deadline > 0)
+    self->delayed_send(self, std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::duration<double>(limit)),
+                       rt::deadline_atom_v, s.step, s.attempt, limit);
   const int64_t n = Bm * S;
   for (int r = 0; r < sh.opt.data_parallel; ++r) {
     for (int j = 0; j < sh.plan.chunks; ++j) {
