@@ -240,6 +240,10 @@ inline caf::actor target_actor(const Shared& sh, const FaultTarget& t) {
     case Role::Rank: return rank_of(sh, t.replica, t.index);
     case Role::Optimizer: return shard_of(sh, static_cast<size_t>(t.index));
     case Role::Expert: return expert_of(sh, t.replica, sh.plan.expert_producer(t.index, t.shard));
+    case Role::Coordinator: {
+      std::lock_guard<std::mutex> lock(sh.peers_mu);
+      return sh.peers.coordinator;
+    }
   }
   return {};
 }

@@ -75,10 +75,15 @@ std::vector<Bytes> seeds() {
   return out;
 }
 
-// Fixed by default; TROUPE_FUZZ_SEED=<n> explores other inputs.
+// Fixed by default; TROUPE_FUZZ_SEED=<n> explores other inputs and
+// TROUPE_FUZZ_ITERATIONS=<n> runs longer (bench/fuzz_long.sh: 1,000,000 per seed).
 uint64_t fuzz_seed(uint64_t fallback) {
   const char* s = std::getenv("TROUPE_FUZZ_SEED");
   return s ? std::strtoull(s, nullptr, 10) : fallback;
+}
+int fuzz_iterations(int fallback) {
+  const char* s = std::getenv("TROUPE_FUZZ_ITERATIONS");
+  return s ? static_cast<int>(std::strtol(s, nullptr, 10)) : fallback;
 }
 
 TEST(EnvelopeFuzz, RandomAndMutatedBuffersNeverCrash) {
@@ -86,7 +91,7 @@ TEST(EnvelopeFuzz, RandomAndMutatedBuffersNeverCrash) {
   const auto base = seeds();
   Tally t;
   auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };
-  const int kIterations = 40000;
+  const int kIterations = fuzz_iterations(40000);
   for (int it = 0; it < kIterations; ++it) {
     Bytes f;
     const int mode = static_cast<int>(rng() % 8);
@@ -167,7 +172,8 @@ TEST(EnvelopeFuzz, CafDeserializerSurvivesMutations) {
   std::mt19937_64 rng(fuzz_seed(77));
   const auto base = seeds();
   size_t stream_errors = 0, invalid = 0, valid = 0;
-  for (int it = 0; it < 1500; ++it) {
+  const int iterations = fuzz_iterations(40000) * 3 / 80;  // 1,500 by default
+  for (int it = 0; it < iterations; ++it) {
     auto bytes = testing::caf_serialize(
         testing::make_sample(testing::all_kinds()[it % testing::all_kinds().size()], {uint64_t(it), 2, 3}));
     const int flips = 1 + static_cast<int>(rng() % 6);
@@ -188,6 +194,8 @@ TEST(EnvelopeFuzz, CafDeserializerSurvivesMutations) {
   }
   EXPECT_GT(invalid, 0u);
   EXPECT_GT(stream_errors + valid, 0u);
+  std::printf("fuzz: %zu decoded, %zu rejected (CAF deserializer: %zu stream errors, %zu invalid)\n", valid,
+              stream_errors + invalid, stream_errors, invalid);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <cstdlib>
 #include <random>
 
 #include "actors/transport/moe_messages.hpp"
@@ -212,10 +213,14 @@ TEST(MoeMessages, CombineEchoChecked) {
 // rejection or a dispatch that satisfies every invariant the shard relies on.
 TEST(MoeMessages, FuzzedDispatchesNeverCrash) {
   const std::vector<uint8_t> frame = Rows().build().encode();
-  std::mt19937_64 rng(2024);
+  // TROUPE_FUZZ_SEED / TROUPE_FUZZ_ITERATIONS explore further (bench/fuzz_long.sh).
+  const char* seed_env = std::getenv("TROUPE_FUZZ_SEED");
+  const char* iter_env = std::getenv("TROUPE_FUZZ_ITERATIONS");
+  std::mt19937_64 rng(seed_env ? std::strtoull(seed_env, nullptr, 10) : 2024);
+  const int iterations = iter_env ? static_cast<int>(std::strtol(iter_env, nullptr, 10)) : 20000;
   const ShardView v = view();
   size_t accepted = 0, rejected_n = 0;
-  for (int it = 0; it < 20000; ++it) {
+  for (int it = 0; it < iterations; ++it) {
     std::vector<uint8_t> f = frame;
     const int flips = 1 + static_cast<int>(rng() % 4);
     for (int j = 0; j < flips; ++j) {
