@@ -1,7 +1,6 @@
 // The one training loop (see training_loop.hpp).
 #include "model/training_loop.hpp"
 
-#include <cmath>
 #include <limits>
 #include <stdexcept>
 #include <string>
