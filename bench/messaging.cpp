@@ -7,7 +7,13 @@
 //    1 to rank 0 and acknowledged, through CAF (Envelope over the middleman;
 //    random bytes, and compressible floats that take the zstd path) next to
 //    MPI_Send/MPI_Recv of the same bytes with the same 8-byte ack, and the
-//    random bytes again on the shared-memory bulk path (actors/transport/envelope_shm.hpp).
+//    random bytes again on the shared-memory bulk path (actors/transport/envelope_shm.hpp),
+//    and the TCP round trip again from an event-based actor (as stages and
+//    expert shards talk) rather than a scoped_actor's blocking receive.
+// Both ranks use the runtime's CAF settings (work-sharing scheduler,
+// actors/transport/caf_scheduler.hpp; middleman, actors/transport/caf_middleman.hpp;
+// TCP_NODELAY, actors/transport/tcp_nodelay.hpp); their environment
+// overrides give CAF's defaults back for before/after runs.
 // Prints a table; --json PATH writes the figures.
 #include <mpi.h>
 
@@ -16,6 +22,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -30,6 +37,9 @@
 
 #include "actors/transport/caf_types.hpp"
 #include "actors/transport/envelope_shm.hpp"
+#include "actors/transport/tcp_nodelay.hpp"
+#include "actors/transport/caf_middleman.hpp"
+#include "actors/transport/caf_scheduler.hpp"
 #include "launch/mpi_bootstrap.hpp"
 
 using namespace troupe;
@@ -46,6 +56,10 @@ struct Config : caf::actor_system_config {
     set("logger.console", caf::atom("none"));
     set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(500)});
     set("middleman.connection-timeout", caf::timespan{std::chrono::seconds(30)});
+    // The runtime's scheduler and middleman settings (TROUPE_CAF_SCHEDULER=stealing,
+    // TROUPE_CAF_MM_WORKERS=1 and TROUPE_TCP_NODELAY=0 give CAF's defaults back).
+    runtime::configure_scheduler(*this);
+    runtime::configure_middleman(*this);
   }
 };
 
@@ -198,6 +212,8 @@ struct Cross {
   double caf_raw_s = 0, caf_zstd_s = 0, caf_off_s = 0, mpi_s = 0;
   // Random bytes again, on the shared-memory bulk path (actors/transport/envelope_shm.hpp).
   double caf_shm_s = 0;
+  // Random bytes, TCP, from an event-based actor instead of a scoped_actor.
+  double caf_actor_s = 0;
 };
 
 int iterations_for(size_t bytes) {
@@ -231,6 +247,45 @@ double caf_transfer_s(caf::actor_system& sys, const caf::actor& peer, const Enve
   return ok ? s : -1;
 }
 
+// Rank 1: the same round trip from an event-based actor (as a stage talks to
+// an expert shard) instead of a scoped_actor's blocking receive: `iters`
+// request/ack pairs back to back; seconds per pair, -1 on a wrong ack.
+double caf_actor_rt_s(caf::actor_system& sys, const caf::actor& peer, const Envelope& env, int iters) {
+  auto pinger = sys.spawn([=](caf::event_based_actor* self) -> caf::behavior {
+    auto left = std::make_shared<int>(0);
+    auto ok = std::make_shared<bool>(true);
+    auto client = std::make_shared<caf::actor>();
+    auto next = std::make_shared<std::function<void()>>();
+    *next = [=] {
+      if (*left == 0) {
+        self->send(*client, *ok);
+        return;
+      }
+      --*left;
+      self->request(peer, std::chrono::seconds(120), env)
+          .then([=](uint64_t n, uint32_t) { *ok = *ok && n == env.flat_size(); (*next)(); },
+                [=](caf::error&) { *ok = false; *left = 0; (*next)(); });
+    };
+    return {[=](int n, const caf::actor& c) {
+      *left = n;
+      *client = c;
+      (*next)();
+    }};
+  });
+  caf::scoped_actor self{sys};
+  bool ok = false;
+  auto run = [&](int n) {
+    self->send(pinger, n, caf::actor_cast<caf::actor>(self));
+    self->receive([&](bool good) { ok = good; });
+  };
+  run(1);  // warm-up
+  auto t0 = Clock::now();
+  run(iters);
+  const double s = secs_since(t0) / iters;
+  self->send_exit(pinger, caf::exit_reason::user_shutdown);
+  return ok ? s : -1;
+}
+
 // Both ranks: rank 1 sends `bytes`, rank 0 acks with 8 bytes.
 double mpi_transfer_s(int rank, std::vector<char>& buf, int iters) {
   uint64_t ack = 0;
@@ -259,6 +314,7 @@ std::vector<Cross> run_cross(caf::actor_system& sys, caf::actor_system* no_zstd,
     recv = sys.spawn(receiver);
     auto e = mpi::publish_and_exchange(sys, recv);
     if (!e) return out;
+    set_tcp_nodelay_on_all_sockets();
     eps = *e;
   } else {
     auto e = mpi::exchange_endpoints(mpi::Endpoint{"", 0});
@@ -275,8 +331,9 @@ std::vector<Cross> run_cross(caf::actor_system& sys, caf::actor_system* no_zstd,
     }
     peer = *p;
     peer_off = *q;
+    set_tcp_nodelay_on_all_sockets();
   }
-  for (size_t bytes : {size_t{1} << 10, size_t{64} << 10, size_t{1} << 20, size_t{16} << 20, size_t{64} << 20}) {
+  for (size_t bytes : {size_t{1} << 10, size_t{16} << 10, size_t{64} << 10, size_t{1} << 20, size_t{16} << 20, size_t{64} << 20}) {
     Cross c;
     c.bytes = bytes;
     c.iters = iterations_for(bytes);
@@ -284,6 +341,7 @@ std::vector<Cross> run_cross(caf::actor_system& sys, caf::actor_system* no_zstd,
       const Envelope compressible = payload(bytes, true, bytes);
       const bool big = compressible.flat_size() > kCompressThreshold;
       c.caf_raw_s = caf_transfer_s(sys, peer, payload(bytes, false, bytes), c.iters, false);
+      c.caf_actor_s = caf_actor_rt_s(sys, peer, payload(bytes, false, bytes), c.iters);
       c.caf_zstd_s = caf_transfer_s(sys, peer, compressible, c.iters, big);
       c.caf_off_s = caf_transfer_s(*no_zstd, peer_off, compressible, c.iters, false);
       set_bulk_shm_threshold(1);  // every envelope of this rank's sends
@@ -336,9 +394,10 @@ int main(int argc, char** argv) {
       cross = run_cross(sys, no_zstd.get(), rank);
       // Rank 1 measured the CAF side: hand those figures to rank 0.
       for (auto& c : cross) {
-        double v[4] = {c.caf_raw_s, c.caf_zstd_s, c.caf_off_s, c.caf_shm_s};
-        if (rank == 1) MPI_Send(v, 4, MPI_DOUBLE, 0, 3, MPI_COMM_WORLD);
-        else MPI_Recv(v, 4, MPI_DOUBLE, 1, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        double v[5] = {c.caf_raw_s, c.caf_zstd_s, c.caf_off_s, c.caf_shm_s, c.caf_actor_s};
+        if (rank == 1) MPI_Send(v, 5, MPI_DOUBLE, 0, 3, MPI_COMM_WORLD);
+        else MPI_Recv(v, 5, MPI_DOUBLE, 1, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        c.caf_actor_s = v[4];
         c.caf_raw_s = v[0];
         c.caf_zstd_s = v[1];
         c.caf_off_s = v[2];
@@ -366,7 +425,10 @@ int main(int argc, char** argv) {
     }
     std::printf("(CAF random: incompressible bytes, sent raw after the zstd sample probe; CAF cmp: 4-bit floats,\n"
                 " zstd on (default) vs. off; zstd gain = time off / time on; negative GB/s would mean a failed ack)\n");
-    std::printf("(1 KiB round trip: CAF %.1f us, MPI %.2f us)\n", cross[0].caf_raw_s * 1e6, cross[0].mpi_s * 1e6);
+    std::printf("(1 KiB round trip: CAF %.1f us from a scoped_actor, %.1f us from an event-based actor, MPI %.2f us;\n"
+                " in-process request/response from a scoped_actor, same run: %.1f us)\n",
+                cross[0].caf_raw_s * 1e6, cross[0].caf_actor_s * 1e6, cross[0].mpi_s * 1e6,
+                inproc.size() > 2 ? inproc[2].envelope_us : -1.0);
     std::printf("\nShared-memory bulk path (random bytes; CAF carries a 64-byte record), same run\n");
     std::printf("%-8s %11s %11s %11s %9s %9s\n", "payload", "CAF TCP", "CAF shm", "MPI", "shm gain", "MPI/shm");
     for (const auto& c : cross) {
@@ -386,7 +448,7 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < cross.size(); ++i) {
       const auto& c = cross[i];
       j << "    {\"bytes\": " << c.bytes << ", \"iters\": " << c.iters << ", \"caf_raw_s\": " << c.caf_raw_s
-        << ", \"caf_zstd_s\": " << c.caf_zstd_s << ", \"caf_zstd_off_s\": " << c.caf_off_s << ", \"caf_shm_s\": " << c.caf_shm_s << ", \"mpi_s\": " << c.mpi_s << "}"
+        << ", \"caf_zstd_s\": " << c.caf_zstd_s << ", \"caf_zstd_off_s\": " << c.caf_off_s << ", \"caf_shm_s\": " << c.caf_shm_s << ", \"caf_actor_s\": " << c.caf_actor_s << ", \"mpi_s\": " << c.mpi_s << "}"
         << (i + 1 < cross.size() ? "," : "") << "\n";
     }
     j << "  ]\n}\n";

@@ -24,12 +24,16 @@
 // expert round trip when nothing overlaps it. Step time with and without
 // overlap needs the integrated runtime (stage actors at MoE layers) and is
 // not measured here.
+// Both ranks use the runtime's CAF settings (work-sharing scheduler, middleman
+// without BASP workers, TCP_NODELAY) and, across processes, its shared-memory
+// bulk path at its default threshold (64 KiB), as a one-host run would.
 // Run: bench_moe [--json PATH]   or   mpirun -np 2 bench_moe [--json PATH]
 #include <mpi.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <random>
@@ -46,6 +50,10 @@
 #include "actors/transport/caf_types.hpp"
 #include "actors/experts/expert_shard.hpp"
 #include "actors/transport/moe_messages.hpp"
+#include "actors/transport/caf_middleman.hpp"
+#include "actors/transport/caf_scheduler.hpp"
+#include "actors/transport/envelope_shm.hpp"
+#include "actors/transport/tcp_nodelay.hpp"
 #include "launch/mpi_bootstrap.hpp"
 #include "moe/dispatch.hpp"
 
@@ -64,7 +72,11 @@ struct Config : caf::actor_system_config {
     register_caf_types(*this);
     load<caf::io::middleman>();
     set("logger.console", caf::atom("none"));
-    set("scheduler.max-threads", 2);
+    // The runtime's scheduler and middleman settings (TROUPE_CAF_SCHEDULER=stealing
+    // TROUPE_CAF_THREADS=2, TROUPE_CAF_MM_WORKERS=1, TROUPE_TCP_NODELAY=0 and
+    // TROUPE_BULK_SHM_BYTES=0 give the settings of this bench before issue 17 back).
+    configure_scheduler(*this);
+    configure_middleman(*this);
     set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(500)});
     set("middleman.connection-timeout", caf::timespan{std::chrono::seconds(60)});
     // Hidden states do not compress: skip the zstd sample probe.
@@ -300,6 +312,7 @@ Row run_cross(caf::actor_system& sys, int rank, int64_t D) {
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   auto remote = mpi::connect(sys, (*eps)[static_cast<size_t>(1 - rank)]);
+  set_tcp_nodelay_on_all_sockets();
   if (!remote) {
     std::fprintf(stderr, "rank %d: connect: %s\n", rank, sys.render(remote.error()).c_str());
     MPI_Abort(MPI_COMM_WORLD, 1);
@@ -344,6 +357,7 @@ Row run_cross(caf::actor_system& sys, int rank, int64_t D) {
     auto mine = spawn_expert(sys, sh, dev, rank);
     auto eps2 = mpi::publish_and_exchange(sys, mine);
     auto other = eps2 ? mpi::connect(sys, (*eps2)[static_cast<size_t>(1 - rank)]) : caf::expected<caf::actor>(eps2.error());
+    set_tcp_nodelay_on_all_sockets();
     if (!other) {
       std::fprintf(stderr, "rank %d: experts: %s\n", rank, sys.render(other.error()).c_str());
       MPI_Abort(MPI_COMM_WORLD, 1);
@@ -439,11 +453,20 @@ int main(int argc, char** argv) {
     caf::actor_system sys{cfg};
     if (rank == 0)
       for (int64_t D : widths) inproc.push_back(run_in_process(sys, D));
+    // Both ranks on one host: the runtime's shared-memory bulk path and its
+    // default threshold ([topology] bulk_shm_bytes), unless overridden.
+    size_t bulk = 1 << 16;
+    if (const char* b = std::getenv("TROUPE_BULK_SHM_BYTES")) bulk = static_cast<size_t>(std::strtoull(b, nullptr, 10));
+    if (session.size() == 2) set_bulk_shm_threshold(bulk);
     if (session.size() == 2)
       for (int64_t D : widths) {
         quiet_barrier();
         cross.push_back(run_cross(sys, rank, D));
       }
+  }
+  if (session.size() == 2) {
+    set_bulk_shm_threshold(0);
+    bulk_shm_cleanup();
   }
   if (rank != 0) return 0;
   std::printf("bench_moe: T=%lld tokens x top-%lld over %lld experts in %lld shards\n",

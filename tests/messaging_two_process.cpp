@@ -5,7 +5,12 @@
 // 2 MiB, compressed and raw). Rank 0 checks every field and answers with a
 // new envelope built from a derived seed, which rank 1 checks in turn, so
 // data crosses both ways. A deliberately invalid envelope must come back as
-// the matching error. Exit code 0 only if both ranks saw no mismatch.
+// the matching error. Then rank 1 sends 400 envelopes one-way, small ones
+// (inline in CAF's stream) alternating with large ones (shared-memory bulk
+// records, or inline when all of the sender's slots are still in use), each numbered: rank 0 must see them all, in the order sent
+// (actor ordering per sender-receiver pair across both paths). Both ranks
+// use the runtime's transport settings (work-sharing scheduler, no BASP
+// worker hop, TCP_NODELAY). Exit code 0 only if both ranks saw no mismatch.
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -18,7 +23,11 @@
 #include <caf/scoped_actor.hpp>
 #include <caf/stateful_actor.hpp>
 
+#include "actors/transport/caf_middleman.hpp"
+#include "actors/transport/caf_scheduler.hpp"
 #include "actors/transport/caf_types.hpp"
+#include "actors/transport/envelope_shm.hpp"
+#include "actors/transport/tcp_nodelay.hpp"
 #include "launch/mpi_bootstrap.hpp"
 #include "tests/messaging_samples.hpp"
 
@@ -38,13 +47,22 @@ struct Config : caf::actor_system_config {
     // Off by default in CAF 0.17: without them a dead peer goes unnoticed.
     set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(200)});
     set("middleman.connection-timeout", caf::timespan{std::chrono::seconds(10)});
+    runtime::configure_scheduler(*this);
+    runtime::configure_middleman(*this);
   }
 };
 
 struct VerifierState {
   uint64_t checked = 0;
   uint64_t mismatches = 0;
+  uint64_t next_seq = 0, out_of_order = 0;  // the numbered one-way envelopes
 };
+
+constexpr uint64_t kOrdered = 400;
+// The numbered envelope `seq`: even ones small (inline), odd ones 128 KiB (bulk).
+SampleSpec ordered_spec(uint64_t seq) {
+  return seq % 2 == 0 ? SampleSpec{1000 + seq, 4, 8} : SampleSpec{1000 + seq, 128, 256};
+}
 
 // Rank 0's actor: checks an incoming envelope against the sample its spec
 // names and answers (mismatches, reply envelope, arrived-compressed flag).
@@ -63,6 +81,13 @@ caf::behavior verifier(caf::stateful_actor<VerifierState>* self) {
                 env.arrived_compressed() ? 1u : 0u};
       },
       [=](caf::get_atom) { return caf::make_message(self->state.checked, self->state.mismatches); },
+      [=](const Envelope& env, uint64_t seq) {
+        if (seq != self->state.next_seq++) ++self->state.out_of_order;
+        if (!check_sample(env, Envelope::Kind::ACTIVATIONS, ordered_spec(seq)).empty()) ++self->state.mismatches;
+      },
+      [=](caf::get_atom, uint64_t) {
+        return caf::make_message(self->state.next_seq, self->state.out_of_order, self->state.mismatches);
+      },
   };
 }
 
@@ -87,6 +112,7 @@ std::vector<Case> cases() {
 int run_rank0(caf::actor_system& sys) {
   auto v = sys.spawn(verifier);
   auto eps = mpi::publish_and_exchange(sys, v, "127.0.0.1");
+  set_tcp_nodelay_on_all_sockets();
   int rc = 0;
   if (!eps) {
     std::fprintf(stderr, "rank 0: %s\n", sys.render(eps.error()).c_str());
@@ -120,6 +146,7 @@ int run_rank1(caf::actor_system& sys) {
   }
   int failures = 0;
   auto peer = mpi::connect(sys, (*eps)[0]);
+  set_tcp_nodelay_on_all_sockets();
   if (!peer) {
     std::fprintf(stderr, "rank 1: connect: %s\n", sys.render(peer.error()).c_str());
     failures = 1;
@@ -153,6 +180,35 @@ int run_rank1(caf::actor_system& sys) {
                 ++failures;
               });
     }
+    // Ordering per pair, inline frames and shared-memory records interleaved.
+    set_bulk_shm_threshold(64 << 10);
+    const auto bulk_before = bulk_shm_stats().sent;
+    for (uint64_t seq = 0; seq < kOrdered; ++seq)
+      self->send(*peer, testing::make_sample(Envelope::Kind::ACTIVATIONS, ordered_spec(seq)), seq);
+    const auto bulk_sent = bulk_shm_stats().sent - bulk_before;
+    self->request(*peer, kRequestTimeout, caf::get_atom::value, uint64_t{0})
+        .receive(
+            [&](uint64_t seen, uint64_t out_of_order, uint64_t mismatches) {
+              std::printf("rank 1: %llu numbered envelopes (%llu through shared memory): %llu seen there, "
+                          "%llu out of order, %llu mismatches so far\n",
+                          static_cast<unsigned long long>(kOrdered), static_cast<unsigned long long>(bulk_sent),
+                          static_cast<unsigned long long>(seen), static_cast<unsigned long long>(out_of_order),
+                          static_cast<unsigned long long>(mismatches));
+              if (seen != kOrdered || out_of_order != 0 || mismatches != 0) ++failures;
+            },
+            [&](caf::error& e) {
+              std::fprintf(stderr, "rank 1: ordering: %s\n", sys.render(e).c_str());
+              ++failures;
+            });
+    // Both paths were taken. The large ones go through shared memory while a
+    // slot is free (64 per sender) and inline when every slot still waits for
+    // the receiver, so up to half of the envelopes, and at least one.
+    if (bulk_sent == 0 || bulk_sent > kOrdered / 2) {
+      std::fprintf(stderr, "rank 1: expected 1..%llu bulk sends, got %llu\n",
+                   static_cast<unsigned long long>(kOrdered / 2), static_cast<unsigned long long>(bulk_sent));
+      ++failures;
+    }
+    set_bulk_shm_threshold(0);
     // The compressed path must have been taken in both directions.
     if (compressed_there == 0 || compressed_back == 0) {
       std::fprintf(stderr, "rank 1: zstd path not exercised (%d there, %d back)\n", compressed_there,
@@ -191,6 +247,7 @@ int main(int argc, char** argv) {
     caf::actor_system sys{cfg};
     rc = session.rank() == 0 ? run_rank0(sys) : run_rank1(sys);
   }
+  bulk_shm_cleanup();
   const bool ok = mpi::all_ok(rc == 0);
   if (session.rank() == 0) std::printf("two-process messaging: %s\n", ok ? "PASS" : "FAIL");
   return ok ? 0 : 1;

@@ -33,3 +33,10 @@ if(TARGET troupe_runtime)
     TIMEOUT 120
     LABELS runtime)
 endif()
+
+# TCP_NODELAY on the middleman's connections (actors/transport/tcp_nodelay.hpp).
+troupe_add_gtest(transport_tcp_nodelay_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/transport_tcp_nodelay_test.cpp
+  LIBS troupe_actors
+  TIMEOUT 60
+  LABELS messaging)

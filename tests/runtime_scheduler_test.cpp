@@ -1,11 +1,13 @@
-// CAF scheduler settings of the runtime (actors/transport/caf_scheduler.hpp): the
-// work-sharing default, the environment overrides and their errors, and that
-// the cluster's middleman settings (runtime_cluster.cpp) sit beside them.
+// CAF scheduler and middleman settings of the runtime
+// (actors/transport/caf_scheduler.hpp, caf_middleman.hpp): the work-sharing
+// default, no BASP worker hop, the environment overrides and their errors,
+// and that the cluster's middleman settings (runtime_cluster.cpp) sit beside them.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <stdexcept>
 
+#include "actors/transport/caf_middleman.hpp"
 #include "actors/transport/caf_scheduler.hpp"
 #include "actors/cluster/runtime_cluster_internal.hpp"
 
@@ -78,4 +80,27 @@ TEST(CafScheduler, ClusterSettingsStayBesideIt) {
             caf::timespan{std::chrono::seconds(10)});
   EXPECT_EQ(caf::get_or(cfg, "middleman.heartbeat-interval", caf::timespan{0}),
             caf::timespan{std::chrono::seconds(1)});
+  // The cluster takes the middleman latency settings too (no BASP worker hop).
+  EXPECT_EQ(caf::get_or(cfg, "middleman.workers", size_t{99}), 0u);
+}
+
+TEST(CafMiddleman, NoBaspWorkersByDefault) {
+  EnvVar w("TROUPE_CAF_MM_WORKERS", nullptr);
+  caf::actor_system_config cfg;
+  configure_middleman(cfg);
+  EXPECT_EQ(caf::get_or(cfg, "middleman.workers", size_t{99}), 0u);
+}
+
+TEST(CafMiddleman, WorkerOverrideAndBadValues) {
+  {
+    EnvVar w("TROUPE_CAF_MM_WORKERS", "1");
+    caf::actor_system_config cfg;
+    configure_middleman(cfg);
+    EXPECT_EQ(caf::get_or(cfg, "middleman.workers", size_t{99}), 1u);
+  }
+  for (const char* bad : {"-1", "one", "2x", "", "65"}) {
+    EnvVar w("TROUPE_CAF_MM_WORKERS", bad);
+    caf::actor_system_config cfg;
+    EXPECT_THROW(configure_middleman(cfg), std::invalid_argument) << "TROUPE_CAF_MM_WORKERS=" << bad;
+  }
 }

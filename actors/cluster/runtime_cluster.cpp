@@ -16,7 +16,9 @@
 
 #include <caf/io/middleman.hpp>
 
+#include "actors/transport/caf_middleman.hpp"
 #include "actors/transport/envelope_shm.hpp"
+#include "actors/transport/tcp_nodelay.hpp"
 
 namespace troupe::runtime {
 namespace {
@@ -199,6 +201,7 @@ void configure_cluster(caf::actor_system_config& cfg, const RuntimeOptions& o) {
   // Several heartbeats per timeout, so one late heartbeat is no failure.
   cfg.set("middleman.heartbeat-interval", caf::timespan{timeout / 10});
   cfg.set("middleman.connection-timeout", caf::timespan{timeout});
+  configure_middleman(cfg);  // latency: no BASP worker hop (caf_middleman.hpp)
 }
 
 Cluster::Cluster(caf::actor_system& sys, std::shared_ptr<Shared> sh, Placement place)
@@ -223,6 +226,8 @@ void Cluster::bring_up() {
   ClusterComm& comm = *o.comm;
   if (sh_->peers.coordinator) caf::anon_send(dir_, rt::register_atom_v, std::string("coordinator"), sh_->peers.coordinator);
   auto port = sys_.middleman().publish(dir_, 0, o.interface.c_str());
+  // Before any peer connects: accepted connections inherit TCP_NODELAY.
+  set_tcp_nodelay_on_all_sockets();
   std::string why = port ? "" : sys_.render(port.error());
   const std::string no_publish =
       "process " + std::to_string(me_) + " cannot publish its directory on " + o.interface + ": " + why;
@@ -284,6 +289,7 @@ void Cluster::bring_up() {
   }
   if (!comm.all_ok(err.empty()))
     throw std::runtime_error(err.empty() ? "another process could not connect to its peers" : err);
+  set_tcp_nodelay_on_all_sockets();  // the connections this process opened
   for (size_t p = 0; p < dirs_.size(); ++p)
     if (static_cast<int>(p) != me_)
       caf::anon_send(dir_, rt::watch_atom_v, static_cast<int32_t>(p), std::string("its directory"), dirs_[p]);
