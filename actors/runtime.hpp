@@ -62,7 +62,7 @@ struct RuntimeOptions {
   // A step that has not finished this many seconds after it started (a lost
   // message, a frozen actor) is discarded and replayed; more than
   // max_restarts replays of one step fail the run naming what it waited for.
-  // 0: max(3 s, 4 x the slowest step so far), 30 s for the first step (in
+  // 0: max(3 s, 4 x the slowest step so far), 120 s for the first step (OpenCL kernels may compile) (in
   // one process; across processes 0 means none: peer_timeout covers them).
   double step_deadline = 0.0;
   std::function<void(const RestartEvent&)> on_restart;  // called on the coordinator's thread

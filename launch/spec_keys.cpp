@@ -65,7 +65,7 @@ std::vector<KeyDef> build_keys() {
   add({"run", "eval_every", KeyType::Int, F(run.eval_every), "Validation loss (and task accuracy) every N steps; 0 means only at the end.", 0, kBig});
   add({"run", "eval_batches", KeyType::Int, F(run.eval_batches), "Validation batches per evaluation.", 1, 1e6});
   add({"run", "max_restarts", KeyType::Int, F(run.max_restarts), "Supervisor (actor runtime): a failed stage or optimizer-shard actor is restarted and its step replayed; more than this many restarts within restart_window steps fail the run.", 0, 1e6});
-  add({"run", "step_deadline", KeyType::Float, F(run.step_deadline), "Actor runtime: seconds after which a step that has not finished (a lost message, a frozen actor) is discarded and replayed from its snapshot; more than max_restarts replays of one step fail the run naming the actors it waited for. 0 means adaptive: max(3 s, 4 x the slowest step so far), 30 s for the first step.", 0, 86400});
+  add({"run", "step_deadline", KeyType::Float, F(run.step_deadline), "Actor runtime: seconds after which a step that has not finished (a lost message, a frozen actor) is discarded and replayed from its snapshot; more than max_restarts replays of one step fail the run naming the actors it waited for. 0 means adaptive: max(3 s, 4 x the slowest step so far), 120 s for the first step (OpenCL kernels may compile).", 0, 86400});
   add({"run", "restart_window", KeyType::Int, F(run.restart_window), "Supervisor: the window, in steps, over which max_restarts is counted.", 1, kBig});
 
   // [model]

@@ -159,7 +159,7 @@ void start_step(Self* self) {
   s.started = std::chrono::steady_clock::now();
   const double limit = sh.opt.step_deadline > 0 ? sh.opt.step_deadline
                        : s.slowest > 0          ? std::max(3.0, 4.0 * s.slowest)
-                                                : 30.0;
+                                                : 120.0;  // first step: OpenCL kernels may compile
   // Across processes a lost or hung peer is the cluster's to report
   // (peer_timeout); replays there are not built yet, so only an explicit
   // step_deadline arms one.
