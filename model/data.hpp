@@ -5,6 +5,7 @@
 // task accuracy is measured through a caller-supplied generate function.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -124,5 +125,25 @@ std::unique_ptr<DataSource> make_data_source(const DataConfig& config, uint64_t 
 // training data. A fixed hash of the unordered pair, independent of the seed
 // and of `digits`; about one problem in ten is held out.
 bool addition_held_out(int64_t a, int64_t b);
+
+// The addition task's target split (DataConfig::target_pairs/target_column):
+// problems whose operand digits at one column (0 = units) form one of a set of
+// unordered digit pairs. With a split, training rows (SFT) and validation rows
+// never show a target problem, train_problem() (RL prompts) yields only target
+// problems, and eval_problems() scores only held-out target problems (their
+// context problems are non-target). Without one (pairs empty) nothing changes.
+struct AdditionTarget {
+  int64_t column = 0;
+  std::array<bool, 100> pair{};  // [x * 10 + y], symmetric
+  bool any() const;
+  // True when the digits of a and b at `column` form a target pair.
+  bool contains(int64_t a, int64_t b) const;
+};
+
+// Parses "x+y, x+y, ..." (digits 0-9, commas between pairs, spaces allowed; an
+// empty string is no split). Throws std::invalid_argument naming what is wrong:
+// not a digit pair, a pair given twice (x+y and y+x are the same pair), or all
+// 55 pairs (training would have nothing left).
+AdditionTarget parse_addition_target(const std::string& pairs, int64_t column);
 
 }  // namespace troupe::model

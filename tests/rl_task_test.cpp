@@ -28,7 +28,7 @@ model::DataConfig addition(int64_t digits, int64_t width = 0, const std::string&
 
 // FNV-1a over every output a source gives (describe, train/val batches, eval
 // problems, padded prompts, the seq_len error) for digits 1..9 of both formats.
-uint64_t outputs_hash(int64_t width_for_digits /* 0, or -1 = width := digits */) {
+uint64_t outputs_hash(int64_t width_for_digits /* 0, or -1 = width := digits */, int64_t target_column = 2) {
   uint64_t h = 1469598103934665603ull;
   auto mix = [&](const void* p, size_t n) {
     const auto* b = static_cast<const unsigned char*>(p);
@@ -43,6 +43,7 @@ uint64_t outputs_hash(int64_t width_for_digits /* 0, or -1 = width := digits */)
     for (int d : {1, 2, 3, 4, 6, 9}) {
       model::DataConfig c = addition(d, 0, src);
       if (width_for_digits < 0 && std::string(src) == "addition") c.width = d;
+      c.target_column = target_column;  // no effect without target_pairs
       auto s = model::make_data_source(c, 1234 + static_cast<uint64_t>(d), 64);
       const std::string desc = s->describe();
       mix(desc.data(), desc.size());
@@ -283,4 +284,179 @@ TEST(RlVerifier, PartialCreditAndFormatPenalty) {
   EXPECT_THROW(RuleVerifier(kEos, VerifierOptions{1.0, 0.0}), std::invalid_argument);
   EXPECT_THROW(RuleVerifier(kEos, VerifierOptions{-0.1, 0.0}), std::invalid_argument);
   EXPECT_THROW(RuleVerifier(kEos, VerifierOptions{0.0, -1.0}), std::invalid_argument);
+}
+
+// ---- The target split (data.target_pairs / data.target_column) ----
+
+namespace {
+
+model::DataConfig split3(const std::string& pairs = "1+4, 2+5, 3+6, 4+7, 5+8, 6+9, 7+1, 8+2, 9+3", int64_t column = 2) {
+  model::DataConfig c = addition(3);
+  c.target_pairs = pairs;
+  c.target_column = column;
+  return c;
+}
+
+int64_t digit_at(int64_t v, int64_t column) {
+  for (int64_t i = 0; i < column; ++i) v /= 10;
+  return v % 10;
+}
+
+// The reference rule, written independently of the source: the digits at
+// column 2 form one of the unordered pairs {d, d+3 (cyclic in 1..9)}.
+bool is_target_ref(int64_t a, int64_t b) {
+  const int64_t x = digit_at(a, 2), y = digit_at(b, 2);
+  if (x == 0 || y == 0) return false;
+  auto next3 = [](int64_t d) { return (d - 1 + 3) % 9 + 1; };
+  return next3(x) == y || next3(y) == x;
+}
+
+// The (a, b) of every whole problem of a 3-digit reversed row of `seq` tokens
+// (EOS, then "ddd+ddd=dddd" EOS problems, then PAD); checks each answer.
+std::vector<std::pair<int64_t, int64_t>> row_problems(const std::vector<int32_t>& inputs, int64_t r, int64_t seq) {
+  const std::vector<int32_t> row(inputs.begin() + r * seq, inputs.begin() + (r + 1) * seq);
+  std::vector<std::pair<int64_t, int64_t>> out;
+  EXPECT_EQ(row[0], kEos);
+  size_t i = 1;
+  while (i + 13 <= row.size() && row[i] != 13) {
+    EXPECT_EQ(row[i + 3], kPlus);
+    EXPECT_EQ(row[i + 7], kEquals);
+    EXPECT_EQ(row[i + 12], kEos);
+    const int64_t a = number_at(row, i, 3, false), b = number_at(row, i + 4, 3, false);
+    EXPECT_EQ(number_at(row, i + 8, 4, true), a + b);
+    out.push_back({a, b});
+    i += 13;
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(RlAdditionTarget, ParsesPairsAndRejectsBadOnes) {
+  const model::AdditionTarget t = model::parse_addition_target(" 1+4,2+5 ,9+9", 1);
+  EXPECT_EQ(t.column, 1);
+  EXPECT_TRUE(t.any());
+  int set = 0;
+  for (int x = 0; x < 10; ++x)
+    for (int y = 0; y < 10; ++y) {
+      const bool want = (x == 1 && y == 4) || (x == 4 && y == 1) || (x == 2 && y == 5) || (x == 5 && y == 2) ||
+                        (x == 9 && y == 9);
+      EXPECT_EQ(t.pair[static_cast<size_t>(x * 10 + y)], want) << x << "+" << y;
+      set += t.pair[static_cast<size_t>(x * 10 + y)] ? 1 : 0;
+    }
+  EXPECT_EQ(set, 5);
+  // Column 1 is the tens: 140 + 250 has tens digits 4 and 5, no pair; 41 + 17 has 4 and 1.
+  EXPECT_TRUE(t.contains(41, 17));
+  EXPECT_TRUE(t.contains(917, 41));
+  EXPECT_FALSE(t.contains(140, 250));
+  EXPECT_FALSE(model::parse_addition_target("", 2).any());
+  EXPECT_FALSE(model::parse_addition_target("  ", 2).any());
+  auto message = [](const std::string& pairs, int64_t column = 2) {
+    try {
+      model::parse_addition_target(pairs, column);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message("1+4,").find("got \"\""), std::string::npos) << message("1+4,");
+  EXPECT_NE(message("14").find("digit pairs \"x+y\""), std::string::npos) << message("14");
+  EXPECT_NE(message("1+a").find("got \"1+a\""), std::string::npos);
+  EXPECT_NE(message("1+10").find("got \"1+10\""), std::string::npos);
+  EXPECT_NE(message("1+4, 4+1").find("4+1 is given twice"), std::string::npos) << message("1+4, 4+1");
+  EXPECT_NE(message("1+4", 9).find("column must be in [0, 8], got 9"), std::string::npos) << message("1+4", 9);
+  std::string all;
+  for (int x = 0; x < 10; ++x)
+    for (int y = x; y < 10; ++y) all += (all.empty() ? "" : ",") + std::to_string(x) + "+" + std::to_string(y);
+  EXPECT_NE(message(all).find("all 55 digit pairs"), std::string::npos) << message(all);
+  // The source reports them as data errors, and a column it lacks.
+  EXPECT_THROW(model::make_data_source(split3("1+x"), 1), std::runtime_error);
+  model::DataConfig high = split3("1+4", 3);
+  EXPECT_THROW(model::make_data_source(high, 1), std::runtime_error);
+  model::DataConfig text;
+  text.source = "text";
+  text.target_pairs = "1+4";
+  EXPECT_THROW(model::make_data_source(text, 1), std::runtime_error);
+}
+
+TEST(RlAdditionTarget, NoPairsIsByteIdenticalWhateverTheColumn) {
+  EXPECT_EQ(outputs_hash(0, 0), 0x0096c11e552818faull);
+  EXPECT_EQ(outputs_hash(0, 5), 0x0096c11e552818faull);
+}
+
+TEST(RlAdditionTarget, TrainingRowsNeverShowATargetProblem) {
+  const auto src = model::make_data_source(split3(), 5, 128);
+  const auto plain = model::make_data_source(addition(3), 5, 128);
+  int64_t problems = 0, target_digits_elsewhere = 0, plain_targets = 0;
+  for (int64_t cur = 0; cur < 40; ++cur) {
+    const auto b = src->train_batch(cur, 16, 128);
+    const auto v = src->val_batch(cur, 16, 128);
+    const auto p = plain->train_batch(cur, 16, 128);
+    for (int64_t r = 0; r < 16; ++r) {
+      for (const auto& [a, bb] : row_problems(b.inputs, r, 128)) {
+        EXPECT_FALSE(is_target_ref(a, bb)) << a << "+" << bb << " is a target problem in a training row";
+        EXPECT_FALSE(model::addition_held_out(a, bb));
+        ++problems;
+        // The pairs still occur in the other columns (units, tens).
+        for (int64_t col : {0, 1}) {
+          const int64_t x = digit_at(a, col), y = digit_at(bb, col);
+          target_digits_elsewhere += (x > 0 && y > 0 && ((x + 2) % 9 + 1 == y || (y + 2) % 9 + 1 == x)) ? 1 : 0;
+        }
+      }
+      for (const auto& [a, bb] : row_problems(v.inputs, r, 128)) {
+        EXPECT_FALSE(is_target_ref(a, bb)) << a << "+" << bb << " is a target problem in a validation row";
+        EXPECT_TRUE(model::addition_held_out(a, bb));
+      }
+      for (const auto& [a, bb] : row_problems(p.inputs, r, 128)) plain_targets += is_target_ref(a, bb) ? 1 : 0;
+    }
+  }
+  EXPECT_GT(problems, 5000);
+  EXPECT_GT(target_digits_elsewhere, problems / 10) << "the target pairs are seen in the units and tens columns";
+  EXPECT_GT(plain_targets, 300) << "without the split, training rows do hold such problems (the check has teeth)";
+  // Deterministic: the same seed gives the same rows.
+  const auto again = model::make_data_source(split3(), 5, 128);
+  EXPECT_EQ(again->train_batch(3, 16, 128).inputs, src->train_batch(3, 16, 128).inputs);
+  EXPECT_NE(src->describe().find("target split: digit pairs {1+4, 2+5"), std::string::npos) << src->describe();
+}
+
+TEST(RlAdditionTarget, RlPromptsAndEvaluationAreOnlyTargetProblems) {
+  const auto task = make_addition_task(split3(), 11, {});
+  const auto same = make_addition_task(split3(), 11, {});
+  std::set<std::pair<int64_t, int64_t>> pairs_seen;  // hundreds digits
+  for (int64_t i = 0; i < 2000; ++i) {
+    const Prompt p = task->train_prompt(i);
+    ASSERT_EQ(p.tokens.size(), 9u);
+    const int64_t a = number_at(p.tokens, 1, 3, false), b = number_at(p.tokens, 5, 3, false);
+    EXPECT_TRUE(is_target_ref(a, b)) << a << "+" << b << " is not a target problem";
+    EXPECT_FALSE(model::addition_held_out(a, b)) << a << "+" << b << " is held out";
+    EXPECT_EQ(number_at(p.answer, 0, 4, true), a + b);
+    EXPECT_EQ(same->train_prompt(i).tokens, p.tokens);
+    pairs_seen.insert({digit_at(a, 2), digit_at(b, 2)});
+  }
+  EXPECT_EQ(pairs_seen.size(), 18u) << "all 9 unordered pairs, in both orders";
+  const std::vector<Prompt> eval = task->eval_prompts(300);
+  for (const Prompt& p : eval) {
+    ASSERT_EQ(p.tokens.size(), 9u) << "the RL task's eval prompts start a row";
+    const int64_t a = number_at(p.tokens, 1, 3, false), b = number_at(p.tokens, 5, 3, false);
+    EXPECT_TRUE(is_target_ref(a, b));
+    EXPECT_TRUE(model::addition_held_out(a, b));
+  }
+  EXPECT_EQ(make_addition_task(split3(), 99, {})->eval_prompts(300)[17].tokens, eval[17].tokens)
+      << "evaluation does not depend on the seed";
+  // With seq_len the context problems before a scored one are non-target.
+  const auto src = model::make_data_source(split3(), 5, 128);
+  int64_t contexts = 0;
+  for (const auto& p : src->eval_problems(60)) {
+    ASSERT_EQ(p.prompt.size(), static_cast<size_t>(1 + 13 * p.context + 8));
+    for (int64_t c = 0; c < p.context; ++c) {
+      const size_t at = static_cast<size_t>(1 + 13 * c);
+      const int64_t a = number_at(p.prompt, at, 3, false), b = number_at(p.prompt, at + 4, 3, false);
+      EXPECT_FALSE(is_target_ref(a, b));
+      EXPECT_TRUE(model::addition_held_out(a, b));
+      ++contexts;
+    }
+    const size_t at = static_cast<size_t>(1 + 13 * p.context);
+    EXPECT_TRUE(is_target_ref(number_at(p.prompt, at, 3, false), number_at(p.prompt, at + 4, 3, false)));
+  }
+  EXPECT_GT(contexts, 100);
 }
