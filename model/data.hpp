@@ -127,16 +127,18 @@ std::unique_ptr<DataSource> make_data_source(const DataConfig& config, uint64_t 
 bool addition_held_out(int64_t a, int64_t b);
 
 // The addition task's target split (DataConfig::target_pairs/target_column):
-// problems whose operand digits at one column (0 = units) form one of a set of
-// unordered digit pairs. With a split, training rows (SFT) and validation rows
+// problems whose operand digits at one column (0 = units), or with column -1
+// at any column, form one of a set of unordered digit pairs. With a split, training rows (SFT) and validation rows
 // never show a target problem, train_problem() (RL prompts) yields only target
 // problems, and eval_problems() scores only held-out target problems (their
 // context problems are non-target). Without one (pairs empty) nothing changes.
 struct AdditionTarget {
-  int64_t column = 0;
+  int64_t column = 0;    // -1: any of the columns 0 .. columns - 1
+  int64_t columns = 9;   // the operands' columns (the source sets its digits)
   std::array<bool, 100> pair{};  // [x * 10 + y], symmetric
   bool any() const;
-  // True when the digits of a and b at `column` form a target pair.
+  // True when the digits of a and b at `column` (at some column, for -1)
+  // form a target pair.
   bool contains(int64_t a, int64_t b) const;
 };
 

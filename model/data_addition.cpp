@@ -37,13 +37,14 @@
 //
 // Target split (config.target_pairs, see AdditionTarget in data.hpp): a set
 // of unordered digit pairs at one column, e.g. "1+4, 2+5" at column 2 (the
-// hundreds). Training and validation rows reject target problems (one more
-// rejection after the held-out rule, from the same stream), train_problem()
-// (the RL prompts) accepts only target problems, and eval_problems() draws
-// only held-out target problems (context problems: held-out, non-target). So
-// a model trained on the rows has never seen the answer of any problem the RL
-// task asks or scores, yet every digit value occurs at that column with other
-// partners, and every pair occurs in the other columns. Unset, no draw changes.
+// hundreds), or at any column (target_column = -1). Training and validation
+// rows reject target problems (one more rejection after the held-out rule,
+// from the same stream), train_problem() (the RL prompts) accepts only target
+// problems, and eval_problems() draws only held-out target problems (context
+// problems: held-out, non-target). So a model trained on the rows has never
+// seen the answer of any problem the RL task asks or scores. With one column,
+// every pair still occurs in the other columns; with any column, a pair's
+// cell of the addition table is never shown at all. Unset, no draw changes.
 //
 // Operand distribution: for training, each operand is uniform in [0, 10^d) half
 // of the time, and otherwise has a digit count uniform in 1..d, so short
@@ -120,8 +121,9 @@ class AdditionSource final : public DataSource {
        << (reversed_ ? "least-significant digit first" : "in normal digit order")
        << ", vocab " << kVocab << ", ~1 in 10 problems held out for evaluation";
     if (has_target_)
-      os << "; target split: digit pairs {" << target_text_ << "} at column " << target_.column
-         << " (0 = units) never in training rows, the only RL prompts and evaluation problems";
+      os << "; target split: digit pairs {" << target_text_ << "} at "
+         << (target_.column < 0 ? std::string("any column") : "column " + std::to_string(target_.column) + " (0 = units)")
+         << " never in training rows, the only RL prompts and evaluation problems";
     return os.str();
   }
 
@@ -330,14 +332,19 @@ class AdditionSource final : public DataSource {
 bool AdditionTarget::any() const { return std::find(pair.begin(), pair.end(), true) != pair.end(); }
 
 bool AdditionTarget::contains(int64_t a, int64_t b) const {
-  const int64_t p = pow10(column);
-  return pair[static_cast<size_t>((a / p) % 10 * 10 + (b / p) % 10)];
+  if (column >= 0) {
+    const int64_t p = pow10(column);
+    return pair[static_cast<size_t>((a / p) % 10 * 10 + (b / p) % 10)];
+  }
+  for (int64_t c = 0; c < columns; ++c, a /= 10, b /= 10)
+    if (pair[static_cast<size_t>(a % 10 * 10 + b % 10)]) return true;
+  return false;
 }
 
 AdditionTarget parse_addition_target(const std::string& pairs, int64_t column) {
-  if (column < 0 || column >= kMaxDigits)
-    throw std::invalid_argument("target column must be in [0, " + std::to_string(kMaxDigits - 1) + "], got " +
-                                std::to_string(column));
+  if (column < -1 || column >= kMaxDigits)
+    throw std::invalid_argument("target column must be -1 (any) or in [0, " + std::to_string(kMaxDigits - 1) +
+                                "], got " + std::to_string(column));
   AdditionTarget t;
   t.column = column;
   std::string compact;  // the text without spaces
@@ -392,6 +399,7 @@ std::unique_ptr<DataSource> make_addition_source(const DataConfig& config, uint6
   } catch (const std::invalid_argument& e) {
     throw std::runtime_error(std::string("data: ") + e.what());
   }
+  target.columns = config.digits;
   if (target.any() && target.column >= config.digits)
     throw std::runtime_error("data: target_column = " + std::to_string(target.column) +
                              " needs operands of more digits (digits = " + std::to_string(config.digits) +

@@ -3,6 +3,7 @@
 // written width (data.width) and train_problem().
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <string>
@@ -364,7 +365,8 @@ TEST(RlAdditionTarget, ParsesPairsAndRejectsBadOnes) {
   EXPECT_NE(message("1+a").find("got \"1+a\""), std::string::npos);
   EXPECT_NE(message("1+10").find("got \"1+10\""), std::string::npos);
   EXPECT_NE(message("1+4, 4+1").find("4+1 is given twice"), std::string::npos) << message("1+4, 4+1");
-  EXPECT_NE(message("1+4", 9).find("column must be in [0, 8], got 9"), std::string::npos) << message("1+4", 9);
+  EXPECT_NE(message("1+4", 9).find("column must be -1 (any) or in [0, 8], got 9"), std::string::npos) << message("1+4", 9);
+  EXPECT_NE(message("1+4", -2).find("got -2"), std::string::npos);
   std::string all;
   for (int x = 0; x < 10; ++x)
     for (int y = x; y < 10; ++y) all += (all.empty() ? "" : ",") + std::to_string(x) + "+" + std::to_string(y);
@@ -459,4 +461,48 @@ TEST(RlAdditionTarget, RlPromptsAndEvaluationAreOnlyTargetProblems) {
     EXPECT_TRUE(is_target_ref(number_at(p.prompt, at, 3, false), number_at(p.prompt, at + 4, 3, false)));
   }
   EXPECT_GT(contexts, 100);
+}
+
+TEST(RlAdditionTarget, AnyColumnHidesThePairsEverywhere) {
+  const std::string pairs = "1+4, 2+7, 3+8, 5+9, 6+6";
+  auto in_set = [](int64_t x, int64_t y) {
+    const int64_t lo = std::min(x, y), hi = std::max(x, y);
+    return (lo == 1 && hi == 4) || (lo == 2 && hi == 7) || (lo == 3 && hi == 8) || (lo == 5 && hi == 9) ||
+           (lo == 6 && hi == 6);
+  };
+  auto any_column = [&](int64_t a, int64_t b) {
+    for (int64_t c = 0; c < 3; ++c)
+      if (in_set(digit_at(a, c), digit_at(b, c))) return true;
+    return false;
+  };
+  const model::AdditionTarget t = model::parse_addition_target(pairs, -1);
+  EXPECT_TRUE(t.contains(4, 1));
+  EXPECT_TRUE(t.contains(300, 800));
+  EXPECT_TRUE(t.contains(66, 60));
+  EXPECT_FALSE(t.contains(41, 41));
+  const auto src = model::make_data_source(split3(pairs, -1), 3, 128);
+  int64_t problems = 0;
+  for (int64_t cur = 0; cur < 20; ++cur) {
+    const auto b = src->train_batch(cur, 16, 128);
+    for (int64_t r = 0; r < 16; ++r)
+      for (const auto& [a, bb] : row_problems(b.inputs, r, 128)) {
+        EXPECT_FALSE(any_column(a, bb)) << a << "+" << bb << " shows a target pair in a training row";
+        ++problems;
+      }
+  }
+  EXPECT_GT(problems, 2000);
+  const auto task = make_addition_task(split3(pairs, -1), 11, {});
+  int64_t units_only = 0;
+  for (int64_t i = 0; i < 1000; ++i) {
+    const Prompt p = task->train_prompt(i);
+    const int64_t a = number_at(p.tokens, 1, 3, false), b = number_at(p.tokens, 5, 3, false);
+    EXPECT_TRUE(any_column(a, b)) << a << "+" << b << " is not a target problem";
+    EXPECT_FALSE(model::addition_held_out(a, b));
+    units_only += in_set(a % 10, b % 10) && !in_set(digit_at(a, 1), digit_at(b, 1)) &&
+                  !in_set(digit_at(a, 2), digit_at(b, 2)) ? 1 : 0;
+  }
+  EXPECT_GT(units_only, 100) << "a pair in the units column alone makes a target problem";
+  for (const Prompt& p : task->eval_prompts(200))
+    EXPECT_TRUE(any_column(number_at(p.tokens, 1, 3, false), number_at(p.tokens, 5, 3, false)));
+  EXPECT_NE(src->describe().find("at any column"), std::string::npos) << src->describe();
 }
