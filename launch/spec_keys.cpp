@@ -69,7 +69,7 @@ std::vector<KeyDef> build_keys() {
   add({"data", "batch_size", KeyType::Int, F(data.batch_size), "Sequences per optimizer step, over all microbatches and replicas.", 1, 1e6});
   add({"data", "digits", KeyType::Int, F(data.digits), "Addition: maximum digits per operand.", 1, 9});
   add({"data", "width", KeyType::Int, F(data.width), "Addition: digits each operand is written with (zero-padded; the answer gets one more); 0 means digits. At least digits when set: digits 3, width 4 writes 12+345 as 0012+0345=75300.", 0, 9});
-  add({"data", "target_pairs", KeyType::String, F(data.target_pairs), "Addition: a target split, unordered digit pairs \"x+y, ...\" at target_column. Training rows never show a problem whose operand digits there form such a pair; RL prompts and the task evaluation are only such problems (the RL task of launch/specs/rl_addition.toml). Empty means no split."});
+  add({"data", "target_pairs", KeyType::String, F(data.target_pairs), "Addition: a target split, unordered digit pairs \"x+y, ...\" at target_column (a side may be a range: \"6-9+0-9\" is every pair with a digit in 6..9). Training rows never show a problem whose operand digits there form such a pair; RL prompts and the task evaluation are only such problems (the RL task of launch/specs/rl_addition.toml). Empty means no split."});
   add({"data", "target_column", KeyType::Int, F(data.target_column), "Addition: the operand column target_pairs looks at (0 = units; below digits), or -1: any column (the pairs' cells of the addition table are never shown).", -1, 8});
   add({"data", "eval_problems", KeyType::Int, F(data.eval_problems), "Addition: held-out problems scored for exact-match accuracy.", 1, 1e6});
 

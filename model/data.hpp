@@ -142,10 +142,11 @@ struct AdditionTarget {
   bool contains(int64_t a, int64_t b) const;
 };
 
-// Parses "x+y, x+y, ..." (digits 0-9, commas between pairs, spaces allowed; an
-// empty string is no split). Throws std::invalid_argument naming what is wrong:
-// not a digit pair, a pair given twice (x+y and y+x are the same pair), or all
-// 55 pairs (training would have nothing left).
+// Parses "x+y, x+y, ..." (commas between pairs, spaces allowed; an empty
+// string is no split). Each side is a digit or a range lo-hi: "6-9+0-9" is
+// every pair with one digit in 6..9; x+y and y+x are the same pair, and a
+// pair listed twice is listed once. Throws std::invalid_argument naming what
+// is wrong: not a digit pair, or all 55 pairs (training would have nothing left).
 AdditionTarget parse_addition_target(const std::string& pairs, int64_t column);
 
 }  // namespace troupe::model

@@ -351,26 +351,37 @@ AdditionTarget parse_addition_target(const std::string& pairs, int64_t column) {
   for (char c : pairs)
     if (c != ' ' && c != '\t') compact.push_back(c);
   if (compact.empty()) return t;
-  size_t start = 0, unordered = 0;
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  // One side of a pair: "d" or "lo-hi" (lo <= hi); false when it is neither.
+  auto side = [&](const std::string& x, int& lo, int& hi) {
+    if (x.size() == 1 && digit(x[0])) {
+      lo = hi = x[0] - '0';
+      return true;
+    }
+    if (x.size() == 3 && digit(x[0]) && x[1] == '-' && digit(x[2]) && x[0] <= x[2]) {
+      lo = x[0] - '0';
+      hi = x[2] - '0';
+      return true;
+    }
+    return false;
+  };
+  size_t start = 0;
   for (;;) {
     const size_t comma = compact.find(',', start);
     const std::string item = compact.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    const bool ok = item.size() == 3 && item[0] >= '0' && item[0] <= '9' && item[1] == '+' && item[2] >= '0' &&
-                    item[2] <= '9';
-    if (!ok)
-      throw std::invalid_argument("target pairs are digit pairs \"x+y\" separated by commas (e.g. \"1+4, 2+5\"), got \"" +
-                                  item + "\" in \"" + pairs + "\"");
-    const int x = item[0] - '0', y = item[2] - '0';
-    if (t.pair[static_cast<size_t>(x * 10 + y)])
-      throw std::invalid_argument("target pair " + item + " is given twice (x+y and y+x are the same pair) in \"" +
-                                  pairs + "\"");
-    t.pair[static_cast<size_t>(x * 10 + y)] = t.pair[static_cast<size_t>(y * 10 + x)] = true;
-    ++unordered;
+    const size_t plus = item.find('+');
+    int xlo = 0, xhi = 0, ylo = 0, yhi = 0;
+    if (plus == std::string::npos || !side(item.substr(0, plus), xlo, xhi) || !side(item.substr(plus + 1), ylo, yhi))
+      throw std::invalid_argument(
+          "target pairs are digit pairs \"x+y\" separated by commas, each side a digit or a range lo-hi "
+          "(e.g. \"1+4, 2+5\" or \"6-9+0-9\"), got \"" + item + "\" in \"" + pairs + "\"");
+    for (int x = xlo; x <= xhi; ++x)
+      for (int y = ylo; y <= yhi; ++y) t.pair[static_cast<size_t>(x * 10 + y)] = t.pair[static_cast<size_t>(y * 10 + x)] = true;
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
-  if (unordered == 55)
-    throw std::invalid_argument("target pairs hold all 55 digit pairs: training rows would have no problem left");
+  if (std::find(t.pair.begin(), t.pair.end(), false) == t.pair.end())
+    throw std::invalid_argument("target pairs \"" + pairs + "\" hold all 55 digit pairs: training rows would have no problem left");
   return t;
 }
 

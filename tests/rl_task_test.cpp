@@ -364,7 +364,17 @@ TEST(RlAdditionTarget, ParsesPairsAndRejectsBadOnes) {
   EXPECT_NE(message("14").find("digit pairs \"x+y\""), std::string::npos) << message("14");
   EXPECT_NE(message("1+a").find("got \"1+a\""), std::string::npos);
   EXPECT_NE(message("1+10").find("got \"1+10\""), std::string::npos);
-  EXPECT_NE(message("1+4, 4+1").find("4+1 is given twice"), std::string::npos) << message("1+4, 4+1");
+  EXPECT_NE(message("9-6+1").find("got \"9-6+1\""), std::string::npos) << "a range runs upwards";
+  EXPECT_NE(message("6-+1").find("got \"6-+1\""), std::string::npos);
+  EXPECT_NE(message("0-9+0-9").find("all 55 digit pairs"), std::string::npos);
+  // A pair listed twice (either order) is listed once.
+  EXPECT_EQ(model::parse_addition_target("1+4, 4+1", 2).pair, model::parse_addition_target("1+4", 2).pair);
+  // Ranges: "6-9+0-9" is every pair with a digit in 6..9 (34 unordered pairs).
+  const model::AdditionTarget r = model::parse_addition_target("6-9+0-9", 2);
+  for (int x = 0; x < 10; ++x)
+    for (int y = 0; y < 10; ++y)
+      EXPECT_EQ(r.pair[static_cast<size_t>(x * 10 + y)], x >= 6 || y >= 6) << x << "+" << y;
+  EXPECT_EQ(model::parse_addition_target("2-3+5", 0).pair, model::parse_addition_target("2+5, 5+3", 0).pair);
   EXPECT_NE(message("1+4", 9).find("column must be -1 (any) or in [0, 8], got 9"), std::string::npos) << message("1+4", 9);
   EXPECT_NE(message("1+4", -2).find("got -2"), std::string::npos);
   std::string all;
