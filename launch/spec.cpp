@@ -638,6 +638,19 @@ void check_cross_fields(const Spec& s, Parser& p) {
     p.error(p.where("data.width"), "[data] width = " + v(s.data.width) + " needs source = \"addition\" (the padded format), got source = \"" + model::data_kind_name(s.data.source) + "\"");
   else if (s.data.width != 0 && s.data.width < s.data.digits)
     p.error(p.where("data.width"), "[data] width = " + v(s.data.width) + " must be >= digits = " + v(s.data.digits) + " (or 0, meaning digits)");
+  if (!s.data.target_pairs.empty()) {
+    if (s.data.source == model::DataKind::text) {
+      p.error(p.where("data.target_pairs"), "[data] target_pairs needs source = \"addition\" or \"addition_plain\", got source = \"text\"");
+    } else {
+      try {
+        (void)model::parse_addition_target(s.data.target_pairs, s.data.target_column);
+        if (s.data.target_column >= s.data.digits)
+          p.error(p.where("data.target_column"), "[data] target_column = " + v(s.data.target_column) + " must be below digits = " + v(s.data.digits) + " (column 0 is the units)");
+      } catch (const std::invalid_argument& e) {
+        p.error(p.where("data.target_pairs"), std::string("[data] ") + e.what());
+      }
+    }
+  }
 }
 
 // [rl] becomes rl::RlConfig once, here: the loss's preset, then every key the

@@ -96,6 +96,8 @@ std::vector<KeyDef> build_keys() {
   add({"data", "batch_size", KeyType::Int, F(data.batch_size), "Sequences per optimizer step, over all microbatches and replicas.", 1, 1e6});
   add({"data", "digits", KeyType::Int, F(data.digits), "Addition: maximum digits per operand.", 1, 9});
   add({"data", "width", KeyType::Int, F(data.width), "Addition: digits each operand is written with (zero-padded; the answer gets one more); 0 means digits. At least digits when set: digits 3, width 4 writes 12+345 as 0012+0345=75300.", 0, 9});
+  add({"data", "target_pairs", KeyType::String, F(data.target_pairs), "Addition: a target split, unordered digit pairs \"x+y, ...\" at target_column (a side may be a range: \"6-9+0-9\" is every pair with a digit in 6..9). Training rows never show a problem whose operand digits there form such a pair; RL prompts and the task evaluation are only such problems (the RL task of launch/specs/rl_addition.toml). Empty means no split."});
+  add({"data", "target_column", KeyType::Int, F(data.target_column), "Addition: the operand column target_pairs looks at (0 = units; below digits), or -1: any column (the pairs' cells of the addition table are never shown).", -1, 8});
   add({"data", "eval_problems", KeyType::Int, F(data.eval_problems), "Addition: held-out problems scored for exact-match accuracy.", 1, 1e6});
 
   // [optim]
@@ -176,7 +178,7 @@ std::vector<KeyDef> build_keys() {
   add({"sim", "optimizer_ms", KeyType::Float, F(sim.optimizer_ms), "Sim: fixed time of the optimizer step after the pipeline drains, in ms; 0 leaves it out (the step time is then the pipeline's alone).", 0, 1e9});
   // [rl]: run.mode = "rl" (rl/trainer.hpp; converted into rl::RlConfig at parsing).
   add({"rl", "init", KeyType::String, F(rl_section.init), "Checkpoint directory the policy starts from; its parameters are also the frozen reference for the KL term. Its model must equal [model]. Empty: a fresh initialisation from the seed."});
-  add({"rl", "task", KeyType::String, F(rl_section.task), "The RL task: \"addition\" (prompts \"a+b=\" from the training split of [data], rewarded by the rule verifier; held-out problems for evaluation).", 0, 0, {"addition"}});
+  add({"rl", "task", KeyType::String, F(rl_section.task), "The RL task: \"addition\" (prompts \"a+b=\" from the training split of [data], only its target problems when data.target_pairs is set, rewarded by the rule verifier; held-out problems for evaluation).", 0, 0, {"addition"}});
   add({"rl", "prompts_per_step", KeyType::Int, F(rl_section.prompts_per_step), "Prompts (groups) sampled per RL step.", 1, 1e6});
   add({"rl", "group_size", KeyType::Int, F(rl_section.group_size), "Completions sampled per prompt; advantages are relative to the group, so at least 2.", 1, 1e6});
   add({"rl", "max_new_tokens", KeyType::Int, F(rl_section.max_new_tokens), "Most tokens generated per completion; prompt + completion must fit [model] seq_len.", 1, 1e6});

@@ -68,6 +68,11 @@ struct DataConfig {
   int64_t batch_size = 16;          // sequences per optimizer step (all microbatches together)
   int64_t digits = 3;               // addition: max digits per operand
   int64_t width = 0;                // addition: written digits per operand (0 = digits)
+  // addition: the target split (empty = none). Unordered digit pairs "x+y, ..."
+  // of the operands' digits at target_column (0 = units; -1 = any): training rows never
+  // show such a problem, RL prompts and task evaluation are only such problems.
+  std::string target_pairs;
+  int64_t target_column = 2;
   int64_t eval_problems = 500;      // addition: held-out problems scored for exact match
 };
 

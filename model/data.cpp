@@ -100,6 +100,8 @@ double DataSource::exact_match(const GenerateFn& generate, int64_t n_problems) c
 
 std::unique_ptr<DataSource> make_data_source(const DataConfig& config, uint64_t seed, int64_t seq_len) {
   if (seq_len < 0) throw std::invalid_argument("data: seq_len must be >= 0");
+  if (config.source == DataKind::text && !config.target_pairs.empty())
+    throw std::runtime_error("data: target_pairs is a split of the addition task; source \"text\" has none");
   switch (config.source) {
     case DataKind::text: return detail::make_text_source(config, seed, seq_len);
     case DataKind::addition: return detail::make_addition_source(config, seed, seq_len, true, true);

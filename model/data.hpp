@@ -5,6 +5,7 @@
 // task accuracy is measured through a caller-supplied generate function.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -124,5 +125,28 @@ std::unique_ptr<DataSource> make_data_source(const DataConfig& config, uint64_t 
 // training data. A fixed hash of the unordered pair, independent of the seed
 // and of `digits`; about one problem in ten is held out.
 bool addition_held_out(int64_t a, int64_t b);
+
+// The addition task's target split (DataConfig::target_pairs/target_column):
+// problems whose operand digits at one column (0 = units), or with column -1
+// at any column, form one of a set of unordered digit pairs. With a split, training rows (SFT) and validation rows
+// never show a target problem, train_problem() (RL prompts) yields only target
+// problems, and eval_problems() scores only held-out target problems (their
+// context problems are non-target). Without one (pairs empty) nothing changes.
+struct AdditionTarget {
+  int64_t column = 0;    // -1: any of the columns 0 .. columns - 1
+  int64_t columns = 9;   // the operands' columns (the source sets its digits)
+  std::array<bool, 100> pair{};  // [x * 10 + y], symmetric
+  bool any() const;
+  // True when the digits of a and b at `column` (at some column, for -1)
+  // form a target pair.
+  bool contains(int64_t a, int64_t b) const;
+};
+
+// Parses "x+y, x+y, ..." (commas between pairs, spaces allowed; an empty
+// string is no split). Each side is a digit or a range lo-hi: "6-9+0-9" is
+// every pair with one digit in 6..9; x+y and y+x are the same pair, and a
+// pair listed twice is listed once. Throws std::invalid_argument naming what
+// is wrong: not a digit pair, or all 55 pairs (training would have nothing left).
+AdditionTarget parse_addition_target(const std::string& pairs, int64_t column);
 
 }  // namespace troupe::model

@@ -35,6 +35,17 @@
 // problem (in either operand order) can ever appear in training, whatever the
 // seed. Evaluation and validation data do not depend on the seed either.
 //
+// Target split (config.target_pairs, see AdditionTarget in data.hpp): a set
+// of unordered digit pairs at one column, e.g. "1+4, 2+5" at column 2 (the
+// hundreds), or at any column (target_column = -1). Training and validation
+// rows reject target problems (one more rejection after the held-out rule,
+// from the same stream), train_problem() (the RL prompts) accepts only target
+// problems, and eval_problems() draws only held-out target problems (context
+// problems: held-out, non-target). So a model trained on the rows has never
+// seen the answer of any problem the RL task asks or scores. With one column,
+// every pair still occurs in the other columns; with any column, a pair's
+// cell of the addition table is never shown at all. Unset, no draw changes.
+//
 // Operand distribution: for training, each operand is uniform in [0, 10^d) half
 // of the time, and otherwise has a digit count uniform in 1..d, so short
 // operands are seen too. Evaluation draws both operands uniform in [0, 10^d)
@@ -93,9 +104,11 @@ void push_number(std::vector<int32_t>& out, int64_t v, bool reversed, int64_t wi
 
 class AdditionSource final : public DataSource {
  public:
-  AdditionSource(int64_t digits, int64_t width, uint64_t seed, bool reversed, bool padded, int64_t seq_len)
+  AdditionSource(int64_t digits, int64_t width, uint64_t seed, bool reversed, bool padded, int64_t seq_len,
+                 const AdditionTarget& target, std::string target_text)
       : digits_(digits), width_(width > 0 ? width : digits), seed_(seed), reversed_(reversed), padded_(padded),
-        limit_(pow10(digits)), eval_positions_(seq_len > 0 ? std::max<int64_t>(1, seq_len / min_seq()) : 1) {}
+        limit_(pow10(digits)), eval_positions_(seq_len > 0 ? std::max<int64_t>(1, seq_len / min_seq()) : 1),
+        target_(target), has_target_(target.any()), target_text_(std::move(target_text)) {}
 
   int64_t vocab_size() const override { return kVocab; }
 
@@ -107,6 +120,10 @@ class AdditionSource final : public DataSource {
     os << (padded_ ? ")" : "") << ", answer "
        << (reversed_ ? "least-significant digit first" : "in normal digit order")
        << ", vocab " << kVocab << ", ~1 in 10 problems held out for evaluation";
+    if (has_target_)
+      os << "; target split: digit pairs {" << target_text_ << "} at "
+         << (target_.column < 0 ? std::string("any column") : "column " + std::to_string(target_.column) + " (0 = units)")
+         << " never in training rows, the only RL prompts and evaluation problems";
     return os.str();
   }
 
@@ -155,13 +172,13 @@ class AdditionSource final : public DataSource {
     std::vector<TaskProblem> out(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) {
       Stream rng{mix64(kEvalSalt ^ static_cast<uint64_t>(i))};
-      const auto [a, b] = held_out_problem(rng);
+      const auto [a, b] = held_out_problem(rng, true);
       TaskProblem& p = out[static_cast<size_t>(i)];
       p.context = i % eval_positions_;
       p.prompt.push_back(kEos);
       Stream ctx{mix64(kEvalContextSalt ^ static_cast<uint64_t>(i))};
       for (int64_t c = 0; c < p.context; ++c) {
-        const auto [ca, cb] = held_out_problem(ctx);
+        const auto [ca, cb] = held_out_problem(ctx, false);
         push_question(p.prompt, ca, cb);
         push_answer(p.prompt, ca + cb);
       }
@@ -173,7 +190,7 @@ class AdditionSource final : public DataSource {
 
   TaskProblem train_problem(int64_t index) const override {
     Stream rng{mix64(mix64(seed_ ^ kTaskSalt) ^ static_cast<uint64_t>(index))};
-    const auto [a, b] = train_problem(rng);
+    const auto [a, b] = train_pair(rng, true);
     TaskProblem p;
     p.prompt.push_back(kEos);
     push_question(p.prompt, a, b);
@@ -195,12 +212,12 @@ class AdditionSource final : public DataSource {
  protected:
   void train_sequence(int32_t* inputs, int32_t* targets, int64_t index, int64_t seq) const override {
     Stream rng{mix64(mix64(seed_ ^ kTrainSalt) ^ static_cast<uint64_t>(index))};
-    pack(inputs, targets, seq, [&] { return train_problem(rng); });
+    pack(inputs, targets, seq, [&] { return train_pair(rng, false); });
   }
 
   void val_sequence(int32_t* inputs, int32_t* targets, int64_t index, int64_t seq) const override {
     Stream rng{mix64(kValSalt ^ static_cast<uint64_t>(index))};
-    pack(inputs, targets, seq, [&] { return held_out_problem(rng); });
+    pack(inputs, targets, seq, [&] { return held_out_problem(rng, false); });
   }
 
  private:
@@ -243,19 +260,28 @@ class AdditionSource final : public DataSource {
     return lo + rng.below(pow10(nd) - lo);
   }
 
-  std::pair<int64_t, int64_t> train_problem(Stream& rng) const {
-    for (;;) {  // ~10% rejections
+  // A problem on the target side `target` of the split (any problem when
+  // there is no split).
+  bool on_side(int64_t a, int64_t b, bool target) const { return !has_target_ || target_.contains(a, b) == target; }
+
+  // A training-split problem (never held out) on side `target` of the split.
+  std::pair<int64_t, int64_t> train_pair(Stream& rng, bool target) const {
+    // ~10% rejections without a split; a split's side can be rare (a single
+    // target pair at the top column is ~1% of draws) but never empty: the
+    // column is below digits, and a split never holds every pair.
+    for (;;) {
       const int64_t a = train_operand(rng), b = train_operand(rng);
-      if (!addition_held_out(a, b)) return {a, b};
+      if (!addition_held_out(a, b) && on_side(a, b, target)) return {a, b};
     }
   }
 
-  std::pair<int64_t, int64_t> held_out_problem(Stream& rng) const {
-    // ~10 tries on average; the bound only guards against a pool with no
-    // held-out pair at all (it is never reached for digits >= 1).
-    for (int tries = 0; tries < 1000000; ++tries) {
+  // A held-out problem on side `target` of the split.
+  std::pair<int64_t, int64_t> held_out_problem(Stream& rng, bool target) const {
+    // ~10 tries on average without a split (~1,000 for the rarest split
+    // side); the bound only guards against a pool with no such pair at all.
+    for (int tries = 0; tries < 10000000; ++tries) {
       const int64_t a = rng.below(limit_), b = rng.below(limit_);
-      if (addition_held_out(a, b)) return {a, b};
+      if (addition_held_out(a, b) && on_side(a, b, target)) return {a, b};
     }
     throw std::logic_error("data: no held-out addition problem found");
   }
@@ -296,9 +322,68 @@ class AdditionSource final : public DataSource {
   bool padded_;  // operands written with exactly width_ digits, answers with width_ + 1
   int64_t limit_;  // 10^digits: operands are in [0, limit_)
   int64_t eval_positions_;  // problems one training row holds: eval contexts are 0 .. this - 1
+  AdditionTarget target_;
+  bool has_target_;
+  std::string target_text_;  // the pairs as configured, for describe()
 };
 
 }  // namespace
+
+bool AdditionTarget::any() const { return std::find(pair.begin(), pair.end(), true) != pair.end(); }
+
+bool AdditionTarget::contains(int64_t a, int64_t b) const {
+  if (column >= 0) {
+    const int64_t p = pow10(column);
+    return pair[static_cast<size_t>((a / p) % 10 * 10 + (b / p) % 10)];
+  }
+  for (int64_t c = 0; c < columns; ++c, a /= 10, b /= 10)
+    if (pair[static_cast<size_t>(a % 10 * 10 + b % 10)]) return true;
+  return false;
+}
+
+AdditionTarget parse_addition_target(const std::string& pairs, int64_t column) {
+  if (column < -1 || column >= kMaxDigits)
+    throw std::invalid_argument("target column must be -1 (any) or in [0, " + std::to_string(kMaxDigits - 1) +
+                                "], got " + std::to_string(column));
+  AdditionTarget t;
+  t.column = column;
+  std::string compact;  // the text without spaces
+  for (char c : pairs)
+    if (c != ' ' && c != '\t') compact.push_back(c);
+  if (compact.empty()) return t;
+  auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  // One side of a pair: "d" or "lo-hi" (lo <= hi); false when it is neither.
+  auto side = [&](const std::string& x, int& lo, int& hi) {
+    if (x.size() == 1 && digit(x[0])) {
+      lo = hi = x[0] - '0';
+      return true;
+    }
+    if (x.size() == 3 && digit(x[0]) && x[1] == '-' && digit(x[2]) && x[0] <= x[2]) {
+      lo = x[0] - '0';
+      hi = x[2] - '0';
+      return true;
+    }
+    return false;
+  };
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = compact.find(',', start);
+    const std::string item = compact.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const size_t plus = item.find('+');
+    int xlo = 0, xhi = 0, ylo = 0, yhi = 0;
+    if (plus == std::string::npos || !side(item.substr(0, plus), xlo, xhi) || !side(item.substr(plus + 1), ylo, yhi))
+      throw std::invalid_argument(
+          "target pairs are digit pairs \"x+y\" separated by commas, each side a digit or a range lo-hi "
+          "(e.g. \"1+4, 2+5\" or \"6-9+0-9\"), got \"" + item + "\" in \"" + pairs + "\"");
+    for (int x = xlo; x <= xhi; ++x)
+      for (int y = ylo; y <= yhi; ++y) t.pair[static_cast<size_t>(x * 10 + y)] = t.pair[static_cast<size_t>(y * 10 + x)] = true;
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  if (std::find(t.pair.begin(), t.pair.end(), false) == t.pair.end())
+    throw std::invalid_argument("target pairs \"" + pairs + "\" hold all 55 digit pairs: training rows would have no problem left");
+  return t;
+}
 
 bool addition_held_out(int64_t a, int64_t b) {
   const auto lo = static_cast<uint64_t>(std::min(a, b)), hi = static_cast<uint64_t>(std::max(a, b));
@@ -319,7 +404,19 @@ std::unique_ptr<DataSource> make_addition_source(const DataConfig& config, uint6
     throw std::runtime_error("data: addition width must be 0 (= digits) or in [digits = " +
                              std::to_string(config.digits) + ", " + std::to_string(kMaxDigits) + "], got " +
                              std::to_string(config.width));
-  auto src = std::make_unique<AdditionSource>(config.digits, config.width, seed, reverse_answer, padded, seq_len);
+  AdditionTarget target;
+  try {
+    target = parse_addition_target(config.target_pairs, config.target_column);
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(std::string("data: ") + e.what());
+  }
+  target.columns = config.digits;
+  if (target.any() && target.column >= config.digits)
+    throw std::runtime_error("data: target_column = " + std::to_string(target.column) +
+                             " needs operands of more digits (digits = " + std::to_string(config.digits) +
+                             "; column 0 is the units)");
+  auto src = std::make_unique<AdditionSource>(config.digits, config.width, seed, reverse_answer, padded, seq_len,
+                                              target, config.target_pairs);
   if (seq_len > 0) src->check_seq(seq_len);
   return src;
 }

@@ -71,7 +71,9 @@ class Task {
 
 // The built-in addition task (data.source "addition" or "addition_plain",
 // with data.digits and data.width) as RL prompts "EOS a+b=" from the training
-// split, held-out problems for evaluation, scored by a RuleVerifier. Throws
+// split, held-out problems for evaluation, scored by a RuleVerifier. With a
+// target split (data.target_pairs) both are only the split's target problems,
+// the ones SFT rows never show. Throws
 // std::runtime_error for a source without a task (text) or a bad config.
 std::unique_ptr<Task> make_addition_task(const model::DataConfig& data, uint64_t seed,
                                          const VerifierOptions& verifier);

@@ -127,14 +127,14 @@ done
 # (1 step here, on one device) it validates.
 if [ -n "${2:-}" ]; then
   expect_exit 4 "$troupe" validate "$2/launch/specs/rl_addition.toml"
-  expect_output "runs/sft_addition_w4/checkpoint"
+  expect_output "runs/sft_addition_split/checkpoint"
   single=(--set topology.devices=1 --set topology.stages=1 --set 'topology.schedule="sequential"'
           --set topology.microbatches=1 --set topology.expert_shards=1 --set topology.optimizer_shards=1)
-  expect_exit 0 "$troupe" run "$2/launch/specs/sft_addition.toml" "${single[@]}" --set data.width=4 \
+  expect_exit 0 "$troupe" run "$2/launch/specs/sft_addition.toml" "${single[@]}" --set data.target_pairs='"6-9+6-9"' \
     --set run.steps=1 --set data.eval_problems=4 --set log.progress='"off"' --set run.out_dir="\"$work/w4\"" \
     --set checkpoint.dir="\"$work/w4/checkpoint\""
   expect_exit 0 "$troupe" validate "$2/launch/specs/rl_addition.toml" --set rl.init="\"$work/w4/checkpoint\""
-  expect_output "online RL (synchronous, one process): each step samples 16 prompts x 8 completions"
+  expect_output "online RL (synchronous, one process): each step samples 32 prompts x 8 completions"
 fi
 
 if [ "$failures" -gt 0 ]; then

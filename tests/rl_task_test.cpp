@@ -3,6 +3,7 @@
 // written width (data.width) and train_problem().
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 #include <string>
@@ -28,7 +29,7 @@ model::DataConfig addition(int64_t digits, int64_t width = 0, const std::string&
 
 // FNV-1a over every output a source gives (describe, train/val batches, eval
 // problems, padded prompts, the seq_len error) for digits 1..9 of both formats.
-uint64_t outputs_hash(int64_t width_for_digits /* 0, or -1 = width := digits */) {
+uint64_t outputs_hash(int64_t width_for_digits /* 0, or -1 = width := digits */, int64_t target_column = 2) {
   uint64_t h = 1469598103934665603ull;
   auto mix = [&](const void* p, size_t n) {
     const auto* b = static_cast<const unsigned char*>(p);
@@ -43,6 +44,7 @@ uint64_t outputs_hash(int64_t width_for_digits /* 0, or -1 = width := digits */)
     for (int d : {1, 2, 3, 4, 6, 9}) {
       model::DataConfig c = addition(d, 0, src);
       if (width_for_digits < 0 && std::string(src) == "addition") c.width = d;
+      c.target_column = target_column;  // no effect without target_pairs
       auto s = model::make_data_source(c, 1234 + static_cast<uint64_t>(d), 64);
       const std::string desc = s->describe();
       mix(desc.data(), desc.size());
@@ -283,4 +285,234 @@ TEST(RlVerifier, PartialCreditAndFormatPenalty) {
   EXPECT_THROW(RuleVerifier(kEos, VerifierOptions{1.0, 0.0}), std::invalid_argument);
   EXPECT_THROW(RuleVerifier(kEos, VerifierOptions{-0.1, 0.0}), std::invalid_argument);
   EXPECT_THROW(RuleVerifier(kEos, VerifierOptions{0.0, -1.0}), std::invalid_argument);
+}
+
+// ---- The target split (data.target_pairs / data.target_column) ----
+
+namespace {
+
+model::DataConfig split3(const std::string& pairs = "1+4, 2+5, 3+6, 4+7, 5+8, 6+9, 7+1, 8+2, 9+3", int64_t column = 2) {
+  model::DataConfig c = addition(3);
+  c.target_pairs = pairs;
+  c.target_column = column;
+  return c;
+}
+
+int64_t digit_at(int64_t v, int64_t column) {
+  for (int64_t i = 0; i < column; ++i) v /= 10;
+  return v % 10;
+}
+
+// The reference rule, written independently of the source: the digits at
+// column 2 form one of the unordered pairs {d, d+3 (cyclic in 1..9)}.
+bool is_target_ref(int64_t a, int64_t b) {
+  const int64_t x = digit_at(a, 2), y = digit_at(b, 2);
+  if (x == 0 || y == 0) return false;
+  auto next3 = [](int64_t d) { return (d - 1 + 3) % 9 + 1; };
+  return next3(x) == y || next3(y) == x;
+}
+
+// The (a, b) of every whole problem of a 3-digit reversed row of `seq` tokens
+// (EOS, then "ddd+ddd=dddd" EOS problems, then PAD); checks each answer.
+std::vector<std::pair<int64_t, int64_t>> row_problems(const std::vector<int32_t>& inputs, int64_t r, int64_t seq) {
+  const std::vector<int32_t> row(inputs.begin() + r * seq, inputs.begin() + (r + 1) * seq);
+  std::vector<std::pair<int64_t, int64_t>> out;
+  EXPECT_EQ(row[0], kEos);
+  size_t i = 1;
+  while (i + 13 <= row.size() && row[i] != 13) {
+    EXPECT_EQ(row[i + 3], kPlus);
+    EXPECT_EQ(row[i + 7], kEquals);
+    EXPECT_EQ(row[i + 12], kEos);
+    const int64_t a = number_at(row, i, 3, false), b = number_at(row, i + 4, 3, false);
+    EXPECT_EQ(number_at(row, i + 8, 4, true), a + b);
+    out.push_back({a, b});
+    i += 13;
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(RlAdditionTarget, ParsesPairsAndRejectsBadOnes) {
+  const model::AdditionTarget t = model::parse_addition_target(" 1+4,2+5 ,9+9", 1);
+  EXPECT_EQ(t.column, 1);
+  EXPECT_TRUE(t.any());
+  int set = 0;
+  for (int x = 0; x < 10; ++x)
+    for (int y = 0; y < 10; ++y) {
+      const bool want = (x == 1 && y == 4) || (x == 4 && y == 1) || (x == 2 && y == 5) || (x == 5 && y == 2) ||
+                        (x == 9 && y == 9);
+      EXPECT_EQ(t.pair[static_cast<size_t>(x * 10 + y)], want) << x << "+" << y;
+      set += t.pair[static_cast<size_t>(x * 10 + y)] ? 1 : 0;
+    }
+  EXPECT_EQ(set, 5);
+  // Column 1 is the tens: 140 + 250 has tens digits 4 and 5, no pair; 41 + 17 has 4 and 1.
+  EXPECT_TRUE(t.contains(41, 17));
+  EXPECT_TRUE(t.contains(917, 41));
+  EXPECT_FALSE(t.contains(140, 250));
+  EXPECT_FALSE(model::parse_addition_target("", 2).any());
+  EXPECT_FALSE(model::parse_addition_target("  ", 2).any());
+  auto message = [](const std::string& pairs, int64_t column = 2) {
+    try {
+      model::parse_addition_target(pairs, column);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message("1+4,").find("got \"\""), std::string::npos) << message("1+4,");
+  EXPECT_NE(message("14").find("digit pairs \"x+y\""), std::string::npos) << message("14");
+  EXPECT_NE(message("1+a").find("got \"1+a\""), std::string::npos);
+  EXPECT_NE(message("1+10").find("got \"1+10\""), std::string::npos);
+  EXPECT_NE(message("9-6+1").find("got \"9-6+1\""), std::string::npos) << "a range runs upwards";
+  EXPECT_NE(message("6-+1").find("got \"6-+1\""), std::string::npos);
+  EXPECT_NE(message("0-9+0-9").find("all 55 digit pairs"), std::string::npos);
+  // A pair listed twice (either order) is listed once.
+  EXPECT_EQ(model::parse_addition_target("1+4, 4+1", 2).pair, model::parse_addition_target("1+4", 2).pair);
+  // Ranges: "6-9+0-9" is every pair with a digit in 6..9 (34 unordered pairs).
+  const model::AdditionTarget r = model::parse_addition_target("6-9+0-9", 2);
+  for (int x = 0; x < 10; ++x)
+    for (int y = 0; y < 10; ++y)
+      EXPECT_EQ(r.pair[static_cast<size_t>(x * 10 + y)], x >= 6 || y >= 6) << x << "+" << y;
+  EXPECT_EQ(model::parse_addition_target("2-3+5", 0).pair, model::parse_addition_target("2+5, 5+3", 0).pair);
+  EXPECT_NE(message("1+4", 9).find("column must be -1 (any) or in [0, 8], got 9"), std::string::npos) << message("1+4", 9);
+  EXPECT_NE(message("1+4", -2).find("got -2"), std::string::npos);
+  std::string all;
+  for (int x = 0; x < 10; ++x)
+    for (int y = x; y < 10; ++y) all += (all.empty() ? "" : ",") + std::to_string(x) + "+" + std::to_string(y);
+  EXPECT_NE(message(all).find("all 55 digit pairs"), std::string::npos) << message(all);
+  // The source reports them as data errors, and a column it lacks.
+  EXPECT_THROW(model::make_data_source(split3("1+x"), 1), std::runtime_error);
+  model::DataConfig high = split3("1+4", 3);
+  EXPECT_THROW(model::make_data_source(high, 1), std::runtime_error);
+  model::DataConfig text;
+  text.source = troupe::model::DataKind::text;
+  text.target_pairs = "1+4";
+  EXPECT_THROW(model::make_data_source(text, 1), std::runtime_error);
+}
+
+TEST(RlAdditionTarget, NoPairsIsByteIdenticalWhateverTheColumn) {
+  EXPECT_EQ(outputs_hash(0, 0), 0x0096c11e552818faull);
+  EXPECT_EQ(outputs_hash(0, 5), 0x0096c11e552818faull);
+}
+
+TEST(RlAdditionTarget, TrainingRowsNeverShowATargetProblem) {
+  const auto src = model::make_data_source(split3(), 5, 128);
+  const auto plain = model::make_data_source(addition(3), 5, 128);
+  int64_t problems = 0, target_digits_elsewhere = 0, plain_targets = 0;
+  for (int64_t cur = 0; cur < 40; ++cur) {
+    const auto b = src->train_batch(cur, 16, 128);
+    const auto v = src->val_batch(cur, 16, 128);
+    const auto p = plain->train_batch(cur, 16, 128);
+    for (int64_t r = 0; r < 16; ++r) {
+      for (const auto& [a, bb] : row_problems(b.inputs, r, 128)) {
+        EXPECT_FALSE(is_target_ref(a, bb)) << a << "+" << bb << " is a target problem in a training row";
+        EXPECT_FALSE(model::addition_held_out(a, bb));
+        ++problems;
+        // The pairs still occur in the other columns (units, tens).
+        for (int64_t col : {0, 1}) {
+          const int64_t x = digit_at(a, col), y = digit_at(bb, col);
+          target_digits_elsewhere += (x > 0 && y > 0 && ((x + 2) % 9 + 1 == y || (y + 2) % 9 + 1 == x)) ? 1 : 0;
+        }
+      }
+      for (const auto& [a, bb] : row_problems(v.inputs, r, 128)) {
+        EXPECT_FALSE(is_target_ref(a, bb)) << a << "+" << bb << " is a target problem in a validation row";
+        EXPECT_TRUE(model::addition_held_out(a, bb));
+      }
+      for (const auto& [a, bb] : row_problems(p.inputs, r, 128)) plain_targets += is_target_ref(a, bb) ? 1 : 0;
+    }
+  }
+  EXPECT_GT(problems, 5000);
+  EXPECT_GT(target_digits_elsewhere, problems / 10) << "the target pairs are seen in the units and tens columns";
+  EXPECT_GT(plain_targets, 300) << "without the split, training rows do hold such problems (the check has teeth)";
+  // Deterministic: the same seed gives the same rows.
+  const auto again = model::make_data_source(split3(), 5, 128);
+  EXPECT_EQ(again->train_batch(3, 16, 128).inputs, src->train_batch(3, 16, 128).inputs);
+  EXPECT_NE(src->describe().find("target split: digit pairs {1+4, 2+5"), std::string::npos) << src->describe();
+}
+
+TEST(RlAdditionTarget, RlPromptsAndEvaluationAreOnlyTargetProblems) {
+  const auto task = make_addition_task(split3(), 11, {});
+  const auto same = make_addition_task(split3(), 11, {});
+  std::set<std::pair<int64_t, int64_t>> pairs_seen;  // hundreds digits
+  for (int64_t i = 0; i < 2000; ++i) {
+    const Prompt p = task->train_prompt(i);
+    ASSERT_EQ(p.tokens.size(), 9u);
+    const int64_t a = number_at(p.tokens, 1, 3, false), b = number_at(p.tokens, 5, 3, false);
+    EXPECT_TRUE(is_target_ref(a, b)) << a << "+" << b << " is not a target problem";
+    EXPECT_FALSE(model::addition_held_out(a, b)) << a << "+" << b << " is held out";
+    EXPECT_EQ(number_at(p.answer, 0, 4, true), a + b);
+    EXPECT_EQ(same->train_prompt(i).tokens, p.tokens);
+    pairs_seen.insert({digit_at(a, 2), digit_at(b, 2)});
+  }
+  EXPECT_EQ(pairs_seen.size(), 18u) << "all 9 unordered pairs, in both orders";
+  const std::vector<Prompt> eval = task->eval_prompts(300);
+  for (const Prompt& p : eval) {
+    ASSERT_EQ(p.tokens.size(), 9u) << "the RL task's eval prompts start a row";
+    const int64_t a = number_at(p.tokens, 1, 3, false), b = number_at(p.tokens, 5, 3, false);
+    EXPECT_TRUE(is_target_ref(a, b));
+    EXPECT_TRUE(model::addition_held_out(a, b));
+  }
+  EXPECT_EQ(make_addition_task(split3(), 99, {})->eval_prompts(300)[17].tokens, eval[17].tokens)
+      << "evaluation does not depend on the seed";
+  // With seq_len the context problems before a scored one are non-target.
+  const auto src = model::make_data_source(split3(), 5, 128);
+  int64_t contexts = 0;
+  for (const auto& p : src->eval_problems(60)) {
+    ASSERT_EQ(p.prompt.size(), static_cast<size_t>(1 + 13 * p.context + 8));
+    for (int64_t c = 0; c < p.context; ++c) {
+      const size_t at = static_cast<size_t>(1 + 13 * c);
+      const int64_t a = number_at(p.prompt, at, 3, false), b = number_at(p.prompt, at + 4, 3, false);
+      EXPECT_FALSE(is_target_ref(a, b));
+      EXPECT_TRUE(model::addition_held_out(a, b));
+      ++contexts;
+    }
+    const size_t at = static_cast<size_t>(1 + 13 * p.context);
+    EXPECT_TRUE(is_target_ref(number_at(p.prompt, at, 3, false), number_at(p.prompt, at + 4, 3, false)));
+  }
+  EXPECT_GT(contexts, 100);
+}
+
+TEST(RlAdditionTarget, AnyColumnHidesThePairsEverywhere) {
+  const std::string pairs = "1+4, 2+7, 3+8, 5+9, 6+6";
+  auto in_set = [](int64_t x, int64_t y) {
+    const int64_t lo = std::min(x, y), hi = std::max(x, y);
+    return (lo == 1 && hi == 4) || (lo == 2 && hi == 7) || (lo == 3 && hi == 8) || (lo == 5 && hi == 9) ||
+           (lo == 6 && hi == 6);
+  };
+  auto any_column = [&](int64_t a, int64_t b) {
+    for (int64_t c = 0; c < 3; ++c)
+      if (in_set(digit_at(a, c), digit_at(b, c))) return true;
+    return false;
+  };
+  const model::AdditionTarget t = model::parse_addition_target(pairs, -1);
+  EXPECT_TRUE(t.contains(4, 1));
+  EXPECT_TRUE(t.contains(300, 800));
+  EXPECT_TRUE(t.contains(66, 60));
+  EXPECT_FALSE(t.contains(41, 41));
+  const auto src = model::make_data_source(split3(pairs, -1), 3, 128);
+  int64_t problems = 0;
+  for (int64_t cur = 0; cur < 20; ++cur) {
+    const auto b = src->train_batch(cur, 16, 128);
+    for (int64_t r = 0; r < 16; ++r)
+      for (const auto& [a, bb] : row_problems(b.inputs, r, 128)) {
+        EXPECT_FALSE(any_column(a, bb)) << a << "+" << bb << " shows a target pair in a training row";
+        ++problems;
+      }
+  }
+  EXPECT_GT(problems, 2000);
+  const auto task = make_addition_task(split3(pairs, -1), 11, {});
+  int64_t units_only = 0;
+  for (int64_t i = 0; i < 1000; ++i) {
+    const Prompt p = task->train_prompt(i);
+    const int64_t a = number_at(p.tokens, 1, 3, false), b = number_at(p.tokens, 5, 3, false);
+    EXPECT_TRUE(any_column(a, b)) << a << "+" << b << " is not a target problem";
+    EXPECT_FALSE(model::addition_held_out(a, b));
+    units_only += in_set(a % 10, b % 10) && !in_set(digit_at(a, 1), digit_at(b, 1)) &&
+                  !in_set(digit_at(a, 2), digit_at(b, 2)) ? 1 : 0;
+  }
+  EXPECT_GT(units_only, 100) << "a pair in the units column alone makes a target problem";
+  for (const Prompt& p : task->eval_prompts(200))
+    EXPECT_TRUE(any_column(number_at(p.tokens, 1, 3, false), number_at(p.tokens, 5, 3, false)));
+  EXPECT_NE(src->describe().find("at any column"), std::string::npos) << src->describe();
 }
