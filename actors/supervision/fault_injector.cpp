@@ -39,12 +39,10 @@ void FaultInjector::send(const caf::actor& to, caf::message msg) {
     bool done = false;
     switch (a.kind) {
       case FaultKind::drop:
-        ++counts_.dropped;
         copies = 0;
         done = --a.remaining <= 0;
         break;
       case FaultKind::duplicate:
-        ++counts_.duplicated;
         copies = std::max(copies, 2);
         done = --a.remaining <= 0;
         break;
@@ -69,7 +67,6 @@ void FaultInjector::send(const caf::actor& to, caf::message msg) {
   if (release > now) {
     for (int i = 0; i < copies; ++i) held_.emplace(std::make_pair(release, seq_++), std::make_pair(to, msg));
     last_release_[to.address()] = release;
-    ++counts_.held;
     lock.unlock();
     cv_.notify_all();
     return;
@@ -77,11 +74,6 @@ void FaultInjector::send(const caf::actor& to, caf::message msg) {
   lock.unlock();
   for (int i = 1; i < copies; ++i) forward(to, msg);
   forward(to, std::move(msg));
-}
-
-FaultInjector::Counts FaultInjector::counts() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return counts_;
 }
 
 void FaultInjector::forward(const caf::actor& to, caf::message msg) {

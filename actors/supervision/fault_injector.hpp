@@ -33,11 +33,6 @@ class FaultInjector final : public Interposer {
   // From now on, fault `f` (not kill) acts on messages to `target`.
   void arm(const caf::actor& target, const FaultSpec& f);
   void send(const caf::actor& to, caf::message msg) override;
-  // Messages dropped, doubled and held so far (tests, reports).
-  struct Counts {
-    uint64_t dropped = 0, duplicated = 0, held = 0;
-  };
-  Counts counts() const;
 
  private:
   struct Armed {
@@ -59,7 +54,6 @@ class FaultInjector final : public Interposer {
   std::map<std::pair<Clock::time_point, uint64_t>, std::pair<caf::actor, caf::message>> held_;
   std::map<caf::actor_addr, Clock::time_point> last_release_;  // per target: the latest release queued
   uint64_t seq_ = 0;
-  Counts counts_;
   bool stop_ = false;
   std::thread worker_;
 };
