@@ -232,7 +232,10 @@ void on_child_down(Self* self, const caf::down_msg& m) {
     }
     return;
   }
-  s.sup->respawn(self, child);
+  // A replay starts the step again as the next attempt; between steps the
+  // child alone is restored to where the others are.
+  const uint32_t attempt = s.running ? s.attempt + 1 : s.attempt;
+  const caf::actor fresh = s.sup->respawn(self, child, s.step, attempt);
   RestartEvent ev;
   ev.step = step1;
   ev.actor = child.name;
@@ -243,11 +246,9 @@ void on_child_down(Self* self, const caf::down_msg& m) {
   }
   ev.replayed = s.running;
   if (s.running) {
-    ++s.attempt;
-    s.sup->restore_all(self, s.step, s.attempt);
+    s.attempt = attempt;
+    s.sup->restore_all(self, s.step, s.attempt, fresh);
     start_step(self);
-  } else {
-    s.sup->restore_one(self, child, s.step, s.attempt);
   }
   ev.attempt = static_cast<int>(s.attempt) + 1;
   try {

@@ -78,10 +78,12 @@ std::string Supervisor::admit_restart(const Child& child, const std::string& cau
          " step(s), more than max_restarts = " + std::to_string(sh_->opt.max_restarts) + "; giving up";
 }
 
-void Supervisor::respawn(caf::event_based_actor* self, const Child& child) {
+caf::actor Supervisor::respawn(caf::event_based_actor* self, const Child& child, uint64_t step, uint32_t attempt) {
   const Child c = child;  // `child` lives in children_, which changes below
   caf::actor fresh = sh_->spawn(self->system(), c.role, c.replica, c.index);
   self->monitor(fresh);
+  if (c.role == Role::Optimizer) restore_shard(self, fresh, static_cast<size_t>(c.index), step, attempt);
+  else restore_rank(self, fresh, step, attempt);
   std::lock_guard<std::mutex> lock(sh_->peers_mu);
   caf::actor& slot = c.role == Role::Rank
                          ? sh_->peers.ranks[static_cast<size_t>(c.replica)][static_cast<size_t>(c.index)]
@@ -91,6 +93,7 @@ void Supervisor::respawn(caf::event_based_actor* self, const Child& child) {
   children_.erase(slot.address());
   slot = fresh;
   children_[fresh.address()] = c;
+  return fresh;
 }
 
 bool Supervisor::stage(uint32_t shard, Envelope p, Envelope m, Envelope v) {
@@ -104,9 +107,10 @@ void Supervisor::commit() {
   staged_.clear();
 }
 
-void Supervisor::restore_shard(caf::event_based_actor* self, size_t shard, uint64_t step, uint32_t attempt) const {
+void Supervisor::restore_shard(caf::event_based_actor* self, const caf::actor& to, size_t shard, uint64_t step,
+                               uint32_t attempt) const {
   const auto& c = committed_[shard];
-  self->send(shard_of(*sh_, shard), rt::restore_atom_v, step, attempt, c[0], c[1], c[2]);
+  self->send(to, rt::restore_atom_v, step, attempt, c[0], c[1], c[2]);
 }
 
 void Supervisor::restore_rank(caf::event_based_actor* self, const caf::actor& rank, uint64_t step,
@@ -117,16 +121,13 @@ void Supervisor::restore_rank(caf::event_based_actor* self, const caf::actor& ra
 
 // Expert shards take the same messages as ranks: (restore, s, attempt), then
 // every shard's parameter slice, of which they load their experts' part.
-void Supervisor::restore_all(caf::event_based_actor* self, uint64_t step, uint32_t attempt) const {
-  for (size_t i = 0; i < committed_.size(); ++i) restore_shard(self, i, step, attempt);
-  for (const caf::actor& r : all_ranks(*sh_)) restore_rank(self, r, step, attempt);
-  for (const caf::actor& x : all_experts(*sh_)) restore_rank(self, x, step, attempt);
-}
-
-void Supervisor::restore_one(caf::event_based_actor* self, const Child& child, uint64_t step, uint32_t attempt) const {
-  if (child.role == Role::Optimizer) restore_shard(self, static_cast<size_t>(child.index), step, attempt);
-  else if (child.role == Role::Expert) restore_rank(self, expert_of(*sh_, child.replica, child.index), step, attempt);
-  else restore_rank(self, rank_of(*sh_, child.replica, child.index), step, attempt);
+void Supervisor::restore_all(caf::event_based_actor* self, uint64_t step, uint32_t attempt, const caf::actor& skip) const {
+  for (size_t i = 0; i < committed_.size(); ++i)
+    if (const caf::actor to = shard_of(*sh_, i); to != skip) restore_shard(self, to, i, step, attempt);
+  for (const caf::actor& r : all_ranks(*sh_))
+    if (r != skip) restore_rank(self, r, step, attempt);
+  for (const caf::actor& x : all_experts(*sh_))
+    if (x != skip) restore_rank(self, x, step, attempt);
 }
 
 }  // namespace troupe::runtime

@@ -43,8 +43,12 @@ class Supervisor {
   // Records a restart of `child` in (1-based) step `step`; returns the
   // escalation message when the restart intensity is exceeded, else "".
   std::string admit_restart(const Child& child, const std::string& cause, int64_t step);
-  // Spawns the child again, monitors it and publishes its handle.
-  void respawn(caf::event_based_actor* self, const Child& child);
+  // Spawns the child again, monitors it, sends it the restore messages for
+  // step `step`, attempt `attempt`, and only then publishes its handle: a
+  // peer still in the failed attempt that looks the handle up afterwards
+  // queues its messages behind the restore, so the fresh actor sees them as
+  // stale instead of as work of a step it has not reached. Returns the handle.
+  caf::actor respawn(caf::event_based_actor* self, const Child& child, uint64_t step, uint32_t attempt);
 
   // Snapshots: a shard's post-update state of the running step; all of them
   // staged -> commit() when the step ends.
@@ -55,12 +59,13 @@ class Supervisor {
   void commit();
 
   // Sends (restore ...) so that step `step`, attempt `attempt` starts from the
-  // committed snapshot: to every shard and rank (replay), or to one child.
-  void restore_all(caf::event_based_actor* self, uint64_t step, uint32_t attempt) const;
-  void restore_one(caf::event_based_actor* self, const Child& child, uint64_t step, uint32_t attempt) const;
+  // committed snapshot, to every shard, rank and expert shard but `skip` (a
+  // replay; respawn() restored the fresh actor already).
+  void restore_all(caf::event_based_actor* self, uint64_t step, uint32_t attempt, const caf::actor& skip = {}) const;
 
  private:
-  void restore_shard(caf::event_based_actor* self, size_t shard, uint64_t step, uint32_t attempt) const;
+  void restore_shard(caf::event_based_actor* self, const caf::actor& to, size_t shard, uint64_t step,
+                     uint32_t attempt) const;
   void restore_rank(caf::event_based_actor* self, const caf::actor& rank, uint64_t step, uint32_t attempt) const;
 
   std::shared_ptr<const Shared> sh_;
