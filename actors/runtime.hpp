@@ -125,6 +125,16 @@ class Runtime final : public model::TrainingEngine {
   std::vector<std::string> actor_names();
   // Messages dropped as duplicates or stale, over all actors (for tests).
   uint64_t dropped_messages();
+  // Step messages their receivers dropped because the bytes were damaged in
+  // flight ([[faults]] kind "corrupt"); each is also in dropped_messages().
+  uint64_t damaged_messages();
+  // [[faults]] kind "slow": device closures run slowed so far, the seconds
+  // that added, and every closure run (this process's devices).
+  struct Slowdown {
+    uint64_t slowed = 0, completed = 0;
+    double seconds = 0.0;
+  };
+  Slowdown slowdown() const;
   // Restarts so far, in order (see RuntimeOptions::on_restart).
   std::vector<RestartEvent> restarts() const;
   // Kills the actor `target` ("stage:K", "stage:K/replica:R", "optimizer:K",

@@ -222,8 +222,8 @@ class Parser {
       error(kp, "faults must be an array of tables: write each entry as [[faults]] with at_step, target and kind");
       return;
     }
-    static const std::vector<std::string> keys = {"at_step", "target", "kind", "at_message", "count", "delay_ms",
-                                                  "duration_ms"};
+    static const std::vector<std::string> keys = {"at_step", "target", "kind",        "at_message", "count",
+                                                  "delay_ms", "duration_ms", "factor", "duration_steps"};
     for (const toml::node& entry_node : *arr) {
       const toml::table& entry = *entry_node.as_table();
       const Pos ep = pos_of(entry.source(), kp.file);
@@ -234,7 +234,7 @@ class Parser {
         const std::string key(k.str());
         const Pos p = pos_of(k.source(), kp.file);
         fault_pos_[{index, key}] = p;
-        if (key == "at_step" || key == "at_message" || key == "count") {
+        if (key == "at_step" || key == "at_message" || key == "count" || key == "duration_steps") {
           auto i = v.as_integer();
           if (!i) {
             error(p, "[[faults]] " + key + ": expected an integer, got " + node_type_name(v) + " " + node_text(v));
@@ -245,9 +245,12 @@ class Parser {
           else if (key == "count" && (i->get() < 1 || i->get() > 1000000000))
             error(p, "[[faults]] count = " + node_text(v) + " is out of range (allowed 1 .. 1e9)"), ok = false;
           else if (key == "count") f.count = i->get();
+          else if (key == "duration_steps" && (i->get() < 1 || i->get() > 1000000000))
+            error(p, "[[faults]] duration_steps = " + node_text(v) + " is out of range (allowed 1 .. 1e9)"), ok = false;
+          else if (key == "duration_steps") f.steps = i->get();
           else if (i->get() < 0) error(p, "[[faults]] at_message = " + node_text(v) + " must be >= 0 (0: a seeded point)"), ok = false;
           else f.at_message = i->get();
-        } else if (key == "delay_ms" || key == "duration_ms") {
+        } else if (key == "delay_ms" || key == "duration_ms" || key == "factor") {
           double x = 0;
           if (auto fl = v.as_floating_point()) x = fl->get();
           else if (auto in = v.as_integer()) x = static_cast<double>(in->get());
@@ -256,7 +259,11 @@ class Parser {
             ok = false;
             continue;
           }
-          if (!std::isfinite(x) || x <= 0 || x > 3.6e6)
+          if (key == "factor") {
+            if (!std::isfinite(x) || x < 1 || x > 1000)
+              error(p, "[[faults]] factor = " + node_text(v) + " is out of range (allowed 1 .. 1000: how many times slower)"), ok = false;
+            else f.factor = x;
+          } else if (!std::isfinite(x) || x <= 0 || x > 3.6e6)
             error(p, "[[faults]] " + key + " = " + node_text(v) + " is out of range (allowed > 0 .. 3600000 ms)"), ok = false;
           else (key == "delay_ms" ? f.delay_ms : f.duration_ms) = x;
         } else if (key == "target" || key == "kind") {
@@ -495,6 +502,8 @@ void check_faults(const Spec& s, Parser& p) {
       p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"delay\" needs delay_ms (how late each message arrives, ms)");
     if (f.kind == runtime::FaultKind::pause && f.duration_ms <= 0)
       p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"pause\" needs duration_ms (how long the actor receives nothing)");
+    if (f.kind == runtime::FaultKind::slow && f.factor <= 1)
+      p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"slow\" needs factor > 1 (how many times slower its device runs)");
     if (s.topology.processes > 1)
       p.error(p.fault_where(i, ""), "[[faults]] runs in one process only for now: the supervisor restarts actors on its "
                                    "own devices ([topology] processes = " + v(s.topology.processes) + ")");

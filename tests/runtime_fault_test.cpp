@@ -32,8 +32,10 @@ struct Outcome {
   model::TrainingState state;
   std::vector<double> losses, norms;
   std::vector<runtime::RestartEvent> restarts;
-  uint64_t dropped = 0;
+  uint64_t dropped = 0, damaged = 0;
   std::vector<std::vector<int64_t>> loads;  // the last step's expert load
+  std::vector<double> step_seconds;
+  runtime::Runtime::Slowdown slow;
 };
 
 Outcome run(const runtime::RuntimeOptions& o) {
@@ -43,10 +45,13 @@ Outcome run(const runtime::RuntimeOptions& o) {
     const model::StepMetrics m = rt.step();
     out.losses.push_back(m.loss);
     out.norms.push_back(m.grad_norm);
+    out.step_seconds.push_back(m.step_seconds);
   }
   out.state = rt.state();
   out.restarts = rt.restarts();
   out.dropped = rt.dropped_messages();
+  out.damaged = rt.damaged_messages();
+  out.slow = rt.slowdown();
   out.loads = rt.expert_load();
   return out;
 }
@@ -66,11 +71,13 @@ void expect_bitwise_equal(const Outcome& ref, const Outcome& got, const std::str
   }
 }
 
-// Faults on messages in flight (drop, duplicate, delay, pause), at a rank,
-// an optimizer shard and an expert shard, in 1F1B and DualPipe: the run ends
-// bitwise equal to the fault-free run. A drop stalls the step until its
-// deadline, which replays it (reported as a deadline event); the others need
-// no replay as long as they end within the deadline.
+// Faults on messages in flight (drop, duplicate, delay, pause, corrupt), at a
+// rank, an optimizer shard and an expert shard, in 1F1B and DualPipe: the run
+// ends bitwise equal to the fault-free run. A drop stalls the step until its
+// deadline, which replays it (reported as a deadline event); so does a
+// corrupt message, which its receiver drops and counts (never accepted with
+// wrong values, never failing the run); the others need no replay as long as
+// they end within the deadline.
 TEST(RuntimeFaults, MessageFaultsEndBitwiseEqual) {
   using runtime::FaultKind;
   for (const std::string schedule : {"1f1b", "dualpipe"}) {
@@ -78,7 +85,7 @@ TEST(RuntimeFaults, MessageFaultsEndBitwiseEqual) {
     base.expert_shards = 2;
     base.step_deadline = 1.0;
     const Outcome ref = run(base);
-    for (const FaultKind kind : {FaultKind::drop, FaultKind::duplicate, FaultKind::delay, FaultKind::pause}) {
+    for (const FaultKind kind : {FaultKind::drop, FaultKind::duplicate, FaultKind::delay, FaultKind::pause, FaultKind::corrupt}) {
       for (const std::string target : {"stage:1", "optimizer:0", "expert:1/1"}) {
         runtime::RuntimeOptions o = base;
         runtime::FaultSpec f;
@@ -98,9 +105,51 @@ TEST(RuntimeFaults, MessageFaultsEndBitwiseEqual) {
           EXPECT_TRUE(ev.deadline) << what << ": no actor died, yet " << ev.str();
           if (ev.deadline) EXPECT_EQ(ev.step, 2) << what << ": " << ev.str();
         }
-        if (kind == FaultKind::drop) EXPECT_GE(deadlines, 1u) << what << ": a lost message must end in a replay";
+        const bool lost = kind == FaultKind::drop || kind == FaultKind::corrupt;
+        if (lost) EXPECT_GE(deadlines, 1u) << what << ": a lost message must end in a replay";
         else EXPECT_EQ(deadlines, 0u) << what << ": nothing was lost";
+        // Each corrupted Envelope was dropped by its receiver as damaged, and
+        // nothing else was.
+        EXPECT_EQ(got.damaged, kind == FaultKind::corrupt ? 2u : 0u) << what;
       }
+    }
+  }
+}
+
+// A straggler: the device of the target runs 4x slower for steps 2..3 of 4
+// (or for a wall-clock window). The math is unchanged (bitwise), the device
+// reports closures it slowed and the time added, and a window in steps ends:
+// the last step runs at full speed. Step times are printed, not asserted.
+TEST(RuntimeFaults, SlowDeviceEndsBitwiseEqual) {
+  runtime::RuntimeOptions base = options("1f1b", 5);
+  base.train.steps = 4;
+  base.expert_shards = 2;
+  const Outcome ref = run(base);
+  EXPECT_EQ(ref.slow.slowed, 0u);
+  for (const std::string target : {"stage:1", "optimizer:0", "expert:1/1"}) {
+    for (const double window_ms : {0.0, 30.0}) {
+      runtime::RuntimeOptions o = base;
+      runtime::FaultSpec f;
+      f.at_step = 2;
+      f.target = target;
+      f.kind = runtime::FaultKind::slow;
+      f.factor = 4;
+      f.steps = 2;
+      f.duration_ms = window_ms;
+      o.faults = {f};
+      const Outcome got = run(o);
+      const std::string what = "slow " + target + (window_ms > 0 ? " for 30 ms" : " for 2 steps");
+      expect_bitwise_equal(ref, got, what);
+      EXPECT_GT(got.slow.slowed, 0u) << what;
+      EXPECT_LT(got.slow.slowed, got.slow.completed) << what;
+      // Steps 2..3 of 4 (plus the initial loads) are at most half the closures;
+      // a window that never ended would take step 4 too.
+      if (window_ms == 0) EXPECT_LE(got.slow.slowed, got.slow.completed / 2) << what << ": the window never ended";
+      EXPECT_GT(got.slow.seconds, 0.0) << what;
+      std::cout << "  " << what << ": " << got.slow.slowed << " of " << got.slow.completed << " closures slowed, +"
+                << got.slow.seconds * 1e3 << " ms; step seconds";
+      for (double x : got.step_seconds) std::cout << " " << x;
+      std::cout << "\n";
     }
   }
 }

@@ -51,6 +51,7 @@ struct CoordState {
   std::chrono::steady_clock::time_point started;  // of the running attempt
   double slowest = 0.0;          // seconds of the slowest finished step
   uint32_t deadline_replays = 0;  // of the running step
+  uint64_t damaged = 0;           // Envelopes receivers dropped as damaged in flight
 };
 
 using Self = caf::stateful_actor<CoordState>;
@@ -125,8 +126,18 @@ void arm_faults(Self* self) {
     const ActorPlan* target = t ? sh.plan.target(*t) : nullptr;
     if (!target) continue;  // validate() rejected it already
     s.fault_armed[i] = true;
-    if (f.kind != FaultKind::kill) {  // acts on messages in flight, at the seam
-      if (sh.injector) sh.injector->arm(target_actor(sh, *t), f);
+    if (on_messages(f.kind)) {  // acts on messages in flight, at the seam
+      if (sh.injector) sh.injector->arm(target_actor(sh, *t), f, sh.opt.train.seed, s.step);
+      continue;
+    }
+    if (f.kind == FaultKind::slow) {  // the target's device becomes a straggler
+      Device* dev = target->device >= 0 && static_cast<size_t>(target->device) < sh.devices.size()
+                        ? sh.devices[static_cast<size_t>(target->device)] : nullptr;
+      if (!dev) continue;
+      const auto now = std::chrono::steady_clock::now();
+      dev->slow_down(f.factor, f.duration_ms > 0 ? now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                              std::chrono::duration<double, std::milli>(f.duration_ms))
+                                                 : std::chrono::steady_clock::time_point::max());
       continue;
     }
     const uint32_t n = target->messages_per_step;
@@ -154,6 +165,18 @@ void start_step(Self* self) {
   s.clipped = false;
   s.sup->clear_staged();
   s.running = true;
+  // A slow fault counted in steps ends when the step after its window starts.
+  for (size_t i = 0; i < sh.opt.faults.size(); ++i) {
+    const FaultSpec& f = sh.opt.faults[i];
+    if (f.kind != FaultKind::slow || !s.fault_armed[i] || f.duration_ms > 0 ||
+        static_cast<int64_t>(s.step) + 1 != f.at_step + f.steps)
+      continue;
+    const std::optional<FaultTarget> t = parse_fault_target(f.target);
+    const ActorPlan* target = t ? sh.plan.target(*t) : nullptr;
+    if (target && target->device >= 0 && static_cast<size_t>(target->device) < sh.devices.size() &&
+        sh.devices[static_cast<size_t>(target->device)])
+      sh.devices[static_cast<size_t>(target->device)]->slow_down(1.0);
+  }
   if (s.attempt == 0) arm_faults(self);
   // The step's deadline (a lost message or a frozen actor never ends it).
   s.started = std::chrono::steady_clock::now();
@@ -410,6 +433,8 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
       },
       [self](rt::deadline_atom, uint64_t step, uint32_t attempt, double limit) { on_deadline(self, step, attempt, limit); },
       [self](rt::dropped_atom) { return self->state.dropped; },
+      [self](rt::corrupt_atom, const std::string&, const std::string&) { ++self->state.damaged; },
+      [self](rt::corrupt_atom) { return self->state.damaged; },
       [self](rt::name_atom) { return self->state.sh->plan.coordinator().name; },
   };
 }

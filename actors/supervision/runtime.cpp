@@ -80,6 +80,7 @@ void validate(const RuntimeOptions& o) {
     require(f.count >= 1, "fault count must be >= 1");
     require(f.kind != FaultKind::delay || f.delay_ms > 0, "fault kind delay needs delay_ms > 0");
     require(f.kind != FaultKind::pause || f.duration_ms > 0, "fault kind pause needs duration_ms > 0");
+    require(f.kind != FaultKind::slow || (f.factor > 1 && f.steps >= 1), "fault kind slow needs factor > 1 and steps >= 1");
     if (plan.target(*target)) continue;
     const std::string gone = "fault target " + f.target + " does not exist: ";
     if (target->role == Role::Expert) {
@@ -150,6 +151,7 @@ struct Runtime::Impl {
     if (tracing())
       for (auto& d : devices)
         if (d) d->enable_trace(4096);
+    for (auto& d : devices) s.devices.push_back(d.get());
 
     cfg = std::make_unique<caf::actor_system_config>();
     register_caf_types(*cfg);
@@ -423,6 +425,25 @@ uint64_t Runtime::dropped_messages() {
   for (const caf::actor& a : actors)
     self->request(a, caf::infinite, rt::dropped_atom_v).receive([&](uint64_t n) { total += n; }, [](caf::error&) {});
   return total;
+}
+
+Runtime::Slowdown Runtime::slowdown() const {
+  Slowdown out;
+  for (const auto& d : impl_->devices) {
+    if (!d) continue;
+    out.slowed += d->slowed();
+    out.seconds += d->slowed_seconds();
+    out.completed += d->completed();
+  }
+  return out;
+}
+
+uint64_t Runtime::damaged_messages() {
+  uint64_t n = 0;
+  caf::scoped_actor self{*impl_->sys};
+  self->request(impl_->sh->peers.coordinator, caf::infinite, rt::corrupt_atom_v)
+      .receive([&](uint64_t x) { n = x; }, [](caf::error&) {});
+  return n;
 }
 
 namespace {
