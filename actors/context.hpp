@@ -68,6 +68,7 @@
 #include "actors/transport/caf_types.hpp"
 #include "actors/device/device.hpp"
 #include "actors/plan.hpp"
+#include "actors/supervision/chaos.hpp"
 #include "actors/supervision/fault_injector.hpp"
 #include "actors/supervision/interposer.hpp"
 #include "actors/runtime.hpp"
@@ -113,6 +114,9 @@ struct Shared {
   // This process's devices by plan index (null: another process's), for the
   // coordinator's [[faults]] kind "slow"; they outlive every actor.
   std::vector<Device*> devices;
+  // What the faults cost so far (Runtime::fault_summary); the coordinator writes it.
+  mutable std::mutex stats_mu;
+  mutable FaultSummary stats;
   // The test seam on step messages (actors/supervision/interposer.hpp); null in production.
   std::shared_ptr<Interposer> interposer;
   // Faults on messages in flight ([[faults]] drop/duplicate/delay/pause), part

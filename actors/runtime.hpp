@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "actors/schedule/schedule.hpp"
+#include "actors/supervision/chaos.hpp"
 #include "actors/supervision/faults.hpp"
 #include "model/checkpoint.hpp"
 #include "model/trainer.hpp"
@@ -66,6 +67,8 @@ struct RuntimeOptions {
   // one process; across processes 0 means none: peer_timeout covers them).
   double step_deadline = 0.0;
   std::function<void(const RestartEvent&)> on_restart;  // called on the coordinator's thread
+  // train() ends (or fails) with the fault summary (chaos.hpp) of the run.
+  std::function<void(const FaultSummary&)> on_fault_summary;
   // Test switches, applied through the one test seam on step messages
   // (actors/supervision/interposer.hpp), never inside an actor:
   bool duplicate_sends = false;     // send every step message twice (receivers must drop the copies)
@@ -135,6 +138,8 @@ class Runtime final : public model::TrainingEngine {
     double seconds = 0.0;
   };
   Slowdown slowdown() const;
+  // Faults injected, recovered, time lost, goodput and MTTR per role so far.
+  FaultSummary fault_summary() const;
   // Restarts so far, in order (see RuntimeOptions::on_restart).
   std::vector<RestartEvent> restarts() const;
   // Kills the actor `target` ("stage:K", "stage:K/replica:R", "optimizer:K",

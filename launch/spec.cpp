@@ -69,7 +69,7 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 
 namespace {
 
-const std::vector<std::string> kSections = {"run", "model", "data", "optim", "topology", "checkpoint", "log", "sim", "rl"};
+const std::vector<std::string> kSections = {"run", "model", "data", "optim", "topology", "checkpoint", "log", "sim", "rl", "chaos"};
 
 // Where a key was set: a file position, or a command-line override.
 struct Pos {
@@ -208,8 +208,24 @@ class Parser {
         continue;
       }
       section_pos_[section] = kp;
-      for (auto&& [key, value] : *node.as_table())
-        apply(section, std::string(key.str()), value, pos_of(key.source(), file));
+      for (auto&& [key, value] : *node.as_table()) {
+        const Pos vp = pos_of(key.source(), file);
+        // [chaos] kinds and roles: a TOML list of strings is the same as the
+        // comma-separated string the key table holds.
+        if (section == "chaos" && value.is_array() && (key.str() == "kinds" || key.str() == "roles")) {
+          std::string joined;
+          bool ok = true;
+          for (const toml::node& e : *value.as_array()) {
+            if (auto str = e.as_string()) joined += (joined.empty() ? "" : ",") + str->get();
+            else ok = false;
+          }
+          if (!ok) error(vp, "[chaos] " + std::string(key.str()) + ": expected a list of strings, got " + node_text(value));
+          else (key.str() == "kinds" ? spec_.chaos.kinds : spec_.chaos.roles) = joined;
+          set_["chaos." + std::string(key.str())] = vp;
+          continue;
+        }
+        apply(section, std::string(key.str()), value, vp);
+      }
     }
   }
 
@@ -786,6 +802,48 @@ void check_data(const Spec& s, Parser& p) {
   }
 }
 
+// [chaos]: the kinds and roles are known, the run can take faults, and
+// every role named has actors in this topology.
+void check_chaos(const Spec& s, Parser& p) {
+  const ChaosConfig& c = s.chaos;
+  std::string why;
+  try {
+    (void)chaos_options(s);
+  } catch (const std::invalid_argument& e) {
+    why = e.what();
+  }
+  if (!why.empty()) {
+    p.error(p.where(why.rfind("roles", 0) == 0 ? "chaos.roles" : "chaos.kinds"), "[chaos] " + why);
+    return;
+  }
+  if (c.mean_steps_between_faults <= 0) return;
+  const Pos at = p.where("chaos.mean_steps_between_faults");
+  if (!uses_runtime(s)) {
+    p.error(at, "[chaos] needs the actor runtime (supervised actors); this single-device sequential spec runs in the "
+                "single-process trainer (use e.g. [topology] schedule = \"1f1b\")");
+    return;
+  }
+  if (s.topology.processes > 1) {
+    p.error(at, "[chaos] runs in one process only for now, like [[faults]] ([topology] processes = " +
+                    std::to_string(s.topology.processes) + ")");
+    return;
+  }
+  std::optional<runtime::Plan> plan;
+  try {
+    plan = resolve_topology(s);
+  } catch (const std::exception&) {
+    return;  // the topology itself is reported on its keys
+  }
+  for (runtime::Role r : chaos_options(s).roles) {
+    bool any = false;
+    for (const auto& a : plan->actors) any = any || a.role == r;
+    if (!any)
+      p.error(p.where("chaos.roles"), std::string("[chaos] roles names \"") + runtime::role_name(r) +
+                                          "\", which this topology has no actors of" +
+                                          (r == runtime::Role::Expert ? " (expert-shard actors need [model] ffn = \"moe\" and [topology] expert_shards > 1)" : ""));
+  }
+}
+
 Spec load(const std::string* text, const std::string& source, const std::vector<Override>& overrides,
           const std::filesystem::path& base_dir) {
   Spec spec;
@@ -799,6 +857,7 @@ Spec load(const std::string* text, const std::string& source, const std::vector<
   const size_t problems_before_data = parser.diagnostics().size();
   check_cross_fields(spec, parser);
   check_faults(spec, parser);
+  check_chaos(spec, parser);
   check_supported(spec, parser);
   convert_rl(spec, parser);
   check_checkpoint_dir(spec, parser);

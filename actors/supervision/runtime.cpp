@@ -427,6 +427,11 @@ uint64_t Runtime::dropped_messages() {
   return total;
 }
 
+FaultSummary Runtime::fault_summary() const {
+  std::lock_guard<std::mutex> lock(impl_->sh->stats_mu);
+  return impl_->sh->stats;
+}
+
 Runtime::Slowdown Runtime::slowdown() const {
   Slowdown out;
   for (const auto& d : impl_->devices) {
@@ -547,7 +552,14 @@ model::TrainSummary train(const RuntimeOptions& o, model::TrainObserver& obs) {
     rt.serve();
     return {};
   }
-  model::TrainSummary s = model::run_training(rt, o.train, obs);
+  model::TrainSummary s;
+  try {
+    s = model::run_training(rt, o.train, obs);
+  } catch (...) {
+    if (o.on_fault_summary) o.on_fault_summary(rt.fault_summary());  // what the faults did before it failed
+    throw;
+  }
+  if (o.on_fault_summary) o.on_fault_summary(rt.fault_summary());
   if (!o.trace.empty()) rt.write_trace(o.trace);
   return s;
 }
