@@ -60,6 +60,15 @@ struct RuntimeOptions {
   std::vector<FaultSpec> faults;    // failure injection ([[faults]])
   int max_restarts = 3;
   int restart_window = 10;          // steps
+  // The same intensity counted in seconds as well (Erlang's supervisors: at
+  // most max_restarts in restart_period seconds; its default is 1 in 5 s):
+  // more than max_restarts restarts within this many seconds escalate too.
+  // 0: steps only.
+  double restart_period = 0.0;
+  // Per-role budgets: more than this many restarts of the role's actors
+  // (stage ranks, optimizer shards, expert shards) within either window
+  // escalate, whatever the others did; -1: only the shared max_restarts.
+  int max_restarts_stage = -1, max_restarts_optimizer = -1, max_restarts_expert = -1;
   // A step that has not finished this many seconds after it started (a lost
   // message, a frozen actor) is discarded and replayed; more than
   // max_restarts replays of one step fail the run naming what it waited for.

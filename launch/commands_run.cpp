@@ -248,8 +248,9 @@ static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterC
       ro.train.stop = signals.flag();
       ro.on_restart = [&observer](const runtime::RestartEvent& ev) { observer.record(ev); };
       if (!ro.faults.empty())
-        spdlog::info("failure injection: {} fault(s) ({} from [chaos]); supervisor restarts at most {} time(s) per {} step(s)",
-                     ro.faults.size(), ro.faults.size() - spec.faults.size(), spec.run.max_restarts, spec.run.restart_window);
+        spdlog::info("failure injection: {} fault(s) ({} from [chaos]); supervisor restarts at most {} time(s) per {} step(s){}",
+                     ro.faults.size(), ro.faults.size() - spec.faults.size(), spec.run.max_restarts, spec.run.restart_window,
+                     spec.run.restart_period > 0 ? fmt::format(" and per {} s", spec.run.restart_period) : std::string());
       // The fault summary: on stdout, and as a {"type":"faults",...} line.
       if (!ro.faults.empty())
         ro.on_fault_summary = [&metrics](const runtime::FaultSummary& f) {

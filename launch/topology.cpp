@@ -55,6 +55,10 @@ runtime::RuntimeOptions base_options(const Spec& spec) {
   r.trace = spec.log.trace;
   r.max_restarts = static_cast<int>(spec.run.max_restarts);
   r.restart_window = static_cast<int>(spec.run.restart_window);
+  r.restart_period = spec.run.restart_period;
+  r.max_restarts_stage = static_cast<int>(spec.run.max_restarts_stage);
+  r.max_restarts_optimizer = static_cast<int>(spec.run.max_restarts_optimizer);
+  r.max_restarts_expert = static_cast<int>(spec.run.max_restarts_expert);
   r.step_deadline = spec.run.step_deadline;
   r.faults = spec.faults;
   r.processes = static_cast<int>(spec.topology.processes);

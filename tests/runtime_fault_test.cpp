@@ -393,6 +393,68 @@ TEST(RuntimeFaults, TooManyRestartsEscalate) {
   EXPECT_THROW(rt.step(), std::runtime_error);  // the runtime stays failed
 }
 
+// Restart intensity counted in seconds as well: two kills in steps 1 and 3
+// are outside a 1-step window but inside a 3600 s period, so the second
+// escalates, naming the period; inside a period too short for two restarts
+// to share, they do not. (Neither depends on how fast the machine is.)
+TEST(RuntimeFaults, RestartIntensityInSecondsEscalates) {
+  runtime::RuntimeOptions o = options("1f1b", 3);
+  o.max_restarts = 1;
+  o.restart_window = 1;
+  o.restart_period = 3600;
+  o.faults = {{1, "stage:1", runtime::FaultKind::kill, 0}, {3, "optimizer:0", runtime::FaultKind::kill, 0}};
+  runtime::Runtime rt(o);
+  EXPECT_NO_THROW(rt.step());
+  EXPECT_NO_THROW(rt.step());
+  try {
+    rt.step();
+    FAIL() << "the second restart within 3600 s should fail the step";
+  } catch (const std::runtime_error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("optimizer:0 went down (killed) in step 3: 2 restarts within 3600 s, more than max_restarts = 1; giving up"),
+              std::string::npos) << msg;
+  }
+  const Outcome ref = run(options("1f1b", 3));
+  o.restart_period = 1e-9;  // no two restarts are this close
+  const Outcome got = run(o);
+  EXPECT_EQ(got.restarts.size(), 2u);
+  expect_bitwise_equal(ref, got, "two restarts, period 1 ns");
+}
+
+// Per-role budgets: with max_restarts_optimizer = 0 the first optimizer-shard
+// restart escalates, naming the role's budget, though max_restarts allows
+// more; a stage restart under the same settings does not.
+TEST(RuntimeFaults, PerRoleRestartBudgetEscalates) {
+  runtime::RuntimeOptions o = options("1f1b", 3);
+  o.max_restarts = 10;
+  o.max_restarts_optimizer = 0;
+  o.max_restarts_stage = 1;
+  o.faults = {{1, "stage:1", runtime::FaultKind::kill, 0}, {2, "optimizer:1", runtime::FaultKind::kill, 0}};
+  runtime::Runtime rt(o);
+  EXPECT_NO_THROW(rt.step());
+  try {
+    rt.step();
+    FAIL() << "an optimizer restart beyond max_restarts_optimizer = 0 should fail the step";
+  } catch (const std::runtime_error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("optimizer:1 went down (killed) in step 2: 1 restarts of optimizer actors within 10 step(s), "
+                       "more than max_restarts_optimizer = 0; giving up"),
+              std::string::npos) << msg;
+  }
+  EXPECT_THROW(rt.step(), std::runtime_error);  // it stays stopped
+  runtime::RuntimeOptions two = options("1f1b", 3);
+  two.max_restarts = 10;
+  two.max_restarts_stage = 1;
+  two.faults = {{1, "stage:1", runtime::FaultKind::kill, 0}, {3, "stage:0", runtime::FaultKind::kill, 0}};
+  try {
+    run(two);
+    FAIL() << "a second stage restart beyond max_restarts_stage = 1 should fail the run";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("2 restarts of stage actors within 10 step(s), more than max_restarts_stage = 1"),
+              std::string::npos) << e.what();
+  }
+}
+
 TEST(RuntimeFaults, RestartsOutsideTheWindowDoNotEscalate) {
   const Outcome ref = run(options("1f1b", 3));
   runtime::RuntimeOptions o = options("1f1b", 3);

@@ -60,6 +60,9 @@ void validate(const RuntimeOptions& o) {
   require(o.optimizer_shards <= P, "more optimizer shards than parameters");
   require(o.max_restarts >= 0, "max_restarts must be >= 0");
   require(o.restart_window >= 1, "restart_window must be >= 1");
+  require(o.restart_period >= 0, "restart_period must be >= 0");
+  require(o.max_restarts_stage >= -1 && o.max_restarts_optimizer >= -1 && o.max_restarts_expert >= -1,
+          "per-role max_restarts must be >= -1 (-1: none of its own)");
   require(o.processes >= 1 && o.processes <= o.devices, "processes must be in [1, devices]");
   require(o.processes == 1 || (o.comm && o.comm->size() == o.processes),
           "processes = " + std::to_string(o.processes) + " needs a launcher with as many processes (mpirun -np " +
