@@ -145,6 +145,7 @@ class Runtime final : public model::TrainingEngine {
   struct Slowdown {
     uint64_t slowed = 0, completed = 0;
     double seconds = 0.0;
+    std::vector<std::pair<uint64_t, uint64_t>> per_device;  // (slowed, completed) by device index
   };
   Slowdown slowdown() const;
   // Faults injected, recovered, time lost, goodput and MTTR per role so far.

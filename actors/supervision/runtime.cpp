@@ -438,7 +438,11 @@ FaultSummary Runtime::fault_summary() const {
 Runtime::Slowdown Runtime::slowdown() const {
   Slowdown out;
   for (const auto& d : impl_->devices) {
-    if (!d) continue;
+    if (!d) {
+      out.per_device.emplace_back(0, 0);
+      continue;
+    }
+    out.per_device.emplace_back(d->slowed(), d->completed());
     out.slowed += d->slowed();
     out.seconds += d->slowed_seconds();
     out.completed += d->completed();
