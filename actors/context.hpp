@@ -192,7 +192,8 @@ template <class State>
 bool drop_if_damaged(caf::stateful_actor<State>* self, const Envelope& e) {
   if (e.empty() || e.ok() || !damaged_in_flight(e.error())) return false;
   ++self->state.dropped;
-  caf::anon_send(self->state.sh->peers.coordinator, rt::corrupt_atom_v, self->state.name, to_string(e.error()));
+  caf::anon_send(self->state.sh->peers.coordinator, rt::corrupt_atom_v, self->state.name,
+                 std::string(to_string(*envelope_error_code(e.error()))));
   return true;
 }
 
