@@ -514,6 +514,11 @@ void check_faults(const Spec& s, Parser& p) {
                                    "spec runs in the single-process trainer (use e.g. [topology] schedule = \"1f1b\")");
       continue;
     }
+    if (s.topology.device_kind == DeviceKind::sim) {
+      p.error(p.fault_where(i, ""), "[[faults]] needs real devices: sim devices ([topology] device_kind = \"sim\") run "
+                                   "no supervised actors, so a fault would be silently ignored");
+      continue;
+    }
     if (f.kind == runtime::FaultKind::delay && f.delay_ms <= 0)
       p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"delay\" needs delay_ms (how late each message arrives, ms)");
     if (f.kind == runtime::FaultKind::pause && f.duration_ms <= 0)
@@ -821,6 +826,10 @@ void check_chaos(const Spec& s, Parser& p) {
   if (!uses_runtime(s)) {
     p.error(at, "[chaos] needs the actor runtime (supervised actors); this single-device sequential spec runs in the "
                 "single-process trainer (use e.g. [topology] schedule = \"1f1b\")");
+    return;
+  }
+  if (s.topology.device_kind == DeviceKind::sim) {
+    p.error(at, "[chaos] needs real devices: sim devices ([topology] device_kind = \"sim\") run no supervised actors");
     return;
   }
   if (s.topology.processes > 1) {
