@@ -185,8 +185,8 @@ bool kill_switch_fires(caf::stateful_actor<State>* self, const std::string& phas
 // on the way (it failed to decode: CRC-32, header or lengths; see
 // damaged_in_flight) is a lost message, not an attack or a bug — the peer
 // sending it is a supervised actor of this run. It is dropped, counted and
-// reported to the coordinator, and the step's deadline replays the step as
-// for any loss. A message that decodes but breaks the protocol (validation,
+// reported to the coordinator, which replays the step at once (as the
+// step's deadline would for a loss nobody noticed). A message that decodes but breaks the protocol (validation,
 // ranges, unknown ids) still fails the run loudly where it is checked.
 template <class State>
 bool drop_if_damaged(caf::stateful_actor<State>* self, const Envelope& e) {

@@ -60,8 +60,9 @@ struct FaultSummary {
   // step counts as useful: it is slow, not repeated.
   double wall_seconds = 0.0, useful_seconds = 0.0;
   // Time to repair, by role: from the failure being noticed (the actor's
-  // down message, or the step deadline firing for a lost message or a frozen
-  // actor) until the step it hit finished.
+  // down message, a receiver's report of a damaged message, or the step
+  // deadline firing for a lost message or a frozen actor) until the step it
+  // hit finished.
   struct Repair {
     int64_t count = 0;
     double total_seconds = 0.0, max_seconds = 0.0;

@@ -378,6 +378,46 @@ void on_deadline(Self* self, uint64_t step, uint32_t attempt, double limit) {
   }
 }
 
+// A receiver dropped a message damaged in flight (actors/context.hpp,
+// drop_if_damaged): that message is lost for sure, so the running attempt
+// cannot finish. Replay the step now rather than at its deadline, exactly
+// as the deadline would. The damaged message may have been a stale one of
+// an older attempt; the replay is then wasted, never wrong. Replays of one
+// step count against max_restarts like deadline replays.
+void on_damaged(Self* self, const std::string& who, const std::string& why) {
+  auto& s = self->state;
+  const auto& sh = *s.sh;
+  ++s.damaged;
+  update_stats(sh, [](FaultSummary& st) { ++st.damaged; });
+  if (!s.running || !s.error.empty()) return;  // between steps no step message is waited for
+  const int64_t step1 = static_cast<int64_t>(s.step) + 1;
+  if (static_cast<int>(++s.deadline_replays) > sh.opt.max_restarts) {
+    s.error = "step " + std::to_string(step1) + " lost messages in " + std::to_string(s.deadline_replays) +
+              " attempt(s), more than max_restarts = " + std::to_string(sh.opt.max_restarts) + " (last: " + who +
+              " dropped one as damaged: " + why + ")";
+    s.running = false;
+    s.reply.deliver(caf::make_error(caf::sec::runtime_error, s.error));
+    return;
+  }
+  const ActorPlan* a = sh.plan.find(who);
+  update_stats(sh, [&](FaultSummary& st) { ++st.replays; });
+  repair_starts(s, a ? role_name(a->role) : "");
+  ++s.attempt;
+  s.sup->restore_all(self, s.step, s.attempt);
+  start_step(self);
+  RestartEvent ev;
+  ev.step = step1;
+  ev.attempt = static_cast<int>(s.attempt) + 1;
+  ev.actor = who;
+  ev.cause = why;
+  ev.replayed = true;
+  ev.damaged = true;
+  try {
+    if (sh.on_restart) sh.on_restart(ev);
+  } catch (const std::exception&) {
+  }
+}
+
 caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
   auto& st = self->state;
   st.sh = sh;
@@ -485,10 +525,7 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
       },
       [self](rt::deadline_atom, uint64_t step, uint32_t attempt, double limit) { on_deadline(self, step, attempt, limit); },
       [self](rt::dropped_atom) { return self->state.dropped; },
-      [self](rt::corrupt_atom, const std::string&, const std::string&) {
-        ++self->state.damaged;
-        update_stats(*self->state.sh, [](FaultSummary& st) { ++st.damaged; });
-      },
+      [self](rt::corrupt_atom, const std::string& who, const std::string& why) { on_damaged(self, who, why); },
       [self](rt::corrupt_atom) { return self->state.damaged; },
       [self](rt::name_atom) { return self->state.sh->plan.coordinator().name; },
   };

@@ -88,7 +88,8 @@ inline std::optional<FaultTarget> parse_fault_target(const std::string& text) {
 //   corrupt    the next `count` Envelopes sent to it arrive with one seeded
 //              bit of their wire frame flipped: the frame's CRC-32 rejects
 //              them, the receiver drops and counts them as lost (never
-//              accepted with wrong values), and the deadline replays the step;
+//              accepted with wrong values) and tells the coordinator, which
+//              replays the step at once (no deadline wait);
 //   slow       the device the target runs on takes `factor` times as long
 //              for every closure (a straggler), for duration_ms, or else for
 //              duration_steps steps from at_step (FaultSpec::steps).
@@ -154,7 +155,11 @@ struct RestartEvent {
   std::string phase;    // where in the step a killed actor was (when it said so)
   bool replayed = false;  // the running step was discarded and is run again
   bool deadline = false;  // no actor died: the step missed its deadline (actor: what it waited for)
+  bool damaged = false;   // no actor died: `actor` dropped a message damaged in flight (cause: why)
   std::string str() const {
+    if (damaged)
+      return "step " + std::to_string(step) + " lost a message (" + actor + " dropped it as damaged: " + cause +
+             "): step replayed, attempt " + std::to_string(attempt);
     if (deadline)
       return "step " + std::to_string(step) + " missed its deadline (" + cause + "; waiting for " + actor +
              "): step replayed, attempt " + std::to_string(attempt);
