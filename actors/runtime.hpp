@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "actors/cluster/auth.hpp"
 #include "actors/schedule/schedule.hpp"
 #include "actors/supervision/faults.hpp"
 #include "model/checkpoint.hpp"
@@ -78,6 +79,10 @@ struct RuntimeOptions {
   int processes = 1;
   std::string interface = "127.0.0.1";  // address CAF ports bind to
   double peer_timeout = 10.0;           // seconds without traffic before a peer counts as lost
+  // Between processes: mutual TLS with one cluster key (cluster_tls.hpp), read
+  // from auth_dir, or made by process 0 and sent over MPI when auth_dir is "".
+  ClusterAuth auth = ClusterAuth::tls;
+  std::string auth_dir;
   int64_t bulk_shm_bytes = 1 << 16;     // all processes on one host: envelopes this large go through
                                         // shared memory (actors/transport/envelope_shm.hpp); 0 = never
   std::vector<int> device_process;      // explicit process of each device; empty: contiguous blocks

@@ -114,6 +114,11 @@ class MpiComm final : public runtime::ClusterComm {
     return out;
   }
   bool all_ok(bool mine) override { return mpi::all_ok(mine); }
+  std::string broadcast(const std::string& text) override {
+    auto all = mpi::broadcast(text);
+    if (!all) throw std::runtime_error("broadcast through MPI failed: " + caf::to_string(all.error()));
+    return *all;
+  }
 
  private:
   int rank_, size_;

@@ -2,6 +2,7 @@
 // here; print what the run would build.
 #include <cstdio>
 
+#include "actors/cluster/cluster_tls.hpp"
 #include "launch/cli.hpp"
 #include "launch/sim_plan.hpp"
 #include "launch/topology.hpp"
@@ -16,6 +17,14 @@ int check_input_checkpoints(const Spec& spec) {
       model::load_checkpoint(spec.rl.init);
     } catch (const model::CheckpointError& e) {
       std::fprintf(stderr, "troupe: %s: [rl] init: %s\n", spec.source.c_str(), e.what());
+      return kExitBadInput;
+    }
+  }
+  if (spec.topology.processes > 1 && spec.topology.auth == runtime::ClusterAuth::tls && !spec.topology.auth_dir.empty()) {
+    try {
+      runtime::read_cluster_identity(spec.topology.auth_dir);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "troupe: %s: [topology] auth_dir: %s\n", spec.source.c_str(), e.what());
       return kExitBadInput;
     }
   }
@@ -64,6 +73,13 @@ int command_validate(const CliOptions&, const Spec& spec) {
     std::printf("runs on the actor runtime across %lld processes (mpirun -np %lld; %s)\n",
                 static_cast<long long>(spec.topology.processes), static_cast<long long>(spec.topology.processes),
                 experts);
+  if (uses_runtime(spec) && spec.topology.processes > 1)
+    std::printf("connections between processes: %s\n",
+                spec.topology.auth == runtime::ClusterAuth::none
+                    ? "plain (auth = \"none\": anyone who reaches the ports can talk to the actors)"
+                : spec.topology.auth_dir.empty()
+                    ? "mutual TLS with a key process 0 makes for this run (sent to the others over MPI)"
+                    : ("mutual TLS with the cluster key in " + spec.topology.auth_dir).c_str());
   else if (uses_runtime(spec) && expert_actors)
     std::printf("runs on the actor runtime (one process; %s)\n", experts);
   else if (uses_runtime(spec))

@@ -614,6 +614,8 @@ void check_cross_fields(const Spec& s, Parser& p) {
       p.error(p.where("topology.device_processes"), "[topology] device_processes = \"" + t.device_processes + "\": " + e.what());
     }
   }
+  if (!t.auth_dir.empty() && t.auth == runtime::ClusterAuth::none)
+    p.error(p.where("topology.auth_dir"), "[topology] auth_dir is the key of auth = \"tls\", but auth = \"none\"");
   if (t.stages * t.data_parallel > t.devices)
     p.error(p.where("topology.devices"), "[topology] devices = " + v(t.devices) + " is fewer than stages * data_parallel = " + v(t.stages * t.data_parallel));
   if (uses_runtime(s) && t.optimizer_shards > 1) {

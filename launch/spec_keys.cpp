@@ -133,6 +133,8 @@ std::vector<KeyDef> build_keys() {
   add({"topology", "data_parallel", KeyType::Int, F(topology.data_parallel), "Data-parallel replicas; each runs `microbatches` microbatches of batch_size / (microbatches * data_parallel) sequences.", 1, 4096});
   add({"topology", "processes", KeyType::Int, F(topology.processes), "OS processes (launch with mpirun -np <processes>); devices are split into contiguous blocks over them, actors follow their device, the coordinator is on process 0.", 1, 1e6});
   add({"topology", "interface", KeyType::String, F(topology.interface), "Address CAF ports bind to between processes (loopback by default; \"0.0.0.0\" binds every interface and advertises the host name)."});
+  add({"topology", "auth", KeyType::Choice, F(topology.auth), "Between processes: \"tls\" (mutual TLS on every CAF connection; a peer without the cluster key is refused) or \"none\" (plain connections: anyone who reaches the port can talk to the actors).", 0, 0, {} /* the enum's names: bind_choices */});
+  add({"topology", "auth_dir", KeyType::String, F(topology.auth_dir), "auth = \"tls\": directory with cluster.pem and cluster.key from `troupe keygen DIR` (copy it to every host); \"\" = process 0 makes a fresh key for the run and sends it to the others over MPI (one host: shared memory)."});
   add({"topology", "peer_timeout", KeyType::Float, F(topology.peer_timeout), "Seconds without traffic (CAF heartbeats run at a tenth of it) before a peer process counts as lost and the run stops, naming its actors.", 0.1, 3600});
   add({"topology", "device_processes", KeyType::String, F(topology.device_processes), "Explicit placement: the process of each device, comma-separated (e.g. \"0,0,1,1\"); actors follow their device, the coordinator stays on process 0. Empty: contiguous blocks of devices per process."});
   add({"topology", "bulk_shm_bytes", KeyType::Int, F(topology.bulk_shm_bytes), "When all processes are on one host, envelopes of at least this many bytes go between them through a shared-memory segment (CAF carries a 64-byte record naming it) instead of CAF's TCP stream; 0 = never.", 0, 1e12});
@@ -237,6 +239,7 @@ void bind_choices(std::vector<KeyDef>& k) {
   bind_choice(k, "log.progress",
        std::vector{ProgressStyle::automatic, ProgressStyle::bar, ProgressStyle::plain, ProgressStyle::off},
        progress_style_name);
+  bind_choice(k, "topology.auth", std::vector{runtime::ClusterAuth::tls, runtime::ClusterAuth::none}, runtime::cluster_auth_name);
   bind_choice(k, "sim.cost_model", std::vector{sim::CostModel::fixed, sim::CostModel::flops}, sim::cost_model_name);
   for (const KeyDef& d : k)
     if (d.type == KeyType::Choice && !d.set_choice) throw std::logic_error("spec key table: " + d.path() + " has no enum");

@@ -57,6 +57,8 @@ runtime::RuntimeOptions runtime_options(const Spec& spec) {
   r.processes = static_cast<int>(spec.topology.processes);
   r.interface = spec.topology.interface;
   r.peer_timeout = spec.topology.peer_timeout;
+  r.auth = spec.topology.auth;
+  r.auth_dir = spec.topology.auth_dir;
   r.bulk_shm_bytes = spec.topology.bulk_shm_bytes;
   r.device_process = device_process_list(spec);
   return r;

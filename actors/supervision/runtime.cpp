@@ -107,6 +107,7 @@ struct Runtime::Impl {
   std::vector<std::unique_ptr<Device>> devices;
   std::shared_ptr<Shared> sh;
   std::unique_ptr<caf::actor_system_config> cfg;
+  std::shared_ptr<void> cluster_files;  // the TLS identity CAF reads (configure_cluster)
   std::unique_ptr<caf::actor_system> sys;
   std::unique_ptr<Cluster> cluster;  // processes > 1 (runtime_cluster.cpp)
   int64_t steps_done = 0;
@@ -154,7 +155,7 @@ struct Runtime::Impl {
     cfg = std::make_unique<caf::actor_system_config>();
     register_caf_types(*cfg);
     configure_scheduler(*cfg);
-    if (o.processes > 1) configure_cluster(*cfg, o);
+    if (o.processes > 1) cluster_files = configure_cluster(*cfg, o);
     sys = std::make_unique<caf::actor_system>(*cfg);
     // One placement rule, used at start and by the supervisor's respawns:
     // the devices the plan gives them.
