@@ -50,7 +50,8 @@ int check_input_checkpoints(const Spec& spec) {
 
 int command_validate(const CliOptions&, const Spec& spec) {
   if (spec.topology.device_kind == DeviceKind::sim) {  // no actors to place: show the simulated devices
-    std::printf("%s: ok\n%s", spec.source.c_str(), format_sim_plan(spec).c_str());
+    std::printf("%s: ok\n%s", spec.source.c_str(),
+                (spec.run.mode == RunMode::rl ? format_rl_sim_plan(spec) : format_sim_plan(spec)).c_str());
     return kExitOk;
   }
   if (const int rc = check_input_checkpoints(spec); rc != kExitOk) return rc;

@@ -572,7 +572,8 @@ void check_sim(const Spec& s, Parser& p) {
     p.error(p.where("sim.weight_ms"), "[sim] weight_ms = " + num_text(s.sim.weight_ms) +
                                           " must be <= backward_ms = " + num_text(s.sim.backward_ms) +
                                           " (W is the weight-gradient part of the full backward)");
-  if (t.devices > t.stages * t.data_parallel)
+  // RL on sim devices splits the devices into generators and trainers itself.
+  if (s.run.mode != RunMode::rl && t.devices > t.stages * t.data_parallel)
     p.error(p.where("topology.devices"), "[topology] devices = " + v(t.devices) + " must equal stages * data_parallel = " +
                                              v(t.stages * t.data_parallel) +
                                              " with device_kind = \"sim\" (one simulated device per pipeline rank)");
@@ -686,10 +687,12 @@ void convert_rl(Spec& s, Parser& p) {
   }
   for (const rl::ConfigProblem& prob : rl::check_config(c))
     p.error(p.where("rl." + prob.key), "[rl] " + prob.key + ": " + prob.message);
-  if (s.topology.device_kind == DeviceKind::sim)
-    p.error(p.where("topology.device_kind"), "[run] mode = \"rl\" computes real rollouts and updates; sim devices compute "
-                                             "no math (use device_kind = \"host\" or \"opencl\")");
-  else if (uses_runtime(s))
+  if (s.topology.device_kind == DeviceKind::sim) {
+    // The synchronous-vs-decoupled timing model (actors/sim/rl_sim.hpp); no math.
+    if (s.topology.devices < 2)
+      p.error(p.where("topology.devices"), "[run] mode = \"rl\" on sim devices compares synchronous and decoupled RL, "
+                                           "which splits the devices: devices must be >= 2");
+  } else if (uses_runtime(s))
     p.error(p.where("run.mode"), "[run] mode = \"rl\" runs the synchronous RL loop on one device in one process for now "
                                  "(generator and reward actors arrive with Online RL II); set [topology] devices = 1, "
                                  "stages = 1, schedule = \"sequential\", expert_shards = 1, optimizer_shards = 1, "

@@ -178,6 +178,15 @@ std::vector<KeyDef> build_keys() {
   add({"sim", "link_latency_us", KeyType::Float, F(sim.link_latency_us), "Sim: latency of every activation/gradient message between two devices, in microseconds.", 0, 1e9});
   add({"sim", "link_gbps", KeyType::Float, F(sim.link_gbps), "Sim: link bandwidth in GB/s (a message is tokens x d_model float32); 0 means unlimited.", 0, 1e9});
   add({"sim", "optimizer_ms", KeyType::Float, F(sim.optimizer_ms), "Sim: fixed time of the optimizer step after the pipeline drains, in ms; 0 leaves it out (the step time is then the pipeline's alone).", 0, 1e9});
+  // [sim] for run.mode = "rl" on sim devices (actors/sim/rl_sim.hpp).
+  add({"sim", "rl_mean_tokens", KeyType::Float, F(sim.rl_mean_tokens), "Sim RL: mean completion length in tokens (log-normal before the cap).", 1, 1e7});
+  add({"sim", "rl_sigma", KeyType::Float, F(sim.rl_sigma), "Sim RL: sigma of the log-normal completion length (the long tail); 0 gives every completion rl_mean_tokens.", 0, 4});
+  add({"sim", "rl_max_tokens", KeyType::Int, F(sim.rl_max_tokens), "Sim RL: completion length cap in tokens (max_new_tokens of the simulated policy).", 1, 1e7});
+  add({"sim", "rl_slots", KeyType::Int, F(sim.rl_slots), "Sim RL: sequences a generating device decodes at once (continuous batching).", 1, 1e6});
+  add({"sim", "rl_decode_ms_per_token", KeyType::Float, F(sim.rl_decode_ms_per_token), "Sim RL: one decode step of a generating device, in ms (the same for up to rl_slots sequences).", 0, 1e6});
+  add({"sim", "rl_reward_ms", KeyType::Float, F(sim.rl_reward_ms), "Sim RL: reward (verifier or reward model) per completion, in ms, on its generator slot.", 0, 1e6});
+  add({"sim", "rl_train_ms_per_token", KeyType::Float, F(sim.rl_train_ms_per_token), "Sim RL: one device's training time per token, in ms (a step over T trainer devices takes tokens x this / T).", 0, 1e6});
+  add({"sim", "rl_sync_ms", KeyType::Float, F(sim.rl_sync_ms), "Sim RL, decoupled: time to publish a new policy version to the generators, in ms.", 0, 1e9});
   // [rl]: run.mode = "rl" (rl/trainer.hpp; converted into rl::RlConfig at parsing).
   add({"rl", "init", KeyType::String, F(rl_section.init), "Checkpoint directory the policy starts from; its parameters are also the frozen reference for the KL term. Its model must equal [model]. Empty: a fresh initialisation from the seed."});
   add({"rl", "task", KeyType::String, F(rl_section.task), "The RL task: \"addition\" (prompts \"a+b=\" from the training split of [data], only its target problems when data.target_pairs is set, rewarded by the rule verifier; held-out problems for evaluation).", 0, 0, {"addition"}});

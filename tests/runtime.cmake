@@ -34,6 +34,12 @@ if(TARGET troupe_runtime)
     LIBS troupe_runtime
     TIMEOUT 300
     LABELS runtime)
+  # Synchronous against decoupled RL on sim devices (closed forms, staleness).
+  troupe_add_gtest(rl_sim_tests
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/rl_sim_test.cpp
+    LIBS troupe_runtime
+    TIMEOUT 120
+    LABELS runtime)
   troupe_add_gtest(runtime_fault_tests
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/runtime_fault_test.cpp
     LIBS troupe_runtime
