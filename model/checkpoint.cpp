@@ -88,7 +88,9 @@ void fsync_dir(const fs::path& dir) {
 // allocation: a huge or sparse file is a clear error naming it, never a
 // std::bad_alloc).
 std::string read_file(const fs::path& path, const char* missing_problem, uint64_t max_bytes, const char* limit_why) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (fstat below
+  // refuses it); a regular file ignores the flag.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     if (errno == ENOENT) fail(path, missing_problem);
     fail(path, "cannot open: " + errno_text());

@@ -56,6 +56,16 @@ truncate -s 30G "$work/huge.txt"
 expect_exit 3 timeout 20 "$troupe" validate --set data.source='"text"' --set data.path="\"$work/huge.txt\"" --set model.vocab_size=256
 expect_output "has 32212254720 bytes, more than the 4294967296 a text source reads into memory"
 rm -f "$work/huge.txt"
+# Import and eval inputs: a FIFO is refused without blocking, a huge file by its size.
+expect_exit 4 timeout 20 "$troupe" import --checkpoint "$work/imp" --input "$work/fifo.toml"
+expect_output "not a regular file (a directory, FIFO, device or socket)"
+truncate -s 30G "$work/huge.safetensors"
+expect_exit 4 timeout 20 "$troupe" import --checkpoint "$work/imp" --input "$work/huge.safetensors"
+expect_output "32212254720 bytes, more than a file of this model's"
+rm -f "$work/huge.safetensors"
+mkdir -p "$work/fifock" && mkfifo "$work/fifock/manifest.bin"
+expect_exit 4 timeout 20 "$troupe" eval --checkpoint "$work/fifock"
+expect_output "manifest.bin: not a regular file"
 # A checkpoint directory that cannot take the final save is an error before the run.
 printf 'x' > "$work/ckfile"
 expect_exit 3 "$troupe" validate --set checkpoint.dir="\"$work/ckfile\""
