@@ -25,6 +25,8 @@
 namespace troupe::rl {
 
 class Task;
+struct StepRollouts;
+struct ScoredBatch;
 
 struct RlTrainOptions {
   model::ModelConfig model;
@@ -43,6 +45,7 @@ struct RlTrainOptions {
 
 struct RlStepMetrics {
   int64_t step = 0;  // RL steps completed (1 after the first)
+  int64_t sampled_version = 0;  // policy version that sampled the step's rollouts (step - 1 when synchronous)
   double loss = 0.0, pg_loss = 0.0;
   double reward_mean = 0.0, reward_std = 0.0;
   double correct = 0.0;               // share of completions that are exactly right
@@ -99,6 +102,11 @@ class RlTrainer {
   RlTrainer& operator=(const RlTrainer&) = delete;
 
   RlStepMetrics step();
+  // One step on rollouts sampled elsewhere (a generator actor with a copy of
+  // some policy version): rollouts.step must equal steps_done(), `scored` is
+  // score_step(task(), rl, rollouts) (rl/rollout_step.hpp). step() is
+  // sample_step with the trainer's own weights, then exactly this.
+  RlStepMetrics train_on(const StepRollouts& rollouts, const ScoredBatch& scored, double reward_seconds = 0.0);
   RlEvalMetrics evaluate();
   void save(const std::string& dir);
   int64_t steps_done() const;
