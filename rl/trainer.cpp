@@ -33,14 +33,13 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// The built-in task named by rl.task.
+}  // namespace
+
 std::unique_ptr<Task> make_task(const std::string& name, const model::DataConfig& data, uint64_t seed,
                                 const VerifierOptions& verifier) {
   if (name == "addition") return make_addition_task(data, seed, verifier);
   throw std::invalid_argument("rl.task: unknown task \"" + name + "\" (expected \"addition\")");
 }
-
-}  // namespace
 
 struct RlTrainer::Impl {
   RlTrainOptions opt;
@@ -370,10 +369,11 @@ namespace {
 // The RL trainer as an engine of the one loop (model/training_loop.hpp).
 class RlEngine final : public model::LoopEngine {
  public:
-  RlEngine(RlTrainer& tr, RlObserver& obs, RlSummary& s) : tr_(tr), obs_(obs), s_(s) {}
+  RlEngine(RlTrainer& tr, RlObserver& obs, RlSummary& s, const std::function<RlStepMetrics()>& step_fn)
+      : tr_(tr), obs_(obs), s_(s), step_fn_(step_fn) {}
   int64_t steps_done() const override { return tr_.steps_done(); }
   void step() override {
-    const RlStepMetrics m = tr_.step();
+    const RlStepMetrics m = step_fn_ ? step_fn_() : tr_.step();
     s_.final_reward = m.reward_mean;
     obs_.on_step(m);
   }
@@ -388,14 +388,20 @@ class RlEngine final : public model::LoopEngine {
   RlTrainer& tr_;
   RlObserver& obs_;
   RlSummary& s_;
+  const std::function<RlStepMetrics()>& step_fn_;
 };
 
 }  // namespace
 
 RlSummary train(const RlTrainOptions& o, RlObserver& obs) {
   RlTrainer tr(o);
+  return run_rl_loop(tr, o, obs, {});
+}
+
+RlSummary run_rl_loop(RlTrainer& tr, const RlTrainOptions& o, RlObserver& obs,
+                      const std::function<RlStepMetrics()>& step_fn) {
   RlSummary s;
-  RlEngine engine(tr, obs, s);
+  RlEngine engine(tr, obs, s, step_fn);
   model::LoopOptions lo;
   lo.steps = o.steps;
   lo.eval_every = o.data.eval_problems > 0 ? (o.eval_every > 0 ? o.eval_every : o.steps) : 0;

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -123,5 +124,15 @@ class RlTrainer {
 // options.steps - (resumed) steps with evaluations and checkpoints as
 // configured.
 RlSummary train(const RlTrainOptions& options, RlObserver& observer);
+
+// The same loop with each step taken by `step_fn` (empty: trainer.step());
+// the decoupled trainer actor (actors/rl/) trains on rollouts from its buffer.
+RlSummary run_rl_loop(RlTrainer& trainer, const RlTrainOptions& options, RlObserver& observer,
+                      const std::function<RlStepMetrics()>& step_fn);
+
+// The built-in task named by rl.task ("addition") over `data`; throws
+// std::invalid_argument for another name.
+std::unique_ptr<Task> make_task(const std::string& name, const model::DataConfig& data, uint64_t seed,
+                                const VerifierOptions& verifier);
 
 }  // namespace troupe::rl
