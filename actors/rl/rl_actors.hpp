@@ -100,12 +100,4 @@ struct RlActorOptions {
 // which); std::invalid_argument for bad options.
 rl::RlSummary train_decoupled(const RlActorOptions& options, RlActorObserver& observer, RlActorReport* report = nullptr);
 
-// Parses "generator:K" / "reward:K" (RL fault targets); false otherwise.
-bool parse_rl_target(const std::string& text, bool& generator, int& index);
-
-// How many messages a generator or reward actor handles for one job (the
-// range of a seeded kill point): 1 = on receiving it, 2 = after computing
-// before sending the result, 3 = after sending it.
-inline constexpr uint32_t kRlKillPoints = 3;
-
 }  // namespace troupe::runtime

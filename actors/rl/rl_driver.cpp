@@ -59,7 +59,7 @@ void maybe_arm(caf::event_based_actor* self, DriverState& s, const caf::actor& t
   for (size_t i = 0; i < faults.size(); ++i) {
     bool gen = false;
     int k = 0;
-    if (s.fired[i] || !parse_rl_target(faults[i].target, gen, k) || gen != generator || k != index) continue;
+    if (s.fired[i] || !parse_rl_fault_target(faults[i].target, gen, k) || gen != generator || k != index) continue;
     if (step + 1 < faults[i].at_step) continue;
     s.fired[i] = 1;
     const uint32_t point = faults[i].at_message > 0
@@ -92,7 +92,7 @@ void fail(caf::event_based_actor* self, DriverState& s, const std::string& why) 
     if (s.ctx->error.empty()) s.ctx->error = why;
   }
   // Unblocks the trainer: an empty batch means "stop, the run failed".
-  if (s.trainer) self->send(s.trainer, rlmsg::batch_atom::value, rlmsg::Scored{}, int64_t{0});
+  if (s.trainer) self->send(s.trainer, rlmsg::batch_atom::value, rlmsg::Scored{}, int64_t{0}, int64_t{0}, int64_t{0});
 }
 
 caf::actor spawn_generator(caf::event_based_actor* self, DriverState& s, int k) {
@@ -219,10 +219,12 @@ void trainer_actor(caf::blocking_actor* self, std::shared_ptr<const RlShared> sh
       const auto tw = Clock::now();
       self->send(driver, rlmsg::take_atom::value, step, caf::actor_cast<caf::actor>(self));
       rlmsg::Scored got;
-      int64_t depth = 0;
-      self->receive([&](rlmsg::batch_atom, rlmsg::Scored& sc, int64_t d) {
+      int64_t depth = 0, discarded = 0, duplicates = 0;
+      self->receive([&](rlmsg::batch_atom, rlmsg::Scored& sc, int64_t d, int64_t disc, int64_t dup) {
         got = std::move(sc);
         depth = d;
+        discarded = disc;
+        duplicates = dup;
       });
       if (!got.scored) {
         std::lock_guard<std::mutex> lock(ctx->mu);
@@ -238,6 +240,8 @@ void trainer_actor(caf::blocking_actor* self, std::shared_ptr<const RlShared> sh
         for (int64_t v : c.versions) ++am.staleness[step - v];
       for (const auto& [lag, n] : am.staleness) rep.staleness[lag] += n;
       am.buffer_depth = depth;
+      am.discarded = discarded;
+      am.duplicates = duplicates;
       am.trainer_wait_seconds = wait;
       am.weight_sync_seconds = got.rollout.sync_seconds;
       am.weight_sync_bytes = got.rollout.sync_bytes;
@@ -271,16 +275,6 @@ void trainer_actor(caf::blocking_actor* self, std::shared_ptr<const RlShared> sh
 
 }  // namespace
 
-bool parse_rl_target(const std::string& text, bool& generator, int& index) {
-  std::string num;
-  if (text.rfind("generator:", 0) == 0) generator = true, num = text.substr(10);
-  else if (text.rfind("reward:", 0) == 0) generator = false, num = text.substr(7);
-  else return false;
-  if (num.empty() || num.size() > 4 || num.find_first_not_of("0123456789") != std::string::npos) return false;
-  index = std::stoi(num);
-  return true;
-}
-
 rl::RlSummary train_decoupled(const RlActorOptions& options, RlActorObserver& observer, RlActorReport* report) {
   const rl::RlConfig& rl = options.train.rl;
   if (rl.sync != rl::SyncMode::fixed_lag)
@@ -291,7 +285,7 @@ rl::RlSummary train_decoupled(const RlActorOptions& options, RlActorObserver& ob
   for (const FaultSpec& f : options.faults) {
     bool gen = false;
     int k = 0;
-    if (!parse_rl_target(f.target, gen, k) || k >= (gen ? rl.generators : rl.reward_actors) ||
+    if (!parse_rl_fault_target(f.target, gen, k) || k >= (gen ? rl.generators : rl.reward_actors) ||
         f.kind != FaultKind::kill || f.at_message < 0 || f.at_message > kRlKillPoints)
       throw std::invalid_argument("train_decoupled: fault target \"" + f.target + "\" (kind " + fault_kind_name(f.kind) +
                                   ") is not a kill of an existing generator:K or reward:K at a point 0.." +

@@ -12,7 +12,8 @@
 //   reward:r -> buffer          (admit, Scored)
 //   buffer -> coordinator       (admitted, s)             the ledger took step s's groups
 //   trainer -> coordinator      (take, s, trainer)        forwarded to the buffer; then blocks for
-//   buffer -> trainer           (batch, Scored, depth)
+//   buffer -> trainer           (batch, Scored, depth, discarded, duplicates): the
+//                               ledger's counts so far ride along (an empty Scored: the run failed)
 #pragma once
 
 #include <caf/all.hpp>

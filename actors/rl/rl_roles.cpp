@@ -120,7 +120,8 @@ caf::behavior buffer_actor(caf::event_based_actor* self, std::shared_ptr<const R
       if (!st->trained.insert(id).second) ++ledger->double_trained;
       ledger->trained.push_back(id);
     }
-    self->send(st->trainer, rlmsg::batch_atom::value, std::move(it->second), depth);
+    self->send(st->trainer, rlmsg::batch_atom::value, std::move(it->second), depth, ledger->discarded,
+               ledger->duplicates);
     st->ready.erase(it);
     st->want = -1;
   };
