@@ -277,10 +277,13 @@ class Parser {
             if (!known) error(p, "[[faults]] kind = \"" + kind + "\" is not one of " + join(names)), ok = false;
           } else {
             f.target = str->get(), has_target = true;
-            if (!runtime::parse_fault_target(f.target))
+            bool gen = false;
+            int index = 0;
+            if (!runtime::parse_fault_target(f.target) && !runtime::parse_rl_fault_target(f.target, gen, index))
               error(p, "[[faults]] target = \"" + f.target + "\" is not an actor: write \"stage:K\" (pipeline rank K), "
-                       "\"stage:K/replica:R\" (of data-parallel replica R), \"optimizer:K\" (optimizer shard K) or "
-                       "\"expert:L/S\" (expert shard S of MoE layer L; \"expert:L/S/replica:R\")"), ok = false;
+                       "\"stage:K/replica:R\" (of data-parallel replica R), \"optimizer:K\" (optimizer shard K), "
+                       "\"expert:L/S\" (expert shard S of MoE layer L; \"expert:L/S/replica:R\"), or in an RL run "
+                       "\"generator:K\" or \"reward:K\""), ok = false;
           }
         } else {
           std::string msg = "unknown key '" + key + "' in [[faults]]";
@@ -455,7 +458,10 @@ class Parser {
 
 // [[faults]] against the rest of the spec: the step exists, the target
 // exists in the topology, and the spec runs on the actor runtime.
+void check_rl_faults(const Spec& s, Parser& p);
+
 void check_faults(const Spec& s, Parser& p) {
+  if (s.run.mode == RunMode::rl) return check_rl_faults(s, p);
   auto v = [](int64_t x) { return std::to_string(x); };
   // One actor, one step, one fault: a second entry would silently collapse
   // into the first (the supervisor kills an actor once per step attempt).
@@ -526,6 +532,50 @@ void check_faults(const Spec& s, Parser& p) {
       p.error(at, gone + "[topology] " + (rank ? "stages = " : "optimizer_shards = ") + v(n) + " (indices 0.." + v(n - 1) + ")");
     else
       p.error(at, gone + "[topology] data_parallel = " + v(dp) + " (replicas 0.." + v(dp - 1) + ")");
+  }
+}
+
+// [[faults]] of an RL run: kills of the decoupled actors (actors/rl/), which
+// only rl.sync = "fixed_lag" has.
+void check_rl_faults(const Spec& s, Parser& p) {
+  auto v = [](int64_t x) { return std::to_string(x); };
+  const RlSection& r = s.rl_section;
+  std::map<std::pair<std::string, int64_t>, size_t> seen;
+  for (size_t i = 0; i < s.faults.size(); ++i) {
+    if (!p.fault_ok(i)) continue;  // reported while parsing
+    const FaultConfig& f = s.faults[i];
+    if (r.sync != rl::SyncMode::fixed_lag) {
+      p.error(p.fault_where(i, ""), "[[faults]] in an RL run need [rl] sync = \"fixed_lag\" (generator and reward actors "
+                                    "under a supervisor); the synchronous loop has no actors to kill");
+      continue;
+    }
+    bool gen = false;
+    int index = 0;
+    if (!runtime::parse_rl_fault_target(f.target, gen, index)) {
+      p.error(p.fault_where(i, "target"), "[[faults]] target = \"" + f.target + "\" is not an actor of an RL run: write "
+                                          "\"generator:K\" or \"reward:K\"");
+      continue;
+    }
+    const int64_t n = gen ? r.generators : r.reward_actors;
+    if (index >= n)
+      p.error(p.fault_where(i, "target"), "[[faults]] target = \"" + f.target + "\" does not exist: [rl] " +
+                                          (gen ? "generators = " : "reward_actors = ") + v(n) + " (" +
+                                          (gen ? "generator:0.." : "reward:0..") + v(n - 1) + ")");
+    if (f.kind != runtime::FaultKind::kill)
+      p.error(p.fault_where(i, "kind"), std::string("[[faults]] kind = \"") + runtime::fault_kind_name(f.kind) +
+                                        "\" is not supported on RL actors yet: use \"kill\"");
+    if (f.at_message > runtime::kRlKillPoints)
+      p.error(p.fault_where(i, "at_message"), "[[faults]] at_message = " + v(f.at_message) + " is out of range for " +
+                                              f.target + ": 0 (a seeded point) or 1 (on receiving its job), 2 (after "
+                                              "computing, before sending) or 3 (after sending)");
+    if (f.at_step < 1 || f.at_step > s.run.steps)
+      p.error(p.fault_where(i, "at_step"), "[[faults]] at_step = " + v(f.at_step) + " is out of range (allowed 1 .. [run] steps = " +
+                                              v(s.run.steps) + ")");
+    const auto [it, fresh] = seen.emplace(std::make_pair(f.target, f.at_step), i);
+    if (!fresh)
+      p.error(p.fault_where(i, ""), "[[faults]] entry repeats the one at line " + std::to_string(p.fault_where(it->second, "").line) +
+                                       " (target \"" + f.target + "\", at_step = " + v(f.at_step) +
+                                       "): one actor takes at most one fault per step");
   }
 }
 
@@ -656,6 +706,14 @@ void check_cross_fields(const Spec& s, Parser& p) {
   }
 }
 
+// The decoupled RL actors run in one process on [topology] devices; every
+// other topology degree stays at 1.
+bool rl_topology_ok(const Spec& s) {
+  const auto& t = s.topology;
+  return t.stages == 1 && t.schedule == sched::Kind::sequential && t.optimizer_shards == 1 && t.data_parallel == 1 &&
+         t.expert_shards == 1 && t.processes == 1;
+}
+
 // [rl] becomes rl::RlConfig once, here: the loss's preset, then every key the
 // spec sets. Its own rules come from rl::check_config; the rules that involve
 // other sections follow.
@@ -679,6 +737,10 @@ void convert_rl(Spec& s, Parser& p) {
   if (r.dynamic_sampling != "auto") c.advantage.drop_zero_variance = r.dynamic_sampling == "on";
   c.verifier.partial_credit = r.partial_credit;
   c.verifier.format_penalty = r.format_penalty;
+  c.sync = r.sync;
+  c.max_staleness = r.max_staleness;
+  c.generators = r.generators;
+  c.reward_actors = r.reward_actors;
   s.rl = c;
   if (s.run.mode != RunMode::rl) {
     if (const Pos* at = p.first_set_in("rl"))
@@ -692,12 +754,21 @@ void convert_rl(Spec& s, Parser& p) {
     if (s.topology.devices < 2)
       p.error(p.where("topology.devices"), "[run] mode = \"rl\" on sim devices compares synchronous and decoupled RL, "
                                            "which splits the devices: devices must be >= 2");
-  } else if (uses_runtime(s))
-    p.error(p.where("run.mode"), "[run] mode = \"rl\" runs the synchronous RL loop on one device in one process for now "
-                                 "(generator and reward actors arrive with Online RL II); set [topology] devices = 1, "
+  } else if (c.sync == rl::SyncMode::fixed_lag && !rl_topology_ok(s))
+    p.error(p.where("run.mode"), "[run] mode = \"rl\" with sync = \"fixed_lag\" runs its actors in one process on [topology] "
+                                 "devices (the trainer on device 0, generators on the others); set stages = 1, schedule = "
+                                 "\"sequential\", expert_shards = 1, optimizer_shards = 1, data_parallel = 1, processes = 1 "
+                                 "(this spec has stages = " + v(s.topology.stages) + ", schedule = \"" +
+                                 std::string(sched::to_string(s.topology.schedule)) + "\")");
+  else if (c.sync != rl::SyncMode::fixed_lag && uses_runtime(s))
+    p.error(p.where("run.mode"), "[run] mode = \"rl\" with sync = \"synchronous\" runs the RL loop on one device in one process "
+                                 "(rl.sync = \"fixed_lag\" runs generator and reward actors); set [topology] devices = 1, "
                                  "stages = 1, schedule = \"sequential\", expert_shards = 1, optimizer_shards = 1, "
                                  "data_parallel = 1 (this spec has devices = " + v(s.topology.devices) + ", stages = " +
                                  v(s.topology.stages) + ", schedule = \"" + std::string(sched::to_string(s.topology.schedule)) + "\")");
+  if (c.sync == rl::SyncMode::fixed_lag && !s.checkpoint.resume.empty())
+    p.error(p.where("checkpoint.resume"), "[checkpoint] resume: resuming a decoupled RL run (rl.sync = \"fixed_lag\") is not "
+                                          "supported yet (the synchronous loop resumes bit for bit)");
   if (s.data.source != model::DataKind::addition && s.data.source != model::DataKind::addition_plain)
     p.error(p.where("data.source"), "[rl] task = \"" + r.task + "\" draws its problems from [data] source = \"addition\" or "
                                     "\"addition_plain\" (this spec has \"" + model::data_kind_name(s.data.source) + "\")");

@@ -108,6 +108,10 @@ struct RlSection {
   std::string dynamic_sampling = "auto";  // "auto", "on", "off": drop zero-variance groups
   double partial_credit = 0.0;
   double format_penalty = 0.0;
+  rl::SyncMode sync = rl::SyncMode::synchronous;  // "synchronous", "fixed_lag" (actors/rl/), "latest" (refused)
+  int64_t max_staleness = 0;
+  int64_t generators = 1;
+  int64_t reward_actors = 1;
 };
 
 // The spec format this troupe reads (the top-level spec_version key); a spec

@@ -205,6 +205,11 @@ std::vector<KeyDef> build_keys() {
   add({"rl", "dynamic_sampling", KeyType::String, F(rl_section.dynamic_sampling), "Drop groups whose rewards are all equal from the loss: \"auto\" (on for dapo), \"on\" or \"off\".", 0, 0, {"auto", "on", "off"}});
   add({"rl", "partial_credit", KeyType::Float, F(rl_section.partial_credit), "Verifier: a wrong answer earns partial_credit times the share of its answer digits that are right (exact match earns 1).", 0, 0.999});
   add({"rl", "format_penalty", KeyType::Float, F(rl_section.format_penalty), "Verifier: subtracted when a completion has no EOS within max_new_tokens.", 0, 10});
+  add({"rl", "sync", KeyType::Choice, F(rl_section.sync), "How generation and training are coupled: \"synchronous\" (one process, sample then train, no actors), \"fixed_lag\" (generator, reward, rollout-buffer and trainer actors; step s is sampled by policy version max(0, s - max_staleness) exactly, deterministic for a seed) or \"latest\" (not implemented yet: refused).",
+       0, 0, {} /* the enum's names: bind_choices */});
+  add({"rl", "max_staleness", KeyType::Int, F(rl_section.max_staleness), "fixed_lag: eta, how many versions generation runs ahead of training (0 = on-policy, equal to \"synchronous\" bit for bit).", 0, 1000});
+  add({"rl", "generators", KeyType::Int, F(rl_section.generators), "fixed_lag: generator actors, each with its own copy of the policy (RL steps are dealt to them round-robin).", 1, 64});
+  add({"rl", "reward_actors", KeyType::Int, F(rl_section.reward_actors), "fixed_lag: rule-verifier actors (steps dealt round-robin).", 1, 64});
   return k;
 }
 
@@ -249,6 +254,8 @@ void bind_choices(std::vector<KeyDef>& k) {
        std::vector{ProgressStyle::automatic, ProgressStyle::bar, ProgressStyle::plain, ProgressStyle::off},
        progress_style_name);
   bind_choice(k, "topology.auth", std::vector{runtime::ClusterAuth::tls, runtime::ClusterAuth::none}, runtime::cluster_auth_name);
+  bind_choice(k, "rl.sync", std::vector{rl::SyncMode::synchronous, rl::SyncMode::fixed_lag, rl::SyncMode::latest},
+       rl::sync_mode_name);
   bind_choice(k, "sim.cost_model", std::vector{sim::CostModel::fixed, sim::CostModel::flops}, sim::cost_model_name);
   for (const KeyDef& d : k)
     if (d.type == KeyType::Choice && !d.set_choice) throw std::logic_error("spec key table: " + d.path() + " has no enum");
