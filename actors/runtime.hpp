@@ -33,6 +33,31 @@ namespace troupe::runtime {
 
 struct ClusterComm;  // actors/cluster/runtime_cluster.hpp: how processes find each other (MPI in launch/)
 
+// One [[elastic]] scale event: from 1-based step `at_step` on, every MoE
+// layer has `expert_shards` expert-shard actors (>= 1: unlike the initial
+// RuntimeOptions::expert_shards, 1 means one actor holding all the layer's
+// experts, not experts inside the stages). The change is made at the
+// boundary before that step (actors/supervision/elastic.cpp).
+struct ElasticEvent {
+  int64_t at_step = 0;
+  int expert_shards = 0;
+};
+
+// What one scale event did (RuntimeOptions::on_rescale; metrics.jsonl's
+// {"type":"rescale"} line). The loads are the event step's routed loads
+// summed per shard, under the old and under the new split.
+struct RescaleReport {
+  int64_t step = 0;                // the 1-based step that first ran on the new placement
+  int old_shards = 0, new_shards = 0;
+  int64_t bytes = 0;               // expert weights loaded into the new shards (all replicas)
+  int spawned = 0, retired = 0;    // expert-shard actors
+  double migration_seconds = 0.0;  // from the first spawn until every new shard had its weights
+  double step_seconds = 0.0;       // of the event step, the migration included
+  // [moe layer] max / mean of the per-shard loads (1 = balanced).
+  std::vector<double> imbalance_before, imbalance_after;
+  std::string str() const;         // one line for the log
+};
+
 struct RuntimeOptions {
   model::TrainOptions train;        // model, optimizer, data, seed, steps, microbatches, backend
   sched::Kind schedule = sched::Kind::one_f_one_b;  // B+W run as one backward in zb1p / dualpipe
@@ -57,6 +82,10 @@ struct RuntimeOptions {
   // is respawned on its device and the running step is replayed; more than
   // max_restarts restarts within restart_window steps fail the step.
   std::vector<FaultSpec> faults;    // failure injection ([[faults]])
+  // Scale events ([[elastic]]): at_step strictly increasing, in [1, steps];
+  // need expert_shards > 0 and one process.
+  std::vector<ElasticEvent> elastic;
+  std::function<void(const RescaleReport&)> on_rescale;  // called on the thread calling step()
   int max_restarts = 3;
   int restart_window = 10;          // steps
   // A step that has not finished this many seconds after it started (a lost
@@ -83,6 +112,10 @@ struct RuntimeOptions {
   std::vector<int> device_process;      // explicit process of each device; empty: contiguous blocks
   std::shared_ptr<ClusterComm> comm;    // required when processes > 1
 };
+
+// Expert shards per MoE layer during 1-based step `step`: the last
+// [[elastic]] event at or before it, else options.expert_shards.
+int expert_shards_at(const RuntimeOptions& options, int64_t step);
 
 // Checks the topology against the model and schedule; throws
 // std::invalid_argument naming the rule that was broken.
@@ -125,6 +158,10 @@ class Runtime final : public model::TrainingEngine {
   std::vector<std::string> actor_names();
   // Messages dropped as duplicates or stale, over all actors (for tests).
   uint64_t dropped_messages();
+  // Scale events so far, in order (see RuntimeOptions::on_rescale).
+  std::vector<RescaleReport> rescales() const;
+  // Expert shards per MoE layer now (after the last scale event).
+  int expert_shards() const;
   // Restarts so far, in order (see RuntimeOptions::on_restart).
   std::vector<RestartEvent> restarts() const;
   // Kills the actor `target` ("stage:K", "stage:K/replica:R", "optimizer:K",

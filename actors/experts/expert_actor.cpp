@@ -403,7 +403,11 @@ caf::behavior expert_actor(Self* self, std::shared_ptr<const Shared> sh, Device*
   auto comp = st.comp;
   st.step = spec.start_step;
   std::shared_ptr<const std::vector<float>> init = spec.weights;
-  if (!init) {
+  if (!init && spec.await_restore) {
+    int64_t total = 0;
+    for (const Range& r : st.ranges) total += r.count;
+    init = std::make_shared<std::vector<float>>(static_cast<size_t>(total), 0.0f);
+  } else if (!init) {
     auto from_init = std::make_shared<std::vector<float>>();
     for (const Range& r : st.ranges)
       from_init->insert(from_init->end(), sh->init.begin() + r.offset, sh->init.begin() + r.offset + r.count);
@@ -466,6 +470,15 @@ caf::behavior expert_actor(Self* self, std::shared_ptr<const Shared> sh, Device*
                        s.name + ": unexpected message kind " + kind_name(*kind));
       },
       [self](rt::dropped_atom) { return self->state.dropped; },
+      [self](rt::rescale_atom) -> caf::result<uint64_t> {
+        auto& s = self->state;
+        auto rp = self->make_response_promise<uint64_t>();
+        uint64_t bytes = 0;
+        for (const Range& r : s.ranges) bytes += static_cast<uint64_t>(r.count) * sizeof(float);
+        submit(self, *s.dev, [](kernels::Backend&) {}, [rp, bytes]() mutable { rp.deliver(bytes); },
+               owner_label(TraceLabel::ParamLoad, s.spec.producer));
+        return rp;
+      },
       [self](rt::name_atom) { return self->state.name; },
       [self](rt::params_atom) -> caf::result<Envelope, Envelope, Envelope> {
         auto& s = self->state;

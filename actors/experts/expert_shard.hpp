@@ -85,6 +85,9 @@ struct ExpertShardSpec {
   // respawns with the defaults and then sends (restore ...).)
   uint64_t start_step = 0;
   std::shared_ptr<const std::vector<float>> weights;
+  // The weights come from (restore ...) messages right after the spawn (a
+  // scale event): start from zeros instead of copying sh->init.
+  bool await_restore = false;
 };
 
 // Spawns the actor; its initial weights are spec.weights, else sh->init at
@@ -92,7 +95,9 @@ struct ExpertShardSpec {
 // the wrong size) or std::out_of_range (spec.layer has no routed experts).
 // Messages besides Envelopes: (done, ticket) internal; (dropped) -> uint64_t;
 // (params) -> three ParamSlice Envelopes {gate, up, down} of its current
-// weights (tests, checkpoints).
+// weights (tests, checkpoints); (rescale) -> uint64_t, the bytes of its
+// weights, answered once the device work queued before it (the restore
+// loads of a scale event) has run.
 caf::actor spawn_expert_shard(caf::actor_system& sys, std::shared_ptr<const Shared> sh, Device& dev,
                               const ExpertShardSpec& spec);
 

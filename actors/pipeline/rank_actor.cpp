@@ -372,7 +372,7 @@ void build_dispatches(const Shared& sh, Compute& comp, const model::MoeExchange&
   be.download(wts.data(), ex.moe->weights(), wts.size() * sizeof(float));
   for (size_t s = 0; s < p.slots.size(); ++s)
     if (p.slots[s] >= 0) row_w[static_cast<size_t>(p.slots[s])] = wts[s];
-  const int shards = sh.opt.expert_shards;
+  const int shards = live_plan(sh)->expert_shards;  // [[elastic]] events change it between steps
   out.layer = static_cast<uint32_t>(ex.layer);
   for (int sh_i = 0; sh_i < shards; ++sh_i) {
     const ExpertRange r = expert_split(E, shards, sh_i);

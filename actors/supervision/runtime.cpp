@@ -69,6 +69,21 @@ void validate(const RuntimeOptions& o) {
   make_placement(o.devices, o.processes, o.stages, o.data_parallel, o.optimizer_shards, o.device_process);  // throws
   // A fault target exists when the plan has the actor (the one naming
   // scheme); the message says which count leaves it out.
+  // [[elastic]] scale events: a run with expert shards, one process, steps
+  // inside the run and increasing, counts the experts can be split into.
+  int64_t prev_step = 0;
+  for (const ElasticEvent& e : o.elastic) {
+    const std::string ev = "[[elastic]] at_step " + std::to_string(e.at_step) + ": ";
+    require(o.expert_shards > 0, ev + "scale events need a run with expert-shard actors (expert_shards > 0)");
+    require(o.processes == 1, ev + "scale events run in one process only (processes = " + std::to_string(o.processes) + ")");
+    require(e.at_step >= 1 && e.at_step <= t.steps,
+            ev + "at_step is outside the run's steps 1.." + std::to_string(t.steps));
+    require(e.at_step > prev_step, ev + "at_step must be greater than the previous event's (" + std::to_string(prev_step) + ")");
+    require(e.expert_shards >= 1 && e.expert_shards <= t.model.n_experts,
+            ev + "expert_shards (" + std::to_string(e.expert_shards) + ") must be in 1..n_experts (" +
+                std::to_string(t.model.n_experts) + ")");
+    prev_step = e.at_step;
+  }
   const Plan plan = make_plan(o);
   for (const FaultSpec& f : o.faults) {
     const std::optional<FaultTarget> target = parse_fault_target(f.target);
@@ -80,15 +95,21 @@ void validate(const RuntimeOptions& o) {
     require(f.count >= 1, "fault count must be >= 1");
     require(f.kind != FaultKind::delay || f.delay_ms > 0, "fault kind delay needs delay_ms > 0");
     require(f.kind != FaultKind::pause || f.duration_ms > 0, "fault kind pause needs duration_ms > 0");
-    if (plan.target(*target)) continue;
+    // An expert shard must exist in the step the fault hits (after the
+    // scale events before it).
+    RuntimeOptions at = o;
+    at.expert_shards = f.at_step >= 1 && f.at_step <= t.steps ? expert_shards_at(o, f.at_step) : o.expert_shards;
+    const Plan step_plan = at.expert_shards == o.expert_shards ? plan : make_plan(at);
+    if (step_plan.target(*target)) continue;
     const std::string gone = "fault target " + f.target + " does not exist: ";
     if (target->role == Role::Expert) {
       const bool moe_layer =
           std::find(plan.moe_layers.begin(), plan.moe_layers.end(), target->index) != plan.moe_layers.end();
       require(plan.expert_parallel(), gone + "the run has no expert shards (expert_shards > 1 puts the experts in their own actors)");
       require(moe_layer, gone + "there are " + std::to_string(plan.moe_layers.size()) + " MoE layer(s)");
-      require(target->shard < plan.expert_shards,
-              gone + "there are " + std::to_string(plan.expert_shards) + " expert shard(s) per layer");
+      require(target->shard < step_plan.expert_shards,
+              gone + "there are " + std::to_string(step_plan.expert_shards) + " expert shard(s) per layer in step " +
+                  std::to_string(f.at_step));
     } else {
       const bool rank = target->role == Role::Rank;
       const int n = rank ? plan.sl.num_ranks : plan.num_shards();
@@ -117,6 +138,7 @@ struct Runtime::Impl {
   int64_t cached_step = -1;
   mutable std::mutex restarts_mu;
   std::vector<RestartEvent> restarts;
+  std::vector<RescaleReport> rescales;  // driver thread only
 
   bool tracing() const { return sh->opt.record_trace || !sh->opt.trace.empty(); }
 
@@ -128,6 +150,7 @@ struct Runtime::Impl {
     const auto& t = o.train;
     s.layout = model::build_param_layout(t.model);
     s.plan = make_plan(o);
+    s.live = std::make_shared<const Plan>(s.plan);
     // Test switches (duplicate_sends, corrupt_combine, replay_stale) act through the seam only.
     Interposers seam = make_interposer(o, s.plan.moe_layers.empty() ? -1 : s.plan.moe_layers.front());
     s.interposer = std::move(seam.chain);
@@ -161,20 +184,25 @@ struct Runtime::Impl {
     s.spawn = [this, place](caf::actor_system& as, Role role, int replica, int index) {
       if (role == Role::Optimizer)
         return spawn_shard(as, sh, *devices[static_cast<size_t>(place.shard_device[static_cast<size_t>(index)])], index);
-      if (role == Role::Expert) {  // index: the producer
-        ExpertShardSpec spec;
-        spec.replica = replica;
-        spec.layer = place.expert_ids[static_cast<size_t>(index)].first;
-        spec.shard = place.expert_ids[static_cast<size_t>(index)].second;
-        spec.shards = sh->opt.expert_shards;
-        spec.producer = index;
-        spec.microbatches = sh->plan.chunks;
-        spec.start_step = sh->start_step;  // resumed (a respawn is restored to the running step after)
-        const int d = place.expert_device[static_cast<size_t>(replica)][static_cast<size_t>(index)];
-        return spawn_expert_shard(as, sh, *devices[static_cast<size_t>(d)], spec);
-      }
+      if (role == Role::Expert) return sh->spawn_expert(as, *live_plan(*sh), replica, index, false);
       const int d = place.rank_device[static_cast<size_t>(replica)][static_cast<size_t>(index)];
       return spawn_rank(as, sh, *devices[static_cast<size_t>(d)], replica, index);
+    };
+    // Expert shards as a plan places them: the initial one, the live one
+    // after [[elastic]] events (which change only the expert shards).
+    s.spawn_expert = [this](caf::actor_system& as, const Plan& plan, int replica, int index, bool await_restore) {
+      const Placement& pl = plan.placement;
+      ExpertShardSpec spec;
+      spec.replica = replica;
+      spec.layer = pl.expert_ids[static_cast<size_t>(index)].first;
+      spec.shard = pl.expert_ids[static_cast<size_t>(index)].second;
+      spec.shards = plan.expert_shards;
+      spec.producer = index;
+      spec.microbatches = plan.chunks;
+      spec.start_step = sh->start_step;  // resumed (a respawn is restored to the running step after)
+      spec.await_restore = await_restore;
+      const int d = pl.expert_device[static_cast<size_t>(replica)][static_cast<size_t>(index)];
+      return spawn_expert_shard(as, sh, *devices[static_cast<size_t>(d)], spec);
     };
     s.on_restart = [this, user = o.on_restart](const RestartEvent& ev) {
       {
@@ -242,7 +270,7 @@ struct Runtime::Impl {
       for (size_t x = 0; x < s.plan.expert_owned.size(); ++x)
         s.peers.experts[static_cast<size_t>(r)].push_back(
             place.expert_process(r, static_cast<int>(x)) == me
-                ? s.spawn(*sys, Role::Expert, r, static_cast<int>(x))
+                ? s.spawn_expert(*sys, s.plan, r, static_cast<int>(x), false)  // not spawn(): peers_mu is held
                 : caf::actor{});
   }
 
@@ -295,6 +323,25 @@ struct Runtime::Impl {
 Runtime::Runtime(const RuntimeOptions& options) : impl_(std::make_unique<Impl>(options)) {}
 Runtime::~Runtime() = default;
 
+namespace {
+
+// max / mean of the per-shard sums of one layer's per-expert loads under a
+// contiguous split into `shards` (1 = balanced; 0 when nothing was routed).
+double shard_imbalance(const std::vector<int64_t>& layer, int shards) {
+  const int64_t E = static_cast<int64_t>(layer.size());
+  int64_t total = 0, most = 0;
+  for (int k = 0; k < shards; ++k) {
+    const ExpertRange r = expert_split(E, shards, k);
+    int64_t sum = 0;
+    for (int64_t e = r.begin; e < r.end; ++e) sum += layer[static_cast<size_t>(e)];
+    total += sum;
+    most = std::max(most, sum);
+  }
+  return total > 0 ? static_cast<double>(most) * shards / static_cast<double>(total) : 0.0;
+}
+
+}  // namespace
+
 model::StepMetrics Runtime::step() {
   const auto t0 = std::chrono::steady_clock::now();
   if (impl_->cluster) {
@@ -303,6 +350,27 @@ model::StepMetrics Runtime::step() {
   }
   if (impl_->stale) impl_->stale->forget();  // keep this step's messages only
   caf::scoped_actor self{*impl_->sys};
+  // A scale event due at this step: the plan changes at this boundary, and
+  // the step's time includes the migration (its stall).
+  std::optional<RescaleReport> scale;
+  for (const ElasticEvent& ev : impl_->sh->opt.elastic) {
+    if (ev.at_step != impl_->steps_done + 1) continue;
+    RescaleReport rep;
+    rep.step = ev.at_step;
+    rep.old_shards = expert_shards();
+    rep.new_shards = ev.expert_shards;
+    const auto m0 = std::chrono::steady_clock::now();
+    std::string err;
+    self->request(impl_->sh->peers.coordinator, caf::infinite, rt::rescale_atom_v, static_cast<int32_t>(ev.expert_shards))
+        .receive([&](uint64_t bytes) { rep.bytes = static_cast<int64_t>(bytes); },
+                 [&](caf::error& e) { err = impl_->sys->render(e); });
+    if (!err.empty()) throw std::runtime_error("runtime: scale event at step " + std::to_string(ev.at_step) + " failed: " + err);
+    rep.migration_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - m0).count();
+    const int moe_layers = static_cast<int>(impl_->sh->plan.moe_layers.size()), dp = impl_->sh->opt.data_parallel;
+    rep.spawned = dp * moe_layers * rep.new_shards;
+    rep.retired = dp * moe_layers * rep.old_shards;
+    scale = rep;
+  }
   model::StepMetrics m;
   std::string err;
   self->request(impl_->sh->peers.coordinator, caf::infinite, rt::step_atom_v)
@@ -319,21 +387,35 @@ model::StepMetrics Runtime::step() {
   m.tokens = impl_->sh->opt.train.data.batch_size * impl_->sh->opt.train.model.seq_len;
   m.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const RuntimeOptions& o = impl_->sh->opt;
+  const int shards = expert_shards();
   if (o.train.model.ffn == model::Ffn::moe) {
     m.expert_load = expert_load();
     m.dropped = expert_dropped();
     for (const auto& layer : m.expert_load) {
-      if (o.expert_shards <= 0) break;
-      std::vector<int64_t> per(static_cast<size_t>(o.expert_shards), 0);
-      for (int k = 0; k < o.expert_shards; ++k) {
-        const ExpertRange r = expert_split(o.train.model.n_experts, o.expert_shards, k);
+      if (shards <= 0) break;
+      std::vector<int64_t> per(static_cast<size_t>(shards), 0);
+      for (int k = 0; k < shards; ++k) {
+        const ExpertRange r = expert_split(o.train.model.n_experts, shards, k);
         for (int64_t e = r.begin; e < r.end; ++e) per[static_cast<size_t>(k)] += layer[static_cast<size_t>(e)];
       }
       m.shard_load.push_back(std::move(per));
     }
   }
+  if (scale) {
+    scale->step_seconds = m.step_seconds;
+    for (const auto& layer : m.expert_load) {
+      scale->imbalance_before.push_back(shard_imbalance(layer, scale->old_shards));
+      scale->imbalance_after.push_back(shard_imbalance(layer, scale->new_shards));
+    }
+    impl_->rescales.push_back(*scale);
+    if (o.on_rescale) o.on_rescale(*scale);
+  }
   return m;
 }
+
+std::vector<RescaleReport> Runtime::rescales() const { return impl_->rescales; }
+
+int Runtime::expert_shards() const { return live_plan(*impl_->sh)->expert_shards; }
 
 int64_t Runtime::steps_done() const { return impl_->steps_done; }
 
@@ -484,7 +566,7 @@ void Runtime::write_trace(const std::string& path) {
     if (!d) continue;  // another process's device
     d->drain();
     std::string actors;  // by the plan's names, as validate lists them
-    for (const ActorPlan& a : impl_->sh->plan.actors)
+    for (const ActorPlan& a : live_plan(*impl_->sh)->actors)
       if (a.device == d->id()) actors += (actors.empty() ? "" : ", ") + a.name;
     traces.push_back(DeviceTrace{d->id(), d->trace(), actors});
   }
