@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "actors/schedule/schedule.hpp"
+#include "actors/supervision/elastic.hpp"
 #include "actors/supervision/faults.hpp"
 #include "model/checkpoint.hpp"
 #include "model/trainer.hpp"
@@ -32,16 +33,6 @@
 namespace troupe::runtime {
 
 struct ClusterComm;  // actors/cluster/runtime_cluster.hpp: how processes find each other (MPI in launch/)
-
-// One [[elastic]] scale event: from 1-based step `at_step` on, every MoE
-// layer has `expert_shards` expert-shard actors (>= 1: unlike the initial
-// RuntimeOptions::expert_shards, 1 means one actor holding all the layer's
-// experts, not experts inside the stages). The change is made at the
-// boundary before that step (actors/supervision/elastic.cpp).
-struct ElasticEvent {
-  int64_t at_step = 0;
-  int expert_shards = 0;
-};
 
 // What one scale event did (RuntimeOptions::on_rescale; metrics.jsonl's
 // {"type":"rescale"} line). The loads are the event step's routed loads

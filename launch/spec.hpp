@@ -15,6 +15,7 @@
 
 #include "actors/schedule/schedule.hpp"
 #include "actors/sim/sim_costs.hpp"
+#include "actors/supervision/elastic.hpp"
 #include "actors/supervision/faults.hpp"
 #include "kernels/backend.hpp"
 #include "model/config.hpp"
@@ -84,6 +85,10 @@ struct LogConfig {
 // (actor runtime only; kinds and keys in actors/supervision/faults.hpp).
 using FaultConfig = runtime::FaultSpec;  // one type: the runtime's (actors/supervision/faults.hpp)
 
+// One [[elastic]] entry: from step at_step on, expert_shards expert-shard
+// actors per MoE layer (actors/supervision/elastic.hpp).
+using ElasticConfig = runtime::ElasticEvent;
+
 // [rl] as written in the spec: enum-like values as strings, presets not yet
 // applied. The parser converts it once into rl::RlConfig (Spec::rl), which is
 // what everything after parsing reads.
@@ -123,6 +128,7 @@ struct Spec {
   LogConfig log;
   sim::CostConfig sim;  // [sim]: cost model of device_kind = "sim" (actors/sim/sim_costs.hpp)
   std::vector<FaultConfig> faults;  // [[faults]], in file order
+  std::vector<ElasticConfig> elastic;  // [[elastic]], in file order
   RlSection rl_section;  // [rl] as written
   rl::RlConfig rl;       // [rl] converted (presets applied); valid after parsing
 
