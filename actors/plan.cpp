@@ -20,6 +20,14 @@ ExpertRange expert_split(int64_t n_experts, int shards, int shard) {
   return {begin, begin + base + (shard < extra ? 1 : 0)};
 }
 
+// Declared in runtime.hpp; here so that the spec checks (no CAF) have it.
+int expert_shards_at(const RuntimeOptions& o, int64_t step) {
+  int n = o.expert_shards;
+  for (const ElasticEvent& e : o.elastic)
+    if (e.at_step <= step) n = e.expert_shards;
+  return n;
+}
+
 int expert_owner(int64_t n_experts, int shards, int64_t expert) {
   for (int s = 0; s < shards; ++s)
     if (expert < expert_split(n_experts, shards, s).end) return s;

@@ -328,14 +328,15 @@ class Parser {
           ok = false;
           continue;
         }
+        (key == "at_step" ? has_step : has_shards) = true;  // present: a bad value is its own error
         auto i = v.as_integer();
         if (!i || i->get() < -1000000000 || i->get() > 1000000000) {
           error(p, "[[elastic]] " + key + ": expected an integer, got " + node_type_name(v) + " " + node_text(v));
           ok = false;
           continue;
         }
-        if (key == "at_step") e.at_step = i->get(), has_step = true;
-        else e.expert_shards = static_cast<int>(i->get()), has_shards = true;
+        if (key == "at_step") e.at_step = i->get();
+        else e.expert_shards = static_cast<int>(i->get());
       }
       if (!has_step) error(ep, "[[elastic]] entry needs at_step (the 1-based step that first runs on the new placement)"), ok = false;
       if (!has_shards) error(ep, "[[elastic]] entry needs expert_shards (the new number of expert shards per MoE layer)"), ok = false;

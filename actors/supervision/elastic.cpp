@@ -15,13 +15,6 @@
 
 namespace troupe::runtime {
 
-int expert_shards_at(const RuntimeOptions& o, int64_t step) {
-  int n = o.expert_shards;
-  for (const ElasticEvent& e : o.elastic)
-    if (e.at_step <= step) n = e.expert_shards;
-  return n;
-}
-
 std::string RescaleReport::str() const {
   char head[160];
   std::snprintf(head, sizeof head, "step %lld: expert shards %d -> %d (%d spawned, %d retired), %lld bytes in %.3f ms",
