@@ -189,6 +189,43 @@ TEST(RuntimeElastic, KillBetweenStepsAfterEvent) {
   EXPECT_THROW(rt.kill("expert:2/3"), std::runtime_error);  // retired with the second event
 }
 
+// Resumed from a checkpoint taken after step 2 (2 shards then 4 from step
+// 2): the runtime starts with the initial split, catches up to the 4 shards
+// in force before step 3, then applies the event of step 4; the run ends
+// bitwise equal to the uninterrupted static one.
+TEST(RuntimeElastic, ResumeCatchesUpWithTheEventsBefore) {
+  const runtime::RuntimeOptions base = options("1f1b", 1, 24);
+  const Outcome ref = run(base);
+  runtime::RuntimeOptions o = base;
+  o.elastic = kEvents;
+  const std::string dir = ::testing::TempDir() + "/troupe_elastic_resume";
+  {
+    runtime::Runtime rt(o);
+    rt.step();
+    rt.step();
+    EXPECT_EQ(rt.expert_shards(), 4);
+    rt.save(dir);
+  }
+  o.train.resume_from = dir;
+  runtime::Runtime rt(o);
+  EXPECT_EQ(rt.expert_shards(), 2);
+  Outcome got = ref;  // steps 1-2 from the reference; 3-5 from the resumed run
+  for (int64_t s = 2; s < o.train.steps; ++s) {
+    const model::StepMetrics m = rt.step();
+    got.losses[static_cast<size_t>(s)] = m.loss;
+    got.norms[static_cast<size_t>(s)] = m.grad_norm;
+    got.loads[static_cast<size_t>(s)] = m.expert_load;
+    if (s == 2) EXPECT_EQ(rt.expert_shards(), 4);
+  }
+  got.state = rt.state();
+  EXPECT_EQ(rt.expert_shards(), 1);
+  ASSERT_EQ(rt.rescales().size(), 2u);
+  EXPECT_EQ(rt.rescales()[0].step, 3);
+  EXPECT_EQ(rt.rescales()[0].new_shards, 4);
+  EXPECT_EQ(rt.rescales()[1].step, 4);
+  expect_bitwise_equal(ref, got, "resumed after step 2");
+}
+
 void expect_invalid(const runtime::RuntimeOptions& o, const std::string& words) {
   try {
     runtime::validate(o);

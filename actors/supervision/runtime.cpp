@@ -352,9 +352,14 @@ model::StepMetrics Runtime::step() {
   caf::scoped_actor self{*impl_->sys};
   // A scale event due at this step: the plan changes at this boundary, and
   // the step's time includes the migration (its stall).
+  // A run resumed past some events catches up before its first step.
   std::optional<RescaleReport> scale;
-  for (const ElasticEvent& ev : impl_->sh->opt.elastic) {
-    if (ev.at_step != impl_->steps_done + 1) continue;
+  const int64_t next = impl_->steps_done + 1;
+  const int due = expert_shards_at(impl_->sh->opt, next);
+  bool event = false;
+  for (const ElasticEvent& ev : impl_->sh->opt.elastic) event = event || ev.at_step == next;
+  if (event || (!impl_->sh->opt.elastic.empty() && due != expert_shards())) {
+    const ElasticEvent ev{next, due};
     RescaleReport rep;
     rep.step = ev.at_step;
     rep.old_shards = expert_shards();
