@@ -129,10 +129,11 @@ struct Shared {
   std::shared_ptr<FaultInjector> injector;
 };
 
-// The plan in force (see Shared::live).
+// The plan in force (see Shared::live); Shared::plan when none was set (a
+// Shared built by hand, as the actor tests do; it lives as long as `sh`).
 inline std::shared_ptr<const Plan> live_plan(const Shared& sh) {
   std::lock_guard<std::mutex> lock(sh.peers_mu);
-  return sh.live;
+  return sh.live ? sh.live : std::shared_ptr<const Plan>(std::shared_ptr<const Plan>{}, &sh.plan);
 }
 
 // An invalid handle (sends to it are no-ops) once the runtime is torn down.
