@@ -42,6 +42,9 @@ struct RescaleReport {
   int old_shards = 0, new_shards = 0;
   int64_t bytes = 0;               // expert weights loaded into the new shards (all replicas)
   int spawned = 0, retired = 0;    // expert-shard actors
+  bool policy = false;             // made by the eplb policy (else an [[elastic]] event)
+  int moved_experts = 0;           // eplb: experts that changed shard (all layers)
+  std::vector<int64_t> bounds;     // eplb: the new boundaries, per MoE layer (expert_shards + 1 each)
   double migration_seconds = 0.0;  // from the first spawn until every new shard had its weights
   double step_seconds = 0.0;       // of the event step, the migration included
   // [moe layer] max / mean of the per-shard loads (1 = balanced).
@@ -61,6 +64,16 @@ struct RuntimeOptions {
   // layer (contiguous expert ranges), and the stages reach the experts only
   // through Dispatch/Combine Envelopes.
   int expert_shards = 0;
+  // The experts of each shard, per MoE layer: expert_shards + 1 rising
+  // boundaries from 0 to n_experts (shard k holds [b_k, b_k+1)); empty: the
+  // even split (expert_split). Set by the "eplb" policy's moves.
+  std::vector<std::vector<int64_t>> expert_bounds;
+  // Automatic placement ([experts] policy): static keeps the split; eplb
+  // moves experts between neighbouring shards every rebalance_every steps
+  // by their measured load (moe/placement.hpp), at most expert_shards moves
+  // per layer and rebalance.
+  ExpertPolicy expert_policy = ExpertPolicy::static_split;
+  int rebalance_every = 0;
   // With expert shards: while one part of an FB op (DualPipe's pairs) waits
   // for its experts, the device runs the other part, and while every running
   // part waits, the rank's next op may start (one backward at a time).

@@ -96,9 +96,10 @@ class RestartMetrics : public model::TrainObserver {
                               .str());
     inner_.on_step(m);
   }
-  // A scale event ([[elastic]]): {"type":"rescale",...} before its step's line.
+  // A scale event ([[elastic]]): {"type":"rescale",...}, or an eplb move:
+  // {"type":"rebalance",...}, before its step's line.
   void record(const runtime::RescaleReport& r) {
-    spdlog::info("rescale: {}", r.str());
+    spdlog::info("{}: {}", r.policy ? "rebalance" : "rescale", r.str());
     auto list = [](const std::vector<double>& v) {
       std::string out = "[";
       for (size_t i = 0; i < v.size(); ++i) {
@@ -109,12 +110,13 @@ class RestartMetrics : public model::TrainObserver {
       return out + "]";
     };
     const std::string line = JsonObject()
-                                 .add("type", std::string("rescale"))
+                                 .add("type", std::string(r.policy ? "rebalance" : "rescale"))
                                  .add("step", r.step)
                                  .add("old_shards", static_cast<int64_t>(r.old_shards))
                                  .add("new_shards", static_cast<int64_t>(r.new_shards))
                                  .add("spawned", static_cast<int64_t>(r.spawned))
                                  .add("retired", static_cast<int64_t>(r.retired))
+                                 .add("moved_experts", static_cast<int64_t>(r.moved_experts))
                                  .add("bytes", r.bytes)
                                  .add("migration_seconds", r.migration_seconds)
                                  .add("step_seconds", r.step_seconds)

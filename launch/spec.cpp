@@ -69,7 +69,7 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 
 namespace {
 
-const std::vector<std::string> kSections = {"run", "model", "data", "optim", "topology", "checkpoint", "log", "sim", "rl"};
+const std::vector<std::string> kSections = {"run", "model", "data", "optim", "topology", "experts", "checkpoint", "log", "sim", "rl"};
 
 // Where a key was set: a file position, or a command-line override.
 struct Pos {

@@ -47,6 +47,13 @@ struct RunConfig {
   double step_deadline = 0.0;     // seconds before an unfinished step is replayed; 0 = adaptive
 };
 
+// [experts]: automatic placement of the experts on their expert-shard
+// actors (actors/supervision/elastic.cpp, moe/placement.hpp).
+struct ExpertsConfig {
+  runtime::ExpertPolicy policy = runtime::ExpertPolicy::static_split;  // "static" | "eplb"
+  int64_t rebalance_every = 0;  // eplb: steps between rebalances
+};
+
 struct TopologyConfig {
   int64_t devices = 1;                  // devices (threads / GPU queues) in the whole run
   DeviceKind device_kind = DeviceKind::host;
@@ -124,6 +131,7 @@ struct Spec {
   model::DataConfig data;
   model::OptimConfig optim;
   TopologyConfig topology;
+  ExpertsConfig experts;
   CheckpointConfig checkpoint;
   LogConfig log;
   sim::CostConfig sim;  // [sim]: cost model of device_kind = "sim" (actors/sim/sim_costs.hpp)

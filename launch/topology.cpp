@@ -55,6 +55,8 @@ runtime::RuntimeOptions runtime_options(const Spec& spec) {
   r.step_deadline = spec.run.step_deadline;
   r.faults = spec.faults;
   r.elastic = spec.elastic;
+  r.expert_policy = spec.experts.policy;
+  r.rebalance_every = static_cast<int>(spec.experts.rebalance_every);
   r.processes = static_cast<int>(spec.topology.processes);
   r.interface = spec.topology.interface;
   r.peer_timeout = spec.topology.peer_timeout;
@@ -101,7 +103,12 @@ std::string format_topology(const Spec& spec, const runtime::Plan& plan) {
 }
 
 std::string format_elastic(const Spec& spec) {
-  if (spec.elastic.empty()) return "";
+  const std::string eplb =
+      spec.experts.policy == runtime::ExpertPolicy::eplb
+          ? "[experts] policy = \"eplb\": every " + std::to_string(spec.experts.rebalance_every) +
+                " step(s) experts move between neighbouring shards by their measured load (at run time)\n"
+          : "";
+  if (spec.elastic.empty()) return eplb;
   runtime::RuntimeOptions ro = runtime_options(spec);
   const int initial = ro.expert_shards;
   std::ostringstream os;
@@ -127,7 +134,7 @@ std::string format_elastic(const Spec& spec) {
     from = e.at_step;
   }
   placement(shards, from, spec.run.steps);
-  return os.str();
+  return os.str() + eplb;
 }
 
 }  // namespace troupe::launch

@@ -29,7 +29,8 @@ runtime::Plan resolve_topology(const Spec& spec);
 // Human-readable listing, grouped by process and device.
 std::string format_topology(const Spec& spec, const runtime::Plan& plan);
 // With [[elastic]] events: the expert placement (shard -> experts -> device)
-// in force before and after each event; "" without events.
+// in force before and after each event, and a line on the eplb policy;
+// "" without either.
 std::string format_elastic(const Spec& spec);
 
 }  // namespace troupe::launch

@@ -226,6 +226,58 @@ TEST(RuntimeElastic, ResumeCatchesUpWithTheEventsBefore) {
   expect_bitwise_equal(ref, got, "resumed after step 2");
 }
 
+// The eplb policy: every step, experts move between neighbouring shards by
+// the moving average of their measured loads (contiguous, uneven splits),
+// also after an [[elastic]] event reset the split to the even one of the
+// new count. The math stays bitwise the static placement's.
+TEST(RuntimeElastic, EplbMovesExpertsAndKeepsTheMath) {
+  for (const std::string schedule : {"1f1b", "dualpipe"})
+    for (int dp : {1, 2}) {
+      const std::string what = schedule + " dp" + std::to_string(dp) + " eplb";
+      runtime::RuntimeOptions base = options(schedule, dp, 25);
+      base.train.model.balance = troupe::moe::Balance::none;  // loads drift apart
+      base.train.steps = 6;
+      const Outcome ref = run(base);
+      runtime::RuntimeOptions o = base;
+      o.expert_policy = runtime::ExpertPolicy::eplb;
+      o.rebalance_every = 1;
+      o.elastic = {{5, 3}};  // 2 -> 3 shards before step 5, then eplb again
+      const Outcome got = run(o);
+      expect_bitwise_equal(ref, got, what);
+      int moved = 0, policy = 0;
+      bool uneven = false;
+      for (const runtime::RescaleReport& r : got.rescales) {
+        std::cout << "  " << what << ": " << r.str() << "\n";
+        if (!r.policy) continue;
+        ++policy;
+        moved += r.moved_experts;
+        ASSERT_EQ(r.bounds.size(), 4u * static_cast<size_t>(r.new_shards + 1)) << what;
+        for (size_t l = 0; l < 4; ++l) {
+          const size_t at = l * static_cast<size_t>(r.new_shards + 1);
+          for (int k = 0; k < r.new_shards; ++k) {
+            EXPECT_GE(r.bounds[at + k + 1] - r.bounds[at + k], 1) << what;  // no empty shard
+            uneven = uneven || r.bounds[at + k + 1] - r.bounds[at + k] != (k < 4 % r.new_shards ? 4 / r.new_shards + 1 : 4 / r.new_shards);
+          }
+        }
+      }
+      EXPECT_GT(policy, 0) << what << ": the policy never moved an expert";
+      EXPECT_GT(moved, 0) << what;
+      EXPECT_TRUE(uneven) << what << ": the splits stayed even";
+      // The event of step 5 is there too, and sets the even split of 3.
+      bool event = false;
+      for (const runtime::RescaleReport& r : got.rescales) event = event || (!r.policy && r.step == 5 && r.new_shards == 3);
+      EXPECT_TRUE(event) << what;
+      // The shard loads follow each step's split: they add up to the expert loads.
+      for (size_t s = 0; s < got.shard_loads.size(); ++s)
+        for (size_t l = 0; l < got.shard_loads[s].size(); ++l) {
+          int64_t a = 0, b = 0;
+          for (int64_t v : got.shard_loads[s][l]) a += v;
+          for (int64_t v : got.loads[s][l]) b += v;
+          EXPECT_EQ(a, b) << what;
+        }
+    }
+}
+
 void expect_invalid(const runtime::RuntimeOptions& o, const std::string& words) {
   try {
     runtime::validate(o);

@@ -77,6 +77,7 @@ struct ExpertShardSpec {
   int layer = 0;         // global layer index (a MoE layer)
   int shard = 0;         // this shard within the layer
   int shards = 1;        // expert shards of the layer
+  ExpertRange experts;   // the experts it holds; empty: expert_split(n_experts, shards, shard)
   int producer = 0;      // unique per (replica, layer, shard): GradSlice.stage / stepok rank offset
   int microbatches = 0;  // backward dispatches per step; 0: sh->plan.chunks
   // Start elsewhere than step 0 with sh->init: the step to resume at and the

@@ -412,10 +412,10 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
         return rp;
       },
       [self](rt::deadline_atom, uint64_t step, uint32_t attempt, double limit) { on_deadline(self, step, attempt, limit); },
-      // A scale event (Runtime::step, between steps): the expert shards
-      // become `shards` per MoE layer; the answer (the bytes of weights the
+      // A placement change (Runtime::step, between steps): the expert shards
+      // become `shards` per MoE layer, split by `bounds` (empty: evenly); the answer (the bytes of weights the
       // new shards loaded) comes once every new shard has its weights.
-      [self](rt::rescale_atom, int32_t shards) -> caf::result<uint64_t> {
+      [self](rt::rescale_atom, int32_t shards, const std::vector<int64_t>& bounds) -> caf::result<uint64_t> {
         auto& s = self->state;
         if (!s.error.empty()) return caf::make_error(caf::sec::runtime_error, s.error);
         if (s.running) return caf::make_error(caf::sec::runtime_error, std::string("rescale: a step is running"));
@@ -426,6 +426,11 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
         try {
           RuntimeOptions o = s.sh->opt;
           o.expert_shards = shards;
+          o.expert_bounds.clear();  // empty: the even split; else (shards + 1) per MoE layer
+          const size_t per = static_cast<size_t>(shards) + 1;
+          if (bounds.size() % per != 0) throw std::invalid_argument("expert bounds of the wrong size");
+          for (size_t i = 0; i < bounds.size(); i += per)
+            o.expert_bounds.emplace_back(bounds.begin() + static_cast<int64_t>(i), bounds.begin() + static_cast<int64_t>(i + per));
           fresh = s.sup->rescale_experts(self, make_plan(o), s.step, s.attempt);
         } catch (const std::exception& e) {
           return caf::make_error(caf::sec::runtime_error, std::string("rescale: ") + e.what());

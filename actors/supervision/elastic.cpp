@@ -21,6 +21,7 @@ std::string RescaleReport::str() const {
                 static_cast<long long>(step), old_shards, new_shards, spawned, retired, static_cast<long long>(bytes),
                 1e3 * migration_seconds);
   std::string out = head;
+  if (policy) out += " (eplb: " + std::to_string(moved_experts) + " expert(s) moved)";
   auto list = [](const std::vector<double>& v) {
     std::string s;
     for (double x : v) {

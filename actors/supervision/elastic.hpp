@@ -16,4 +16,8 @@ struct ElasticEvent {
   int expert_shards = 0;
 };
 
+// [experts] policy: how the runtime places experts on their shards.
+enum class ExpertPolicy { static_split, eplb };
+inline const char* expert_policy_name(ExpertPolicy p) { return p == ExpertPolicy::eplb ? "eplb" : "static"; }
+
 }  // namespace troupe::runtime

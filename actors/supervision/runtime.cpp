@@ -21,6 +21,7 @@
 #include "model/training_loop.hpp"
 #include "model/stage.hpp"
 #include "model/weights.hpp"
+#include "moe/placement.hpp"
 
 namespace troupe::runtime {
 
@@ -84,6 +85,11 @@ void validate(const RuntimeOptions& o) {
                 std::to_string(t.model.n_experts) + ")");
     prev_step = e.at_step;
   }
+  if (o.expert_policy == ExpertPolicy::eplb) {
+    require(o.expert_shards > 0, "expert policy eplb needs expert-shard actors (expert_shards > 0)");
+    require(o.processes == 1, "expert policy eplb runs in one process only");
+    require(o.rebalance_every >= 1, "expert policy eplb needs rebalance_every >= 1");
+  }
   const Plan plan = make_plan(o);
   for (const FaultSpec& f : o.faults) {
     const std::optional<FaultTarget> target = parse_fault_target(f.target);
@@ -139,6 +145,11 @@ struct Runtime::Impl {
   mutable std::mutex restarts_mu;
   std::vector<RestartEvent> restarts;
   std::vector<RescaleReport> rescales;  // driver thread only
+  // [layer][expert] moving average of the routed loads (the eplb policy's
+  // input): avg = kLoadDecay * avg + (1 - kLoadDecay) * this step's.
+  static constexpr double kLoadDecay = 0.8;
+  std::vector<std::vector<double>> load_avg;
+  std::optional<RescaleReport> plan_change(int64_t next);
 
   bool tracing() const { return sh->opt.record_trace || !sh->opt.trace.empty(); }
 
@@ -197,6 +208,7 @@ struct Runtime::Impl {
       spec.layer = pl.expert_ids[static_cast<size_t>(index)].first;
       spec.shard = pl.expert_ids[static_cast<size_t>(index)].second;
       spec.shards = plan.expert_shards;
+      spec.experts = plan.experts_of(spec.layer, spec.shard);
       spec.producer = index;
       spec.microbatches = plan.chunks;
       spec.start_step = sh->start_step;  // resumed (a respawn is restored to the running step after)
@@ -326,21 +338,57 @@ Runtime::~Runtime() = default;
 namespace {
 
 // max / mean of the per-shard sums of one layer's per-expert loads under a
-// contiguous split into `shards` (1 = balanced; 0 when nothing was routed).
-double shard_imbalance(const std::vector<int64_t>& layer, int shards) {
-  const int64_t E = static_cast<int64_t>(layer.size());
+// split (1 = balanced; 0 when nothing was routed).
+double shard_imbalance(const std::vector<int64_t>& layer, const std::vector<ExpertRange>& split) {
   int64_t total = 0, most = 0;
-  for (int k = 0; k < shards; ++k) {
-    const ExpertRange r = expert_split(E, shards, k);
+  for (const ExpertRange& r : split) {
     int64_t sum = 0;
     for (int64_t e = r.begin; e < r.end; ++e) sum += layer[static_cast<size_t>(e)];
     total += sum;
     most = std::max(most, sum);
   }
-  return total > 0 ? static_cast<double>(most) * shards / static_cast<double>(total) : 0.0;
+  return total > 0 ? static_cast<double>(most) * static_cast<double>(split.size()) / static_cast<double>(total) : 0.0;
+}
+
+// The boundaries of a plan's split of MoE layer `li`.
+std::vector<int64_t> bounds_of(const Plan& p, size_t li) {
+  std::vector<int64_t> b{0};
+  for (const ExpertRange& r : p.layer_experts[li]) b.push_back(r.end);
+  return b;
 }
 
 }  // namespace
+
+// The placement change due before step `next`, if any: an [[elastic]] event
+// (or, resumed past some, the count in force), else an eplb rebalance.
+std::optional<RescaleReport> Runtime::Impl::plan_change(int64_t next) {
+  const RuntimeOptions& o = sh->opt;
+  if (o.expert_shards <= 0) return std::nullopt;
+  const auto now = live_plan(*sh);
+  const int due = expert_shards_at(o, next);
+  bool event = false;
+  for (const ElasticEvent& ev : o.elastic) event = event || ev.at_step == next;
+  RescaleReport rep;
+  rep.step = next;
+  rep.old_shards = now->expert_shards;
+  rep.new_shards = due;
+  if (event || due != now->expert_shards) return rep;  // the even split of the new count
+  if (o.expert_policy != ExpertPolicy::eplb || o.rebalance_every <= 0 || steps_done == 0 ||
+      steps_done % o.rebalance_every != 0 || load_avg.empty() || now->expert_shards < 2)
+    return std::nullopt;
+  // eplb: incremental moves by the moving average of the measured loads.
+  for (size_t li = 0; li < now->moe_layers.size(); ++li) {
+    const std::vector<double>& avg = load_avg[static_cast<size_t>(now->moe_layers[li])];
+    int moves = 0;
+    const std::vector<int64_t> cur = bounds_of(*now, li);
+    const std::vector<int64_t> next_b = moe::rebalance_bounds(avg, cur, now->expert_shards, &moves);
+    rep.moved_experts += moves;
+    rep.bounds.insert(rep.bounds.end(), next_b.begin(), next_b.end());
+  }
+  if (rep.moved_experts == 0) return std::nullopt;
+  rep.policy = true;
+  return rep;
+}
 
 model::StepMetrics Runtime::step() {
   const auto t0 = std::chrono::steady_clock::now();
@@ -350,31 +398,23 @@ model::StepMetrics Runtime::step() {
   }
   if (impl_->stale) impl_->stale->forget();  // keep this step's messages only
   caf::scoped_actor self{*impl_->sys};
-  // A scale event due at this step: the plan changes at this boundary, and
-  // the step's time includes the migration (its stall).
-  // A run resumed past some events catches up before its first step.
-  std::optional<RescaleReport> scale;
-  const int64_t next = impl_->steps_done + 1;
-  const int due = expert_shards_at(impl_->sh->opt, next);
-  bool event = false;
-  for (const ElasticEvent& ev : impl_->sh->opt.elastic) event = event || ev.at_step == next;
-  if (event || (!impl_->sh->opt.elastic.empty() && due != expert_shards())) {
-    const ElasticEvent ev{next, due};
-    RescaleReport rep;
-    rep.step = ev.at_step;
-    rep.old_shards = expert_shards();
-    rep.new_shards = ev.expert_shards;
+  // A placement change due at this step: the plan changes at this boundary,
+  // and the step's time includes the migration (its stall).
+  const auto before = live_plan(*impl_->sh);
+  std::optional<RescaleReport> scale = impl_->plan_change(impl_->steps_done + 1);
+  if (scale) {
     const auto m0 = std::chrono::steady_clock::now();
     std::string err;
-    self->request(impl_->sh->peers.coordinator, caf::infinite, rt::rescale_atom_v, static_cast<int32_t>(ev.expert_shards))
-        .receive([&](uint64_t bytes) { rep.bytes = static_cast<int64_t>(bytes); },
+    self->request(impl_->sh->peers.coordinator, caf::infinite, rt::rescale_atom_v,
+                  static_cast<int32_t>(scale->new_shards), scale->bounds)
+        .receive([&](uint64_t bytes) { scale->bytes = static_cast<int64_t>(bytes); },
                  [&](caf::error& e) { err = impl_->sys->render(e); });
-    if (!err.empty()) throw std::runtime_error("runtime: scale event at step " + std::to_string(ev.at_step) + " failed: " + err);
-    rep.migration_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - m0).count();
+    if (!err.empty())
+      throw std::runtime_error("runtime: placement change before step " + std::to_string(scale->step) + " failed: " + err);
+    scale->migration_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - m0).count();
     const int moe_layers = static_cast<int>(impl_->sh->plan.moe_layers.size()), dp = impl_->sh->opt.data_parallel;
-    rep.spawned = dp * moe_layers * rep.new_shards;
-    rep.retired = dp * moe_layers * rep.old_shards;
-    scale = rep;
+    scale->spawned = dp * moe_layers * scale->new_shards;
+    scale->retired = dp * moe_layers * scale->old_shards;
   }
   model::StepMetrics m;
   std::string err;
@@ -392,25 +432,36 @@ model::StepMetrics Runtime::step() {
   m.tokens = impl_->sh->opt.train.data.batch_size * impl_->sh->opt.train.model.seq_len;
   m.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const RuntimeOptions& o = impl_->sh->opt;
-  const int shards = expert_shards();
+  const auto plan = live_plan(*impl_->sh);
   if (o.train.model.ffn == model::Ffn::moe) {
     m.expert_load = expert_load();
     m.dropped = expert_dropped();
-    for (const auto& layer : m.expert_load) {
-      if (shards <= 0) break;
-      std::vector<int64_t> per(static_cast<size_t>(shards), 0);
-      for (int k = 0; k < shards; ++k) {
-        const ExpertRange r = expert_split(o.train.model.n_experts, shards, k);
-        for (int64_t e = r.begin; e < r.end; ++e) per[static_cast<size_t>(k)] += layer[static_cast<size_t>(e)];
+    for (size_t li = 0; li < plan->layer_experts.size() && li < m.expert_load.size(); ++li) {
+      const auto& layer = m.expert_load[static_cast<size_t>(plan->moe_layers[li])];
+      std::vector<int64_t> per;
+      for (const ExpertRange& r : plan->layer_experts[li]) {
+        int64_t sum = 0;
+        for (int64_t e = r.begin; e < r.end; ++e) sum += layer[static_cast<size_t>(e)];
+        per.push_back(sum);
       }
       m.shard_load.push_back(std::move(per));
+    }
+    // The eplb policy's input: a moving average of the per-expert loads.
+    if (impl_->load_avg.size() != m.expert_load.size()) {
+      impl_->load_avg.clear();
+      for (const auto& layer : m.expert_load) impl_->load_avg.emplace_back(layer.begin(), layer.end());
+    } else {
+      for (size_t l = 0; l < m.expert_load.size(); ++l)
+        for (size_t e = 0; e < m.expert_load[l].size(); ++e)
+          impl_->load_avg[l][e] = Impl::kLoadDecay * impl_->load_avg[l][e] + (1.0 - Impl::kLoadDecay) * static_cast<double>(m.expert_load[l][e]);
     }
   }
   if (scale) {
     scale->step_seconds = m.step_seconds;
-    for (const auto& layer : m.expert_load) {
-      scale->imbalance_before.push_back(shard_imbalance(layer, scale->old_shards));
-      scale->imbalance_after.push_back(shard_imbalance(layer, scale->new_shards));
+    for (size_t li = 0; li < plan->layer_experts.size() && li < m.expert_load.size(); ++li) {
+      const auto& layer = m.expert_load[static_cast<size_t>(plan->moe_layers[li])];
+      scale->imbalance_before.push_back(shard_imbalance(layer, before->layer_experts[li]));
+      scale->imbalance_after.push_back(shard_imbalance(layer, plan->layer_experts[li]));
     }
     impl_->rescales.push_back(*scale);
     if (o.on_rescale) o.on_rescale(*scale);
