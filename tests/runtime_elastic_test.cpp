@@ -141,6 +141,21 @@ TEST(RuntimeElastic, ScaleOutAndInMatchesStaticPlacementBitwise) {
     }
 }
 
+// An event at step 1 changes the placement before the first step (the new
+// shards load the initial parameters from the supervisor's first snapshot).
+TEST(RuntimeElastic, EventBeforeTheFirstStep) {
+  runtime::RuntimeOptions base = options("dualpipe", 1, 26);
+  base.train.steps = 3;
+  const Outcome ref = run(base);
+  runtime::RuntimeOptions o = base;
+  o.elastic = {{1, 3}};
+  const Outcome got = run(o);
+  EXPECT_EQ(got.shards, (std::vector<int>{3, 3, 3}));
+  ASSERT_EQ(got.rescales.size(), 1u);
+  EXPECT_EQ(got.rescales[0].step, 1);
+  expect_bitwise_equal(ref, got, "event at step 1");
+}
+
 // A shard that only exists after the scale-out (expert:1/3) killed at a
 // seeded point of step 3, and one killed in the event step itself: both
 // respawn from the snapshot on the new plan's device and the run ends
