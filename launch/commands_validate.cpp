@@ -102,6 +102,7 @@ int command_validate(const CliOptions&, const Spec& spec) {
   }
   const runtime::Plan topo = resolve_topology(spec);
   std::printf("%s: ok\n%s", spec.source.c_str(), format_topology(spec, topo).c_str());
+  std::printf("%s", format_elastic(spec).c_str());
   if (spec.run.mode == RunMode::rl) {
     const auto& r = spec.rl;
     std::printf("online RL (synchronous, one process): each step samples %lld prompts x %lld completions "

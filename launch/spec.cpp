@@ -69,7 +69,7 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 
 namespace {
 
-const std::vector<std::string> kSections = {"run", "model", "data", "optim", "topology", "checkpoint", "log", "sim", "rl"};
+const std::vector<std::string> kSections = {"run", "model", "data", "optim", "topology", "experts", "checkpoint", "log", "sim", "rl"};
 
 // Where a key was set: a file position, or a command-line override.
 struct Pos {
@@ -191,6 +191,10 @@ class Parser {
         parse_faults(node, kp);
         continue;
       }
+      if (section == "elastic") {
+        parse_elastic(node, kp);
+        continue;
+      }
       if (std::find(kSections.begin(), kSections.end(), section) == kSections.end()) {
         std::string msg = "unknown section [" + section + "]";
         if (auto c = closest(section, kSections); !c.empty()) msg += "; did you mean [" + c + "]?";
@@ -301,6 +305,56 @@ class Parser {
       fault_ok_.push_back(ok);
     }
   }
+  // [[elastic]]: an array of tables, each {at_step, expert_shards}; the
+  // checks against the rest of the spec are in check_elastic().
+  void parse_elastic(const toml::node& node, const Pos& kp) {
+    const toml::array* arr = node.as_array();
+    if (!arr || !arr->is_array_of_tables()) {
+      error(kp, "elastic must be an array of tables: write each scale event as [[elastic]] with at_step and expert_shards");
+      return;
+    }
+    static const std::vector<std::string> keys = {"at_step", "expert_shards"};
+    for (const toml::node& entry_node : *arr) {
+      const toml::table& entry = *entry_node.as_table();
+      const Pos ep = pos_of(entry.source(), kp.file);
+      ElasticConfig e;
+      bool has_step = false, has_shards = false, ok = true;
+      const size_t index = spec_.elastic.size();
+      for (auto&& [k, v] : entry) {
+        const std::string key(k.str());
+        const Pos p = pos_of(k.source(), kp.file);
+        elastic_pos_[{index, key}] = p;
+        if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
+          std::string msg = "unknown key '" + key + "' in [[elastic]]";
+          if (const std::string c = closest(key, keys); !c.empty()) msg += "; did you mean '" + c + "'?";
+          error(p, msg + " (valid keys: " + join(keys) + ")");
+          ok = false;
+          continue;
+        }
+        (key == "at_step" ? has_step : has_shards) = true;  // present: a bad value is its own error
+        auto i = v.as_integer();
+        if (!i || i->get() < -1000000000 || i->get() > 1000000000) {
+          error(p, "[[elastic]] " + key + ": expected an integer, got " + node_type_name(v) + " " + node_text(v));
+          ok = false;
+          continue;
+        }
+        if (key == "at_step") e.at_step = i->get();
+        else e.expert_shards = static_cast<int>(i->get());
+      }
+      if (!has_step) error(ep, "[[elastic]] entry needs at_step (the 1-based step that first runs on the new placement)"), ok = false;
+      if (!has_shards) error(ep, "[[elastic]] entry needs expert_shards (the new number of expert shards per MoE layer)"), ok = false;
+      elastic_pos_[{index, ""}] = ep;
+      spec_.elastic.push_back(e);
+      elastic_ok_.push_back(ok);
+    }
+  }
+  Pos elastic_where(size_t index, const std::string& key) const {
+    if (auto it = elastic_pos_.find({index, key}); it != elastic_pos_.end()) return it->second;
+    if (auto it = elastic_pos_.find({index, ""}); it != elastic_pos_.end()) return it->second;
+    return Pos{spec_.source, 0, 0};
+  }
+  bool elastic_ok(size_t index) const { return index < elastic_ok_.size() && elastic_ok_[index]; }
+
   // Position of a [[faults]] entry's key (or of the entry).
   Pos fault_where(size_t index, const std::string& key) const {
     if (auto it = fault_pos_.find({index, key}); it != fault_pos_.end()) return it->second;
@@ -454,7 +508,42 @@ class Parser {
   std::map<std::string, Pos> section_pos_;
   std::map<std::pair<size_t, std::string>, Pos> fault_pos_;
   std::vector<bool> fault_ok_;
+  std::map<std::pair<size_t, std::string>, Pos> elastic_pos_;
+  std::vector<bool> elastic_ok_;
 };
+
+// [[elastic]] against the rest of the spec: a run with expert-shard actors
+// in one process, steps inside the run and increasing, shard counts the
+// experts can be split into.
+void check_elastic(const Spec& s, Parser& p) {
+  auto v = [](int64_t x) { return std::to_string(x); };
+  int64_t prev = 0;
+  for (size_t i = 0; i < s.elastic.size(); ++i) {
+    if (!p.elastic_ok(i)) continue;  // reported while parsing
+    const ElasticConfig& e = s.elastic[i];
+    if (!uses_runtime(s) || s.model.ffn != model::Ffn::moe || s.topology.expert_shards < 2) {
+      p.error(p.elastic_where(i, ""), "[[elastic]] scale events need expert-shard actors: the actor runtime, [model] ffn = "
+                                     "\"moe\" and [topology] expert_shards >= 2 (expert_shards = " +
+                                         v(s.topology.expert_shards) + "; 1 keeps the experts inside the stages)");
+      continue;
+    }
+    if (s.topology.processes > 1)
+      p.error(p.elastic_where(i, ""), "[[elastic]] runs in one process only for now ([topology] processes = " +
+                                         v(s.topology.processes) + ")");
+    if (e.at_step < 1 || e.at_step > s.run.steps)
+      p.error(p.elastic_where(i, "at_step"), "[[elastic]] at_step = " + v(e.at_step) + " is out of range (allowed 1 .. [run] steps = " +
+                                                v(s.run.steps) + ")");
+    else if (e.at_step <= prev)
+      p.error(p.elastic_where(i, "at_step"), "[[elastic]] at_step = " + v(e.at_step) +
+                                                " must be greater than the previous event's at_step = " + v(prev) +
+                                                " (events in step order, one per step)");
+    if (e.expert_shards < 1 || e.expert_shards > s.model.n_experts)
+      p.error(p.elastic_where(i, "expert_shards"), "[[elastic]] expert_shards = " + v(e.expert_shards) +
+                                                      " is out of range (allowed 1 .. [model] n_experts = " +
+                                                      v(s.model.n_experts) + "; a shard holds at least one expert)");
+    prev = std::max(prev, e.at_step);
+  }
+}
 
 // [[faults]] against the rest of the spec: the step exists, the target
 // exists in the topology, and the spec runs on the actor runtime.
@@ -508,7 +597,18 @@ void check_faults(const Spec& s, Parser& p) {
       p.error(p.fault_where(i, "at_step"), "[[faults]] at_step = " + v(f.at_step) + " is out of range (allowed 1 .. [run] steps = " +
                                               v(s.run.steps) + ")");
     const auto t = runtime::parse_fault_target(f.target);
-    if (!plan || plan->target(*t)) continue;
+    // With [[elastic]] events an expert shard must exist in the fault's step.
+    std::optional<runtime::Plan> at_step;
+    if (plan && t->role == runtime::Role::Expert && !s.elastic.empty()) {
+      try {
+        runtime::RuntimeOptions ro = runtime_options(s);
+        ro.expert_shards = runtime::expert_shards_at(ro, f.at_step);
+        at_step = runtime::make_plan(ro);
+      } catch (const std::exception&) {  // a bad event: reported on its keys
+      }
+    }
+    const runtime::Plan* pl = at_step ? &*at_step : plan ? &*plan : nullptr;
+    if (!pl || pl->target(*t)) continue;
     const Pos at = p.fault_where(i, "target");
     const std::string gone = "[[faults]] target = \"" + f.target + "\" does not exist: ";
     const int dp = plan->data_parallel;
@@ -519,9 +619,11 @@ void check_faults(const Spec& s, Parser& p) {
                         v(s.topology.expert_shards) + ")");
       else if (!moe_layer)
         p.error(at, gone + "[model] n_layers = " + v(s.model.n_layers) + " (MoE layers 0.." + v(s.model.n_layers - 1) + ")");
-      else if (t->shard >= plan->expert_shards)
-        p.error(at, gone + "[topology] expert_shards = " + v(plan->expert_shards) + " (shards 0.." +
-                        v(plan->expert_shards - 1) + " per layer)");
+      else if (t->shard >= pl->expert_shards)
+        p.error(at, gone + (at_step ? "in step " + v(f.at_step) + " (after [[elastic]]) there are " + v(pl->expert_shards) +
+                                          " expert shard(s) per layer"
+                                    : "[topology] expert_shards = " + v(pl->expert_shards)) +
+                        " (shards 0.." + v(pl->expert_shards - 1) + " per layer)");
       else
         p.error(at, gone + "[topology] data_parallel = " + v(dp) + " (replicas 0.." + v(dp - 1) + ")");
       continue;
@@ -866,6 +968,7 @@ Spec load(const std::string* text, const std::string& source, const std::vector<
   const size_t problems_before_data = parser.diagnostics().size();
   check_cross_fields(spec, parser);
   check_faults(spec, parser);
+  check_elastic(spec, parser);
   check_supported(spec, parser);
   convert_rl(spec, parser);
   check_checkpoint_dir(spec, parser);

@@ -16,6 +16,7 @@
 #include "actors/cluster/auth.hpp"
 #include "actors/schedule/schedule.hpp"
 #include "actors/sim/sim_costs.hpp"
+#include "actors/supervision/elastic.hpp"
 #include "actors/supervision/faults.hpp"
 #include "kernels/backend.hpp"
 #include "model/config.hpp"
@@ -45,6 +46,13 @@ struct RunConfig {
   int64_t max_restarts = 3;       // supervisor: restarts allowed within restart_window steps
   int64_t restart_window = 10;    // supervisor: window of the restart intensity, in steps
   double step_deadline = 0.0;     // seconds before an unfinished step is replayed; 0 = adaptive
+};
+
+// [experts]: automatic placement of the experts on their expert-shard
+// actors (actors/supervision/elastic.cpp, moe/placement.hpp).
+struct ExpertsConfig {
+  runtime::ExpertPolicy policy = runtime::ExpertPolicy::static_split;  // "static" | "eplb"
+  int64_t rebalance_every = 0;  // eplb: steps between rebalances
 };
 
 struct TopologyConfig {
@@ -87,6 +95,10 @@ struct LogConfig {
 // (actor runtime only; kinds and keys in actors/supervision/faults.hpp).
 using FaultConfig = runtime::FaultSpec;  // one type: the runtime's (actors/supervision/faults.hpp)
 
+// One [[elastic]] entry: from step at_step on, expert_shards expert-shard
+// actors per MoE layer (actors/supervision/elastic.hpp).
+using ElasticConfig = runtime::ElasticEvent;
+
 // [rl] as written in the spec: enum-like values as strings, presets not yet
 // applied. The parser converts it once into rl::RlConfig (Spec::rl), which is
 // what everything after parsing reads.
@@ -126,10 +138,12 @@ struct Spec {
   model::DataConfig data;
   model::OptimConfig optim;
   TopologyConfig topology;
+  ExpertsConfig experts;
   CheckpointConfig checkpoint;
   LogConfig log;
   sim::CostConfig sim;  // [sim]: cost model of device_kind = "sim" (actors/sim/sim_costs.hpp)
   std::vector<FaultConfig> faults;  // [[faults]], in file order
+  std::vector<ElasticConfig> elastic;  // [[elastic]], in file order
   RlSection rl_section;  // [rl] as written
   rl::RlConfig rl;       // [rl] converted (presets applied); valid after parsing
 

@@ -168,6 +168,22 @@ std::vector<KeyDef> build_keys() {
                 "trainer, which records no device trace (use e.g. [topology] schedule = \"1f1b\" to run it on the runtime)";
        }});
 
+  // [experts]: automatic expert placement (actors/supervision/elastic.cpp, moe/placement.hpp).
+  add({"experts", "policy", KeyType::Choice, F(experts.policy), "How experts are placed on their expert-shard actors: \"static\" (the even contiguous split, changed only by [[elastic]] events) or \"eplb\" (every rebalance_every steps, experts move one at a time to the neighbouring shard of the most loaded one, by a moving average of the measured loads; at most expert_shards moves per layer and rebalance). Needs expert_shards >= 2.", 0, 0, {} /* the enum's names: bind_choices */,
+       [](const Spec& s) -> std::string {
+         if (s.experts.policy != runtime::ExpertPolicy::eplb) return "";
+         if (!uses_runtime(s) || s.model.ffn != model::Ffn::moe || s.topology.expert_shards < 2)
+           return "needs expert-shard actors: the actor runtime, [model] ffn = \"moe\" and [topology] expert_shards >= 2";
+         if (s.topology.processes > 1) return "runs in one process only for now";
+         if (s.experts.rebalance_every < 1) return "needs [experts] rebalance_every >= 1";
+         return "";
+       }});
+  add({"experts", "rebalance_every", KeyType::Int, F(experts.rebalance_every), "eplb: steps between rebalances (a rebalance replaces the expert-shard actors and loads their experts from the optimizer shards, between steps); 0 with policy = \"static\".", 0, kBig,
+       {}, [](const Spec& s) -> std::string {
+         return s.experts.rebalance_every > 0 && s.experts.policy != runtime::ExpertPolicy::eplb
+                    ? "applies only to [experts] policy = \"eplb\""
+                    : "";
+       }});
   // [sim]: sim devices (actors/sim/sim_costs.hpp, actors/sim/sim_runtime.hpp).
   add({"sim", "cost_model", KeyType::Choice, F(sim.model), "Sim devices: \"fixed\" (forward_ms / backward_ms / weight_ms per micro-batch and stage) or \"flops\" (each stage's FLOPs and bytes from [model] and the micro-batch size, over gflops and gbps).", 0, 0, {} /* the enum's names: bind_choices */});
   add({"sim", "forward_ms", KeyType::Float, F(sim.forward_ms), "Sim, fixed: forward of one micro-batch at one stage, in ms.", 0, 1e6});
@@ -256,6 +272,8 @@ void bind_choices(std::vector<KeyDef>& k) {
   bind_choice(k, "topology.auth", std::vector{runtime::ClusterAuth::tls, runtime::ClusterAuth::none}, runtime::cluster_auth_name);
   bind_choice(k, "rl.sync", std::vector{rl::SyncMode::synchronous, rl::SyncMode::fixed_lag, rl::SyncMode::latest},
        rl::sync_mode_name);
+  bind_choice(k, "experts.policy", std::vector{runtime::ExpertPolicy::static_split, runtime::ExpertPolicy::eplb},
+              runtime::expert_policy_name);
   bind_choice(k, "sim.cost_model", std::vector{sim::CostModel::fixed, sim::CostModel::flops}, sim::cost_model_name);
   for (const KeyDef& d : k)
     if (d.type == KeyType::Choice && !d.set_choice) throw std::logic_error("spec key table: " + d.path() + " has no enum");

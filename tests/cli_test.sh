@@ -360,6 +360,21 @@ done
 printf '\n[[faults]]\nat_step = 1\ntarget = "stage:0"\nkind = "delay"\n' >> "$work/mfaults.toml"
 expect_exit 3 "$troupe" validate "$work/mfaults.toml" "${untied[@]}" "${xargs_[@]}"
 expect_output "[[faults]] kind = \"delay\" needs delay_ms"
+# [[elastic]]: the expert-parallel run above scaled from 2 to 4 expert shards
+# per MoE layer before step 2 and to 1 before step 4: two rescale lines in
+# metrics.jsonl and the same checkpoint, bit for bit, as the static run.
+cp "$src/launch/specs/default.toml" "$work/elastic.toml"
+printf '\n[[elastic]]\nat_step = 2\nexpert_shards = 4\n\n[[elastic]]\nat_step = 4\nexpert_shards = 1\n' >> "$work/elastic.toml"
+expect_exit 0 "$troupe" validate "$work/elastic.toml" "${untied[@]}" "${xargs_[@]}"
+expect_output "[[elastic]] at step 2: expert shards 2 -> 4 per MoE layer"
+expect_exit 0 "$troupe" run "$work/elastic.toml" "${untied[@]}" "${xargs_[@]}" --set run.out_dir="$work/elastic"
+expect_output "rescale: step 2: expert shards 2 -> 4"
+expect_output "step 4/4"
+[ "$(grep -c '"type":"rescale"' "$work/elastic/metrics.jsonl")" -eq 2 ] || fail "metrics.jsonl should hold 2 rescale lines"
+grep -q '"type":"rescale","step":4,"old_shards":4,"new_shards":1' "$work/elastic/metrics.jsonl" || fail "no rescale line for step 4"
+for f in params.f32.zst adam_m.f32.zst adam_v.f32.zst; do
+  cmp -s "$work/xpipe/checkpoint/$f" "$work/elastic/checkpoint/$f" || fail "$f after scale events differs from the static placement"
+done
 # Resume on the runtime: the expert-parallel run above, stopped after 2 steps
 # and continued to 4 by a new process from its checkpoint, saves the same
 # parameters (exported safetensors) and AdamW moments bit for bit, and logs
