@@ -10,7 +10,8 @@ cd "$(dirname "$0")"
 
 PACKAGES=(
   cmake g++ make pkg-config
-  libcaf-dev                                  # actors (CAF 0.17)
+  libcaf-dev                                  # actors (CAF 0.17; its OpenSSL module for TLS between processes)
+  libssl-dev                                  # the cluster key and certificate ([topology] auth = "tls")
   capnproto libcapnp-dev                      # messages
   libopenmpi-dev openmpi-bin                  # processes
   ocl-icd-opencl-dev opencl-headers libclblast-dev pocl-opencl-icd clinfo  # OpenCL (+ a CPU device)

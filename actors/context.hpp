@@ -97,8 +97,15 @@ struct Shared {
   RuntimeOptions opt;
   model::ParamLayout layout;
   // The topology (actors/plan.hpp): schedule layout, stage layers, every
-  // actor's ranges, names, placement and per-step message counts.
+  // actor's ranges, names, placement and per-step message counts, as the
+  // run started. Everything but the expert shards is fixed for the run; the
+  // expert shards follow the [[elastic]] events: read them (expert_shards,
+  // expert_owned, the expert actors, placement.expert_*, and the message
+  // counts that depend on them) from live_plan().
   Plan plan;
+  // The plan in force (replaced by the coordinator between steps, under
+  // peers_mu, when a scale event changes the expert shards).
+  mutable std::shared_ptr<const Plan> live;
   std::vector<float> init;                                // initial flat parameters (resumed: the saved ones)
   // Resumed from a checkpoint (RuntimeOptions.train.resume_from): the saved
   // AdamW moments (empty: zeros) and the steps already done, where every
@@ -110,6 +117,12 @@ struct Shared {
   // Spawns the actor of a role/index (replica for ranks) on its device; the
   // supervisor respawns with it (one placement rule, in runtime.cpp).
   std::function<caf::actor(caf::actor_system&, Role, int replica, int index)> spawn;
+  // Spawns expert shard `producer` of replica `replica` as `plan` places it
+  // (spawn(Role::Expert, ...) uses the live plan; a scale event spawns the
+  // next plan's shards before publishing it). await_restore: its weights
+  // come from (restore ...) messages sent right after (no copy of init).
+  std::function<caf::actor(caf::actor_system&, const Plan& plan, int replica, int producer, bool await_restore)>
+      spawn_expert;
   std::function<void(const RestartEvent&)> on_restart;    // runtime.cpp records, then the user's
   // This process's devices by plan index (null: another process's), for the
   // coordinator's [[faults]] kind "slow"; they outlive every actor.
@@ -123,6 +136,13 @@ struct Shared {
   // of the interposer chain; null when the run has none.
   std::shared_ptr<FaultInjector> injector;
 };
+
+// The plan in force (see Shared::live); Shared::plan when none was set (a
+// Shared built by hand, as the actor tests do; it lives as long as `sh`).
+inline std::shared_ptr<const Plan> live_plan(const Shared& sh) {
+  std::lock_guard<std::mutex> lock(sh.peers_mu);
+  return sh.live ? sh.live : std::shared_ptr<const Plan>(std::shared_ptr<const Plan>{}, &sh.plan);
+}
 
 // An invalid handle (sends to it are no-ops) once the runtime is torn down.
 inline caf::actor rank_of(const Shared& sh, int replica, int rank) {
@@ -263,7 +283,7 @@ inline caf::actor target_actor(const Shared& sh, const FaultTarget& t) {
   switch (t.role) {
     case Role::Rank: return rank_of(sh, t.replica, t.index);
     case Role::Optimizer: return shard_of(sh, static_cast<size_t>(t.index));
-    case Role::Expert: return expert_of(sh, t.replica, sh.plan.expert_producer(t.index, t.shard));
+    case Role::Expert: return expert_of(sh, t.replica, live_plan(sh)->expert_producer(t.index, t.shard));
     case Role::Coordinator: {
       std::lock_guard<std::mutex> lock(sh.peers_mu);
       return sh.peers.coordinator;

@@ -20,6 +20,14 @@ ExpertRange expert_split(int64_t n_experts, int shards, int shard) {
   return {begin, begin + base + (shard < extra ? 1 : 0)};
 }
 
+// Declared in runtime.hpp; here so that the spec checks (no CAF) have it.
+int expert_shards_at(const RuntimeOptions& o, int64_t step) {
+  int n = o.expert_shards;
+  for (const ElasticEvent& e : o.elastic)
+    if (e.at_step <= step) n = e.expert_shards;
+  return n;
+}
+
 int expert_owner(int64_t n_experts, int shards, int64_t expert) {
   for (int s = 0; s < shards; ++s)
     if (expert < expert_split(n_experts, shards, s).end) return s;
@@ -172,6 +180,13 @@ const ActorPlan& Plan::expert(int replica, int producer) const {
                                     producer)];
 }
 
+ExpertRange Plan::experts_of(int layer, int shard) const {
+  for (size_t li = 0; li < moe_layers.size(); ++li)
+    if (moe_layers[li] == layer && shard >= 0 && shard < expert_shards)
+      return layer_experts[li][static_cast<size_t>(shard)];
+  throw std::out_of_range("plan: no expert shard " + std::to_string(shard) + " of layer " + std::to_string(layer));
+}
+
 int Plan::expert_producer(int layer, int shard) const {
   for (size_t li = 0; li < moe_layers.size(); ++li)
     if (moe_layers[li] == layer && shard >= 0 && shard < expert_shards)
@@ -236,8 +251,28 @@ Plan make_plan(const RuntimeOptions& o) {
     const int64_t b = P * i / o.optimizer_shards, e = P * (i + 1) / o.optimizer_shards;
     p.shard_ranges.push_back({b, e - b});
   }
-  for (const auto& [layer, shard] : pl.expert_ids) {
-    const auto r = expert_param_ranges(layout, c, layer, expert_split(c.n_experts, o.expert_shards, shard));
+  // Each MoE layer's split: the given boundaries, else the even one.
+  if (!o.expert_bounds.empty() && o.expert_bounds.size() != p.moe_layers.size())
+    throw std::invalid_argument("expert_bounds: one list per MoE layer (" + std::to_string(p.moe_layers.size()) + ")");
+  for (size_t li = 0; li < p.moe_layers.size(); ++li) {
+    std::vector<ExpertRange> split;
+    if (o.expert_bounds.empty()) {
+      for (int k = 0; k < o.expert_shards; ++k) split.push_back(expert_split(c.n_experts, o.expert_shards, k));
+    } else {
+      const std::vector<int64_t>& b = o.expert_bounds[li];
+      bool ok = b.size() == static_cast<size_t>(o.expert_shards) + 1 && b.front() == 0 && b.back() == c.n_experts;
+      for (size_t k = 1; ok && k < b.size(); ++k) ok = b[k] > b[k - 1];
+      if (!ok)
+        throw std::invalid_argument("expert_bounds of MoE layer " + std::to_string(p.moe_layers[li]) + ": " +
+                                    std::to_string(o.expert_shards + 1) + " boundaries rising strictly from 0 to " +
+                                    std::to_string(c.n_experts));
+      for (size_t k = 0; k + 1 < b.size(); ++k) split.push_back({b[k], b[k + 1]});
+    }
+    p.layer_experts.push_back(std::move(split));
+  }
+  for (size_t x = 0; x < pl.expert_ids.size(); ++x) {
+    const auto [layer, shard] = pl.expert_ids[x];
+    const auto r = expert_param_ranges(layout, c, layer, p.experts_of(layer, shard));
     p.expert_owned.push_back({r.begin(), r.end()});
   }
   std::vector<std::vector<StageSlot>> stages;  // [rank]
@@ -298,7 +333,7 @@ Plan make_plan(const RuntimeOptions& o) {
       a.process = pl.expert_process(r, static_cast<int>(x));
       a.layer = layer;
       a.shard = shard;
-      a.experts = expert_split(c.n_experts, o.expert_shards, shard);
+      a.experts = p.experts_of(layer, shard);
       a.params = p.expert_owned[x];
       // Each micro-batch's forward and backward dispatch and their
       // completions, the gradient send's completion, then each ParamSlice

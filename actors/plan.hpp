@@ -114,6 +114,7 @@ struct Plan {
   std::vector<std::vector<Range>> rank_owned;   // [rank] gradient ranges (the same in every replica)
   std::vector<int> moe_layers;                  // global index of each MoE layer (expert shards only)
   std::vector<std::vector<Range>> expert_owned; // [producer] gate, up, down ranges (expert shards only)
+  std::vector<std::vector<ExpertRange>> layer_experts;  // [moe layer index][shard] the experts it holds
   Placement placement;          // processes and devices (actors/cluster/placement.hpp)
   std::vector<DevicePlan> devices;
   // Every actor in spawn order: coordinator, optimizer shards, pipeline ranks
@@ -128,6 +129,9 @@ struct Plan {
   int num_shards() const { return static_cast<int>(shard_ranges.size()); }
   // Expert shards per replica (producer ids 0..n-1).
   int num_producers() const { return static_cast<int>(expert_owned.size()); }
+  // The experts shard `shard` of global layer `layer` holds (the split may
+  // be uneven: RuntimeOptions::expert_bounds). Throws std::out_of_range.
+  ExpertRange experts_of(int layer, int shard) const;
   // The producer index of expert shard `shard` of global layer `layer`; -1 when none.
   int expert_producer(int layer, int shard) const;
   // Gradient slices an optimizer shard owning `r` takes from one replica:

@@ -24,8 +24,10 @@
 #include <string>
 #include <vector>
 
+#include "actors/cluster/auth.hpp"
 #include "actors/schedule/schedule.hpp"
 #include "actors/supervision/chaos.hpp"
+#include "actors/supervision/elastic.hpp"
 #include "actors/supervision/faults.hpp"
 #include "model/checkpoint.hpp"
 #include "model/trainer.hpp"
@@ -33,6 +35,24 @@
 namespace troupe::runtime {
 
 struct ClusterComm;  // actors/cluster/runtime_cluster.hpp: how processes find each other (MPI in launch/)
+
+// What one scale event did (RuntimeOptions::on_rescale; metrics.jsonl's
+// {"type":"rescale"} line). The loads are the event step's routed loads
+// summed per shard, under the old and under the new split.
+struct RescaleReport {
+  int64_t step = 0;                // the 1-based step that first ran on the new placement
+  int old_shards = 0, new_shards = 0;
+  int64_t bytes = 0;               // expert weights loaded into the new shards (all replicas)
+  int spawned = 0, retired = 0;    // expert-shard actors
+  bool policy = false;             // made by the eplb policy (else an [[elastic]] event)
+  int moved_experts = 0;           // eplb: experts that changed shard (all layers)
+  std::vector<int64_t> bounds;     // eplb: the new boundaries, per MoE layer (expert_shards + 1 each)
+  double migration_seconds = 0.0;  // from the first spawn until every new shard had its weights
+  double step_seconds = 0.0;       // of the event step, the migration included
+  // [moe layer] max / mean of the per-shard loads (1 = balanced).
+  std::vector<double> imbalance_before, imbalance_after;
+  std::string str() const;         // one line for the log
+};
 
 struct RuntimeOptions {
   model::TrainOptions train;        // model, optimizer, data, seed, steps, microbatches, backend
@@ -46,6 +66,16 @@ struct RuntimeOptions {
   // layer (contiguous expert ranges), and the stages reach the experts only
   // through Dispatch/Combine Envelopes.
   int expert_shards = 0;
+  // The experts of each shard, per MoE layer: expert_shards + 1 rising
+  // boundaries from 0 to n_experts (shard k holds [b_k, b_k+1)); empty: the
+  // even split (expert_split). Set by the "eplb" policy's moves.
+  std::vector<std::vector<int64_t>> expert_bounds;
+  // Automatic placement ([experts] policy): static keeps the split; eplb
+  // moves experts between neighbouring shards every rebalance_every steps
+  // by their measured load (moe/placement.hpp), at most expert_shards moves
+  // per layer and rebalance.
+  ExpertPolicy expert_policy = ExpertPolicy::static_split;
+  int rebalance_every = 0;
   // With expert shards: while one part of an FB op (DualPipe's pairs) waits
   // for its experts, the device runs the other part, and while every running
   // part waits, the rank's next op may start (one backward at a time).
@@ -58,6 +88,10 @@ struct RuntimeOptions {
   // is respawned on its device and the running step is replayed; more than
   // max_restarts restarts within restart_window steps fail the step.
   std::vector<FaultSpec> faults;    // failure injection ([[faults]])
+  // Scale events ([[elastic]]): at_step strictly increasing, in [1, steps];
+  // need expert_shards > 0 and one process.
+  std::vector<ElasticEvent> elastic;
+  std::function<void(const RescaleReport&)> on_rescale;  // called on the thread calling step()
   int max_restarts = 3;
   int restart_window = 10;          // steps
   // The same intensity counted in seconds as well (Erlang's supervisors: at
@@ -90,11 +124,19 @@ struct RuntimeOptions {
   int processes = 1;
   std::string interface = "127.0.0.1";  // address CAF ports bind to
   double peer_timeout = 10.0;           // seconds without traffic before a peer counts as lost
+  // Between processes: mutual TLS with one cluster key (cluster_tls.hpp), read
+  // from auth_dir, or made by process 0 and sent over MPI when auth_dir is "".
+  ClusterAuth auth = ClusterAuth::tls;
+  std::string auth_dir;
   int64_t bulk_shm_bytes = 1 << 16;     // all processes on one host: envelopes this large go through
                                         // shared memory (actors/transport/envelope_shm.hpp); 0 = never
   std::vector<int> device_process;      // explicit process of each device; empty: contiguous blocks
   std::shared_ptr<ClusterComm> comm;    // required when processes > 1
 };
+
+// Expert shards per MoE layer during 1-based step `step`: the last
+// [[elastic]] event at or before it, else options.expert_shards.
+int expert_shards_at(const RuntimeOptions& options, int64_t step);
 
 // Checks the topology against the model and schedule; throws
 // std::invalid_argument naming the rule that was broken.
@@ -150,6 +192,10 @@ class Runtime final : public model::TrainingEngine {
   Slowdown slowdown() const;
   // Faults injected, recovered, time lost, goodput and MTTR per role so far.
   FaultSummary fault_summary() const;
+  // Scale events so far, in order (see RuntimeOptions::on_rescale).
+  std::vector<RescaleReport> rescales() const;
+  // Expert shards per MoE layer now (after the last scale event).
+  int expert_shards() const;
   // Restarts so far, in order (see RuntimeOptions::on_restart).
   std::vector<RestartEvent> restarts() const;
   // Kills the actor `target` ("stage:K", "stage:K/replica:R", "optimizer:K",

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <spdlog/spdlog.h>
 
+#include "actors/cluster/cluster_tls.hpp"
 #include "launch/spec.hpp"
 
 #ifndef TROUPE_VERSION
@@ -31,6 +32,8 @@ usage:
                                     write the checkpoint's parameters as safetensors
   troupe import [SPEC] --checkpoint DIR --input FILE
                                     make a fresh checkpoint from safetensors weights
+  troupe keygen DIR                 write a cluster key for [topology] auth_dir (DIR/cluster.pem, DIR/cluster.key;
+                                    copy DIR to every host of a multi-host run)
   troupe keys                       print every spec key (Markdown table: key, type, default, meaning)
   troupe dashboard RUN_DIR... [--port N]
                                     serve a read-only page on 127.0.0.1 that follows the runs live (loss, evals,
@@ -144,12 +147,25 @@ int run_cli(int argc, char** argv) {
   }
 
   static const char* kCommands[] = {"run", "validate", "eval", "sample", "export", "import", "keys",
-                                    "dashboard", "report", "plot"};
+                                    "keygen", "dashboard", "report", "plot"};
   bool known = false;
   for (const char* c : kCommands) known = known || opt.command == c;
   if (!known) return usage_error("unknown command '" + opt.command + "'");
   if (opt.command == "keys") {
     std::fputs(spec_keys_markdown().c_str(), stdout);
+    return kExitOk;
+  }
+  if (opt.command == "keygen") {
+    if (opt.positional.size() != 1) return usage_error("keygen needs one DIR (where cluster.pem and cluster.key go)");
+    try {
+      runtime::write_cluster_identity(opt.positional[0], runtime::make_cluster_identity());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "troupe keygen: %s\n", e.what());
+      return kExitBadInput;
+    }
+    std::printf("wrote %s/%s and %s/%s (owner-only); set [topology] auth_dir = \"%s\" and copy the directory to every host\n",
+                opt.positional[0].c_str(), runtime::kClusterCertFile, opt.positional[0].c_str(), runtime::kClusterKeyFile,
+                opt.positional[0].c_str());
     return kExitOk;
   }
   if (opt.port != 0 && opt.command != "dashboard") return usage_error("--port is an option of dashboard only");

@@ -1,10 +1,14 @@
 // `troupe run` for run.mode = "rl": the synchronous RL loop (rl/trainer.hpp)
-// with progress on the terminal and one JSON line per RL step, evaluation and
-// checkpoint in metrics.jsonl.
+// or, with rl.sync = "fixed_lag", the decoupled actors (actors/rl/), with
+// progress on the terminal and one JSON line per RL step, evaluation and
+// checkpoint in metrics.jsonl (decoupled runs add "rl_actors" lines per step,
+// "restart" lines and an "rl_actors_end" summary).
 #include <chrono>
 #include <cmath>
 #include <spdlog/spdlog.h>
 
+#include "actors/rl/rl_actors.hpp"
+#include "actors/rl/rl_plan.hpp"
 #include "launch/cli.hpp"
 #include "launch/commands_rl.hpp"
 #include "launch/train_options.hpp"
@@ -32,7 +36,14 @@ rl::RlTrainOptions rl_train_options(const Spec& spec) {
 
 namespace {
 
-class RlProgress final : public rl::RlObserver {
+// A version-lag histogram as a JSON object {"lag": tokens, ...}.
+std::string histogram_json(const std::map<int64_t, int64_t>& h) {
+  std::string out = "{";
+  for (const auto& [lag, n] : h) out += (out.size() > 1 ? "," : "") + ("\"" + std::to_string(lag) + "\":" + std::to_string(n));
+  return out + "}";
+}
+
+class RlProgress final : public runtime::RlActorObserver {
  public:
   RlProgress(ProgressStyle style, int64_t total, int64_t every, MetricsWriter& metrics)
       : style_(style), total_(total), every_(every), metrics_(metrics),
@@ -87,6 +98,38 @@ class RlProgress final : public rl::RlObserver {
                    m.response_length, m.gen_tokens_per_s, m.train_tokens_per_s);
   }
 
+  void on_actor_step(const runtime::RlActorStepMetrics& m) override {
+    if (!metrics_.is_open()) return;
+    metrics_.write_line(JsonObject()
+                            .add("type", std::string("rl_actors"))
+                            .add("step", m.step)
+                            .add("sampled_version", m.sampled_version)
+                            .add_raw("staleness", histogram_json(m.staleness))
+                            .add("buffer_depth", m.buffer_depth)
+                            .add("trainer_wait_seconds", m.trainer_wait_seconds)
+                            .add("weight_sync_seconds", m.weight_sync_seconds)
+                            .add("weight_sync_bytes", m.weight_sync_bytes)
+                            .add("generator_idle", m.generator_idle)
+                            .add("trainer_idle", m.trainer_idle)
+                            .add("discarded", m.discarded)
+                            .add("duplicates", m.duplicates)
+                            .str());
+  }
+
+  void on_restart(const runtime::RestartEvent& ev) override {
+    spdlog::warn("{}", ev.str());
+    if (metrics_.is_open())
+      metrics_.write_line(JsonObject()
+                              .add("type", std::string("restart"))
+                              .add("step", ev.step)
+                              .add("attempt", static_cast<int64_t>(ev.attempt))
+                              .add("actor", ev.actor)
+                              .add("cause", ev.cause)
+                              .add("phase", ev.phase)
+                              .add("replayed", static_cast<int64_t>(ev.replayed))
+                              .str());
+  }
+
   void on_eval(const rl::RlEvalMetrics& e) override {
     if (metrics_.is_open())
       metrics_.write_line(JsonObject()
@@ -124,16 +167,60 @@ class RlProgress final : public rl::RlObserver {
 
 }  // namespace
 
+// rl.sync = "fixed_lag": the decoupled actors, then their summary.
+rl::RlSummary run_decoupled(const Spec& spec, rl::RlTrainOptions options, RlProgress& progress, MetricsWriter& metrics) {
+  const auto& r = spec.rl;
+  spdlog::info("decoupled online RL (fixed lag {}): {} generator(s), {} reward actor(s), trainer on device 0", r.max_staleness,
+               r.generators, r.reward_actors);
+  for (const auto& a : runtime::rl_actor_plan(r, static_cast<int>(spec.topology.devices)))
+    spdlog::info("  {} ({}): {}", a.name, a.device < 0 ? std::string("control") : "device " + std::to_string(a.device),
+                 a.detail);
+  runtime::RlActorOptions ao;
+  ao.train = std::move(options);
+  ao.faults = spec.faults;
+  ao.max_restarts = static_cast<int>(spec.run.max_restarts);
+  runtime::RlActorReport rep;
+  const rl::RlSummary s = runtime::train_decoupled(ao, progress, &rep);
+  metrics.write_line(JsonObject()
+                         .add("type", std::string("rl_actors_end"))
+                         .add("max_staleness", r.max_staleness)
+                         .add("generators", r.generators)
+                         .add("reward_actors", r.reward_actors)
+                         .add_raw("staleness", histogram_json(rep.staleness))
+                         .add("wall_seconds", rep.wall_seconds)
+                         .add("generator_idle", rep.generator_idle)
+                         .add("trainer_idle", rep.trainer_idle)
+                         .add("weight_sync_seconds", rep.weight_sync_seconds)
+                         .add("weight_sync_bytes", rep.weight_sync_bytes)
+                         .add("weight_syncs", rep.weight_syncs)
+                         .add("max_buffer_depth", rep.max_buffer_depth)
+                         .add("groups_admitted", static_cast<int64_t>(rep.ledger.admitted.size()))
+                         .add("groups_trained", static_cast<int64_t>(rep.ledger.trained.size()))
+                         .add("duplicates_dropped", rep.ledger.duplicates)
+                         .add("discarded", rep.ledger.discarded)
+                         .add("double_trained", rep.ledger.double_trained)
+                         .add("restarts", static_cast<int64_t>(rep.restarts.size()))
+                         .str());
+  spdlog::info("actors: generator idle {:.1f}%, trainer idle {:.1f}% of {:.2f} s; {} weight sync(s), {:.1f} MB in {:.3f} s; "
+               "ledger: {} groups admitted, {} trained, {} duplicate(s) dropped, {} discarded; {} restart(s)",
+               100.0 * rep.generator_idle, 100.0 * rep.trainer_idle, rep.wall_seconds, rep.weight_syncs,
+               static_cast<double>(rep.weight_sync_bytes) / 1e6, rep.weight_sync_seconds, rep.ledger.admitted.size(),
+               rep.ledger.trained.size(), rep.ledger.duplicates, rep.ledger.discarded, rep.restarts.size());
+  return s;
+}
+
 int run_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, const StopOnSignal& signals) {
   const auto& r = spec.rl;
-  spdlog::info("online RL (synchronous, one process): task {}, {} prompts x {} completions per step, "
+  spdlog::info("online RL ({}): task {}, {} prompts x {} completions per step, "
                "{} new tokens max, temperature {}, loss {}, init {}",
-               r.task, r.prompts_per_step, r.group_size, r.max_new_tokens, r.temperature,
+               r.sync == rl::SyncMode::fixed_lag ? "decoupled actors" : "synchronous, one process", r.task,
+               r.prompts_per_step, r.group_size, r.max_new_tokens, r.temperature,
                rl::loss_kind_name(r.policy.kind), r.init.empty() ? std::string("(fresh initialisation)") : r.init);
   RlProgress progress(style, spec.run.steps, spec.log.progress_every, metrics);
   rl::RlTrainOptions options = rl_train_options(spec);
   options.stop = signals.flag();
-  const rl::RlSummary s = rl::train(options, progress);
+  const rl::RlSummary s = r.sync == rl::SyncMode::fixed_lag ? run_decoupled(spec, options, progress, metrics)
+                                                             : rl::train(options, progress);
   metrics.write_line(JsonObject()
                          .add("type", std::string("end"))
                          .add("steps", s.steps_done)

@@ -78,6 +78,12 @@ class RestartMetrics : public model::TrainObserver {
       std::lock_guard<std::mutex> lock(mu_);
       events.swap(pending_);
     }
+    std::vector<std::string> rescales;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      rescales.swap(rescale_lines_);
+    }
+    for (const std::string& line : rescales) metrics_.write_line(line);
     for (const auto& ev : events)
       metrics_.write_line(JsonObject()
                               .add("type", std::string("restart"))
@@ -90,6 +96,36 @@ class RestartMetrics : public model::TrainObserver {
                               .str());
     inner_.on_step(m);
   }
+  // A scale event ([[elastic]]): {"type":"rescale",...}, or an eplb move:
+  // {"type":"rebalance",...}, before its step's line.
+  void record(const runtime::RescaleReport& r) {
+    spdlog::info("{}: {}", r.policy ? "rebalance" : "rescale", r.str());
+    auto list = [](const std::vector<double>& v) {
+      std::string out = "[";
+      for (size_t i = 0; i < v.size(); ++i) {
+        char b[32];
+        std::snprintf(b, sizeof b, "%s%.6g", i ? "," : "", v[i]);
+        out += b;
+      }
+      return out + "]";
+    };
+    const std::string line = JsonObject()
+                                 .add("type", std::string(r.policy ? "rebalance" : "rescale"))
+                                 .add("step", r.step)
+                                 .add("old_shards", static_cast<int64_t>(r.old_shards))
+                                 .add("new_shards", static_cast<int64_t>(r.new_shards))
+                                 .add("spawned", static_cast<int64_t>(r.spawned))
+                                 .add("retired", static_cast<int64_t>(r.retired))
+                                 .add("moved_experts", static_cast<int64_t>(r.moved_experts))
+                                 .add("bytes", r.bytes)
+                                 .add("migration_seconds", r.migration_seconds)
+                                 .add("step_seconds", r.step_seconds)
+                                 .add_raw("max_mean_load_before", list(r.imbalance_before))
+                                 .add_raw("max_mean_load_after", list(r.imbalance_after))
+                                 .str();
+    std::lock_guard<std::mutex> lock(mu_);
+    rescale_lines_.push_back(line);
+  }
   void on_eval(const model::EvalMetrics& m) override { inner_.on_eval(m); }
   void on_checkpoint(int64_t step, const std::string& dir) override { inner_.on_checkpoint(step, dir); }
 
@@ -98,6 +134,7 @@ class RestartMetrics : public model::TrainObserver {
   MetricsWriter& metrics_;
   std::mutex mu_;
   std::vector<runtime::RestartEvent> pending_;
+  std::vector<std::string> rescale_lines_;
 };
 
 // The runtime's view of MPI: endpoint exchange and agreement (mpi_bootstrap).
@@ -114,6 +151,11 @@ class MpiComm final : public runtime::ClusterComm {
     return out;
   }
   bool all_ok(bool mine) override { return mpi::all_ok(mine); }
+  std::string broadcast(const std::string& text) override {
+    auto all = mpi::broadcast(text);
+    if (!all) throw std::runtime_error("broadcast through MPI failed: " + caf::to_string(all.error()));
+    return *all;
+  }
 
  private:
   int rank_, size_;
@@ -247,6 +289,9 @@ static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterC
       ro.comm = comm;
       ro.train.stop = signals.flag();
       ro.on_restart = [&observer](const runtime::RestartEvent& ev) { observer.record(ev); };
+      ro.on_rescale = [&observer](const runtime::RescaleReport& r) { observer.record(r); };
+      if (!spec.elastic.empty())
+        spdlog::info("elastic experts: {} scale event(s) ([[elastic]])", spec.elastic.size());
       if (!ro.faults.empty())
         spdlog::info("failure injection: {} fault(s) ({} from [chaos]); supervisor restarts at most {} time(s) per {} step(s){}",
                      ro.faults.size(), ro.faults.size() - spec.faults.size(), spec.run.max_restarts, spec.run.restart_window,

@@ -134,6 +134,7 @@ std::vector<std::string> device_ranks(const Spec& s) {
 }  // namespace
 
 int run_sim(const Spec& s, MetricsWriter& metrics) {
+  if (s.run.mode == RunMode::rl) return run_rl_sim(s, metrics);
   sim::SimOptions o = sim_options(s);
   const int devices = o.replicas * o.stages;
   spdlog::info("sim devices: {} ({} replica(s) x {} rank(s)), schedule {}, {} micro-batch(es) per replica. "

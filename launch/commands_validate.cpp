@@ -3,6 +3,11 @@
 #include <map>
 #include <cstdio>
 
+#include <algorithm>
+#include <string>
+
+#include "actors/cluster/cluster_tls.hpp"
+#include "actors/rl/rl_plan.hpp"
 #include "launch/cli.hpp"
 #include "launch/sim_plan.hpp"
 #include "launch/topology.hpp"
@@ -17,6 +22,14 @@ int check_input_checkpoints(const Spec& spec) {
       model::load_checkpoint(spec.rl.init);
     } catch (const model::CheckpointError& e) {
       std::fprintf(stderr, "troupe: %s: [rl] init: %s\n", spec.source.c_str(), e.what());
+      return kExitBadInput;
+    }
+  }
+  if (spec.topology.processes > 1 && spec.topology.auth == runtime::ClusterAuth::tls && !spec.topology.auth_dir.empty()) {
+    try {
+      runtime::read_cluster_identity(spec.topology.auth_dir);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "troupe: %s: [topology] auth_dir: %s\n", spec.source.c_str(), e.what());
       return kExitBadInput;
     }
   }
@@ -40,14 +53,57 @@ int check_input_checkpoints(const Spec& spec) {
   return kExitOk;
 }
 
+namespace {
+
+// The decoupled RL actors by control / device, as format_topology lists the
+// pipeline's (actors/rl/rl_plan.hpp places them).
+std::string format_rl_actors(const Spec& spec) {
+  const auto& r = spec.rl;
+  const int devices = static_cast<int>(spec.topology.devices);
+  const auto actors = runtime::rl_actor_plan(r, devices);
+  std::string out = "decoupled online RL (sync \"fixed_lag\", max_staleness " + std::to_string(r.max_staleness) +
+                    "): " + std::to_string(devices) + " " + device_kind_name(spec.topology.device_kind) +
+                    " device(s), " + std::to_string(actors.size()) + " actors\nprocess 0\n";
+  size_t width = 0;
+  for (const auto& a : actors) width = std::max(width, a.name.size());
+  auto print = [&](const runtime::RlActorPlacement& a) {
+    out += "    " + a.name + std::string(width + 2 - a.name.size(), ' ') + a.detail + "\n";
+  };
+  out += "  control\n";
+  for (const auto& a : actors)
+    if (a.device < 0) print(a);
+  for (int d = 0; d < devices; ++d) {
+    out += "  device " + std::to_string(d) + " (" + device_kind_name(spec.topology.device_kind) + ")\n";
+    for (const auto& a : actors)
+      if (a.device == d) print(a);
+  }
+  return out;
+}
+
+}  // namespace
+
 int command_validate(const CliOptions&, const Spec& spec) {
   if (spec.topology.device_kind == DeviceKind::sim) {  // no actors to place: show the simulated devices
-    std::printf("%s: ok\n%s", spec.source.c_str(), format_sim_plan(spec).c_str());
+    std::printf("%s: ok\n%s", spec.source.c_str(),
+                (spec.run.mode == RunMode::rl ? format_rl_sim_plan(spec) : format_sim_plan(spec)).c_str());
     return kExitOk;
   }
   if (const int rc = check_input_checkpoints(spec); rc != kExitOk) return rc;
+  if (spec.run.mode == RunMode::rl && spec.rl.sync == rl::SyncMode::fixed_lag) {
+    const auto& r = spec.rl;
+    std::printf("%s: ok\n%s", spec.source.c_str(), format_rl_actors(spec).c_str());
+    std::printf("each step samples %lld prompts x %lld completions (KV cache, temperature %g, top_p %g, at most %lld new "
+                "tokens) by policy version max(0, step - %lld), scores them with the %s task's rule verifier and trains "
+                "with loss \"%s\" (%lld update(s) per batch) in the trainer actor; policy from %s\n",
+                static_cast<long long>(r.prompts_per_step), static_cast<long long>(r.group_size), r.temperature, r.top_p,
+                static_cast<long long>(r.max_new_tokens), static_cast<long long>(r.max_staleness), r.task.c_str(),
+                rl::loss_kind_name(r.policy.kind), static_cast<long long>(r.updates_per_batch),
+                r.init.empty() ? "a fresh initialisation" : r.init.c_str());
+    return kExitOk;
+  }
   const runtime::Plan topo = resolve_topology(spec);
   std::printf("%s: ok\n%s", spec.source.c_str(), format_topology(spec, topo).c_str());
+  std::printf("%s", format_elastic(spec).c_str());
   if (spec.run.mode == RunMode::rl) {
     const auto& r = spec.rl;
     std::printf("online RL (synchronous, one process): each step samples %lld prompts x %lld completions "
@@ -65,6 +121,13 @@ int command_validate(const CliOptions&, const Spec& spec) {
     std::printf("runs on the actor runtime across %lld processes (mpirun -np %lld; %s)\n",
                 static_cast<long long>(spec.topology.processes), static_cast<long long>(spec.topology.processes),
                 experts);
+  if (uses_runtime(spec) && spec.topology.processes > 1)
+    std::printf("connections between processes: %s\n",
+                spec.topology.auth == runtime::ClusterAuth::none
+                    ? "plain (auth = \"none\": anyone who reaches the ports can talk to the actors)"
+                : spec.topology.auth_dir.empty()
+                    ? "mutual TLS with a key process 0 makes for this run (sent to the others over MPI)"
+                    : ("mutual TLS with the cluster key in " + spec.topology.auth_dir).c_str());
   else if (uses_runtime(spec) && expert_actors)
     std::printf("runs on the actor runtime (one process; %s)\n", experts);
   else if (uses_runtime(spec))

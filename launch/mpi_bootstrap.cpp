@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -115,6 +116,18 @@ bool all_ok(bool mine) {
   int in = mine ? 1 : 0, out = 0;
   if (MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_LAND, MPI_COMM_WORLD) != MPI_SUCCESS) return false;
   return out != 0;
+}
+
+caf::expected<std::string> broadcast(const std::string& text) {
+  constexpr int kMax = 1 << 20;
+  int n = static_cast<int>(std::min<size_t>(text.size(), kMax + 1));
+  if (int rc = MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD); rc != MPI_SUCCESS) return mpi_error("MPI_Bcast", rc);
+  if (n < 0 || n > kMax) return caf::make_error(caf::sec::runtime_error, "broadcast: " + std::to_string(n) + " bytes, more than 1 MiB");
+  std::string out = text;
+  out.resize(static_cast<size_t>(n));
+  if (n > 0)
+    if (int rc = MPI_Bcast(out.data(), n, MPI_CHAR, 0, MPI_COMM_WORLD); rc != MPI_SUCCESS) return mpi_error("MPI_Bcast", rc);
+  return out;
 }
 
 }  // namespace troupe::mpi

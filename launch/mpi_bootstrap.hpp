@@ -75,4 +75,8 @@ void barrier();
 // counts as false.
 bool all_ok(bool mine);
 
+// Collective: process 0's `text` on every process (MPI_Bcast of the length,
+// then the bytes; at most 1 MiB).
+caf::expected<std::string> broadcast(const std::string& text);
+
 }  // namespace troupe::mpi

@@ -25,4 +25,9 @@ std::string format_sim_plan(const Spec& spec);
 // trace ([log] trace). Throws std::runtime_error when the simulation fails.
 int run_sim(const Spec& spec, MetricsWriter& metrics);
 
+// run.mode = "rl" on sim devices (launch/commands_rl_sim.cpp, actors/sim/rl_sim.hpp):
+// what validate prints, and run's comparison of synchronous and decoupled RL.
+std::string format_rl_sim_plan(const Spec& spec);
+int run_rl_sim(const Spec& spec, MetricsWriter& metrics);
+
 }  // namespace troupe::launch

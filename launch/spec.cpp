@@ -69,7 +69,7 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 
 namespace {
 
-const std::vector<std::string> kSections = {"run", "model", "data", "optim", "topology", "checkpoint", "log", "sim", "rl", "chaos"};
+const std::vector<std::string> kSections = {"run", "model", "data", "optim", "topology", "experts", "checkpoint", "log", "sim", "rl", "chaos"};
 
 // Where a key was set: a file position, or a command-line override.
 struct Pos {
@@ -191,6 +191,10 @@ class Parser {
         parse_faults(node, kp);
         continue;
       }
+      if (section == "elastic") {
+        parse_elastic(node, kp);
+        continue;
+      }
       if (std::find(kSections.begin(), kSections.end(), section) == kSections.end()) {
         std::string msg = "unknown section [" + section + "]";
         if (auto c = closest(section, kSections); !c.empty()) msg += "; did you mean [" + c + "]?";
@@ -300,10 +304,13 @@ class Parser {
             if (!known) error(p, "[[faults]] kind = \"" + kind + "\" is not one of " + join(names)), ok = false;
           } else {
             f.target = str->get(), has_target = true;
-            if (!runtime::parse_fault_target(f.target))
+            bool gen = false;
+            int index = 0;
+            if (!runtime::parse_fault_target(f.target) && !runtime::parse_rl_fault_target(f.target, gen, index))
               error(p, "[[faults]] target = \"" + f.target + "\" is not an actor: write \"stage:K\" (pipeline rank K), "
-                       "\"stage:K/replica:R\" (of data-parallel replica R), \"optimizer:K\" (optimizer shard K) or "
-                       "\"expert:L/S\" (expert shard S of MoE layer L; \"expert:L/S/replica:R\")"), ok = false;
+                       "\"stage:K/replica:R\" (of data-parallel replica R), \"optimizer:K\" (optimizer shard K), "
+                       "\"expert:L/S\" (expert shard S of MoE layer L; \"expert:L/S/replica:R\"), or in an RL run "
+                       "\"generator:K\" or \"reward:K\""), ok = false;
           }
         } else {
           std::string msg = "unknown key '" + key + "' in [[faults]]";
@@ -321,6 +328,56 @@ class Parser {
       fault_ok_.push_back(ok);
     }
   }
+  // [[elastic]]: an array of tables, each {at_step, expert_shards}; the
+  // checks against the rest of the spec are in check_elastic().
+  void parse_elastic(const toml::node& node, const Pos& kp) {
+    const toml::array* arr = node.as_array();
+    if (!arr || !arr->is_array_of_tables()) {
+      error(kp, "elastic must be an array of tables: write each scale event as [[elastic]] with at_step and expert_shards");
+      return;
+    }
+    static const std::vector<std::string> keys = {"at_step", "expert_shards"};
+    for (const toml::node& entry_node : *arr) {
+      const toml::table& entry = *entry_node.as_table();
+      const Pos ep = pos_of(entry.source(), kp.file);
+      ElasticConfig e;
+      bool has_step = false, has_shards = false, ok = true;
+      const size_t index = spec_.elastic.size();
+      for (auto&& [k, v] : entry) {
+        const std::string key(k.str());
+        const Pos p = pos_of(k.source(), kp.file);
+        elastic_pos_[{index, key}] = p;
+        if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
+          std::string msg = "unknown key '" + key + "' in [[elastic]]";
+          if (const std::string c = closest(key, keys); !c.empty()) msg += "; did you mean '" + c + "'?";
+          error(p, msg + " (valid keys: " + join(keys) + ")");
+          ok = false;
+          continue;
+        }
+        (key == "at_step" ? has_step : has_shards) = true;  // present: a bad value is its own error
+        auto i = v.as_integer();
+        if (!i || i->get() < -1000000000 || i->get() > 1000000000) {
+          error(p, "[[elastic]] " + key + ": expected an integer, got " + node_type_name(v) + " " + node_text(v));
+          ok = false;
+          continue;
+        }
+        if (key == "at_step") e.at_step = i->get();
+        else e.expert_shards = static_cast<int>(i->get());
+      }
+      if (!has_step) error(ep, "[[elastic]] entry needs at_step (the 1-based step that first runs on the new placement)"), ok = false;
+      if (!has_shards) error(ep, "[[elastic]] entry needs expert_shards (the new number of expert shards per MoE layer)"), ok = false;
+      elastic_pos_[{index, ""}] = ep;
+      spec_.elastic.push_back(e);
+      elastic_ok_.push_back(ok);
+    }
+  }
+  Pos elastic_where(size_t index, const std::string& key) const {
+    if (auto it = elastic_pos_.find({index, key}); it != elastic_pos_.end()) return it->second;
+    if (auto it = elastic_pos_.find({index, ""}); it != elastic_pos_.end()) return it->second;
+    return Pos{spec_.source, 0, 0};
+  }
+  bool elastic_ok(size_t index) const { return index < elastic_ok_.size() && elastic_ok_[index]; }
+
   // Position of a [[faults]] entry's key (or of the entry).
   Pos fault_where(size_t index, const std::string& key) const {
     if (auto it = fault_pos_.find({index, key}); it != fault_pos_.end()) return it->second;
@@ -474,11 +531,49 @@ class Parser {
   std::map<std::string, Pos> section_pos_;
   std::map<std::pair<size_t, std::string>, Pos> fault_pos_;
   std::vector<bool> fault_ok_;
+  std::map<std::pair<size_t, std::string>, Pos> elastic_pos_;
+  std::vector<bool> elastic_ok_;
 };
+
+// [[elastic]] against the rest of the spec: a run with expert-shard actors
+// in one process, steps inside the run and increasing, shard counts the
+// experts can be split into.
+void check_elastic(const Spec& s, Parser& p) {
+  auto v = [](int64_t x) { return std::to_string(x); };
+  int64_t prev = 0;
+  for (size_t i = 0; i < s.elastic.size(); ++i) {
+    if (!p.elastic_ok(i)) continue;  // reported while parsing
+    const ElasticConfig& e = s.elastic[i];
+    if (!uses_runtime(s) || s.model.ffn != model::Ffn::moe || s.topology.expert_shards < 2) {
+      p.error(p.elastic_where(i, ""), "[[elastic]] scale events need expert-shard actors: the actor runtime, [model] ffn = "
+                                     "\"moe\" and [topology] expert_shards >= 2 (expert_shards = " +
+                                         v(s.topology.expert_shards) + "; 1 keeps the experts inside the stages)");
+      continue;
+    }
+    if (s.topology.processes > 1)
+      p.error(p.elastic_where(i, ""), "[[elastic]] runs in one process only for now ([topology] processes = " +
+                                         v(s.topology.processes) + ")");
+    if (e.at_step < 1 || e.at_step > s.run.steps)
+      p.error(p.elastic_where(i, "at_step"), "[[elastic]] at_step = " + v(e.at_step) + " is out of range (allowed 1 .. [run] steps = " +
+                                                v(s.run.steps) + ")");
+    else if (e.at_step <= prev)
+      p.error(p.elastic_where(i, "at_step"), "[[elastic]] at_step = " + v(e.at_step) +
+                                                " must be greater than the previous event's at_step = " + v(prev) +
+                                                " (events in step order, one per step)");
+    if (e.expert_shards < 1 || e.expert_shards > s.model.n_experts)
+      p.error(p.elastic_where(i, "expert_shards"), "[[elastic]] expert_shards = " + v(e.expert_shards) +
+                                                      " is out of range (allowed 1 .. [model] n_experts = " +
+                                                      v(s.model.n_experts) + "; a shard holds at least one expert)");
+    prev = std::max(prev, e.at_step);
+  }
+}
 
 // [[faults]] against the rest of the spec: the step exists, the target
 // exists in the topology, and the spec runs on the actor runtime.
+void check_rl_faults(const Spec& s, Parser& p);
+
 void check_faults(const Spec& s, Parser& p) {
+  if (s.run.mode == RunMode::rl) return check_rl_faults(s, p);
   auto v = [](int64_t x) { return std::to_string(x); };
   // One actor, one step, one fault: a second entry would silently collapse
   // into the first (the supervisor kills an actor once per step attempt).
@@ -532,7 +627,18 @@ void check_faults(const Spec& s, Parser& p) {
       p.error(p.fault_where(i, "at_step"), "[[faults]] at_step = " + v(f.at_step) + " is out of range (allowed 1 .. [run] steps = " +
                                               v(s.run.steps) + ")");
     const auto t = runtime::parse_fault_target(f.target);
-    if (!plan || plan->target(*t)) continue;
+    // With [[elastic]] events an expert shard must exist in the fault's step.
+    std::optional<runtime::Plan> at_step;
+    if (plan && t->role == runtime::Role::Expert && !s.elastic.empty()) {
+      try {
+        runtime::RuntimeOptions ro = runtime_options(s);
+        ro.expert_shards = runtime::expert_shards_at(ro, f.at_step);
+        at_step = runtime::make_plan(ro);
+      } catch (const std::exception&) {  // a bad event: reported on its keys
+      }
+    }
+    const runtime::Plan* pl = at_step ? &*at_step : plan ? &*plan : nullptr;
+    if (!pl || pl->target(*t)) continue;
     const Pos at = p.fault_where(i, "target");
     const std::string gone = "[[faults]] target = \"" + f.target + "\" does not exist: ";
     const int dp = plan->data_parallel;
@@ -543,9 +649,11 @@ void check_faults(const Spec& s, Parser& p) {
                         v(s.topology.expert_shards) + ")");
       else if (!moe_layer)
         p.error(at, gone + "[model] n_layers = " + v(s.model.n_layers) + " (MoE layers 0.." + v(s.model.n_layers - 1) + ")");
-      else if (t->shard >= plan->expert_shards)
-        p.error(at, gone + "[topology] expert_shards = " + v(plan->expert_shards) + " (shards 0.." +
-                        v(plan->expert_shards - 1) + " per layer)");
+      else if (t->shard >= pl->expert_shards)
+        p.error(at, gone + (at_step ? "in step " + v(f.at_step) + " (after [[elastic]]) there are " + v(pl->expert_shards) +
+                                          " expert shard(s) per layer"
+                                    : "[topology] expert_shards = " + v(pl->expert_shards)) +
+                        " (shards 0.." + v(pl->expert_shards - 1) + " per layer)");
       else
         p.error(at, gone + "[topology] data_parallel = " + v(dp) + " (replicas 0.." + v(dp - 1) + ")");
       continue;
@@ -556,6 +664,50 @@ void check_faults(const Spec& s, Parser& p) {
       p.error(at, gone + "[topology] " + (rank ? "stages = " : "optimizer_shards = ") + v(n) + " (indices 0.." + v(n - 1) + ")");
     else
       p.error(at, gone + "[topology] data_parallel = " + v(dp) + " (replicas 0.." + v(dp - 1) + ")");
+  }
+}
+
+// [[faults]] of an RL run: kills of the decoupled actors (actors/rl/), which
+// only rl.sync = "fixed_lag" has.
+void check_rl_faults(const Spec& s, Parser& p) {
+  auto v = [](int64_t x) { return std::to_string(x); };
+  const RlSection& r = s.rl_section;
+  std::map<std::pair<std::string, int64_t>, size_t> seen;
+  for (size_t i = 0; i < s.faults.size(); ++i) {
+    if (!p.fault_ok(i)) continue;  // reported while parsing
+    const FaultConfig& f = s.faults[i];
+    if (r.sync != rl::SyncMode::fixed_lag) {
+      p.error(p.fault_where(i, ""), "[[faults]] in an RL run need [rl] sync = \"fixed_lag\" (generator and reward actors "
+                                    "under a supervisor); the synchronous loop has no actors to kill");
+      continue;
+    }
+    bool gen = false;
+    int index = 0;
+    if (!runtime::parse_rl_fault_target(f.target, gen, index)) {
+      p.error(p.fault_where(i, "target"), "[[faults]] target = \"" + f.target + "\" is not an actor of an RL run: write "
+                                          "\"generator:K\" or \"reward:K\"");
+      continue;
+    }
+    const int64_t n = gen ? r.generators : r.reward_actors;
+    if (index >= n)
+      p.error(p.fault_where(i, "target"), "[[faults]] target = \"" + f.target + "\" does not exist: [rl] " +
+                                          (gen ? "generators = " : "reward_actors = ") + v(n) + " (" +
+                                          (gen ? "generator:0.." : "reward:0..") + v(n - 1) + ")");
+    if (f.kind != runtime::FaultKind::kill)
+      p.error(p.fault_where(i, "kind"), std::string("[[faults]] kind = \"") + runtime::fault_kind_name(f.kind) +
+                                        "\" is not supported on RL actors yet: use \"kill\"");
+    if (f.at_message > runtime::kRlKillPoints)
+      p.error(p.fault_where(i, "at_message"), "[[faults]] at_message = " + v(f.at_message) + " is out of range for " +
+                                              f.target + ": 0 (a seeded point) or 1 (on receiving its job), 2 (after "
+                                              "computing, before sending) or 3 (after sending)");
+    if (f.at_step < 1 || f.at_step > s.run.steps)
+      p.error(p.fault_where(i, "at_step"), "[[faults]] at_step = " + v(f.at_step) + " is out of range (allowed 1 .. [run] steps = " +
+                                              v(s.run.steps) + ")");
+    const auto [it, fresh] = seen.emplace(std::make_pair(f.target, f.at_step), i);
+    if (!fresh)
+      p.error(p.fault_where(i, ""), "[[faults]] entry repeats the one at line " + std::to_string(p.fault_where(it->second, "").line) +
+                                       " (target \"" + f.target + "\", at_step = " + v(f.at_step) +
+                                       "): one actor takes at most one fault per step");
   }
 }
 
@@ -602,7 +754,8 @@ void check_sim(const Spec& s, Parser& p) {
     p.error(p.where("sim.weight_ms"), "[sim] weight_ms = " + num_text(s.sim.weight_ms) +
                                           " must be <= backward_ms = " + num_text(s.sim.backward_ms) +
                                           " (W is the weight-gradient part of the full backward)");
-  if (t.devices > t.stages * t.data_parallel)
+  // RL on sim devices splits the devices into generators and trainers itself.
+  if (s.run.mode != RunMode::rl && t.devices > t.stages * t.data_parallel)
     p.error(p.where("topology.devices"), "[topology] devices = " + v(t.devices) + " must equal stages * data_parallel = " +
                                              v(t.stages * t.data_parallel) +
                                              " with device_kind = \"sim\" (one simulated device per pipeline rank)");
@@ -644,6 +797,8 @@ void check_cross_fields(const Spec& s, Parser& p) {
       p.error(p.where("topology.device_processes"), "[topology] device_processes = \"" + t.device_processes + "\": " + e.what());
     }
   }
+  if (!t.auth_dir.empty() && t.auth == runtime::ClusterAuth::none)
+    p.error(p.where("topology.auth_dir"), "[topology] auth_dir is the key of auth = \"tls\", but auth = \"none\"");
   if (t.stages * t.data_parallel > t.devices)
     p.error(p.where("topology.devices"), "[topology] devices = " + v(t.devices) + " is fewer than stages * data_parallel = " + v(t.stages * t.data_parallel));
   if (uses_runtime(s) && t.optimizer_shards > 1) {
@@ -683,6 +838,14 @@ void check_cross_fields(const Spec& s, Parser& p) {
   }
 }
 
+// The decoupled RL actors run in one process on [topology] devices; every
+// other topology degree stays at 1.
+bool rl_topology_ok(const Spec& s) {
+  const auto& t = s.topology;
+  return t.stages == 1 && t.schedule == sched::Kind::sequential && t.optimizer_shards == 1 && t.data_parallel == 1 &&
+         t.expert_shards == 1 && t.processes == 1;
+}
+
 // [rl] becomes rl::RlConfig once, here: the loss's preset, then every key the
 // spec sets. Its own rules come from rl::check_config; the rules that involve
 // other sections follow.
@@ -706,6 +869,10 @@ void convert_rl(Spec& s, Parser& p) {
   if (r.dynamic_sampling != "auto") c.advantage.drop_zero_variance = r.dynamic_sampling == "on";
   c.verifier.partial_credit = r.partial_credit;
   c.verifier.format_penalty = r.format_penalty;
+  c.sync = r.sync;
+  c.max_staleness = r.max_staleness;
+  c.generators = r.generators;
+  c.reward_actors = r.reward_actors;
   s.rl = c;
   if (s.run.mode != RunMode::rl) {
     if (const Pos* at = p.first_set_in("rl"))
@@ -714,15 +881,26 @@ void convert_rl(Spec& s, Parser& p) {
   }
   for (const rl::ConfigProblem& prob : rl::check_config(c))
     p.error(p.where("rl." + prob.key), "[rl] " + prob.key + ": " + prob.message);
-  if (s.topology.device_kind == DeviceKind::sim)
-    p.error(p.where("topology.device_kind"), "[run] mode = \"rl\" computes real rollouts and updates; sim devices compute "
-                                             "no math (use device_kind = \"host\" or \"opencl\")");
-  else if (uses_runtime(s))
-    p.error(p.where("run.mode"), "[run] mode = \"rl\" runs the synchronous RL loop on one device in one process for now "
-                                 "(generator and reward actors arrive with Online RL II); set [topology] devices = 1, "
+  if (s.topology.device_kind == DeviceKind::sim) {
+    // The synchronous-vs-decoupled timing model (actors/sim/rl_sim.hpp); no math.
+    if (s.topology.devices < 2)
+      p.error(p.where("topology.devices"), "[run] mode = \"rl\" on sim devices compares synchronous and decoupled RL, "
+                                           "which splits the devices: devices must be >= 2");
+  } else if (c.sync == rl::SyncMode::fixed_lag && !rl_topology_ok(s))
+    p.error(p.where("run.mode"), "[run] mode = \"rl\" with sync = \"fixed_lag\" runs its actors in one process on [topology] "
+                                 "devices (the trainer on device 0, generators on the others); set stages = 1, schedule = "
+                                 "\"sequential\", expert_shards = 1, optimizer_shards = 1, data_parallel = 1, processes = 1 "
+                                 "(this spec has stages = " + v(s.topology.stages) + ", schedule = \"" +
+                                 std::string(sched::to_string(s.topology.schedule)) + "\")");
+  else if (c.sync != rl::SyncMode::fixed_lag && uses_runtime(s))
+    p.error(p.where("run.mode"), "[run] mode = \"rl\" with sync = \"synchronous\" runs the RL loop on one device in one process "
+                                 "(rl.sync = \"fixed_lag\" runs generator and reward actors); set [topology] devices = 1, "
                                  "stages = 1, schedule = \"sequential\", expert_shards = 1, optimizer_shards = 1, "
                                  "data_parallel = 1 (this spec has devices = " + v(s.topology.devices) + ", stages = " +
                                  v(s.topology.stages) + ", schedule = \"" + std::string(sched::to_string(s.topology.schedule)) + "\")");
+  if (c.sync == rl::SyncMode::fixed_lag && !s.checkpoint.resume.empty())
+    p.error(p.where("checkpoint.resume"), "[checkpoint] resume: resuming a decoupled RL run (rl.sync = \"fixed_lag\") is not "
+                                          "supported yet (the synchronous loop resumes bit for bit)");
   if (s.data.source != model::DataKind::addition && s.data.source != model::DataKind::addition_plain)
     p.error(p.where("data.source"), "[rl] task = \"" + r.task + "\" draws its problems from [data] source = \"addition\" or "
                                     "\"addition_plain\" (this spec has \"" + model::data_kind_name(s.data.source) + "\")");
@@ -867,6 +1045,7 @@ Spec load(const std::string* text, const std::string& source, const std::vector<
   check_cross_fields(spec, parser);
   check_faults(spec, parser);
   check_chaos(spec, parser);
+  check_elastic(spec, parser);
   check_supported(spec, parser);
   convert_rl(spec, parser);
   check_checkpoint_dir(spec, parser);

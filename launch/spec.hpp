@@ -13,8 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "actors/cluster/auth.hpp"
 #include "actors/schedule/schedule.hpp"
 #include "actors/sim/sim_costs.hpp"
+#include "actors/supervision/elastic.hpp"
 #include "actors/supervision/faults.hpp"
 #include "kernels/backend.hpp"
 #include "model/config.hpp"
@@ -48,6 +50,13 @@ struct RunConfig {
   double step_deadline = 0.0;     // seconds before an unfinished step is replayed; 0 = adaptive
 };
 
+// [experts]: automatic placement of the experts on their expert-shard
+// actors (actors/supervision/elastic.cpp, moe/placement.hpp).
+struct ExpertsConfig {
+  runtime::ExpertPolicy policy = runtime::ExpertPolicy::static_split;  // "static" | "eplb"
+  int64_t rebalance_every = 0;  // eplb: steps between rebalances
+};
+
 struct TopologyConfig {
   int64_t devices = 1;                  // devices (threads / GPU queues) in the whole run
   DeviceKind device_kind = DeviceKind::host;
@@ -64,6 +73,8 @@ struct TopologyConfig {
   int64_t processes = 1;                // OS processes (mpirun -np)
   std::string interface = "127.0.0.1"; // address that CAF ports bind to
   double peer_timeout = 10.0;           // seconds of silence before a peer process counts as lost
+  runtime::ClusterAuth auth = runtime::ClusterAuth::tls;  // processes > 1: mutual TLS between processes
+  std::string auth_dir;                 // tls: the cluster key from `troupe keygen DIR`; "" = a fresh key per run
   int64_t bulk_shm_bytes = 1 << 16;     // one host: envelopes this large go through shared memory; 0 = never
   std::string device_processes;         // explicit placement: process of each device, "0,0,1"; "" = blocks
 };
@@ -86,6 +97,10 @@ struct LogConfig {
 // (actor runtime only; kinds and keys in actors/supervision/faults.hpp).
 using FaultConfig = runtime::FaultSpec;  // one type: the runtime's (actors/supervision/faults.hpp)
 
+// One [[elastic]] entry: from step at_step on, expert_shards expert-shard
+// actors per MoE layer (actors/supervision/elastic.hpp).
+using ElasticConfig = runtime::ElasticEvent;
+
 // [rl] as written in the spec: enum-like values as strings, presets not yet
 // applied. The parser converts it once into rl::RlConfig (Spec::rl), which is
 // what everything after parsing reads.
@@ -107,6 +122,10 @@ struct RlSection {
   std::string dynamic_sampling = "auto";  // "auto", "on", "off": drop zero-variance groups
   double partial_credit = 0.0;
   double format_penalty = 0.0;
+  rl::SyncMode sync = rl::SyncMode::synchronous;  // "synchronous", "fixed_lag" (actors/rl/), "latest" (refused)
+  int64_t max_staleness = 0;
+  int64_t generators = 1;
+  int64_t reward_actors = 1;
 };
 
 // The spec format this troupe reads (the top-level spec_version key); a spec
@@ -130,11 +149,13 @@ struct Spec {
   model::DataConfig data;
   model::OptimConfig optim;
   TopologyConfig topology;
+  ExpertsConfig experts;
   CheckpointConfig checkpoint;
   LogConfig log;
   sim::CostConfig sim;  // [sim]: cost model of device_kind = "sim" (actors/sim/sim_costs.hpp)
   std::vector<FaultConfig> faults;  // [[faults]], in file order
   ChaosConfig chaos;                // [chaos]
+  std::vector<ElasticConfig> elastic;  // [[elastic]], in file order
   RlSection rl_section;  // [rl] as written
   rl::RlConfig rl;       // [rl] converted (presets applied); valid after parsing
 

@@ -143,6 +143,8 @@ std::vector<KeyDef> build_keys() {
   add({"topology", "data_parallel", KeyType::Int, F(topology.data_parallel), "Data-parallel replicas; each runs `microbatches` microbatches of batch_size / (microbatches * data_parallel) sequences.", 1, 4096});
   add({"topology", "processes", KeyType::Int, F(topology.processes), "OS processes (launch with mpirun -np <processes>); devices are split into contiguous blocks over them, actors follow their device, the coordinator is on process 0.", 1, 1e6});
   add({"topology", "interface", KeyType::String, F(topology.interface), "Address CAF ports bind to between processes (loopback by default; \"0.0.0.0\" binds every interface and advertises the host name)."});
+  add({"topology", "auth", KeyType::Choice, F(topology.auth), "Between processes: \"tls\" (mutual TLS on every CAF connection; a peer without the cluster key is refused) or \"none\" (plain connections: anyone who reaches the port can talk to the actors).", 0, 0, {} /* the enum's names: bind_choices */});
+  add({"topology", "auth_dir", KeyType::String, F(topology.auth_dir), "auth = \"tls\": directory with cluster.pem and cluster.key from `troupe keygen DIR` (copy it to every host); \"\" = process 0 makes a fresh key for the run and sends it to the others over MPI (one host: shared memory)."});
   add({"topology", "peer_timeout", KeyType::Float, F(topology.peer_timeout), "Seconds without traffic (CAF heartbeats run at a tenth of it) before a peer process counts as lost and the run stops, naming its actors.", 0.1, 3600});
   add({"topology", "device_processes", KeyType::String, F(topology.device_processes), "Explicit placement: the process of each device, comma-separated (e.g. \"0,0,1,1\"); actors follow their device, the coordinator stays on process 0. Empty: contiguous blocks of devices per process."});
   add({"topology", "bulk_shm_bytes", KeyType::Int, F(topology.bulk_shm_bytes), "When all processes are on one host, envelopes of at least this many bytes go between them through a shared-memory segment (CAF carries a 64-byte record naming it) instead of CAF's TCP stream; 0 = never.", 0, 1e12});
@@ -176,6 +178,22 @@ std::vector<KeyDef> build_keys() {
                 "trainer, which records no device trace (use e.g. [topology] schedule = \"1f1b\" to run it on the runtime)";
        }});
 
+  // [experts]: automatic expert placement (actors/supervision/elastic.cpp, moe/placement.hpp).
+  add({"experts", "policy", KeyType::Choice, F(experts.policy), "How experts are placed on their expert-shard actors: \"static\" (the even contiguous split, changed only by [[elastic]] events) or \"eplb\" (every rebalance_every steps, experts move one at a time to the neighbouring shard of the most loaded one, by a moving average of the measured loads; at most expert_shards moves per layer and rebalance). Needs expert_shards >= 2.", 0, 0, {} /* the enum's names: bind_choices */,
+       [](const Spec& s) -> std::string {
+         if (s.experts.policy != runtime::ExpertPolicy::eplb) return "";
+         if (!uses_runtime(s) || s.model.ffn != model::Ffn::moe || s.topology.expert_shards < 2)
+           return "needs expert-shard actors: the actor runtime, [model] ffn = \"moe\" and [topology] expert_shards >= 2";
+         if (s.topology.processes > 1) return "runs in one process only for now";
+         if (s.experts.rebalance_every < 1) return "needs [experts] rebalance_every >= 1";
+         return "";
+       }});
+  add({"experts", "rebalance_every", KeyType::Int, F(experts.rebalance_every), "eplb: steps between rebalances (a rebalance replaces the expert-shard actors and loads their experts from the optimizer shards, between steps); 0 with policy = \"static\".", 0, kBig,
+       {}, [](const Spec& s) -> std::string {
+         return s.experts.rebalance_every > 0 && s.experts.policy != runtime::ExpertPolicy::eplb
+                    ? "applies only to [experts] policy = \"eplb\""
+                    : "";
+       }});
   // [sim]: sim devices (actors/sim/sim_costs.hpp, actors/sim/sim_runtime.hpp).
   add({"sim", "cost_model", KeyType::Choice, F(sim.model), "Sim devices: \"fixed\" (forward_ms / backward_ms / weight_ms per micro-batch and stage) or \"flops\" (each stage's FLOPs and bytes from [model] and the micro-batch size, over gflops and gbps).", 0, 0, {} /* the enum's names: bind_choices */});
   add({"sim", "forward_ms", KeyType::Float, F(sim.forward_ms), "Sim, fixed: forward of one micro-batch at one stage, in ms.", 0, 1e6});
@@ -186,6 +204,15 @@ std::vector<KeyDef> build_keys() {
   add({"sim", "link_latency_us", KeyType::Float, F(sim.link_latency_us), "Sim: latency of every activation/gradient message between two devices, in microseconds.", 0, 1e9});
   add({"sim", "link_gbps", KeyType::Float, F(sim.link_gbps), "Sim: link bandwidth in GB/s (a message is tokens x d_model float32); 0 means unlimited.", 0, 1e9});
   add({"sim", "optimizer_ms", KeyType::Float, F(sim.optimizer_ms), "Sim: fixed time of the optimizer step after the pipeline drains, in ms; 0 leaves it out (the step time is then the pipeline's alone).", 0, 1e9});
+  // [sim] for run.mode = "rl" on sim devices (actors/sim/rl_sim.hpp).
+  add({"sim", "rl_mean_tokens", KeyType::Float, F(sim.rl_mean_tokens), "Sim RL: mean completion length in tokens (log-normal before the cap).", 1, 1e7});
+  add({"sim", "rl_sigma", KeyType::Float, F(sim.rl_sigma), "Sim RL: sigma of the log-normal completion length (the long tail); 0 gives every completion rl_mean_tokens.", 0, 4});
+  add({"sim", "rl_max_tokens", KeyType::Int, F(sim.rl_max_tokens), "Sim RL: completion length cap in tokens (max_new_tokens of the simulated policy).", 1, 1e7});
+  add({"sim", "rl_slots", KeyType::Int, F(sim.rl_slots), "Sim RL: sequences a generating device decodes at once (continuous batching).", 1, 1e6});
+  add({"sim", "rl_decode_ms_per_token", KeyType::Float, F(sim.rl_decode_ms_per_token), "Sim RL: one decode step of a generating device, in ms (the same for up to rl_slots sequences).", 0, 1e6});
+  add({"sim", "rl_reward_ms", KeyType::Float, F(sim.rl_reward_ms), "Sim RL: reward (verifier or reward model) per completion, in ms, on its generator slot.", 0, 1e6});
+  add({"sim", "rl_train_ms_per_token", KeyType::Float, F(sim.rl_train_ms_per_token), "Sim RL: one device's training time per token, in ms (a step over T trainer devices takes tokens x this / T).", 0, 1e6});
+  add({"sim", "rl_sync_ms", KeyType::Float, F(sim.rl_sync_ms), "Sim RL, decoupled: time to publish a new policy version to the generators, in ms.", 0, 1e9});
   // [rl]: run.mode = "rl" (rl/trainer.hpp; converted into rl::RlConfig at parsing).
   add({"rl", "init", KeyType::String, F(rl_section.init), "Checkpoint directory the policy starts from; its parameters are also the frozen reference for the KL term. Its model must equal [model]. Empty: a fresh initialisation from the seed."});
   add({"rl", "task", KeyType::String, F(rl_section.task), "The RL task: \"addition\" (prompts \"a+b=\" from the training split of [data], only its target problems when data.target_pairs is set, rewarded by the rule verifier; held-out problems for evaluation).", 0, 0, {"addition"}});
@@ -204,6 +231,11 @@ std::vector<KeyDef> build_keys() {
   add({"rl", "dynamic_sampling", KeyType::String, F(rl_section.dynamic_sampling), "Drop groups whose rewards are all equal from the loss: \"auto\" (on for dapo), \"on\" or \"off\".", 0, 0, {"auto", "on", "off"}});
   add({"rl", "partial_credit", KeyType::Float, F(rl_section.partial_credit), "Verifier: a wrong answer earns partial_credit times the share of its answer digits that are right (exact match earns 1).", 0, 0.999});
   add({"rl", "format_penalty", KeyType::Float, F(rl_section.format_penalty), "Verifier: subtracted when a completion has no EOS within max_new_tokens.", 0, 10});
+  add({"rl", "sync", KeyType::Choice, F(rl_section.sync), "How generation and training are coupled: \"synchronous\" (one process, sample then train, no actors), \"fixed_lag\" (generator, reward, rollout-buffer and trainer actors; step s is sampled by policy version max(0, s - max_staleness) exactly, deterministic for a seed) or \"latest\" (not implemented yet: refused).",
+       0, 0, {} /* the enum's names: bind_choices */});
+  add({"rl", "max_staleness", KeyType::Int, F(rl_section.max_staleness), "fixed_lag: eta, how many versions generation runs ahead of training (0 = on-policy, equal to \"synchronous\" bit for bit).", 0, 1000});
+  add({"rl", "generators", KeyType::Int, F(rl_section.generators), "fixed_lag: generator actors, each with its own copy of the policy (RL steps are dealt to them round-robin).", 1, 64});
+  add({"rl", "reward_actors", KeyType::Int, F(rl_section.reward_actors), "fixed_lag: rule-verifier actors (steps dealt round-robin).", 1, 64});
   return k;
 }
 
@@ -247,6 +279,11 @@ void bind_choices(std::vector<KeyDef>& k) {
   bind_choice(k, "log.progress",
        std::vector{ProgressStyle::automatic, ProgressStyle::bar, ProgressStyle::plain, ProgressStyle::off},
        progress_style_name);
+  bind_choice(k, "topology.auth", std::vector{runtime::ClusterAuth::tls, runtime::ClusterAuth::none}, runtime::cluster_auth_name);
+  bind_choice(k, "rl.sync", std::vector{rl::SyncMode::synchronous, rl::SyncMode::fixed_lag, rl::SyncMode::latest},
+       rl::sync_mode_name);
+  bind_choice(k, "experts.policy", std::vector{runtime::ExpertPolicy::static_split, runtime::ExpertPolicy::eplb},
+              runtime::expert_policy_name);
   bind_choice(k, "sim.cost_model", std::vector{sim::CostModel::fixed, sim::CostModel::flops}, sim::cost_model_name);
   for (const KeyDef& d : k)
     if (d.type == KeyType::Choice && !d.set_choice) throw std::logic_error("spec key table: " + d.path() + " has no enum");

@@ -61,9 +61,14 @@ runtime::RuntimeOptions base_options(const Spec& spec) {
   r.max_restarts_expert = static_cast<int>(spec.run.max_restarts_expert);
   r.step_deadline = spec.run.step_deadline;
   r.faults = spec.faults;
+  r.elastic = spec.elastic;
+  r.expert_policy = spec.experts.policy;
+  r.rebalance_every = static_cast<int>(spec.experts.rebalance_every);
   r.processes = static_cast<int>(spec.topology.processes);
   r.interface = spec.topology.interface;
   r.peer_timeout = spec.topology.peer_timeout;
+  r.auth = spec.topology.auth;
+  r.auth_dir = spec.topology.auth_dir;
   r.bulk_shm_bytes = spec.topology.bulk_shm_bytes;
   r.device_process = device_process_list(spec);
   return r;
@@ -152,6 +157,41 @@ std::string format_topology(const Spec& spec, const runtime::Plan& plan) {
     }
   }
   return os.str();
+}
+
+std::string format_elastic(const Spec& spec) {
+  const std::string eplb =
+      spec.experts.policy == runtime::ExpertPolicy::eplb
+          ? "[experts] policy = \"eplb\": every " + std::to_string(spec.experts.rebalance_every) +
+                " step(s) experts move between neighbouring shards by their measured load (at run time)\n"
+          : "";
+  if (spec.elastic.empty()) return eplb;
+  runtime::RuntimeOptions ro = runtime_options(spec);
+  const int initial = ro.expert_shards;
+  std::ostringstream os;
+  // The expert shards of one plan: shard -> experts -> device, replica-major.
+  auto placement = [&](int shards, int64_t from, int64_t to) {
+    ro.expert_shards = shards;
+    const runtime::Plan plan = runtime::make_plan(ro);
+    os << "expert placement, steps " << from << ".." << to << ": " << shards << " expert shard(s) per MoE layer\n";
+    size_t width = 0;
+    for (const auto& a : plan.actors) width = std::max(width, a.name.size());
+    for (const auto& a : plan.actors)
+      if (a.role == runtime::Role::Expert)
+        os << "    " << a.name << std::string(width + 2 - a.name.size(), ' ') << a.detail << " on device " << a.device
+           << "\n";
+  };
+  int shards = initial;
+  int64_t from = 1;
+  for (const ElasticConfig& e : spec.elastic) {
+    placement(shards, from, e.at_step - 1 >= from ? e.at_step - 1 : from);
+    os << "[[elastic]] at step " << e.at_step << ": expert shards " << shards << " -> " << e.expert_shards
+       << " per MoE layer (new shards load their experts from the optimizer shards' parameters)\n";
+    shards = e.expert_shards;
+    from = e.at_step;
+  }
+  placement(shards, from, spec.run.steps);
+  return os.str() + eplb;
 }
 
 }  // namespace troupe::launch

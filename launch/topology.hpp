@@ -36,5 +36,9 @@ std::vector<std::pair<int64_t, int64_t>> split_even(int64_t n, int64_t parts);
 runtime::Plan resolve_topology(const Spec& spec);
 // Human-readable listing, grouped by process and device.
 std::string format_topology(const Spec& spec, const runtime::Plan& plan);
+// With [[elastic]] events: the expert placement (shard -> experts -> device)
+// in force before and after each event, and a line on the eplb policy;
+// "" without either.
+std::string format_elastic(const Spec& spec);
 
 }  // namespace troupe::launch

@@ -84,8 +84,13 @@ void fsync_dir(const fs::path& dir) {
   if (rc != 0) fail(dir, "fsync of directory failed: " + err);
 }
 
-std::string read_file(const fs::path& path, const char* missing_problem) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+// Reads a whole regular file of at most `max_bytes` (checked before any
+// allocation: a huge or sparse file is a clear error naming it, never a
+// std::bad_alloc).
+std::string read_file(const fs::path& path, const char* missing_problem, uint64_t max_bytes, const char* limit_why) {
+  // O_NONBLOCK: opening a FIFO must not wait for a writer (fstat below
+  // refuses it); a regular file ignores the flag.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     if (errno == ENOENT) fail(path, missing_problem);
     fail(path, "cannot open: " + errno_text());
@@ -94,6 +99,10 @@ std::string read_file(const fs::path& path, const char* missing_problem) {
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
     fail(path, "not a regular file");
+  }
+  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
+    ::close(fd);
+    fail(path, "has " + std::to_string(st.st_size) + " bytes; " + limit_why + " " + std::to_string(max_bytes));
   }
   std::string out(static_cast<size_t>(st.st_size), '\0');
   size_t got = 0;
@@ -266,7 +275,9 @@ std::string shape_text(const std::vector<int64_t>& s) {
 }
 
 Manifest read_manifest(const fs::path& path) {
-  const std::string bytes = read_file(path, "missing (not a checkpoint directory?)");
+  // 64 MiB: a manifest is ~100 bytes per tensor.
+  const std::string bytes = read_file(path, "missing (not a checkpoint directory?)", uint64_t{64} << 20,
+                                      "a checkpoint manifest is at most");
   if (bytes.size() < 16 + 8 || bytes.size() % 8 != 0)
     fail(path, "truncated or not a checkpoint manifest (" + std::to_string(bytes.size()) + " bytes)");
   const size_t body = bytes.size() - 16;
@@ -398,7 +409,10 @@ void check_layout(const Manifest& m, const ParamLayout& expected, const fs::path
 // Reads one tensor file and verifies size, zstd frame, per-tensor and file hashes.
 std::vector<float> read_tensor_file(const fs::path& dir, const ManifestFile& f, const Manifest& m) {
   const fs::path path = dir / f.name;
-  const std::string data = read_file(path, "missing (the manifest lists it)");
+  // The manifest (hash-checked) says how long the file is: anything longer is
+  // refused before it is read.
+  const std::string data = read_file(path, "missing (the manifest lists it)", f.compressed_bytes,
+                                     "the manifest says it has");
   if (data.size() < f.compressed_bytes)
     fail(path, "truncated: " + std::to_string(data.size()) + " bytes on disk, the manifest says " +
                    std::to_string(f.compressed_bytes));

@@ -105,6 +105,9 @@ class TextSource final : public DataSource {
 
 }  // namespace
 
+// 4 GiB: held in memory as bytes; larger corpora need a streaming source.
+constexpr uintmax_t kMaxTextFileBytes = uintmax_t{4} << 30;
+
 std::unique_ptr<DataSource> make_text_source(const DataConfig& config, uint64_t seed, int64_t seq_len) {
   if (config.path.empty()) throw std::runtime_error("data: source \"text\" needs a file path");
   if (!(config.val_fraction >= 0.0 && config.val_fraction < 1.0))
@@ -115,6 +118,15 @@ std::unique_ptr<DataSource> make_text_source(const DataConfig& config, uint64_t 
     throw std::runtime_error("data: text file '" + config.path + "' does not exist");
   if (std::filesystem::is_directory(config.path, ec))
     throw std::runtime_error("data: text file '" + config.path + "' is a directory");
+  // The whole file is read into memory: a FIFO would block forever and a
+  // huge file would exhaust memory, so both are refused before reading.
+  if (!std::filesystem::is_regular_file(config.path, ec))
+    throw std::runtime_error("data: text file '" + config.path + "' is not a regular file (a FIFO, device or socket)");
+  const uintmax_t size = std::filesystem::file_size(config.path, ec);
+  if (!ec && size > kMaxTextFileBytes)
+    throw std::runtime_error("data: text file '" + config.path + "' has " + std::to_string(size) +
+                             " bytes, more than the " + std::to_string(kMaxTextFileBytes) +
+                             " a text source reads into memory");
   std::ifstream in(config.path, std::ios::binary);
   if (!in)
     throw std::runtime_error("data: cannot open text file '" + config.path + "': " + std::strerror(errno));

@@ -372,9 +372,20 @@ void export_safetensors(const std::string& path, const ParamLayout& layout, cons
 std::vector<float> import_safetensors(const std::string& path, const ParamLayout& layout,
                                       std::map<std::string, std::string>* metadata) {
   const std::string pre = "safetensors: " + path + ": ";
-  std::ifstream in(path, std::ios::binary);
   std::error_code ec;
-  if (!in || std::filesystem::is_directory(path, ec)) throw SafetensorsError(pre + "cannot open file");
+  // Checked before opening (a FIFO would block) and reading (a huge file
+  // would exhaust memory): a file this import accepts holds only the
+  // layout's tensors, as F32, after a header of at most kMaxHeader bytes.
+  if (!std::filesystem::exists(path, ec)) throw SafetensorsError(pre + "cannot open file (it does not exist)");
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw SafetensorsError(pre + "not a regular file (a directory, FIFO, device or socket)");
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  const uintmax_t most = 8 + kMaxHeader + static_cast<uintmax_t>(layout.total()) * sizeof(float);
+  if (!ec && size > most)
+    throw SafetensorsError(pre + std::to_string(size) + " bytes, more than a file of this model's " +
+                           std::to_string(layout.total()) + " F32 parameters can be (" + std::to_string(most) + ")");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw SafetensorsError(pre + "cannot open file");
   std::ostringstream buf;
   buf << in.rdbuf();
   const std::string file = std::move(buf).str();

@@ -60,6 +60,22 @@ CapMode parse_cap_mode(const std::string& name) {
   throw std::invalid_argument("rl: unknown behaviour-weight cap mode '" + name + "' (expected \"mask\" or \"clip\")");
 }
 
+SyncMode parse_sync_mode(const std::string& name) {
+  if (name == "synchronous") return SyncMode::synchronous;
+  if (name == "fixed_lag") return SyncMode::fixed_lag;
+  if (name == "latest") return SyncMode::latest;
+  throw std::invalid_argument("rl: unknown sync mode '" + name + "' (expected \"synchronous\", \"fixed_lag\" or \"latest\")");
+}
+
+const char* sync_mode_name(SyncMode mode) {
+  switch (mode) {
+    case SyncMode::synchronous: return "synchronous";
+    case SyncMode::fixed_lag: return "fixed_lag";
+    case SyncMode::latest: return "latest";
+  }
+  return "?";
+}
+
 const char* loss_kind_name(LossKind kind) {
   switch (kind) {
     case LossKind::grpo: return "grpo";
@@ -128,6 +144,23 @@ std::vector<ConfigProblem> check_config(const RlConfig& c) {
                               " must be in [0, 1) (a partly right answer must earn less than an exact one)");
   if (!(c.verifier.format_penalty >= 0 && std::isfinite(c.verifier.format_penalty)))
     bad("format_penalty", "format_penalty = " + num(c.verifier.format_penalty) + " must be >= 0");
+  if (c.sync == SyncMode::latest)
+    bad("sync", "sync = \"latest\" (generators switching weights mid-rollout) is not implemented yet; use \"fixed_lag\"");
+  if (c.max_staleness < 0 || c.max_staleness > 1000)
+    bad("max_staleness", "max_staleness = " + std::to_string(c.max_staleness) + " is out of range (allowed 0 .. 1000)");
+  else if (c.max_staleness > 0 && c.sync != SyncMode::fixed_lag)
+    bad("max_staleness", "max_staleness = " + std::to_string(c.max_staleness) +
+                             " needs sync = \"fixed_lag\" (the synchronous loop is always on-policy)");
+  if (c.generators < 1 || c.generators > 64)
+    bad("generators", "generators = " + std::to_string(c.generators) + " is out of range (allowed 1 .. 64)");
+  else if (c.generators > 1 && c.sync == SyncMode::synchronous)
+    bad("generators", "generators = " + std::to_string(c.generators) +
+                          " needs sync = \"fixed_lag\" (the synchronous loop samples in the trainer)");
+  if (c.reward_actors < 1 || c.reward_actors > 64)
+    bad("reward_actors", "reward_actors = " + std::to_string(c.reward_actors) + " is out of range (allowed 1 .. 64)");
+  else if (c.reward_actors > 1 && c.sync == SyncMode::synchronous)
+    bad("reward_actors", "reward_actors = " + std::to_string(c.reward_actors) +
+                             " needs sync = \"fixed_lag\" (the synchronous loop scores in the trainer)");
   return out;
 }
 

@@ -35,6 +35,18 @@ enum class Aggregation { token_mean, seq_mean, seq_constant };
 //   clip  w := cap (truncated importance sampling).
 enum class CapMode { mask, clip };
 
+// rl.sync: how generation and training are coupled.
+//   synchronous  the in-process loop of rl/trainer.hpp: sample, score, train,
+//                one after the other (Online RL I);
+//   fixed_lag    generator, reward, buffer and trainer actors (actors/rl/):
+//                the rollouts of step s are sampled by policy version
+//                max(0, s - max_staleness) exactly, so generators run up to
+//                max_staleness steps ahead of the trainer and a run is still
+//                a pure function of its seed;
+//   latest       generators take each new version as it arrives (not
+//                implemented: check_config refuses it).
+enum class SyncMode { synchronous, fixed_lag, latest };
+
 // Group-relative advantages A_i of the completions of one prompt.
 struct AdvantageOptions {
   bool scale_by_std = true;  // true: (R - mean) / (std + std_eps) (GRPO); false: R - mean (Dr. GRPO)
@@ -74,6 +86,10 @@ struct RlConfig {
   double temperature = 1.0;       // sampling temperature (> 0); the loss's log-probs use the same one
   double top_p = 1.0;             // nucleus sampling mass in (0, 1]
   int64_t updates_per_batch = 1;  // optimizer steps per sampled batch (PPO epochs)
+  SyncMode sync = SyncMode::synchronous;
+  int64_t max_staleness = 0;  // fixed_lag: eta, the version lag of every rollout (0 = on-policy)
+  int64_t generators = 1;     // fixed_lag: generator actors (RL steps are dealt to them round-robin)
+  int64_t reward_actors = 1;  // fixed_lag: rule-verifier actors (round-robin by step)
   AdvantageOptions advantage;
   PolicyLossOptions policy;
   VerifierOptions verifier;
@@ -83,10 +99,12 @@ struct RlConfig {
 // GRPO's constant normaliser. Explicit spec keys override the preset's values.
 RlConfig rl_preset(LossKind kind, int64_t max_new_tokens);
 
-// Spec strings: "grpo", "dr_grpo", "dapo", "decoupled_ppo"; "token_mean",
+// Spec strings: "synchronous", "fixed_lag", "latest"; "grpo", "dr_grpo", "dapo", "decoupled_ppo"; "token_mean",
 // "seq_mean", "seq_constant"; "mask", "clip". Each parse throws
 // std::invalid_argument naming the value and the choices.
 LossKind parse_loss_kind(const std::string& name);
+SyncMode parse_sync_mode(const std::string& name);
+const char* sync_mode_name(SyncMode mode);
 Aggregation parse_aggregation(const std::string& name);
 CapMode parse_cap_mode(const std::string& name);
 const char* loss_kind_name(LossKind kind);

@@ -19,6 +19,7 @@
 #include "rl/group.hpp"
 #include "rl/loss.hpp"
 #include "rl/rollout.hpp"
+#include "rl/rollout_step.hpp"
 #include "rl/task.hpp"
 
 namespace troupe::rl {
@@ -32,14 +33,13 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// The built-in task named by rl.task.
+}  // namespace
+
 std::unique_ptr<Task> make_task(const std::string& name, const model::DataConfig& data, uint64_t seed,
                                 const VerifierOptions& verifier) {
   if (name == "addition") return make_addition_task(data, seed, verifier);
   throw std::invalid_argument("rl.task: unknown task \"" + name + "\" (expected \"addition\")");
 }
-
-}  // namespace
 
 struct RlTrainer::Impl {
   RlTrainOptions opt;
@@ -155,42 +155,33 @@ struct RlTrainer::Impl {
   }
 
   RlStepMetrics run_step() {
+    // Generate with the current policy (version = steps done), score, train.
+    const StepRollouts r = sample_step(*gen, w, *task, opt.rl, seed, step, step);
+    const auto tr = Clock::now();
+    const ScoredBatch sb = score_step(*task, opt.rl, r);
+    return train_on(r, sb, seconds_since(tr));
+  }
+
+  // One RL step on a step's rollouts and their scores, wherever they were
+  // sampled (here, or by a generator actor holding a copy of some version).
+  RlStepMetrics train_on(const StepRollouts& r, const ScoredBatch& sb, double reward_seconds) {
     const auto t0 = Clock::now();
     const RlConfig& rl = opt.rl;
     const int64_t Pn = rl.prompts_per_step, G = rl.group_size, N = Pn * G;
+    if (r.step != step)
+      throw std::invalid_argument("RlTrainer::train_on: rollouts of step " + std::to_string(r.step) +
+                                  " offered at step " + std::to_string(step));
+    if (static_cast<int64_t>(r.completions.size()) != N || static_cast<int64_t>(r.prompts.size()) != Pn)
+      throw std::invalid_argument("RlTrainer::train_on: rollouts do not have prompts_per_step x group_size completions");
     RlStepMetrics m;
     m.step = step + 1;
-
-    // 1. Prompts and sampler seeds: pure functions of (seed, step, group, member).
-    std::vector<Prompt> group_prompts(static_cast<size_t>(Pn));
+    m.sampled_version = r.version;
     std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(N));
-    std::vector<model::SamplerRng> rngs;
-    rngs.reserve(static_cast<size_t>(N));
-    for (int64_t gi = 0; gi < Pn; ++gi) {
-      const GroupId id{seed, step, gi};
-      group_prompts[gi] = task->train_prompt(prompt_index(id, Pn));
-      for (int64_t k = 0; k < G; ++k) {
-        prompts[gi * G + k] = group_prompts[gi].tokens;
-        rngs.emplace_back(sampler_seed(id, k));
-      }
-    }
-
-    // 2. Generate with the current policy.
-    auto tg = Clock::now();
-    const std::vector<model::Completion> comps =
-        gen->generate(w, prompts, std::span<model::SamplerRng>(rngs), generate_options(rl.temperature));
-    m.gen_seconds = seconds_since(tg);
-
-    // 3. Rewards and advantages, laid out per token (rl/rollout.hpp).
-    auto tr = Clock::now();
-    std::vector<Completion> scored(static_cast<size_t>(N));
-    for (int64_t i = 0; i < N; ++i) {
-      scored[i].tokens = comps[i].tokens;
-      scored[i].logp_behav.assign(comps[i].logprobs.begin(), comps[i].logprobs.end());
-      m.gen_tokens += static_cast<int64_t>(comps[i].tokens.size());
-    }
-    const ScoredBatch sb = score_groups(*task, group_prompts, scored, G, rl.advantage);
-    m.reward_seconds = seconds_since(tr);
+    for (int64_t i = 0; i < N; ++i) prompts[i] = r.prompts[i / G].tokens;
+    const std::vector<model::Completion>& comps = r.completions;
+    m.gen_seconds = r.gen_seconds;
+    for (int64_t i = 0; i < N; ++i) m.gen_tokens += static_cast<int64_t>(comps[i].tokens.size());
+    m.reward_seconds = reward_seconds;
     m.reward_mean = sb.stats.reward_mean;
     m.reward_std = sb.stats.reward_std;
     m.groups = sb.stats.groups;
@@ -290,7 +281,7 @@ struct RlTrainer::Impl {
     m.train_tokens = N * S * U;
     m.train_tokens_per_s = m.train_seconds > 0 ? static_cast<double>(m.train_tokens) / m.train_seconds : 0.0;
     ++step;
-    m.step_seconds = seconds_since(t0);
+    m.step_seconds = seconds_since(t0) + m.gen_seconds + m.reward_seconds;
     return m;
   }
 
@@ -364,6 +355,9 @@ RlTrainer::RlTrainer(const RlTrainOptions& options, std::unique_ptr<Task> task)
     : impl_(std::make_unique<Impl>(options, std::move(task))) {}
 RlTrainer::~RlTrainer() = default;
 RlStepMetrics RlTrainer::step() { return impl_->run_step(); }
+RlStepMetrics RlTrainer::train_on(const StepRollouts& rollouts, const ScoredBatch& scored, double reward_seconds) {
+  return impl_->train_on(rollouts, scored, reward_seconds);
+}
 RlEvalMetrics RlTrainer::evaluate() { return impl_->run_eval(); }
 void RlTrainer::save(const std::string& dir) { impl_->save(dir); }
 int64_t RlTrainer::steps_done() const { return impl_->step; }
@@ -375,10 +369,11 @@ namespace {
 // The RL trainer as an engine of the one loop (model/training_loop.hpp).
 class RlEngine final : public model::LoopEngine {
  public:
-  RlEngine(RlTrainer& tr, RlObserver& obs, RlSummary& s) : tr_(tr), obs_(obs), s_(s) {}
+  RlEngine(RlTrainer& tr, RlObserver& obs, RlSummary& s, const std::function<RlStepMetrics()>& step_fn)
+      : tr_(tr), obs_(obs), s_(s), step_fn_(step_fn) {}
   int64_t steps_done() const override { return tr_.steps_done(); }
   void step() override {
-    const RlStepMetrics m = tr_.step();
+    const RlStepMetrics m = step_fn_ ? step_fn_() : tr_.step();
     s_.final_reward = m.reward_mean;
     obs_.on_step(m);
   }
@@ -393,14 +388,20 @@ class RlEngine final : public model::LoopEngine {
   RlTrainer& tr_;
   RlObserver& obs_;
   RlSummary& s_;
+  const std::function<RlStepMetrics()>& step_fn_;
 };
 
 }  // namespace
 
 RlSummary train(const RlTrainOptions& o, RlObserver& obs) {
   RlTrainer tr(o);
+  return run_rl_loop(tr, o, obs, {});
+}
+
+RlSummary run_rl_loop(RlTrainer& tr, const RlTrainOptions& o, RlObserver& obs,
+                      const std::function<RlStepMetrics()>& step_fn) {
   RlSummary s;
-  RlEngine engine(tr, obs, s);
+  RlEngine engine(tr, obs, s, step_fn);
   model::LoopOptions lo;
   lo.steps = o.steps;
   lo.eval_every = o.data.eval_problems > 0 ? (o.eval_every > 0 ? o.eval_every : o.steps) : 0;

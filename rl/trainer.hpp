@@ -13,6 +13,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -25,6 +26,8 @@
 namespace troupe::rl {
 
 class Task;
+struct StepRollouts;
+struct ScoredBatch;
 
 struct RlTrainOptions {
   model::ModelConfig model;
@@ -43,6 +46,7 @@ struct RlTrainOptions {
 
 struct RlStepMetrics {
   int64_t step = 0;  // RL steps completed (1 after the first)
+  int64_t sampled_version = 0;  // policy version that sampled the step's rollouts (step - 1 when synchronous)
   double loss = 0.0, pg_loss = 0.0;
   double reward_mean = 0.0, reward_std = 0.0;
   double correct = 0.0;               // share of completions that are exactly right
@@ -99,6 +103,11 @@ class RlTrainer {
   RlTrainer& operator=(const RlTrainer&) = delete;
 
   RlStepMetrics step();
+  // One step on rollouts sampled elsewhere (a generator actor with a copy of
+  // some policy version): rollouts.step must equal steps_done(), `scored` is
+  // score_step(task(), rl, rollouts) (rl/rollout_step.hpp). step() is
+  // sample_step with the trainer's own weights, then exactly this.
+  RlStepMetrics train_on(const StepRollouts& rollouts, const ScoredBatch& scored, double reward_seconds = 0.0);
   RlEvalMetrics evaluate();
   void save(const std::string& dir);
   int64_t steps_done() const;
@@ -115,5 +124,15 @@ class RlTrainer {
 // options.steps - (resumed) steps with evaluations and checkpoints as
 // configured.
 RlSummary train(const RlTrainOptions& options, RlObserver& observer);
+
+// The same loop with each step taken by `step_fn` (empty: trainer.step());
+// the decoupled trainer actor (actors/rl/) trains on rollouts from its buffer.
+RlSummary run_rl_loop(RlTrainer& trainer, const RlTrainOptions& options, RlObserver& observer,
+                      const std::function<RlStepMetrics()>& step_fn);
+
+// The built-in task named by rl.task ("addition") over `data`; throws
+// std::invalid_argument for another name.
+std::unique_ptr<Task> make_task(const std::string& name, const model::DataConfig& data, uint64_t seed,
+                                const VerifierOptions& verifier);
 
 }  // namespace troupe::rl

@@ -182,6 +182,16 @@ TEST_F(Corruption, AppendedBytes) {
   }
 }
 
+// A file grown huge (sparse: no disk used) is refused by its size, naming
+// it, before anything is allocated for it (it used to end in std::bad_alloc).
+TEST_F(Corruption, HugeFilesAreRefusedBeforeReading) {
+  for (const char* f : kFiles) {
+    const fs::path d = copy();
+    fs::resize_file(d / f, uint64_t{40} << 30);  // 40 GiB
+    expect_rejected(d, f, "has 42949672960 bytes", std::string("40 GiB ") + f);
+  }
+}
+
 TEST_F(Corruption, GarbageManifest) {
   fs::path d = copy();
   spit(d / "manifest.bin", "this is not a manifest at all, just text...");

@@ -48,6 +48,24 @@ expect_output "is not a regular file (a FIFO, device or socket)"
 head -c 1100000 /dev/zero | tr '\0' '#' > "$work/huge.toml"
 expect_exit 3 "$troupe" validate "$work/huge.toml"
 expect_output "is 1100000 bytes; a spec file is at most 1048576 bytes"
+# The same for a text data file: a FIFO is refused (no hang), a 30 GiB sparse
+# file by its size (not read into memory).
+expect_exit 3 timeout 20 "$troupe" validate --set data.source='"text"' --set data.path="\"$work/fifo.toml\"" --set model.vocab_size=256
+expect_output "is not a regular file (a FIFO, device or socket)"
+truncate -s 30G "$work/huge.txt"
+expect_exit 3 timeout 20 "$troupe" validate --set data.source='"text"' --set data.path="\"$work/huge.txt\"" --set model.vocab_size=256
+expect_output "has 32212254720 bytes, more than the 4294967296 a text source reads into memory"
+rm -f "$work/huge.txt"
+# Import and eval inputs: a FIFO is refused without blocking, a huge file by its size.
+expect_exit 4 timeout 20 "$troupe" import --checkpoint "$work/imp" --input "$work/fifo.toml"
+expect_output "not a regular file (a directory, FIFO, device or socket)"
+truncate -s 30G "$work/huge.safetensors"
+expect_exit 4 timeout 20 "$troupe" import --checkpoint "$work/imp" --input "$work/huge.safetensors"
+expect_output "32212254720 bytes, more than a file of this model's"
+rm -f "$work/huge.safetensors"
+mkdir -p "$work/fifock" && mkfifo "$work/fifock/manifest.bin"
+expect_exit 4 timeout 20 "$troupe" eval --checkpoint "$work/fifock"
+expect_output "manifest.bin: not a regular file"
 # A checkpoint directory that cannot take the final save is an error before the run.
 printf 'x' > "$work/ckfile"
 expect_exit 3 "$troupe" validate --set checkpoint.dir="\"$work/ckfile\""
@@ -366,6 +384,21 @@ done
 printf '\n[[faults]]\nat_step = 1\ntarget = "stage:0"\nkind = "delay"\n' >> "$work/mfaults.toml"
 expect_exit 3 "$troupe" validate "$work/mfaults.toml" "${untied[@]}" "${xargs_[@]}"
 expect_output "[[faults]] kind = \"delay\" needs delay_ms"
+# [[elastic]]: the expert-parallel run above scaled from 2 to 4 expert shards
+# per MoE layer before step 2 and to 1 before step 4: two rescale lines in
+# metrics.jsonl and the same checkpoint, bit for bit, as the static run.
+cp "$src/launch/specs/default.toml" "$work/elastic.toml"
+printf '\n[[elastic]]\nat_step = 2\nexpert_shards = 4\n\n[[elastic]]\nat_step = 4\nexpert_shards = 1\n' >> "$work/elastic.toml"
+expect_exit 0 "$troupe" validate "$work/elastic.toml" "${untied[@]}" "${xargs_[@]}"
+expect_output "[[elastic]] at step 2: expert shards 2 -> 4 per MoE layer"
+expect_exit 0 "$troupe" run "$work/elastic.toml" "${untied[@]}" "${xargs_[@]}" --set run.out_dir="$work/elastic"
+expect_output "rescale: step 2: expert shards 2 -> 4"
+expect_output "step 4/4"
+[ "$(grep -c '"type":"rescale"' "$work/elastic/metrics.jsonl")" -eq 2 ] || fail "metrics.jsonl should hold 2 rescale lines"
+grep -q '"type":"rescale","step":4,"old_shards":4,"new_shards":1' "$work/elastic/metrics.jsonl" || fail "no rescale line for step 4"
+for f in params.f32.zst adam_m.f32.zst adam_v.f32.zst; do
+  cmp -s "$work/xpipe/checkpoint/$f" "$work/elastic/checkpoint/$f" || fail "$f after scale events differs from the static placement"
+done
 # Resume on the runtime: the expert-parallel run above, stopped after 2 steps
 # and continued to 4 by a new process from its checkpoint, saves the same
 # parameters (exported safetensors) and AdamW moments bit for bit, and logs

@@ -19,6 +19,10 @@ foreach(spec IN LISTS TROUPE_EXAMPLE_SPECS)
   add_test(NAME cli_validate_${spec_name} COMMAND troupe validate ${spec})
   set_tests_properties(cli_validate_${spec_name} PROPERTIES LABELS cli PASS_REGULAR_EXPRESSION "ok")
 endforeach()
+# [[elastic]]: validate prints the expert placement before and after each event.
+add_test(NAME cli_validate_elastic_placement COMMAND troupe validate ${PROJECT_SOURCE_DIR}/launch/specs/elastic_experts.toml)
+set_tests_properties(cli_validate_elastic_placement PROPERTIES LABELS cli
+  PASS_REGULAR_EXPRESSION "expert shards 4 -> 8 per MoE layer[^\n]*\nexpert placement, steps 31..40: 8 expert shard[(]s[)] per MoE layer\n    expert:0/0 +experts 0..0 on device 0")
 add_test(NAME cli_script COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli_test.sh $<TARGET_FILE:troupe> ${PROJECT_SOURCE_DIR})
 set_tests_properties(cli_script PROPERTIES LABELS cli TIMEOUT 900)
 # `troupe dashboard` / `report` / `plot` on real short runs, in headless

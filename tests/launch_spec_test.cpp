@@ -226,3 +226,31 @@ TEST(Docs, ReadmeKeyTableMatchesTheParser) {
     EXPECT_NE(table.find("`" + path + "`"), std::string::npos) << path;
   }
 }
+
+// [[elastic]] entries reach the spec in file order, and their errors carry
+// line and column of the key at fault.
+TEST(ElasticSpec, EventsParseAndErrorsNameTheKey) {
+  const std::string base =
+      "[run]\nsteps = 10\n[model]\nffn = \"moe\"\nn_experts = 8\n[topology]\ndevices = 2\nstages = 2\n"
+      "schedule = \"1f1b\"\nmicrobatches = 2\nexpert_shards = 2\n";
+  const Spec s = load_spec_text(base + "[[elastic]]\nat_step = 3\nexpert_shards = 4\n[[elastic]]\nat_step = 7\nexpert_shards = 1\n",
+                                "e.toml");
+  ASSERT_EQ(s.elastic.size(), 2u);
+  EXPECT_EQ(s.elastic[0].at_step, 3);
+  EXPECT_EQ(s.elastic[0].expert_shards, 4);
+  EXPECT_EQ(s.elastic[1].at_step, 7);
+  EXPECT_EQ(s.elastic[1].expert_shards, 1);
+  const auto ds = diagnostics_of([&] {
+    load_spec_text(base + "[[elastic]]\nat_step = 3\n  expert_shards = 9\n", "e.toml");
+  });
+  ASSERT_EQ(ds.size(), 1u);
+  EXPECT_EQ(ds[0].line, 14);
+  EXPECT_EQ(ds[0].column, 3);
+  EXPECT_NE(ds[0].message.find("n_experts = 8"), std::string::npos) << ds[0].message;
+  const auto types = diagnostics_of([&] { load_spec_text(base + "[[elastic]]\nat_step = \"3\"\nexpert_shards = 2\n", "e.toml"); });
+  ASSERT_EQ(types.size(), 1u);
+  EXPECT_NE(types[0].message.find("at_step: expected an integer"), std::string::npos) << types[0].message;
+  const auto table = diagnostics_of([&] { load_spec_text(base + "[elastic]\nat_step = 3\n", "e.toml"); });
+  ASSERT_EQ(table.size(), 1u);
+  EXPECT_NE(table[0].message.find("write each scale event as [[elastic]]"), std::string::npos) << table[0].message;
+}

@@ -18,6 +18,7 @@ if(TARGET troupe_moe)
   troupe_add_gtest(moe_tests
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/moe_dispatch_test.cpp
             ${CMAKE_CURRENT_LIST_DIR}/moe_experts_test.cpp
+            ${CMAKE_CURRENT_LIST_DIR}/moe_placement_test.cpp
     LIBS troupe_moe
     LABELS moe)
 endif()

@@ -22,3 +22,11 @@ if(TARGET troupe)
   add_test(NAME rl_cli_script COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/rl_cli_test.sh $<TARGET_FILE:troupe> ${PROJECT_SOURCE_DIR})
   set_tests_properties(rl_cli_script PROPERTIES TIMEOUT 600 LABELS rl)
 endif()
+if(TARGET troupe_runtime AND TARGET troupe_rl)
+  # Decoupled RL on actors: fixed-lag equivalence, determinism, staleness and
+  # exactly-once under killed generator / reward actors (tests/rl_actors_test.cpp).
+  troupe_add_gtest(rl_actors_tests
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/rl_actors_test.cpp
+    LIBS troupe_runtime troupe_rl
+    LABELS rl)
+endif()

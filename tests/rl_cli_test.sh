@@ -80,7 +80,7 @@ expect_output "unknown key 'lss' in [rl]; did you mean 'loss'?"
 expect_exit 3 "$troupe" validate "$work/rl.toml" --set rl.loss='"ppo"'
 expect_output "[rl] loss = \"ppo\" is not one of"
 expect_exit 3 "$troupe" validate "$work/rl.toml" --set topology.devices=2 --set topology.stages=2 --set topology.schedule='"1f1b"'
-expect_output "runs the synchronous RL loop on one device in one process for now"
+expect_output "with sync = \"synchronous\" runs the RL loop on one device in one process"
 expect_exit 3 "$troupe" validate "$work/pre.toml" --set rl.group_size=4
 expect_output "[rl] keys apply only to [run] mode = \"rl\""
 
@@ -121,6 +121,30 @@ expect_exit 0 "$troupe" run "$work/rl.toml" --set run.out_dir="\"$work/resumed\"
 for f in "$work/rl1/checkpoint"/*; do
   cmp -s "$f" "$work/resumed/checkpoint/$(basename "$f")" || fail "resumed RL run differs from the straight run in $(basename "$f")"
 done
+
+# Decoupled actors (rl.sync = "fixed_lag"): validate lists them by device;
+# with max_staleness 0, two generators on device 1 and generator:1 killed
+# mid-job, the run ends with the synchronous run's checkpoint bytes and
+# rl_step metrics, and the ledger trained every group once.
+decoupled=(--set rl.sync='"fixed_lag"' --set rl.generators=2 --set topology.devices=2)
+expect_exit 0 "$troupe" validate "$work/rl.toml" "${decoupled[@]}"
+expect_output "decoupled online RL (sync \"fixed_lag\", max_staleness 0): 2 host device(s), 6 actors"
+expect_output "  device 1 (host)"
+expect_output "    generator:1"
+cp "$work/rl.toml" "$work/rl_kill.toml"
+printf '\n[[faults]]\nat_step = 2\ntarget = "generator:1"\nkind = "kill"\nat_message = 2\n' >> "$work/rl_kill.toml"
+expect_exit 0 "$troupe" run "$work/rl_kill.toml" "${decoupled[@]}" --set run.out_dir="\"$work/dec\""
+expect_output "restarted generator:1 (killed"
+for f in "$work/rl1/checkpoint"/*; do
+  cmp -s "$f" "$work/dec/checkpoint/$(basename "$f")" || fail "decoupled eta 0 run with a kill differs from the synchronous run in $(basename "$f")"
+done
+diff <(strip_times "$work/rl1/metrics.jsonl" | grep -E '"type":"rl_(step|eval)"') \
+     <(strip_times "$work/dec/metrics.jsonl" | grep -E '"type":"rl_(step|eval)"') >/dev/null ||
+  fail "decoupled eta 0 run wrote other rl_step / rl_eval metrics than the synchronous run"
+grep -q '"type":"restart".*"actor":"generator:1"' "$work/dec/metrics.jsonl" || fail "no restart line for generator:1"
+[ "$(grep -c '"type":"rl_actors"' "$work/dec/metrics.jsonl")" -eq 4 ] || fail "expected 4 rl_actors lines"
+grep -q '"type":"rl_actors_end".*"groups_admitted":8,"groups_trained":8,.*"discarded":0,"double_trained":0,"restarts":1' \
+  "$work/dec/metrics.jsonl" || fail "the ledger summary is not 8 admitted, 8 trained, 0 discarded, 0 twice, 1 restart"
 
 # The shipped RL spec: without its init (the checkpoint its header says how to
 # make) validate stops with exit 4 naming it; with one made as the header says

@@ -34,6 +34,12 @@ if(TARGET troupe_runtime)
     LIBS troupe_runtime
     TIMEOUT 300
     LABELS runtime)
+  # Synchronous against decoupled RL on sim devices (closed forms, staleness).
+  troupe_add_gtest(rl_sim_tests
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/rl_sim_test.cpp
+    LIBS troupe_runtime
+    TIMEOUT 120
+    LABELS runtime)
   troupe_add_gtest(runtime_fault_tests
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/runtime_fault_test.cpp
     LIBS troupe_runtime
@@ -45,6 +51,12 @@ if(TARGET troupe_runtime)
     LIBS troupe_runtime
     TIMEOUT 120
     LABELS runtime)
+  # Elastic experts: scale events against static placement, bitwise.
+  troupe_add_gtest(runtime_elastic_tests
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/runtime_elastic_test.cpp
+    LIBS troupe_runtime
+    TIMEOUT 300
+    LABELS runtime experts)
 endif()
 if(TARGET troupe_runtime)
   # Resume from a checkpoint on the runtime (and across runtime and Trainer).

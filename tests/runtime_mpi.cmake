@@ -3,7 +3,8 @@
 # reports, world-size checks.
 if(TARGET troupe AND MPIRUN_EXECUTABLE)
   add_test(NAME runtime_mpi
-    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/runtime_mpi_test.sh $<TARGET_FILE:troupe> ${MPIRUN_EXECUTABLE})
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/runtime_mpi_test.sh $<TARGET_FILE:troupe> ${MPIRUN_EXECUTABLE}
+            $<TARGET_FILE:tls_rogue_client>)
   set_tests_properties(runtime_mpi PROPERTIES LABELS "mpi;runtime" TIMEOUT 600)
 endif()
 
@@ -40,3 +41,13 @@ troupe_add_gtest(transport_tcp_nodelay_test
   LIBS troupe_actors
   TIMEOUT 60
   LABELS messaging)
+
+# Mutual TLS between processes ([topology] auth): the cluster key and refusal
+# of peers without it (in one process, two CAF systems).
+troupe_add_gtest(cluster_tls_test
+  SOURCES ${CMAKE_CURRENT_LIST_DIR}/cluster_tls_test.cpp
+  LIBS troupe_runtime
+  TIMEOUT 120
+  LABELS runtime)
+add_executable(tls_rogue_client ${CMAKE_CURRENT_LIST_DIR}/tls_rogue_client.cpp)
+target_link_libraries(tls_rogue_client PRIVATE troupe_runtime)

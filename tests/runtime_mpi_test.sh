@@ -15,11 +15,17 @@
 # - process 0 lost (killed or hung): the other process says so and exits non-zero;
 # - world size != [topology] processes, and processes > 1 without mpirun,
 #   are rejected with a clear message, so is an interface that cannot be
-#   bound; validate lists actors per process.
-# usage: runtime_mpi_test.sh TROUPE_BINARY MPIRUN
+#   bound; validate lists actors per process;
+# - authentication: the runs above use the default, mutual TLS with a key
+#   process 0 makes; auth = "none" and a key from `troupe keygen` give the
+#   same checkpoint; a rogue knocking on both processes' ports during a run
+#   (TLS with a key of its own, then CAF's plain protocol) is refused and the
+#   run ends with the same checkpoint as without the knocks.
+# usage: runtime_mpi_test.sh TROUPE_BINARY MPIRUN ROGUE_CLIENT
 set -uo pipefail
 troupe=$1
 mpirun=$2
+rogue=$3
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 failures=0
@@ -165,5 +171,52 @@ grep -A4 '^process 1' <<<"$out" | grep -q "stage:0" || fail "device_processes = 
 out=$("$troupe" validate "${tiny[@]}" "${pipe[@]}" --set topology.expert_shards=2 2>&1) || fail "validate failed:\n$out"
 grep -A8 '^process 1' <<<"$out" | grep -q " expert:0/1 " || fail "validate should place expert:0/1 on process 1:\n$out"
 grep -q "the experts run in the expert-shard actors" <<<"$out" || fail "validate should say the experts run in their actors:\n$out"
+
+# Authentication. The 1f1b runs above used TLS with a per-run key.
+expect_checkpoint() {  # DIR_A DIR_B WHAT
+  for f in params.f32.zst adam_m.f32.zst adam_v.f32.zst manifest.bin; do
+    cmp -s "$1/checkpoint/$f" "$2/checkpoint/$f" || fail "$3: $f differs"
+  done
+}
+p1f1b=(--set topology.devices=2 --set topology.stages=2 --set topology.schedule='"1f1b"' --set topology.microbatches=2
+       --set model.tie_embeddings=false --set topology.processes=2)
+out=$(timeout 120 "${mpi[@]}" -np 2 "$troupe" run "${tiny[@]}" "${p1f1b[@]}" --set topology.auth='"none"' \
+      --set run.out_dir="$work/auth-none" 2>&1) || fail "auth none: run failed:\n$out"
+expect_output 'troupe[process 1]: listening on 127.0.0.1:'
+expect_output '(plain, auth = "none")'
+expect_checkpoint "$work/1f1b-1" "$work/auth-none" "auth none"
+out=$("$troupe" keygen "$work/key" 2>&1) || fail "keygen failed:\n$out"
+out=$(timeout 120 "${mpi[@]}" -np 2 "$troupe" run "${tiny[@]}" "${p1f1b[@]}" --set topology.auth_dir="\"$work/key\"" \
+      --set run.out_dir="$work/auth-dir" 2>&1) || fail "auth_dir: run failed:\n$out"
+expect_output '(mutual TLS)'
+expect_checkpoint "$work/1f1b-1" "$work/auth-dir" "auth_dir"
+out=$("$troupe" validate "${tiny[@]}" "${p1f1b[@]}" --set topology.auth_dir="\"$work/nokey\"" 2>&1); rc=$?
+[ "$rc" -eq 4 ] || fail "validate with a missing auth_dir exited $rc, expected 4:\n$out"
+expect_output "auth_dir $work/nokey: not a directory"
+# The knock: a longer run, both ports knocked on while it trains.
+long=(--set run.steps=40 --set run.eval_every=0)
+"$troupe" run "${tiny[@]}" "${p1f1b[@]}" "${long[@]}" --set topology.processes=1 --set run.out_dir="$work/knock-1" \
+  >/dev/null 2>&1 || fail "knock: single-process run failed"
+timeout 180 "${mpi[@]}" -np 2 "$troupe" run "${tiny[@]}" "${p1f1b[@]}" "${long[@]}" --set run.out_dir="$work/knock-2" \
+  >"$work/knock.log" 2>&1 &
+run_pid=$!
+ports=""
+for _ in $(seq 600); do
+  ports=$(grep -o 'listening on 127.0.0.1:[0-9]*' "$work/knock.log" | sed 's/.*://' | tr '\n' ' ')
+  [ "$(wc -w <<<"$ports")" -eq 2 ] && break
+  sleep 0.1
+done
+[ "$(wc -w <<<"$ports")" -eq 2 ] || fail "knock: the processes never said where they listen:\n$(cat "$work/knock.log")"
+for port in $ports; do
+  out=$("$rogue" "$port" 2>&1); rc=$?
+  [ "$rc" -eq 0 ] || fail "knock on port $port: rogue exit $rc (1: got through, 3: the run had ended):\n$out"
+  grep -q "refused" <<<"$out" || fail "knock on port $port: no refusal reported:\n$out"
+done
+wait "$run_pid" || fail "knock: the 2-process run failed:\n$(cat "$work/knock.log")"
+grep -q "refused a connection from 127.0.0.1:[0-9]*: TLS handshake failed" "$work/knock.log" ||
+  fail "knock: the refusals were not logged:\n$(cat "$work/knock.log")"
+grep -qF "step 40/40" "$work/knock.log" || fail "knock: the run did not reach step 40:\n$(cat "$work/knock.log")"
+expect_checkpoint "$work/knock-1" "$work/knock-2" "knocked run"
+
 if [ $failures -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi
 echo "all mpi runtime checks passed"

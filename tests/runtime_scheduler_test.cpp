@@ -74,6 +74,7 @@ TEST(CafScheduler, ClusterSettingsStayBesideIt) {
   configure_scheduler(cfg);
   RuntimeOptions o;
   o.peer_timeout = 10.0;
+  o.auth = ClusterAuth::none;  // tls needs a ClusterComm to hand the run's key around
   configure_cluster(cfg, o);
   EXPECT_EQ(policy(cfg), "sharing");
   EXPECT_EQ(caf::get_or(cfg, "middleman.connection-timeout", caf::timespan{0}),

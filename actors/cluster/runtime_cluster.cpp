@@ -14,8 +14,12 @@
 #include <stdexcept>
 #include <thread>
 
+#include <algorithm>
 #include <caf/io/middleman.hpp>
+#include <caf/openssl/publish.hpp>
+#include <caf/openssl/remote_actor.hpp>
 
+#include "actors/cluster/cluster_tls.hpp"
 #include "actors/transport/caf_middleman.hpp"
 #include "actors/transport/envelope_shm.hpp"
 #include "actors/transport/tcp_nodelay.hpp"
@@ -195,13 +199,35 @@ caf::actor lookup(caf::actor_system& sys, const caf::actor& dir, const std::stri
 
 }  // namespace
 
-void configure_cluster(caf::actor_system_config& cfg, const RuntimeOptions& o) {
+std::shared_ptr<void> configure_cluster(caf::actor_system_config& cfg, const RuntimeOptions& o) {
   cfg.load<caf::io::middleman>();
+  std::shared_ptr<IdentityFiles> files;
+  if (o.auth == ClusterAuth::tls) {
+    ClusterIdentity id;
+    if (!o.auth_dir.empty()) {
+      id = read_cluster_identity(o.auth_dir);  // every process reads its own copy
+    } else {
+      // Process 0 makes the run's key; MPI hands it to the others before any
+      // CAF port is open, so no connection is ever made without it.
+      if (!o.comm) throw std::logic_error("configure_cluster: auth = tls without auth_dir needs a ClusterComm");
+      if (o.comm->rank() == 0) id = make_cluster_identity();
+      std::string both = o.comm->broadcast(id.cert_pem + '\0' + id.key_pem);
+      const size_t cut = both.find('\0');
+      if (cut == std::string::npos) throw std::runtime_error("the cluster identity from process 0 is malformed");
+      id.cert_pem = both.substr(0, cut);
+      id.key_pem = both.substr(cut + 1);
+      std::fill(both.begin(), both.end(), '\0');
+    }
+    files = std::make_shared<IdentityFiles>(id);
+    std::fill(id.key_pem.begin(), id.key_pem.end(), '\0');
+    configure_tls(cfg, *files);
+  }
   const auto timeout = std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(o.peer_timeout));
   // Several heartbeats per timeout, so one late heartbeat is no failure.
   cfg.set("middleman.heartbeat-interval", caf::timespan{timeout / 10});
   cfg.set("middleman.connection-timeout", caf::timespan{timeout});
   configure_middleman(cfg);  // latency: no BASP worker hop (caf_middleman.hpp)
+  return files;
 }
 
 Cluster::Cluster(caf::actor_system& sys, std::shared_ptr<Shared> sh, Placement place)
@@ -225,7 +251,8 @@ void Cluster::bring_up() {
   const RuntimeOptions& o = sh_->opt;
   ClusterComm& comm = *o.comm;
   if (sh_->peers.coordinator) caf::anon_send(dir_, rt::register_atom_v, std::string("coordinator"), sh_->peers.coordinator);
-  auto port = sys_.middleman().publish(dir_, 0, o.interface.c_str());
+  const bool tls = o.auth == ClusterAuth::tls;
+  auto port = tls ? caf::openssl::publish(dir_, 0, o.interface.c_str()) : sys_.middleman().publish(dir_, 0, o.interface.c_str());
   // Before any peer connects: accepted connections inherit TCP_NODELAY.
   set_tcp_nodelay_on_all_sockets();
   std::string why = port ? "" : sys_.render(port.error());
@@ -239,6 +266,9 @@ void Cluster::bring_up() {
     throw;
   }
   if (!port) throw std::runtime_error(no_publish);
+  // Where this process listens (firewalls, and tests that knock on the port).
+  std::fprintf(stderr, "troupe[process %d]: listening on %s:%u (%s)\n", me_, o.interface.c_str(), static_cast<unsigned>(*port),
+               tls ? "mutual TLS" : "plain, auth = \"none\"");
   // Every process on this host (same advertised address): large envelopes
   // may take the shared-memory path.
   bool one_host = true;
@@ -254,7 +284,7 @@ void Cluster::bring_up() {
   for (int q = 0; q < me_ && err.empty(); ++q) {
     const auto& [host, qport] = endpoints[static_cast<size_t>(q)];
     for (int attempt = 0; attempt < 20; ++attempt) {
-      auto h = sys_.middleman().remote_actor(host, qport);
+      auto h = tls ? caf::openssl::remote_actor(sys_, host, qport) : sys_.middleman().remote_actor(host, qport);
       if (h) {
         dirs_[static_cast<size_t>(q)] = *h;
         break;

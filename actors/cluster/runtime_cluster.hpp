@@ -36,6 +36,9 @@ struct ClusterComm {
                                                                  bool ok) = 0;
   // Collective: true on every process iff `mine` is true on every process.
   virtual bool all_ok(bool mine) = 0;
+  // Collective: every process gets process 0's `text` (the others' is
+  // ignored). Carries the per-run cluster identity (cluster_tls.hpp).
+  virtual std::string broadcast(const std::string& text) = 0;
 };
 
 // Test hook, read from the environment variable TROUPE_TEST_FAULT on every

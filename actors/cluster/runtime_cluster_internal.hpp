@@ -21,7 +21,9 @@ namespace troupe::runtime {
 
 // Loads the middleman and sets heartbeats and the connection timeout (both
 // off by default in CAF 0.17) from o.peer_timeout.
-void configure_cluster(caf::actor_system_config& cfg, const RuntimeOptions& o);
+// Returns what must outlive the actor system (the TLS identity files when
+// o.auth is tls; null otherwise). Collective when a key is made for the run.
+std::shared_ptr<void> configure_cluster(caf::actor_system_config& cfg, const RuntimeOptions& o);
 
 struct LostSet;
 

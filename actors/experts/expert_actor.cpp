@@ -385,7 +385,7 @@ caf::behavior expert_actor(Self* self, std::shared_ptr<const Shared> sh, Device*
   st.sh = sh;
   st.dev = dev;
   st.spec = spec;
-  st.experts = expert_split(c.n_experts, spec.shards, spec.shard);
+  st.experts = spec.experts.size() > 0 ? spec.experts : expert_split(c.n_experts, spec.shards, spec.shard);
   st.ranges = expert_param_ranges(sh->layout, c, spec.layer, st.experts);
   st.F = c.expert_hidden;
   st.D = c.d_model;
@@ -403,7 +403,11 @@ caf::behavior expert_actor(Self* self, std::shared_ptr<const Shared> sh, Device*
   auto comp = st.comp;
   st.step = spec.start_step;
   std::shared_ptr<const std::vector<float>> init = spec.weights;
-  if (!init) {
+  if (!init && spec.await_restore) {
+    int64_t total = 0;
+    for (const Range& r : st.ranges) total += r.count;
+    init = std::make_shared<std::vector<float>>(static_cast<size_t>(total), 0.0f);
+  } else if (!init) {
     auto from_init = std::make_shared<std::vector<float>>();
     for (const Range& r : st.ranges)
       from_init->insert(from_init->end(), sh->init.begin() + r.offset, sh->init.begin() + r.offset + r.count);
@@ -467,6 +471,15 @@ caf::behavior expert_actor(Self* self, std::shared_ptr<const Shared> sh, Device*
                        s.name + ": unexpected message kind " + kind_name(*kind));
       },
       [self](rt::dropped_atom) { return self->state.dropped; },
+      [self](rt::rescale_atom) -> caf::result<uint64_t> {
+        auto& s = self->state;
+        auto rp = self->make_response_promise<uint64_t>();
+        uint64_t bytes = 0;
+        for (const Range& r : s.ranges) bytes += static_cast<uint64_t>(r.count) * sizeof(float);
+        submit(self, *s.dev, [](kernels::Backend&) {}, [rp, bytes]() mutable { rp.deliver(bytes); },
+               owner_label(TraceLabel::ParamLoad, s.spec.producer));
+        return rp;
+      },
       [self](rt::name_atom) { return self->state.name; },
       [self](rt::params_atom) -> caf::result<Envelope, Envelope, Envelope> {
         auto& s = self->state;
@@ -502,9 +515,13 @@ caf::actor spawn_expert_shard(caf::actor_system& sys, std::shared_ptr<const Shar
                               const ExpertShardSpec& spec) {
   // Bad specs throw here, in the caller, not inside the actor's start-up.
   const model::ModelConfig& c = sh->opt.train.model;
-  (void)expert_param_ranges(sh->layout, c, spec.layer, expert_split(c.n_experts, spec.shards, spec.shard));
+  const ExpertRange experts =
+      spec.experts.size() > 0 ? spec.experts : expert_split(c.n_experts, spec.shards, spec.shard);
+  if (experts.begin < 0 || experts.end > c.n_experts)
+    throw std::invalid_argument("spawn_expert_shard: experts outside the layer's " + std::to_string(c.n_experts));
+  (void)expert_param_ranges(sh->layout, c, spec.layer, experts);
   if (spec.weights) {
-    const int64_t want = 3 * expert_split(c.n_experts, spec.shards, spec.shard).size() * c.expert_hidden * c.d_model;
+    const int64_t want = 3 * experts.size() * c.expert_hidden * c.d_model;
     if (static_cast<int64_t>(spec.weights->size()) != want)
       throw std::invalid_argument("spawn_expert_shard: " + std::to_string(spec.weights->size()) +
                                   " weights for a shard of " + std::to_string(want));

@@ -77,6 +77,7 @@ struct ExpertShardSpec {
   int layer = 0;         // global layer index (a MoE layer)
   int shard = 0;         // this shard within the layer
   int shards = 1;        // expert shards of the layer
+  ExpertRange experts;   // the experts it holds; empty: expert_split(n_experts, shards, shard)
   int producer = 0;      // unique per (replica, layer, shard): GradSlice.stage / stepok rank offset
   int microbatches = 0;  // backward dispatches per step; 0: sh->plan.chunks
   // Start elsewhere than step 0 with sh->init: the step to resume at and the
@@ -85,6 +86,9 @@ struct ExpertShardSpec {
   // respawns with the defaults and then sends (restore ...).)
   uint64_t start_step = 0;
   std::shared_ptr<const std::vector<float>> weights;
+  // The weights come from (restore ...) messages right after the spawn (a
+  // scale event): start from zeros instead of copying sh->init.
+  bool await_restore = false;
 };
 
 // Spawns the actor; its initial weights are spec.weights, else sh->init at
@@ -92,7 +96,9 @@ struct ExpertShardSpec {
 // the wrong size) or std::out_of_range (spec.layer has no routed experts).
 // Messages besides Envelopes: (done, ticket) internal; (dropped) -> uint64_t;
 // (params) -> three ParamSlice Envelopes {gate, up, down} of its current
-// weights (tests, checkpoints).
+// weights (tests, checkpoints); (rescale) -> uint64_t, the bytes of its
+// weights, answered once the device work queued before it (the restore
+// loads of a scale event) has run.
 caf::actor spawn_expert_shard(caf::actor_system& sys, std::shared_ptr<const Shared> sh, Device& dev,
                               const ExpertShardSpec& spec);
 

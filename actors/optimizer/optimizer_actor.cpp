@@ -54,7 +54,6 @@ struct ShardState {
   std::vector<BiasPiece> bias;           // router bias parts in the range
   std::vector<int64_t> loads;            // the step's expert loads (for the bias), from the coordinator
   std::pair<uint64_t, uint32_t> loads_step{~uint64_t{0}, 0};  // (step, attempt) of `loads`
-  size_t expected = 0;   // gradient slices per step
   uint64_t step = 0;     // step being reduced (== completed steps)
   uint32_t attempt = 0;  // replay generation of the step
   bool reduced = false;  // gradients summed, waiting for (clip)
@@ -71,7 +70,8 @@ using Self = caf::stateful_actor<ShardState>;
 std::string shard_phase(const ShardState& st) {
   if (st.step > st.armed_step) return "finishing its update (new parameters already sent)";
   if (st.reduced) return "waiting for the global norm";
-  return "collecting gradients (" + std::to_string(st.inbox.size()) + " of " + std::to_string(st.expected) + ")";
+  return "collecting gradients (" + std::to_string(st.inbox.size()) + " of " +
+         std::to_string(static_cast<size_t>(st.sh->opt.data_parallel) * live_plan(*st.sh)->gradient_slices(st.range)) + ")";
 }
 
 Envelope param_slice(uint64_t step, uint32_t shard, Range range, const std::vector<float>& v, uint32_t attempt = 0) {
@@ -135,7 +135,6 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
       const int layer = e.tag.layer;
       st.bias.push_back({layer, r.offset - e.offset, r.offset - st.range.offset, r.count});
     }
-  st.expected = static_cast<uint32_t>(sh->opt.data_parallel) * sh->plan.gradient_slices(st.range);
   st.comp = std::make_shared<ShardCompute>();
   st.step = sh->start_step;  // resumed: AdamW's step count and the LR schedule go on from there
   auto slice = [&](const std::vector<float>& v) {
@@ -214,7 +213,9 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
           return;
         }
         s.inbox.emplace(k, e);
-        if (s.inbox.size() == s.expected) reduce(self);
+        // Counted from the plan in force: a scale event between steps
+        // changes how many expert-shard producers meet the range.
+        if (s.inbox.size() == static_cast<size_t>(s.sh->opt.data_parallel) * live_plan(*s.sh)->gradient_slices(s.range)) reduce(self);
       },
       [self](rt::clip_atom, uint64_t step, uint32_t attempt, double norm) {
         auto& s = self->state;
@@ -263,10 +264,11 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
                    param_slice(step, shard, range, be.download_f32(comp->v))};
           for (const caf::actor& r : all_ranks(*sh)) post(*sh, r, e);
           // Expert shards whose weights meet this range.
+          const auto plan = live_plan(*sh);
           for (int rep = 0; rep < sh->opt.data_parallel; ++rep)
-            for (size_t p = 0; p < sh->plan.expert_owned.size(); ++p) {
+            for (size_t p = 0; p < plan->expert_owned.size(); ++p) {
               bool meets = false;
-              for (const Range& o : sh->plan.expert_owned[p]) meets = meets || intersect(o, range).count > 0;
+              for (const Range& o : plan->expert_owned[p]) meets = meets || intersect(o, range).count > 0;
               if (meets) post(*sh, expert_of(*sh, rep, static_cast<int>(p)), e);
             }
         }, [self, snap, step, attempt, shard] {

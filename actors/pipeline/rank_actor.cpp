@@ -59,6 +59,7 @@ struct Part {
   uint32_t layer = 0;
   std::vector<MoeKey> sent;                        // [shard] the Dispatch ids
   std::vector<std::vector<uint32_t>> token_index;  // [shard] rows' tokens, to check the echo
+  std::vector<ExpertRange> experts;                // [shard] the experts its rows were for
   std::vector<Envelope> got;                       // [shard] Combines (empty until received)
   std::vector<bool> have;
   int missing = 0;
@@ -348,6 +349,7 @@ struct Suspended {
   std::vector<Envelope> dispatches;  // [shard]
   std::vector<MoeKey> keys;          // [shard]
   std::vector<std::vector<uint32_t>> token_index;
+  std::vector<ExpertRange> experts;  // [shard] the split in force (its Combines come back in it)
 };
 
 // Builds one Dispatch per expert shard of the exchange's layer (device
@@ -372,10 +374,14 @@ void build_dispatches(const Shared& sh, Compute& comp, const model::MoeExchange&
   be.download(wts.data(), ex.moe->weights(), wts.size() * sizeof(float));
   for (size_t s = 0; s < p.slots.size(); ++s)
     if (p.slots[s] >= 0) row_w[static_cast<size_t>(p.slots[s])] = wts[s];
-  const int shards = sh.opt.expert_shards;
+  // The split in force: [[elastic]] events and the eplb policy change it between steps.
+  const auto plan = live_plan(sh);
+  const int shards = plan->expert_shards;
   out.layer = static_cast<uint32_t>(ex.layer);
   for (int sh_i = 0; sh_i < shards; ++sh_i) {
-    const ExpertRange r = expert_split(E, shards, sh_i);
+    const ExpertRange r = plan->experts_of(static_cast<int>(ex.layer), sh_i);
+    if (r.end > E) throw std::logic_error("expert split beyond the layer's experts");
+    out.experts.push_back(r);
     const int64_t r0 = p.offsets[static_cast<size_t>(r.begin)], r1 = p.offsets[static_cast<size_t>(r.end)];
     std::vector<uint32_t> ids, tix;
     for (int64_t e = r.begin; e < r.end; ++e)
@@ -444,6 +450,7 @@ void run_step(Self* self, const PartKey key, const sched::Chunk c, int slot,
     p.layer = out->layer;
     p.sent = out->keys;
     p.token_index = std::move(out->token_index);
+    p.experts = std::move(out->experts);
     p.got.resize(p.sent.size());
     p.have.assign(p.sent.size(), false);
     p.missing = static_cast<int>(p.sent.size());
@@ -463,12 +470,13 @@ void resume_step(Self* self, const PartKey key, Part part) {
   auto sh = st.sh;
   const bool backward = std::get<3>(key);
   auto got = std::make_shared<std::vector<Envelope>>(std::move(part.got));
-  auto upload = [comp, key, got, sh](model::Stage&) {
+  auto split = std::make_shared<std::vector<ExpertRange>>(std::move(part.experts));
+  auto upload = [comp, key, got, split, sh](model::Stage&) {
     const model::MoeExchange& ex = *comp->exchanges.at(key);
     const moe::DispatchPlan& p = *ex.plan;
     kernels::Backend& be = *ex.out.backend();
     for (size_t k = 0; k < got->size(); ++k) {
-      const ExpertRange r = expert_split(p.n_experts, static_cast<int>(got->size()), static_cast<int>(k));
+      const ExpertRange r = (*split)[k];
       const int64_t r0 = p.offsets[static_cast<size_t>(r.begin)], r1 = p.offsets[static_cast<size_t>(r.end)];
       if (r1 == r0) continue;
       auto rd = (*got)[k].read<schemas::Combine>();

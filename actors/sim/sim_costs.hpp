@@ -47,6 +47,16 @@ struct CostConfig {
   double link_latency_us = 0.0; // every message between two devices
   double link_gbps = 0.0;       // link bandwidth; 0 = unlimited
   double optimizer_ms = 0.0;    // fixed optimizer step after the pipeline drains; 0 = not modelled
+  // run.mode = "rl" on sim devices (actors/sim/rl_sim.hpp). The defaults are
+  // assumptions for a ~7B policy on one GPU each, not measurements.
+  double rl_mean_tokens = 1000;        // mean completion length (log-normal)
+  double rl_sigma = 1.0;               // its sigma: the long tail
+  int64_t rl_max_tokens = 8192;        // length cap
+  int64_t rl_slots = 64;               // concurrent sequences per generating device
+  double rl_decode_ms_per_token = 20;  // one decode step
+  double rl_reward_ms = 0;             // per completion
+  double rl_train_ms_per_token = 0.26; // one device's training time per token
+  double rl_sync_ms = 0;               // publish a policy version to the generators
 };
 
 // FLOPs and bytes of one micro-batch at one stage.

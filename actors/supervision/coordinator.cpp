@@ -83,7 +83,8 @@ void maybe_finish(Self* self) {
   auto& s = self->state;
   const auto& sh = *s.sh;
   // Expert shards report (stepok) like ranks once their parameters are loaded.
-  const size_t ranks = static_cast<size_t>(sh.opt.data_parallel) * (static_cast<size_t>(sh.plan.sl.num_ranks) + sh.plan.expert_owned.size());
+  const size_t ranks = static_cast<size_t>(sh.opt.data_parallel) *
+                       (static_cast<size_t>(sh.plan.sl.num_ranks) + live_plan(sh)->expert_owned.size());
   const size_t reports = static_cast<size_t>(sh.opt.data_parallel) * static_cast<size_t>(sh.plan.chunks) *
                          static_cast<size_t>(sh.plan.sl.num_stages);
   // The shards' snapshots too: the next step may have to start from them.
@@ -163,7 +164,8 @@ void arm_faults(Self* self) {
     const FaultSpec& f = sh.opt.faults[i];
     if (s.fault_armed[i] || f.at_step != static_cast<int64_t>(s.step) + 1) continue;
     const std::optional<FaultTarget> t = parse_fault_target(f.target);
-    const ActorPlan* target = t ? sh.plan.target(*t) : nullptr;
+    const auto plan = live_plan(sh);  // the expert shards in force this step
+    const ActorPlan* target = t ? plan->target(*t) : nullptr;
     if (!target) continue;  // validate() rejected it already
     s.fault_armed[i] = true;
     ++s.armed;
@@ -341,13 +343,14 @@ void on_deadline(Self* self, uint64_t step, uint32_t attempt, double limit) {
   const auto& sh = *s.sh;
   if (!s.running || step != s.step || attempt != s.attempt || !s.error.empty()) return;  // it finished
   std::string waiting;  // the actors that have not reported the step done
+  const auto plan = live_plan(sh);
   for (int r = 0; r < sh.opt.data_parallel; ++r) {
     for (int k = 0; k < sh.plan.sl.num_ranks; ++k)
       if (!s.finished.count(std::make_pair(static_cast<uint32_t>(r), static_cast<uint32_t>(k))))
         waiting += (waiting.empty() ? "" : ", ") + sh.plan.rank(r, k).name;
-    for (int x = 0; x < sh.plan.num_producers(); ++x)
+    for (int x = 0; x < plan->num_producers(); ++x)
       if (!s.finished.count(std::make_pair(static_cast<uint32_t>(r), kExpertProducerBase + static_cast<uint32_t>(x))))
-        waiting += (waiting.empty() ? "" : ", ") + sh.plan.expert(r, x).name;
+        waiting += (waiting.empty() ? "" : ", ") + plan->expert(r, x).name;
   }
   if (waiting.empty()) waiting = "the optimizer shards";
   char secs[32];
@@ -524,6 +527,52 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
         return rp;
       },
       [self](rt::deadline_atom, uint64_t step, uint32_t attempt, double limit) { on_deadline(self, step, attempt, limit); },
+      // A placement change (Runtime::step, between steps): the expert shards
+      // become `shards` per MoE layer, split by `bounds` (empty: evenly); the answer (the bytes of weights the
+      // new shards loaded) comes once every new shard has its weights.
+      [self](rt::rescale_atom, int32_t shards, const std::vector<int64_t>& bounds) -> caf::result<uint64_t> {
+        auto& s = self->state;
+        if (!s.error.empty()) return caf::make_error(caf::sec::runtime_error, s.error);
+        if (s.running) return caf::make_error(caf::sec::runtime_error, std::string("rescale: a step is running"));
+        if (!s.sh->plan.expert_parallel())
+          return caf::make_error(caf::sec::runtime_error, std::string("rescale: the run has no expert shards"));
+        s.sup->watch(self);
+        std::vector<caf::actor> fresh;
+        try {
+          RuntimeOptions o = s.sh->opt;
+          o.expert_shards = shards;
+          o.expert_bounds.clear();  // empty: the even split; else (shards + 1) per MoE layer
+          const size_t per = static_cast<size_t>(shards) + 1;
+          if (bounds.size() % per != 0) throw std::invalid_argument("expert bounds of the wrong size");
+          for (size_t i = 0; i < bounds.size(); i += per)
+            o.expert_bounds.emplace_back(bounds.begin() + static_cast<int64_t>(i), bounds.begin() + static_cast<int64_t>(i + per));
+          fresh = s.sup->rescale_experts(self, make_plan(o), s.step, s.attempt);
+        } catch (const std::exception& e) {
+          return caf::make_error(caf::sec::runtime_error, std::string("rescale: ") + e.what());
+        }
+        struct Wait {
+          caf::response_promise rp;
+          size_t left = 0;
+          uint64_t bytes = 0;
+          bool done = false;
+        };
+        auto w = std::make_shared<Wait>();
+        w->rp = self->make_response_promise();
+        w->left = fresh.size();
+        for (const caf::actor& a : fresh)
+          self->request(a, caf::infinite, rt::rescale_atom_v)
+              .then(
+                  [w](uint64_t b) {
+                    w->bytes += b;
+                    if (--w->left == 0 && !w->done) w->done = true, w->rp.deliver(w->bytes);
+                  },
+                  [w](caf::error& e) {
+                    // A new shard went down before its weights were in (its
+                    // respawn restores it; the migration is reported failed).
+                    if (!w->done) w->done = true, w->rp.deliver(std::move(e));
+                  });
+        return w->rp;
+      },
       [self](rt::dropped_atom) { return self->state.dropped; },
       [self](rt::corrupt_atom, const std::string& who, const std::string& why) { on_damaged(self, who, why); },
       [self](rt::corrupt_atom) { return self->state.damaged; },

@@ -76,6 +76,23 @@ inline std::optional<FaultTarget> parse_fault_target(const std::string& text) {
   return t;
 }
 
+// The decoupled RL actors (actors/rl/): "generator:K" or "reward:K" (a
+// non-negative decimal K). Sets `generator` and `index`; false otherwise.
+inline bool parse_rl_fault_target(const std::string& text, bool& generator, int& index) {
+  std::string num;
+  if (text.rfind("generator:", 0) == 0) generator = true, num = text.substr(10);
+  else if (text.rfind("reward:", 0) == 0) generator = false, num = text.substr(7);
+  else return false;
+  if (num.empty() || num.size() > 4 || num.find_first_not_of("0123456789") != std::string::npos) return false;
+  index = std::stoi(num);
+  return true;
+}
+
+// Kill points of a generator or reward actor within one job (a seeded kill
+// draws one of them): 1 on receiving it, 2 after computing before sending
+// the result (the work dies with the actor), 3 after sending it.
+inline constexpr uint32_t kRlKillPoints = 3;
+
 // What a [[faults]] entry does to its target:
 //   kill       the actor exits (exit_reason::kill) at a seeded point; it is
 //              restarted and the step replayed;
@@ -117,7 +134,7 @@ inline bool on_messages(FaultKind k) { return k != FaultKind::kill && k != Fault
 // One [[faults]] entry.
 struct FaultSpec {
   int64_t at_step = 1;      // 1-based step (1..steps) whose first attempt is hit
-  std::string target;       // "stage:K", "stage:K/replica:R", "optimizer:K", "expert:L/S[/replica:R]"
+  std::string target;       // "stage:K", "stage:K/replica:R", "optimizer:K", "expert:L/S[/replica:R]"; RL: "generator:K", "reward:K"
   FaultKind kind = FaultKind::kill;
   int64_t at_message = 0;   // kill: 0 = seeded point; k > 0: die on the k-th message (tests pin phases)
   int64_t count = 1;        // drop, duplicate, delay, corrupt: how many messages

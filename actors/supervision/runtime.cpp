@@ -21,6 +21,7 @@
 #include "model/training_loop.hpp"
 #include "model/stage.hpp"
 #include "model/weights.hpp"
+#include "moe/placement.hpp"
 
 namespace troupe::runtime {
 
@@ -72,6 +73,26 @@ void validate(const RuntimeOptions& o) {
   make_placement(o.devices, o.processes, o.stages, o.data_parallel, o.optimizer_shards, o.device_process);  // throws
   // A fault target exists when the plan has the actor (the one naming
   // scheme); the message says which count leaves it out.
+  // [[elastic]] scale events: a run with expert shards, one process, steps
+  // inside the run and increasing, counts the experts can be split into.
+  int64_t prev_step = 0;
+  for (const ElasticEvent& e : o.elastic) {
+    const std::string ev = "[[elastic]] at_step " + std::to_string(e.at_step) + ": ";
+    require(o.expert_shards > 0, ev + "scale events need a run with expert-shard actors (expert_shards > 0)");
+    require(o.processes == 1, ev + "scale events run in one process only (processes = " + std::to_string(o.processes) + ")");
+    require(e.at_step >= 1 && e.at_step <= t.steps,
+            ev + "at_step is outside the run's steps 1.." + std::to_string(t.steps));
+    require(e.at_step > prev_step, ev + "at_step must be greater than the previous event's (" + std::to_string(prev_step) + ")");
+    require(e.expert_shards >= 1 && e.expert_shards <= t.model.n_experts,
+            ev + "expert_shards (" + std::to_string(e.expert_shards) + ") must be in 1..n_experts (" +
+                std::to_string(t.model.n_experts) + ")");
+    prev_step = e.at_step;
+  }
+  if (o.expert_policy == ExpertPolicy::eplb) {
+    require(o.expert_shards > 0, "expert policy eplb needs expert-shard actors (expert_shards > 0)");
+    require(o.processes == 1, "expert policy eplb runs in one process only");
+    require(o.rebalance_every >= 1, "expert policy eplb needs rebalance_every >= 1");
+  }
   const Plan plan = make_plan(o);
   for (const FaultSpec& f : o.faults) {
     const std::optional<FaultTarget> target = parse_fault_target(f.target);
@@ -84,15 +105,21 @@ void validate(const RuntimeOptions& o) {
     require(f.kind != FaultKind::delay || f.delay_ms > 0, "fault kind delay needs delay_ms > 0");
     require(f.kind != FaultKind::pause || f.duration_ms > 0, "fault kind pause needs duration_ms > 0");
     require(f.kind != FaultKind::slow || (f.factor > 1 && f.steps >= 1), "fault kind slow needs factor > 1 and steps >= 1");
-    if (plan.target(*target)) continue;
+    // An expert shard must exist in the step the fault hits (after the
+    // scale events before it).
+    RuntimeOptions at = o;
+    at.expert_shards = f.at_step >= 1 && f.at_step <= t.steps ? expert_shards_at(o, f.at_step) : o.expert_shards;
+    const Plan step_plan = at.expert_shards == o.expert_shards ? plan : make_plan(at);
+    if (step_plan.target(*target)) continue;
     const std::string gone = "fault target " + f.target + " does not exist: ";
     if (target->role == Role::Expert) {
       const bool moe_layer =
           std::find(plan.moe_layers.begin(), plan.moe_layers.end(), target->index) != plan.moe_layers.end();
       require(plan.expert_parallel(), gone + "the run has no expert shards (expert_shards > 1 puts the experts in their own actors)");
       require(moe_layer, gone + "there are " + std::to_string(plan.moe_layers.size()) + " MoE layer(s)");
-      require(target->shard < plan.expert_shards,
-              gone + "there are " + std::to_string(plan.expert_shards) + " expert shard(s) per layer");
+      require(target->shard < step_plan.expert_shards,
+              gone + "there are " + std::to_string(step_plan.expert_shards) + " expert shard(s) per layer in step " +
+                  std::to_string(f.at_step));
     } else {
       const bool rank = target->role == Role::Rank;
       const int n = rank ? plan.sl.num_ranks : plan.num_shards();
@@ -111,6 +138,7 @@ struct Runtime::Impl {
   std::vector<std::unique_ptr<Device>> devices;
   std::shared_ptr<Shared> sh;
   std::unique_ptr<caf::actor_system_config> cfg;
+  std::shared_ptr<void> cluster_files;  // the TLS identity CAF reads (configure_cluster)
   std::unique_ptr<caf::actor_system> sys;
   std::unique_ptr<Cluster> cluster;  // processes > 1 (runtime_cluster.cpp)
   int64_t steps_done = 0;
@@ -121,6 +149,12 @@ struct Runtime::Impl {
   int64_t cached_step = -1;
   mutable std::mutex restarts_mu;
   std::vector<RestartEvent> restarts;
+  std::vector<RescaleReport> rescales;  // driver thread only
+  // [layer][expert] moving average of the routed loads (the eplb policy's
+  // input): avg = kLoadDecay * avg + (1 - kLoadDecay) * this step's.
+  static constexpr double kLoadDecay = 0.8;
+  std::vector<std::vector<double>> load_avg;
+  std::optional<RescaleReport> plan_change(int64_t next);
 
   bool tracing() const { return sh->opt.record_trace || !sh->opt.trace.empty(); }
 
@@ -132,6 +166,7 @@ struct Runtime::Impl {
     const auto& t = o.train;
     s.layout = model::build_param_layout(t.model);
     s.plan = make_plan(o);
+    s.live = std::make_shared<const Plan>(s.plan);
     // Test switches (duplicate_sends, corrupt_combine, replay_stale) act through the seam only.
     Interposers seam = make_interposer(o, s.plan.moe_layers.empty() ? -1 : s.plan.moe_layers.front());
     s.interposer = std::move(seam.chain);
@@ -159,27 +194,33 @@ struct Runtime::Impl {
     cfg = std::make_unique<caf::actor_system_config>();
     register_caf_types(*cfg);
     configure_scheduler(*cfg);
-    if (o.processes > 1) configure_cluster(*cfg, o);
+    if (o.processes > 1) cluster_files = configure_cluster(*cfg, o);
     sys = std::make_unique<caf::actor_system>(*cfg);
     // One placement rule, used at start and by the supervisor's respawns:
     // the devices the plan gives them.
     s.spawn = [this, place](caf::actor_system& as, Role role, int replica, int index) {
       if (role == Role::Optimizer)
         return spawn_shard(as, sh, *devices[static_cast<size_t>(place.shard_device[static_cast<size_t>(index)])], index);
-      if (role == Role::Expert) {  // index: the producer
-        ExpertShardSpec spec;
-        spec.replica = replica;
-        spec.layer = place.expert_ids[static_cast<size_t>(index)].first;
-        spec.shard = place.expert_ids[static_cast<size_t>(index)].second;
-        spec.shards = sh->opt.expert_shards;
-        spec.producer = index;
-        spec.microbatches = sh->plan.chunks;
-        spec.start_step = sh->start_step;  // resumed (a respawn is restored to the running step after)
-        const int d = place.expert_device[static_cast<size_t>(replica)][static_cast<size_t>(index)];
-        return spawn_expert_shard(as, sh, *devices[static_cast<size_t>(d)], spec);
-      }
+      if (role == Role::Expert) return sh->spawn_expert(as, *live_plan(*sh), replica, index, false);
       const int d = place.rank_device[static_cast<size_t>(replica)][static_cast<size_t>(index)];
       return spawn_rank(as, sh, *devices[static_cast<size_t>(d)], replica, index);
+    };
+    // Expert shards as a plan places them: the initial one, the live one
+    // after [[elastic]] events (which change only the expert shards).
+    s.spawn_expert = [this](caf::actor_system& as, const Plan& plan, int replica, int index, bool await_restore) {
+      const Placement& pl = plan.placement;
+      ExpertShardSpec spec;
+      spec.replica = replica;
+      spec.layer = pl.expert_ids[static_cast<size_t>(index)].first;
+      spec.shard = pl.expert_ids[static_cast<size_t>(index)].second;
+      spec.shards = plan.expert_shards;
+      spec.experts = plan.experts_of(spec.layer, spec.shard);
+      spec.producer = index;
+      spec.microbatches = plan.chunks;
+      spec.start_step = sh->start_step;  // resumed (a respawn is restored to the running step after)
+      spec.await_restore = await_restore;
+      const int d = pl.expert_device[static_cast<size_t>(replica)][static_cast<size_t>(index)];
+      return spawn_expert_shard(as, sh, *devices[static_cast<size_t>(d)], spec);
     };
     s.on_restart = [this, user = o.on_restart](const RestartEvent& ev) {
       {
@@ -247,7 +288,7 @@ struct Runtime::Impl {
       for (size_t x = 0; x < s.plan.expert_owned.size(); ++x)
         s.peers.experts[static_cast<size_t>(r)].push_back(
             place.expert_process(r, static_cast<int>(x)) == me
-                ? s.spawn(*sys, Role::Expert, r, static_cast<int>(x))
+                ? s.spawn_expert(*sys, s.plan, r, static_cast<int>(x), false)  // not spawn(): peers_mu is held
                 : caf::actor{});
   }
 
@@ -300,6 +341,61 @@ struct Runtime::Impl {
 Runtime::Runtime(const RuntimeOptions& options) : impl_(std::make_unique<Impl>(options)) {}
 Runtime::~Runtime() = default;
 
+namespace {
+
+// max / mean of the per-shard sums of one layer's per-expert loads under a
+// split (1 = balanced; 0 when nothing was routed).
+double shard_imbalance(const std::vector<int64_t>& layer, const std::vector<ExpertRange>& split) {
+  int64_t total = 0, most = 0;
+  for (const ExpertRange& r : split) {
+    int64_t sum = 0;
+    for (int64_t e = r.begin; e < r.end; ++e) sum += layer[static_cast<size_t>(e)];
+    total += sum;
+    most = std::max(most, sum);
+  }
+  return total > 0 ? static_cast<double>(most) * static_cast<double>(split.size()) / static_cast<double>(total) : 0.0;
+}
+
+// The boundaries of a plan's split of MoE layer `li`.
+std::vector<int64_t> bounds_of(const Plan& p, size_t li) {
+  std::vector<int64_t> b{0};
+  for (const ExpertRange& r : p.layer_experts[li]) b.push_back(r.end);
+  return b;
+}
+
+}  // namespace
+
+// The placement change due before step `next`, if any: an [[elastic]] event
+// (or, resumed past some, the count in force), else an eplb rebalance.
+std::optional<RescaleReport> Runtime::Impl::plan_change(int64_t next) {
+  const RuntimeOptions& o = sh->opt;
+  if (o.expert_shards <= 0) return std::nullopt;
+  const auto now = live_plan(*sh);
+  const int due = expert_shards_at(o, next);
+  bool event = false;
+  for (const ElasticEvent& ev : o.elastic) event = event || ev.at_step == next;
+  RescaleReport rep;
+  rep.step = next;
+  rep.old_shards = now->expert_shards;
+  rep.new_shards = due;
+  if (event || due != now->expert_shards) return rep;  // the even split of the new count
+  if (o.expert_policy != ExpertPolicy::eplb || o.rebalance_every <= 0 || steps_done == 0 ||
+      steps_done % o.rebalance_every != 0 || load_avg.empty() || now->expert_shards < 2)
+    return std::nullopt;
+  // eplb: incremental moves by the moving average of the measured loads.
+  for (size_t li = 0; li < now->moe_layers.size(); ++li) {
+    const std::vector<double>& avg = load_avg[static_cast<size_t>(now->moe_layers[li])];
+    int moves = 0;
+    const std::vector<int64_t> cur = bounds_of(*now, li);
+    const std::vector<int64_t> next_b = moe::rebalance_bounds(avg, cur, now->expert_shards, &moves);
+    rep.moved_experts += moves;
+    rep.bounds.insert(rep.bounds.end(), next_b.begin(), next_b.end());
+  }
+  if (rep.moved_experts == 0) return std::nullopt;
+  rep.policy = true;
+  return rep;
+}
+
 model::StepMetrics Runtime::step() {
   const auto t0 = std::chrono::steady_clock::now();
   if (impl_->cluster) {
@@ -308,6 +404,24 @@ model::StepMetrics Runtime::step() {
   }
   if (impl_->stale) impl_->stale->forget();  // keep this step's messages only
   caf::scoped_actor self{*impl_->sys};
+  // A placement change due at this step: the plan changes at this boundary,
+  // and the step's time includes the migration (its stall).
+  const auto before = live_plan(*impl_->sh);
+  std::optional<RescaleReport> scale = impl_->plan_change(impl_->steps_done + 1);
+  if (scale) {
+    const auto m0 = std::chrono::steady_clock::now();
+    std::string err;
+    self->request(impl_->sh->peers.coordinator, caf::infinite, rt::rescale_atom_v,
+                  static_cast<int32_t>(scale->new_shards), scale->bounds)
+        .receive([&](uint64_t bytes) { scale->bytes = static_cast<int64_t>(bytes); },
+                 [&](caf::error& e) { err = impl_->sys->render(e); });
+    if (!err.empty())
+      throw std::runtime_error("runtime: placement change before step " + std::to_string(scale->step) + " failed: " + err);
+    scale->migration_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - m0).count();
+    const int moe_layers = static_cast<int>(impl_->sh->plan.moe_layers.size()), dp = impl_->sh->opt.data_parallel;
+    scale->spawned = dp * moe_layers * scale->new_shards;
+    scale->retired = dp * moe_layers * scale->old_shards;
+  }
   model::StepMetrics m;
   std::string err;
   self->request(impl_->sh->peers.coordinator, caf::infinite, rt::step_atom_v)
@@ -324,21 +438,46 @@ model::StepMetrics Runtime::step() {
   m.tokens = impl_->sh->opt.train.data.batch_size * impl_->sh->opt.train.model.seq_len;
   m.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const RuntimeOptions& o = impl_->sh->opt;
+  const auto plan = live_plan(*impl_->sh);
   if (o.train.model.ffn == model::Ffn::moe) {
     m.expert_load = expert_load();
     m.dropped = expert_dropped();
-    for (const auto& layer : m.expert_load) {
-      if (o.expert_shards <= 0) break;
-      std::vector<int64_t> per(static_cast<size_t>(o.expert_shards), 0);
-      for (int k = 0; k < o.expert_shards; ++k) {
-        const ExpertRange r = expert_split(o.train.model.n_experts, o.expert_shards, k);
-        for (int64_t e = r.begin; e < r.end; ++e) per[static_cast<size_t>(k)] += layer[static_cast<size_t>(e)];
+    for (size_t li = 0; li < plan->layer_experts.size() && li < m.expert_load.size(); ++li) {
+      const auto& layer = m.expert_load[static_cast<size_t>(plan->moe_layers[li])];
+      std::vector<int64_t> per;
+      for (const ExpertRange& r : plan->layer_experts[li]) {
+        int64_t sum = 0;
+        for (int64_t e = r.begin; e < r.end; ++e) sum += layer[static_cast<size_t>(e)];
+        per.push_back(sum);
       }
       m.shard_load.push_back(std::move(per));
     }
+    // The eplb policy's input: a moving average of the per-expert loads.
+    if (impl_->load_avg.size() != m.expert_load.size()) {
+      impl_->load_avg.clear();
+      for (const auto& layer : m.expert_load) impl_->load_avg.emplace_back(layer.begin(), layer.end());
+    } else {
+      for (size_t l = 0; l < m.expert_load.size(); ++l)
+        for (size_t e = 0; e < m.expert_load[l].size(); ++e)
+          impl_->load_avg[l][e] = Impl::kLoadDecay * impl_->load_avg[l][e] + (1.0 - Impl::kLoadDecay) * static_cast<double>(m.expert_load[l][e]);
+    }
+  }
+  if (scale) {
+    scale->step_seconds = m.step_seconds;
+    for (size_t li = 0; li < plan->layer_experts.size() && li < m.expert_load.size(); ++li) {
+      const auto& layer = m.expert_load[static_cast<size_t>(plan->moe_layers[li])];
+      scale->imbalance_before.push_back(shard_imbalance(layer, before->layer_experts[li]));
+      scale->imbalance_after.push_back(shard_imbalance(layer, plan->layer_experts[li]));
+    }
+    impl_->rescales.push_back(*scale);
+    if (o.on_rescale) o.on_rescale(*scale);
   }
   return m;
 }
+
+std::vector<RescaleReport> Runtime::rescales() const { return impl_->rescales; }
+
+int Runtime::expert_shards() const { return live_plan(*impl_->sh)->expert_shards; }
 
 int64_t Runtime::steps_done() const { return impl_->steps_done; }
 
@@ -517,7 +656,7 @@ void Runtime::write_trace(const std::string& path) {
     if (!d) continue;  // another process's device
     d->drain();
     std::string actors;  // by the plan's names, as validate lists them
-    for (const ActorPlan& a : impl_->sh->plan.actors)
+    for (const ActorPlan& a : live_plan(*impl_->sh)->actors)
       if (a.device == d->id()) actors += (actors.empty() ? "" : ", ") + a.name;
     traces.push_back(DeviceTrace{d->id(), d->trace(), actors});
   }

@@ -43,6 +43,7 @@ void Supervisor::watch(caf::event_based_actor* self) {
   if (watching_) return;
   watching_ = true;
   std::lock_guard<std::mutex> lock(sh_->peers_mu);
+  const Plan* plan = sh_->live ? sh_->live.get() : &sh_->plan;  // the expert shards in force (live_plan() would relock)
   for (size_t r = 0; r < sh_->peers.ranks.size(); ++r)
     for (size_t k = 0; k < sh_->peers.ranks[r].size(); ++k) {
       const caf::actor& a = sh_->peers.ranks[r][k];
@@ -60,7 +61,7 @@ void Supervisor::watch(caf::event_based_actor* self) {
       const caf::actor& a = sh_->peers.experts[r][x];
       self->monitor(a);
       children_[a.address()] = {Role::Expert, static_cast<int>(r), static_cast<int>(x),
-                                sh_->plan.expert(static_cast<int>(r), static_cast<int>(x)).name};
+                                plan->expert(static_cast<int>(r), static_cast<int>(x)).name};
     }
 }
 

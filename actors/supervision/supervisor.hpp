@@ -54,6 +54,14 @@ class Supervisor {
   // stale instead of as work of a step it has not reached. Returns the handle.
   caf::actor respawn(caf::event_based_actor* self, const Child& child, uint64_t step, uint32_t attempt);
 
+  // A scale event between steps (elastic.cpp): spawns `next`'s expert
+  // shards, restores them to the start of step `step` from the committed
+  // snapshot, then publishes them (peer table, live plan) and makes them the
+  // children in place of the previous ones, which are stopped. Returns the
+  // new shards, replica-major.
+  std::vector<caf::actor> rescale_experts(caf::event_based_actor* self, const Plan& next, uint64_t step,
+                                          uint32_t attempt);
+
   // Snapshots: a shard's post-update state of the running step; all of them
   // staged -> commit() when the step ends.
   // False (nothing kept) for an unknown shard or one already staged.

@@ -1,0 +1,326 @@
+// The coordinator (dealing, weight versions, supervision, fault injection)
+// and the trainer actor of decoupled RL, and the facade that brings them up
+// (see rl_actors.hpp; the protocol is in rl_messages.hpp).
+#include <algorithm>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+
+#include "actors/rl/rl_actors.hpp"
+#include "actors/rl/rl_messages.hpp"
+#include "actors/transport/caf_scheduler.hpp"
+#include "rl/task.hpp"
+
+namespace troupe::runtime {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// What the coordinator and the trainer share with the facade. The
+// coordinator writes `restarts`, `events` and `error` under `mu`; the trainer
+// drains restarts to the observer from its own thread.
+struct RunContext {
+  std::mutex mu;
+  std::vector<RestartEvent> restarts, unreported;
+  std::vector<std::string> events;
+  std::string error;  // set once: the run failed (the trainer stops on it)
+  RlActorObserver* observer = nullptr;
+  rl::RlSummary summary;
+  RlActorReport report;  // the trainer's and generators' figures
+  Clock::time_point t0;
+};
+
+struct DriverState {
+  std::shared_ptr<const RlShared> sh;
+  std::shared_ptr<RunContext> ctx;
+  caf::actor buffer, trainer;
+  std::vector<caf::actor> gens, rewards;
+  std::map<int64_t, rlmsg::Weights> versions;  // published, still needed
+  int64_t published = -1;                      // newest version
+  int64_t next = 0;                            // next step to deal
+  std::set<int64_t> admitted;                  // steps the ledger took
+  std::vector<char> fired;                     // per fault: armed already
+  int restarts = 0;
+};
+
+int64_t eta_of(const DriverState& s) { return s.sh->opt->train.rl.max_staleness; }
+int64_t version_for(const DriverState& s, int64_t step) { return std::max<int64_t>(0, step - eta_of(s)); }
+
+// Arms `target` with its kill point when a not-yet-fired fault names it for
+// a job of step `step` (0-based) or later: the fault hits the first job of
+// its step it gets.
+void maybe_arm(caf::event_based_actor* self, DriverState& s, const caf::actor& to, bool generator, int index,
+               int64_t step) {
+  const auto& faults = s.sh->opt->faults;
+  for (size_t i = 0; i < faults.size(); ++i) {
+    bool gen = false;
+    int k = 0;
+    if (s.fired[i] || !parse_rl_fault_target(faults[i].target, gen, k) || gen != generator || k != index) continue;
+    if (step + 1 < faults[i].at_step) continue;
+    s.fired[i] = 1;
+    const uint32_t point = faults[i].at_message > 0
+                               ? static_cast<uint32_t>(faults[i].at_message)
+                               : kill_point(s.sh->seed, static_cast<uint64_t>(faults[i].at_step), faults[i].target,
+                                            kRlKillPoints);
+    self->send(to, rlmsg::arm_atom::value, point);
+  }
+}
+
+void deal(caf::event_based_actor* self, DriverState& s, int64_t step, bool redeal) {
+  const int64_t v = version_for(s, step);
+  const size_t k = static_cast<size_t>(step) % s.gens.size();
+  if (!redeal) {
+    std::lock_guard<std::mutex> lock(s.ctx->mu);
+    s.ctx->events.push_back("deal " + std::to_string(step) + " " + std::to_string(v));
+  }
+  maybe_arm(self, s, s.gens[k], true, static_cast<int>(k), step);
+  self->send(s.gens[k], rlmsg::job_atom::value, step, s.versions.at(v));
+}
+
+// Deals every step whose version is published, in step order.
+void deal_ready(caf::event_based_actor* self, DriverState& s) {
+  while (s.next < s.sh->steps && version_for(s, s.next) <= s.published) deal(self, s, s.next++, false);
+}
+
+void fail(caf::event_based_actor* self, DriverState& s, const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(s.ctx->mu);
+    if (s.ctx->error.empty()) s.ctx->error = why;
+  }
+  // Unblocks the trainer: an empty batch means "stop, the run failed".
+  if (s.trainer) self->send(s.trainer, rlmsg::batch_atom::value, rlmsg::Scored{}, int64_t{0}, int64_t{0}, int64_t{0});
+}
+
+caf::actor spawn_generator(caf::event_based_actor* self, DriverState& s, int k) {
+  return self->spawn<caf::detached + caf::monitored>(generator_actor, s.sh, k, caf::actor_cast<caf::actor>(self));
+}
+caf::actor spawn_reward(caf::event_based_actor* self, DriverState& s, int k) {
+  return self->spawn<caf::detached + caf::monitored>(reward_actor, s.sh, k, s.buffer);
+}
+
+caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_ptr<const RlShared> sh,
+                           std::shared_ptr<RunContext> ctx, std::shared_ptr<RlLedger> ledger) {
+  DriverState& s = self->state;
+  s.sh = sh;
+  s.ctx = ctx;
+  s.fired.assign(sh->opt->faults.size(), 0);
+  const rl::RlConfig& rl = sh->opt->train.rl;
+  s.buffer = self->spawn<caf::monitored>(buffer_actor, sh, ledger, caf::actor_cast<caf::actor>(self));
+  for (int k = 0; k < rl.generators; ++k) s.gens.push_back(spawn_generator(self, s, k));
+  for (int k = 0; k < rl.reward_actors; ++k) s.rewards.push_back(spawn_reward(self, s, k));
+  // Supervision, one_for_one: a generator or reward actor that goes down is
+  // respawned alone under the same name, and every step routed through it
+  // that the ledger has not admitted is dealt again; rollouts are pure
+  // functions of (seed, step, index, version), so the re-run reproduces them
+  // and the ledger drops whatever the dead actor had delivered already.
+  self->set_down_handler([self](caf::down_msg& dm) {
+    DriverState& s = self->state;
+    if (dm.reason == caf::exit_reason::user_shutdown) return;
+    bool generator = false;
+    int index = -1;
+    for (size_t k = 0; k < s.gens.size(); ++k)
+      if (s.gens[k].address() == dm.source) generator = true, index = static_cast<int>(k);
+    for (size_t k = 0; k < s.rewards.size() && index < 0; ++k)
+      if (s.rewards[k].address() == dm.source) index = static_cast<int>(k);
+    if (index < 0) {
+      if (s.buffer.address() == dm.source) fail(self, s, "rollout_buffer went down: " + caf::to_string(dm.reason));
+      return;
+    }
+    const std::string name = std::string(generator ? "generator:" : "reward:") + std::to_string(index);
+    if (++s.restarts > s.sh->opt->max_restarts) {
+      fail(self, s, name + " went down (" + caf::to_string(dm.reason) + ") after " +
+                        std::to_string(s.sh->opt->max_restarts) + " restarts in this run: giving up");
+      return;
+    }
+    if (generator) s.gens[static_cast<size_t>(index)] = spawn_generator(self, s, index);
+    else s.rewards[static_cast<size_t>(index)] = spawn_reward(self, s, index);
+    const size_t n = generator ? s.gens.size() : s.rewards.size();
+    int64_t first = -1;
+    for (int64_t step = 0; step < s.next; ++step) {
+      if (s.admitted.count(step) || static_cast<size_t>(step) % n != static_cast<size_t>(index)) continue;
+      if (first < 0) first = step;
+      deal(self, s, step, true);
+    }
+    RestartEvent e;
+    e.step = (first < 0 ? s.next : first) + 1;
+    e.attempt = 1;
+    e.actor = name;
+    e.cause = dm.reason == caf::exit_reason::kill ? "killed" : caf::to_string(dm.reason);
+    e.phase = first < 0 ? "idle" : "its in-flight steps dealt again from step " + std::to_string(first + 1);
+    std::lock_guard<std::mutex> lock(s.ctx->mu);
+    s.ctx->restarts.push_back(e);
+    s.ctx->unreported.push_back(e);
+  });
+  // The end of the run (the facade's exit): children go down with it.
+  self->set_exit_handler([self](caf::exit_msg& m) {
+    DriverState& s = self->state;
+    for (auto& a : s.gens) self->send_exit(a, caf::exit_reason::user_shutdown);
+    for (auto& a : s.rewards) self->send_exit(a, caf::exit_reason::user_shutdown);
+    self->send_exit(s.buffer, caf::exit_reason::user_shutdown);
+    self->quit(m.reason);
+  });
+  return {
+      [self](rlmsg::publish_atom, rlmsg::Weights& w) {
+        DriverState& s = self->state;
+        if (!s.trainer) s.trainer = caf::actor_cast<caf::actor>(self->current_sender());
+        {
+          std::lock_guard<std::mutex> lock(s.ctx->mu);
+          s.ctx->events.push_back("publish " + std::to_string(w.version));
+        }
+        s.published = w.version;
+        s.versions[w.version] = std::move(w);
+        // Versions no undelivered step can need any more are dropped.
+        int64_t lowest = s.next;
+        for (int64_t step = 0; step < s.next; ++step)
+          if (!s.admitted.count(step)) lowest = std::min(lowest, step);
+        const int64_t keep = std::min(version_for(s, lowest), s.published);
+        s.versions.erase(s.versions.begin(), s.versions.lower_bound(keep));
+        deal_ready(self, s);
+      },
+      [self](rlmsg::rollout_atom, rlmsg::Rollout& r) {
+        DriverState& s = self->state;
+        const int64_t step = r.r->step;
+        const size_t k = static_cast<size_t>(step) % s.rewards.size();
+        maybe_arm(self, s, s.rewards[k], false, static_cast<int>(k), step);
+        self->send(s.rewards[k], rlmsg::score_atom::value, std::move(r));
+      },
+      [self](rlmsg::admitted_atom, int64_t step, bool ok) {
+        DriverState& s = self->state;
+        if (ok) s.admitted.insert(step);
+        else deal(self, s, step, true);  // refused by admission: sample it again
+      },
+      [self](rlmsg::take_atom, int64_t step, const caf::actor& trainer) {
+        self->send(self->state.buffer, rlmsg::take_atom::value, step, trainer);
+      },
+  };
+}
+
+// The trainer actor: the one RL loop (rl::run_rl_loop) where each step
+// takes its rollouts from the buffer, trains on them with the existing
+// in-process update (rl::RlTrainer::train_on) and publishes the new version.
+void trainer_actor(caf::blocking_actor* self, std::shared_ptr<const RlShared> sh, std::shared_ptr<RunContext> ctx,
+                   caf::actor driver) {
+  const RlActorOptions& o = *sh->opt;
+  try {
+    rl::RlTrainer tr(o.train, o.make_task ? o.make_task() : nullptr);
+    auto publish = [&](int64_t version) {
+      rlmsg::Weights w{version, std::make_shared<const std::vector<float>>(tr.parameters())};
+      self->send(driver, rlmsg::publish_atom::value, std::move(w));
+    };
+    publish(0);
+    RlActorReport& rep = ctx->report;
+    double gen_busy = 0.0;
+    auto step_fn = [&]() -> rl::RlStepMetrics {
+      const int64_t step = tr.steps_done();
+      const auto tw = Clock::now();
+      self->send(driver, rlmsg::take_atom::value, step, caf::actor_cast<caf::actor>(self));
+      rlmsg::Scored got;
+      int64_t depth = 0, discarded = 0, duplicates = 0;
+      self->receive([&](rlmsg::batch_atom, rlmsg::Scored& sc, int64_t d, int64_t disc, int64_t dup) {
+        got = std::move(sc);
+        depth = d;
+        discarded = disc;
+        duplicates = dup;
+      });
+      if (!got.scored) {
+        std::lock_guard<std::mutex> lock(ctx->mu);
+        throw std::runtime_error(ctx->error);
+      }
+      const double wait = since(tw);
+      const rl::RlStepMetrics m = tr.train_on(*got.rollout.r, *got.scored, got.reward_seconds);
+      publish(step + 1);
+      RlActorStepMetrics am;
+      am.step = m.step;
+      am.sampled_version = got.rollout.r->version;
+      for (const model::Completion& c : got.rollout.r->completions)
+        for (int64_t v : c.versions) ++am.staleness[step - v];
+      for (const auto& [lag, n] : am.staleness) rep.staleness[lag] += n;
+      am.buffer_depth = depth;
+      am.discarded = discarded;
+      am.duplicates = duplicates;
+      am.trainer_wait_seconds = wait;
+      am.weight_sync_seconds = got.rollout.sync_seconds;
+      am.weight_sync_bytes = got.rollout.sync_bytes;
+      gen_busy += got.rollout.busy_seconds;
+      rep.trainer_wait_seconds += wait;
+      rep.generator_busy_seconds = gen_busy;
+      rep.weight_sync_seconds += got.rollout.sync_seconds;
+      rep.weight_sync_bytes += got.rollout.sync_bytes;
+      rep.weight_syncs += got.rollout.sync_bytes > 0;
+      rep.max_buffer_depth = std::max(rep.max_buffer_depth, depth);
+      const double wall = since(ctx->t0);
+      const double gens = static_cast<double>(o.train.rl.generators);
+      am.trainer_idle = wall > 0 ? rep.trainer_wait_seconds / wall : 0.0;
+      am.generator_idle = wall > 0 ? std::max(0.0, 1.0 - gen_busy / (gens * wall)) : 0.0;
+      std::vector<RestartEvent> news;
+      {
+        std::lock_guard<std::mutex> lock(ctx->mu);
+        news.swap(ctx->unreported);
+      }
+      for (const RestartEvent& e : news) ctx->observer->on_restart(e);
+      ctx->observer->on_actor_step(am);
+      return m;
+    };
+    ctx->summary = rl::run_rl_loop(tr, o.train, *ctx->observer, step_fn);
+    rep.parameters = tr.parameters();
+  } catch (const std::exception& e) {
+    std::lock_guard<std::mutex> lock(ctx->mu);
+    if (ctx->error.empty()) ctx->error = std::string("trainer: ") + e.what();
+  }
+}
+
+}  // namespace
+
+rl::RlSummary train_decoupled(const RlActorOptions& options, RlActorObserver& observer, RlActorReport* report) {
+  const rl::RlConfig& rl = options.train.rl;
+  if (rl.sync != rl::SyncMode::fixed_lag)
+    throw std::invalid_argument("train_decoupled: rl.sync must be \"fixed_lag\"");
+  if (!options.train.resume_from.empty())
+    throw std::invalid_argument("train_decoupled: resuming a decoupled run is not supported yet");
+  for (const rl::ConfigProblem& p : rl::check_config(rl)) throw std::invalid_argument("rl." + p.key + ": " + p.message);
+  for (const FaultSpec& f : options.faults) {
+    bool gen = false;
+    int k = 0;
+    if (!parse_rl_fault_target(f.target, gen, k) || k >= (gen ? rl.generators : rl.reward_actors) ||
+        f.kind != FaultKind::kill || f.at_message < 0 || f.at_message > kRlKillPoints)
+      throw std::invalid_argument("train_decoupled: fault target \"" + f.target + "\" (kind " + fault_kind_name(f.kind) +
+                                  ") is not a kill of an existing generator:K or reward:K at a point 0.." +
+                                  std::to_string(kRlKillPoints));
+  }
+  auto sh = std::make_shared<RlShared>();
+  sh->opt = &options;
+  sh->seed = options.train.seed;
+  sh->steps = options.train.steps;
+  auto ctx = std::make_shared<RunContext>();
+  ctx->observer = &observer;
+  ctx->t0 = Clock::now();
+  auto ledger = std::make_shared<RlLedger>();
+  {
+    caf::actor_system_config cfg;
+    configure_scheduler(cfg);
+    caf::actor_system sys{cfg};
+    caf::actor driver = sys.spawn(driver_actor, sh, ctx, ledger);
+    caf::actor trainer = sys.spawn(trainer_actor, sh, ctx, driver);
+    caf::scoped_actor self{sys};
+    self->wait_for(trainer);
+    self->send_exit(driver, caf::exit_reason::user_shutdown);
+  }  // the system waits for every actor to finish
+  if (!ctx->error.empty()) throw std::runtime_error(ctx->error);
+  RlActorReport& rep = ctx->report;
+  rep.wall_seconds = since(ctx->t0);
+  rep.ledger = *ledger;
+  rep.restarts = ctx->restarts;
+  rep.events = ctx->events;
+  const double gens = static_cast<double>(rl.generators);
+  rep.generator_idle = rep.wall_seconds > 0 ? std::max(0.0, 1.0 - rep.generator_busy_seconds / (gens * rep.wall_seconds)) : 0;
+  rep.trainer_idle = rep.wall_seconds > 0 ? rep.trainer_wait_seconds / rep.wall_seconds : 0;
+  for (const RestartEvent& e : ctx->unreported) observer.on_restart(e);
+  if (report) *report = rep;
+  return ctx->summary;
+}
+
+}  // namespace troupe::runtime

@@ -1,0 +1,91 @@
+// Messages of the decoupled RL actors (internal to actors/rl/*.cpp). They
+// stay in one process, so payloads travel by reference: a shared pointer to
+// an immutable value (weights of one version, a step's rollouts, their
+// scores), never copied or encoded. Across processes they would need a Cap'n
+// Proto schema; that is not built (README "Online RL").
+//
+// Protocol (step s, generator k = s % K, reward actor r = s % R):
+//   trainer -> coordinator      (publish, Weights v)       after each update, and v = 0 at start
+//   coordinator -> generator:k  [(arm, point)] (job, s, Weights max(0, s - eta))
+//   generator:k -> coordinator  (rollout, Rollout)
+//   coordinator -> reward:r     [(arm, point)] (score, Rollout)
+//   reward:r -> buffer          (admit, Scored)
+//   buffer -> coordinator       (admitted, s)             the ledger took step s's groups
+//   trainer -> coordinator      (take, s, trainer)        forwarded to the buffer; then blocks for
+//   buffer -> trainer           (batch, Scored, depth, discarded, duplicates): the
+//                               ledger's counts so far ride along (an empty Scored: the run failed)
+#pragma once
+
+#include <caf/all.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "rl/rollout.hpp"
+#include "rl/rollout_step.hpp"
+
+namespace troupe::runtime::rlmsg {
+
+using publish_atom = caf::atom_constant<caf::atom("rl_publish")>;
+using job_atom = caf::atom_constant<caf::atom("rl_job")>;
+using rollout_atom = caf::atom_constant<caf::atom("rl_rollout")>;
+using score_atom = caf::atom_constant<caf::atom("rl_score")>;
+using admit_atom = caf::atom_constant<caf::atom("rl_admit")>;
+using admitted_atom = caf::atom_constant<caf::atom("rl_admtd")>;
+using take_atom = caf::atom_constant<caf::atom("rl_take")>;
+using batch_atom = caf::atom_constant<caf::atom("rl_batch")>;
+using arm_atom = caf::atom_constant<caf::atom("rl_arm")>;
+
+// One published policy version (immutable once published).
+struct Weights {
+  int64_t version = 0;
+  std::shared_ptr<const std::vector<float>> params;
+};
+
+// A generator's result for one step, with what it cost.
+struct Rollout {
+  std::shared_ptr<const rl::StepRollouts> r;
+  int generator = 0;
+  double busy_seconds = 0.0;       // sampling plus the weight copy
+  double sync_seconds = 0.0;       // the weight copy at the fence (0 when it had the version)
+  int64_t sync_bytes = 0;
+};
+
+// A reward actor's verdicts on a step's rollouts.
+struct Scored {
+  Rollout rollout;
+  std::shared_ptr<const rl::ScoredBatch> scored;
+  double reward_seconds = 0.0;
+};
+
+}  // namespace troupe::runtime::rlmsg
+
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::runtime::rlmsg::Weights)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::runtime::rlmsg::Rollout)
+CAF_ALLOW_UNSAFE_MESSAGE_TYPE(troupe::runtime::rlmsg::Scored)
+
+namespace troupe::runtime {
+
+struct RlActorOptions;
+struct RlLedger;
+
+// The options every actor reads (immutable after start).
+struct RlShared {
+  const RlActorOptions* opt = nullptr;
+  uint64_t seed = 0;
+  int64_t steps = 0;
+};
+
+// Behaviours (actors/rl/rl_roles.cpp); the coordinator spawns them. `driver` receives results; a kill
+// point armed with (arm, k) fires on the next job: 1 before computing, 2
+// after computing (the result is lost), 3 after sending it.
+caf::behavior generator_actor(caf::event_based_actor* self, std::shared_ptr<const RlShared> sh, int index,
+                              caf::actor driver);
+caf::behavior reward_actor(caf::event_based_actor* self, std::shared_ptr<const RlShared> sh, int index,
+                           caf::actor buffer);
+// The buffer writes the ledger (read by the facade after the buffer is gone).
+caf::behavior buffer_actor(caf::event_based_actor* self, std::shared_ptr<const RlShared> sh,
+                           std::shared_ptr<RlLedger> ledger, caf::actor driver);
+
+}  // namespace troupe::runtime

@@ -1,0 +1,48 @@
+// The actors of a decoupled RL run (rl.sync = "fixed_lag") and where they
+// sit, computed once from the [rl] values and the device count: `troupe
+// validate` lists them, the run logs them. CAF-free.
+//
+// Placement: the trainer on device 0; generators on devices 1..D-1
+// round-robin (all on device 0 when D = 1), so with 2 devices generation and
+// training run side by side; the coordinator, the buffer and the reward
+// actors (rule verifiers, microseconds per group) are control actors with no
+// device. On host devices a device is a thread: each generator and the
+// trainer compute on their own thread with their own backend.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "rl/config.hpp"
+
+namespace troupe::runtime {
+
+struct RlActorPlacement {
+  std::string name;  // "rl_coordinator", "rollout_buffer", "trainer", "generator:K", "reward:K"
+  int device = -1;   // -1: a control actor with no device
+  std::string detail;
+};
+
+inline int rl_generator_device(int generator, int devices) {
+  return devices <= 1 ? 0 : 1 + generator % (devices - 1);
+}
+
+inline std::vector<RlActorPlacement> rl_actor_plan(const rl::RlConfig& c, int devices) {
+  std::vector<RlActorPlacement> out;
+  const std::string eta = std::to_string(c.max_staleness);
+  out.push_back({"rl_coordinator", -1, "deals step s to generator s % " + std::to_string(c.generators) +
+                                           " with version max(0, s - " + eta + "); supervises generators and reward actors"});
+  out.push_back({"rollout_buffer", -1, "admission (version exactly max(0, s - " + eta +
+                                           ")) and the ledger: each group (seed, step, index) admitted and trained once"});
+  out.push_back({"trainer", 0, "the policy update (loss " + std::string(loss_kind_name(c.policy.kind)) +
+                                   "); publishes version v+1 after each step"});
+  for (int k = 0; k < c.generators; ++k)
+    out.push_back({"generator:" + std::to_string(k), rl_generator_device(k, devices),
+                   "policy copy + version; samples " + std::to_string(c.prompts_per_step) + " x " +
+                       std::to_string(c.group_size) + " completions per step (KV cache)"});
+  for (int k = 0; k < c.reward_actors; ++k)
+    out.push_back({"reward:" + std::to_string(k), -1, "rule verifier and group advantages"});
+  return out;
+}
+
+}  // namespace troupe::runtime

@@ -1,0 +1,73 @@
+// Elastic experts ([[elastic]] scale events): the supervisor's side of a
+// change of expert shards at a step boundary. The coordinator calls
+// Supervisor::rescale_experts between steps (no step running, every actor
+// idle): the next plan's expert shards are spawned on the devices it places
+// them on, sent the committed snapshot (restore messages, like a respawn)
+// BEFORE their handles are published, then the peer table, the live plan
+// and the supervisor's children switch to them at once, and the previous
+// shards are stopped. The weights come from the optimizer shards' committed
+// parameters; the AdamW state never moves (it lives in the optimizer
+// shards), so a scale event changes no number of the training.
+#include <cstdio>
+#include <stdexcept>
+
+#include "actors/supervision/supervisor.hpp"
+
+namespace troupe::runtime {
+
+std::string RescaleReport::str() const {
+  char head[160];
+  std::snprintf(head, sizeof head, "step %lld: expert shards %d -> %d (%d spawned, %d retired), %lld bytes in %.3f ms",
+                static_cast<long long>(step), old_shards, new_shards, spawned, retired, static_cast<long long>(bytes),
+                1e3 * migration_seconds);
+  std::string out = head;
+  if (policy) out += " (eplb: " + std::to_string(moved_experts) + " expert(s) moved)";
+  auto list = [](const std::vector<double>& v) {
+    std::string s;
+    for (double x : v) {
+      char b[32];
+      std::snprintf(b, sizeof b, "%s%.3f", s.empty() ? "" : " ", x);
+      s += b;
+    }
+    return s;
+  };
+  if (!imbalance_after.empty())
+    out += "; max/mean shard load per layer " + list(imbalance_before) + " -> " + list(imbalance_after);
+  return out;
+}
+
+std::vector<caf::actor> Supervisor::rescale_experts(caf::event_based_actor* self, const Plan& next, uint64_t step,
+                                                    uint32_t attempt) {
+  if (!next.expert_parallel()) throw std::invalid_argument("rescale_experts: the next plan has no expert shards");
+  auto plan = std::make_shared<const Plan>(next);
+  std::vector<std::vector<caf::actor>> fresh(static_cast<size_t>(plan->data_parallel));
+  std::vector<caf::actor> spawned;
+  for (int r = 0; r < plan->data_parallel; ++r)
+    for (int x = 0; x < plan->num_producers(); ++x) {
+      caf::actor a = sh_->spawn_expert(self->system(), *plan, r, x, true);
+      self->monitor(a);
+      // Restored before anyone can address it: a rank's first dispatch,
+      // sent after the handle is published, queues behind these.
+      restore_rank(self, a, step, attempt);
+      children_[a.address()] = {Role::Expert, r, x, plan->expert(r, x).name};
+      fresh[static_cast<size_t>(r)].push_back(a);
+      spawned.push_back(std::move(a));
+    }
+  std::vector<std::vector<caf::actor>> old;
+  {
+    std::lock_guard<std::mutex> lock(sh_->peers_mu);
+    old = std::move(sh_->peers.experts);
+    sh_->peers.experts = std::move(fresh);
+    sh_->live = plan;
+  }
+  for (const auto& rep : old)
+    for (const caf::actor& a : rep) {
+      if (!a) continue;
+      children_.erase(a.address());
+      self->demonitor(a);  // a retired shard going down is no failure
+      self->send_exit(a, caf::exit_reason::user_shutdown);
+    }
+  return spawned;
+}
+
+}  // namespace troupe::runtime
