@@ -1006,6 +1006,11 @@ void check_chaos(const Spec& s, Parser& p) {
                 "single-process trainer (use e.g. [topology] schedule = \"1f1b\")");
     return;
   }
+  if (s.run.mode == RunMode::rl) {
+    p.error(at, "[chaos] is not built for RL runs yet (its roles are stage, optimizer and expert); use [[faults]] "
+                "kills of generator:K / reward:K");
+    return;
+  }
   if (s.topology.device_kind == DeviceKind::sim) {
     p.error(at, "[chaos] needs real devices: sim devices ([topology] device_kind = \"sim\") run no supervised actors");
     return;
@@ -1022,6 +1027,11 @@ void check_chaos(const Spec& s, Parser& p) {
     return;  // the topology itself is reported on its keys
   }
   for (runtime::Role r : chaos_options(s).roles) {
+    if (r == runtime::Role::Expert && !s.elastic.empty()) {
+      p.error(p.where("chaos.roles"), "[chaos] roles names \"expert\", but [[elastic]] scale events change the expert "
+                                      "shards during the run; the nemesis cannot aim at them yet (leave \"expert\" out)");
+      continue;
+    }
     bool any = false;
     for (const auto& a : plan->actors) any = any || a.role == r;
     if (!any)

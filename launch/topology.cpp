@@ -84,9 +84,20 @@ runtime::RuntimeOptions runtime_options(const Spec& spec) {
 }
 
 std::vector<runtime::FaultSpec> chaos_faults(const Spec& spec) {
-  if (spec.chaos.mean_steps_between_faults <= 0 || spec.topology.processes != 1 || !uses_runtime(spec)) return {};
+  if (spec.chaos.mean_steps_between_faults <= 0 || spec.topology.processes != 1 || !uses_runtime(spec) ||
+      spec.run.mode == RunMode::rl || spec.topology.device_kind == DeviceKind::sim)
+    return {};
   const runtime::RuntimeOptions r = base_options(spec);
-  return runtime::chaos_schedule(chaos_options(spec), runtime::make_plan(r), spec.run.steps, r.faults);
+  runtime::ChaosOptions c = chaos_options(spec);
+  // [[elastic]] changes the expert shards from step to step, and the
+  // schedule is drawn on the static plan: leave the expert shards out
+  // (check_chaos rejects naming them explicitly).
+  if (!spec.elastic.empty()) {
+    if (c.roles.empty()) c.roles = {runtime::Role::Rank, runtime::Role::Optimizer};
+    c.roles.erase(std::remove(c.roles.begin(), c.roles.end(), runtime::Role::Expert), c.roles.end());
+    if (c.roles.empty()) return {};
+  }
+  return runtime::chaos_schedule(c, runtime::make_plan(r), spec.run.steps, r.faults);
 }
 
 runtime::ChaosOptions chaos_options(const Spec& spec) {
