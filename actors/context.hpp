@@ -44,6 +44,7 @@
 //                                     after s starts from
 //   coordinator -> target             (arm, s, k): die on the k-th message
 //   dying actor -> coordinator        (fault, name, phase) just before it quits
+//   any receiver -> coordinator       (corrupt, name, why) a damaged Envelope dropped
 //   coordinator -> every shard        (restore, s, attempt, p, m, v): back to
 //                                     the snapshot the step s started from
 //   coordinator -> every rank and     (restore, s, attempt), then one
@@ -67,6 +68,7 @@
 #include "actors/transport/caf_types.hpp"
 #include "actors/device/device.hpp"
 #include "actors/plan.hpp"
+#include "actors/supervision/chaos.hpp"
 #include "actors/supervision/fault_injector.hpp"
 #include "actors/supervision/interposer.hpp"
 #include "actors/runtime.hpp"
@@ -122,6 +124,12 @@ struct Shared {
   std::function<caf::actor(caf::actor_system&, const Plan& plan, int replica, int producer, bool await_restore)>
       spawn_expert;
   std::function<void(const RestartEvent&)> on_restart;    // runtime.cpp records, then the user's
+  // This process's devices by plan index (null: another process's), for the
+  // coordinator's [[faults]] kind "slow"; they outlive every actor.
+  std::vector<Device*> devices;
+  // What the faults cost so far (Runtime::fault_summary); the coordinator writes it.
+  mutable std::mutex stats_mu;
+  mutable FaultSummary stats;
   // The test seam on step messages (actors/supervision/interposer.hpp); null in production.
   std::shared_ptr<Interposer> interposer;
   // Faults on messages in flight ([[faults]] drop/duplicate/delay/pause), part
@@ -190,6 +198,22 @@ bool kill_switch_fires(caf::stateful_actor<State>* self, const std::string& phas
   if (ks.left == 0 || --ks.left > 0) return false;
   caf::anon_send(self->state.sh->peers.coordinator, rt::fault_atom_v, self->state.name, phase);
   self->quit(caf::exit_reason::kill);
+  return true;
+}
+
+// Call next in every Envelope handler: an Envelope whose bytes were damaged
+// on the way (it failed to decode: CRC-32, header or lengths; see
+// damaged_in_flight) is a lost message, not an attack or a bug — the peer
+// sending it is a supervised actor of this run. It is dropped, counted and
+// reported to the coordinator, which replays the step at once (as the
+// step's deadline would for a loss nobody noticed). A message that decodes but breaks the protocol (validation,
+// ranges, unknown ids) still fails the run loudly where it is checked.
+template <class State>
+bool drop_if_damaged(caf::stateful_actor<State>* self, const Envelope& e) {
+  if (e.empty() || e.ok() || !damaged_in_flight(e.error())) return false;
+  ++self->state.dropped;
+  caf::anon_send(self->state.sh->peers.coordinator, rt::corrupt_atom_v, self->state.name,
+                 std::string(to_string(*envelope_error_code(e.error()))));
   return true;
 }
 

@@ -26,6 +26,7 @@
 
 #include "actors/cluster/auth.hpp"
 #include "actors/schedule/schedule.hpp"
+#include "actors/supervision/chaos.hpp"
 #include "actors/supervision/elastic.hpp"
 #include "actors/supervision/faults.hpp"
 #include "model/checkpoint.hpp"
@@ -93,6 +94,15 @@ struct RuntimeOptions {
   std::function<void(const RescaleReport&)> on_rescale;  // called on the thread calling step()
   int max_restarts = 3;
   int restart_window = 10;          // steps
+  // The same intensity counted in seconds as well (Erlang's supervisors: at
+  // most max_restarts in restart_period seconds; its default is 1 in 5 s):
+  // more than max_restarts restarts within this many seconds escalate too.
+  // 0: steps only.
+  double restart_period = 0.0;
+  // Per-role budgets: more than this many restarts of the role's actors
+  // (stage ranks, optimizer shards, expert shards) within either window
+  // escalate, whatever the others did; -1: only the shared max_restarts.
+  int max_restarts_stage = -1, max_restarts_optimizer = -1, max_restarts_expert = -1;
   // A step that has not finished this many seconds after it started (a lost
   // message, a frozen actor) is discarded and replayed; more than
   // max_restarts replays of one step fail the run naming what it waited for.
@@ -100,6 +110,8 @@ struct RuntimeOptions {
   // one process; across processes 0 means none: peer_timeout covers them).
   double step_deadline = 0.0;
   std::function<void(const RestartEvent&)> on_restart;  // called on the coordinator's thread
+  // train() ends (or fails) with the fault summary (chaos.hpp) of the run.
+  std::function<void(const FaultSummary&)> on_fault_summary;
   // Test switches, applied through the one test seam on step messages
   // (actors/supervision/interposer.hpp), never inside an actor:
   bool duplicate_sends = false;     // send every step message twice (receivers must drop the copies)
@@ -167,6 +179,19 @@ class Runtime final : public model::TrainingEngine {
   std::vector<std::string> actor_names();
   // Messages dropped as duplicates or stale, over all actors (for tests).
   uint64_t dropped_messages();
+  // Step messages their receivers dropped because the bytes were damaged in
+  // flight ([[faults]] kind "corrupt"); each is also in dropped_messages().
+  uint64_t damaged_messages();
+  // [[faults]] kind "slow": device closures run slowed so far, the seconds
+  // that added, and every closure run (this process's devices).
+  struct Slowdown {
+    uint64_t slowed = 0, completed = 0;
+    double seconds = 0.0;
+    std::vector<std::pair<uint64_t, uint64_t>> per_device;  // (slowed, completed) by device index
+  };
+  Slowdown slowdown() const;
+  // Faults injected, recovered, time lost, goodput and MTTR per role so far.
+  FaultSummary fault_summary() const;
   // Scale events so far, in order (see RuntimeOptions::on_rescale).
   std::vector<RescaleReport> rescales() const;
   // Expert shards per MoE layer now (after the last scale event).

@@ -292,9 +292,36 @@ static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterC
       ro.on_rescale = [&observer](const runtime::RescaleReport& r) { observer.record(r); };
       if (!spec.elastic.empty())
         spdlog::info("elastic experts: {} scale event(s) ([[elastic]])", spec.elastic.size());
-      if (!spec.faults.empty())
-        spdlog::info("failure injection: {} fault(s); supervisor restarts at most {} time(s) per {} step(s)",
-                     spec.faults.size(), spec.run.max_restarts, spec.run.restart_window);
+      if (!ro.faults.empty())
+        spdlog::info("failure injection: {} fault(s) ({} from [chaos]); supervisor restarts at most {} time(s) per {} step(s){}",
+                     ro.faults.size(), ro.faults.size() - spec.faults.size(), spec.run.max_restarts, spec.run.restart_window,
+                     spec.run.restart_period > 0 ? fmt::format(" and per {} s", spec.run.restart_period) : std::string());
+      // The fault summary: on stdout, and as a {"type":"faults",...} line.
+      if (!ro.faults.empty())
+        ro.on_fault_summary = [&metrics](const runtime::FaultSummary& f) {
+          std::printf("%s\n", f.str().c_str());
+          std::fflush(stdout);
+          JsonObject injected;
+          for (const auto& [kind, n] : f.injected) injected.add(kind.c_str(), n);
+          JsonObject mttr;
+          for (const auto& [role, r] : f.repairs)
+            mttr.add_raw(role.c_str(), JsonObject().add("count", r.count).add("mean_ms", 1e3 * r.mean()).add("max_ms", 1e3 * r.max_seconds).str());
+          metrics.write_line(JsonObject()
+                                 .add("type", std::string("faults"))
+                                 .add_raw("injected", injected.str())
+                                 .add("total", f.total_injected())
+                                 .add("recovered", f.recovered)
+                                 .add("restarts", f.restarts)
+                                 .add("replays", f.replays)
+                                 .add("damaged", f.damaged)
+                                 .add("steps", f.steps)
+                                 .add("wall_s", f.wall_seconds)
+                                 .add("useful_s", f.useful_seconds)
+                                 .add("lost_s", f.lost_seconds())
+                                 .add("goodput", f.goodput())
+                                 .add_raw("mttr", mttr.str())
+                                 .str());
+        };
       summary = runtime::train(ro, observer);
     } else {
       model::TrainOptions to = train_options(spec);

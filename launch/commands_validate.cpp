@@ -1,5 +1,6 @@
 // `troupe validate`: the spec is already parsed and checked by the time we get
 // here; print what the run would build.
+#include <map>
 #include <cstdio>
 
 #include <algorithm>
@@ -133,6 +134,18 @@ int command_validate(const CliOptions&, const Spec& spec) {
     std::printf("runs on the actor runtime (one process; the experts run inside the stage actors)\n");
   else
     std::printf("single device: runs in the single-process trainer, with the same math as the actor runtime\n");
+  // The faults the run would inject: the spec's own, then the [chaos] schedule.
+  const std::vector<runtime::FaultSpec> chaos = chaos_faults(spec);
+  if (!spec.faults.empty() || !chaos.empty()) {
+    std::map<std::string, int> per_kind;
+    for (const auto& f : chaos) ++per_kind[runtime::fault_kind_name(f.kind)];
+    std::string kinds;
+    for (const auto& [k, n] : per_kind) kinds += (kinds.empty() ? "" : ", ") + std::to_string(n) + " " + k;
+    std::printf("faults: %zu from [[faults]], %zu from [chaos] (seed %lld%s%s)\n", spec.faults.size(), chaos.size(),
+                static_cast<long long>(spec.chaos.seed), kinds.empty() ? "" : ": ", kinds.c_str());
+    for (const auto& f : spec.faults) std::printf("  %s\n", runtime::describe(f).c_str());
+    for (const auto& f : chaos) std::printf("  %s [chaos]\n", runtime::describe(f).c_str());
+  }
   return kExitOk;
 }
 

@@ -69,7 +69,7 @@ size_t edit_distance(const std::string& a, const std::string& b) {
 
 namespace {
 
-const std::vector<std::string> kSections = {"run", "model", "data", "optim", "topology", "experts", "checkpoint", "log", "sim", "rl"};
+const std::vector<std::string> kSections = {"run", "model", "data", "optim", "topology", "experts", "checkpoint", "log", "sim", "rl", "chaos"};
 
 // Where a key was set: a file position, or a command-line override.
 struct Pos {
@@ -212,8 +212,24 @@ class Parser {
         continue;
       }
       section_pos_[section] = kp;
-      for (auto&& [key, value] : *node.as_table())
-        apply(section, std::string(key.str()), value, pos_of(key.source(), file));
+      for (auto&& [key, value] : *node.as_table()) {
+        const Pos vp = pos_of(key.source(), file);
+        // [chaos] kinds and roles: a TOML list of strings is the same as the
+        // comma-separated string the key table holds.
+        if (section == "chaos" && value.is_array() && (key.str() == "kinds" || key.str() == "roles")) {
+          std::string joined;
+          bool ok = true;
+          for (const toml::node& e : *value.as_array()) {
+            if (auto str = e.as_string()) joined += (joined.empty() ? "" : ",") + str->get();
+            else ok = false;
+          }
+          if (!ok) error(vp, "[chaos] " + std::string(key.str()) + ": expected a list of strings, got " + node_text(value));
+          else (key.str() == "kinds" ? spec_.chaos.kinds : spec_.chaos.roles) = joined;
+          set_["chaos." + std::string(key.str())] = vp;
+          continue;
+        }
+        apply(section, std::string(key.str()), value, vp);
+      }
     }
   }
 
@@ -226,8 +242,8 @@ class Parser {
       error(kp, "faults must be an array of tables: write each entry as [[faults]] with at_step, target and kind");
       return;
     }
-    static const std::vector<std::string> keys = {"at_step", "target", "kind", "at_message", "count", "delay_ms",
-                                                  "duration_ms"};
+    static const std::vector<std::string> keys = {"at_step", "target", "kind",        "at_message", "count",
+                                                  "delay_ms", "duration_ms", "factor", "duration_steps"};
     for (const toml::node& entry_node : *arr) {
       const toml::table& entry = *entry_node.as_table();
       const Pos ep = pos_of(entry.source(), kp.file);
@@ -238,7 +254,7 @@ class Parser {
         const std::string key(k.str());
         const Pos p = pos_of(k.source(), kp.file);
         fault_pos_[{index, key}] = p;
-        if (key == "at_step" || key == "at_message" || key == "count") {
+        if (key == "at_step" || key == "at_message" || key == "count" || key == "duration_steps") {
           auto i = v.as_integer();
           if (!i) {
             error(p, "[[faults]] " + key + ": expected an integer, got " + node_type_name(v) + " " + node_text(v));
@@ -249,9 +265,12 @@ class Parser {
           else if (key == "count" && (i->get() < 1 || i->get() > 1000000000))
             error(p, "[[faults]] count = " + node_text(v) + " is out of range (allowed 1 .. 1e9)"), ok = false;
           else if (key == "count") f.count = i->get();
+          else if (key == "duration_steps" && (i->get() < 1 || i->get() > 1000000000))
+            error(p, "[[faults]] duration_steps = " + node_text(v) + " is out of range (allowed 1 .. 1e9)"), ok = false;
+          else if (key == "duration_steps") f.steps = i->get();
           else if (i->get() < 0) error(p, "[[faults]] at_message = " + node_text(v) + " must be >= 0 (0: a seeded point)"), ok = false;
           else f.at_message = i->get();
-        } else if (key == "delay_ms" || key == "duration_ms") {
+        } else if (key == "delay_ms" || key == "duration_ms" || key == "factor") {
           double x = 0;
           if (auto fl = v.as_floating_point()) x = fl->get();
           else if (auto in = v.as_integer()) x = static_cast<double>(in->get());
@@ -260,7 +279,11 @@ class Parser {
             ok = false;
             continue;
           }
-          if (!std::isfinite(x) || x <= 0 || x > 3.6e6)
+          if (key == "factor") {
+            if (!std::isfinite(x) || x < 1 || x > 1000)
+              error(p, "[[faults]] factor = " + node_text(v) + " is out of range (allowed 1 .. 1000: how many times slower)"), ok = false;
+            else f.factor = x;
+          } else if (!std::isfinite(x) || x <= 0 || x > 3.6e6)
             error(p, "[[faults]] " + key + " = " + node_text(v) + " is out of range (allowed > 0 .. 3600000 ms)"), ok = false;
           else (key == "delay_ms" ? f.delay_ms : f.duration_ms) = x;
         } else if (key == "target" || key == "kind") {
@@ -586,10 +609,17 @@ void check_faults(const Spec& s, Parser& p) {
                                    "spec runs in the single-process trainer (use e.g. [topology] schedule = \"1f1b\")");
       continue;
     }
+    if (s.topology.device_kind == DeviceKind::sim) {
+      p.error(p.fault_where(i, ""), "[[faults]] needs real devices: sim devices ([topology] device_kind = \"sim\") run "
+                                   "no supervised actors, so a fault would be silently ignored");
+      continue;
+    }
     if (f.kind == runtime::FaultKind::delay && f.delay_ms <= 0)
       p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"delay\" needs delay_ms (how late each message arrives, ms)");
     if (f.kind == runtime::FaultKind::pause && f.duration_ms <= 0)
       p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"pause\" needs duration_ms (how long the actor receives nothing)");
+    if (f.kind == runtime::FaultKind::slow && f.factor <= 1)
+      p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"slow\" needs factor > 1 (how many times slower its device runs)");
     if (s.topology.processes > 1)
       p.error(p.fault_where(i, ""), "[[faults]] runs in one process only for now: the supervisor restarts actors on its "
                                    "own devices ([topology] processes = " + v(s.topology.processes) + ")");
@@ -955,6 +985,62 @@ void check_data(const Spec& s, Parser& p) {
   }
 }
 
+// [chaos]: the kinds and roles are known, the run can take faults, and
+// every role named has actors in this topology.
+void check_chaos(const Spec& s, Parser& p) {
+  const ChaosConfig& c = s.chaos;
+  std::string why;
+  try {
+    (void)chaos_options(s);
+  } catch (const std::invalid_argument& e) {
+    why = e.what();
+  }
+  if (!why.empty()) {
+    p.error(p.where(why.rfind("roles", 0) == 0 ? "chaos.roles" : "chaos.kinds"), "[chaos] " + why);
+    return;
+  }
+  if (c.mean_steps_between_faults <= 0) return;
+  const Pos at = p.where("chaos.mean_steps_between_faults");
+  if (!uses_runtime(s)) {
+    p.error(at, "[chaos] needs the actor runtime (supervised actors); this single-device sequential spec runs in the "
+                "single-process trainer (use e.g. [topology] schedule = \"1f1b\")");
+    return;
+  }
+  if (s.run.mode == RunMode::rl) {
+    p.error(at, "[chaos] is not built for RL runs yet (its roles are stage, optimizer and expert); use [[faults]] "
+                "kills of generator:K / reward:K");
+    return;
+  }
+  if (s.topology.device_kind == DeviceKind::sim) {
+    p.error(at, "[chaos] needs real devices: sim devices ([topology] device_kind = \"sim\") run no supervised actors");
+    return;
+  }
+  if (s.topology.processes > 1) {
+    p.error(at, "[chaos] runs in one process only for now, like [[faults]] ([topology] processes = " +
+                    std::to_string(s.topology.processes) + ")");
+    return;
+  }
+  std::optional<runtime::Plan> plan;
+  try {
+    plan = resolve_topology(s);
+  } catch (const std::exception&) {
+    return;  // the topology itself is reported on its keys
+  }
+  for (runtime::Role r : chaos_options(s).roles) {
+    if (r == runtime::Role::Expert && !s.elastic.empty()) {
+      p.error(p.where("chaos.roles"), "[chaos] roles names \"expert\", but [[elastic]] scale events change the expert "
+                                      "shards during the run; the nemesis cannot aim at them yet (leave \"expert\" out)");
+      continue;
+    }
+    bool any = false;
+    for (const auto& a : plan->actors) any = any || a.role == r;
+    if (!any)
+      p.error(p.where("chaos.roles"), std::string("[chaos] roles names \"") + runtime::role_name(r) +
+                                          "\", which this topology has no actors of" +
+                                          (r == runtime::Role::Expert ? " (expert-shard actors need [model] ffn = \"moe\" and [topology] expert_shards > 1)" : ""));
+  }
+}
+
 Spec load(const std::string* text, const std::string& source, const std::vector<Override>& overrides,
           const std::filesystem::path& base_dir) {
   Spec spec;
@@ -968,6 +1054,7 @@ Spec load(const std::string* text, const std::string& source, const std::vector<
   const size_t problems_before_data = parser.diagnostics().size();
   check_cross_fields(spec, parser);
   check_faults(spec, parser);
+  check_chaos(spec, parser);
   check_elastic(spec, parser);
   check_supported(spec, parser);
   convert_rl(spec, parser);

@@ -45,6 +45,8 @@ struct RunConfig {
   int64_t eval_batches = 4;       // validation batches per evaluation
   int64_t max_restarts = 3;       // supervisor: restarts allowed within restart_window steps
   int64_t restart_window = 10;    // supervisor: window of the restart intensity, in steps
+  double restart_period = 0.0;    // supervisor: the same intensity over seconds (0: off)
+  int64_t max_restarts_stage = -1, max_restarts_optimizer = -1, max_restarts_expert = -1;  // per-role budgets (-1: none)
   double step_deadline = 0.0;     // seconds before an unfinished step is replayed; 0 = adaptive
 };
 
@@ -130,6 +132,15 @@ struct RlSection {
 // written for a newer format is refused with a clear error.
 inline constexpr int64_t kSpecVersion = 1;
 
+// [chaos]: a seeded nemesis schedule (actors/supervision/chaos.hpp),
+// expanded into more [[faults]] entries by runtime_options().
+struct ChaosConfig {
+  int64_t seed = 1;
+  double mean_steps_between_faults = 0.0;  // 0: off
+  std::string kinds;  // comma-separated fault kinds ("" = every kind); a TOML list is accepted too
+  std::string roles;  // comma-separated roles stage, optimizer, expert ("" = every role the run has)
+};
+
 struct Spec {
   int64_t spec_version = kSpecVersion;  // spec_version = N at the top of the file
   std::string source;  // file the spec came from ("<built-in default>" for the default)
@@ -143,6 +154,7 @@ struct Spec {
   LogConfig log;
   sim::CostConfig sim;  // [sim]: cost model of device_kind = "sim" (actors/sim/sim_costs.hpp)
   std::vector<FaultConfig> faults;  // [[faults]], in file order
+  ChaosConfig chaos;                // [chaos]
   std::vector<ElasticConfig> elastic;  // [[elastic]], in file order
   RlSection rl_section;  // [rl] as written
   rl::RlConfig rl;       // [rl] converted (presets applied); valid after parsing

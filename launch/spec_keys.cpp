@@ -67,6 +67,16 @@ std::vector<KeyDef> build_keys() {
   add({"run", "max_restarts", KeyType::Int, F(run.max_restarts), "Supervisor (actor runtime): a failed stage or optimizer-shard actor is restarted and its step replayed; more than this many restarts within restart_window steps fail the run.", 0, 1e6});
   add({"run", "step_deadline", KeyType::Float, F(run.step_deadline), "Actor runtime: seconds after which a step that has not finished (a lost message, a frozen actor) is discarded and replayed from its snapshot; more than max_restarts replays of one step fail the run naming the actors it waited for. 0 means adaptive: max(3 s, 4 x the slowest step so far), 120 s for the first step (OpenCL kernels may compile).", 0, 86400});
   add({"run", "restart_window", KeyType::Int, F(run.restart_window), "Supervisor: the window, in steps, over which max_restarts is counted.", 1, kBig});
+  add({"run", "restart_period", KeyType::Float, F(run.restart_period), "Supervisor: max_restarts is counted over this many seconds as well (more than max_restarts restarts within it escalate); 0 means steps only. Erlang's default intensity is max_restarts = 1 in restart_period = 5.", 0, 1e9});
+  add({"run", "max_restarts_stage", KeyType::Int, F(run.max_restarts_stage), "Supervisor: the pipeline-stage actors' own budget: more than this many restarts of stage actors within restart_window steps (or restart_period seconds) escalate; -1 means none of their own (max_restarts only).", -1, 1e6});
+  add({"run", "max_restarts_optimizer", KeyType::Int, F(run.max_restarts_optimizer), "Supervisor: the optimizer-shard actors' own restart budget, as max_restarts_stage.", -1, 1e6});
+  add({"run", "max_restarts_expert", KeyType::Int, F(run.max_restarts_expert), "Supervisor: the expert-shard actors' own restart budget, as max_restarts_stage.", -1, 1e6});
+
+  // [chaos]
+  add({"chaos", "seed", KeyType::Int, F(chaos.seed), "Seed of the nemesis schedule ([chaos]): the same seed and topology inject the same faults (`troupe validate` lists them).", 0, 9.2e18});
+  add({"chaos", "mean_steps_between_faults", KeyType::Float, F(chaos.mean_steps_between_faults), "Actor runtime, one process: faults arrive as a Poisson process with this mean gap in steps (0.5: about two per step), each at a random actor of `roles` with a random kind of `kinds`; 0 means no chaos. Combine with [run] step_deadline (lost messages are found by it) and max_restarts.", 0, 1e9});
+  add({"chaos", "kinds", KeyType::String, F(chaos.kinds), "Fault kinds the nemesis draws from: a list or a comma-separated string of kill, drop, duplicate, delay, pause, corrupt, slow; empty means all of them."});
+  add({"chaos", "roles", KeyType::String, F(chaos.roles), "Roles whose actors the nemesis hits: a list or a comma-separated string of stage, optimizer, expert; empty means every role the topology has."});
 
   // [model]
   add({"model", "vocab_size", KeyType::Int, F(model.vocab_size), "Vocabulary size; must cover the data source's tokens (256 for byte-level text).", 2, 1e7});

@@ -38,7 +38,10 @@ model::TrainOptions train_options(const Spec& spec) {
   return o;
 }
 
-runtime::RuntimeOptions runtime_options(const Spec& spec) {
+namespace {
+
+// Everything but the [chaos] faults (which need the plan this gives).
+runtime::RuntimeOptions base_options(const Spec& spec) {
   runtime::RuntimeOptions r;
   r.train = train_options(spec);
   r.train.microbatches = spec.topology.microbatches * spec.topology.data_parallel;
@@ -52,6 +55,10 @@ runtime::RuntimeOptions runtime_options(const Spec& spec) {
   r.trace = spec.log.trace;
   r.max_restarts = static_cast<int>(spec.run.max_restarts);
   r.restart_window = static_cast<int>(spec.run.restart_window);
+  r.restart_period = spec.run.restart_period;
+  r.max_restarts_stage = static_cast<int>(spec.run.max_restarts_stage);
+  r.max_restarts_optimizer = static_cast<int>(spec.run.max_restarts_optimizer);
+  r.max_restarts_expert = static_cast<int>(spec.run.max_restarts_expert);
   r.step_deadline = spec.run.step_deadline;
   r.faults = spec.faults;
   r.elastic = spec.elastic;
@@ -67,13 +74,72 @@ runtime::RuntimeOptions runtime_options(const Spec& spec) {
   return r;
 }
 
+}  // namespace
+
+runtime::RuntimeOptions runtime_options(const Spec& spec) {
+  runtime::RuntimeOptions r = base_options(spec);
+  const std::vector<runtime::FaultSpec> extra = chaos_faults(spec);
+  r.faults.insert(r.faults.end(), extra.begin(), extra.end());
+  return r;
+}
+
+std::vector<runtime::FaultSpec> chaos_faults(const Spec& spec) {
+  if (spec.chaos.mean_steps_between_faults <= 0 || spec.topology.processes != 1 || !uses_runtime(spec) ||
+      spec.run.mode == RunMode::rl || spec.topology.device_kind == DeviceKind::sim)
+    return {};
+  const runtime::RuntimeOptions r = base_options(spec);
+  runtime::ChaosOptions c = chaos_options(spec);
+  // [[elastic]] changes the expert shards from step to step, and the
+  // schedule is drawn on the static plan: leave the expert shards out
+  // (check_chaos rejects naming them explicitly).
+  if (!spec.elastic.empty()) {
+    if (c.roles.empty()) c.roles = {runtime::Role::Rank, runtime::Role::Optimizer};
+    c.roles.erase(std::remove(c.roles.begin(), c.roles.end(), runtime::Role::Expert), c.roles.end());
+    if (c.roles.empty()) return {};
+  }
+  return runtime::chaos_schedule(c, runtime::make_plan(r), spec.run.steps, r.faults);
+}
+
+runtime::ChaosOptions chaos_options(const Spec& spec) {
+  runtime::ChaosOptions c;
+  c.seed = static_cast<uint64_t>(spec.chaos.seed);
+  c.mean_steps_between_faults = spec.chaos.mean_steps_between_faults;
+  auto split = [](const std::string& text) {
+    std::vector<std::string> out;
+    size_t from = 0;
+    while (from <= text.size()) {
+      size_t to = text.find(',', from);
+      if (to == std::string::npos) to = text.size();
+      std::string item = text.substr(from, to - from);
+      item.erase(0, item.find_first_not_of(" \t"));
+      item.erase(item.find_last_not_of(" \t") + 1);
+      if (!item.empty()) out.push_back(item);
+      from = to + 1;
+    }
+    return out;
+  };
+  for (const std::string& k : split(spec.chaos.kinds)) {
+    bool known = false;
+    for (runtime::FaultKind fk : runtime::kFaultKinds)
+      if (k == runtime::fault_kind_name(fk)) c.kinds.push_back(fk), known = true;
+    if (!known)
+      throw std::invalid_argument("kinds: \"" + k + "\" is not a fault kind (kill, drop, duplicate, delay, pause, corrupt, slow)");
+  }
+  for (const std::string& r : split(spec.chaos.roles)) {
+    const auto role = runtime::parse_role(r);
+    if (!role) throw std::invalid_argument("roles: \"" + r + "\" is not a role (stage, optimizer, expert)");
+    c.roles.push_back(*role);
+  }
+  return c;
+}
+
 std::vector<std::pair<int64_t, int64_t>> split_even(int64_t n, int64_t parts) {
   std::vector<std::pair<int64_t, int64_t>> out;
   for (int64_t p = 0; p < parts; ++p) out.emplace_back(p * n / parts, (p + 1) * n / parts);
   return out;
 }
 
-runtime::Plan resolve_topology(const Spec& spec) { return runtime::make_plan(runtime_options(spec)); }
+runtime::Plan resolve_topology(const Spec& spec) { return runtime::make_plan(base_options(spec)); }
 
 std::string format_topology(const Spec& spec, const runtime::Plan& plan) {
   const auto& t = spec.topology;

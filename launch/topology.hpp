@@ -19,7 +19,15 @@ namespace troupe::launch {
 // The runtime's view of the spec. The spec counts microbatches per replica;
 // the runtime counts them over all replicas. [topology] expert_shards = 1
 // keeps the experts inside their stage (runtime expert_shards = 0).
+// Its faults are the spec's [[faults]] followed by chaos_faults(spec).
 runtime::RuntimeOptions runtime_options(const Spec& spec);
+
+// [chaos] as the runtime's ChaosOptions; throws std::invalid_argument naming
+// an unknown kind ("kinds: ...") or role ("roles: ...").
+runtime::ChaosOptions chaos_options(const Spec& spec);
+// The faults the [chaos] nemesis injects into this spec's run (none when
+// mean_steps_between_faults is 0), in step order.
+std::vector<runtime::FaultSpec> chaos_faults(const Spec& spec);
 
 // Layers [begin, end) of each of `parts` contiguous, as-equal-as-possible chunks.
 std::vector<std::pair<int64_t, int64_t>> split_even(int64_t n, int64_t parts);

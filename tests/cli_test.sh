@@ -329,6 +329,30 @@ expect_exit 1 "$troupe" run "$work/faults.toml" "${untied[@]}" --set run.out_dir
   --set topology.stages=2 --set topology.schedule='"1f1b"' --set run.max_restarts=0
 expect_output "stage:1 went down (killed) in step 2"
 expect_output "more than max_restarts = 0"
+# [chaos]: validate lists the seeded schedule (the same for the same seed,
+# another for another seed); a run with it (kinds that need no deadline here)
+# prints the fault summary, writes it to metrics.jsonl and saves the same
+# parameters as the run without faults.
+chaos_=(--set topology.devices=2 --set topology.stages=2 --set topology.schedule='"1f1b"' --set run.max_restarts=20
+        --set chaos.mean_steps_between_faults=0.7 --set chaos.kinds='"kill,duplicate,delay,pause,slow"')
+expect_exit 0 "$troupe" validate "${untied[@]}" "${chaos_[@]}" --set chaos.seed=5
+expect_output "from [chaos] (seed 5"
+chaos_list=$(grep -F "[chaos]" <<<"$out" | grep "^  step")
+[ -n "$chaos_list" ] || fail "validate lists no [chaos] faults:\n$out"
+expect_exit 0 "$troupe" validate "${untied[@]}" "${chaos_[@]}" --set chaos.seed=5
+[ "$(grep -F "[chaos]" <<<"$out" | grep "^  step")" == "$chaos_list" ] || fail "the same seed gave another schedule"
+expect_exit 0 "$troupe" validate "${untied[@]}" "${chaos_[@]}" --set chaos.seed=6
+[ "$(grep -F "[chaos]" <<<"$out" | grep "^  step")" != "$chaos_list" ] || fail "another seed gave the same schedule"
+expect_exit 3 "$troupe" validate "${untied[@]}" "${chaos_[@]}" --set chaos.kinds='"kill,explode"'
+expect_output "[chaos] kinds: \"explode\" is not a fault kind"
+expect_exit 0 "$troupe" run "${untied[@]}" "${chaos_[@]}" --set chaos.seed=5 --set run.out_dir="$work/chaos"
+expect_output "faults: $(grep -c . <<<"$chaos_list") injected"
+expect_output "goodput"
+expect_output "MTTR:"
+grep -q '"type":"faults"' "$work/chaos/metrics.jsonl" || fail "metrics.jsonl has no faults line"
+expect_exit 0 "$troupe" export "${untied[@]}" "${chaos_[@]}" --set chaos.seed=5 --set run.out_dir="$work/chaos" \
+  --format safetensors --output "$work/chaos.safetensors"
+cmp -s "$work/pipe.safetensors" "$work/chaos.safetensors" || fail "parameters after the [chaos] run differ from the run without faults"
 # The same with 2 expert shards per MoE layer (expert-shard actors): expert
 # shard 1 of layer 1 killed inside step 2 is restarted on its device, the step
 # replayed, and the checkpoint equals the fault-free expert-parallel run's.

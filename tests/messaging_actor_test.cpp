@@ -110,7 +110,7 @@ TEST_F(Fixture, MalformedEnvelopeGetsAnErrorAndTheActorLivesOn) {
   };
   std::vector<Step> steps = {
       {status_request(1), 1, {}},
-      {from_bad_bytes, std::nullopt, envelope_errc::length_mismatch},
+      {from_bad_bytes, std::nullopt, envelope_errc::checksum_mismatch},  // cut: the CRC-32 trailer no longer matches
       {status_request(2), 2, {}},
       {bad_dispatch, std::nullopt, envelope_errc::schema_violation},
       {testing::make_sample(Envelope::Kind::STOP, {}), std::nullopt, envelope_errc::wrong_kind},

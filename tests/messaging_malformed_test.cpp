@@ -68,7 +68,9 @@ uint64_t list_ptr(int32_t offset, uint8_t size_code, uint32_t count) {
 }
 
 Bytes body_of(const Envelope& env) {
-  Bytes f = env.encode();
+  EncodeOptions plain;  // no CRC-32 trailer: the frames here are built by hand around the body
+  plain.checksum = false;
+  Bytes f = env.encode(plain);
   return Bytes(f.begin() + kFrameHeaderBytes, f.end());
 }
 
@@ -292,6 +294,37 @@ TEST(EnvelopeMalformed, TheValidBodyDecodes) {
   auto r = Envelope::decode(f.data(), f.size());
   ASSERT_TRUE(r) << caf::to_string(r.error());
   EXPECT_EQ(testing::check_sample(*r, Envelope::Kind::DISPATCH, {5, 4, 8}), "");
+}
+
+// The CRC-32 trailer (sent by default): every single-bit flip anywhere in a
+// frame, raw or zstd-compressed, is rejected as damage in flight; without
+// the trailer, some flips (in tensor data) would decode into a valid message
+// with wrong values. A frame whose trailer is intact still decodes.
+TEST(EnvelopeMalformed, EveryFlippedBitIsCaughtByTheChecksum) {
+  EncodeOptions eager;
+  eager.compress_threshold = 16;
+  for (const bool compressed : {false, true}) {
+    const Envelope env = testing::make_sample(Envelope::Kind::DISPATCH, {5, 4, 8, compressed});
+    const Bytes good = compressed ? env.encode(eager) : env.encode();
+    ASSERT_EQ((good[5] & kFlagZstd) != 0, compressed);
+    ASSERT_TRUE(Envelope::decode(good.data(), good.size()));
+    size_t accepted_without = 0;
+    for (size_t bit = 0; bit < good.size() * 8; ++bit) {
+      Bytes f = good;
+      f[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+      auto r = Envelope::decode(f.data(), f.size());
+      ASSERT_FALSE(r) << "bit " << bit << " of " << good.size() * 8 << (compressed ? " (zstd)" : "");
+      EXPECT_TRUE(damaged_in_flight(r.error())) << "bit " << bit << ": " << caf::to_string(r.error());
+      // The same flip without the trailer check (flag cleared, trailer cut).
+      if (bit / 8 >= kFrameHeaderBytes && bit / 8 < good.size() - kFrameTrailerBytes) {
+        Bytes g(f.begin(), f.end() - kFrameTrailerBytes);
+        g[5] &= static_cast<uint8_t>(~kFlagCrc32);
+        accepted_without += static_cast<bool>(Envelope::decode(g.data(), g.size()));
+      }
+    }
+    // The checksum is what catches them: without it, flips go through.
+    if (!compressed) EXPECT_GT(accepted_without, 0u);
+  }
 }
 
 TEST(EnvelopeMalformed, CafPathDeliversInvalidEnvelope) {

@@ -65,7 +65,7 @@ TEST(EnvelopeRoundTrip, LargeCompressiblePayloadTravelsCompressed) {
   ASSERT_TRUE(env.ok());
   auto frame = env.encode();
   ASSERT_GE(frame.size(), kFrameHeaderBytes);
-  EXPECT_EQ(frame[5], kFlagZstd);
+  EXPECT_EQ(frame[5], kFlagZstd | kFlagCrc32);
   EXPECT_LT(frame.size(), env.flat_size() / 2);
   auto back = Envelope::decode(frame.data(), frame.size());
   ASSERT_TRUE(back) << err_str(back.error());
@@ -82,8 +82,8 @@ TEST(EnvelopeRoundTrip, IncompressiblePayloadTravelsRaw) {
   SampleSpec spec{22, 512, 512};  // 256 KiB of random state bytes
   Envelope env = make_sample(Envelope::Kind::SNAPSHOT, spec);
   auto frame = env.encode();
-  EXPECT_EQ(frame[5], 0);  // zstd could not shrink it, so it was sent raw
-  EXPECT_EQ(frame.size(), kFrameHeaderBytes + env.flat_size());
+  EXPECT_EQ(frame[5], kFlagCrc32);  // zstd could not shrink it, so it was sent raw
+  EXPECT_EQ(frame.size(), kFrameHeaderBytes + env.flat_size() + kFrameTrailerBytes);
   auto back = Envelope::decode(frame.data(), frame.size());
   ASSERT_TRUE(back);
   EXPECT_FALSE(back->arrived_compressed());
@@ -94,12 +94,12 @@ TEST(EnvelopeRoundTrip, SmallPayloadIsNeverCompressed) {
   SampleSpec spec{23, 8, 8, true};
   Envelope env = make_sample(Envelope::Kind::GRAD_SLICE, spec);
   ASSERT_LT(env.flat_size(), kCompressThreshold);
-  EXPECT_EQ(env.encode()[5], 0);
+  EXPECT_EQ(env.encode()[5], kFlagCrc32);
   // A lower threshold compresses the same message.
   EncodeOptions eager;
   eager.compress_threshold = 64;
   auto frame = env.encode(eager);
-  EXPECT_EQ(frame[5], kFlagZstd);
+  EXPECT_EQ(frame[5], kFlagZstd | kFlagCrc32);
   auto back = Envelope::decode(frame.data(), frame.size());
   ASSERT_TRUE(back);
   EXPECT_EQ(check_sample(*back, Envelope::Kind::GRAD_SLICE, spec), "");
@@ -138,7 +138,7 @@ TEST(EnvelopeRoundTrip, EmptyEnvelope) {
   ASSERT_FALSE(r);
   EXPECT_EQ(envelope_error_code(r.error()), envelope_errc::empty_envelope);
   auto frame = empty.encode();
-  EXPECT_EQ(frame.size(), kFrameHeaderBytes);
+  EXPECT_EQ(frame.size(), kFrameHeaderBytes + kFrameTrailerBytes);
   Envelope back = make_sample(Envelope::Kind::STOP, {});
   ASSERT_FALSE(caf_deserialize(caf_serialize(empty), back));
   EXPECT_TRUE(back.empty());

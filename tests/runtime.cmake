@@ -45,6 +45,12 @@ if(TARGET troupe_runtime)
     LIBS troupe_runtime
     TIMEOUT 120
     LABELS runtime)
+  # [chaos]: the seeded nemesis and a run of 50+ faults against the fault-free run.
+  troupe_add_gtest(runtime_chaos_tests
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/runtime_chaos_test.cpp
+    LIBS troupe_runtime
+    TIMEOUT 120
+    LABELS runtime)
   # Elastic experts: scale events against static placement, bitwise.
   troupe_add_gtest(runtime_elastic_tests
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/runtime_elastic_test.cpp

@@ -32,8 +32,10 @@ struct Outcome {
   model::TrainingState state;
   std::vector<double> losses, norms;
   std::vector<runtime::RestartEvent> restarts;
-  uint64_t dropped = 0;
+  uint64_t dropped = 0, damaged = 0;
   std::vector<std::vector<int64_t>> loads;  // the last step's expert load
+  std::vector<double> step_seconds;
+  runtime::Runtime::Slowdown slow;
 };
 
 Outcome run(const runtime::RuntimeOptions& o) {
@@ -43,10 +45,13 @@ Outcome run(const runtime::RuntimeOptions& o) {
     const model::StepMetrics m = rt.step();
     out.losses.push_back(m.loss);
     out.norms.push_back(m.grad_norm);
+    out.step_seconds.push_back(m.step_seconds);
   }
   out.state = rt.state();
   out.restarts = rt.restarts();
   out.dropped = rt.dropped_messages();
+  out.damaged = rt.damaged_messages();
+  out.slow = rt.slowdown();
   out.loads = rt.expert_load();
   return out;
 }
@@ -66,11 +71,14 @@ void expect_bitwise_equal(const Outcome& ref, const Outcome& got, const std::str
   }
 }
 
-// Faults on messages in flight (drop, duplicate, delay, pause), at a rank,
-// an optimizer shard and an expert shard, in 1F1B and DualPipe: the run ends
-// bitwise equal to the fault-free run. A drop stalls the step until its
-// deadline, which replays it (reported as a deadline event); the others need
-// no replay as long as they end within the deadline.
+// Faults on messages in flight (drop, duplicate, delay, pause, corrupt), at a
+// rank, an optimizer shard and an expert shard, in 1F1B and DualPipe: the run
+// ends bitwise equal to the fault-free run. A drop stalls the step until its
+// deadline, which replays it (reported as a deadline event); a corrupt
+// message is dropped and counted by its receiver (never accepted with wrong
+// values, never failing the run), which tells the coordinator, and the step
+// is replayed at once (a damaged event); the others need no replay as long
+// as they end within the deadline.
 TEST(RuntimeFaults, MessageFaultsEndBitwiseEqual) {
   using runtime::FaultKind;
   for (const std::string schedule : {"1f1b", "dualpipe"}) {
@@ -78,7 +86,7 @@ TEST(RuntimeFaults, MessageFaultsEndBitwiseEqual) {
     base.expert_shards = 2;
     base.step_deadline = 1.0;
     const Outcome ref = run(base);
-    for (const FaultKind kind : {FaultKind::drop, FaultKind::duplicate, FaultKind::delay, FaultKind::pause}) {
+    for (const FaultKind kind : {FaultKind::drop, FaultKind::duplicate, FaultKind::delay, FaultKind::pause, FaultKind::corrupt}) {
       for (const std::string target : {"stage:1", "optimizer:0", "expert:1/1"}) {
         runtime::RuntimeOptions o = base;
         runtime::FaultSpec f;
@@ -92,15 +100,68 @@ TEST(RuntimeFaults, MessageFaultsEndBitwiseEqual) {
         const std::string what = schedule + " " + runtime::fault_kind_name(kind) + " " + target;
         const Outcome got = run(o);
         expect_bitwise_equal(ref, got, what);
-        size_t deadlines = 0;
+        size_t deadlines = 0, damaged = 0;
         for (const auto& ev : got.restarts) {
           deadlines += ev.deadline;
-          EXPECT_TRUE(ev.deadline) << what << ": no actor died, yet " << ev.str();
-          if (ev.deadline) EXPECT_EQ(ev.step, 2) << what << ": " << ev.str();
+          damaged += ev.damaged;
+          EXPECT_TRUE(ev.deadline || ev.damaged) << what << ": no actor died, yet " << ev.str();
+          EXPECT_EQ(ev.step, 2) << what << ": " << ev.str();
         }
+        // A drop is noticed by nobody: only the deadline finds it. A damaged
+        // message is reported by its receiver: the step is replayed at once.
         if (kind == FaultKind::drop) EXPECT_GE(deadlines, 1u) << what << ": a lost message must end in a replay";
-        else EXPECT_EQ(deadlines, 0u) << what << ": nothing was lost";
+        else if (kind != FaultKind::corrupt) EXPECT_EQ(deadlines, 0u) << what << ": nothing was lost";
+        if (kind == FaultKind::corrupt) EXPECT_GE(damaged, 1u) << what << ": a dropped damaged message must end in a replay";
+        else EXPECT_EQ(damaged, 0u) << what;
+        // Each corrupted Envelope was dropped by its receiver as damaged, and
+        // nothing else was.
+        EXPECT_EQ(got.damaged, kind == FaultKind::corrupt ? 2u : 0u) << what;
       }
+    }
+  }
+}
+
+// A straggler: the device of the target runs 4x slower for steps 2..3 of 4
+// (or for a wall-clock window). The math is unchanged (bitwise), the device
+// reports closures it slowed and the time added, and a window in steps ends:
+// the last step runs at full speed. Step times are printed, not asserted.
+TEST(RuntimeFaults, SlowDeviceEndsBitwiseEqual) {
+  runtime::RuntimeOptions base = options("1f1b", 5);
+  base.train.steps = 4;
+  base.expert_shards = 2;
+  const Outcome ref = run(base);
+  EXPECT_EQ(ref.slow.slowed, 0u);
+  for (const std::string target : {"stage:1", "optimizer:0", "expert:1/1"}) {
+    for (const double window_ms : {0.0, 30.0}) {
+      runtime::RuntimeOptions o = base;
+      runtime::FaultSpec f;
+      f.at_step = 2;
+      f.target = target;
+      f.kind = runtime::FaultKind::slow;
+      f.factor = 4;
+      f.steps = 2;
+      f.duration_ms = window_ms;
+      o.faults = {f};
+      const Outcome got = run(o);
+      const std::string what = "slow " + target + (window_ms > 0 ? " for 30 ms" : " for 2 steps");
+      expect_bitwise_equal(ref, got, what);
+      EXPECT_GT(got.slow.slowed, 0u) << what;
+      // Only the target's device is slowed; on it, steps 2..3 of 4 (the
+      // initial loads and steps 1 and 4 are not) are at most half its
+      // closures: a window that never ended would take step 4 too (3/4).
+      int slowed_devices = 0;
+      for (const auto& [slowed, completed] : got.slow.per_device) {
+        if (slowed == 0) continue;
+        ++slowed_devices;
+        EXPECT_LT(slowed, completed) << what;
+        if (window_ms == 0) EXPECT_LE(slowed, completed / 2) << what << ": the window never ended";
+      }
+      EXPECT_EQ(slowed_devices, 1) << what;
+      EXPECT_GT(got.slow.seconds, 0.0) << what;
+      std::cout << "  " << what << ": " << got.slow.slowed << " of " << got.slow.completed << " closures slowed, +"
+                << got.slow.seconds * 1e3 << " ms; step seconds";
+      for (double x : got.step_seconds) std::cout << " " << x;
+      std::cout << "\n";
     }
   }
 }
@@ -342,6 +403,68 @@ TEST(RuntimeFaults, TooManyRestartsEscalate) {
     EXPECT_NE(msg.find("max_restarts = 1"), std::string::npos) << msg;
   }
   EXPECT_THROW(rt.step(), std::runtime_error);  // the runtime stays failed
+}
+
+// Restart intensity counted in seconds as well: two kills in steps 1 and 3
+// are outside a 1-step window but inside a 3600 s period, so the second
+// escalates, naming the period; inside a period too short for two restarts
+// to share, they do not. (Neither depends on how fast the machine is.)
+TEST(RuntimeFaults, RestartIntensityInSecondsEscalates) {
+  runtime::RuntimeOptions o = options("1f1b", 3);
+  o.max_restarts = 1;
+  o.restart_window = 1;
+  o.restart_period = 3600;
+  o.faults = {{1, "stage:1", runtime::FaultKind::kill, 0}, {3, "optimizer:0", runtime::FaultKind::kill, 0}};
+  runtime::Runtime rt(o);
+  EXPECT_NO_THROW(rt.step());
+  EXPECT_NO_THROW(rt.step());
+  try {
+    rt.step();
+    FAIL() << "the second restart within 3600 s should fail the step";
+  } catch (const std::runtime_error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("optimizer:0 went down (killed) in step 3: 2 restarts within 3600 s, more than max_restarts = 1; giving up"),
+              std::string::npos) << msg;
+  }
+  const Outcome ref = run(options("1f1b", 3));
+  o.restart_period = 1e-9;  // no two restarts are this close
+  const Outcome got = run(o);
+  EXPECT_EQ(got.restarts.size(), 2u);
+  expect_bitwise_equal(ref, got, "two restarts, period 1 ns");
+}
+
+// Per-role budgets: with max_restarts_optimizer = 0 the first optimizer-shard
+// restart escalates, naming the role's budget, though max_restarts allows
+// more; a stage restart under the same settings does not.
+TEST(RuntimeFaults, PerRoleRestartBudgetEscalates) {
+  runtime::RuntimeOptions o = options("1f1b", 3);
+  o.max_restarts = 10;
+  o.max_restarts_optimizer = 0;
+  o.max_restarts_stage = 1;
+  o.faults = {{1, "stage:1", runtime::FaultKind::kill, 0}, {2, "optimizer:1", runtime::FaultKind::kill, 0}};
+  runtime::Runtime rt(o);
+  EXPECT_NO_THROW(rt.step());
+  try {
+    rt.step();
+    FAIL() << "an optimizer restart beyond max_restarts_optimizer = 0 should fail the step";
+  } catch (const std::runtime_error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("optimizer:1 went down (killed) in step 2: 1 restarts of optimizer actors within 10 step(s), "
+                       "more than max_restarts_optimizer = 0; giving up"),
+              std::string::npos) << msg;
+  }
+  EXPECT_THROW(rt.step(), std::runtime_error);  // it stays stopped
+  runtime::RuntimeOptions two = options("1f1b", 3);
+  two.max_restarts = 10;
+  two.max_restarts_stage = 1;
+  two.faults = {{1, "stage:1", runtime::FaultKind::kill, 0}, {3, "stage:0", runtime::FaultKind::kill, 0}};
+  try {
+    run(two);
+    FAIL() << "a second stage restart beyond max_restarts_stage = 1 should fail the run";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("2 restarts of stage actors within 10 step(s), more than max_restarts_stage = 1"),
+              std::string::npos) << e.what();
+  }
 }
 
 TEST(RuntimeFaults, RestartsOutsideTheWindowDoNotEscalate) {

@@ -76,6 +76,22 @@ std::vector<TraceEvent> Device::trace() const {
   return events_;
 }
 
+void Device::slow_down(double factor, std::chrono::steady_clock::time_point until) {
+  std::lock_guard<std::mutex> lk(mu_);
+  slow_factor_ = factor > 1 ? factor : 1.0;
+  slow_until_ = until;
+}
+
+uint64_t Device::slowed() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return slowed_;
+}
+
+double Device::slowed_seconds() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return slowed_seconds_;
+}
+
 uint64_t Device::completed() const {
   std::lock_guard<std::mutex> lk(mu_);
   return completed_;
@@ -85,6 +101,7 @@ void Device::loop() {
   for (;;) {
     Item item;
     bool record = false;
+    double factor = 1.0;
     {
       std::unique_lock<std::mutex> lk(mu_);
       cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
@@ -93,10 +110,12 @@ void Device::loop() {
       queue_.pop_front();
       running_ = true;
       record = tracing_ && item.label.kind != TraceLabel::None;
+      if (slow_factor_ > 1 && std::chrono::steady_clock::now() < slow_until_) factor = slow_factor_;
     }
+    const bool timed = record || factor > 1;
     // Two clock reads per labelled closure; the event is stored under the
     // lock the loop takes anyway.
-    const int64_t t0 = record ? now_ns() : 0;
+    const int64_t t0 = timed ? now_ns() : 0;
     try {
       item.work(*backend_);
     } catch (const std::exception& e) {
@@ -104,7 +123,19 @@ void Device::loop() {
     } catch (...) {
       if (item.on_error) item.on_error("unknown exception");
     }
-    const int64_t t1 = record ? now_ns() : 0;
+    int64_t t1 = timed ? now_ns() : 0;
+    if (factor > 1) {
+      // The straggler: the device stays busy (nothing else runs on it) for
+      // (factor - 1) times what the closure took. The trace shows the
+      // stretched closure, as a slow device would.
+      const auto extra = std::chrono::nanoseconds(static_cast<int64_t>(static_cast<double>(t1 - t0) * (factor - 1)));
+      std::this_thread::sleep_for(extra);
+      const int64_t t2 = now_ns();
+      std::lock_guard<std::mutex> lk(mu_);
+      ++slowed_;
+      slowed_seconds_ += static_cast<double>(t2 - t1) * 1e-9;
+      t1 = t2;
+    }
     {
       std::lock_guard<std::mutex> lk(mu_);
       if (record) events_.push_back(TraceEvent{item.label, t0, t1});

@@ -6,6 +6,7 @@
 // No CAF here: the header is light enough for launch/ and tests.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -64,6 +65,15 @@ class Device {
   // The events recorded so far, in run order (call after drain()).
   std::vector<TraceEvent> trace() const;
 
+  // A straggler ([[faults]] kind "slow"): from now until `until`, every
+  // closure is followed by an idle wait of (factor - 1) x its own run time,
+  // so the device runs `factor` times slower; the results are unchanged.
+  // factor <= 1 ends it.
+  void slow_down(double factor, std::chrono::steady_clock::time_point until = std::chrono::steady_clock::time_point::max());
+  // Closures run slowed, and the seconds added to them, so far.
+  uint64_t slowed() const;
+  double slowed_seconds() const;
+
   // Blocks until every closure submitted so far has run (tests, shutdown).
   void drain();
   // Closures run since start.
@@ -87,6 +97,10 @@ class Device {
   std::vector<TraceEvent> events_;
   bool stop_ = false, running_ = false;
   uint64_t completed_ = 0;
+  double slow_factor_ = 1.0;
+  std::chrono::steady_clock::time_point slow_until_{};
+  uint64_t slowed_ = 0;
+  double slowed_seconds_ = 0.0;
   std::exception_ptr init_error_;
   std::thread thread_;
 };

@@ -455,6 +455,7 @@ caf::behavior expert_actor(Self* self, std::shared_ptr<const Shared> sh, Device*
       [self](const Envelope& e) {
         auto& s = self->state;
         if (kill_switch_fires(self, expert_phase(s))) return;
+        if (drop_if_damaged(self, e)) return;
         auto kind = e.kind();
         if (!kind) return reject(self, self->system().render(kind.error()));
         if (*kind == Envelope::Kind::DISPATCH) {

@@ -188,6 +188,7 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
       [self](const Envelope& e) {
         auto& s = self->state;
         if (kill_switch_fires(self, shard_phase(s))) return;
+        if (drop_if_damaged(self, e)) return;
         auto fail = [&](const std::string& why) {
           ++s.dropped;
           caf::anon_send(s.sh->peers.coordinator, rt::fail_atom_v, s.name + ": rejected message: " + why);

@@ -720,6 +720,7 @@ caf::behavior rank_actor(Self* self, std::shared_ptr<const Shared> sh, Device* d
       [self](const Envelope& e) {
         auto& s = self->state;
         if (kill_switch_fires(self, rank_phase(s))) return;
+        if (drop_if_damaged(self, e)) return;
         auto kind = e.kind();
         auto fail = [&](const std::string& why) {
           ++s.dropped;

@@ -51,7 +51,31 @@ struct CoordState {
   std::chrono::steady_clock::time_point started;  // of the running attempt
   double slowest = 0.0;          // seconds of the slowest finished step
   uint32_t deadline_replays = 0;  // of the running step
+  uint64_t damaged = 0;           // Envelopes receivers dropped as damaged in flight
+  // The fault summary's bookkeeping for the running step.
+  std::chrono::steady_clock::time_point first_started;  // its first attempt
+  int64_t armed = 0;                 // faults armed in it
+  std::string message_fault_role;    // role of its first fault on messages (a deadline's suspect)
+  bool repairing = false;            // a failure was noticed in it
+  std::chrono::steady_clock::time_point repair_from;
+  std::string repair_role;
 };
+
+// Under the summary's lock (Runtime::fault_summary reads it from another thread).
+template <class F>
+void update_stats(const Shared& sh, F&& f) {
+  std::lock_guard<std::mutex> lock(sh.stats_mu);
+  f(sh.stats);
+}
+
+// A failure was noticed in the running step: its repair starts now (the
+// first failure of a step counts; what follows is the same repair).
+void repair_starts(CoordState& s, const std::string& role) {
+  if (s.repairing) return;
+  s.repairing = true;
+  s.repair_from = std::chrono::steady_clock::now();
+  s.repair_role = role.empty() ? "unattributed" : role;
+}
 
 using Self = caf::stateful_actor<CoordState>;
 
@@ -85,7 +109,24 @@ void maybe_finish(Self* self) {
   s.last_loads.clear();
   for (const auto& [stage, v] : s.loads) s.last_loads.insert(s.last_loads.end(), v.begin(), v.end());
   const double lr = model::learning_rate(sh.opt.train.optim, static_cast<int64_t>(s.step), sh.opt.train.steps);
-  s.slowest = std::max(s.slowest, std::chrono::duration<double>(std::chrono::steady_clock::now() - s.started).count());
+  const auto now = std::chrono::steady_clock::now();
+  s.slowest = std::max(s.slowest, std::chrono::duration<double>(now - s.started).count());
+  update_stats(sh, [&](FaultSummary& st) {
+    ++st.steps;
+    st.useful_seconds += std::chrono::duration<double>(now - s.started).count();
+    st.wall_seconds += std::chrono::duration<double>(now - s.first_started).count();
+    st.recovered += s.armed;
+    if (s.repairing) {
+      auto& r = st.repairs[s.repair_role];
+      const double secs = std::chrono::duration<double>(now - s.repair_from).count();
+      ++r.count;
+      r.total_seconds += secs;
+      r.max_seconds = std::max(r.max_seconds, secs);
+    }
+  });
+  s.armed = 0;
+  s.message_fault_role.clear();
+  s.repairing = false;
   s.deadline_replays = 0;
   s.running = false;
   s.sup->commit();
@@ -127,8 +168,22 @@ void arm_faults(Self* self) {
     const ActorPlan* target = t ? plan->target(*t) : nullptr;
     if (!target) continue;  // validate() rejected it already
     s.fault_armed[i] = true;
-    if (f.kind != FaultKind::kill) {  // acts on messages in flight, at the seam
-      if (sh.injector) sh.injector->arm(target_actor(sh, *t), f);
+    ++s.armed;
+    update_stats(sh, [&](FaultSummary& st) { ++st.injected[fault_kind_name(f.kind)]; });
+    if (on_messages(f.kind) && f.kind != FaultKind::duplicate && s.message_fault_role.empty())
+      s.message_fault_role = role_name(t->role);
+    if (on_messages(f.kind)) {  // acts on messages in flight, at the seam
+      if (sh.injector) sh.injector->arm(target_actor(sh, *t), f, sh.opt.train.seed, s.step);
+      continue;
+    }
+    if (f.kind == FaultKind::slow) {  // the target's device becomes a straggler
+      Device* dev = target->device >= 0 && static_cast<size_t>(target->device) < sh.devices.size()
+                        ? sh.devices[static_cast<size_t>(target->device)] : nullptr;
+      if (!dev) continue;
+      const auto now = std::chrono::steady_clock::now();
+      dev->slow_down(f.factor, f.duration_ms > 0 ? now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                              std::chrono::duration<double, std::milli>(f.duration_ms))
+                                                 : std::chrono::steady_clock::time_point::max());
       continue;
     }
     const uint32_t n = target->messages_per_step;
@@ -156,9 +211,22 @@ void start_step(Self* self) {
   s.clipped = false;
   s.sup->clear_staged();
   s.running = true;
+  // A slow fault counted in steps ends when the step after its window starts.
+  for (size_t i = 0; i < sh.opt.faults.size(); ++i) {
+    const FaultSpec& f = sh.opt.faults[i];
+    if (f.kind != FaultKind::slow || !s.fault_armed[i] || f.duration_ms > 0 ||
+        static_cast<int64_t>(s.step) + 1 != f.at_step + f.steps)
+      continue;
+    const std::optional<FaultTarget> t = parse_fault_target(f.target);
+    const ActorPlan* target = t ? sh.plan.target(*t) : nullptr;
+    if (target && target->device >= 0 && static_cast<size_t>(target->device) < sh.devices.size() &&
+        sh.devices[static_cast<size_t>(target->device)])
+      sh.devices[static_cast<size_t>(target->device)]->slow_down(1.0);
+  }
   if (s.attempt == 0) arm_faults(self);
   // The step's deadline (a lost message or a frozen actor never ends it).
   s.started = std::chrono::steady_clock::now();
+  if (s.attempt == 0) s.first_started = s.started;
   const double limit = sh.opt.step_deadline > 0 ? sh.opt.step_deadline
                        : s.slowest > 0          ? std::max(3.0, 4.0 * s.slowest)
                                                 : 120.0;  // first step: OpenCL kernels may compile
@@ -234,6 +302,11 @@ void on_child_down(Self* self, const caf::down_msg& m) {
     }
     return;
   }
+  update_stats(*s.sh, [&](FaultSummary& st) {
+    ++st.restarts;
+    st.replays += s.running;
+  });
+  if (s.running) repair_starts(s, role_name(child.role));
   // A replay starts the step again as the next attempt; between steps the
   // child alone is restored to where the others are.
   const uint32_t attempt = s.running ? s.attempt + 1 : s.attempt;
@@ -290,6 +363,8 @@ void on_deadline(Self* self, uint64_t step, uint32_t attempt, double limit) {
     s.reply.deliver(caf::make_error(caf::sec::runtime_error, s.error));
     return;
   }
+  update_stats(sh, [&](FaultSummary& st) { ++st.replays; });
+  repair_starts(s, s.message_fault_role);
   ++s.attempt;
   s.sup->restore_all(self, s.step, s.attempt);
   start_step(self);
@@ -300,6 +375,46 @@ void on_deadline(Self* self, uint64_t step, uint32_t attempt, double limit) {
   ev.cause = std::string("no progress within ") + secs;
   ev.replayed = true;
   ev.deadline = true;
+  try {
+    if (sh.on_restart) sh.on_restart(ev);
+  } catch (const std::exception&) {
+  }
+}
+
+// A receiver dropped a message damaged in flight (actors/context.hpp,
+// drop_if_damaged): that message is lost for sure, so the running attempt
+// cannot finish. Replay the step now rather than at its deadline, exactly
+// as the deadline would. The damaged message may have been a stale one of
+// an older attempt; the replay is then wasted, never wrong. Replays of one
+// step count against max_restarts like deadline replays.
+void on_damaged(Self* self, const std::string& who, const std::string& why) {
+  auto& s = self->state;
+  const auto& sh = *s.sh;
+  ++s.damaged;
+  update_stats(sh, [](FaultSummary& st) { ++st.damaged; });
+  if (!s.running || !s.error.empty()) return;  // between steps no step message is waited for
+  const int64_t step1 = static_cast<int64_t>(s.step) + 1;
+  if (static_cast<int>(++s.deadline_replays) > sh.opt.max_restarts) {
+    s.error = "step " + std::to_string(step1) + " lost messages in " + std::to_string(s.deadline_replays) +
+              " attempt(s), more than max_restarts = " + std::to_string(sh.opt.max_restarts) + " (last: " + who +
+              " dropped one as damaged: " + why + ")";
+    s.running = false;
+    s.reply.deliver(caf::make_error(caf::sec::runtime_error, s.error));
+    return;
+  }
+  const ActorPlan* a = sh.plan.find(who);
+  update_stats(sh, [&](FaultSummary& st) { ++st.replays; });
+  repair_starts(s, a ? role_name(a->role) : "");
+  ++s.attempt;
+  s.sup->restore_all(self, s.step, s.attempt);
+  start_step(self);
+  RestartEvent ev;
+  ev.step = step1;
+  ev.attempt = static_cast<int>(s.attempt) + 1;
+  ev.actor = who;
+  ev.cause = why;
+  ev.replayed = true;
+  ev.damaged = true;
   try {
     if (sh.on_restart) sh.on_restart(ev);
   } catch (const std::exception&) {
@@ -459,6 +574,8 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
         return w->rp;
       },
       [self](rt::dropped_atom) { return self->state.dropped; },
+      [self](rt::corrupt_atom, const std::string& who, const std::string& why) { on_damaged(self, who, why); },
+      [self](rt::corrupt_atom) { return self->state.damaged; },
       [self](rt::name_atom) { return self->state.sh->plan.coordinator().name; },
   };
 }

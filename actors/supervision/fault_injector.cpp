@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "actors/transport/caf_types.hpp"
+
 namespace troupe::runtime {
 
 FaultInjector::FaultInjector(std::shared_ptr<Interposer> next)
@@ -18,12 +20,34 @@ FaultInjector::~FaultInjector() {
   worker_.join();
 }
 
-void FaultInjector::arm(const caf::actor& target, const FaultSpec& f) {
+void FaultInjector::arm(const caf::actor& target, const FaultSpec& f, uint64_t seed, uint64_t step) {
   std::lock_guard<std::mutex> lock(mu_);
   Armed a{target, f.kind, f.count, std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(f.delay_ms)),
-          Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(f.duration_ms))};
+          Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(f.duration_ms)),
+          kill_point(seed, step, fault_key(f.target), 0xFFFFFFFFu, 1)};
   armed_.push_back(std::move(a));
 }
+
+uint64_t FaultInjector::corrupted() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return corrupted_;
+}
+
+namespace {
+
+// The Envelope as it would cross a process boundary (its wire frame), one
+// bit flipped, decoded again by the receiving side's codec: an invalid
+// Envelope carrying the decode error (the frame's CRC-32 catches every
+// single flip), exactly what the CAF transport delivers for damaged bytes.
+Envelope flip_one_bit(const Envelope& e, uint64_t draw) {
+  std::vector<uint8_t> frame = e.encode();
+  const uint64_t bit = draw % (frame.size() * 8);
+  frame[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+  auto back = Envelope::decode(frame.data(), frame.size());
+  return back ? std::move(*back) : Envelope::invalid(std::move(back.error()));
+}
+
+}  // namespace
 
 void FaultInjector::send(const caf::actor& to, caf::message msg) {
   std::unique_lock<std::mutex> lock(mu_);
@@ -54,8 +78,18 @@ void FaultInjector::send(const caf::actor& to, caf::message msg) {
         if (now < a.until) release = std::max(release, a.until);
         done = now >= a.until;
         break;
+      case FaultKind::corrupt:
+        // Only Envelopes have bytes to damage (control tuples pass untouched).
+        if (msg.size() == 1 && msg.match_element<Envelope>(0)) {
+          const uint64_t draw = a.seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(a.remaining) * 0xBF58476D1CE4E5B9ull;
+          msg = caf::make_message(flip_one_bit(msg.get_as<Envelope>(0), draw ^ (draw >> 29)));
+          ++corrupted_;
+          done = --a.remaining <= 0;
+        }
+        break;
       case FaultKind::kill:
-        done = true;  // kills are armed in the actor itself, never here
+      case FaultKind::slow:
+        done = true;  // kills are armed in the actor itself, slow in the device: never here
         break;
     }
     it = done ? armed_.erase(it) : it + 1;

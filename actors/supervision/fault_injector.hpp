@@ -1,5 +1,5 @@
-// Faults on messages in flight ([[faults]] kinds drop, duplicate, delay and
-// pause): an interposer on the one seam of step messages
+// Faults on messages in flight ([[faults]] kinds drop, duplicate, delay,
+// pause and corrupt): an interposer on the one seam of step messages
 // (interposer.hpp). The coordinator arms an entry at the start of the
 // fault's step (first attempt only, so the replayed step runs clean); from
 // then on, messages sent to the target actor are dropped, doubled or held
@@ -30,9 +30,12 @@ class FaultInjector final : public Interposer {
   explicit FaultInjector(std::shared_ptr<Interposer> next = nullptr);
   ~FaultInjector() override;  // stops the release thread; what is still held is dropped
 
-  // From now on, fault `f` (not kill) acts on messages to `target`.
-  void arm(const caf::actor& target, const FaultSpec& f);
+  // From now on, fault `f` (on_messages(f.kind)) acts on messages to
+  // `target`; `seed` and `step` seed which bit a corrupt fault flips.
+  void arm(const caf::actor& target, const FaultSpec& f, uint64_t seed = 0, uint64_t step = 0);
   void send(const caf::actor& to, caf::message msg) override;
+  // Envelopes corrupted so far (each one is a message the receiver must drop).
+  uint64_t corrupted() const;
 
  private:
   struct Armed {
@@ -41,6 +44,7 @@ class FaultInjector final : public Interposer {
     int64_t remaining;       // drop, duplicate, delay: messages still to hit
     Clock::duration delay;   // delay
     Clock::time_point until; // pause: held until then
+    uint64_t seed = 0;       // corrupt: the bit to flip is drawn from (seed, hits so far)
   };
   void forward(const caf::actor& to, caf::message msg);
   void release_loop();
@@ -54,6 +58,7 @@ class FaultInjector final : public Interposer {
   std::map<std::pair<Clock::time_point, uint64_t>, std::pair<caf::actor, caf::message>> held_;
   std::map<caf::actor_addr, Clock::time_point> last_release_;  // per target: the latest release queued
   uint64_t seq_ = 0;
+  uint64_t corrupted_ = 0;
   bool stop_ = false;
   std::thread worker_;
 };

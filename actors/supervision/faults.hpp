@@ -101,10 +101,19 @@ inline constexpr uint32_t kRlKillPoints = 3;
 //   duplicate  the next `count` messages to it arrive twice (it drops the copies);
 //   delay      the next `count` messages to it arrive delay_ms late (in order);
 //   pause      it receives nothing for duration_ms (a frozen actor; what it
-//              was sent arrives afterwards, in order).
-// Drop, duplicate, delay and pause act on messages in flight, through the
-// one seam on step messages (actors/supervision/interposer.hpp).
-enum class FaultKind : uint8_t { kill, drop, duplicate, delay, pause };
+//              was sent arrives afterwards, in order);
+//   corrupt    the next `count` Envelopes sent to it arrive with one seeded
+//              bit of their wire frame flipped: the frame's CRC-32 rejects
+//              them, the receiver drops and counts them as lost (never
+//              accepted with wrong values) and tells the coordinator, which
+//              replays the step at once (no deadline wait);
+//   slow       the device the target runs on takes `factor` times as long
+//              for every closure (a straggler), for duration_ms, or else for
+//              duration_steps steps from at_step (FaultSpec::steps).
+// Drop, duplicate, delay, pause and corrupt act on messages in flight,
+// through the one seam on step messages (actors/supervision/interposer.hpp);
+// slow acts in the device (actors/device/device.hpp).
+enum class FaultKind : uint8_t { kill, drop, duplicate, delay, pause, corrupt, slow };
 inline const char* fault_kind_name(FaultKind k) {
   switch (k) {
     case FaultKind::kill: return "kill";
@@ -112,11 +121,15 @@ inline const char* fault_kind_name(FaultKind k) {
     case FaultKind::duplicate: return "duplicate";
     case FaultKind::delay: return "delay";
     case FaultKind::pause: return "pause";
+    case FaultKind::corrupt: return "corrupt";
+    case FaultKind::slow: return "slow";
   }
   return "?";
 }
-inline constexpr FaultKind kFaultKinds[] = {FaultKind::kill, FaultKind::drop, FaultKind::duplicate, FaultKind::delay,
-                                           FaultKind::pause};
+inline constexpr FaultKind kFaultKinds[] = {FaultKind::kill,  FaultKind::drop,    FaultKind::duplicate, FaultKind::delay,
+                                           FaultKind::pause, FaultKind::corrupt, FaultKind::slow};
+// Kinds that act on messages in flight (the FaultInjector at the seam).
+inline bool on_messages(FaultKind k) { return k != FaultKind::kill && k != FaultKind::slow; }
 
 // One [[faults]] entry.
 struct FaultSpec {
@@ -124,9 +137,11 @@ struct FaultSpec {
   std::string target;       // "stage:K", "stage:K/replica:R", "optimizer:K", "expert:L/S[/replica:R]"; RL: "generator:K", "reward:K"
   FaultKind kind = FaultKind::kill;
   int64_t at_message = 0;   // kill: 0 = seeded point; k > 0: die on the k-th message (tests pin phases)
-  int64_t count = 1;        // drop, duplicate, delay: how many messages
+  int64_t count = 1;        // drop, duplicate, delay, corrupt: how many messages
   double delay_ms = 0.0;    // delay: how late each arrives
-  double duration_ms = 0.0; // pause: how long the actor receives nothing
+  double duration_ms = 0.0; // pause: how long the actor receives nothing; slow: the window (0: `steps`)
+  double factor = 1.0;      // slow: how many times longer each device closure takes
+  int64_t steps = 1;        // slow without duration_ms ([[faults]] duration_steps): steps at_step .. at_step + steps - 1
 };
 
 // The spelling of a target its seeded kill point is drawn from: the alias
@@ -135,10 +150,11 @@ inline std::string fault_key(const std::string& target) {
   return target.rfind("rank:", 0) == 0 ? "stage:" + target.substr(5) : target;
 }
 
-// The seeded kill point in [1, n] (n >= 1) for `target` in `step`.
-inline uint32_t kill_point(uint64_t seed, uint64_t step, const std::string& target, uint32_t n) {
+// The seeded kill point in [1, n] (n >= 1) for `target` in `step`; with
+// `salt`, other seeded draws (which bit a corrupt fault flips).
+inline uint32_t kill_point(uint64_t seed, uint64_t step, const std::string& target, uint32_t n, uint64_t salt = 0) {
   // splitmix64 over the seed, the step and the target's name: cheap, fixed, portable.
-  uint64_t x = seed * 0x9E3779B97F4A7C15ull + step;
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + step + salt * 0xD1B54A32D192ED03ull;
   for (char c : target) x = (x ^ static_cast<unsigned char>(c)) * 0x100000001B3ull;
   x += 0x9E3779B97F4A7C15ull;
   x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -156,7 +172,11 @@ struct RestartEvent {
   std::string phase;    // where in the step a killed actor was (when it said so)
   bool replayed = false;  // the running step was discarded and is run again
   bool deadline = false;  // no actor died: the step missed its deadline (actor: what it waited for)
+  bool damaged = false;   // no actor died: `actor` dropped a message damaged in flight (cause: why)
   std::string str() const {
+    if (damaged)
+      return "step " + std::to_string(step) + " lost a message (" + actor + " dropped it as damaged: " + cause +
+             "): step replayed, attempt " + std::to_string(attempt);
     if (deadline)
       return "step " + std::to_string(step) + " missed its deadline (" + cause + "; waiting for " + actor +
              "): step replayed, attempt " + std::to_string(attempt);

@@ -99,8 +99,8 @@ Interposers make_interposer(const RuntimeOptions& o, int first_moe_layer) {
   if (o.corrupt_combine && first_moe_layer >= 0)
     out.chain = corrupt_first_combine(static_cast<uint32_t>(first_moe_layer), 0, std::move(out.chain));
   if (o.replay_stale) out.chain = out.stale = std::make_shared<StaleReplay>(std::move(out.chain));
-  const bool on_messages = std::any_of(o.faults.begin(), o.faults.end(), [](const FaultSpec& f) { return f.kind != FaultKind::kill; });
-  if (on_messages) out.chain = out.injector = std::make_shared<FaultInjector>(std::move(out.chain));
+  const bool any = std::any_of(o.faults.begin(), o.faults.end(), [](const FaultSpec& f) { return on_messages(f.kind); });
+  if (any) out.chain = out.injector = std::make_shared<FaultInjector>(std::move(out.chain));
   return out;
 }
 

@@ -5,9 +5,9 @@
 // twice, nothing, or a changed message. Production runs have none (post() is
 // a plain send), so no actor carries a test branch. The test switches
 // RuntimeOptions::duplicate_sends, corrupt_combine and replay_stale install
-// the interposers below (make_interposer); [[faults]] kinds beyond "kill"
-// (drop, delay, corrupt) can be built the same way. Include only from
-// actors/ and tests (CAF).
+// the interposers below (make_interposer), and so do the [[faults]] kinds on
+// messages (drop, duplicate, delay, pause, corrupt: fault_injector.hpp).
+// Include only from actors/ and tests (CAF).
 #pragma once
 
 #include <cstdint>

@@ -61,6 +61,9 @@ void validate(const RuntimeOptions& o) {
   require(o.optimizer_shards <= P, "more optimizer shards than parameters");
   require(o.max_restarts >= 0, "max_restarts must be >= 0");
   require(o.restart_window >= 1, "restart_window must be >= 1");
+  require(o.restart_period >= 0, "restart_period must be >= 0");
+  require(o.max_restarts_stage >= -1 && o.max_restarts_optimizer >= -1 && o.max_restarts_expert >= -1,
+          "per-role max_restarts must be >= -1 (-1: none of its own)");
   require(o.processes >= 1 && o.processes <= o.devices, "processes must be in [1, devices]");
   require(o.processes == 1 || (o.comm && o.comm->size() == o.processes),
           "processes = " + std::to_string(o.processes) + " needs a launcher with as many processes (mpirun -np " +
@@ -101,6 +104,7 @@ void validate(const RuntimeOptions& o) {
     require(f.count >= 1, "fault count must be >= 1");
     require(f.kind != FaultKind::delay || f.delay_ms > 0, "fault kind delay needs delay_ms > 0");
     require(f.kind != FaultKind::pause || f.duration_ms > 0, "fault kind pause needs duration_ms > 0");
+    require(f.kind != FaultKind::slow || (f.factor > 1 && f.steps >= 1), "fault kind slow needs factor > 1 and steps >= 1");
     // An expert shard must exist in the step the fault hits (after the
     // scale events before it).
     RuntimeOptions at = o;
@@ -185,6 +189,7 @@ struct Runtime::Impl {
     if (tracing())
       for (auto& d : devices)
         if (d) d->enable_trace(4096);
+    for (auto& d : devices) s.devices.push_back(d.get());
 
     cfg = std::make_unique<caf::actor_system_config>();
     register_caf_types(*cfg);
@@ -564,6 +569,34 @@ uint64_t Runtime::dropped_messages() {
   return total;
 }
 
+FaultSummary Runtime::fault_summary() const {
+  std::lock_guard<std::mutex> lock(impl_->sh->stats_mu);
+  return impl_->sh->stats;
+}
+
+Runtime::Slowdown Runtime::slowdown() const {
+  Slowdown out;
+  for (const auto& d : impl_->devices) {
+    if (!d) {
+      out.per_device.emplace_back(0, 0);
+      continue;
+    }
+    out.per_device.emplace_back(d->slowed(), d->completed());
+    out.slowed += d->slowed();
+    out.seconds += d->slowed_seconds();
+    out.completed += d->completed();
+  }
+  return out;
+}
+
+uint64_t Runtime::damaged_messages() {
+  uint64_t n = 0;
+  caf::scoped_actor self{*impl_->sys};
+  self->request(impl_->sh->peers.coordinator, caf::infinite, rt::corrupt_atom_v)
+      .receive([&](uint64_t x) { n = x; }, [](caf::error&) {});
+  return n;
+}
+
 namespace {
 
 // The coordinator's (load) answer: for each MoE layer, E routed counts then
@@ -665,7 +698,14 @@ model::TrainSummary train(const RuntimeOptions& o, model::TrainObserver& obs) {
     rt.serve();
     return {};
   }
-  model::TrainSummary s = model::run_training(rt, o.train, obs);
+  model::TrainSummary s;
+  try {
+    s = model::run_training(rt, o.train, obs);
+  } catch (...) {
+    if (o.on_fault_summary) o.on_fault_summary(rt.fault_summary());  // what the faults did before it failed
+    throw;
+  }
+  if (o.on_fault_summary) o.on_fault_summary(rt.fault_summary());
   if (!o.trace.empty()) rt.write_trace(o.trace);
   return s;
 }

@@ -3,6 +3,7 @@
 // replay. Child names come from the plan.
 #include "actors/supervision/supervisor.hpp"
 
+#include <cstdio>
 #include <stdexcept>
 
 
@@ -70,13 +71,47 @@ const Supervisor::Child* Supervisor::find(const caf::actor_addr& who) const {
 }
 
 std::string Supervisor::admit_restart(const Child& child, const std::string& cause, int64_t step) {
-  const int window = std::max(1, sh_->opt.restart_window);
-  history_.push_back(step);
-  while (!history_.empty() && history_.front() <= step - window) history_.pop_front();
-  if (static_cast<int>(history_.size()) <= sh_->opt.max_restarts) return "";
-  return child.name + " went down (" + cause + ") in step " + std::to_string(step) + ": " +
-         std::to_string(history_.size()) + " restarts within " + std::to_string(window) +
-         " step(s), more than max_restarts = " + std::to_string(sh_->opt.max_restarts) + "; giving up";
+  const auto& o = sh_->opt;
+  const int window = std::max(1, o.restart_window);
+  const auto now = std::chrono::steady_clock::now();
+  const auto period = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(o.restart_period));
+  history_.push_back({step, now, child.role});
+  // Kept while inside either window.
+  auto in_steps = [&](const Past& p) { return p.step > step - window; };
+  auto in_time = [&](const Past& p) { return o.restart_period > 0 && now - p.when <= period; };
+  while (!history_.empty() && !in_steps(history_.front()) && !in_time(history_.front())) history_.pop_front();
+  const int budget = child.role == Role::Rank        ? o.max_restarts_stage
+                     : child.role == Role::Optimizer ? o.max_restarts_optimizer
+                     : child.role == Role::Expert    ? o.max_restarts_expert
+                                                     : -1;
+  const std::string role = role_name(child.role);
+  // Each limit: how many restarts count in its window, and what it allows.
+  struct Limit {
+    bool role_only;
+    bool seconds;
+    int allowed;
+    std::string key;
+  };
+  std::vector<Limit> limits = {{false, false, o.max_restarts, "max_restarts"}};
+  if (o.restart_period > 0) limits.push_back({false, true, o.max_restarts, "max_restarts"});
+  if (budget >= 0) {
+    limits.push_back({true, false, budget, "max_restarts_" + role});
+    if (o.restart_period > 0) limits.push_back({true, true, budget, "max_restarts_" + role});
+  }
+  for (const Limit& l : limits) {
+    int n = 0;
+    for (const Past& p : history_)
+      n += (l.seconds ? in_time(p) : in_steps(p)) && (!l.role_only || p.role == child.role);
+    if (n <= l.allowed) continue;
+    char span[64];
+    if (l.seconds) std::snprintf(span, sizeof span, "%g s", o.restart_period);
+    else std::snprintf(span, sizeof span, "%d step(s)", window);
+    return child.name + " went down (" + cause + ") in step " + std::to_string(step) + ": " + std::to_string(n) +
+           " restarts" + (l.role_only ? " of " + role + " actors" : "") + " within " + span + ", more than " +
+           l.key + " = " + std::to_string(l.allowed) + "; giving up";
+  }
+  return "";
 }
 
 caf::actor Supervisor::respawn(caf::event_based_actor* self, const Child& child, uint64_t step, uint32_t attempt) {

@@ -3,8 +3,11 @@
 // down is respawned alone, with the same role and index on the same device;
 // every child is permanent (restarted whatever the exit reason, except a
 // shutdown). Restart intensity: more than max_restarts restarts within
-// restart_window steps escalate — the step fails with an error naming the
-// actor and the cause.
+// restart_window steps, or within restart_period seconds (when set), or more
+// than a role's own budget (max_restarts_stage / _optimizer / _expert) of
+// that role's restarts within either window, escalate to the top of the tree
+// — the step fails, and the run stops cleanly, with an error naming the
+// actor, the cause and the budget it broke.
 //
 // Snapshots: the supervisor keeps, per shard, the state (parameters, AdamW m
 // and v, as three ParamSlice envelopes) the current step starts from — the
@@ -14,6 +17,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <deque>
 #include <map>
 #include <memory>
@@ -79,7 +83,12 @@ class Supervisor {
   std::shared_ptr<const Shared> sh_;
   bool watching_ = false;
   std::map<caf::actor_addr, Child> children_;
-  std::deque<int64_t> history_;  // steps of recent restarts
+  struct Past {
+    int64_t step;
+    std::chrono::steady_clock::time_point when;
+    Role role;
+  };
+  std::deque<Past> history_;  // recent restarts, oldest first
   std::vector<std::array<Envelope, 3>> committed_;  // [shard] p, m, v
   std::map<uint32_t, std::array<Envelope, 3>> staged_;
 };

@@ -56,6 +56,8 @@ CAF_BEGIN_TYPE_ID_BLOCK(troupe, caf::first_custom_type_id)
   // The name an actor goes by (actors/plan.hpp), for checks against the plan.
   CAF_ADD_ATOM(troupe, troupe::rt, name_atom, "rt_name")
   CAF_ADD_ATOM(troupe, troupe::rt, deadline_atom, "rt_dline")
+  // A step message damaged in flight, dropped by its receiver (and the count).
+  CAF_ADD_ATOM(troupe, troupe::rt, corrupt_atom, "rt_corrupt")
   // Scale events (actors/supervision/elastic.cpp): coordinator <- runtime,
   // and the coordinator's "are your weights loaded?" to a new expert shard.
   CAF_ADD_ATOM(troupe, troupe::rt, rescale_atom, "rt_rescale")

@@ -27,6 +27,7 @@ namespace troupe {
 const char* to_string(envelope_errc code) {
   switch (code) {
     case envelope_errc::empty_input: return "empty_input";
+    case envelope_errc::checksum_mismatch: return "checksum_mismatch";
     case envelope_errc::truncated_header: return "truncated_header";
     case envelope_errc::bad_magic: return "bad_magic";
     case envelope_errc::unsupported_version: return "unsupported_version";
@@ -58,6 +59,23 @@ caf::error make_error(envelope_errc code, std::string context) {
 std::optional<envelope_errc> envelope_error_code(const caf::error& err) {
   if (!err || err.category() != envelope_error_category) return std::nullopt;
   return static_cast<envelope_errc>(err.code());
+}
+
+bool damaged_in_flight(const caf::error& err) {
+  const auto code = envelope_error_code(err);
+  if (!code) return false;
+  switch (*code) {
+    case envelope_errc::empty_input:
+    case envelope_errc::truncated_header:
+    case envelope_errc::bad_magic:
+    case envelope_errc::unsupported_version:
+    case envelope_errc::unknown_flags:
+    case envelope_errc::decompress_failed:
+    case envelope_errc::length_mismatch:
+    case envelope_errc::trailing_bytes:
+    case envelope_errc::checksum_mismatch: return true;
+    default: return false;
+  }
 }
 
 // -- the envelope -------------------------------------------------------------------

@@ -8,12 +8,20 @@
 //
 //   bytes 0..3   magic "TRPE"
 //   byte  4      frame version (1)
-//   byte  5      flags: bit 0 = body is one zstd frame; other bits must be 0
+//   byte  5      flags: bit 0 = body is one zstd frame; bit 1 = a CRC-32
+//                trailer follows the body; other bits must be 0
 //   bytes 6..7   reserved, must be 0
 //   bytes 8..15  little-endian u64: length of the uncompressed body (0 = empty envelope)
 //   body         the standard Cap'n Proto flat array (segment table + segments),
 //                zstd-compressed when longer than the compress threshold and a
 //                sample of it compresses (see EncodeOptions)
+//   trailer      (flag bit 1) little-endian u32: zlib's CRC-32 of every byte
+//                before it (header and body as sent). Checked before anything
+//                else is trusted, so a flipped bit anywhere in the frame is
+//                rejected (checksum_mismatch; a flip of bit 1 itself leaves 4
+//                bytes the body does not account for) instead of decoding
+//                into a valid message with wrong values. Frames without it
+//                still decode.
 //
 // Error contract: nothing in here throws into the caller. Decoding untrusted
 // bytes returns `caf::expected<Envelope>`; on the CAF transport path a frame
@@ -70,7 +78,14 @@ enum class envelope_errc : uint8_t {
   empty_envelope,           // read from a default-constructed (empty) envelope
   wrong_kind,               // read<S>() on an envelope holding another kind
   bulk_unavailable,         // the shared-memory segment a bulk record names is missing or invalid
+  checksum_mismatch,        // the frame's CRC-32 trailer disagrees with its bytes (corrupted in flight)
 };
+
+// True for errors that say the bytes were damaged on the way (the frame does
+// not decode as it was sent: checksum, header, lengths, compression), as
+// opposed to a well-framed message that fails validation (a buggy or hostile
+// sender). Receivers treat the first as a lost message.
+bool damaged_in_flight(const caf::error& err);
 
 const char* to_string(envelope_errc code);
 
@@ -99,6 +114,8 @@ inline constexpr char kFrameMagic[4] = {'T', 'R', 'P', 'E'};
 inline constexpr uint8_t kFrameVersion = 1;
 inline constexpr size_t kFrameHeaderBytes = 16;
 inline constexpr uint8_t kFlagZstd = 1;
+inline constexpr uint8_t kFlagCrc32 = 2;
+inline constexpr size_t kFrameTrailerBytes = 4;
 inline constexpr size_t kCompressThreshold = 64 * 1024;
 
 // How frames are written. On the CAF path they come from the sending actor
@@ -109,6 +126,7 @@ inline constexpr size_t kCompressThreshold = 64 * 1024;
 struct EncodeOptions {
   size_t compress_threshold = kCompressThreshold;  // compress bodies longer than this...
   int zstd_level = 1;                              // ...if a 64 KiB sample shrinks by >= 10%
+  bool checksum = true;                            // append the CRC-32 trailer (flag bit 1)
 };
 
 // Reads / writes those config entries (set before the actor system starts).

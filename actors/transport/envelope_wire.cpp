@@ -6,6 +6,7 @@
 #include <new>
 #include <string>
 
+#include <zlib.h>
 #include <zstd.h>
 
 #include "actors/transport/envelope_internal.hpp"
@@ -101,12 +102,47 @@ bool worth_compressing(const EnvelopeData& d, int level) {
 
 caf::error fail(envelope_errc code, std::string ctx) { return make_error(code, std::move(ctx)); }
 
+// zlib's crc32 takes uInt lengths: feed large pieces in chunks.
+uint32_t crc_update(uint32_t crc, const void* data, size_t n) {
+  const auto* p = static_cast<const Bytef*>(data);
+  while (n > 0) {
+    const uInt step = static_cast<uInt>(std::min<size_t>(n, 1u << 30));
+    crc = static_cast<uint32_t>(::crc32(crc, p, step));
+    p += step;
+    n -= step;
+  }
+  return crc;
+}
+
+// Passes the frame on to `out` and computes the CRC-32 of what went through.
+struct CrcWriter final : FrameWriter {
+  FrameWriter& out;
+  bool on;
+  uint32_t crc = 0;
+  CrcWriter(FrameWriter& o, bool checksum) : out(o), on(checksum) {}
+  caf::error begin(size_t n) override { return out.begin(n + (on ? kFrameTrailerBytes : 0)); }
+  caf::error write(const void* data, size_t n) override {
+    if (on) crc = crc_update(crc, data, n);
+    return out.write(data, n);
+  }
+  caf::error end() override {
+    if (on) {
+      uint8_t t[kFrameTrailerBytes];
+      put_u32(t, crc);
+      if (auto err = out.write(t, sizeof t)) return err;
+    }
+    return out.end();
+  }
+};
+
 }  // namespace
 
-caf::error encode_frame(const EnvelopeData* d, const EncodeOptions& opts, FrameWriter& out) {
+caf::error encode_frame(const EnvelopeData* d, const EncodeOptions& opts, FrameWriter& sink) {
+  CrcWriter out(sink, opts.checksum);
   uint8_t hdr[kFrameHeaderBytes] = {};
   std::memcpy(hdr, kFrameMagic, 4);
   hdr[4] = kFrameVersion;
+  if (opts.checksum) hdr[5] = kFlagCrc32;
   if (d == nullptr || d->segments.empty()) {
     // Empty (or body-less invalid) envelope: header only, body length 0.
     if (auto err = out.begin(kFrameHeaderBytes)) return err;
@@ -129,7 +165,7 @@ caf::error encode_frame(const EnvelopeData* d, const EncodeOptions& opts, FrameW
     size_t comp_size = 0;
     // Incompressible data (e.g. random floats) goes raw: the flag says which.
     if (compress(pieces, raw, opts.zstd_level, comp, comp_size) && comp_size < raw) {
-      hdr[5] = kFlagZstd;
+      hdr[5] |= kFlagZstd;
       if (auto err = out.begin(kFrameHeaderBytes + comp_size)) return err;
       if (auto err = out.write(hdr, kFrameHeaderBytes)) return err;
       if (auto err = out.write(comp.get(), comp_size)) return err;
@@ -154,8 +190,16 @@ caf::expected<Envelope> decode_frame(kj::Array<capnp::word> frame, size_t size,
   if (p[4] != kFrameVersion)
     return fail(envelope_errc::unsupported_version, "frame version " + std::to_string(p[4]));
   const uint8_t flags = p[5];
-  if ((flags & ~kFlagZstd) != 0 || p[6] != 0 || p[7] != 0)
+  if ((flags & ~(kFlagZstd | kFlagCrc32)) != 0 || p[6] != 0 || p[7] != 0)
     return fail(envelope_errc::unknown_flags, "flags " + std::to_string(flags));
+  if (flags & kFlagCrc32) {
+    // Before any length is trusted: a damaged frame is rejected as such.
+    if (size < kFrameHeaderBytes + kFrameTrailerBytes)
+      return fail(envelope_errc::length_mismatch, "no room for the CRC-32 trailer");
+    size -= kFrameTrailerBytes;
+    const uint32_t want = get_u32(p + size), got = crc_update(0, p, size);
+    if (want != got) return fail(envelope_errc::checksum_mismatch, "frame CRC-32 does not match its bytes");
+  }
   const uint64_t raw = get_u64(p + 8);
   const uint8_t* body = p + kFrameHeaderBytes;
   const size_t body_n = size - kFrameHeaderBytes;

@@ -1,0 +1,164 @@
+// The seeded nemesis schedule and the fault summary (see chaos.hpp).
+#include "actors/supervision/chaos.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <tuple>
+
+#include "actors/plan.hpp"
+
+namespace troupe::runtime {
+
+namespace {
+
+// splitmix64: small, fixed and the same on every platform, so a seed names
+// one schedule everywhere.
+struct Rng {
+  uint64_t x;
+  uint64_t next() {
+    uint64_t z = (x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
+  size_t pick(size_t n) { return static_cast<size_t>(next() % n); }
+};
+
+// (role, index, replica, shard, step): one fault per actor and step.
+using Slot = std::tuple<int, int, int, int, int64_t>;
+std::optional<Slot> slot_of(const FaultSpec& f) {
+  const auto t = parse_fault_target(f.target);
+  if (!t) return std::nullopt;
+  return Slot{static_cast<int>(t->role), t->index, t->replica, t->shard, f.at_step};
+}
+
+FaultSpec fault_of(FaultKind kind, const std::string& target, int64_t step) {
+  FaultSpec f;
+  f.at_step = step;
+  f.target = target;
+  f.kind = kind;
+  switch (kind) {
+    case FaultKind::kill: break;  // a seeded point of the step
+    case FaultKind::drop: f.count = 1; break;
+    case FaultKind::duplicate: f.count = 2; break;
+    case FaultKind::delay: f.count = 2, f.delay_ms = 20; break;
+    case FaultKind::pause: f.duration_ms = 50; break;
+    case FaultKind::corrupt: f.count = 1; break;
+    case FaultKind::slow: f.factor = 4, f.steps = 1; break;
+  }
+  return f;
+}
+
+}  // namespace
+
+std::optional<Role> parse_role(const std::string& name) {
+  if (name == "stage") return Role::Rank;
+  if (name == "optimizer") return Role::Optimizer;
+  if (name == "expert") return Role::Expert;
+  return std::nullopt;
+}
+
+std::vector<FaultSpec> chaos_schedule(const ChaosOptions& c, const Plan& plan, int64_t steps,
+                                      const std::vector<FaultSpec>& taken) {
+  std::vector<FaultSpec> out;
+  if (c.mean_steps_between_faults <= 0 || steps < 1) return out;
+  std::vector<FaultKind> kinds = c.kinds;
+  if (kinds.empty()) kinds.assign(std::begin(kFaultKinds), std::end(kFaultKinds));
+  // The actors of each role the run has, in plan order.
+  std::vector<Role> roles = c.roles.empty() ? std::vector<Role>{Role::Rank, Role::Optimizer, Role::Expert} : c.roles;
+  std::vector<std::vector<std::string>> actors;
+  std::vector<Role> present;
+  for (Role r : roles) {
+    std::vector<std::string> names;
+    for (const ActorPlan& a : plan.actors)
+      if (a.role == r) names.push_back(a.name);
+    if (names.empty()) continue;  // validation rejects an explicit role the run lacks
+    present.push_back(r);
+    actors.push_back(std::move(names));
+  }
+  if (present.empty()) return out;
+  std::set<Slot> busy;
+  for (const FaultSpec& f : taken)
+    if (auto s = slot_of(f)) busy.insert(*s);
+  Rng rng{c.seed};
+  double t = 0.0;
+  for (;;) {
+    t += -c.mean_steps_between_faults * std::log1p(-rng.uniform());
+    const double step_real = std::floor(t) + 1.0;
+    if (!(step_real <= static_cast<double>(steps))) break;
+    const auto step = static_cast<int64_t>(step_real);
+    const FaultKind kind = kinds[rng.pick(kinds.size())];
+    for (int attempt = 0; attempt < 8; ++attempt) {
+      const size_t r = rng.pick(present.size());
+      const std::string& name = actors[r][rng.pick(actors[r].size())];
+      FaultSpec f = fault_of(kind, name, step);
+      const auto s = slot_of(f);
+      if (!s || !busy.insert(*s).second) continue;
+      out.push_back(std::move(f));
+      break;
+    }
+  }
+  return out;
+}
+
+std::string describe(const FaultSpec& f) {
+  char extra[96] = "";
+  switch (f.kind) {
+    case FaultKind::kill:
+      if (f.at_message > 0) std::snprintf(extra, sizeof extra, " (on message %lld)", static_cast<long long>(f.at_message));
+      break;
+    case FaultKind::drop:
+    case FaultKind::duplicate:
+    case FaultKind::corrupt:
+      std::snprintf(extra, sizeof extra, " (%lld message(s))", static_cast<long long>(f.count));
+      break;
+    case FaultKind::delay:
+      std::snprintf(extra, sizeof extra, " (%lld message(s) by %g ms)", static_cast<long long>(f.count), f.delay_ms);
+      break;
+    case FaultKind::pause: std::snprintf(extra, sizeof extra, " (%g ms)", f.duration_ms); break;
+    case FaultKind::slow:
+      if (f.duration_ms > 0) std::snprintf(extra, sizeof extra, " (%gx for %g ms)", f.factor, f.duration_ms);
+      else std::snprintf(extra, sizeof extra, " (%gx for %lld step(s))", f.factor, static_cast<long long>(f.steps));
+      break;
+  }
+  return "step " + std::to_string(f.at_step) + ": " + fault_kind_name(f.kind) + " " + f.target + extra;
+}
+
+int64_t FaultSummary::total_injected() const {
+  int64_t n = 0;
+  for (const auto& [kind, k] : injected) n += k;
+  return n;
+}
+
+std::string FaultSummary::str() const {
+  std::string s = "faults: " + std::to_string(total_injected()) + " injected (";
+  bool first = true;
+  for (FaultKind k : kFaultKinds) {
+    auto it = injected.find(fault_kind_name(k));
+    if (it == injected.end()) continue;
+    s += (first ? "" : ", ") + std::to_string(it->second) + " " + it->first;
+    first = false;
+  }
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "), %lld recovered; %lld restart(s), %lld replayed attempt(s), %lld damaged message(s) dropped\n",
+                static_cast<long long>(recovered), static_cast<long long>(restarts), static_cast<long long>(replays),
+                static_cast<long long>(damaged));
+  s += line;
+  std::snprintf(line, sizeof line, "time: %lld step(s) in %.3f s, %.3f s lost to faults, goodput %.1f%%\n",
+                static_cast<long long>(steps), wall_seconds, lost_seconds(), 100.0 * goodput());
+  s += line;
+  s += "MTTR:";
+  if (repairs.empty()) s += " no repairs";
+  for (const auto& [role, r] : repairs) {
+    std::snprintf(line, sizeof line, " %s %.1f ms (%lld, max %.1f ms)", role.c_str(), 1e3 * r.mean(),
+                  static_cast<long long>(r.count), 1e3 * r.max_seconds);
+    s += line;
+  }
+  return s;
+}
+
+}  // namespace troupe::runtime
