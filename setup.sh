@@ -17,6 +17,7 @@ PACKAGES=(
   ocl-icd-opencl-dev opencl-headers libclblast-dev pocl-opencl-icd clinfo  # OpenCL (+ a CPU device)
   libopenblas-dev                             # host GEMM
   libzstd-dev libspdlog-dev libtomlplusplus-dev
+  zlib1g-dev                                  # CRC-32 of each Envelope frame (damaged messages are a loss)
   libgtest-dev libbenchmark-dev
   libcpp-httplib-dev nlohmann-json3-dev       # `troupe dashboard`: HTTP server (loopback only), reading metrics.jsonl
   libjs-dygraphs libjs-d3                     # dashboard/report charts, served from /usr/share/javascript
