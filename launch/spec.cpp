@@ -719,7 +719,8 @@ void check_ep_sim(const Spec& s, Parser& p) {
   if (t.stages != 1 || t.data_parallel != 1)
     p.error(p.where(t.stages != 1 ? "topology.stages" : "topology.data_parallel"), "[topology] stages and data_parallel must be 1" + why);
   if (s.sim.model != sim::CostModel::flops)
-    p.error(p.where("sim.cost_model"), "[sim] cost_model must be \"flops\"" + why + ": expert time is FLOPs over gflops");
+    p.error(p.set_at("sim.cost_model") ? p.where("sim.cost_model") : p.where("topology.expert_shards"),
+            "[sim] cost_model must be \"flops\"" + why + ": expert time is FLOPs over gflops");
   const int64_t slots = s.sim.ep_slots_per_device;
   if (slots > 0 && slots * t.devices < s.model.n_experts)
     p.error(p.where("sim.ep_slots_per_device"), "[sim] ep_slots_per_device = " + v(slots) + " gives " + v(slots * t.devices) +

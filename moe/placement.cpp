@@ -120,6 +120,49 @@ void pack(std::vector<Copy> copies, size_t slots_per_device, std::vector<double>
   }
 }
 
+// Local search after the greedy packing: while some copy on the most loaded
+// device can trade places with a lighter copy on a less loaded device so that
+// both end below the old maximum, make the best such trade with the least
+// loaded device that has one (slot counts do not change). Greedy packing
+// with equal counts per device leaves its last, lightest copies no choice;
+// these trades fix most of what that costs. Stops once the maximum is at
+// most `good_enough` (the incremental variant's target: each trade moves two
+// copies).
+void refine(std::span<const double> loads, ReplicatedPlacement& p, std::vector<double>& load, double good_enough) {
+  const size_t D = p.slots.size();
+  auto w = [&](int64_t e) { return loads[static_cast<size_t>(e)] / p.replicas[static_cast<size_t>(e)]; };
+  std::vector<size_t> order(D);
+  for (size_t round = 0; round < 4 * D; ++round) {
+    const size_t hot = static_cast<size_t>(std::max_element(load.begin(), load.end()) - load.begin());
+    if (load[hot] <= good_enough) return;
+    for (size_t d = 0; d < D; ++d) order[d] = d;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return load[a] != load[b] ? load[a] < load[b] : a < b; });
+    bool traded = false;
+    for (size_t d : order) {
+      if (d == hot || load[d] >= load[hot]) break;
+      double best = load[hot];
+      size_t bi = 0, bj = 0;
+      for (size_t i = 0; i < p.slots[hot].size(); ++i)
+        for (size_t j = 0; j < p.slots[d].size(); ++j) {
+          const int64_t a = p.slots[hot][i], b = p.slots[d][j];
+          const double delta = w(a) - w(b);
+          if (delta <= 0 || a == b) continue;
+          const double worse = std::max(load[hot] - delta, load[d] + delta);
+          if (worse < best && !holds(p.slots[d], a) && !holds(p.slots[hot], b)) best = worse, bi = i, bj = j;
+        }
+      if (best < load[hot]) {
+        const double delta = w(p.slots[hot][bi]) - w(p.slots[d][bj]);
+        std::swap(p.slots[hot][bi], p.slots[d][bj]);
+        load[hot] -= delta;
+        load[d] += delta;
+        traded = true;
+        break;
+      }
+    }
+    if (!traded) return;
+  }
+}
+
 void check_loads(std::span<const double> loads) {
   if (loads.empty()) throw std::invalid_argument("eplb: no experts");
   for (double x : loads)
@@ -173,6 +216,7 @@ ReplicatedPlacement eplb_placement(std::span<const double> loads, int devices, i
   p.slots.assign(static_cast<size_t>(devices), {});
   std::vector<double> load(static_cast<size_t>(devices), 0.0);
   pack(std::move(copies), static_cast<size_t>(slots_per_device), load, p);
+  refine(loads, p, load, 0.0);
   evaluate_placement(loads, p);
   return p;
 }
@@ -221,6 +265,7 @@ ReplicatedPlacement eplb_incremental(std::span<const double> loads, const Replic
   for (size_t e = 0; e < loads.size(); ++e)
     for (int k = placed[e]; k < p.replicas[e]; ++k) rest.push_back({weight(static_cast<int64_t>(e)), static_cast<int64_t>(e)});
   pack(std::move(rest), S, load, p);
+  refine(loads, p, load, target);
   evaluate_placement(loads, p);
   return p;
 }

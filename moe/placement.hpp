@@ -53,15 +53,18 @@ std::vector<int> replicate_hottest(std::span<const double> loads, int64_t physic
 // Full EPLB placement: replicate_hottest over devices*slots_per_device, then
 // pack the copies heaviest first (loads[e] / replicas[e]) onto the least
 // loaded device that has a free slot and no copy of that expert yet (ties:
-// lowest device), so every device ends with exactly slots_per_device copies.
+// lowest device), so every device ends with exactly slots_per_device copies;
+// then trades of a copy on the most loaded device for a lighter one elsewhere
+// while that lowers the maximum.
 // Throws std::invalid_argument when devices*slots_per_device < E.
 ReplicatedPlacement eplb_placement(std::span<const double> loads, int devices, int slots_per_device);
 
 // Incremental EPLB: the replica counts for the new loads, but each copy of
 // `current` stays on its device (heaviest first) while that device's load
 // stays within (1 + tolerance) x the mean device load; only the copies that
-// do not fit (and new replicas) are packed as in eplb_placement. Keeps the
-// device and slot counts of `current`.
+// do not fit (and new replicas) are packed as in eplb_placement, and trades
+// are made only while the maximum exceeds that target. Keeps the device and
+// slot counts of `current`.
 ReplicatedPlacement eplb_incremental(std::span<const double> loads, const ReplicatedPlacement& current, double tolerance);
 
 // The static placement: even contiguous ranges (even_bounds), one copy each.

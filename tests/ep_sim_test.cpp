@@ -69,11 +69,12 @@ TEST(EpSim, EplbWithEnoughReplicasReachesBalanced) {
   o.drift_every = 0;
   o.slots_per_device = 5;  // 16 spare slots: the hot expert gets a copy on every device
   const EpSimResult e = simulate_ep_eplb(o), b = simulate_ep_balanced(o);
-  EXPECT_EQ(e.rebalances, o.layers);  // once, at step 5; afterwards nothing to gain
+  EXPECT_EQ(e.rebalances, o.layers);  // once, at step 1; afterwards nothing to gain
+  EXPECT_GT(e.skipped, 0);
   EXPECT_GT(e.stall_ns, 0);
-  EXPECT_GT(e.step_ns[5], e.step_ns[6]);  // the migration stall
+  EXPECT_EQ(e.step_ns[1] - e.step_ns[2], e.stall_ns);  // the migration stall, on step 1 only
   EXPECT_LE(e.after_rebalance, 1.0 + 1e-6);
-  for (int s = 6; s < o.steps; ++s) EXPECT_LE(double(e.step_ns[s]), 1.001 * double(b.step_ns[s])) << s;
+  for (int s = 2; s < o.steps; ++s) EXPECT_LE(double(e.step_ns[s]), 1.001 * double(b.step_ns[s])) << s;
   // Before the first rebalance (placed for uniform loads) the hot expert has at most 2 copies.
   EXPECT_GT(e.step_ns[0], 4 * b.step_ns[0]);
 }

@@ -129,21 +129,17 @@ TEST(MoeEplb, IncrementalKeepsWhatStillFits) {
   const ReplicatedPlacement same = eplb_incremental(loads, p, p.imbalance() - 1.0 + 1e-9);
   EXPECT_EQ(copies_moved(p, same), 0);
   expect_valid(same, loads, 16, 10);
-  // Drift: two mid-ranked experts trade loads with two cold ones. The
-  // incremental placement moves fewer copies than a fresh one, and is still
-  // far better balanced than the static split.
+  // Drift: every load changes by -20%..+20%. A fresh placement re-sorts
+  // everything; the incremental one keeps most copies where they are and is
+  // still far better balanced than the static split.
   std::vector<double> drifted = loads;
-  std::vector<size_t> order(loads.size());
-  std::iota(order.begin(), order.end(), size_t{0});
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return loads[a] > loads[b]; });
-  std::swap(drifted[order[5]], drifted[order[120]]);
-  std::swap(drifted[order[9]], drifted[order[110]]);
+  for (size_t e = 0; e < drifted.size(); ++e) drifted[e] *= 0.8 + 0.04 * static_cast<double>((e * 37) % 11);
   const ReplicatedPlacement inc = eplb_incremental(drifted, p, 0.05);
   const ReplicatedPlacement full = eplb_placement(drifted, 16, 10);
   expect_valid(inc, drifted, 16, 10);
   const int64_t inc_moves = copies_moved(p, inc), full_moves = copies_moved(p, full);
   EXPECT_GT(inc_moves, 0);
-  EXPECT_LT(inc_moves, full_moves);
+  EXPECT_LT(2 * inc_moves, full_moves);
   EXPECT_LE(inc.imbalance(), 1.10);
   EXPECT_LT(inc.imbalance(), contiguous_placement(drifted, 16).imbalance());
 }

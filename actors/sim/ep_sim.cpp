@@ -84,30 +84,32 @@ EpLoads::EpLoads(const EpSimOptions& o) : o_(o) {
   double sum = 0;
   for (size_t r = 0; r < E; ++r) sum += share_[r] = 1.0 / std::pow(static_cast<double>(r + 1), o.zipf);
   for (double& x : share_) x /= sum;
-  rank_.resize(static_cast<size_t>(o.layers));
-  for (size_t l = 0; l < rank_.size(); ++l) {
-    auto& rk = rank_[l];
-    rk.resize(E);
-    for (size_t e = 0; e < E; ++e) rk[e] = static_cast<int64_t>(e);
-    for (size_t i = E - 1; i > 0; --i) std::swap(rk[i], rk[draw(o.seed, l, ~0ULL, i) % (i + 1)]);  // Fisher-Yates
+  order_.resize(static_cast<size_t>(o.layers));
+  for (size_t l = 0; l < order_.size(); ++l) {
+    auto& ord = order_[l];
+    ord.resize(E);
+    for (size_t e = 0; e < E; ++e) ord[e] = static_cast<int64_t>(e);
+    for (size_t i = E - 1; i > 0; --i) std::swap(ord[i], ord[draw(o.seed, l, ~0ULL, i) % (i + 1)]);  // Fisher-Yates
   }
-  loads_.assign(rank_.size(), std::vector<double>(E, 0.0));
+  loads_.assign(order_.size(), std::vector<double>(E, 0.0));
 }
 
 const std::vector<std::vector<double>>& EpLoads::next() {
   const double copies = static_cast<double>(o_.tokens) * static_cast<double>(o_.top_k);
   const uint64_t E = static_cast<uint64_t>(o_.experts);
-  for (size_t l = 0; l < rank_.size(); ++l) {
-    auto& rk = rank_[l];
+  for (size_t l = 0; l < order_.size(); ++l) {
+    auto& ord = order_[l];
     if (step_ > 0 && o_.drift_every > 0 && step_ % o_.drift_every == 0) {
+      // Gradual drift: the expert at rank r (from 0) trades places with one
+      // at rank r+1..2r+1, so a rank moves by at most a factor of two.
       const int64_t pairs = std::llround(o_.drift * static_cast<double>(o_.experts) / 2.0);
       for (int64_t j = 0; j < pairs; ++j) {
-        const uint64_t a = draw(o_.seed, l, static_cast<uint64_t>(step_), 2 * static_cast<uint64_t>(j)) % E;
-        const uint64_t b = draw(o_.seed, l, static_cast<uint64_t>(step_), 2 * static_cast<uint64_t>(j) + 1) % E;
-        std::swap(rk[a], rk[b]);
+        const uint64_t r = draw(o_.seed, l, static_cast<uint64_t>(step_), 2 * static_cast<uint64_t>(j)) % E;
+        const uint64_t r2 = std::min(E - 1, r + 1 + draw(o_.seed, l, static_cast<uint64_t>(step_), 2 * static_cast<uint64_t>(j) + 1) % (r + 1));
+        std::swap(ord[r], ord[r2]);
       }
     }
-    for (size_t e = 0; e < rk.size(); ++e) loads_[l][e] = copies * share_[static_cast<size_t>(rk[e])];
+    for (size_t r = 0; r < ord.size(); ++r) loads_[l][static_cast<size_t>(ord[r])] = copies * share_[r];
   }
   ++step_;
   return loads_;
@@ -158,7 +160,9 @@ EpSimResult simulate_ep_eplb(const EpSimOptions& o) {
     const auto& loads = gen.next();
     double stall = 0;
     bool moved = false;
-    if (s > 0 && s % o.rebalance_every == 0) {
+    // The first rebalance comes after one step of measurements (before it
+    // the placement is for uniform loads), then every rebalance_every steps.
+    if (s == 1 || (s > 0 && s % o.rebalance_every == 0)) {
       // Between steps: each layer's candidate from the moving average. A
       // layer moves only when the predicted gain over the next
       // rebalance_every steps beats its own migration time; the stall is

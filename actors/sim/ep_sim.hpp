@@ -5,8 +5,9 @@
 // The workload: every step, each of `layers` MoE layers routes tokens * top_k
 // token copies to `experts` experts with Zipf(zipf) shares over a ranking of
 // the experts; the ranking is a seeded random permutation per layer that
-// drifts every `drift_every` steps (round(drift * experts / 2) random pairs of
-// experts swap ranks), so loads stay skewed but the hot experts change.
+// drifts every `drift_every` steps (round(drift * experts / 2) times, the
+// expert at a random rank r swaps places with one at rank r+1..2r+1, so a
+// rank moves by at most a factor of two), so loads stay skewed but change.
 // Costs, per layer and step, for device d receiving n_d token copies:
 //   compute: n_d * expert_flops_per_token / rate (forward and backward of a
 //     SwiGLU expert: 18 * d_model * expert_hidden FLOPs per token copy);
@@ -16,8 +17,8 @@
 //   the layer waits for its slowest device; the step is the sum over layers.
 // Placements: "static" (even contiguous ranges, one copy per expert),
 // "eplb" (moe::eplb_placement / eplb_incremental over slots_per_device slots
-// per device, from a moving average of the measured loads, every
-// rebalance_every steps; a layer's new placement is taken only when its
+// per device, from a moving average of the measured loads, after step 0
+// (placed for uniform loads until then) and every rebalance_every steps; a layer's new placement is taken only when its
 // predicted gain over the next rebalance_every steps exceeds its migration
 // time; the migration, each moved copy's parameters and Adam moments over the
 // receiving device's link, is a stall in that step) and "balanced" (every
@@ -82,7 +83,7 @@ class EpLoads {
  private:
   const EpSimOptions o_;
   std::vector<double> share_;              // Zipf share of rank r
-  std::vector<std::vector<int64_t>> rank_; // per layer: rank of each expert
+  std::vector<std::vector<int64_t>> order_;  // per layer: the expert at each rank, hottest first
   std::vector<std::vector<double>> loads_;
   int step_ = 0;
 };
