@@ -45,6 +45,7 @@ sim::EpSimOptions ep_sim_options(const Spec& s) {
   o.ema = s.sim.ep_ema;
   o.rebalance_every = static_cast<int>(s.sim.ep_rebalance_every);
   o.tolerance = s.sim.ep_tolerance;
+  o.imbalance_threshold = s.sim.ep_imbalance_threshold;
   o.bytes_per_param = s.sim.ep_bytes_per_param;
   o.seed = static_cast<uint64_t>(s.run.seed);
   return o;
@@ -61,7 +62,7 @@ std::string format_ep_sim_plan(const Spec& s) {
                 "link %g GB/s, %g us latency; 4 all-to-alls per layer and step (dispatch, combine, and their backward)\n"
                 "  loads: Zipf exponent %g over a per-layer ranking; %s\n"
                 "  placements: static (even contiguous ranges, %lld..%lld experts per device), eplb (%d slots per device: "
-                "%lld redundant for replicas of hot experts; incremental every %d step(s) from a moving average of weight %g, "
+                "%lld redundant for replicas of hot experts; incremental every %d step(s)%s from a moving average of weight %g, "
                 "tolerance %g, moved only when the gain over %d steps beats the migration of %lld bytes per parameter), "
                 "balanced (the lower bound)\n",
                 o.devices, static_cast<long long>(o.experts), o.layers, static_cast<long long>(o.top_k),
@@ -72,7 +73,9 @@ std::string format_ep_sim_plan(const Spec& s) {
                                      "% of the experts change rank").c_str()
                                   : "no drift",
                 static_cast<long long>(o.experts / o.devices), static_cast<long long>((o.experts + o.devices - 1) / o.devices),
-                o.slots_per_device, static_cast<long long>(slots - o.experts), o.rebalance_every, o.ema, o.tolerance,
+                o.slots_per_device, static_cast<long long>(slots - o.experts), o.rebalance_every,
+                o.imbalance_threshold > 0 ? (" and when a layer's max/mean exceeds " + std::to_string(o.imbalance_threshold).substr(0, 5)).c_str() : "",
+                o.ema, o.tolerance,
                 o.rebalance_every, static_cast<long long>(o.bytes_per_param));
   return buf;
 }

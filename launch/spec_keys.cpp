@@ -209,6 +209,7 @@ std::vector<KeyDef> build_keys() {
   add({"sim", "ep_drift", KeyType::Float, F(sim.ep_drift), "Sim EP: share of experts whose rank changes at a drift (random pairs swap ranks).", 0, 1});
   add({"sim", "ep_ema", KeyType::Float, F(sim.ep_ema), "Sim EP: weight of the newest step in the moving average of expert loads that eplb places by.", 1e-6, 1});
   add({"sim", "ep_rebalance_every", KeyType::Int, F(sim.ep_rebalance_every), "Sim EP: steps between eplb rebalances (a layer moves only when the predicted gain over this many steps beats its migration time).", 1, kBig});
+  add({"sim", "ep_imbalance_threshold", KeyType::Float, F(sim.ep_imbalance_threshold), "Sim EP: between periodic rebalances, a layer whose max/mean device load under the moving average exceeds this is rebalanced too (still only when the gain beats the migration); 0 = periodic rebalances only.", 0, 1e6});
   add({"sim", "ep_tolerance", KeyType::Float, F(sim.ep_tolerance), "Sim EP, incremental eplb: an expert copy stays on its device while the device is within (1 + this) x the mean load.", 0, 10});
   add({"sim", "ep_bytes_per_param", KeyType::Int, F(sim.ep_bytes_per_param), "Sim EP: bytes a migration moves per expert parameter (12: float32 weights and two Adam moments).", 0, 1e6});
   // [rl]: run.mode = "rl" (rl/trainer.hpp; converted into rl::RlConfig at parsing).

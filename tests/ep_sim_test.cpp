@@ -98,6 +98,25 @@ TEST(EpSim, SkewedAndDriftingLoadsOrderThePlacements) {
   EXPECT_NE(simulate_ep_static(other).step_ns, s.step_ns);
 }
 
+double mean_imbalance(const EpSimResult& r) {
+  double sum = 0;
+  for (double x : r.imbalance) sum += x;
+  return sum / static_cast<double>(r.imbalance.size());
+}
+
+TEST(EpSim, ImbalanceThresholdCatchesDriftBetweenPeriodicRebalances) {
+  EpSimOptions o = small();
+  o.ema = 1;
+  o.rebalance_every = 10;
+  o.drift_every = 3;  // drifts land between the periodic rebalances
+  const EpSimResult periodic = simulate_ep_eplb(o);
+  o.imbalance_threshold = 1.05;
+  const EpSimResult reactive = simulate_ep_eplb(o);
+  EXPECT_GT(reactive.rebalances, periodic.rebalances);
+  EXPECT_LT(mean_imbalance(reactive), mean_imbalance(periodic));
+  EXPECT_LT(reactive.total_ns, periodic.total_ns);
+}
+
 TEST(EpSim, MigrationDearerThanItsGainIsRefused) {
   EpSimOptions o = small();
   o.bytes_per_param = 1 << 30;  // moving one expert copy costs far more than ten steps

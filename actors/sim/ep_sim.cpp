@@ -56,7 +56,8 @@ void validate(const EpSimOptions& o) {
   if (!(o.flops_per_ns > 0) || o.link_bytes_per_ns < 0 || o.link_latency_ns < 0) bad("bad device or link rate");
   if (!(o.zipf >= 0) || o.drift_every < 0 || !(o.drift >= 0 && o.drift <= 1)) bad("bad zipf or drift");
   if (!(o.ema > 0 && o.ema <= 1)) bad("ema must be in (0, 1]");
-  if (o.rebalance_every < 1 || !(o.tolerance >= 0) || o.bytes_per_param < 0) bad("bad rebalance settings");
+  if (o.rebalance_every < 1 || !(o.tolerance >= 0) || o.bytes_per_param < 0 || !(o.imbalance_threshold >= 0))
+    bad("bad rebalance settings");
 }
 
 double ep_flops_per_copy(const EpSimOptions& o) {
@@ -161,16 +162,20 @@ EpSimResult simulate_ep_eplb(const EpSimOptions& o) {
     double stall = 0;
     bool moved = false;
     // The first rebalance comes after one step of measurements (before it
-    // the placement is for uniform loads), then every rebalance_every steps.
-    if (s == 1 || (s > 0 && s % o.rebalance_every == 0)) {
+    // the placement is for uniform loads), then every rebalance_every steps,
+    // and in between for a layer whose placement, under the moving average,
+    // has drifted past imbalance_threshold.
+    const bool periodic = s == 1 || (s > 0 && s % o.rebalance_every == 0);
+    if (s > 0) {
       // Between steps: each layer's candidate from the moving average. A
       // layer moves only when the predicted gain over the next
       // rebalance_every steps beats its own migration time; the stall is
       // the busiest receiving link over all the layers that move.
       std::vector<int64_t> received(static_cast<size_t>(o.devices), 0);
       for (size_t l = 0; l < L; ++l) {
-        moe::ReplicatedPlacement cand = moe::eplb_incremental(avg[l], cur[l], o.tolerance);
         moe::evaluate_placement(avg[l], cur[l]);
+        if (!periodic && !(o.imbalance_threshold > 0 && cur[l].imbalance() > o.imbalance_threshold)) continue;
+        moe::ReplicatedPlacement cand = moe::eplb_incremental(avg[l], cur[l], o.tolerance);
         const double gain = static_cast<double>(ep_layer_ns(o, cur[l].device_load) - ep_layer_ns(o, cand.device_load)) *
                             o.rebalance_every;
         const std::vector<int64_t> got = moe::copies_received(cur[l], cand);

@@ -18,7 +18,9 @@
 // Placements: "static" (even contiguous ranges, one copy per expert),
 // "eplb" (moe::eplb_placement / eplb_incremental over slots_per_device slots
 // per device, from a moving average of the measured loads, after step 0
-// (placed for uniform loads until then) and every rebalance_every steps; a layer's new placement is taken only when its
+// (placed for uniform loads until then), every rebalance_every steps, and
+// in between for a layer whose max/mean under the moving average exceeds
+// imbalance_threshold (when > 0); a layer's new placement is taken only when its
 // predicted gain over the next rebalance_every steps exceeds its migration
 // time; the migration, each moved copy's parameters and Adam moments over the
 // receiving device's link, is a stall in that step) and "balanced" (every
@@ -53,6 +55,7 @@ struct EpSimOptions {
   double drift = 0.1;              // share of experts whose rank changes at a drift
   double ema = 0.3;                // moving average weight of the newest step's loads
   int rebalance_every = 10;        // eplb: steps between rebalances
+  double imbalance_threshold = 0;  // eplb: also rebalance a layer whose max/mean under the moving average exceeds this; 0 = only every rebalance_every
   double tolerance = 0.02;         // eplb: a copy stays while its device is within (1 + tolerance) x the mean
   int64_t bytes_per_param = 12;    // migration: float32 weights and two Adam moments per parameter
   uint64_t seed = 1;

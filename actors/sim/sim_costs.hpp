@@ -64,6 +64,7 @@ struct CostConfig {
   double ep_drift = 0.1;               // share of experts whose rank changes at a drift
   double ep_ema = 0.3;                 // moving-average weight of the newest step's loads
   int64_t ep_rebalance_every = 10;     // eplb: steps between rebalances
+  double ep_imbalance_threshold = 0;   // eplb: also rebalance a layer past this max/mean; 0 = only periodically
   double ep_tolerance = 0.02;          // eplb: a copy stays while its device is within 1 + this of the mean
   int64_t ep_bytes_per_param = 12;     // migration: bytes moved per expert parameter
 };
