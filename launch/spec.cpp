@@ -725,6 +725,9 @@ void check_ep_sim(const Spec& s, Parser& p) {
   if (slots > 0 && slots * t.devices < s.model.n_experts)
     p.error(p.where("sim.ep_slots_per_device"), "[sim] ep_slots_per_device = " + v(slots) + " gives " + v(slots * t.devices) +
                                                     " slots on " + v(t.devices) + " devices, fewer than [model] n_experts = " + v(s.model.n_experts));
+  if (slots > s.model.n_experts)
+    p.error(p.where("sim.ep_slots_per_device"), "[sim] ep_slots_per_device = " + v(slots) + " is more than [model] n_experts = " +
+                                                    v(s.model.n_experts) + " (a device holds distinct experts)");
   if (s.experts.policy != runtime::ExpertPolicy::static_split || !s.elastic.empty())
     p.error(p.where(s.elastic.empty() ? "experts.policy" : "topology.expert_shards"),
             "[experts] and [[elastic]] drive the actor runtime's expert shards; the sim model places by [sim] ep_rebalance_every" + why);

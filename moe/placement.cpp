@@ -208,6 +208,8 @@ void evaluate_placement(std::span<const double> loads, ReplicatedPlacement& p) {
 
 ReplicatedPlacement eplb_placement(std::span<const double> loads, int devices, int slots_per_device) {
   if (devices < 1 || slots_per_device < 1) throw std::invalid_argument("eplb: devices and slots per device must be >= 1");
+  // A device holds distinct experts, so it cannot have more slots than there are experts.
+  if (static_cast<size_t>(slots_per_device) > loads.size()) throw std::invalid_argument("eplb: more slots per device than experts");
   ReplicatedPlacement p;
   p.replicas = replicate_hottest(loads, static_cast<int64_t>(devices) * slots_per_device, devices);
   std::vector<Copy> copies;

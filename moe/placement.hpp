@@ -56,7 +56,8 @@ std::vector<int> replicate_hottest(std::span<const double> loads, int64_t physic
 // lowest device), so every device ends with exactly slots_per_device copies;
 // then trades of a copy on the most loaded device for a lighter one elsewhere
 // while that lowers the maximum.
-// Throws std::invalid_argument when devices*slots_per_device < E.
+// Throws std::invalid_argument when devices*slots_per_device < E or
+// slots_per_device > E.
 ReplicatedPlacement eplb_placement(std::span<const double> loads, int devices, int slots_per_device);
 
 // Incremental EPLB: the replica counts for the new loads, but each copy of

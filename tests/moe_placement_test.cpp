@@ -106,6 +106,7 @@ TEST(MoeEplb, HandCheckedPacking) {
   const ReplicatedPlacement c = contiguous_placement(loads, 2);
   EXPECT_DOUBLE_EQ(c.imbalance(), 1.25);
   EXPECT_THROW(eplb_placement(loads, 1, 3), std::invalid_argument);  // 3 slots for 4 experts
+  EXPECT_THROW(eplb_placement(loads, 2, 5), std::invalid_argument);  // 5 distinct experts per device out of 4
 }
 
 TEST(MoeEplb, InvariantsAndNeverWorseThanContiguousOnSkewedLoads) {

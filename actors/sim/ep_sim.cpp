@@ -48,8 +48,8 @@ void validate(const EpSimOptions& o) {
   auto bad = [](const std::string& what) { throw std::invalid_argument("ep sim: " + what); };
   if (o.devices < 1) bad("devices must be >= 1");
   if (o.experts < o.devices) bad("experts must be >= devices (the static placement gives every device one)");
-  if (o.slots_per_device < 1 || static_cast<int64_t>(o.devices) * o.slots_per_device < o.experts)
-    bad("devices * slots_per_device must be >= experts");
+  if (o.slots_per_device < 1 || static_cast<int64_t>(o.devices) * o.slots_per_device < o.experts || o.slots_per_device > o.experts)
+    bad("slots_per_device must be <= experts and devices * slots_per_device >= experts");
   if (o.layers < 1 || o.steps < 1 || o.tokens < 1) bad("layers, steps and tokens must be >= 1");
   if (o.top_k < 1 || o.top_k > o.experts) bad("top_k must be in 1..experts");
   if (o.d_model < 1 || o.expert_hidden < 1) bad("d_model and expert_hidden must be >= 1");
