@@ -84,6 +84,7 @@ sim::SimOptions sim_options(const Spec& s) {
 }
 
 std::string format_sim_plan(const Spec& s) {
+  if (is_ep_sim(s)) return format_ep_sim_plan(s);
   const sim::SimOptions o = sim_options(s);
   const sched::Layout l = sched::make_layout(o.kind, o.stages, o.chunks);
   std::ostringstream os;
@@ -135,6 +136,7 @@ std::vector<std::string> device_ranks(const Spec& s) {
 
 int run_sim(const Spec& s, MetricsWriter& metrics) {
   if (s.run.mode == RunMode::rl) return run_rl_sim(s, metrics);
+  if (is_ep_sim(s)) return run_ep_sim(s, metrics);
   sim::SimOptions o = sim_options(s);
   const int devices = o.replicas * o.stages;
   spdlog::info("sim devices: {} ({} replica(s) x {} rank(s)), schedule {}, {} micro-batch(es) per replica. "

@@ -30,4 +30,10 @@ int run_sim(const Spec& spec, MetricsWriter& metrics);
 std::string format_rl_sim_plan(const Spec& spec);
 int run_rl_sim(const Spec& spec, MetricsWriter& metrics);
 
+// [topology] expert_shards > 1 on sim devices (launch/commands_ep_sim.cpp,
+// actors/sim/ep_sim.hpp): what validate prints, and run's comparison of
+// static, eplb and perfectly balanced expert placement.
+std::string format_ep_sim_plan(const Spec& spec);
+int run_ep_sim(const Spec& spec, MetricsWriter& metrics);
+
 }  // namespace troupe::launch

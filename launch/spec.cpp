@@ -487,6 +487,13 @@ class Parser {
     return nullptr;
   }
 
+  // Where the first key whose path starts with `prefix` ("sim.ep_") was set, or nullptr.
+  const Pos* first_set_with_prefix(const std::string& prefix) const {
+    for (const auto& [path, pos] : set_)
+      if (path.rfind(prefix, 0) == 0) return &pos;
+    return nullptr;
+  }
+
   // Where `path` ("section.key") was set, or nullptr when it was not.
   const Pos* set_at(const std::string& path) const {
     auto it = set_.find(path);
@@ -730,6 +737,32 @@ void check_schedule(const Spec& s, Parser& p) {
                                             v(layout.num_stages) + " stages, more than [model] n_layers = " + v(s.model.n_layers));
 }
 
+// The expert-parallel sim model: one EP rank per device, FLOPs over rates.
+void check_ep_sim(const Spec& s, Parser& p) {
+  const auto& t = s.topology;
+  auto v = [](int64_t x) { return std::to_string(x); };
+  const std::string why = " for the expert-parallel sim model ([topology] device_kind = \"sim\" with expert_shards = " + v(t.expert_shards) + ")";
+  if (s.run.mode != RunMode::pretrain) p.error(p.where("run.mode"), "[run] mode must be \"pretrain\"" + why);
+  if (s.model.ffn != model::Ffn::moe) return;  // expert_shards > 1 with a dense model is reported by the cross-field rules
+  if (t.devices != t.expert_shards)
+    p.error(p.where("topology.devices"), "[topology] devices = " + v(t.devices) + " must equal expert_shards = " + v(t.expert_shards) + why + " (one EP rank per device)");
+  if (t.stages != 1 || t.data_parallel != 1)
+    p.error(p.where(t.stages != 1 ? "topology.stages" : "topology.data_parallel"), "[topology] stages and data_parallel must be 1" + why);
+  if (s.sim.model != sim::CostModel::flops)
+    p.error(p.set_at("sim.cost_model") ? p.where("sim.cost_model") : p.where("topology.expert_shards"),
+            "[sim] cost_model must be \"flops\"" + why + ": expert time is FLOPs over gflops");
+  const int64_t slots = s.sim.ep_slots_per_device;
+  if (slots > 0 && slots * t.devices < s.model.n_experts)
+    p.error(p.where("sim.ep_slots_per_device"), "[sim] ep_slots_per_device = " + v(slots) + " gives " + v(slots * t.devices) +
+                                                    " slots on " + v(t.devices) + " devices, fewer than [model] n_experts = " + v(s.model.n_experts));
+  if (slots > s.model.n_experts)
+    p.error(p.where("sim.ep_slots_per_device"), "[sim] ep_slots_per_device = " + v(slots) + " is more than [model] n_experts = " +
+                                                    v(s.model.n_experts) + " (a device holds distinct experts)");
+  if (s.experts.policy != runtime::ExpertPolicy::static_split || !s.elastic.empty())
+    p.error(p.where(s.elastic.empty() ? "experts.policy" : "topology.expert_shards"),
+            "[experts] and [[elastic]] drive the actor runtime's expert shards; the sim model places by [sim] ep_rebalance_every" + why);
+}
+
 // Sim devices: one simulated device per pipeline rank of each replica, and
 // [sim] keys only where they mean something.
 void check_sim(const Spec& s, Parser& p) {
@@ -754,6 +787,12 @@ void check_sim(const Spec& s, Parser& p) {
     p.error(p.where("sim.weight_ms"), "[sim] weight_ms = " + num_text(s.sim.weight_ms) +
                                           " must be <= backward_ms = " + num_text(s.sim.backward_ms) +
                                           " (W is the weight-gradient part of the full backward)");
+  if (is_ep_sim(s)) {
+    check_ep_sim(s, p);
+    return;
+  }
+  if (const Pos* at = p.first_set_with_prefix("sim.ep_"))
+    p.error(*at, "[sim] ep_* keys apply only to the expert-parallel sim model ([topology] expert_shards > 1)");
   // RL on sim devices splits the devices into generators and trainers itself.
   if (s.run.mode != RunMode::rl && t.devices > t.stages * t.data_parallel)
     p.error(p.where("topology.devices"), "[topology] devices = " + v(t.devices) + " must equal stages * data_parallel = " +
@@ -1135,6 +1174,10 @@ std::vector<int> device_process_list(const Spec& spec) {
     if (std::find(out.begin(), out.end(), static_cast<int>(p)) == out.end())
       throw std::invalid_argument("process " + std::to_string(p) + " gets no device");
   return out;
+}
+
+bool is_ep_sim(const Spec& spec) {
+  return spec.topology.device_kind == DeviceKind::sim && spec.topology.expert_shards > 1;
 }
 
 bool uses_runtime(const Spec& spec) {

@@ -169,6 +169,10 @@ struct Spec {
 // (actors/runtime.hpp) instead of the single-process model::Trainer.
 bool uses_runtime(const Spec& spec);
 
+// Sim devices with [topology] expert_shards > 1: the expert-parallel model
+// (actors/sim/ep_sim.hpp, launch/commands_ep_sim.cpp), not the pipeline one.
+bool is_ep_sim(const Spec& spec);
+
 // [topology] device_processes as numbers, one per device ("0,1,1" -> {0,1,1});
 // empty when the key is empty (contiguous blocks). Throws std::invalid_argument
 // saying what is wrong (not a list of integers, wrong length, a process out of

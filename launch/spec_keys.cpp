@@ -123,12 +123,11 @@ std::vector<KeyDef> build_keys() {
 
   // [topology]
   add({"topology", "devices", KeyType::Int, F(topology.devices), "Devices in the run (a device is a serial executor: a thread or a GPU queue); pipeline ranks and optimizer shards are placed on them round-robin.", 1, 1e6});
-  add({"topology", "device_kind", KeyType::Choice, F(topology.device_kind), "\"host\" (CPU, OpenBLAS), \"opencl\" (CLBlast + OpenCL C) or \"sim\" (no math: each device is a virtual clock that runs the schedule with costs from [sim]; devices = stages * data_parallel).", 0, 0, {} /* the enum's names: bind_choices */,
+  add({"topology", "device_kind", KeyType::Choice, F(topology.device_kind), "\"host\" (CPU, OpenBLAS), \"opencl\" (CLBlast + OpenCL C) or \"sim\" (no math: each device is a virtual clock that runs the schedule with costs from [sim]; devices = stages * data_parallel; with expert_shards > 1 the expert-parallel model instead, devices = expert_shards).", 0, 0, {} /* the enum's names: bind_choices */,
        [](const Spec& s) -> std::string {
          // Sim devices run the pipeline schedule's timing only: no optimizer shards or experts to place.
          if (s.topology.device_kind != DeviceKind::sim) return "";
          if (s.topology.optimizer_shards > 1) return "sim devices model the optimizer step as one fixed cost ([sim] optimizer_ms); set optimizer_shards = 1";
-         if (s.topology.expert_shards > 1) return "sim devices time the pipeline schedule only (no expert-shard actors); set expert_shards = 1";
          return "";
        }});
   add({"topology", "threads_per_device", KeyType::Int, F(topology.threads_per_device), "Host devices: OpenBLAS threads per device.", 1, 1024});
@@ -213,6 +212,16 @@ std::vector<KeyDef> build_keys() {
   add({"sim", "rl_reward_ms", KeyType::Float, F(sim.rl_reward_ms), "Sim RL: reward (verifier or reward model) per completion, in ms, on its generator slot.", 0, 1e6});
   add({"sim", "rl_train_ms_per_token", KeyType::Float, F(sim.rl_train_ms_per_token), "Sim RL: one device's training time per token, in ms (a step over T trainer devices takes tokens x this / T).", 0, 1e6});
   add({"sim", "rl_sync_ms", KeyType::Float, F(sim.rl_sync_ms), "Sim RL, decoupled: time to publish a new policy version to the generators, in ms.", 0, 1e9});
+  // [sim] for expert parallelism on sim devices: expert_shards > 1 (actors/sim/ep_sim.hpp).
+  add({"sim", "ep_slots_per_device", KeyType::Int, F(sim.ep_slots_per_device), "Sim EP: physical expert slots per device for the eplb placement (devices * slots - n_experts are redundant slots for replicas of hot experts); 0 = ceil(n_experts / expert_shards).", 0, 1e6});
+  add({"sim", "ep_zipf", KeyType::Float, F(sim.ep_zipf), "Sim EP: Zipf exponent of the expert loads (the expert of rank r gets a share proportional to 1/r^ep_zipf; 0 = uniform).", 0, 100});
+  add({"sim", "ep_drift_every", KeyType::Int, F(sim.ep_drift_every), "Sim EP: steps between drifts of each layer's expert ranking; 0 = the loads never change.", 0, kBig});
+  add({"sim", "ep_drift", KeyType::Float, F(sim.ep_drift), "Sim EP: share of experts whose rank changes at a drift (random pairs swap ranks).", 0, 1});
+  add({"sim", "ep_ema", KeyType::Float, F(sim.ep_ema), "Sim EP: weight of the newest step in the moving average of expert loads that eplb places by.", 1e-6, 1});
+  add({"sim", "ep_rebalance_every", KeyType::Int, F(sim.ep_rebalance_every), "Sim EP: steps between eplb rebalances (a layer moves only when the predicted gain over this many steps beats its migration time).", 1, kBig});
+  add({"sim", "ep_imbalance_threshold", KeyType::Float, F(sim.ep_imbalance_threshold), "Sim EP: between periodic rebalances, a layer whose max/mean device load under the moving average exceeds this is rebalanced too (still only when the gain beats the migration); 0 = periodic rebalances only.", 0, 1e6});
+  add({"sim", "ep_tolerance", KeyType::Float, F(sim.ep_tolerance), "Sim EP, incremental eplb: an expert copy stays on its device while the device is within (1 + this) x the mean load.", 0, 10});
+  add({"sim", "ep_bytes_per_param", KeyType::Int, F(sim.ep_bytes_per_param), "Sim EP: bytes a migration moves per expert parameter (12: float32 weights and two Adam moments).", 0, 1e6});
   // [rl]: run.mode = "rl" (rl/trainer.hpp; converted into rl::RlConfig at parsing).
   add({"rl", "init", KeyType::String, F(rl_section.init), "Checkpoint directory the policy starts from; its parameters are also the frozen reference for the KL term. Its model must equal [model]. Empty: a fresh initialisation from the seed."});
   add({"rl", "task", KeyType::String, F(rl_section.task), "The RL task: \"addition\" (prompts \"a+b=\" from the training split of [data], only its target problems when data.target_pairs is set, rewarded by the rule verifier; held-out problems for evaluation).", 0, 0, {"addition"}});

@@ -1,7 +1,10 @@
-// Load-aware contiguous expert placement (see placement.hpp).
+// Load-aware expert placement: contiguous shards and EPLB with replicas
+// (see placement.hpp).
 #include "moe/placement.hpp"
 
 #include <algorithm>
+#include <queue>
+#include <utility>
 #include <stdexcept>
 #include <string>
 
@@ -69,6 +72,234 @@ double bounds_imbalance(std::span<const double> loads, const std::vector<int64_t
   double total = 0.0, most = 0.0;
   for (double x : sum) total += x, most = std::max(most, x);
   return total > 0.0 ? most * static_cast<double>(sum.size()) / total : 0.0;
+}
+
+namespace {
+
+// One physical copy of a logical expert waiting for a slot.
+struct Copy {
+  double weight;
+  int64_t expert;
+};
+
+bool holds(const std::vector<int64_t>& slots, int64_t e) { return std::find(slots.begin(), slots.end(), e) != slots.end(); }
+
+// Greedy packing: heaviest copy first onto the least loaded device with a
+// free slot, avoiding devices that already hold that expert when possible
+// (two copies on one device would add nothing). `load` and `p.slots` hold
+// what is already placed; every device ends with `slots_per_device` copies.
+void pack(std::vector<Copy> copies, size_t slots_per_device, std::vector<double>& load, ReplicatedPlacement& p) {
+  std::sort(copies.begin(), copies.end(), [](const Copy& a, const Copy& b) {
+    return a.weight != b.weight ? a.weight > b.weight : a.expert < b.expert;
+  });
+  using Entry = std::pair<double, size_t>;  // (load, device): least loaded, then lowest device, on top
+  std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> open;
+  for (size_t d = 0; d < p.slots.size(); ++d)
+    if (p.slots[d].size() < slots_per_device) open.push({load[d], d});
+  std::vector<Entry> skipped;
+  for (const Copy& c : copies) {
+    if (open.empty()) throw std::logic_error("eplb: more copies than free slots");
+    skipped.clear();
+    while (!open.empty() && holds(p.slots[open.top().second], c.expert)) {
+      skipped.push_back(open.top());
+      open.pop();
+    }
+    Entry pick;
+    if (open.empty()) {  // every device with room holds it already: take the least loaded anyway
+      pick = skipped.front();
+      skipped.erase(skipped.begin());
+    } else {
+      pick = open.top();
+      open.pop();
+    }
+    for (const Entry& x : skipped) open.push(x);
+    const size_t d = pick.second;
+    p.slots[d].push_back(c.expert);
+    load[d] += c.weight;
+    if (p.slots[d].size() < slots_per_device) open.push({load[d], d});
+  }
+}
+
+// Local search after the greedy packing: while some copy on the most loaded
+// device can trade places with a lighter copy on a less loaded device so that
+// both end below the old maximum, make the best such trade with the least
+// loaded device that has one (slot counts do not change). Greedy packing
+// with equal counts per device leaves its last, lightest copies no choice;
+// these trades fix most of what that costs. Stops once the maximum is at
+// most `good_enough` (the incremental variant's target: each trade moves two
+// copies).
+void refine(std::span<const double> loads, ReplicatedPlacement& p, std::vector<double>& load, double good_enough) {
+  const size_t D = p.slots.size();
+  auto w = [&](int64_t e) { return loads[static_cast<size_t>(e)] / p.replicas[static_cast<size_t>(e)]; };
+  std::vector<size_t> order(D);
+  for (size_t round = 0; round < 4 * D; ++round) {
+    const size_t hot = static_cast<size_t>(std::max_element(load.begin(), load.end()) - load.begin());
+    if (load[hot] <= good_enough) return;
+    for (size_t d = 0; d < D; ++d) order[d] = d;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return load[a] != load[b] ? load[a] < load[b] : a < b; });
+    bool traded = false;
+    for (size_t d : order) {
+      if (d == hot || load[d] >= load[hot]) break;
+      double best = load[hot];
+      size_t bi = 0, bj = 0;
+      for (size_t i = 0; i < p.slots[hot].size(); ++i)
+        for (size_t j = 0; j < p.slots[d].size(); ++j) {
+          const int64_t a = p.slots[hot][i], b = p.slots[d][j];
+          const double delta = w(a) - w(b);
+          if (delta <= 0 || a == b) continue;
+          const double worse = std::max(load[hot] - delta, load[d] + delta);
+          if (worse < best && !holds(p.slots[d], a) && !holds(p.slots[hot], b)) best = worse, bi = i, bj = j;
+        }
+      if (best < load[hot]) {
+        const double delta = w(p.slots[hot][bi]) - w(p.slots[d][bj]);
+        std::swap(p.slots[hot][bi], p.slots[d][bj]);
+        load[hot] -= delta;
+        load[d] += delta;
+        traded = true;
+        break;
+      }
+    }
+    if (!traded) return;
+  }
+}
+
+void check_loads(std::span<const double> loads) {
+  if (loads.empty()) throw std::invalid_argument("eplb: no experts");
+  for (double x : loads)
+    if (!(x >= 0.0)) throw std::invalid_argument("eplb: expert loads must be >= 0");
+}
+
+}  // namespace
+
+std::vector<int> replicate_hottest(std::span<const double> loads, int64_t physical, int max_replicas) {
+  check_loads(loads);
+  const int64_t E = static_cast<int64_t>(loads.size());
+  if (physical < E) throw std::invalid_argument("eplb: fewer physical slots (" + std::to_string(physical) + ") than experts (" + std::to_string(E) + ")");
+  if (max_replicas < 1) throw std::invalid_argument("eplb: max_replicas must be >= 1");
+  std::vector<int> r(static_cast<size_t>(E), 1);
+  // Largest loads[e] / r[e] on top, ties to the lowest expert.
+  auto less = [&](int64_t a, int64_t b) {
+    const double x = loads[static_cast<size_t>(a)] / r[static_cast<size_t>(a)];
+    const double y = loads[static_cast<size_t>(b)] / r[static_cast<size_t>(b)];
+    return x != y ? x < y : a > b;
+  };
+  std::priority_queue<int64_t, std::vector<int64_t>, decltype(less)> hot(less);
+  for (int64_t e = 0; e < E; ++e)
+    if (max_replicas > 1) hot.push(e);
+  for (int64_t extra = physical - E; extra > 0 && !hot.empty(); --extra) {
+    const int64_t e = hot.top();
+    hot.pop();
+    if (++r[static_cast<size_t>(e)] < max_replicas) hot.push(e);
+  }
+  return r;
+}
+
+void evaluate_placement(std::span<const double> loads, ReplicatedPlacement& p) {
+  p.device_load.assign(p.slots.size(), 0.0);
+  double total = 0.0;
+  p.max_load = 0.0;
+  for (size_t d = 0; d < p.slots.size(); ++d) {
+    for (int64_t e : p.slots[d]) p.device_load[d] += loads[static_cast<size_t>(e)] / p.replicas[static_cast<size_t>(e)];
+    total += p.device_load[d];
+    p.max_load = std::max(p.max_load, p.device_load[d]);
+  }
+  p.mean_load = p.slots.empty() ? 0.0 : total / static_cast<double>(p.slots.size());
+}
+
+ReplicatedPlacement eplb_placement(std::span<const double> loads, int devices, int slots_per_device) {
+  if (devices < 1 || slots_per_device < 1) throw std::invalid_argument("eplb: devices and slots per device must be >= 1");
+  // A device holds distinct experts, so it cannot have more slots than there are experts.
+  if (static_cast<size_t>(slots_per_device) > loads.size()) throw std::invalid_argument("eplb: more slots per device than experts");
+  ReplicatedPlacement p;
+  p.replicas = replicate_hottest(loads, static_cast<int64_t>(devices) * slots_per_device, devices);
+  std::vector<Copy> copies;
+  for (size_t e = 0; e < loads.size(); ++e)
+    for (int k = 0; k < p.replicas[e]; ++k) copies.push_back({loads[e] / p.replicas[e], static_cast<int64_t>(e)});
+  p.slots.assign(static_cast<size_t>(devices), {});
+  std::vector<double> load(static_cast<size_t>(devices), 0.0);
+  pack(std::move(copies), static_cast<size_t>(slots_per_device), load, p);
+  refine(loads, p, load, 0.0);
+  evaluate_placement(loads, p);
+  return p;
+}
+
+ReplicatedPlacement eplb_incremental(std::span<const double> loads, const ReplicatedPlacement& current, double tolerance) {
+  const size_t D = current.slots.size();
+  if (D == 0 || current.replicas.size() != loads.size()) throw std::invalid_argument("eplb: the current placement does not fit the loads");
+  const size_t S = current.slots.front().size();
+  for (const auto& s : current.slots)
+    if (s.size() != S) throw std::invalid_argument("eplb: incremental placement needs equal slots per device");
+  ReplicatedPlacement p;
+  p.replicas = replicate_hottest(loads, static_cast<int64_t>(D * S), static_cast<int>(D));
+  double total = 0.0;
+  for (double x : loads) total += x;
+  const double target = total / static_cast<double>(D) * (1.0 + tolerance);
+  auto weight = [&](int64_t e) { return loads[static_cast<size_t>(e)] / p.replicas[static_cast<size_t>(e)]; };
+  // Candidates to stay: the current copies, at most the new replica count of
+  // each expert (the lowest devices' copies first), heaviest first.
+  struct Held {
+    double weight;
+    int64_t expert;
+    size_t device;
+  };
+  std::vector<Held> held;
+  std::vector<int> left = p.replicas;
+  for (size_t d = 0; d < D; ++d)
+    for (int64_t e : current.slots[d])
+      if (left[static_cast<size_t>(e)] > 0) {
+        --left[static_cast<size_t>(e)];
+        held.push_back({weight(e), e, d});
+      }
+  std::sort(held.begin(), held.end(), [](const Held& a, const Held& b) {
+    if (a.weight != b.weight) return a.weight > b.weight;
+    return a.expert != b.expert ? a.expert < b.expert : a.device < b.device;
+  });
+  p.slots.assign(D, {});
+  std::vector<double> load(D, 0.0);
+  std::vector<int> placed(loads.size(), 0);
+  for (const Held& h : held)
+    if (load[h.device] + h.weight <= target && !holds(p.slots[h.device], h.expert)) {
+      p.slots[h.device].push_back(h.expert);
+      load[h.device] += h.weight;
+      ++placed[static_cast<size_t>(h.expert)];
+    }
+  std::vector<Copy> rest;
+  for (size_t e = 0; e < loads.size(); ++e)
+    for (int k = placed[e]; k < p.replicas[e]; ++k) rest.push_back({weight(static_cast<int64_t>(e)), static_cast<int64_t>(e)});
+  pack(std::move(rest), S, load, p);
+  refine(loads, p, load, target);
+  evaluate_placement(loads, p);
+  return p;
+}
+
+ReplicatedPlacement contiguous_placement(std::span<const double> loads, int devices) {
+  const std::vector<int64_t> b = even_bounds(static_cast<int64_t>(loads.size()), devices);
+  ReplicatedPlacement p;
+  p.replicas.assign(loads.size(), 1);
+  p.slots.resize(static_cast<size_t>(devices));
+  for (size_t d = 0; d < p.slots.size(); ++d)
+    for (int64_t e = b[d]; e < b[d + 1]; ++e) p.slots[d].push_back(e);
+  evaluate_placement(loads, p);
+  return p;
+}
+
+std::vector<int64_t> copies_received(const ReplicatedPlacement& from, const ReplicatedPlacement& to) {
+  std::vector<int64_t> got(to.slots.size(), 0);
+  for (size_t d = 0; d < to.slots.size(); ++d) {
+    std::vector<int64_t> had = d < from.slots.size() ? from.slots[d] : std::vector<int64_t>();
+    for (int64_t e : to.slots[d]) {
+      auto it = std::find(had.begin(), had.end(), e);
+      if (it == had.end()) ++got[d];
+      else had.erase(it);  // each held copy covers one
+    }
+  }
+  return got;
+}
+
+int64_t copies_moved(const ReplicatedPlacement& from, const ReplicatedPlacement& to) {
+  int64_t moved = 0;
+  for (int64_t n : copies_received(from, to)) moved += n;
+  return moved;
 }
 
 }  // namespace troupe::moe

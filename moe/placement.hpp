@@ -2,8 +2,12 @@
 // the actor runtime's elastic experts, actors/supervision/elastic.cpp). A
 // layer's experts stay split into contiguous ranges, one per shard, given by
 // boundaries b_0 = 0 < b_1 < ... < b_S = E; a move shifts one boundary by
-// one expert, i.e. hands one expert to the neighbouring shard. Plain math:
-// no actors.
+// one expert, i.e. hands one expert to the neighbouring shard.
+// Also an EPLB-style placement with replicas (DeepSeek's EPLB, plus an
+// incremental variant that keeps experts where they are): a hot expert gets
+// several copies on different devices and its tokens are split evenly over
+// them. The actor runtime does not use replicas yet; the sim of expert
+// parallelism does (actors/sim/ep_sim.hpp). Plain math: no actors.
 #pragma once
 
 #include <cstdint>
@@ -28,5 +32,53 @@ std::vector<int64_t> rebalance_bounds(std::span<const double> loads, const std::
 // max / mean of the per-shard sums of `loads` under `bounds` (1 = balanced,
 // 0 when everything is 0).
 double bounds_imbalance(std::span<const double> loads, const std::vector<int64_t>& bounds);
+
+// Replicated placement of E logical experts on D devices with S physical
+// expert slots each (D*S >= E; D*S - E redundant slots). A device's load is
+// the sum over its slots of loads[e] / replicas[e].
+struct ReplicatedPlacement {
+  std::vector<int> replicas;                // per logical expert, >= 1
+  std::vector<std::vector<int64_t>> slots;  // per device: the logical expert in each slot
+  std::vector<double> device_load;          // per device, under the loads it was made for
+  double max_load = 0, mean_load = 0;
+  // max / mean device load (1 = balanced, 0 when everything is 0).
+  double imbalance() const { return mean_load > 0 ? max_load / mean_load : 0.0; }
+};
+
+// Replicas per expert for `physical` slots: start at one each and give the
+// remaining physical - E, one at a time, to the expert with the largest
+// loads[e] / replicas[e] (ties: lowest index), at most `max_replicas` each.
+std::vector<int> replicate_hottest(std::span<const double> loads, int64_t physical, int max_replicas);
+
+// Full EPLB placement: replicate_hottest over devices*slots_per_device, then
+// pack the copies heaviest first (loads[e] / replicas[e]) onto the least
+// loaded device that has a free slot and no copy of that expert yet (ties:
+// lowest device), so every device ends with exactly slots_per_device copies;
+// then trades of a copy on the most loaded device for a lighter one elsewhere
+// while that lowers the maximum.
+// Throws std::invalid_argument when devices*slots_per_device < E or
+// slots_per_device > E.
+ReplicatedPlacement eplb_placement(std::span<const double> loads, int devices, int slots_per_device);
+
+// Incremental EPLB: the replica counts for the new loads, but each copy of
+// `current` stays on its device (heaviest first) while that device's load
+// stays within (1 + tolerance) x the mean device load; only the copies that
+// do not fit (and new replicas) are packed as in eplb_placement, and trades
+// are made only while the maximum exceeds that target. Keeps the device and
+// slot counts of `current`.
+ReplicatedPlacement eplb_incremental(std::span<const double> loads, const ReplicatedPlacement& current, double tolerance);
+
+// The static placement: even contiguous ranges (even_bounds), one copy each.
+ReplicatedPlacement contiguous_placement(std::span<const double> loads, int devices);
+
+// Fills device_load, max_load and mean_load of `p` for `loads` (e.g. this
+// step's loads under a placement made from older ones).
+void evaluate_placement(std::span<const double> loads, ReplicatedPlacement& p);
+
+// Expert copies each device must receive to go from `from` to `to`: the
+// copies of each expert it holds in `to` beyond those it held in `from`.
+std::vector<int64_t> copies_received(const ReplicatedPlacement& from, const ReplicatedPlacement& to);
+// Their sum: the expert copies a move sends.
+int64_t copies_moved(const ReplicatedPlacement& from, const ReplicatedPlacement& to);
 
 }  // namespace troupe::moe

@@ -3,6 +3,9 @@
 // stop when no single move helps.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <numeric>
+#include <random>
 #include <vector>
 
 #include "moe/placement.hpp"
@@ -41,6 +44,114 @@ TEST(MoePlacement, IncrementalAndBounded) {
   EXPECT_EQ(rebalance_bounds(flat, {0, 2, 4, 6, 8}, 10, &moves), (std::vector<int64_t>{0, 2, 4, 6, 8}));
   EXPECT_EQ(moves, 0);
   EXPECT_THROW(rebalance_bounds(flat, {0, 4, 4, 8}, 1), std::invalid_argument);
+}
+
+// ---- EPLB with replicas ----
+
+// Zipf(s) loads over n experts in a seeded random order (the skewed case).
+std::vector<double> zipf_loads(size_t n, double s, uint32_t seed) {
+  std::vector<double> w(n);
+  for (size_t i = 0; i < n; ++i) w[i] = 1000.0 / std::pow(static_cast<double>(i + 1), s);
+  std::mt19937 rng(seed);
+  std::shuffle(w.begin(), w.end(), rng);
+  return w;
+}
+
+// Every invariant of a replicated placement of `loads` on D x S slots.
+void expect_valid(const ReplicatedPlacement& p, const std::vector<double>& loads, size_t D, size_t S) {
+  ASSERT_EQ(p.slots.size(), D);
+  ASSERT_EQ(p.replicas.size(), loads.size());
+  std::vector<int> copies(loads.size(), 0);
+  double total = 0, most = 0;
+  for (size_t d = 0; d < D; ++d) {
+    EXPECT_EQ(p.slots[d].size(), S) << "device " << d;
+    double sum = 0;
+    for (int64_t e : p.slots[d]) {
+      ++copies[static_cast<size_t>(e)];
+      sum += loads[static_cast<size_t>(e)] / p.replicas[static_cast<size_t>(e)];
+    }
+    EXPECT_NEAR(p.device_load[d], sum, 1e-9 * (1 + sum));
+    total += sum;
+    most = std::max(most, sum);
+  }
+  for (size_t e = 0; e < loads.size(); ++e) {
+    EXPECT_GE(p.replicas[e], 1);
+    EXPECT_EQ(copies[e], p.replicas[e]) << "expert " << e;
+  }
+  EXPECT_NEAR(p.max_load, most, 1e-9 * (1 + most));
+  EXPECT_NEAR(p.mean_load, total / static_cast<double>(D), 1e-9 * (1 + total));
+}
+
+TEST(MoeEplb, ReplicatesTheHottestFirst) {
+  // Two extra slots: expert 0 (8) gets one (8/2 = 4), then 0 and 3 tie at 4: the lowest index wins.
+  EXPECT_EQ(replicate_hottest(std::vector<double>{8, 2, 2, 4}, 6, 4), (std::vector<int>{3, 1, 1, 1}));
+  // Capped at 2 replicas: the second extra goes to expert 3.
+  EXPECT_EQ(replicate_hottest(std::vector<double>{8, 2, 2, 4}, 6, 2), (std::vector<int>{2, 1, 1, 2}));
+  EXPECT_EQ(replicate_hottest(std::vector<double>{1, 1}, 2, 4), (std::vector<int>{1, 1}));
+  EXPECT_THROW(replicate_hottest(std::vector<double>{1, 1, 1}, 2, 4), std::invalid_argument);
+}
+
+TEST(MoeEplb, HandCheckedPacking) {
+  // Replicas {2,1,1,2}: copies 4,4 (e0), 2 (e1), 2 (e2), 2,2 (e3), packed
+  // heaviest first onto the least loaded device that lacks the expert.
+  const std::vector<double> loads = {8, 2, 2, 4};
+  const ReplicatedPlacement p = eplb_placement(loads, 2, 3);
+  EXPECT_EQ(p.replicas, (std::vector<int>{2, 1, 1, 2}));
+  EXPECT_EQ(p.slots[0], (std::vector<int64_t>{0, 1, 3}));
+  EXPECT_EQ(p.slots[1], (std::vector<int64_t>{0, 2, 3}));
+  EXPECT_DOUBLE_EQ(p.max_load, 8.0);
+  EXPECT_DOUBLE_EQ(p.imbalance(), 1.0);
+  expect_valid(p, loads, 2, 3);
+  // The static split puts 8+2 on device 0 and 2+4 on device 1: max/mean 10/8.
+  const ReplicatedPlacement c = contiguous_placement(loads, 2);
+  EXPECT_DOUBLE_EQ(c.imbalance(), 1.25);
+  EXPECT_THROW(eplb_placement(loads, 1, 3), std::invalid_argument);  // 3 slots for 4 experts
+  EXPECT_THROW(eplb_placement(loads, 2, 5), std::invalid_argument);  // 5 distinct experts per device out of 4
+}
+
+TEST(MoeEplb, InvariantsAndNeverWorseThanContiguousOnSkewedLoads) {
+  for (uint32_t seed = 1; seed <= 8; ++seed)
+    for (auto [E, D, S] : {std::tuple<size_t, int, int>{64, 8, 8}, {64, 8, 9}, {256, 32, 10}, {60, 16, 4}}) {
+      const std::vector<double> loads = zipf_loads(E, 1.0 + 0.1 * seed, seed);
+      const ReplicatedPlacement p = eplb_placement(loads, D, S);
+      expect_valid(p, loads, static_cast<size_t>(D), static_cast<size_t>(S));
+      const int64_t sum_r = std::accumulate(p.replicas.begin(), p.replicas.end(), int64_t{0});
+      EXPECT_EQ(sum_r, static_cast<int64_t>(D) * S);
+      const ReplicatedPlacement c = contiguous_placement(loads, D);
+      EXPECT_LE(p.imbalance(), c.imbalance() + 1e-12) << "seed " << seed << " E " << E << " D " << D << " S " << S;
+      EXPECT_NEAR(c.mean_load, p.mean_load, 1e-9 * p.mean_load);  // same tokens, spread differently
+    }
+}
+
+TEST(MoeEplb, IncrementalKeepsWhatStillFits) {
+  const std::vector<double> loads = zipf_loads(128, 1.2, 3);
+  const ReplicatedPlacement p = eplb_placement(loads, 16, 10);
+  // Same loads, a tolerance the placement meets: nothing moves.
+  const ReplicatedPlacement same = eplb_incremental(loads, p, p.imbalance() - 1.0 + 1e-9);
+  EXPECT_EQ(copies_moved(p, same), 0);
+  expect_valid(same, loads, 16, 10);
+  // Drift: every load changes by -20%..+20%. A fresh placement re-sorts
+  // everything; the incremental one keeps most copies where they are and is
+  // still far better balanced than the static split.
+  std::vector<double> drifted = loads;
+  for (size_t e = 0; e < drifted.size(); ++e) drifted[e] *= 0.8 + 0.04 * static_cast<double>((e * 37) % 11);
+  const ReplicatedPlacement inc = eplb_incremental(drifted, p, 0.05);
+  const ReplicatedPlacement full = eplb_placement(drifted, 16, 10);
+  expect_valid(inc, drifted, 16, 10);
+  const int64_t inc_moves = copies_moved(p, inc), full_moves = copies_moved(p, full);
+  EXPECT_GT(inc_moves, 0);
+  EXPECT_LT(2 * inc_moves, full_moves);
+  EXPECT_LE(inc.imbalance(), 1.10);
+  EXPECT_LT(inc.imbalance(), contiguous_placement(drifted, 16).imbalance());
+}
+
+TEST(MoeEplb, CopiesMovedCountsNewCopiesPerDevice) {
+  ReplicatedPlacement a, b;
+  a.slots = {{0, 1}, {2, 0}};
+  b.slots = {{1, 0}, {2, 2}};  // device 0 keeps both; device 1 keeps 2 and needs a second copy of 2
+  EXPECT_EQ(copies_moved(a, b), 1);
+  EXPECT_EQ(copies_moved(a, a), 0);
+  EXPECT_EQ(copies_moved(b, a), 1);
 }
 
 }  // namespace

@@ -40,6 +40,12 @@ if(TARGET troupe_runtime)
     LIBS troupe_runtime
     TIMEOUT 120
     LABELS runtime)
+  # Expert parallelism on sim devices (closed forms, EPLB against static and balanced).
+  troupe_add_gtest(ep_sim_tests
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/ep_sim_test.cpp
+    LIBS troupe_runtime
+    TIMEOUT 60
+    LABELS runtime)
   troupe_add_gtest(runtime_fault_tests
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/runtime_fault_test.cpp
     LIBS troupe_runtime

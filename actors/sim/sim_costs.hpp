@@ -57,6 +57,16 @@ struct CostConfig {
   double rl_reward_ms = 0;             // per completion
   double rl_train_ms_per_token = 0.26; // one device's training time per token
   double rl_sync_ms = 0;               // publish a policy version to the generators
+  // Expert parallelism on sim devices (expert_shards > 1; actors/sim/ep_sim.hpp).
+  int64_t ep_slots_per_device = 0;     // physical expert slots per device; 0 = ceil(n_experts / expert_shards)
+  double ep_zipf = 1.0;                // skew of the expert loads
+  int64_t ep_drift_every = 10;         // steps between drifts of the expert ranking; 0 = never
+  double ep_drift = 0.1;               // share of experts whose rank changes at a drift
+  double ep_ema = 0.3;                 // moving-average weight of the newest step's loads
+  int64_t ep_rebalance_every = 10;     // eplb: steps between rebalances
+  double ep_imbalance_threshold = 0;   // eplb: also rebalance a layer past this max/mean; 0 = only periodically
+  double ep_tolerance = 0.02;          // eplb: a copy stays while its device is within 1 + this of the mean
+  int64_t ep_bytes_per_param = 12;     // migration: bytes moved per expert parameter
 };
 
 // FLOPs and bytes of one micro-batch at one stage.
