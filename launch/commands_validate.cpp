@@ -15,7 +15,7 @@
 namespace troupe::launch {
 
 int check_input_checkpoints(const Spec& spec) {
-  if (spec.run.mode == RunMode::rl && !spec.rl.init.empty()) {
+  if (spec.run.mode != RunMode::pretrain && !spec.rl.init.empty()) {
     // A missing or damaged init is a bad input file.
     try {
       model::load_checkpoint(spec.rl.init);
@@ -103,6 +103,19 @@ int command_validate(const CliOptions&, const Spec& spec) {
   const runtime::Plan topo = resolve_topology(spec);
   std::printf("%s: ok\n%s", spec.source.c_str(), format_topology(spec, topo).c_str());
   std::printf("%s", format_elastic(spec).c_str());
+  if (spec.run.mode == RunMode::reward_model) {
+    const auto& r = spec.rl;
+    std::printf("reward model (one process): %s samples %lld training prompts and %lld held-out prompts x %lld completions "
+                "(KV cache, temperature %g, top_p %g, at most %lld new tokens), the %s task's rule verifier labels each "
+                "(exact match = 1); then %lld steps of pointwise BCE on %lld examples each, score = logit[yes] - "
+                "logit[no] at a marker token (ids %lld, %lld, %lld); held-out accuracy against the majority baseline "
+                "before and after\n",
+                r.init.empty() ? "a fresh initialisation" : r.init.c_str(), static_cast<long long>(r.rm_prompts),
+                static_cast<long long>(spec.data.eval_problems), static_cast<long long>(r.group_size), r.temperature,
+                r.top_p, static_cast<long long>(r.max_new_tokens), r.task.c_str(), static_cast<long long>(spec.run.steps),
+                static_cast<long long>(r.rm_batch), static_cast<long long>(spec.model.vocab_size - 1),
+                static_cast<long long>(spec.model.vocab_size - 2), static_cast<long long>(spec.model.vocab_size - 3));
+  }
   if (spec.run.mode == RunMode::rl) {
     const auto& r = spec.rl;
     std::printf("online RL (synchronous, one process): each step samples %lld prompts x %lld completions "

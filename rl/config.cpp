@@ -120,6 +120,8 @@ std::vector<ConfigProblem> check_config(const RlConfig& c) {
     bad("temperature", "temperature = " + num(c.temperature) +
                            " must be > 0 (greedy decoding would make every completion of a group the same)");
   if (!(c.top_p > 0 && c.top_p <= 1)) bad("top_p", "top_p = " + num(c.top_p) + " must be in (0, 1]");
+  if (c.rm_prompts < 1) bad("rm_prompts", "rm_prompts = " + std::to_string(c.rm_prompts) + " must be >= 1");
+  if (c.rm_batch < 1) bad("rm_batch", "rm_batch = " + std::to_string(c.rm_batch) + " must be >= 1");
   if (c.updates_per_batch < 1)
     bad("updates_per_batch", "updates_per_batch = " + std::to_string(c.updates_per_batch) + " must be >= 1");
   if (c.group_size < 2)

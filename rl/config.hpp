@@ -90,6 +90,10 @@ struct RlConfig {
   int64_t max_staleness = 0;  // fixed_lag: eta, the version lag of every rollout (0 = on-policy)
   int64_t generators = 1;     // fixed_lag: generator actors (RL steps are dealt to them round-robin)
   int64_t reward_actors = 1;  // fixed_lag: rule-verifier actors (round-robin by step)
+  // run.mode = "reward_model" (rl/rm_trainer.hpp): training prompts whose
+  // group_size completions are labelled, and examples per optimizer step.
+  int64_t rm_prompts = 256;
+  int64_t rm_batch = 64;
   AdvantageOptions advantage;
   PolicyLossOptions policy;
   VerifierOptions verifier;
