@@ -851,6 +851,8 @@ void convert_rl(Spec& s, Parser& p) {
   c.reward_actors = r.reward_actors;
   c.rm_prompts = r.rm_prompts;
   c.rm_batch = r.rm_batch;
+  c.reward = r.reward;
+  c.reward_model = r.reward_model;
   s.rl = c;
   if (s.run.mode == RunMode::pretrain) {
     if (const Pos* at = p.first_set_in("rl"))
@@ -868,6 +870,9 @@ void convert_rl(Spec& s, Parser& p) {
     else if (uses_runtime(s))
       p.error(p.where("run.mode"), "[run] mode = \"reward_model\" trains on one device in one process; set [topology] devices = 1, "
                                    "stages = 1, schedule = \"sequential\", expert_shards = 1, optimizer_shards = 1, data_parallel = 1");
+    if (c.reward == rl::RewardSource::model)
+      p.error(p.where("rl.reward"), "[rl] reward = \"model\" applies to run.mode = \"rl\"; a reward-model run trains on the "
+                                    "rule verifier's labels");
     if (!s.checkpoint.resume.empty())
       p.error(p.where("checkpoint.resume"), "[checkpoint] resume: a reward-model run does not resume (its data is labelled "
                                             "afresh from rl.init; run it again)");
@@ -926,6 +931,17 @@ void check_rl_inputs(const Spec& s, Parser& p) {
                                                 v(answer) + " tokens with the EOS): no completion could be right");
   } catch (const std::exception& e) {
     p.error(p.where("rl.task"), "[rl] task: " + std::string(e.what()));
+  }
+  if (!r.reward_model.empty()) {
+    try {
+      const model::TrainingState st = model::load_checkpoint(r.reward_model);
+      const std::string diff = model::config_difference(s.model, st.config);
+      if (!diff.empty())
+        p.error(p.where("rl.reward_model"), "[rl] reward_model = \"" + r.reward_model + "\": the checkpoint's model differs from [model] (" +
+                                                diff + "; [model] first, the checkpoint second)");
+    } catch (const model::CheckpointError&) {
+      // reported by run/validate as a bad input file
+    }
   }
   if (r.init.empty()) return;
   try {

@@ -126,6 +126,8 @@ struct RlSection {
   int64_t reward_actors = 1;
   int64_t rm_prompts = 256;  // run.mode = "reward_model": training prompts to label
   int64_t rm_batch = 64;     // run.mode = "reward_model": examples per optimizer step
+  rl::RewardSource reward = rl::RewardSource::verifier;  // "verifier", "model" (a learned RM)
+  std::string reward_model;  // reward = "model": the RM checkpoint
 };
 
 // The spec format this troupe reads (the top-level spec_version key); a spec

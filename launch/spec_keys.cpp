@@ -235,6 +235,9 @@ std::vector<KeyDef> build_keys() {
   add({"rl", "reward_actors", KeyType::Int, F(rl_section.reward_actors), "fixed_lag: rule-verifier actors (steps dealt round-robin).", 1, 64});
   add({"rl", "rm_prompts", KeyType::Int, F(rl_section.rm_prompts), "run.mode = \"reward_model\": training prompts whose group_size completions (sampled by init at temperature) are labelled by the verifier; held-out data is the same for data.eval_problems held-out prompts.", 1, 1e7});
   add({"rl", "rm_batch", KeyType::Int, F(rl_section.rm_batch), "run.mode = \"reward_model\": labelled examples per optimizer step (pointwise BCE).", 1, 1e6});
+  add({"rl", "reward", KeyType::Choice, F(rl_section.reward), "What rewards a completion in the synchronous loop: \"verifier\" (the task's rule verifier) or \"model\" (the frozen learned reward model rl.reward_model: reward = sigmoid(score); step metrics still report the verifier's exact match).",
+       0, 0, {} /* the enum's names: bind_choices */});
+  add({"rl", "reward_model", KeyType::String, F(rl_section.reward_model), "reward = \"model\": checkpoint directory of a run.mode = \"reward_model\" run (the same [model])."});
   return k;
 }
 
@@ -281,6 +284,7 @@ void bind_choices(std::vector<KeyDef>& k) {
   bind_choice(k, "topology.auth", std::vector{runtime::ClusterAuth::tls, runtime::ClusterAuth::none}, runtime::cluster_auth_name);
   bind_choice(k, "rl.sync", std::vector{rl::SyncMode::synchronous, rl::SyncMode::fixed_lag, rl::SyncMode::latest},
        rl::sync_mode_name);
+  bind_choice(k, "rl.reward", std::vector{rl::RewardSource::verifier, rl::RewardSource::model}, rl::reward_source_name);
   bind_choice(k, "experts.policy", std::vector{runtime::ExpertPolicy::static_split, runtime::ExpertPolicy::eplb},
               runtime::expert_policy_name);
   bind_choice(k, "sim.cost_model", std::vector{sim::CostModel::fixed, sim::CostModel::flops}, sim::cost_model_name);
