@@ -169,6 +169,19 @@ grep -q '"type":"end","steps":4,"heldout_accuracy_before"' "$work/rm1/metrics.js
 diff <(strip_times "$work/rm1/metrics.jsonl" | grep -E '"type":"rm_') <(strip_times "$work/rm2/metrics.jsonl" | grep -E '"type":"rm_') \
   >/dev/null || fail "two reward-model runs of one spec wrote different metrics"
 cmp -s "$work/rm1/checkpoint/params.f32.zst" "$work/rm2/checkpoint/params.f32.zst" || fail "two reward-model runs saved different parameters"
+# rl.reward = "model": RL rewarded by that RM (frozen); bad combinations are exit 3, a missing RM exit 4.
+expect_exit 3 "$troupe" validate "$work/rl.toml" --set 'rl.reward="model"'
+expect_output "reward = \"model\" needs reward_model"
+expect_exit 3 "$troupe" validate "$work/rl.toml" --set 'rl.reward="model"' --set rl.reward_model="\"$work/rm1/checkpoint\"" \
+  --set 'rl.sync="fixed_lag"' --set topology.devices=2
+expect_output "reward = \"model\" runs in the synchronous loop only"
+expect_exit 4 "$troupe" validate "$work/rl.toml" --set 'rl.reward="model"' --set rl.reward_model="\"$work/nope\""
+expect_output "[rl] reward_model: "
+expect_exit 0 "$troupe" validate "$work/rl.toml" --set 'rl.reward="model"' --set rl.reward_model="\"$work/rm1/checkpoint\""
+expect_output "scores them with the frozen learned reward model $work/rm1/checkpoint"
+expect_exit 0 "$troupe" run "$work/rl.toml" --set 'rl.reward="model"' --set rl.reward_model="\"$work/rm1/checkpoint\"" \
+  --set run.steps=2 --set run.out_dir="\"$work/rl_rm\""
+grep -q '"type":"end","steps":2,' "$work/rl_rm/metrics.jsonl" || fail "RL rewarded by the RM did not finish its 2 steps"
 
 # The shipped RL spec: without its init (the checkpoint its header says how to
 # make) validate stops with exit 4 naming it; with one made as the header says

@@ -24,7 +24,10 @@
 #include "model_reference.hpp"
 #include "model_test_util.hpp"
 #include "rl/reward_model.hpp"
+#include "rl/rm_reward.hpp"
 #include "rl/rm_trainer.hpp"
+#include "rl/rollout.hpp"
+#include "rl/rollout_step.hpp"
 #include "rl/task.hpp"
 #include "rl_test_util.hpp"
 
@@ -281,6 +284,72 @@ TEST(RlRewardModel, EndToEndIsDeterministicAndSavesTheModel) {
   rl::RmTrainer tr(o);
   for (int i = 0; i < 6; ++i) tr.step();
   EXPECT_EQ(tr.parameters(), st.params);  // bitwise, and what was saved
+  std::filesystem::remove_all(dir);
+}
+
+TEST(RlRewardModel, RlRewardedByTheModelGetsSigmoidOfItsScores) {
+  // A tiny RM trained and saved, then used as the RL reward (rl.reward = "model").
+  rl::RlTrainOptions o = rm_options();
+  const std::string dir = (std::filesystem::temp_directory_path() / "troupe_rm_reward").string();
+  std::filesystem::remove_all(dir);
+  {
+    rl::RmTrainer tr(o, std::make_unique<FirstTokenTask>());
+    for (int i = 0; i < 10; ++i) tr.step();
+    tr.save(dir);
+  }
+  FirstTokenTask task;
+  auto be = kernels::make_backend({});
+  const int64_t G = 4;
+  o.rl.group_size = G;
+  o.rl.prompts_per_step = 2;
+  rl::ModelReward mr(*be, o.model, dir, task, 8, 3 + o.rl.max_new_tokens + 1);
+  rl::StepRollouts r;
+  std::vector<rl::RmExample> ex;
+  const std::vector<std::vector<int32_t>> comps = {{7, 12}, {3, 12}, {7, 1, 2}, {7, 12, 5}, {12}, {7, 7, 7}, {0, 12}, {7}};
+  for (int64_t g = 0; g < 2; ++g) r.prompts.push_back(task.train_prompt(g));
+  for (size_t i = 0; i < comps.size(); ++i) {
+    model::Completion c;
+    c.tokens = comps[i];
+    c.logprobs.assign(c.tokens.size(), -1.0f);
+    r.completions.push_back(c);
+    const rl::Prompt& p = r.prompts[i / G];
+    // What the RM reads: the completion up to its first EOS ({7, 12, 5} -> {7, 12}).
+    std::vector<int32_t> upto;
+    for (int32_t t : comps[i]) {
+      upto.push_back(t);
+      if (t == kEos) break;
+    }
+    ex.push_back({p.index, p.tokens, upto, 0});
+  }
+  const rl::ScoredBatch sb = mr.score_step(o.rl, r);
+  // An independent scorer over the saved checkpoint.
+  const model::ParamLayout L = model::build_param_layout(o.model);
+  const model::TrainingState st = model::load_checkpoint(dir);
+  kernels::Tensor p = be->from_f32({L.total()}, st.params);
+  const model::ModelWeights w = model::bind_weights(L, o.model, p);
+  rl::RewardModel rm(*be, o.model, 8, 3 + o.rl.max_new_tokens + 1);
+  const std::vector<double> s = rm.score(w, ex);
+  bool distinct = false;
+  for (size_t i = 0; i < comps.size(); ++i) {
+    EXPECT_NEAR(sb.rewards[i], 1.0 / (1.0 + std::exp(-s[i])), 1e-12) << i;
+    EXPECT_EQ(sb.verdicts[i].correct, task.verifier().score(r.prompts[i / G], comps[i]).correct) << i;
+    distinct = distinct || std::fabs(sb.rewards[i] - sb.rewards[0]) > 1e-6;
+  }
+  EXPECT_TRUE(distinct);  // the rewards are the RM's, not a constant
+  EXPECT_EQ(sb.rewards[0], sb.rewards[3]);  // {7, 12} and {7, 12, 5} read the same row
+
+  // The synchronous loop with rl.reward = "model" runs, and refuses an RM of another model.
+  o.rl.reward = rl::RewardSource::model;
+  o.rl.reward_model = dir;
+  o.steps = 2;
+  rl::RlTrainer tr(o, std::make_unique<FirstTokenTask>());
+  const rl::RlStepMetrics m = tr.step();
+  EXPECT_GT(m.reward_mean, 0.0);
+  EXPECT_LT(m.reward_mean, 1.0);
+  rl::RlTrainOptions bad = o;
+  bad.model.d_model = 64;
+  bad.rl.init.clear();
+  EXPECT_THROW(rl::RlTrainer(bad, std::make_unique<FirstTokenTask>()), model::CheckpointError);  // names the tensor
   std::filesystem::remove_all(dir);
 }
 
