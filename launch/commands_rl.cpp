@@ -212,10 +212,12 @@ rl::RlSummary run_decoupled(const Spec& spec, rl::RlTrainOptions options, RlProg
 int run_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, const StopOnSignal& signals) {
   const auto& r = spec.rl;
   spdlog::info("online RL ({}): task {}, {} prompts x {} completions per step, "
-               "{} new tokens max, temperature {}, loss {}, init {}",
+               "{} new tokens max, temperature {}, loss {}, init {}, reward {}",
                r.sync == rl::SyncMode::fixed_lag ? "decoupled actors" : "synchronous, one process", r.task,
                r.prompts_per_step, r.group_size, r.max_new_tokens, r.temperature,
-               rl::loss_kind_name(r.policy.kind), r.init.empty() ? std::string("(fresh initialisation)") : r.init);
+               rl::loss_kind_name(r.policy.kind), r.init.empty() ? std::string("(fresh initialisation)") : r.init,
+               r.reward == rl::RewardSource::model ? "the learned reward model " + r.reward_model
+                                                   : std::string("the rule verifier"));
   RlProgress progress(style, spec.run.steps, spec.log.progress_every, metrics);
   rl::RlTrainOptions options = rl_train_options(spec);
   options.stop = signals.flag();

@@ -276,6 +276,7 @@ static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterC
     StopOnSignal signals;  // stop after the running step, save, exit 130
     // Online RL: the synchronous generate -> reward -> train loop (rl/trainer.hpp).
     if (spec.run.mode == RunMode::rl) return run_rl(spec, metrics, style, signals);
+    if (spec.run.mode == RunMode::reward_model) return run_reward_model(spec, metrics, style, signals);
     ProgressObserver progress(style, spec.run.steps, spec.log.progress_every, &metrics);
     model::TrainSummary summary;
     if (uses_runtime(spec)) {

@@ -16,12 +16,20 @@
 namespace troupe::launch {
 
 int check_input_checkpoints(const Spec& spec) {
-  if (spec.run.mode == RunMode::rl && !spec.rl.init.empty()) {
+  if (spec.run.mode != RunMode::pretrain && !spec.rl.init.empty()) {
     // A missing or damaged init is a bad input file.
     try {
       model::load_checkpoint(spec.rl.init);
     } catch (const model::CheckpointError& e) {
       std::fprintf(stderr, "troupe: %s: [rl] init: %s\n", spec.source.c_str(), e.what());
+      return kExitBadInput;
+    }
+  }
+  if (spec.run.mode == RunMode::rl && spec.rl.reward == rl::RewardSource::model) {
+    try {
+      model::load_checkpoint(spec.rl.reward_model);
+    } catch (const model::CheckpointError& e) {
+      std::fprintf(stderr, "troupe: %s: [rl] reward_model: %s\n", spec.source.c_str(), e.what());
       return kExitBadInput;
     }
   }
@@ -101,16 +109,36 @@ int command_validate(const CliOptions&, const Spec& spec) {
                 r.init.empty() ? "a fresh initialisation" : r.init.c_str());
     return kExitOk;
   }
+  if (spec.run.mode == RunMode::reward_model) {  // one process, no actors: nothing to place
+    const auto& r = spec.rl;
+    std::printf("%s: ok\n", spec.source.c_str());
+    std::printf("reward model (one process): %s samples %lld training prompts and %lld held-out prompts x %lld completions "
+                "(KV cache, temperature %g, top_p %g, at most %lld new tokens), the %s task's rule verifier labels each "
+                "(exact match = 1); then %lld steps of pointwise BCE on %lld examples each, score = logit[yes] - "
+                "logit[no] at a marker token (ids %lld, %lld, %lld); held-out accuracy against the majority baseline "
+                "before and after; device 0 (%s, %lld thread(s))\n",
+                r.init.empty() ? "a fresh initialisation" : r.init.c_str(), static_cast<long long>(r.rm_prompts),
+                static_cast<long long>(spec.data.eval_problems), static_cast<long long>(r.group_size), r.temperature,
+                r.top_p, static_cast<long long>(r.max_new_tokens), r.task.c_str(), static_cast<long long>(spec.run.steps),
+                static_cast<long long>(r.rm_batch), static_cast<long long>(spec.model.vocab_size - 1),
+                static_cast<long long>(spec.model.vocab_size - 2), static_cast<long long>(spec.model.vocab_size - 3),
+                device_kind_name(spec.topology.device_kind), static_cast<long long>(spec.topology.threads_per_device));
+    return kExitOk;
+  }
   const runtime::Plan topo = resolve_topology(spec);
   std::printf("%s: ok\n%s", spec.source.c_str(), format_topology(spec, topo).c_str());
   std::printf("%s", format_elastic(spec).c_str());
   if (spec.run.mode == RunMode::rl) {
     const auto& r = spec.rl;
     std::printf("online RL (synchronous, one process): each step samples %lld prompts x %lld completions "
-                "(KV cache, temperature %g, top_p %g, at most %lld new tokens), scores them with the %s task's rule "
-                "verifier and trains with loss \"%s\" (%lld update(s) per batch); policy from %s\n",
+                "(KV cache, temperature %g, top_p %g, at most %lld new tokens), scores them with %s and trains with "
+                "loss \"%s\" (%lld update(s) per batch); policy from %s\n",
                 static_cast<long long>(r.prompts_per_step), static_cast<long long>(r.group_size), r.temperature, r.top_p,
-                static_cast<long long>(r.max_new_tokens), r.task.c_str(), rl::loss_kind_name(r.policy.kind),
+                static_cast<long long>(r.max_new_tokens),
+                (r.reward == rl::RewardSource::model
+                     ? "the frozen learned reward model " + r.reward_model + " (reward = sigmoid(score))"
+                     : "the " + r.task + " task's rule verifier").c_str(),
+                rl::loss_kind_name(r.policy.kind),
                 static_cast<long long>(r.updates_per_batch), r.init.empty() ? "a fresh initialisation" : r.init.c_str());
   }
   // Say which engine runs it: a single-device sequential spec runs in the

@@ -581,6 +581,12 @@ void check_rl_faults(const Spec& s, Parser& p);
 
 void check_faults(const Spec& s, Parser& p) {
   if (s.run.mode == RunMode::rl) return check_rl_faults(s, p);
+  if (s.run.mode == RunMode::reward_model) {
+    for (size_t i = 0; i < s.faults.size(); ++i)
+      if (p.fault_ok(i))
+        p.error(p.fault_where(i, ""), "[[faults]] in a reward-model run: it trains in one process, with no actors to kill");
+    return;
+  }
   auto v = [](int64_t x) { return std::to_string(x); };
   // One actor, one step, one fault: a second entry would silently collapse
   // into the first (the supervisor kills an actor once per step attempt).
@@ -794,7 +800,7 @@ void check_sim(const Spec& s, Parser& p) {
   if (const Pos* at = p.first_set_with_prefix("sim.ep_"))
     p.error(*at, "[sim] ep_* keys apply only to the expert-parallel sim model ([topology] expert_shards > 1)");
   // RL on sim devices splits the devices into generators and trainers itself.
-  if (s.run.mode != RunMode::rl && t.devices > t.stages * t.data_parallel)
+  if (s.run.mode == RunMode::pretrain && t.devices > t.stages * t.data_parallel)
     p.error(p.where("topology.devices"), "[topology] devices = " + v(t.devices) + " must equal stages * data_parallel = " +
                                              v(t.stages * t.data_parallel) +
                                              " with device_kind = \"sim\" (one simulated device per pipeline rank)");
@@ -912,15 +918,43 @@ void convert_rl(Spec& s, Parser& p) {
   c.max_staleness = r.max_staleness;
   c.generators = r.generators;
   c.reward_actors = r.reward_actors;
+  c.rm_prompts = r.rm_prompts;
+  c.rm_batch = r.rm_batch;
+  c.reward = r.reward;
+  c.reward_model = r.reward_model;
   s.rl = c;
-  if (s.run.mode != RunMode::rl) {
+  if (s.run.mode == RunMode::pretrain) {
     if (const Pos* at = p.first_set_in("rl"))
-      p.error(*at, std::string("[rl] keys apply only to [run] mode = \"rl\" (this spec has mode = \"") + run_mode_name(s.run.mode) + "\")");
+      p.error(*at, std::string("[rl] keys apply only to [run] mode = \"rl\" or \"reward_model\" (this spec has mode = \"") + run_mode_name(s.run.mode) + "\")");
     return;
+  }
+  if (s.run.mode == RunMode::reward_model) {
+    // One process, one device: the RM trainer (rl/rm_trainer.hpp).
+    if (c.sync != rl::SyncMode::synchronous)
+      p.error(p.where("rl.sync"), "[rl] sync = \"" + std::string(rl::sync_mode_name(c.sync)) + "\": run.mode = \"reward_model\" "
+                                  "trains in one process without actors; leave sync = \"synchronous\"");
+    if (s.topology.device_kind == DeviceKind::sim)
+      p.error(p.where("topology.device_kind"), "[topology] device_kind = \"sim\": run.mode = \"reward_model\" trains a real "
+                                               "model (use \"host\" or \"opencl\")");
+    else if (uses_runtime(s))
+      p.error(p.where("run.mode"), "[run] mode = \"reward_model\" trains on one device in one process; set [topology] devices = 1, "
+                                   "stages = 1, schedule = \"sequential\", expert_shards = 1, optimizer_shards = 1, data_parallel = 1");
+    if (c.reward == rl::RewardSource::model)
+      p.error(p.where("rl.reward"), "[rl] reward = \"model\" applies to run.mode = \"rl\"; a reward-model run trains on the "
+                                    "rule verifier's labels");
+    if (!s.checkpoint.resume.empty())
+      p.error(p.where("checkpoint.resume"), "[checkpoint] resume: a reward-model run does not resume (its data is labelled "
+                                            "afresh from rl.init; run it again)");
+    if (s.model.vocab_size < 17)
+      p.error(p.where("model.vocab_size"), "[model] vocab_size = " + v(s.model.vocab_size) + ": the reward model reads its "
+                                           "score from the last three token ids (marker, yes, no), which must lie above the "
+                                           "addition task's 14 tokens; use vocab_size >= 17");
   }
   for (const rl::ConfigProblem& prob : rl::check_config(c))
     p.error(p.where("rl." + prob.key), "[rl] " + prob.key + ": " + prob.message);
-  if (s.topology.device_kind == DeviceKind::sim) {
+  if (s.run.mode == RunMode::reward_model) {
+    // placement checked above
+  } else if (s.topology.device_kind == DeviceKind::sim) {
     // The synchronous-vs-decoupled timing model (actors/sim/rl_sim.hpp); no math.
     if (s.topology.devices < 2)
       p.error(p.where("topology.devices"), "[run] mode = \"rl\" on sim devices compares synchronous and decoupled RL, "
@@ -950,7 +984,7 @@ void convert_rl(Spec& s, Parser& p) {
 // A missing or damaged init is left to `run` / `validate`, which report it as
 // a bad input file (exit 4) naming the file.
 void check_rl_inputs(const Spec& s, Parser& p) {
-  if (s.run.mode != RunMode::rl) return;
+  if (s.run.mode == RunMode::pretrain) return;
   const RlSection& r = s.rl_section;
   auto v = [](int64_t x) { return std::to_string(x); };
   try {
@@ -966,6 +1000,17 @@ void check_rl_inputs(const Spec& s, Parser& p) {
                                                 v(answer) + " tokens with the EOS): no completion could be right");
   } catch (const std::exception& e) {
     p.error(p.where("rl.task"), "[rl] task: " + std::string(e.what()));
+  }
+  if (!r.reward_model.empty()) {
+    try {
+      const model::TrainingState st = model::load_checkpoint(r.reward_model);
+      const std::string diff = model::config_difference(s.model, st.config);
+      if (!diff.empty())
+        p.error(p.where("rl.reward_model"), "[rl] reward_model = \"" + r.reward_model + "\": the checkpoint's model differs from [model] (" +
+                                                diff + "; [model] first, the checkpoint second)");
+    } catch (const model::CheckpointError&) {
+      // reported by run/validate as a bad input file
+    }
   }
   if (r.init.empty()) return;
   try {

@@ -28,7 +28,7 @@ namespace troupe::launch {
 // *_name gives the spec's spelling. The enums of other layers: model::Ffn,
 // moe::Balance, model::LrSchedule, model::DataKind, sched::Kind,
 // kernels::OpenclDeviceType, sim::CostModel, runtime::FaultKind.
-enum class RunMode : uint8_t { pretrain, rl };                 // "pretrain", "rl"
+enum class RunMode : uint8_t { pretrain, rl, reward_model };  // "pretrain", "rl", "reward_model"
 enum class DeviceKind : uint8_t { host, opencl, sim };         // "host", "opencl", "sim"
 enum class ProgressStyle : uint8_t { automatic, bar, plain, off };  // "auto", "bar", "plain", "off"
 const char* run_mode_name(RunMode mode);
@@ -126,6 +126,10 @@ struct RlSection {
   int64_t max_staleness = 0;
   int64_t generators = 1;
   int64_t reward_actors = 1;
+  int64_t rm_prompts = 256;  // run.mode = "reward_model": training prompts to label
+  int64_t rm_batch = 64;     // run.mode = "reward_model": examples per optimizer step
+  rl::RewardSource reward = rl::RewardSource::verifier;  // "verifier", "model" (a learned RM)
+  std::string reward_model;  // reward = "model": the RM checkpoint
 };
 
 // The spec format this troupe reads (the top-level spec_version key); a spec

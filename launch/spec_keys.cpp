@@ -9,7 +9,14 @@
 
 namespace troupe::launch {
 
-const char* run_mode_name(RunMode mode) { return mode == RunMode::pretrain ? "pretrain" : "rl"; }
+const char* run_mode_name(RunMode mode) {
+  switch (mode) {
+    case RunMode::pretrain: return "pretrain";
+    case RunMode::rl: return "rl";
+    case RunMode::reward_model: return "reward_model";
+  }
+  return "?";
+}
 
 const char* device_kind_name(DeviceKind kind) {
   switch (kind) {
@@ -57,7 +64,7 @@ std::vector<KeyDef> build_keys() {
 
   // [run]
   add({"run", "name", KeyType::String, F(run.name), "Run name; the default output directory is runs/<name>."});
-  add({"run", "mode", KeyType::Choice, F(run.mode), "What the run does: \"pretrain\" (next-token training) or \"rl\" (online RL post-training).",
+  add({"run", "mode", KeyType::Choice, F(run.mode), "What the run does: \"pretrain\" (next-token training), \"rl\" (online RL post-training) or \"reward_model\" (trains a learned reward model on the [rl] task's completions labelled by its verifier; README \"Learned reward model\").",
        0, 0, {} /* the enum's names: bind_choices */});
   add({"run", "seed", KeyType::Int, F(run.seed), "Seed for initialisation, data order and sampling; same seed and spec give the same run.", 0, 9.2e18});
   add({"run", "steps", KeyType::Int, F(run.steps), "Optimizer steps to train.", 1, kBig});
@@ -245,6 +252,11 @@ std::vector<KeyDef> build_keys() {
   add({"rl", "max_staleness", KeyType::Int, F(rl_section.max_staleness), "fixed_lag: eta, how many versions generation runs ahead of training (0 = on-policy, equal to \"synchronous\" bit for bit).", 0, 1000});
   add({"rl", "generators", KeyType::Int, F(rl_section.generators), "fixed_lag: generator actors, each with its own copy of the policy (RL steps are dealt to them round-robin).", 1, 64});
   add({"rl", "reward_actors", KeyType::Int, F(rl_section.reward_actors), "fixed_lag: rule-verifier actors (steps dealt round-robin).", 1, 64});
+  add({"rl", "rm_prompts", KeyType::Int, F(rl_section.rm_prompts), "run.mode = \"reward_model\": training prompts whose group_size completions (sampled by init at temperature) are labelled by the verifier; held-out data is the same for data.eval_problems held-out prompts.", 1, 1e7});
+  add({"rl", "rm_batch", KeyType::Int, F(rl_section.rm_batch), "run.mode = \"reward_model\": labelled examples per optimizer step (pointwise BCE).", 1, 1e6});
+  add({"rl", "reward", KeyType::Choice, F(rl_section.reward), "What rewards a completion in the synchronous loop: \"verifier\" (the task's rule verifier) or \"model\" (the frozen learned reward model rl.reward_model: reward = sigmoid(score); step metrics still report the verifier's exact match).",
+       0, 0, {} /* the enum's names: bind_choices */});
+  add({"rl", "reward_model", KeyType::String, F(rl_section.reward_model), "reward = \"model\": checkpoint directory of a run.mode = \"reward_model\" run (the same [model])."});
   return k;
 }
 
@@ -271,7 +283,7 @@ void bind_choice(std::vector<KeyDef>& keys, const std::string& path, std::vector
 
 // The enum values each Choice key offers, in the order the docs list them.
 void bind_choices(std::vector<KeyDef>& k) {
-  bind_choice(k, "run.mode", std::vector{RunMode::pretrain, RunMode::rl}, run_mode_name);
+  bind_choice(k, "run.mode", std::vector{RunMode::pretrain, RunMode::rl, RunMode::reward_model}, run_mode_name);
   bind_choice(k, "model.ffn", std::vector{model::Ffn::moe, model::Ffn::dense}, model::ffn_name);
   bind_choice(k, "model.balance", std::vector{moe::Balance::aux_loss, moe::Balance::bias, moe::Balance::none}, moe::balance_name);
   bind_choice(k, "data.source", std::vector{model::DataKind::addition, model::DataKind::addition_plain, model::DataKind::text},
@@ -291,6 +303,7 @@ void bind_choices(std::vector<KeyDef>& k) {
   bind_choice(k, "topology.auth", std::vector{runtime::ClusterAuth::tls, runtime::ClusterAuth::none}, runtime::cluster_auth_name);
   bind_choice(k, "rl.sync", std::vector{rl::SyncMode::synchronous, rl::SyncMode::fixed_lag, rl::SyncMode::latest},
        rl::sync_mode_name);
+  bind_choice(k, "rl.reward", std::vector{rl::RewardSource::verifier, rl::RewardSource::model}, rl::reward_source_name);
   bind_choice(k, "experts.policy", std::vector{runtime::ExpertPolicy::static_split, runtime::ExpertPolicy::eplb},
               runtime::expert_policy_name);
   bind_choice(k, "sim.cost_model", std::vector{sim::CostModel::fixed, sim::CostModel::flops}, sim::cost_model_name);

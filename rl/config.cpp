@@ -67,6 +67,10 @@ SyncMode parse_sync_mode(const std::string& name) {
   throw std::invalid_argument("rl: unknown sync mode '" + name + "' (expected \"synchronous\", \"fixed_lag\" or \"latest\")");
 }
 
+const char* reward_source_name(RewardSource source) {
+  return source == RewardSource::model ? "model" : "verifier";
+}
+
 const char* sync_mode_name(SyncMode mode) {
   switch (mode) {
     case SyncMode::synchronous: return "synchronous";
@@ -120,6 +124,8 @@ std::vector<ConfigProblem> check_config(const RlConfig& c) {
     bad("temperature", "temperature = " + num(c.temperature) +
                            " must be > 0 (greedy decoding would make every completion of a group the same)");
   if (!(c.top_p > 0 && c.top_p <= 1)) bad("top_p", "top_p = " + num(c.top_p) + " must be in (0, 1]");
+  if (c.rm_prompts < 1) bad("rm_prompts", "rm_prompts = " + std::to_string(c.rm_prompts) + " must be >= 1");
+  if (c.rm_batch < 1) bad("rm_batch", "rm_batch = " + std::to_string(c.rm_batch) + " must be >= 1");
   if (c.updates_per_batch < 1)
     bad("updates_per_batch", "updates_per_batch = " + std::to_string(c.updates_per_batch) + " must be >= 1");
   if (c.group_size < 2)
@@ -144,6 +150,11 @@ std::vector<ConfigProblem> check_config(const RlConfig& c) {
                               " must be in [0, 1) (a partly right answer must earn less than an exact one)");
   if (!(c.verifier.format_penalty >= 0 && std::isfinite(c.verifier.format_penalty)))
     bad("format_penalty", "format_penalty = " + num(c.verifier.format_penalty) + " must be >= 0");
+  if (c.reward == RewardSource::model && c.reward_model.empty())
+    bad("reward_model", "reward = \"model\" needs reward_model, the checkpoint of a run.mode = \"reward_model\" run");
+  else if (c.reward == RewardSource::model && c.sync != SyncMode::synchronous)
+    bad("reward", "reward = \"model\" runs in the synchronous loop only (the fixed_lag actors use the rule verifier; "
+                  "reward_model actors are not built)");
   if (c.sync == SyncMode::latest)
     bad("sync", "sync = \"latest\" (generators switching weights mid-rollout) is not implemented yet; use \"fixed_lag\"");
   if (c.max_staleness < 0 || c.max_staleness > 1000)

@@ -47,6 +47,13 @@ enum class CapMode { mask, clip };
 //                implemented: check_config refuses it).
 enum class SyncMode { synchronous, fixed_lag, latest };
 
+// rl.reward: what scores a completion in the synchronous loop.
+//   verifier  the task's rule verifier (exact match 1, partial credit, ...);
+//   model     a learned reward model (run.mode = "reward_model", frozen; the
+//             checkpoint rl.reward_model): reward = sigmoid(score), the RM's
+//             probability that the completion is exactly right.
+enum class RewardSource { verifier, model };
+
 // Group-relative advantages A_i of the completions of one prompt.
 struct AdvantageOptions {
   bool scale_by_std = true;  // true: (R - mean) / (std + std_eps) (GRPO); false: R - mean (Dr. GRPO)
@@ -90,6 +97,12 @@ struct RlConfig {
   int64_t max_staleness = 0;  // fixed_lag: eta, the version lag of every rollout (0 = on-policy)
   int64_t generators = 1;     // fixed_lag: generator actors (RL steps are dealt to them round-robin)
   int64_t reward_actors = 1;  // fixed_lag: rule-verifier actors (round-robin by step)
+  // run.mode = "reward_model" (rl/rm_trainer.hpp): training prompts whose
+  // group_size completions are labelled, and examples per optimizer step.
+  int64_t rm_prompts = 256;
+  int64_t rm_batch = 64;
+  RewardSource reward = RewardSource::verifier;
+  std::string reward_model;  // reward = model: the RM checkpoint (same model as the policy)
   AdvantageOptions advantage;
   PolicyLossOptions policy;
   VerifierOptions verifier;
@@ -105,6 +118,7 @@ RlConfig rl_preset(LossKind kind, int64_t max_new_tokens);
 LossKind parse_loss_kind(const std::string& name);
 SyncMode parse_sync_mode(const std::string& name);
 const char* sync_mode_name(SyncMode mode);
+const char* reward_source_name(RewardSource source);  // "verifier", "model"
 Aggregation parse_aggregation(const std::string& name);
 CapMode parse_cap_mode(const std::string& name);
 const char* loss_kind_name(LossKind kind);

@@ -18,6 +18,7 @@
 #include "moe/balance.hpp"
 #include "rl/group.hpp"
 #include "rl/loss.hpp"
+#include "rl/rm_reward.hpp"
 #include "rl/rollout.hpp"
 #include "rl/rollout_step.hpp"
 #include "rl/task.hpp"
@@ -52,6 +53,7 @@ struct RlTrainer::Impl {
   std::vector<model::OptimizerRange> ranges;
   std::unique_ptr<model::BatchGenerator> gen;
   std::map<int64_t, std::unique_ptr<model::PolicyHead>> heads;  // by row length
+  std::unique_ptr<ModelReward> model_reward;  // rl.reward = "model": the frozen RM
   int64_t step = 0;
   bool bias_balance = false;
 
@@ -106,6 +108,11 @@ struct RlTrainer::Impl {
     g = model::bind_weights(layout, o.model, grads);
     ranges = model::optimizer_ranges(layout);
     gen = std::make_unique<model::BatchGenerator>(*be, o.model);
+    if (o.rl.reward == RewardSource::model) {
+      const int64_t rows = o.rl.prompts_per_step * o.rl.group_size;
+      const int64_t longest = static_cast<int64_t>(task->train_prompt(0).tokens.size()) + o.rl.max_new_tokens + 1;
+      model_reward = std::make_unique<ModelReward>(*be, o.model, o.rl.reward_model, *task, rows, longest);
+    }
     bias_balance = o.model.ffn == model::Ffn::moe && o.model.balance == moe::Balance::bias;
   }
 
@@ -158,7 +165,7 @@ struct RlTrainer::Impl {
     // Generate with the current policy (version = steps done), score, train.
     const StepRollouts r = sample_step(*gen, w, *task, opt.rl, seed, step, step);
     const auto tr = Clock::now();
-    const ScoredBatch sb = score_step(*task, opt.rl, r);
+    const ScoredBatch sb = model_reward ? model_reward->score_step(opt.rl, r) : score_step(*task, opt.rl, r);
     return train_on(r, sb, seconds_since(tr));
   }
 

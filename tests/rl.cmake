@@ -30,3 +30,12 @@ if(TARGET troupe_runtime AND TARGET troupe_rl)
     LIBS troupe_runtime troupe_rl
     LABELS rl)
 endif()
+if(TARGET troupe_rl)
+  # The learned reward model: BCE and head gradients against float64
+  # references, labelling, end-to-end training (tests/rl_reward_model_test.cpp).
+  troupe_add_gtest(rl_reward_model_tests
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/rl_reward_model_test.cpp
+            ${CMAKE_CURRENT_LIST_DIR}/model_reference.cpp
+    LIBS troupe_rl
+    LABELS rl)
+endif()

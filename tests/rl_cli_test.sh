@@ -146,6 +146,43 @@ grep -q '"type":"restart".*"actor":"generator:1"' "$work/dec/metrics.jsonl" || f
 grep -q '"type":"rl_actors_end".*"groups_admitted":8,"groups_trained":8,.*"discarded":0,"double_trained":0,"restarts":1' \
   "$work/dec/metrics.jsonl" || fail "the ledger summary is not 8 admitted, 8 trained, 0 discarded, 0 twice, 1 restart"
 
+# run.mode = "reward_model": validate says what it would do, errors are exit 3,
+# a short run reports held-out accuracy before and after and saves a
+# checkpoint of the same model, and a repeated run writes the same metrics.
+rm=(--set run.mode='"reward_model"' --set rl.rm_prompts=6 --set rl.rm_batch=8 --set rl.kl_coef=0
+    --set run.eval_every=0)
+expect_exit 0 "$troupe" validate "$work/rl.toml" "${rm[@]}"
+expect_output "reward model (one process): $init samples 6 training prompts and 20 held-out prompts x 4 completions"
+expect_exit 3 "$troupe" validate "$work/rl.toml" "${rm[@]}" --set rl.rm_batch=0
+expect_output "[rl] rm_batch = 0 is out of range"
+expect_exit 3 "$troupe" validate "$work/rl.toml" "${rm[@]}" --set 'rl.sync="fixed_lag"'
+expect_output "run.mode = \"reward_model\" trains in one process without actors"
+expect_exit 3 "$troupe" validate "$work/rl.toml" "${rm[@]}" --set model.vocab_size=16
+expect_output "use vocab_size >= 17"
+for d in rm1 rm2; do
+  expect_exit 0 "$troupe" run "$work/rl.toml" "${rm[@]}" --set run.out_dir="\"$work/$d\""
+done
+grep -q '"type":"rm_eval","step":0,"heldout_examples":80,' "$work/rm1/metrics.jsonl" || fail "no rm_eval line before training"
+grep -q '"type":"rm_eval","step":4,' "$work/rm1/metrics.jsonl" || fail "no rm_eval line after training"
+grep -q '"type":"end","steps":4,"heldout_accuracy_before"' "$work/rm1/metrics.jsonl" || fail "no end line"
+[ -f "$work/rm1/checkpoint/manifest.bin" ] || fail "the reward-model run wrote no checkpoint"
+diff <(strip_times "$work/rm1/metrics.jsonl" | grep -E '"type":"rm_') <(strip_times "$work/rm2/metrics.jsonl" | grep -E '"type":"rm_') \
+  >/dev/null || fail "two reward-model runs of one spec wrote different metrics"
+cmp -s "$work/rm1/checkpoint/params.f32.zst" "$work/rm2/checkpoint/params.f32.zst" || fail "two reward-model runs saved different parameters"
+# rl.reward = "model": RL rewarded by that RM (frozen); bad combinations are exit 3, a missing RM exit 4.
+expect_exit 3 "$troupe" validate "$work/rl.toml" --set 'rl.reward="model"'
+expect_output "reward = \"model\" needs reward_model"
+expect_exit 3 "$troupe" validate "$work/rl.toml" --set 'rl.reward="model"' --set rl.reward_model="\"$work/rm1/checkpoint\"" \
+  --set 'rl.sync="fixed_lag"' --set topology.devices=2
+expect_output "reward = \"model\" runs in the synchronous loop only"
+expect_exit 4 "$troupe" validate "$work/rl.toml" --set 'rl.reward="model"' --set rl.reward_model="\"$work/nope\""
+expect_output "[rl] reward_model: "
+expect_exit 0 "$troupe" validate "$work/rl.toml" --set 'rl.reward="model"' --set rl.reward_model="\"$work/rm1/checkpoint\""
+expect_output "scores them with the frozen learned reward model $work/rm1/checkpoint"
+expect_exit 0 "$troupe" run "$work/rl.toml" --set 'rl.reward="model"' --set rl.reward_model="\"$work/rm1/checkpoint\"" \
+  --set run.steps=2 --set run.out_dir="\"$work/rl_rm\""
+grep -q '"type":"end","steps":2,' "$work/rl_rm/metrics.jsonl" || fail "RL rewarded by the RM did not finish its 2 steps"
+
 # The shipped RL spec: without its init (the checkpoint its header says how to
 # make) validate stops with exit 4 naming it; with one made as the header says
 # (1 step here, on one device) it validates.
@@ -159,6 +196,10 @@ if [ -n "${2:-}" ]; then
     --set checkpoint.dir="\"$work/w4/checkpoint\""
   expect_exit 0 "$troupe" validate "$2/launch/specs/rl_addition.toml" --set rl.init="\"$work/w4/checkpoint\""
   expect_output "online RL (synchronous, one process): each step samples 32 prompts x 8 completions"
+  expect_exit 4 "$troupe" validate "$2/launch/specs/rm_addition.toml"
+  expect_output "runs/sft_addition_split/checkpoint"
+  expect_exit 0 "$troupe" validate "$2/launch/specs/rm_addition.toml" --set rl.init="\"$work/w4/checkpoint\""
+  expect_output "reward model (one process): $work/w4/checkpoint samples 512 training prompts and 200 held-out prompts x 8 completions"
 fi
 
 if [ "$failures" -gt 0 ]; then

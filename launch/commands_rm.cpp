@@ -1,0 +1,132 @@
+// `troupe run` for run.mode = "reward_model": trains the learned reward model
+// (rl/rm_trainer.hpp) with progress on the terminal and one JSON line per
+// step ("rm_step"), the labelled data ("rm_data"), each evaluation
+// ("rm_eval": held-out and training accuracy, majority baseline, BCE) and the
+// checkpoint in metrics.jsonl, then an "end" line with accuracy before/after.
+#include <chrono>
+#include <cmath>
+#include <spdlog/spdlog.h>
+
+#include "launch/cli.hpp"
+#include "launch/commands_rl.hpp"
+#include "rl/rm_trainer.hpp"
+
+namespace troupe::launch {
+
+namespace {
+
+JsonObject& add_accuracy(JsonObject& j, const std::string& prefix, const rl::RmAccuracy& a) {
+  return j.add((prefix + "_examples").c_str(), a.examples)
+      .add((prefix + "_positives").c_str(), a.positives)
+      .add((prefix + "_accuracy").c_str(), a.accuracy)
+      .add((prefix + "_majority").c_str(), a.majority)
+      .add((prefix + "_bce").c_str(), a.bce)
+      .add((prefix + "_mean_score_pos").c_str(), a.mean_score_pos)
+      .add((prefix + "_mean_score_neg").c_str(), a.mean_score_neg);
+}
+
+class RmProgress final : public rl::RmObserver {
+ public:
+  RmProgress(ProgressStyle style, int64_t total, int64_t every, MetricsWriter& metrics)
+      : style_(style), total_(total), every_(every), metrics_(metrics), t0_(std::chrono::steady_clock::now()) {}
+
+  void on_data(const rl::RmDataStats& d) override {
+    if (metrics_.is_open())
+      metrics_.write_line(JsonObject()
+                              .add("type", std::string("rm_data"))
+                              .add("train_examples", d.train_examples)
+                              .add("train_positives", d.train_positives)
+                              .add("heldout_examples", d.heldout_examples)
+                              .add("heldout_positives", d.heldout_positives)
+                              .add("seconds", d.seconds)
+                              .str());
+    spdlog::info("reward-model data: {} training examples ({:.1f}% right), {} held-out ({:.1f}% right), labelled by the "
+                 "verifier in {:.1f} s",
+                 d.train_examples, pct(d.train_positives, d.train_examples), d.heldout_examples,
+                 pct(d.heldout_positives, d.heldout_examples), d.seconds);
+  }
+
+  void on_step(const rl::RmStepMetrics& m) override {
+    if (metrics_.is_open())
+      metrics_.write_line(JsonObject()
+                              .add("type", std::string("rm_step"))
+                              .add("step", m.step)
+                              .add("loss", m.loss)
+                              .add("batch_accuracy", m.batch_accuracy)
+                              .add("grad_norm", m.grad_norm)
+                              .add("lr", m.lr)
+                              .add("step_seconds", m.seconds)
+                              .add("wall_seconds", wall())
+                              .str());
+    if (style_ == ProgressStyle::off) return;
+    if (m.step % every_ == 0 || m.step == total_ || m.step == 1 || style_ == ProgressStyle::bar)
+      std::fprintf(stderr, "rm step %lld/%lld bce %.4f batch accuracy %.1f%% grad norm %.3f lr %.2e\n",
+                   static_cast<long long>(m.step), static_cast<long long>(total_), m.loss, 100.0 * m.batch_accuracy,
+                   m.grad_norm, m.lr);
+  }
+
+  void on_eval(const rl::RmEvalMetrics& e) override {
+    if (metrics_.is_open()) {
+      JsonObject j;
+      j.add("type", std::string("rm_eval")).add("step", e.step);
+      add_accuracy(j, "heldout", e.heldout);
+      add_accuracy(j, "train", e.train);
+      metrics_.write_line(j.add("seconds", e.seconds).add("wall_seconds", wall()).str());
+    }
+    spdlog::info("rm eval step {}: held-out accuracy {:.1f}% (majority baseline {:.1f}%, bce {:.4f}, {} examples); "
+                 "training accuracy {:.1f}% (bce {:.4f})",
+                 e.step, 100.0 * e.heldout.accuracy, 100.0 * e.heldout.majority, e.heldout.bce, e.heldout.examples,
+                 100.0 * e.train.accuracy, e.train.bce);
+  }
+
+  void on_checkpoint(int64_t step, const std::string& dir) override {
+    if (metrics_.is_open())
+      metrics_.write_line(JsonObject().add("type", std::string("checkpoint")).add("step", step).add("dir", dir).str());
+    spdlog::info("checkpoint step {} -> {}", step, dir);
+  }
+
+ private:
+  static double pct(int64_t a, int64_t n) { return n > 0 ? 100.0 * static_cast<double>(a) / static_cast<double>(n) : 0.0; }
+  double wall() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+  ProgressStyle style_;
+  int64_t total_, every_;
+  MetricsWriter& metrics_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+}  // namespace
+
+int run_reward_model(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, const StopOnSignal& signals) {
+  const auto& r = spec.rl;
+  spdlog::info("reward model: task {}, {} training + {} held-out prompts x {} completions (temperature {}, at most {} new "
+               "tokens) from {}, labelled by the rule verifier; BCE on score = logit[yes] - logit[no] at a marker, "
+               "{} examples per step",
+               r.task, r.rm_prompts, spec.data.eval_problems, r.group_size, r.temperature, r.max_new_tokens,
+               r.init.empty() ? std::string("a fresh initialisation") : r.init, r.rm_batch);
+  RmProgress progress(style, spec.run.steps, spec.log.progress_every, metrics);
+  rl::RlTrainOptions options = rl_train_options(spec);
+  options.stop = signals.flag();
+  const rl::RmSummary s = rl::train_reward_model(options, progress);
+  metrics.write_line(JsonObject()
+                         .add("type", std::string("end"))
+                         .add("steps", s.steps_done)
+                         .add("heldout_accuracy_before", s.first_eval.heldout.accuracy)
+                         .add("heldout_accuracy_after", s.last_eval.heldout.accuracy)
+                         .add("heldout_majority", s.last_eval.heldout.majority)
+                         .add("train_bce_before", s.first_eval.train.bce)
+                         .add("train_bce_after", s.last_eval.train.bce)
+                         .add_raw("interrupted", s.interrupted ? "true" : "false")
+                         .str());
+  if (s.interrupted) return report_interrupted(spec, signals, s.steps_done);
+  spdlog::info("done: {} steps; held-out accuracy {:.1f}% -> {:.1f}% (majority baseline {:.1f}%); training bce {:.4f} "
+               "-> {:.4f}",
+               s.steps_done, 100.0 * s.first_eval.heldout.accuracy, 100.0 * s.last_eval.heldout.accuracy,
+               100.0 * s.last_eval.heldout.majority, s.first_eval.train.bce, s.last_eval.train.bce);
+  if (!std::isfinite(s.last_eval.train.bce)) {
+    spdlog::error("reward-model training diverged (loss is not finite)");
+    return kExitRuntime;
+  }
+  return kExitOk;
+}
+
+}  // namespace troupe::launch
