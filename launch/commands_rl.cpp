@@ -119,15 +119,7 @@ class RlProgress final : public runtime::RlActorObserver {
   void on_restart(const runtime::RestartEvent& ev) override {
     spdlog::warn("{}", ev.str());
     if (metrics_.is_open())
-      metrics_.write_line(JsonObject()
-                              .add("type", std::string("restart"))
-                              .add("step", ev.step)
-                              .add("attempt", static_cast<int64_t>(ev.attempt))
-                              .add("actor", ev.actor)
-                              .add("cause", ev.cause)
-                              .add("phase", ev.phase)
-                              .add("replayed", static_cast<int64_t>(ev.replayed))
-                              .str());
+      metrics_.write_line(restart_json(ev));
   }
 
   void on_eval(const rl::RlEvalMetrics& e) override {

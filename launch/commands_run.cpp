@@ -85,15 +85,7 @@ class RestartMetrics : public model::TrainObserver {
     }
     for (const std::string& line : rescales) metrics_.write_line(line);
     for (const auto& ev : events)
-      metrics_.write_line(JsonObject()
-                              .add("type", std::string("restart"))
-                              .add("step", ev.step)
-                              .add("attempt", static_cast<int64_t>(ev.attempt))
-                              .add("actor", ev.actor)
-                              .add("cause", ev.cause)
-                              .add("phase", ev.phase)
-                              .add("replayed", static_cast<int64_t>(ev.replayed))
-                              .str());
+      metrics_.write_line(restart_json(ev));
     inner_.on_step(m);
   }
   // A scale event ([[elastic]]): {"type":"rescale",...}, or an eplb move:

@@ -28,6 +28,18 @@ void MetricsWriter::write_line(const std::string& json) {
   std::fflush(file_);
 }
 
+std::string restart_json(const runtime::RestartEvent& ev) {
+  return JsonObject()
+      .add("type", std::string("restart"))
+      .add("step", ev.step)
+      .add("attempt", static_cast<int64_t>(ev.attempt))
+      .add("actor", ev.actor)
+      .add("cause", ev.cause)
+      .add("phase", ev.phase)
+      .add("replayed", static_cast<int64_t>(ev.replayed))
+      .str();
+}
+
 std::string json_escape(const std::string& s) {
   std::string out = "\"";
   for (char c : s) {

@@ -41,6 +41,10 @@ class JsonObject {
 };
 std::string json_escape(const std::string& s);
 
+// The metrics.jsonl line of a supervised restart or step replay
+// ({"type":"restart",...}), for every engine that has one.
+std::string restart_json(const runtime::RestartEvent& ev);
+
 // ProgressStyle::automatic as this process sees it: a bar when stderr is a
 // terminal, plain lines otherwise; other styles as they are.
 ProgressStyle resolve_progress(ProgressStyle style);

@@ -208,15 +208,7 @@ struct Trainer::Impl {
   }
 
   void save(const std::string& dir) {
-    TrainingState st;
-    st.config = opt.model;
-    st.seed = seed;
-    st.step = step;
-    st.params = be->download_f32(params);
-    st.adam_m = be->download_f32(adam_m);
-    st.adam_v = be->download_f32(adam_v);
-    st.data_cursor = step;
-    save_checkpoint(dir, st, layout);
+    save_device_state(dir, opt.model, seed, step, *be, params, adam_m, adam_v, layout);
   }
 };
 

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "model/checkpoint.hpp"
 #include "model/trainer.hpp"
 
 namespace troupe::model {
@@ -33,6 +34,20 @@ kernels::AdamWParams adamw_params(const OptimConfig& o, int64_t step, int64_t to
 
 void clip_to_norm(kernels::Backend& backend, const kernels::Tensor& grads, double norm, double max_norm) {
   if (max_norm > 0.0 && norm > max_norm) backend.scale(grads, static_cast<float>(max_norm / (norm + 1e-6)));
+}
+
+void save_device_state(const std::string& dir, const ModelConfig& config, uint64_t seed, int64_t step,
+                       kernels::Backend& backend, const kernels::Tensor& params, const kernels::Tensor& adam_m,
+                       const kernels::Tensor& adam_v, const ParamLayout& layout) {
+  TrainingState st;
+  st.config = config;
+  st.seed = seed;
+  st.step = step;
+  st.params = backend.download_f32(params);
+  st.adam_m = backend.download_f32(adam_m);
+  st.adam_v = backend.download_f32(adam_v);
+  st.data_cursor = step;
+  save_checkpoint(dir, st, layout);
 }
 
 }  // namespace troupe::model

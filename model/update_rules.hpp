@@ -8,9 +8,11 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "kernels/backend.hpp"
 #include "model/config.hpp"
+#include "model/params.hpp"
 
 namespace troupe::model {
 
@@ -24,5 +26,11 @@ kernels::AdamWParams adamw_params(const OptimConfig& optim, int64_t step, int64_
 // max_norm <= 0: no clipping. `grads` may be a slice of the gradients whose
 // norm is `norm`.
 void clip_to_norm(kernels::Backend& backend, const kernels::Tensor& grads, double norm, double max_norm);
+
+// Saves a single-device engine's state after `step` steps (the data cursor is
+// the step): model::Trainer, and rl/'s RL and reward-model trainers.
+void save_device_state(const std::string& dir, const ModelConfig& config, uint64_t seed, int64_t step,
+                       kernels::Backend& backend, const kernels::Tensor& params, const kernels::Tensor& adam_m,
+                       const kernels::Tensor& adam_v, const ParamLayout& layout);
 
 }  // namespace troupe::model

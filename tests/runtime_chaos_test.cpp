@@ -105,10 +105,6 @@ ChaosOutcome run(const runtime::RuntimeOptions& o) {
   return out;
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 // More than 50 seeded faults, every kind on every role: bitwise equal to the
 // fault-free run. Lost messages (drop, corrupt) are found by a small
 // explicit step deadline; max_restarts is generous so that a deadline fired

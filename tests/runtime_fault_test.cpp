@@ -56,10 +56,6 @@ Outcome run(const runtime::RuntimeOptions& o) {
   return out;
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 void expect_bitwise_equal(const Outcome& ref, const Outcome& got, const std::string& what) {
   EXPECT_TRUE(same_bits(ref.state.params, got.state.params)) << what << ": parameters differ";
   EXPECT_TRUE(same_bits(ref.state.adam_m, got.state.adam_m)) << what << ": AdamW m differs";

@@ -4,10 +4,17 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
 #include "actors/runtime.hpp"
 
 namespace troupe::test {
+
+// Bitwise equality of two float buffers (parameters, AdamW moments).
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
 
 inline runtime::RuntimeOptions tiny_moe_options(uint64_t seed, int64_t steps) {
   runtime::RuntimeOptions o;

@@ -76,6 +76,16 @@ std::string read_small_file(const fs::path& p, const std::string& what) {
   return s.str();
 }
 
+// Writes `text` to a new file readable as `perms` says (set before the bytes go in).
+void write_new_file(const fs::path& p, const std::string& text, fs::perms perms) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  std::error_code ec;
+  fs::permissions(p, perms, ec);
+  out << text;
+  out.close();
+  if (!out) throw std::runtime_error("cannot write " + p.string());
+}
+
 }  // namespace
 
 ClusterIdentity make_cluster_identity() {
@@ -137,17 +147,10 @@ void write_cluster_identity(const std::string& dir, const ClusterIdentity& id) {
   std::string tmpl = (parent / ".troupe-keygen-XXXXXX").string();
   if (!::mkdtemp(tmpl.data())) throw std::runtime_error("cannot make a temporary directory in " + parent.string());
   const fs::path tmp(tmpl);
-  auto put = [&](const char* name, const std::string& text, fs::perms perms) {
-    const fs::path p = tmp / name;
-    std::ofstream out(p, std::ios::binary | std::ios::trunc);
-    fs::permissions(p, perms, ec);
-    out << text;
-    out.close();
-    if (!out) throw std::runtime_error("cannot write " + p.string());
-  };
   try {
-    put(kClusterKeyFile, id.key_pem, fs::perms::owner_read | fs::perms::owner_write);
-    put(kClusterCertFile, id.cert_pem, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read);
+    write_new_file(tmp / kClusterKeyFile, id.key_pem, fs::perms::owner_read | fs::perms::owner_write);
+    write_new_file(tmp / kClusterCertFile, id.cert_pem,
+                   fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read | fs::perms::others_read);
     if (fs::exists(target, ec)) fs::remove(target);  // the empty directory
     fs::rename(tmp, target);
   } catch (...) {
@@ -163,15 +166,10 @@ IdentityFiles::IdentityFiles(const ClusterIdentity& id) {
   dir_ = tmpl;  // mkdtemp makes it 0700
   cert_ = dir_ + "/" + kClusterCertFile;
   key_ = dir_ + "/" + kClusterKeyFile;
-  auto put = [](const std::string& p, const std::string& text) {
-    std::ofstream out(p, std::ios::binary | std::ios::trunc);
-    out << text;
-    out.close();
-    if (!out) throw std::runtime_error("cannot write " + p);
-  };
+  const auto owner = fs::perms::owner_read | fs::perms::owner_write;  // and the directory is 0700
   try {
-    put(key_, id.key_pem);
-    put(cert_, id.cert_pem);
+    write_new_file(key_, id.key_pem, owner);
+    write_new_file(cert_, id.cert_pem, owner);
   } catch (...) {
     std::error_code ec;
     fs::remove_all(dir_, ec);

@@ -7,21 +7,13 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "actors/sim/sim_hash.hpp"
 #include "moe/placement.hpp"
 
 namespace troupe::sim {
 namespace {
 
-// splitmix64: a fixed hash, so the same seed gives the same loads on every
-// platform (std distributions are implementation-defined).
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-uint64_t draw(uint64_t seed, uint64_t a, uint64_t b, uint64_t c) { return mix(mix(mix(mix(seed) ^ a) ^ b) ^ c); }
+uint64_t draw(uint64_t seed, uint64_t a, uint64_t b, uint64_t c) { return splitmix(splitmix(splitmix(splitmix(seed) ^ a) ^ b) ^ c); }
 
 double copies_per_device(const EpSimOptions& o) {
   return static_cast<double>(o.tokens) * static_cast<double>(o.top_k) / o.devices;

@@ -1,6 +1,8 @@
 // The synchronous / decoupled RL model (see rl_sim.hpp).
 #include "actors/sim/rl_sim.hpp"
 
+#include "actors/sim/sim_hash.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -10,13 +12,6 @@
 namespace troupe::sim {
 
 namespace {
-
-uint64_t splitmix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 double unit(uint64_t bits) { return (static_cast<double>(bits >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
 
@@ -32,14 +27,6 @@ class Slots {
     free_.pop();
     free_.push(start + ns);
     return start + ns;
-  }
-  void not_before(int64_t t) {  // every slot: nothing starts before t
-    std::vector<int64_t> all;
-    while (!free_.empty()) {
-      all.push_back(std::max(free_.top(), t));
-      free_.pop();
-    }
-    for (int64_t x : all) free_.push(x);
   }
 
  private:
@@ -92,7 +79,7 @@ RlSimResult simulate_synchronous(const RlSimOptions& o) {
   r.generators = r.trainers = o.devices;
   r.version_lag.assign(1, 0);
   int64_t t = 0;
-  double gen_work = 0, gen_span = 0, train_work = 0;
+  double gen_work = 0, train_work = 0;
   for (int s = 0; s < o.steps; ++s) {
     const std::vector<int64_t> lens = completion_lengths(o, s);
     std::vector<Slots> dev(static_cast<size_t>(o.devices), Slots(o.slots));
@@ -105,7 +92,6 @@ RlSimResult simulate_synchronous(const RlSimOptions& o) {
     }
     r.version_lag[0] += o.completions;  // always the current version
     r.tokens += tokens;
-    gen_span += static_cast<double>(gen_end - t) * static_cast<double>(o.devices * o.slots);
     const int64_t tr = train_ns(o, tokens, o.devices);
     train_work += static_cast<double>(tr);
     t = gen_end + tr;
@@ -116,7 +102,6 @@ RlSimResult simulate_synchronous(const RlSimOptions& o) {
   const double span = static_cast<double>(std::max<int64_t>(t, 1));
   r.generate_busy = gen_work / (span * static_cast<double>(o.devices * o.slots));
   r.train_busy = train_work / span;
-  (void)gen_span;
   return r;
 }
 
