@@ -23,8 +23,9 @@ PACKAGES=(
   libjs-dygraphs libjs-d3                     # dashboard/report charts, served from /usr/share/javascript
   gnuplot-nox                                 # `troupe plot` images (PNG/SVG)
 )
-# Only for `./setup.sh test`: the dashboard's browser test drives headless Chromium.
-TEST_PACKAGES=(chromium)
+# Only for `./setup.sh test`: the dashboard's browser test drives headless Chromium;
+# the two-host test makes network namespaces with iproute2's `ip`.
+TEST_PACKAGES=(chromium iproute2)
 
 install_missing() {
   local missing=()

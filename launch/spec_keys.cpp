@@ -3,6 +3,8 @@
 // is documented exactly where it is defined.
 #include "launch/spec_keys.hpp"
 
+#include "actors/cluster/interface_address.hpp"
+
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
@@ -148,7 +150,8 @@ std::vector<KeyDef> build_keys() {
   add({"topology", "optimizer_shards", KeyType::Int, F(topology.optimizer_shards), "ZeRO-1 optimizer shards, each owning a range of the flat parameter buffer.", 1, 4096});
   add({"topology", "data_parallel", KeyType::Int, F(topology.data_parallel), "Data-parallel replicas; each runs `microbatches` microbatches of batch_size / (microbatches * data_parallel) sequences.", 1, 4096});
   add({"topology", "processes", KeyType::Int, F(topology.processes), "OS processes (launch with mpirun -np <processes>); devices are split into contiguous blocks over them, actors follow their device, the coordinator is on process 0.", 1, 1e6});
-  add({"topology", "interface", KeyType::String, F(topology.interface), "Address CAF ports bind to between processes (loopback by default; \"0.0.0.0\" binds every interface and advertises the host name)."});
+  add({"topology", "interface", KeyType::String, F(topology.interface), "Address CAF ports bind to between processes (loopback by default; \"0.0.0.0\" binds every interface and advertises the host name; an IPv4 subnet such as \"10.77.0.0/24\" makes each process bind to and advertise its own address in that subnet, for several hosts).", 0, 0, {},
+       [](const Spec& s) -> std::string { return runtime::interface_subnet_error(s.topology.interface); }});
   add({"topology", "auth", KeyType::Choice, F(topology.auth), "Between processes: \"tls\" (mutual TLS on every CAF connection; a peer without the cluster key is refused) or \"none\" (plain connections: anyone who reaches the port can talk to the actors).", 0, 0, {} /* the enum's names: bind_choices */});
   add({"topology", "auth_dir", KeyType::String, F(topology.auth_dir), "auth = \"tls\": directory with cluster.pem and cluster.key from `troupe keygen DIR` (copy it to every host); \"\" = process 0 makes a fresh key for the run and sends it to the others over MPI (one host: shared memory)."});
   add({"topology", "peer_timeout", KeyType::Float, F(topology.peer_timeout), "Seconds without traffic (CAF heartbeats run at a tenth of it) before a peer process counts as lost and the run stops, naming its actors.", 0.1, 3600});

@@ -8,6 +8,15 @@ if(TARGET troupe AND MPIRUN_EXECUTABLE)
   set_tests_properties(runtime_mpi PROPERTIES LABELS "mpi;runtime" TIMEOUT 600)
 endif()
 
+# Two hosts made of network namespaces on this machine (tests/runtime_netns_test.sh):
+# off loopback, no shared memory, TLS; identical checkpoints, a rogue refused.
+if(TARGET troupe AND MPIRUN_EXECUTABLE)
+  add_test(NAME runtime_netns
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/runtime_netns_test.sh $<TARGET_FILE:troupe> ${MPIRUN_EXECUTABLE}
+            $<TARGET_FILE:tls_rogue_client>)
+  set_tests_properties(runtime_netns PROPERTIES LABELS "mpi;runtime;netns" TIMEOUT 600 SKIP_RETURN_CODE 77)
+endif()
+
 # The placement function alone (no processes needed).
 if(TARGET troupe_runtime)
   troupe_add_gtest(runtime_mpi_placement_test

@@ -1,11 +1,13 @@
 // Placement of runtime actors on processes and devices (actors/cluster/placement.hpp):
 // contiguous device blocks per process, actors follow their device, the
-// coordinator on process 0, and bad counts rejected.
+// coordinator on process 0, and bad counts rejected; [topology] interface
+// given as a subnet.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <stdexcept>
 
+#include "actors/cluster/interface_address.hpp"
 #include "actors/cluster/placement.hpp"
 
 using troupe::runtime::make_placement;
@@ -70,4 +72,34 @@ TEST(Placement, ExpertShardsStartAtTheirLayersRank) {
   EXPECT_EQ(std::count_if(on0.begin(), on0.end(), [](const std::string& n) { return n.rfind("expert:", 0) == 0; }), 8);
   EXPECT_THROW(troupe::runtime::place_experts(p, {0, 1}, {0}, 2), std::invalid_argument);
   EXPECT_THROW(troupe::runtime::place_experts(p, {0}, {2}, 2), std::invalid_argument);  // no rank 2
+}
+
+// [topology] interface as a subnet (actors/cluster/interface_address.hpp):
+// each process binds to its own address in it.
+TEST(InterfaceSubnet, ResolvesToThisHostsAddressInTheSubnet) {
+  using troupe::runtime::resolve_interface;
+  EXPECT_EQ(resolve_interface("127.0.0.0/8"), "127.0.0.1");  // loopback is on every host
+  EXPECT_EQ(resolve_interface("127.0.0.1/32"), "127.0.0.1");
+  // Literal addresses pass through unchanged.
+  EXPECT_EQ(resolve_interface("127.0.0.1"), "127.0.0.1");
+  EXPECT_EQ(resolve_interface("0.0.0.0"), "0.0.0.0");
+  // 0.0.0.1 is no host's address (0.0.0.0/8 is "this network", RFC 1122).
+  try {
+    resolve_interface("0.0.0.1/32");
+    ADD_FAILURE() << "a subnet this host is not on resolved";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("no IPv4 address in that subnet (it has: "), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("127.0.0.1 (lo)"), std::string::npos) << e.what();
+  }
+}
+
+TEST(InterfaceSubnet, MalformedSubnetsAreNamed) {
+  using troupe::runtime::interface_subnet_error;
+  EXPECT_EQ(interface_subnet_error("10.77.0.0/24"), "");
+  EXPECT_EQ(interface_subnet_error("127.0.0.1"), "");  // not a subnet: a literal address
+  EXPECT_NE(interface_subnet_error("10.77.0.0/33").find("the prefix length '33' must be 1..32"), std::string::npos);
+  EXPECT_NE(interface_subnet_error("10.77.0.0/").find("the prefix length '' must be 1..32"), std::string::npos);
+  EXPECT_NE(interface_subnet_error("10.77.0/24").find("'10.77.0' is not an IPv4 address"), std::string::npos);
+  EXPECT_NE(interface_subnet_error("10.77.0.0/2x").find("must be 1..32"), std::string::npos);
+  EXPECT_THROW(troupe::runtime::resolve_interface("host/24"), std::runtime_error);
 }

@@ -20,6 +20,7 @@
 #include <caf/openssl/remote_actor.hpp>
 
 #include "actors/cluster/cluster_tls.hpp"
+#include "actors/cluster/interface_address.hpp"
 #include "actors/transport/caf_middleman.hpp"
 #include "actors/transport/envelope_shm.hpp"
 #include "actors/transport/tcp_nodelay.hpp"
@@ -252,22 +253,32 @@ void Cluster::bring_up() {
   ClusterComm& comm = *o.comm;
   if (sh_->peers.coordinator) caf::anon_send(dir_, rt::register_atom_v, std::string("coordinator"), sh_->peers.coordinator);
   const bool tls = o.auth == ClusterAuth::tls;
-  auto port = tls ? caf::openssl::publish(dir_, 0, o.interface.c_str()) : sys_.middleman().publish(dir_, 0, o.interface.c_str());
+  // A subnet ("10.77.0.0/24") becomes this host's own address in it; an error
+  // here is reported through the exchange like a failed publish.
+  std::string bind_addr, no_bind;
+  try {
+    bind_addr = resolve_interface(o.interface);
+  } catch (const std::exception& e) {
+    no_bind = e.what();
+  }
+  caf::expected<uint16_t> port{caf::sec::cannot_publish_invalid_actor};
+  if (no_bind.empty())
+    port = tls ? caf::openssl::publish(dir_, 0, bind_addr.c_str()) : sys_.middleman().publish(dir_, 0, bind_addr.c_str());
   // Before any peer connects: accepted connections inherit TCP_NODELAY.
   set_tcp_nodelay_on_all_sockets();
-  std::string why = port ? "" : sys_.render(port.error());
+  std::string why = !no_bind.empty() ? no_bind : port ? "" : sys_.render(port.error());
   const std::string no_publish =
       "process " + std::to_string(me_) + " cannot publish its directory on " + o.interface + ": " + why;
   std::vector<std::pair<std::string, uint16_t>> endpoints;
   try {
-    endpoints = comm.exchange(advertised_host(o.interface), port ? *port : uint16_t{0}, static_cast<bool>(port));
+    endpoints = comm.exchange(advertised_host(bind_addr), port ? *port : uint16_t{0}, static_cast<bool>(port));
   } catch (const std::exception&) {
     if (!port) throw std::runtime_error(no_publish);  // this process's own reason, not "rank N failed"
     throw;
   }
   if (!port) throw std::runtime_error(no_publish);
   // Where this process listens (firewalls, and tests that knock on the port).
-  std::fprintf(stderr, "troupe[process %d]: listening on %s:%u (%s)\n", me_, o.interface.c_str(), static_cast<unsigned>(*port),
+  std::fprintf(stderr, "troupe[process %d]: listening on %s:%u (%s)\n", me_, bind_addr.c_str(), static_cast<unsigned>(*port),
                tls ? "mutual TLS" : "plain, auth = \"none\"");
   // Every process on this host (same advertised address): large envelopes
   // may take the shared-memory path.

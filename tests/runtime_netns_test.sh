@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Two "hosts" on this machine (label `mpi;netns`): two network namespaces
+# joined by a veth pair on a private subnet, each holding one troupe process
+# launched by mpirun through a launch agent that wraps `ip netns exec`.
+# Nothing runs on loopback between them and the shared-memory bulk path is
+# off (the processes advertise different addresses), so every Envelope
+# crosses the veth link over TCP with mutual TLS (a key from `troupe keygen`,
+# as the README prescribes for several hosts).
+# - 1F1B, and DualPipe with 4 expert shards (Dispatch/Combine between the
+#   hosts), each process binding to its own address through
+#   `[topology] interface = "SUBNET/24"`: the checkpoint is byte-identical
+#   to the single-process run, and the veth counters show the traffic;
+# - a rogue on the other host knocks on both processes' ports mid-run (TLS
+#   with its own key, then plain CAF): refused and logged with its address,
+#   and the run's checkpoint equals the un-knocked single-process run's;
+# - a subnet that no host has an address in, and a malformed one, are clear
+#   errors.
+# Needs root (namespaces); skips (exit 77) where namespaces cannot be made.
+# usage: runtime_netns_test.sh TROUPE_BINARY MPIRUN ROGUE_CLIENT
+set -uo pipefail
+troupe=$1
+mpirun=$2
+rogue=$3
+work=$(mktemp -d)
+ns_a="troupe$$a" ns_b="troupe$$b"
+veth_a="tv$$a" veth_b="tv$$b"
+subnet=10.77.0.0/24 addr_a=10.77.0.1 addr_b=10.77.0.2
+cleanup() {
+  ip netns del "$ns_a" 2>/dev/null
+  ip netns del "$ns_b" 2>/dev/null  # deleting a namespace deletes its veth end, and so the pair
+  rm -rf "$work"
+}
+trap cleanup EXIT
+failures=0
+fail() { echo -e "FAIL: $*"; failures=$((failures + 1)); }
+
+if ! command -v ip >/dev/null || ! ip netns add "$ns_a" 2>/dev/null; then
+  echo "SKIP: cannot create network namespaces here (needs root and iproute2)"
+  exit 77
+fi
+set -e
+ip netns add "$ns_b"
+ip link add "$veth_a" type veth peer name "$veth_b"
+ip link set "$veth_a" netns "$ns_a"
+ip link set "$veth_b" netns "$ns_b"
+ip -n "$ns_a" addr add "$addr_a/24" dev "$veth_a"
+ip -n "$ns_b" addr add "$addr_b/24" dev "$veth_b"
+for n in "$ns_a:$veth_a" "$ns_b:$veth_b"; do
+  ip -n "${n%%:*}" link set lo up
+  ip -n "${n%%:*}" link set "${n##*:}" up
+done
+set +e
+
+# mpirun's launch agent (what ssh is between real hosts): "agent [opts] HOST CMD...".
+cat >"$work/agent.sh" <<EOF
+#!/bin/sh
+while [ \$# -gt 0 ]; do case "\$1" in -*) shift;; *) break;; esac; done
+host=\$1; shift
+case "\$host" in $addr_a) ns=$ns_a;; $addr_b) ns=$ns_b;; *) echo "agent: unknown host \$host" >&2; exit 1;; esac
+exec ip netns exec "\$ns" /bin/sh -c "\$*"
+EOF
+chmod +x "$work/agent.sh"
+printf '%s slots=1\n%s slots=1\n' "$addr_a" "$addr_b" >"$work/hosts"
+# mpirun runs on host A; its own traffic (out-of-band and MPI's bootstrap
+# messages) goes over the veth too, never shared memory.
+two_hosts=(ip netns exec "$ns_a" timeout 180 "$mpirun" --allow-run-as-root --oversubscribe --hostfile "$work/hosts" -np 2
+           --mca plm_rsh_agent "$work/agent.sh" --mca oob_tcp_if_include "$subnet"
+           --mca btl self,tcp --mca btl_tcp_if_include "$subnet")
+"$troupe" keygen "$work/key" >/dev/null || fail "keygen failed"
+
+tiny=(--set model.d_model=32 --set model.n_layers=2 --set model.n_heads=2 --set model.expert_hidden=32
+      --set model.seq_len=32 --set data.batch_size=8 --set data.eval_problems=20 --set run.eval_batches=1
+      --set log.progress=plain --set run.steps=4 --set topology.peer_timeout=5
+      --set optim.warmup_steps=20 --set 'optim.schedule="cosine"' --set model.tie_embeddings=false
+      --set topology.devices=2 --set topology.stages=2 --set topology.threads_per_device=1)
+across=(--set topology.processes=2 --set topology.interface="\"$subnet\"" --set topology.auth_dir="\"$work/key\"")
+veth_bytes() { ip -n "$ns_a" -s link show "$veth_a" | awk '/RX:/{getline; print $1}'; }
+expect_checkpoint() {
+  for f in params.f32.zst adam_m.f32.zst adam_v.f32.zst manifest.bin; do
+    cmp -s "$1/checkpoint/$f" "$2/checkpoint/$f" || fail "$3: $f differs from the single-process run"
+  done
+}
+
+# two_host_run NAME ARGS...: one process, then one process on each host.
+two_host_run() {
+  local name=$1; shift
+  out=$("$troupe" run "${tiny[@]}" "$@" --set run.out_dir="$work/$name-1" 2>&1) || fail "$name: single-process run failed:\n$out"
+  local before; before=$(veth_bytes)
+  out=$("${two_hosts[@]}" "$troupe" run "${tiny[@]}" "$@" "${across[@]}" --set run.out_dir="$work/$name-2" 2>&1) ||
+    fail "$name: 2-host run failed:\n$out"
+  grep -qF "troupe[process 0]: listening on $addr_a:" <<<"$out" || fail "$name: process 0 did not listen on host A's address:\n$out"
+  grep -qF "troupe[process 1]: listening on $addr_b:" <<<"$out" || fail "$name: process 1 did not listen on host B's address:\n$out"
+  grep -qF "(mutual TLS)" <<<"$out" || fail "$name: not authenticated:\n$out"
+  grep -qF "shared-memory bulk path" <<<"$out" && fail "$name: the shared-memory path was used between hosts:\n$out"
+  grep -qF "step 4/4" <<<"$out" || fail "$name: did not reach step 4:\n$out"
+  expect_checkpoint "$work/$name-1" "$work/$name-2" "$name"
+  # The parameters alone are 4 bytes each, and every step moves activations,
+  # gradients and fresh parameters between the hosts: far more than this.
+  local moved=$(( $(veth_bytes) - before ))
+  [ "$moved" -gt 100000 ] || fail "$name: only $moved bytes crossed the veth link"
+  echo "$name: identical checkpoints; $moved bytes crossed the veth link"
+}
+two_host_run 1f1b --set 'topology.schedule="1f1b"' --set topology.microbatches=2
+two_host_run experts4 --set 'topology.schedule="dualpipe"' --set topology.microbatches=4 \
+  --set topology.optimizer_shards=2 --set topology.expert_shards=4
+
+# A rogue on host A knocks on both processes' ports while a longer run trains.
+long=(--set 'topology.schedule="1f1b"' --set topology.microbatches=2 --set run.steps=40 --set run.eval_every=0)
+"$troupe" run "${tiny[@]}" "${long[@]}" --set run.out_dir="$work/knock-1" >/dev/null 2>&1 ||
+  fail "knock: single-process run failed"
+"${two_hosts[@]}" "$troupe" run "${tiny[@]}" "${long[@]}" "${across[@]}" --set run.out_dir="$work/knock-2" \
+  >"$work/knock.log" 2>&1 &
+run_pid=$!
+endpoints=""
+for _ in $(seq 1 300); do
+  endpoints=$(grep -o 'listening on [0-9.]*:[0-9]*' "$work/knock.log" | sed 's/listening on //' | tr '\n' ' ')
+  [ "$(wc -w <<<"$endpoints")" -eq 2 ] && break
+  sleep 0.1
+done
+[ "$(wc -w <<<"$endpoints")" -eq 2 ] || fail "knock: the processes never said where they listen:\n$(cat "$work/knock.log")"
+for ep in $endpoints; do
+  out=$(ip netns exec "$ns_a" "$rogue" "${ep##*:}" "${ep%%:*}" 2>&1); rc=$?
+  [ "$rc" -eq 0 ] || fail "knock on $ep: rogue exit $rc (1: got through, 3: the run had ended):\n$out"
+  grep -q "refused" <<<"$out" || fail "knock on $ep: no refusal reported:\n$out"
+done
+wait "$run_pid" || fail "knock: the 2-host run failed:\n$(cat "$work/knock.log")"
+grep -q "refused a connection from $addr_a:[0-9]*: TLS handshake failed" "$work/knock.log" ||
+  fail "knock: the refusals were not logged with the rogue's address:\n$(cat "$work/knock.log")"
+grep -qF "step 40/40" "$work/knock.log" || fail "knock: the run did not reach step 40:\n$(cat "$work/knock.log")"
+expect_checkpoint "$work/knock-1" "$work/knock-2" "knocked run"
+
+# A subnet with no address on host B (nor A), and one that is not a subnet.
+out=$("${two_hosts[@]}" "$troupe" run "${tiny[@]}" "${across[@]}" --set topology.interface='"10.78.0.0/24"' \
+      --set run.out_dir="$work/nosubnet" 2>&1) && fail "a subnet no host is on was accepted:\n$out"
+grep -qF 'interface = "10.78.0.0/24": this host has no IPv4 address in that subnet' <<<"$out" ||
+  fail "no clear error for a subnet no host is on:\n$out"
+out=$("$troupe" validate "${tiny[@]}" "${across[@]}" --set topology.interface='"10.77.0.0/33"' 2>&1); rc=$?
+[ "$rc" -ne 0 ] || fail "validate accepted interface 10.77.0.0/33"
+grep -qF "the prefix length '33' must be 1..32" <<<"$out" || fail "no clear error for 10.77.0.0/33:\n$out"
+
+[ "$failures" -eq 0 ] && echo "runtime_netns: all checks passed" || echo "runtime_netns: $failures failure(s)"
+exit $((failures > 0))
