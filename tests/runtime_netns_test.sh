@@ -13,6 +13,8 @@
 # - a rogue on the other host knocks on both processes' ports mid-run (TLS
 #   with its own key, then plain CAF): refused and logged with its address,
 #   and the run's checkpoint equals the un-knocked single-process run's;
+# - a real partition: host B's link is down for 1.5 s mid-run (less than
+#   peer_timeout): the run waits and ends with the same checkpoint;
 # - a subnet that no host has an address in, and a malformed one, are clear
 #   errors.
 # Needs root (namespaces); skips (exit 77) where namespaces cannot be made.
@@ -128,6 +130,31 @@ grep -q "refused a connection from $addr_a:[0-9]*: TLS handshake failed" "$work/
   fail "knock: the refusals were not logged with the rogue's address:\n$(cat "$work/knock.log")"
 grep -qF "step 40/40" "$work/knock.log" || fail "knock: the run did not reach step 40:\n$(cat "$work/knock.log")"
 expect_checkpoint "$work/knock-1" "$work/knock-2" "knocked run"
+
+# A real partition: host B's link goes down for 1.5 s in the middle of a run
+# (peer_timeout 5 s, so no process counts as lost). TCP holds the messages
+# until the link is back; the step waits, and the run ends with the
+# single-process checkpoint.
+part_start=$(date +%s.%N)
+"${two_hosts[@]}" "$troupe" run "${tiny[@]}" "${long[@]}" "${across[@]}" --set run.out_dir="$work/part-2" \
+  >"$work/part.log" 2>&1 &
+run_pid=$!
+for _ in $(seq 1 300); do
+  grep -qF "step 10/40" "$work/part.log" && break
+  sleep 0.05
+done
+if grep -qF "step 10/40" "$work/part.log"; then
+  ip -n "$ns_b" link set "$veth_b" down
+  sleep 1.5
+  ip -n "$ns_b" link set "$veth_b" up
+  grep -qF "step 40/40" "$work/part.log" && fail "partition: the run had ended before the link came back; make it longer"
+else
+  fail "partition: the run never reached step 10:\n$(cat "$work/part.log")"
+fi
+wait "$run_pid" || fail "partition: the 2-host run failed:\n$(cat "$work/part.log")"
+grep -qF "step 40/40" "$work/part.log" || fail "partition: the run did not reach step 40:\n$(cat "$work/part.log")"
+expect_checkpoint "$work/knock-1" "$work/part-2" "partitioned run"
+echo "partition: 1.5 s without a link at step 10; the 40-step run took $(awk -v a="$part_start" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b - a}') s"
 
 # A subnet with no address on host B (nor A), and one that is not a subnet.
 out=$("${two_hosts[@]}" "$troupe" run "${tiny[@]}" "${across[@]}" --set topology.interface='"10.78.0.0/24"' \
