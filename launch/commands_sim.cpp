@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <spdlog/spdlog.h>
 
+#include "actors/sim/sim_faults.hpp"
 #include "launch/progress.hpp"
 #include "launch/topology.hpp"
 
@@ -62,6 +63,64 @@ std::string cost_model_text(const Spec& s) {
   return out;
 }
 
+std::string fault_model_text(const Spec& s, int64_t devices) {
+  const auto& c = s.sim;
+  if (c.mtbf_hours <= 0) return "device failures: not modelled ([sim] mtbf_hours = 0)";
+  return "device failures: MTBF " + fmt("%g", c.mtbf_hours) + " h per device, so one every " +
+         fmt("%.3g", c.mtbf_hours / static_cast<double>(devices)) + " h for the job; goodput over " +
+         fmt("%g", c.fault_horizon_hours) + " h: troupe (detect " + fmt("%g", c.detect_s) + " s, recover " +
+         fmt("%g", c.recover_s) + " s, replay the step, snapshots " + fmt("%g", 100.0 * c.snapshot_overhead) +
+         "% of a step) vs checkpoint-restart every " + fmt("%g", c.checkpoint_every_min) + " min (write " +
+         fmt("%g", c.checkpoint_write_s) + " s, restart " + fmt("%g", c.checkpoint_restart_s) + " s)";
+}
+
+sim::FaultModel fault_model(const Spec& s, int64_t devices, double step_s) {
+  const auto& c = s.sim;
+  sim::FaultModel m;
+  m.devices = devices;
+  m.step_s = step_s;
+  m.mtbf_hours = c.mtbf_hours;
+  m.horizon_hours = c.fault_horizon_hours;
+  m.seed = static_cast<uint64_t>(s.run.seed);
+  m.detect_s = c.detect_s;
+  m.recover_s = c.recover_s;
+  m.snapshot_overhead = c.snapshot_overhead;
+  m.checkpoint_every_min = c.checkpoint_every_min;
+  m.checkpoint_write_s = c.checkpoint_write_s;
+  m.checkpoint_restart_s = c.checkpoint_restart_s;
+  return m;
+}
+
+// The goodput study on the simulated step time: a table on stdout and a
+// `sim_faults` line per policy in metrics.jsonl.
+void report_fault_study(const Spec& s, int64_t devices, double step_s, MetricsWriter& metrics) {
+  const sim::FaultStudy st = sim::study_faults(fault_model(s, devices, step_s));
+  std::printf("\nsim faults: %lld failure(s) of %lld device(s) in %g h (job MTBF %.3g h), step %.4g s, seed %lld\n",
+              static_cast<long long>(st.failures), static_cast<long long>(devices), s.sim.fault_horizon_hours,
+              st.job_mtbf_hours, step_s, static_cast<long long>(s.run.seed));
+  std::printf("  %-42s %8s %12s %12s %12s %14s\n", "policy", "goodput", "lost work h", "downtime h", "overhead h",
+              "max lost steps");
+  for (const sim::PolicyResult* r : {&st.troupe, &st.checkpoint, &st.checkpoint_young_daly}) {
+    std::string name = r->name;
+    if (r == &st.checkpoint) name += " (" + fmt("%g", s.sim.checkpoint_every_min) + " min)";
+    if (r == &st.checkpoint_young_daly) name += " (" + fmt("%.3g", st.young_daly_min) + " min)";
+    std::printf("  %-42s %7.2f%% %12.2f %12.2f %12.2f %14.1f\n", name.c_str(), 100.0 * r->goodput, r->lost_work_s / 3600.0,
+                r->downtime_s / 3600.0, r->overhead_s / 3600.0, r->max_lost_steps);
+    metrics.write_line(JsonObject()
+                           .add("type", std::string("sim_faults"))
+                           .add("policy", name)
+                           .add("failures", st.failures)
+                           .add("goodput", r->goodput)
+                           .add("steps", r->steps)
+                           .add("lost_work_s", r->lost_work_s)
+                           .add("downtime_s", r->downtime_s)
+                           .add("overhead_s", r->overhead_s)
+                           .add("max_lost_steps", r->max_lost_steps)
+                           .str());
+  }
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 sim::SimOptions sim_options(const Spec& s) {
@@ -92,6 +151,7 @@ std::string format_sim_plan(const Spec& s) {
      << " pipeline rank(s)), schedule " << sched::to_string(s.topology.schedule) << ", " << o.chunks << " micro-batch(es) of "
      << mb_sequences(s) << " sequence(s) per replica and step; no math runs: timings only\n";
   os << cost_model_text(s) << "\n";
+  os << fault_model_text(s, static_cast<int64_t>(o.replicas) * o.stages) << "\n";
   const auto work = sim::stage_work(s.model, mb_sequences(s), l.num_stages);
   os << "stage  layers     F ms        B ms        W ms        GFLOP (F+B+W)\n";
   for (size_t i = 0; i < o.stage_costs.size(); ++i) {
@@ -143,6 +203,7 @@ int run_sim(const Spec& s, MetricsWriter& metrics) {
                "No math runs: timings only, on a virtual clock.", devices, o.replicas, o.stages,
                sched::to_string(s.topology.schedule), o.chunks);
   spdlog::info("{}", cost_model_text(s));
+  if (s.sim.mtbf_hours > 0) spdlog::info("{}", fault_model_text(s, devices));
   const int64_t every = std::max<int64_t>(1, s.log.progress_every);
   o.on_step = [&](const sim::StepReport& r) {
     if (s.log.progress != ProgressStyle::off && (r.step % every == 0 || r.step == o.steps || r.step == 1))
@@ -193,6 +254,7 @@ int run_sim(const Spec& s, MetricsWriter& metrics) {
                          .add("bubble_fraction", bubble_fraction)
                          .add("wall_seconds", res.wall_seconds)
                          .str());
+  if (s.sim.mtbf_hours > 0) report_fault_study(s, devices, static_cast<double>(res.step_ns()) / 1e9, metrics);
   if (!s.log.trace.empty()) {
     sim::write_sim_trace(s.log.trace, o, res, device_ranks(s));
     spdlog::info("trace (virtual time, one track per device) written to {}", s.log.trace);

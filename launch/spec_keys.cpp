@@ -232,6 +232,21 @@ std::vector<KeyDef> build_keys() {
   add({"sim", "ep_imbalance_threshold", KeyType::Float, F(sim.ep_imbalance_threshold), "Sim EP: between periodic rebalances, a layer whose max/mean device load under the moving average exceeds this is rebalanced too (still only when the gain beats the migration); 0 = periodic rebalances only.", 0, 1e6});
   add({"sim", "ep_tolerance", KeyType::Float, F(sim.ep_tolerance), "Sim EP, incremental eplb: an expert copy stays on its device while the device is within (1 + this) x the mean load.", 0, 10});
   add({"sim", "ep_bytes_per_param", KeyType::Int, F(sim.ep_bytes_per_param), "Sim EP: bytes a migration moves per expert parameter (12: float32 weights and two Adam moments).", 0, 1e6});
+  add({"sim", "mtbf_hours", KeyType::Float, F(sim.mtbf_hours), "Sim: mean time between failures of one device, in hours (the job sees N / mtbf_hours failures per hour); after the simulated steps, a goodput study over fault_horizon_hours compares troupe's recovery (replay the step, restart elsewhere) with checkpoint-restart. 0 = no failures. Llama 3's 16,384 GPUs: ~50,700 h.", 0, 1e12,
+       {}, [](const Spec& s) -> std::string {
+         if (s.sim.mtbf_hours <= 0) return "";
+         if (s.topology.device_kind != DeviceKind::sim) return "applies to sim devices only ([topology] device_kind = \"sim\")";
+         if (s.run.mode == RunMode::rl || s.topology.expert_shards > 1)
+           return "applies to the pipeline sim only (not run.mode = \"rl\" or expert_shards > 1 on sim devices)";
+         return "";
+       }});
+  add({"sim", "fault_horizon_hours", KeyType::Float, F(sim.fault_horizon_hours), "Sim faults: wall time the goodput study covers, in hours.", 1e-3, 1e7});
+  add({"sim", "detect_s", KeyType::Float, F(sim.detect_s), "Sim faults: seconds from a failure to its detection (both policies).", 0, 1e7});
+  add({"sim", "recover_s", KeyType::Float, F(sim.recover_s), "Sim faults, troupe: seconds to restart the lost actors on other devices and restore them from the buddy snapshot; then the step in flight is replayed.", 0, 1e7});
+  add({"sim", "snapshot_overhead", KeyType::Float, F(sim.snapshot_overhead), "Sim faults, troupe: the per-step in-memory snapshot's cost as a share of the step time.", 0, 10});
+  add({"sim", "checkpoint_every_min", KeyType::Float, F(sim.checkpoint_every_min), "Sim faults, baseline: minutes between checkpoints of checkpoint-restart (the study also runs the Young/Daly interval).", 1e-3, 1e9});
+  add({"sim", "checkpoint_write_s", KeyType::Float, F(sim.checkpoint_write_s), "Sim faults, baseline: seconds a checkpoint stalls the run.", 0, 1e7});
+  add({"sim", "checkpoint_restart_s", KeyType::Float, F(sim.checkpoint_restart_s), "Sim faults, baseline: seconds to requeue the job and reload the last checkpoint after a failure.", 0, 1e7});
   // [rl]: run.mode = "rl" (rl/trainer.hpp; converted into rl::RlConfig at parsing).
   add({"rl", "init", KeyType::String, F(rl_section.init), "Checkpoint directory the policy starts from; its parameters are also the frozen reference for the KL term. Its model must equal [model]. Empty: a fresh initialisation from the seed."});
   add({"rl", "task", KeyType::String, F(rl_section.task), "The RL task: \"addition\" (prompts \"a+b=\" from the training split of [data], only its target problems when data.target_pairs is set, rewarded by the rule verifier; held-out problems for evaluation).", 0, 0, {"addition"}});

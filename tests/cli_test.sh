@@ -302,6 +302,18 @@ expect_exit 3 "$troupe" run "$sim_small" --set sim.weight_ms=5
 expect_output "[sim] weight_ms = 5 must be <= backward_ms = 2"
 expect_exit 3 "$troupe" validate --set sim.forward_ms=2
 expect_output "[sim] keys apply only to [topology] device_kind = \"sim\""
+# Sim device failures: validate names the model, run prints the goodput
+# study and writes a sim_faults line per policy; only on the pipeline sim.
+expect_exit 0 "$troupe" validate "$sim_small" --set sim.mtbf_hours=100
+expect_output "device failures: MTBF 100 h per device, so one every 12.5 h for the job"
+expect_exit 0 "$troupe" run "$sim_small" --set sim.mtbf_hours=100 --set sim.fault_horizon_hours=1000 \
+  --set run.out_dir="$work/simfaults"
+expect_output "sim faults: "
+expect_output "troupe replay"
+expect_output "checkpoint-restart, Young/Daly"
+[ "$(grep -c '"type":"sim_faults"' "$work/simfaults/metrics.jsonl")" -eq 3 ] || fail "sim faults: expected 3 sim_faults lines"
+expect_exit 3 "$troupe" validate --set sim.mtbf_hours=100
+expect_output "[sim] keys apply only to [topology] device_kind = \"sim\""
 # The 1,024-device DualPipe spec: one simulated step.
 expect_exit 0 "$troupe" run "$src/launch/specs/sim_dualpipe_1024.toml" --set run.out_dir="$work/sim1024" --set run.steps=1
 expect_output "sim summary (virtual time; no math ran): 1024 device(s), schedule dualpipe"

@@ -46,6 +46,12 @@ if(TARGET troupe_runtime)
     LIBS troupe_runtime
     TIMEOUT 60
     LABELS runtime)
+  # Device failures on sim devices: goodput of replay against checkpoint-restart.
+  troupe_add_gtest(sim_faults_tests
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/sim_faults_test.cpp
+    LIBS troupe_runtime
+    TIMEOUT 60
+    LABELS runtime)
   troupe_add_gtest(runtime_fault_tests
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/runtime_fault_test.cpp
     LIBS troupe_runtime

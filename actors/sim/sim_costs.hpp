@@ -67,6 +67,16 @@ struct CostConfig {
   double ep_imbalance_threshold = 0;   // eplb: also rebalance a layer past this max/mean; 0 = only periodically
   double ep_tolerance = 0.02;          // eplb: a copy stays while its device is within 1 + this of the mean
   int64_t ep_bytes_per_param = 12;     // migration: bytes moved per expert parameter
+  // Device failures and their cost (actors/sim/sim_faults.hpp). Assumptions,
+  // not measurements; mtbf_hours = 0 leaves failures out.
+  double mtbf_hours = 0;               // per device
+  double fault_horizon_hours = 1296;   // wall time the goodput study covers (54 days)
+  double detect_s = 3;                 // a failure noticed
+  double recover_s = 10;               // troupe: restart elsewhere + restore from the buddy snapshot
+  double snapshot_overhead = 0.02;     // troupe: per-step snapshot, share of the step
+  double checkpoint_every_min = 60;    // the checkpoint-restart baseline
+  double checkpoint_write_s = 60;
+  double checkpoint_restart_s = 600;
 };
 
 // FLOPs and bytes of one micro-batch at one stage.
