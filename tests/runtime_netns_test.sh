@@ -15,6 +15,8 @@
 #   and the run's checkpoint equals the un-knocked single-process run's;
 # - a real partition: host B's link is down for 1.5 s mid-run (less than
 #   peer_timeout): the run waits and ends with the same checkpoint;
+# - the documented one-host launch in a loopback-only namespace (where
+#   mpirun's wildcard listeners reach nothing) gives the same checkpoint;
 # - a subnet that no host has an address in, and a malformed one, are clear
 #   errors.
 # Needs root (namespaces); skips (exit 77) where namespaces cannot be made.
@@ -24,12 +26,13 @@ troupe=$1
 mpirun=$2
 rogue=$3
 work=$(mktemp -d)
-ns_a="troupe$$a" ns_b="troupe$$b"
+ns_a="troupe$$a" ns_b="troupe$$b" ns_lo="troupe$$l"
 veth_a="tv$$a" veth_b="tv$$b"
 subnet=10.77.0.0/24 addr_a=10.77.0.1 addr_b=10.77.0.2
 cleanup() {
   ip netns del "$ns_a" 2>/dev/null
   ip netns del "$ns_b" 2>/dev/null  # deleting a namespace deletes its veth end, and so the pair
+  ip netns del "$ns_lo" 2>/dev/null
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -42,6 +45,8 @@ if ! command -v ip >/dev/null || ! ip netns add "$ns_a" 2>/dev/null; then
 fi
 set -e
 ip netns add "$ns_b"
+ip netns add "$ns_lo"
+ip -n "$ns_lo" link set lo up
 ip link add "$veth_a" type veth peer name "$veth_b"
 ip link set "$veth_a" netns "$ns_a"
 ip link set "$veth_b" netns "$ns_b"
@@ -155,6 +160,15 @@ wait "$run_pid" || fail "partition: the 2-host run failed:\n$(cat "$work/part.lo
 grep -qF "step 40/40" "$work/part.log" || fail "partition: the run did not reach step 40:\n$(cat "$work/part.log")"
 expect_checkpoint "$work/knock-1" "$work/part-2" "partitioned run"
 echo "partition: 1.5 s without a link at step 10; the 40-step run took $(awk -v a="$part_start" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b - a}') s"
+
+# The one-host launch that keeps mpirun's wildcard listeners off the network
+# (README "Across processes"): the job in a network namespace that has only
+# loopback, where 0.0.0.0 reaches nothing else. Same checkpoint as one process.
+[ "$(ip -n "$ns_lo" -o link show | wc -l)" -eq 1 ] || fail "the loopback-only namespace has other links"
+out=$(ip netns exec "$ns_lo" timeout 180 "$mpirun" --allow-run-as-root --oversubscribe -np 2 --mca btl self,vader \
+      --mca oob_tcp_if_include lo "$troupe" run "${tiny[@]}" --set 'topology.schedule="1f1b"' --set topology.microbatches=2 \
+      --set topology.processes=2 --set run.out_dir="$work/lo-2" 2>&1) || fail "loopback-only namespace: run failed:\n$out"
+expect_checkpoint "$work/1f1b-1" "$work/lo-2" "loopback-only namespace"
 
 # A subnet with no address on host B (nor A), and one that is not a subnet.
 out=$("${two_hosts[@]}" "$troupe" run "${tiny[@]}" "${across[@]}" --set topology.interface='"10.78.0.0/24"' \
