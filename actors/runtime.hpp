@@ -76,6 +76,10 @@ struct RuntimeOptions {
   // per layer and rebalance.
   ExpertPolicy expert_policy = ExpertPolicy::static_split;
   int rebalance_every = 0;
+  // An expert shard over its restart budget (max_restarts_expert, or the
+  // shared max_restarts): stop the run, or shrink (elastic.hpp). Shrinking
+  // needs >= 2 shards in force; with 1 left the run stops as before.
+  ExpertOnFailure expert_on_failure = ExpertOnFailure::stop;
   // With expert shards: while one part of an FB op (DualPipe's pairs) waits
   // for its experts, the device runs the other part, and while every running
   // part waits, the rank's next op may start (one backward at a time).
@@ -118,6 +122,12 @@ struct RuntimeOptions {
   bool corrupt_combine = false;     // expert shard 0 of replica 0's first forward Combine does not echo
                                     // its Dispatch (the stage must reject it)
   bool replay_stale = false;        // keep each step's messages for inject_stale_messages()
+  // A new expert shard of a placement change (event, rebalance) named
+  // kill_while_loading ("expert:L/S") dies while it loads its weights, the
+  // first kill_while_loading_times times it is spawned for that change
+  // (respawns included): the retry path of a failed migration.
+  std::string kill_while_loading;
+  int kill_while_loading_times = 0;
   // Across processes (actors/cluster/runtime_cluster.hpp): with processes > 1 each
   // process creates only the devices and actors actors/cluster/placement.hpp gives
   // it; process 0 drives training, the others serve() until told to stop.

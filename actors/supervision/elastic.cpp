@@ -8,10 +8,12 @@
 // shards are stopped. The weights come from the optimizer shards' committed
 // parameters; the AdamW state never moves (it lives in the optimizer
 // shards), so a scale event changes no number of the training.
+#include <algorithm>
 #include <cstdio>
 #include <stdexcept>
 
 #include "actors/supervision/supervisor.hpp"
+#include "moe/placement.hpp"
 
 namespace troupe::runtime {
 
@@ -68,6 +70,26 @@ std::vector<caf::actor> Supervisor::rescale_experts(caf::event_based_actor* self
       self->send_exit(a, caf::exit_reason::user_shutdown);
     }
   return spawned;
+}
+
+std::vector<caf::actor> Supervisor::shrink_experts(caf::event_based_actor* self, const Child& dead, uint64_t step,
+                                                   uint32_t attempt, std::pair<int, int>* shards) {
+  const auto now = live_plan(*sh_);
+  if (now->expert_shards < 2) throw std::invalid_argument("shrink: the last expert shard of a layer cannot be removed");
+  const int slot = now->placement.expert_ids.at(static_cast<size_t>(dead.index)).second;
+  RuntimeOptions o = sh_->opt;
+  o.expert_shards = now->expert_shards - 1;
+  o.expert_bounds.clear();
+  for (const auto& layer : now->layer_experts) {
+    std::vector<int64_t> b{0};
+    for (const ExpertRange& r : layer) b.push_back(r.end);
+    o.expert_bounds.push_back(moe::remove_shard_bounds(b, slot));
+  }
+  if (shards) *shards = {now->expert_shards, o.expert_shards};
+  // The budget was broken by the removed shard: the survivors start afresh.
+  history_.erase(std::remove_if(history_.begin(), history_.end(), [](const Past& p) { return p.role == Role::Expert; }),
+                 history_.end());
+  return rescale_experts(self, make_plan(o), step, attempt);
 }
 
 }  // namespace troupe::runtime

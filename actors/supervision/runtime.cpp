@@ -88,6 +88,10 @@ void validate(const RuntimeOptions& o) {
                 std::to_string(t.model.n_experts) + ")");
     prev_step = e.at_step;
   }
+  if (o.expert_on_failure == ExpertOnFailure::shrink) {
+    require(o.expert_shards > 0, "expert on_failure shrink needs expert-shard actors (expert_shards > 0)");
+    require(o.processes == 1, "expert on_failure shrink runs in one process only");
+  }
   if (o.expert_policy == ExpertPolicy::eplb) {
     require(o.expert_shards > 0, "expert policy eplb needs expert-shard actors (expert_shards > 0)");
     require(o.processes == 1, "expert policy eplb runs in one process only");
@@ -155,6 +159,10 @@ struct Runtime::Impl {
   static constexpr double kLoadDecay = 0.8;
   std::vector<std::vector<double>> load_avg;
   std::optional<RescaleReport> plan_change(int64_t next);
+  // The count in force was checked against the events once (a resumed run
+  // catches up then); after that only events change it, so a shrink
+  // (on_failure = "shrink") holds until the next event.
+  bool caught_up = false;
 
   bool tracing() const { return sh->opt.record_trace || !sh->opt.trace.empty(); }
 
@@ -378,7 +386,9 @@ std::optional<RescaleReport> Runtime::Impl::plan_change(int64_t next) {
   rep.step = next;
   rep.old_shards = now->expert_shards;
   rep.new_shards = due;
-  if (event || due != now->expert_shards) return rep;  // the even split of the new count
+  const bool catch_up = !caught_up && due != now->expert_shards;  // resumed past events
+  caught_up = true;
+  if (event || catch_up) return rep;  // the even split of the new count
   if (o.expert_policy != ExpertPolicy::eplb || o.rebalance_every <= 0 || steps_done == 0 ||
       steps_done % o.rebalance_every != 0 || load_avg.empty() || now->expert_shards < 2)
     return std::nullopt;
