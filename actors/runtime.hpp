@@ -51,6 +51,16 @@ struct RescaleReport {
   double step_seconds = 0.0;       // of the event step, the migration included
   // [moe layer] max / mean of the per-shard loads (1 = balanced).
   std::vector<double> imbalance_before, imbalance_after;
+  // eplb's migration-cost gate: a layer's moves are made only when their
+  // predicted gain over the next rebalance_every steps beats their cost.
+  // made = false: every layer was skipped, the placement did not change
+  // (bytes, spawned, retired 0; the report is still written).
+  bool made = true;
+  int layers_moved = 0, layers_skipped = 0;
+  double predicted_gain_seconds = 0.0;  // over rebalance_every steps, the layers moved and skipped
+  double predicted_cost_seconds = 0.0;  // their bytes x the measured seconds per byte of past migrations
+  bool cost_measured = false;           // false: no migration measured yet, the move is made (and measured)
+  double neighbour_seconds = 0.0;       // moving average of the step times without a placement change before it
   std::string str() const;         // one line for the log
 };
 
@@ -76,6 +86,11 @@ struct RuntimeOptions {
   // per layer and rebalance.
   ExpertPolicy expert_policy = ExpertPolicy::static_split;
   int rebalance_every = 0;
+  // eplb's gate weighs a move's predicted gain against its migration cost,
+  // measured on this run's past placement changes (seconds per byte loaded)
+  // and multiplied by this factor: 1 = as measured, 0 = no cost (moves
+  // whenever the predicted gain is positive), very large = skip (tests).
+  double migration_cost_scale = 1.0;
   // An expert shard over its restart budget (max_restarts_expert, or the
   // shared max_restarts): stop the run, or shrink (elastic.hpp). Shrinking
   // needs >= 2 shards in force; with 1 left the run stops as before.

@@ -200,6 +200,12 @@ std::vector<KeyDef> build_keys() {
                     ? "applies only to [experts] policy = \"eplb\""
                     : "";
        }});
+  add({"experts", "migration_cost_scale", KeyType::Float, F(experts.migration_cost_scale), "eplb: a layer's moves are made only when their predicted gain over the next rebalance_every steps (its share of the recent step time, by its drop in busiest-shard load) beats their migration cost: the bytes its changed shards load x the seconds per byte measured on this run's past placement changes x this factor (1 = as measured; 0 = no cost; large = skip). The first move, before any migration was measured, is always made.", 0, 1e15,
+       {}, [](const Spec& s) -> std::string {
+         return s.experts.migration_cost_scale != 1.0 && s.experts.policy != runtime::ExpertPolicy::eplb
+                    ? "applies only to [experts] policy = \"eplb\""
+                    : "";
+       }});
   add({"experts", "on_failure", KeyType::Choice, F(experts.on_failure), "An expert shard over its restart budget (max_restarts_expert, else max_restarts): \"stop\" ends the run (as for any actor); \"shrink\" removes that shard's slot from every MoE layer (its experts join the neighbouring shard with fewer experts, loaded from the optimizer shards' committed parameters), replays the step and trains on with one shard fewer per layer, until the next [[elastic]] event. With one shard left it stops.", 0, 0, {} /* the enum's names: bind_choices */,
        [](const Spec& s) -> std::string {
          if (s.experts.on_failure != runtime::ExpertOnFailure::shrink) return "";

@@ -65,6 +65,7 @@ runtime::RuntimeOptions base_options(const Spec& spec) {
   r.expert_policy = spec.experts.policy;
   r.rebalance_every = static_cast<int>(spec.experts.rebalance_every);
   r.expert_on_failure = spec.experts.on_failure;
+  r.migration_cost_scale = spec.experts.migration_cost_scale;
   r.processes = static_cast<int>(spec.topology.processes);
   r.interface = spec.topology.interface;
   r.peer_timeout = spec.topology.peer_timeout;

@@ -304,14 +304,23 @@ void request_load(Self* self, const caf::actor& a, int replica, int producer) {
           [](caf::error&) {});
 }
 
-// Waits (s.loading) for every shard of `fresh` (replica-major, producer order).
-void await_loads(Self* self, const std::vector<caf::actor>& fresh) {
+// Waits (s.loading) for every shard of `fresh`; answers at once when a
+// change spawned none.
+void await_loads(Self* self, const std::vector<Supervisor::NewShard>& fresh) {
   auto& s = self->state;
   s.loading->left.clear();
   s.loading->bytes = 0;
-  const int per = live_plan(*s.sh)->num_producers();
-  for (size_t i = 0; i < fresh.size(); ++i)
-    request_load(self, fresh[i], static_cast<int>(i) / per, static_cast<int>(i) % per);
+  for (const Supervisor::NewShard& n : fresh) request_load(self, n.actor, n.replica, n.producer);
+  if (fresh.empty()) {
+    s.loading->rp.deliver(uint64_t{0});
+    s.loading.reset();
+  }
+}
+
+std::vector<caf::actor> actors_of(const std::vector<Supervisor::NewShard>& v) {
+  std::vector<caf::actor> out;
+  for (const Supervisor::NewShard& n : v) out.push_back(n.actor);
+  return out;
 }
 
 // The run failed (s.error): a pending placement change fails with it.
@@ -336,7 +345,7 @@ bool shrink(Self* self, const Supervisor::Child& child, const std::string& cause
     return false;
   const uint32_t attempt = s.running ? s.attempt + 1 : s.attempt;
   std::pair<int, int> counts;
-  std::vector<caf::actor> fresh;
+  std::vector<Supervisor::NewShard> fresh;
   try {
     fresh = s.sup->shrink_experts(self, child, s.step, attempt, &counts);
   } catch (const std::exception& e) {
@@ -347,7 +356,7 @@ bool shrink(Self* self, const Supervisor::Child& child, const std::string& cause
   if (s.running) {
     repair_starts(s, role_name(child.role));
     s.attempt = attempt;
-    s.sup->restore_all(self, s.step, s.attempt, fresh);
+    s.sup->restore_all(self, s.step, s.attempt, actors_of(fresh));
     start_step(self);
   } else if (s.loading) {
     await_loads(self, fresh);
@@ -656,7 +665,7 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
         if (!s.sh->plan.expert_parallel())
           return caf::make_error(caf::sec::runtime_error, std::string("rescale: the run has no expert shards"));
         s.sup->watch(self);
-        std::vector<caf::actor> fresh;
+        std::vector<Supervisor::NewShard> fresh;
         try {
           RuntimeOptions o = s.sh->opt;
           o.expert_shards = shards;
