@@ -148,5 +148,35 @@ TEST(RuntimeElasticGate, MeasuredCostSkipsMoves) {
   }
 }
 
+// eplb after a shrink ([experts] on_failure = "shrink"): expert:0/1 killed
+// in steps 2 and 3 with max_restarts_expert = 1 leaves 3 shards per layer;
+// the rebalances after it keep that count (their boundaries are of 3
+// shards), and the math is still the static placement's.
+TEST(RuntimeElasticGate, RebalancesKeepTheShrunkCount) {
+  const runtime::RuntimeOptions base = options("1f1b", 1, 42);
+  const Outcome ref = run(base);
+  runtime::RuntimeOptions o = base;
+  o.expert_policy = runtime::ExpertPolicy::eplb;
+  o.rebalance_every = 1;
+  o.migration_cost_scale = 0;
+  o.expert_on_failure = runtime::ExpertOnFailure::shrink;
+  o.max_restarts = 10;
+  o.max_restarts_expert = 1;
+  o.faults.push_back({2, "expert:0/1", runtime::FaultKind::kill, 0});
+  o.faults.push_back({3, "expert:0/1", runtime::FaultKind::kill, 0});
+  const Outcome got = run(o);
+  expect_bitwise_equal(ref, got, "eplb after a shrink");
+  int after = 0;
+  for (const runtime::RescaleReport& r : got.rescales) {
+    std::cout << "  " << r.str() << "\n";
+    if (r.step <= 3) continue;
+    ++after;
+    EXPECT_EQ(r.old_shards, 3);
+    EXPECT_EQ(r.new_shards, 3);
+    EXPECT_EQ(r.bounds.size(), 4u * 4u);  // 4 layers x (3 + 1) boundaries
+  }
+  EXPECT_GT(after, 0) << "no rebalance after the shrink";
+}
+
 }  // namespace
 }  // namespace troupe::test

@@ -397,6 +397,7 @@ std::optional<RescaleReport> Runtime::Impl::plan_change(int64_t next) {
   const bool catch_up = !caught_up && due != now->expert_shards;  // resumed past events
   caught_up = true;
   if (event || catch_up) return rep;  // the even split of the new count
+  rep.new_shards = now->expert_shards;  // a rebalance keeps the count in force (after a shrink: fewer than `due`)
   if (o.expert_policy != ExpertPolicy::eplb || o.rebalance_every <= 0 || steps_done == 0 ||
       steps_done % o.rebalance_every != 0 || load_avg.empty() || now->expert_shards < 2)
     return std::nullopt;
