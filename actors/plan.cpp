@@ -194,6 +194,18 @@ int Plan::expert_producer(int layer, int shard) const {
   return -1;
 }
 
+bool keeps_expert_shard(const Plan& from, const Plan& to, int replica, int producer) {
+  if (from.expert_shards != to.expert_shards || producer < 0 || producer >= from.num_producers() ||
+      producer >= to.num_producers() || replica < 0 || replica >= from.data_parallel || replica >= to.data_parallel)
+    return false;
+  const auto x = static_cast<size_t>(producer), r = static_cast<size_t>(replica);
+  const auto [layer, shard] = from.placement.expert_ids[x];
+  return to.placement.expert_ids[x] == from.placement.expert_ids[x] &&
+         from.experts_of(layer, shard).begin == to.experts_of(layer, shard).begin &&
+         from.experts_of(layer, shard).end == to.experts_of(layer, shard).end &&
+         from.placement.expert_device[r][x] == to.placement.expert_device[r][x];
+}
+
 const ActorPlan* Plan::target(const FaultTarget& t) const {
   if (t.replica < 0 || t.index < 0) return nullptr;
   switch (t.role) {

@@ -146,6 +146,12 @@ struct Plan {
   const ActorPlan* find(const std::string& name) const;
 };
 
+// Incremental placement changes: expert shard `producer` of `replica` is the
+// same actor in both plans — same shard count, same layer and shard, same
+// experts, same device — so a change from `from` to `to` keeps it loaded
+// instead of replacing it.
+bool keeps_expert_shard(const Plan& from, const Plan& to, int replica, int producer);
+
 // Computes the plan; throws std::invalid_argument when the numbers do not
 // make a topology (what validate() checks about the layout and placement).
 Plan make_plan(const RuntimeOptions& o);

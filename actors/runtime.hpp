@@ -51,6 +51,16 @@ struct RescaleReport {
   double step_seconds = 0.0;       // of the event step, the migration included
   // [moe layer] max / mean of the per-shard loads (1 = balanced).
   std::vector<double> imbalance_before, imbalance_after;
+  // eplb's migration-cost gate: a layer's moves are made only when their
+  // predicted gain over the next rebalance_every steps beats their cost.
+  // made = false: every layer was skipped, the placement did not change
+  // (bytes, spawned, retired 0; the report is still written).
+  bool made = true;
+  int layers_moved = 0, layers_skipped = 0;
+  double predicted_gain_seconds = 0.0;  // over rebalance_every steps, the layers moved and skipped
+  double predicted_cost_seconds = 0.0;  // their bytes x the measured seconds per byte of past migrations
+  bool cost_measured = false;           // false: no migration measured yet, the move is made (and measured)
+  double neighbour_seconds = 0.0;       // moving average of the step times without a placement change before it
   std::string str() const;         // one line for the log
 };
 
@@ -76,6 +86,15 @@ struct RuntimeOptions {
   // per layer and rebalance.
   ExpertPolicy expert_policy = ExpertPolicy::static_split;
   int rebalance_every = 0;
+  // eplb's gate weighs a move's predicted gain against its migration cost,
+  // measured on this run's past placement changes (seconds per byte loaded)
+  // and multiplied by this factor: 1 = as measured, 0 = no cost (moves
+  // whenever the predicted gain is positive), very large = skip (tests).
+  double migration_cost_scale = 1.0;
+  // An expert shard over its restart budget (max_restarts_expert, or the
+  // shared max_restarts): stop the run, or shrink (elastic.hpp). Shrinking
+  // needs >= 2 shards in force; with 1 left the run stops as before.
+  ExpertOnFailure expert_on_failure = ExpertOnFailure::stop;
   // With expert shards: while one part of an FB op (DualPipe's pairs) waits
   // for its experts, the device runs the other part, and while every running
   // part waits, the rank's next op may start (one backward at a time).
@@ -118,6 +137,12 @@ struct RuntimeOptions {
   bool corrupt_combine = false;     // expert shard 0 of replica 0's first forward Combine does not echo
                                     // its Dispatch (the stage must reject it)
   bool replay_stale = false;        // keep each step's messages for inject_stale_messages()
+  // A new expert shard of a placement change (event, rebalance) named
+  // kill_while_loading ("expert:L/S") dies while it loads its weights, the
+  // first kill_while_loading_times times it is spawned for that change
+  // (respawns included): the retry path of a failed migration.
+  std::string kill_while_loading;
+  int kill_while_loading_times = 0;
   // Across processes (actors/cluster/runtime_cluster.hpp): with processes > 1 each
   // process creates only the devices and actors actors/cluster/placement.hpp gives
   // it; process 0 drives training, the others serve() until told to stop.

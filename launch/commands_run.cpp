@@ -101,20 +101,28 @@ class RestartMetrics : public model::TrainObserver {
       }
       return out + "]";
     };
-    const std::string line = JsonObject()
-                                 .add("type", std::string(r.policy ? "rebalance" : "rescale"))
-                                 .add("step", r.step)
-                                 .add("old_shards", static_cast<int64_t>(r.old_shards))
-                                 .add("new_shards", static_cast<int64_t>(r.new_shards))
-                                 .add("spawned", static_cast<int64_t>(r.spawned))
-                                 .add("retired", static_cast<int64_t>(r.retired))
-                                 .add("moved_experts", static_cast<int64_t>(r.moved_experts))
-                                 .add("bytes", r.bytes)
-                                 .add("migration_seconds", r.migration_seconds)
-                                 .add("step_seconds", r.step_seconds)
-                                 .add_raw("max_mean_load_before", list(r.imbalance_before))
-                                 .add_raw("max_mean_load_after", list(r.imbalance_after))
-                                 .str();
+    JsonObject j;
+    j.add("type", std::string(r.policy ? "rebalance" : "rescale"))
+        .add("step", r.step)
+        .add("old_shards", static_cast<int64_t>(r.old_shards))
+        .add("new_shards", static_cast<int64_t>(r.new_shards))
+        .add("spawned", static_cast<int64_t>(r.spawned))
+        .add("retired", static_cast<int64_t>(r.retired))
+        .add("moved_experts", static_cast<int64_t>(r.moved_experts))
+        .add("bytes", r.bytes)
+        .add("migration_seconds", r.migration_seconds)
+        .add("step_seconds", r.step_seconds)
+        .add_raw("max_mean_load_before", list(r.imbalance_before))
+        .add_raw("max_mean_load_after", list(r.imbalance_after))
+        .add("neighbour_step_seconds", r.neighbour_seconds);
+    if (r.policy)  // eplb's migration-cost gate: the decision and what it weighed
+      j.add("decision", std::string(r.made ? "made" : "skipped"))
+          .add("layers_moved", static_cast<int64_t>(r.layers_moved))
+          .add("layers_skipped", static_cast<int64_t>(r.layers_skipped))
+          .add("predicted_gain_seconds", r.predicted_gain_seconds)
+          .add("predicted_cost_seconds", r.predicted_cost_seconds)
+          .add("cost_measured", static_cast<int64_t>(r.cost_measured));
+    const std::string line = j.str();
     std::lock_guard<std::mutex> lock(mu_);
     rescale_lines_.push_back(line);
   }

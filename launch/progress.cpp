@@ -29,15 +29,20 @@ void MetricsWriter::write_line(const std::string& json) {
 }
 
 std::string restart_json(const runtime::RestartEvent& ev) {
-  return JsonObject()
+  JsonObject j;
+  j
       .add("type", std::string("restart"))
       .add("step", ev.step)
       .add("attempt", static_cast<int64_t>(ev.attempt))
       .add("actor", ev.actor)
       .add("cause", ev.cause)
       .add("phase", ev.phase)
-      .add("replayed", static_cast<int64_t>(ev.replayed))
-      .str();
+      .add("replayed", static_cast<int64_t>(ev.replayed));
+  if (ev.shrink)  // [experts] on_failure = "shrink": the shard's slot was removed
+    j.add("shrink", static_cast<int64_t>(1))
+        .add("shards_before", static_cast<int64_t>(ev.shards_before))
+        .add("shards_after", static_cast<int64_t>(ev.shards_after));
+  return j.str();
 }
 
 std::string json_escape(const std::string& s) {

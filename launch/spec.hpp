@@ -55,6 +55,8 @@ struct RunConfig {
 struct ExpertsConfig {
   runtime::ExpertPolicy policy = runtime::ExpertPolicy::static_split;  // "static" | "eplb"
   int64_t rebalance_every = 0;  // eplb: steps between rebalances
+  runtime::ExpertOnFailure on_failure = runtime::ExpertOnFailure::stop;  // "stop" | "shrink"
+  double migration_cost_scale = 1.0;  // eplb's gate: x the measured migration cost
 };
 
 struct TopologyConfig {

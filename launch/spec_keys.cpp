@@ -203,6 +203,20 @@ std::vector<KeyDef> build_keys() {
                     ? "applies only to [experts] policy = \"eplb\""
                     : "";
        }});
+  add({"experts", "migration_cost_scale", KeyType::Float, F(experts.migration_cost_scale), "eplb: a layer's moves are made only when their predicted gain over the next rebalance_every steps (its share of the recent step time, by its drop in busiest-shard load) beats their migration cost: the bytes its changed shards load x the seconds per byte measured on this run's past placement changes x this factor (1 = as measured; 0 = no cost; large = skip). The first move, before any migration was measured, is always made.", 0, 1e15,
+       {}, [](const Spec& s) -> std::string {
+         return s.experts.migration_cost_scale != 1.0 && s.experts.policy != runtime::ExpertPolicy::eplb
+                    ? "applies only to [experts] policy = \"eplb\""
+                    : "";
+       }});
+  add({"experts", "on_failure", KeyType::Choice, F(experts.on_failure), "An expert shard over its restart budget (max_restarts_expert, else max_restarts): \"stop\" ends the run (as for any actor); \"shrink\" removes that shard's slot from every MoE layer (its experts join the neighbouring shard with fewer experts, loaded from the optimizer shards' committed parameters), replays the step and trains on with one shard fewer per layer, until the next [[elastic]] event. With one shard left it stops.", 0, 0, {} /* the enum's names: bind_choices */,
+       [](const Spec& s) -> std::string {
+         if (s.experts.on_failure != runtime::ExpertOnFailure::shrink) return "";
+         if (!uses_runtime(s) || s.model.ffn != model::Ffn::moe || s.topology.expert_shards < 2)
+           return "needs expert-shard actors: the actor runtime, [model] ffn = \"moe\" and [topology] expert_shards >= 2";
+         if (s.topology.processes > 1) return "runs in one process only for now";
+         return "";
+       }});
   // [sim]: sim devices (actors/sim/sim_costs.hpp, actors/sim/sim_runtime.hpp).
   add({"sim", "cost_model", KeyType::Choice, F(sim.model), "Sim devices: \"fixed\" (forward_ms / backward_ms / weight_ms per micro-batch and stage) or \"flops\" (each stage's FLOPs and bytes from [model] and the micro-batch size, over gflops and gbps).", 0, 0, {} /* the enum's names: bind_choices */});
   add({"sim", "forward_ms", KeyType::Float, F(sim.forward_ms), "Sim, fixed: forward of one micro-batch at one stage, in ms.", 0, 1e6});
@@ -324,6 +338,8 @@ void bind_choices(std::vector<KeyDef>& k) {
   bind_choice(k, "rl.reward", std::vector{rl::RewardSource::verifier, rl::RewardSource::model}, rl::reward_source_name);
   bind_choice(k, "experts.policy", std::vector{runtime::ExpertPolicy::static_split, runtime::ExpertPolicy::eplb},
               runtime::expert_policy_name);
+  bind_choice(k, "experts.on_failure", std::vector{runtime::ExpertOnFailure::stop, runtime::ExpertOnFailure::shrink},
+              runtime::expert_on_failure_name);
   bind_choice(k, "sim.cost_model", std::vector{sim::CostModel::fixed, sim::CostModel::flops}, sim::cost_model_name);
   for (const KeyDef& d : k)
     if (d.type == KeyType::Choice && !d.set_choice) throw std::logic_error("spec key table: " + d.path() + " has no enum");

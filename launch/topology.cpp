@@ -64,6 +64,8 @@ runtime::RuntimeOptions base_options(const Spec& spec) {
   r.elastic = spec.elastic;
   r.expert_policy = spec.experts.policy;
   r.rebalance_every = static_cast<int>(spec.experts.rebalance_every);
+  r.expert_on_failure = spec.experts.on_failure;
+  r.migration_cost_scale = spec.experts.migration_cost_scale;
   r.processes = static_cast<int>(spec.topology.processes);
   r.interface = spec.topology.interface;
   r.peer_timeout = spec.topology.peer_timeout;
@@ -171,11 +173,14 @@ std::string format_topology(const Spec& spec, const runtime::Plan& plan) {
 }
 
 std::string format_elastic(const Spec& spec) {
-  const std::string eplb =
+  std::string eplb =
       spec.experts.policy == runtime::ExpertPolicy::eplb
           ? "[experts] policy = \"eplb\": every " + std::to_string(spec.experts.rebalance_every) +
                 " step(s) experts move between neighbouring shards by their measured load (at run time)\n"
           : "";
+  if (spec.experts.on_failure == runtime::ExpertOnFailure::shrink)
+    eplb += "[experts] on_failure = \"shrink\": an expert shard over its restart budget is removed (its experts "
+            "join a neighbouring shard) and the step replayed\n";
   if (spec.elastic.empty()) return eplb;
   runtime::RuntimeOptions ro = runtime_options(spec);
   const int initial = ro.expert_shards;

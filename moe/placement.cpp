@@ -66,6 +66,20 @@ std::vector<int64_t> rebalance_bounds(std::span<const double> loads, const std::
   return b;
 }
 
+std::vector<int64_t> remove_shard_bounds(const std::vector<int64_t>& bounds, int shard) {
+  const int S = static_cast<int>(bounds.size()) - 1;
+  if (S < 2 || shard < 0 || shard >= S)
+    throw std::invalid_argument("remove_shard_bounds: shard " + std::to_string(shard) + " of " + std::to_string(S) +
+                                " (needs >= 2 shards)");
+  const auto k = static_cast<size_t>(shard);
+  // Erasing b[k] merges the shard into its left neighbour, b[k+1] into its right one.
+  bool left = shard == S - 1;
+  if (shard > 0 && shard < S - 1) left = bounds[k] - bounds[k - 1] <= bounds[k + 2] - bounds[k + 1];
+  std::vector<int64_t> b = bounds;
+  b.erase(b.begin() + static_cast<int64_t>(left ? k : k + 1));
+  return b;
+}
+
 double bounds_imbalance(std::span<const double> loads, const std::vector<int64_t>& bounds) {
   check(loads, bounds);
   const std::vector<double> sum = shard_sums(loads, bounds);

@@ -29,6 +29,12 @@ std::vector<int64_t> even_bounds(int64_t n_experts, int shards);
 std::vector<int64_t> rebalance_bounds(std::span<const double> loads, const std::vector<int64_t>& bounds,
                                       int max_moves, int* moves = nullptr);
 
+// Shrink: the boundaries without shard `shard` (0 <= shard < S, S >= 2):
+// its experts join the neighbour holding fewer experts (ties: the left one;
+// the first and last shard have one neighbour), so the other shards keep
+// theirs and only one shard's range grows. Throws std::invalid_argument.
+std::vector<int64_t> remove_shard_bounds(const std::vector<int64_t>& bounds, int shard);
+
 // max / mean of the per-shard sums of `loads` under `bounds` (1 = balanced,
 // 0 when everything is 0).
 double bounds_imbalance(std::span<const double> loads, const std::vector<int64_t>& bounds);

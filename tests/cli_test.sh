@@ -411,6 +411,34 @@ grep -q '"type":"rescale","step":4,"old_shards":4,"new_shards":1' "$work/elastic
 for f in params.f32.zst adam_m.f32.zst adam_v.f32.zst; do
   cmp -s "$work/xpipe/checkpoint/$f" "$work/elastic/checkpoint/$f" || fail "$f after scale events differs from the static placement"
 done
+# [experts] on_failure = "shrink": expert:1/1 killed in steps 2 and 3 with a
+# budget of one expert restart: the second kill removes its slot (2 -> 1
+# shards per layer) and replays step 3; a restart line with "shrink":1, and
+# the same checkpoint, bit for bit, as the static run.
+cp "$src/launch/specs/default.toml" "$work/shrink.toml"
+printf '
+[experts]
+on_failure = "shrink"
+' >> "$work/shrink.toml"
+printf '
+[[faults]]
+at_step = 2
+target = "expert:1/1"
+kind = "kill"
+
+[[faults]]
+at_step = 3
+target = "expert:1/1"
+kind = "kill"
+' >> "$work/shrink.toml"
+expect_exit 0 "$troupe" run "$work/shrink.toml" "${untied[@]}" "${xargs_[@]}" --set run.out_dir="$work/shrink" \
+  --set run.max_restarts_expert=1
+expect_output "removed expert:1/1 (killed) in step 3: over its restart budget, expert shards per layer 2 -> 1"
+grep -q '"type":"restart","step":3,.*"shrink":1,"shards_before":2,"shards_after":1' "$work/shrink/metrics.jsonl" ||
+  fail "no shrink restart line for step 3"
+for f in params.f32.zst adam_m.f32.zst adam_v.f32.zst; do
+  cmp -s "$work/xpipe/checkpoint/$f" "$work/shrink/checkpoint/$f" || fail "$f after a shrink differs from the static placement"
+done
 # Resume on the runtime: the expert-parallel run above, stopped after 2 steps
 # and continued to 4 by a new process from its checkpoint, saves the same
 # parameters (exported safetensors) and AdamW moments bit for bit, and logs

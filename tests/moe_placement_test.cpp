@@ -30,6 +30,20 @@ TEST(MoePlacement, MovesTheHotShardsEdgeExperts) {
   EXPECT_LT(bounds_imbalance(loads, b), bounds_imbalance(loads, {0, 2, 4}));
 }
 
+// Shrink: a removed shard's experts join the neighbour with fewer experts
+// (ties left); the edge shards have one neighbour; the others keep theirs.
+TEST(MoePlacement, RemoveShardMergesIntoTheSmallerNeighbour) {
+  EXPECT_EQ(remove_shard_bounds({0, 1, 2, 3, 4}, 0), (std::vector<int64_t>{0, 2, 3, 4}));
+  EXPECT_EQ(remove_shard_bounds({0, 1, 2, 3, 4}, 3), (std::vector<int64_t>{0, 1, 2, 4}));
+  EXPECT_EQ(remove_shard_bounds({0, 1, 2, 3, 4}, 2), (std::vector<int64_t>{0, 1, 3, 4}));  // tie: left
+  EXPECT_EQ(remove_shard_bounds({0, 3, 4, 5, 8}, 2), (std::vector<int64_t>{0, 3, 5, 8}));  // left has 1
+  EXPECT_EQ(remove_shard_bounds({0, 3, 4, 5, 8}, 1), (std::vector<int64_t>{0, 3, 5, 8}));  // right has 1
+  EXPECT_EQ(remove_shard_bounds({0, 1, 4, 8}, 1), (std::vector<int64_t>{0, 4, 8}));        // left has 1
+  EXPECT_EQ(remove_shard_bounds({0, 2, 4}, 1), (std::vector<int64_t>{0, 4}));
+  EXPECT_THROW(remove_shard_bounds({0, 4}, 0), std::invalid_argument);
+  EXPECT_THROW(remove_shard_bounds({0, 2, 4}, 2), std::invalid_argument);
+}
+
 TEST(MoePlacement, IncrementalAndBounded) {
   const std::vector<double> loads = {1, 1, 1, 1, 1, 1, 9, 9};
   int moves = 0;

@@ -69,6 +69,18 @@ if(TARGET troupe_runtime)
     LIBS troupe_runtime
     TIMEOUT 300
     LABELS runtime experts)
+  # Elastic experts under failure: shrink past the restart budget, a kill while loading.
+  troupe_add_gtest(runtime_elastic_shrink_tests
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/runtime_elastic_shrink_test.cpp
+    LIBS troupe_runtime
+    TIMEOUT 300
+    LABELS runtime experts)
+  # eplb's migration-cost gate and incremental moves.
+  troupe_add_gtest(runtime_elastic_gate_tests
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/runtime_elastic_gate_test.cpp
+    LIBS troupe_runtime
+    TIMEOUT 300
+    LABELS runtime experts)
 endif()
 if(TARGET troupe_runtime)
   # Resume from a checkpoint on the runtime (and across runtime and Trainer).

@@ -252,6 +252,7 @@ TEST(RuntimeElastic, EplbMovesExpertsAndKeepsTheMath) {
       runtime::RuntimeOptions o = base;
       o.expert_policy = runtime::ExpertPolicy::eplb;
       o.rebalance_every = 1;
+      o.migration_cost_scale = 0;  // the gate (runtime_elastic_gate_test.cpp) weighs no cost: moves are deterministic
       o.elastic = {{5, 3}};  // 2 -> 3 shards before step 5, then eplb again
       const Outcome got = run(o);
       expect_bitwise_equal(ref, got, what);

@@ -462,7 +462,17 @@ caf::behavior expert_actor(Self* self, std::shared_ptr<const Shared> sh, Device*
           // Resolve where the Combine goes now: the sender is only known here.
           caf::actor dest;
           auto d = e.read<schemas::Dispatch>();
-          if (d) dest = reply_to(self, read_moe_key((*d)->getId()));
+          if (d) {
+            // A stale attempt is dropped before its address is checked: a
+            // shrink replays the step on a renumbered plan, so a dispatch of
+            // the failed attempt may reach a shard now holding another slot.
+            const MoeKey k = read_moe_key((*d)->getId());
+            if (k.step < s.step || (k.step == s.step && k.attempt < s.attempt)) {
+              ++s.dropped;
+              return;
+            }
+            dest = reply_to(self, k);
+          }
           return handle_dispatch(self, e, std::move(dest));
         }
         if (*kind == Envelope::Kind::PARAM_SLICE) return handle_params(self, e);
@@ -471,8 +481,13 @@ caf::behavior expert_actor(Self* self, std::shared_ptr<const Shared> sh, Device*
                        s.name + ": unexpected message kind " + kind_name(*kind));
       },
       [self](rt::dropped_atom) { return self->state.dropped; },
+      // A placement change asks a new shard when its weights are in (its
+      // restore was queued before this). An armed kill fires here too: the
+      // coordinator's test of a shard lost while loading.
       [self](rt::rescale_atom) -> caf::result<uint64_t> {
         auto& s = self->state;
+        if (kill_switch_fires(self, "loading its weights"))
+          return caf::make_error(caf::sec::runtime_error, std::string("killed while loading"));
         auto rp = self->make_response_promise<uint64_t>();
         uint64_t bytes = 0;
         for (const Range& r : s.ranges) bytes += static_cast<uint64_t>(r.count) * sizeof(float);

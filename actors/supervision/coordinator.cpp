@@ -59,6 +59,17 @@ struct CoordState {
   bool repairing = false;            // a failure was noticed in it
   std::chrono::steady_clock::time_point repair_from;
   std::string repair_role;
+  // A placement change waiting for its new expert shards' weights (the
+  // rescale request's answer): the slots (replica, producer) still loading.
+  // A shard that dies while loading is respawned and asked again; a shrink
+  // meanwhile replaces the whole set; an escalation fails the change.
+  struct Loading {
+    caf::response_promise rp;
+    std::map<std::pair<int, int>, caf::actor> left;
+    uint64_t bytes = 0;
+  };
+  std::shared_ptr<Loading> loading;
+  int kill_loading_left = -1;  // RuntimeOptions::kill_while_loading_times not yet spent (-1: not read yet)
 };
 
 // Under the summary's lock (Runtime::fault_summary reads it from another thread).
@@ -262,6 +273,114 @@ void start_step(Self* self) {
   for (const caf::actor& a : all_ranks(sh)) post(sh, a, rt::start_atom_v, s.step, s.attempt, s.loss_scale, s.aux_scale);
 }
 
+// Asks the new expert shard `a` in slot (replica, producer) of the pending
+// placement change for its loaded bytes; the answer comes once its restore
+// (queued before) is on its device. The test switch kill_while_loading arms
+// it to die on that request.
+void request_load(Self* self, const caf::actor& a, int replica, int producer) {
+  auto& s = self->state;
+  const auto& o = s.sh->opt;
+  if (s.kill_loading_left < 0) s.kill_loading_left = o.kill_while_loading_times;
+  if (s.kill_loading_left > 0 && live_plan(*s.sh)->expert(replica, producer).name == o.kill_while_loading) {
+    --s.kill_loading_left;
+    self->send(a, rt::arm_atom_v, s.step, uint32_t{1});
+  }
+  const auto w = s.loading;
+  const auto slot = std::make_pair(replica, producer);
+  w->left[slot] = a;
+  self->request(a, caf::infinite, rt::rescale_atom_v)
+      .then(
+          [self, w, slot, a](uint64_t b) {
+            auto it = w->left.find(slot);
+            if (it == w->left.end() || it->second != a) return;  // a replaced shard's late answer
+            w->bytes += b;
+            w->left.erase(it);
+            if (!w->left.empty()) return;
+            w->rp.deliver(w->bytes);
+            if (self->state.loading == w) self->state.loading.reset();
+          },
+          // It went down before its weights were in: the down handler
+          // respawns it and asks the fresh one (or fails the change).
+          [](caf::error&) {});
+}
+
+// Waits (s.loading) for every shard of `fresh`; answers at once when a
+// change spawned none.
+void await_loads(Self* self, const std::vector<Supervisor::NewShard>& fresh) {
+  auto& s = self->state;
+  s.loading->left.clear();
+  s.loading->bytes = 0;
+  for (const Supervisor::NewShard& n : fresh) request_load(self, n.actor, n.replica, n.producer);
+  if (fresh.empty()) {
+    s.loading->rp.deliver(uint64_t{0});
+    s.loading.reset();
+  }
+}
+
+std::vector<caf::actor> actors_of(const std::vector<Supervisor::NewShard>& v) {
+  std::vector<caf::actor> out;
+  for (const Supervisor::NewShard& n : v) out.push_back(n.actor);
+  return out;
+}
+
+// The run failed (s.error): a pending placement change fails with it.
+void fail_loading(Self* self) {
+  auto& s = self->state;
+  if (!s.loading) return;
+  s.loading->left.clear();
+  s.loading->rp.deliver(caf::make_error(caf::sec::runtime_error, s.error));
+  s.loading.reset();
+}
+
+// [experts] on_failure = "shrink": `child` (an expert shard) broke its
+// restart budget. Its slot goes (Supervisor::shrink_experts); a running step
+// is replayed on the smaller plan, a pending placement change waits for the
+// new set instead. Returns false (nothing done) when shrinking is not
+// possible: the run then stops as with on_failure = "stop".
+bool shrink(Self* self, const Supervisor::Child& child, const std::string& cause, const std::string& why) {
+  auto& s = self->state;
+  const auto& sh = *s.sh;
+  if (child.role != Role::Expert || sh.opt.expert_on_failure != ExpertOnFailure::shrink ||
+      live_plan(sh)->expert_shards < 2)
+    return false;
+  const uint32_t attempt = s.running ? s.attempt + 1 : s.attempt;
+  std::pair<int, int> counts;
+  std::vector<Supervisor::NewShard> fresh;
+  try {
+    fresh = s.sup->shrink_experts(self, child, s.step, attempt, &counts);
+  } catch (const std::exception& e) {
+    s.error = why + " (shrink failed: " + e.what() + ")";
+    return false;
+  }
+  update_stats(sh, [&](FaultSummary& st) { st.replays += s.running; });
+  if (s.running) {
+    repair_starts(s, role_name(child.role));
+    s.attempt = attempt;
+    s.sup->restore_all(self, s.step, s.attempt, actors_of(fresh));
+    start_step(self);
+  } else if (s.loading) {
+    await_loads(self, fresh);
+  }
+  RestartEvent ev;
+  ev.step = static_cast<int64_t>(s.step) + 1;
+  ev.attempt = static_cast<int>(s.attempt) + 1;
+  ev.actor = child.name;
+  ev.cause = cause;
+  ev.replayed = s.running;
+  ev.shrink = true;
+  ev.shards_before = counts.first;
+  ev.shards_after = counts.second;
+  if (auto it = s.last_phase.find(child.name); it != s.last_phase.end()) {
+    ev.phase = "while " + it->second;
+    s.last_phase.erase(it);
+  }
+  try {
+    if (sh.on_restart) sh.on_restart(ev);
+  } catch (const std::exception&) {
+  }
+  return true;
+}
+
 // A supervised actor went down: respawn it; if a step is running, discard it
 // and run it again from the snapshot it started from.
 void on_child_down(Self* self, const caf::down_msg& m) {
@@ -288,6 +407,7 @@ void on_child_down(Self* self, const caf::down_msg& m) {
     // An actor of another process: it went down with its process, which the
     // cluster reports; the supervisor restarts only actors on its own devices.
     s.error = child.name + " in another process went down (" + cause + ") in step " + std::to_string(step1);
+    fail_loading(self);
     if (s.running) {
       s.running = false;
       s.reply.deliver(caf::make_error(caf::sec::runtime_error, s.error));
@@ -295,7 +415,9 @@ void on_child_down(Self* self, const caf::down_msg& m) {
     return;
   }
   if (std::string why = s.sup->admit_restart(child, cause, step1); !why.empty()) {
-    s.error = why;
+    if (shrink(self, child, cause, why)) return;
+    if (s.error.empty()) s.error = why;
+    fail_loading(self);
     if (s.running) {
       s.running = false;
       s.reply.deliver(caf::make_error(caf::sec::runtime_error, s.error));
@@ -311,6 +433,11 @@ void on_child_down(Self* self, const caf::down_msg& m) {
   // child alone is restored to where the others are.
   const uint32_t attempt = s.running ? s.attempt + 1 : s.attempt;
   const caf::actor fresh = s.sup->respawn(self, child, s.step, attempt);
+  // A new shard of a pending placement change died while loading: the
+  // fresh one (restored above) is asked again, so no expert is left without
+  // weights and the change still answers once all of them are in.
+  if (child.role == Role::Expert && s.loading && s.loading->left.count({child.replica, child.index}))
+    request_load(self, fresh, child.replica, child.index);
   RestartEvent ev;
   ev.step = step1;
   ev.actor = child.name;
@@ -474,6 +601,7 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
       [self](rt::fail_atom, const std::string& what) {
         auto& s = self->state;
         if (s.error.empty()) s.error = what;
+        fail_loading(self);
         if (s.running) {
           s.running = false;
           s.reply.deliver(caf::make_error(caf::sec::runtime_error, s.error));
@@ -537,7 +665,7 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
         if (!s.sh->plan.expert_parallel())
           return caf::make_error(caf::sec::runtime_error, std::string("rescale: the run has no expert shards"));
         s.sup->watch(self);
-        std::vector<caf::actor> fresh;
+        std::vector<Supervisor::NewShard> fresh;
         try {
           RuntimeOptions o = s.sh->opt;
           o.expert_shards = shards;
@@ -550,28 +678,11 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
         } catch (const std::exception& e) {
           return caf::make_error(caf::sec::runtime_error, std::string("rescale: ") + e.what());
         }
-        struct Wait {
-          caf::response_promise rp;
-          size_t left = 0;
-          uint64_t bytes = 0;
-          bool done = false;
-        };
-        auto w = std::make_shared<Wait>();
-        w->rp = self->make_response_promise();
-        w->left = fresh.size();
-        for (const caf::actor& a : fresh)
-          self->request(a, caf::infinite, rt::rescale_atom_v)
-              .then(
-                  [w](uint64_t b) {
-                    w->bytes += b;
-                    if (--w->left == 0 && !w->done) w->done = true, w->rp.deliver(w->bytes);
-                  },
-                  [w](caf::error& e) {
-                    // A new shard went down before its weights were in (its
-                    // respawn restores it; the migration is reported failed).
-                    if (!w->done) w->done = true, w->rp.deliver(std::move(e));
-                  });
-        return w->rp;
+        s.loading = std::make_shared<CoordState::Loading>();
+        auto rp = self->make_response_promise();
+        s.loading->rp = rp;
+        await_loads(self, fresh);
+        return rp;
       },
       [self](rt::dropped_atom) { return self->state.dropped; },
       [self](rt::corrupt_atom, const std::string& who, const std::string& why) { on_damaged(self, who, why); },

@@ -8,10 +8,12 @@
 // shards are stopped. The weights come from the optimizer shards' committed
 // parameters; the AdamW state never moves (it lives in the optimizer
 // shards), so a scale event changes no number of the training.
+#include <algorithm>
 #include <cstdio>
 #include <stdexcept>
 
 #include "actors/supervision/supervisor.hpp"
+#include "moe/placement.hpp"
 
 namespace troupe::runtime {
 
@@ -21,7 +23,13 @@ std::string RescaleReport::str() const {
                 static_cast<long long>(step), old_shards, new_shards, spawned, retired, static_cast<long long>(bytes),
                 1e3 * migration_seconds);
   std::string out = head;
-  if (policy) out += " (eplb: " + std::to_string(moved_experts) + " expert(s) moved)";
+  if (policy) {
+    char gate[200];
+    std::snprintf(gate, sizeof gate, "; gate: %s, %d layer(s) moved, %d skipped, predicted gain %.3f ms vs cost %.3f ms%s",
+                  made ? "made" : "skipped", layers_moved, layers_skipped, 1e3 * predicted_gain_seconds,
+                  1e3 * predicted_cost_seconds, cost_measured ? "" : " (no migration measured yet)");
+    out += " (eplb: " + std::to_string(moved_experts) + " expert(s) moved" + gate + ")";
+  }
   auto list = [](const std::vector<double>& v) {
     std::string s;
     for (double x : v) {
@@ -36,14 +44,33 @@ std::string RescaleReport::str() const {
   return out;
 }
 
-std::vector<caf::actor> Supervisor::rescale_experts(caf::event_based_actor* self, const Plan& next, uint64_t step,
+std::vector<Supervisor::NewShard> Supervisor::rescale_experts(caf::event_based_actor* self, const Plan& next, uint64_t step,
                                                     uint32_t attempt) {
   if (!next.expert_parallel()) throw std::invalid_argument("rescale_experts: the next plan has no expert shards");
   auto plan = std::make_shared<const Plan>(next);
+  const auto now = live_plan(*sh_);
+  std::vector<std::vector<caf::actor>> current;
+  {
+    std::lock_guard<std::mutex> lock(sh_->peers_mu);
+    current = sh_->peers.experts;
+  }
   std::vector<std::vector<caf::actor>> fresh(static_cast<size_t>(plan->data_parallel));
-  std::vector<caf::actor> spawned;
+  std::vector<NewShard> spawned;
   for (int r = 0; r < plan->data_parallel; ++r)
     for (int x = 0; x < plan->num_producers(); ++x) {
+      // Incremental: a shard whose experts and device stay is kept as it is
+      // (its weights are the committed ones: it loaded them after its last
+      // update), so a rebalance touches only the shards whose experts change.
+      const caf::actor* keep =
+          keeps_expert_shard(*now, *plan, r, x) && static_cast<size_t>(r) < current.size() &&
+                  static_cast<size_t>(x) < current[static_cast<size_t>(r)].size() &&
+                  current[static_cast<size_t>(r)][static_cast<size_t>(x)]
+              ? &current[static_cast<size_t>(r)][static_cast<size_t>(x)]
+              : nullptr;
+      if (keep) {
+        fresh[static_cast<size_t>(r)].push_back(*keep);
+        continue;
+      }
       caf::actor a = sh_->spawn_expert(self->system(), *plan, r, x, true);
       self->monitor(a);
       // Restored before anyone can address it: a rank's first dispatch,
@@ -51,23 +78,45 @@ std::vector<caf::actor> Supervisor::rescale_experts(caf::event_based_actor* self
       restore_rank(self, a, step, attempt);
       children_[a.address()] = {Role::Expert, r, x, plan->expert(r, x).name};
       fresh[static_cast<size_t>(r)].push_back(a);
-      spawned.push_back(std::move(a));
+      spawned.push_back({r, x, std::move(a)});
     }
   std::vector<std::vector<caf::actor>> old;
   {
     std::lock_guard<std::mutex> lock(sh_->peers_mu);
     old = std::move(sh_->peers.experts);
-    sh_->peers.experts = std::move(fresh);
+    sh_->peers.experts = fresh;
     sh_->live = plan;
   }
-  for (const auto& rep : old)
-    for (const caf::actor& a : rep) {
+  for (size_t r = 0; r < old.size(); ++r)
+    for (size_t x = 0; x < old[r].size(); ++x) {
+      const caf::actor& a = old[r][x];
       if (!a) continue;
+      if (r < fresh.size() && std::find(fresh[r].begin(), fresh[r].end(), a) != fresh[r].end()) continue;  // kept
       children_.erase(a.address());
       self->demonitor(a);  // a retired shard going down is no failure
       self->send_exit(a, caf::exit_reason::user_shutdown);
     }
   return spawned;
+}
+
+std::vector<Supervisor::NewShard> Supervisor::shrink_experts(caf::event_based_actor* self, const Child& dead, uint64_t step,
+                                                   uint32_t attempt, std::pair<int, int>* shards) {
+  const auto now = live_plan(*sh_);
+  if (now->expert_shards < 2) throw std::invalid_argument("shrink: the last expert shard of a layer cannot be removed");
+  const int slot = now->placement.expert_ids.at(static_cast<size_t>(dead.index)).second;
+  RuntimeOptions o = sh_->opt;
+  o.expert_shards = now->expert_shards - 1;
+  o.expert_bounds.clear();
+  for (const auto& layer : now->layer_experts) {
+    std::vector<int64_t> b{0};
+    for (const ExpertRange& r : layer) b.push_back(r.end);
+    o.expert_bounds.push_back(moe::remove_shard_bounds(b, slot));
+  }
+  if (shards) *shards = {now->expert_shards, o.expert_shards};
+  // The budget was broken by the removed shard: the survivors start afresh.
+  history_.erase(std::remove_if(history_.begin(), history_.end(), [](const Past& p) { return p.role == Role::Expert; }),
+                 history_.end());
+  return rescale_experts(self, make_plan(o), step, attempt);
 }
 
 }  // namespace troupe::runtime

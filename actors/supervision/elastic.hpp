@@ -20,4 +20,12 @@ struct ElasticEvent {
 enum class ExpertPolicy { static_split, eplb };
 inline const char* expert_policy_name(ExpertPolicy p) { return p == ExpertPolicy::eplb ? "eplb" : "static"; }
 
+// [experts] on_failure: what an expert shard that breaks its restart budget
+// does to the run. stop: the run fails (the supervisor escalates, as for any
+// actor); shrink: the shard's slot is removed from every MoE layer (the plan
+// keeps one shard count for all layers), its experts join a neighbouring
+// shard, loaded from the committed snapshot, and the step is replayed.
+enum class ExpertOnFailure { stop, shrink };
+inline const char* expert_on_failure_name(ExpertOnFailure f) { return f == ExpertOnFailure::shrink ? "shrink" : "stop"; }
+
 }  // namespace troupe::runtime

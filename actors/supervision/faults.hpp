@@ -173,7 +173,16 @@ struct RestartEvent {
   bool replayed = false;  // the running step was discarded and is run again
   bool deadline = false;  // no actor died: the step missed its deadline (actor: what it waited for)
   bool damaged = false;   // no actor died: `actor` dropped a message damaged in flight (cause: why)
+  // [experts] on_failure = "shrink": `actor` broke its restart budget and
+  // its slot was removed instead of restarting it (expert shards per MoE
+  // layer shards_before -> shards_after).
+  bool shrink = false;
+  int shards_before = 0, shards_after = 0;
   std::string str() const {
+    if (shrink)
+      return "removed " + actor + " (" + cause + ") in step " + std::to_string(step) + ": over its restart budget, " +
+             "expert shards per layer " + std::to_string(shards_before) + " -> " + std::to_string(shards_after) +
+             (replayed ? ", step replayed, attempt " + std::to_string(attempt) : ", between steps");
     if (damaged)
       return "step " + std::to_string(step) + " lost a message (" + actor + " dropped it as damaged: " + cause +
              "): step replayed, attempt " + std::to_string(attempt);

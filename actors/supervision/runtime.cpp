@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <limits>
 #include <mutex>
 #include <optional>
@@ -88,6 +89,10 @@ void validate(const RuntimeOptions& o) {
                 std::to_string(t.model.n_experts) + ")");
     prev_step = e.at_step;
   }
+  if (o.expert_on_failure == ExpertOnFailure::shrink) {
+    require(o.expert_shards > 0, "expert on_failure shrink needs expert-shard actors (expert_shards > 0)");
+    require(o.processes == 1, "expert on_failure shrink runs in one process only");
+  }
   if (o.expert_policy == ExpertPolicy::eplb) {
     require(o.expert_shards > 0, "expert policy eplb needs expert-shard actors (expert_shards > 0)");
     require(o.processes == 1, "expert policy eplb runs in one process only");
@@ -155,6 +160,17 @@ struct Runtime::Impl {
   static constexpr double kLoadDecay = 0.8;
   std::vector<std::vector<double>> load_avg;
   std::optional<RescaleReport> plan_change(int64_t next);
+  // The count in force was checked against the events once (a resumed run
+  // catches up then); after that only events change it, so a shrink
+  // (on_failure = "shrink") holds until the next event.
+  bool caught_up = false;
+  // eplb's migration-cost gate: what past placement changes cost (their
+  // loaded bytes and the seconds until the new shards had them), and the
+  // recent step times without a change (the gain's time scale).
+  double migrated_seconds = 0.0;
+  int64_t migrated_bytes = 0;
+  std::deque<double> quiet_steps;  // the last few step times without a placement change
+  double last_step_seconds = 0.0;
 
   bool tracing() const { return sh->opt.record_trace || !sh->opt.trace.empty(); }
 
@@ -378,21 +394,73 @@ std::optional<RescaleReport> Runtime::Impl::plan_change(int64_t next) {
   rep.step = next;
   rep.old_shards = now->expert_shards;
   rep.new_shards = due;
-  if (event || due != now->expert_shards) return rep;  // the even split of the new count
+  const bool catch_up = !caught_up && due != now->expert_shards;  // resumed past events
+  caught_up = true;
+  if (event || catch_up) return rep;  // the even split of the new count
+  rep.new_shards = now->expert_shards;  // a rebalance keeps the count in force (after a shrink: fewer than `due`)
   if (o.expert_policy != ExpertPolicy::eplb || o.rebalance_every <= 0 || steps_done == 0 ||
       steps_done % o.rebalance_every != 0 || load_avg.empty() || now->expert_shards < 2)
     return std::nullopt;
-  // eplb: incremental moves by the moving average of the measured loads.
-  for (size_t li = 0; li < now->moe_layers.size(); ++li) {
+  // eplb: incremental moves by the moving average of the measured loads,
+  // gated per layer: a layer's moves are made only when their predicted
+  // gain over the next rebalance_every steps beats their migration cost.
+  // Gain: the step is taken to be paced by each layer's busiest shard, so
+  // a layer saves its share (its drop in busiest-shard load over the sum of
+  // the layers' busiest loads) of the recent step time, every step until
+  // the next rebalance — an upper bound, as the dense part does not shrink.
+  // Cost: the bytes its new shards would load (incremental: only shards
+  // whose experts change) x the seconds per byte measured on this run's
+  // past placement changes x migration_cost_scale. Before any change was
+  // measured there is no cost to weigh: the move is made, and measured.
+  const model::ModelConfig& c = o.train.model;
+  const double expert_bytes = 3.0 * static_cast<double>(c.expert_hidden * c.d_model) * sizeof(float) * o.data_parallel;
+  const size_t L = now->moe_layers.size();
+  auto busiest = [](const std::vector<double>& avg, const std::vector<int64_t>& b) {
+    double total = 0.0;
+    for (double x : avg) total += x;
+    return moe::bounds_imbalance(avg, b) * total / static_cast<double>(b.size() - 1);
+  };
+  std::vector<std::vector<int64_t>> cur(L), cand(L);
+  std::vector<int> moves(L, 0);
+  double busiest_sum = 0.0;
+  for (size_t li = 0; li < L; ++li) {
     const std::vector<double>& avg = load_avg[static_cast<size_t>(now->moe_layers[li])];
-    int moves = 0;
-    const std::vector<int64_t> cur = bounds_of(*now, li);
-    const std::vector<int64_t> next_b = moe::rebalance_bounds(avg, cur, now->expert_shards, &moves);
-    rep.moved_experts += moves;
-    rep.bounds.insert(rep.bounds.end(), next_b.begin(), next_b.end());
+    cur[li] = bounds_of(*now, li);
+    cand[li] = moe::rebalance_bounds(avg, cur[li], now->expert_shards, &moves[li]);
+    busiest_sum += busiest(avg, cur[li]);
   }
-  if (rep.moved_experts == 0) return std::nullopt;
+  double recent = last_step_seconds;
+  if (!quiet_steps.empty()) {
+    recent = 0.0;
+    for (double x : quiet_steps) recent += x;
+    recent /= static_cast<double>(quiet_steps.size());
+  }
+  rep.neighbour_seconds = recent;
+  rep.cost_measured = migrated_bytes > 0;
+  const double per_byte = rep.cost_measured ? migrated_seconds / static_cast<double>(migrated_bytes) : 0.0;
+  for (size_t li = 0; li < L; ++li) {
+    const std::vector<double>& avg = load_avg[static_cast<size_t>(now->moe_layers[li])];
+    bool take = false;
+    if (moves[li] > 0 && busiest_sum > 0.0) {
+      const double gain =
+          o.rebalance_every * recent * (busiest(avg, cur[li]) - busiest(avg, cand[li])) / busiest_sum;
+      double bytes = 0.0;
+      for (size_t k = 0; k + 1 < cand[li].size(); ++k)
+        if (cand[li][k] != cur[li][k] || cand[li][k + 1] != cur[li][k + 1])
+          bytes += static_cast<double>(cand[li][k + 1] - cand[li][k]) * expert_bytes;
+      const double cost = bytes * per_byte * o.migration_cost_scale;
+      rep.predicted_gain_seconds += gain;
+      rep.predicted_cost_seconds += cost;
+      take = !rep.cost_measured || gain > cost;
+      ++(take ? rep.layers_moved : rep.layers_skipped);
+    }
+    if (take) rep.moved_experts += moves[li];
+    const std::vector<int64_t>& b = take ? cand[li] : cur[li];
+    rep.bounds.insert(rep.bounds.end(), b.begin(), b.end());
+  }
+  if (rep.layers_moved == 0 && rep.layers_skipped == 0) return std::nullopt;
   rep.policy = true;
+  rep.made = rep.layers_moved > 0;
   return rep;
 }
 
@@ -408,7 +476,7 @@ model::StepMetrics Runtime::step() {
   // and the step's time includes the migration (its stall).
   const auto before = live_plan(*impl_->sh);
   std::optional<RescaleReport> scale = impl_->plan_change(impl_->steps_done + 1);
-  if (scale) {
+  if (scale && scale->made) {
     const auto m0 = std::chrono::steady_clock::now();
     std::string err;
     self->request(impl_->sh->peers.coordinator, caf::infinite, rt::rescale_atom_v,
@@ -418,9 +486,16 @@ model::StepMetrics Runtime::step() {
     if (!err.empty())
       throw std::runtime_error("runtime: placement change before step " + std::to_string(scale->step) + " failed: " + err);
     scale->migration_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - m0).count();
-    const int moe_layers = static_cast<int>(impl_->sh->plan.moe_layers.size()), dp = impl_->sh->opt.data_parallel;
-    scale->spawned = dp * moe_layers * scale->new_shards;
-    scale->retired = dp * moe_layers * scale->old_shards;
+    // Incremental: only the shards whose experts or device changed were replaced.
+    const auto after = live_plan(*impl_->sh);
+    for (int r = 0; r < impl_->sh->opt.data_parallel; ++r) {
+      for (int x = 0; x < after->num_producers(); ++x) scale->spawned += !keeps_expert_shard(*before, *after, r, x);
+      for (int x = 0; x < before->num_producers(); ++x) scale->retired += !keeps_expert_shard(*before, *after, r, x);
+    }
+    if (scale->bytes > 0) {
+      impl_->migrated_bytes += scale->bytes;
+      impl_->migrated_seconds += scale->migration_seconds;
+    }
   }
   model::StepMetrics m;
   std::string err;
@@ -437,6 +512,11 @@ model::StepMetrics Runtime::step() {
   m.step = ++impl_->steps_done;
   m.tokens = impl_->sh->opt.train.data.batch_size * impl_->sh->opt.train.model.seq_len;
   m.step_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  impl_->last_step_seconds = m.step_seconds;
+  if (!scale || !scale->made) {  // the gate's time scale: steps without a migration in them
+    impl_->quiet_steps.push_back(m.step_seconds);
+    if (impl_->quiet_steps.size() > 3) impl_->quiet_steps.pop_front();
+  }
   const RuntimeOptions& o = impl_->sh->opt;
   const auto plan = live_plan(*impl_->sh);
   if (o.train.model.ffn == model::Ffn::moe) {

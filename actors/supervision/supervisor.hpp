@@ -57,10 +57,25 @@ class Supervisor {
   // A scale event between steps (elastic.cpp): spawns `next`'s expert
   // shards, restores them to the start of step `step` from the committed
   // snapshot, then publishes them (peer table, live plan) and makes them the
-  // children in place of the previous ones, which are stopped. Returns the
-  // new shards, replica-major.
-  std::vector<caf::actor> rescale_experts(caf::event_based_actor* self, const Plan& next, uint64_t step,
+  // children in place of the previous ones, which are stopped. A shard whose
+  // experts and device do not change (keeps_expert_shard) is kept, not
+  // replaced. Returns the new shards, replica-major.
+  struct NewShard {
+    int replica = 0, producer = 0;
+    caf::actor actor;
+  };
+  std::vector<NewShard> rescale_experts(caf::event_based_actor* self, const Plan& next, uint64_t step,
                                           uint32_t attempt);
+
+  // [experts] on_failure = "shrink" (elastic.cpp): expert shard `dead`
+  // broke its restart budget. Its slot is removed from every MoE layer (its
+  // experts join a neighbour, moe::remove_shard_bounds), the smaller plan's
+  // shards are spawned and restored to step `step`, attempt `attempt` from
+  // the committed snapshot as in rescale_experts, and the expert restarts
+  // counted so far are forgotten (the shard they were charged to is gone).
+  // Returns the new shards; `shards` gets the count before and after.
+  std::vector<NewShard> shrink_experts(caf::event_based_actor* self, const Child& dead, uint64_t step,
+                                         uint32_t attempt, std::pair<int, int>* shards);
 
   // Snapshots: a shard's post-update state of the running step; all of them
   // staged -> commit() when the step ends.
@@ -74,6 +89,9 @@ class Supervisor {
   // committed snapshot, to every shard, rank and expert shard but `skip` (a
   // replay; respawn() restored the fresh actor already).
   void restore_all(caf::event_based_actor* self, uint64_t step, uint32_t attempt, const caf::actor& skip = {}) const;
+  // The same, skipping every actor in `skip` (shards a shrink restored already).
+  void restore_all(caf::event_based_actor* self, uint64_t step, uint32_t attempt,
+                   const std::vector<caf::actor>& skip) const;
 
  private:
   void restore_shard(caf::event_based_actor* self, const caf::actor& to, size_t shard, uint64_t step,
