@@ -10,6 +10,7 @@
 #include "actors/rl/rl_actors.hpp"
 #include "actors/rl/rl_messages.hpp"
 #include "actors/transport/caf_scheduler.hpp"
+#include "rl/staleness.hpp"
 #include "rl/task.hpp"
 
 namespace troupe::runtime {
@@ -45,10 +46,28 @@ struct DriverState {
   std::set<int64_t> admitted;                  // steps the ledger took
   std::vector<char> fired;                     // per fault: armed already
   int restarts = 0;
+  // Weight syncs, per generator: its incarnation (restarts), the version last
+  // sent to it (-1: none since it started), the syncs awaiting confirmation
+  // (version -> attempt) and whether it is being restarted for missing one.
+  std::vector<int64_t> incarnation, last_sent;
+  std::vector<std::map<int64_t, int>> unconfirmed;
+  std::vector<char> sync_kill;
 };
 
 int64_t eta_of(const DriverState& s) { return s.sh->opt->train.rl.max_staleness; }
-int64_t version_for(const DriverState& s, int64_t step) { return std::max<int64_t>(0, step - eta_of(s)); }
+int64_t version_for(const DriverState& s, int64_t step) { return rl::first_version_for(step, eta_of(s)); }
+bool latest_mode(const DriverState& s) { return s.sh->opt->train.rl.sync == rl::SyncMode::latest; }
+
+// Sends version v to generator k with a deadline for its confirmation
+// (`attempt` 1; the deadline handler sends attempt 2).
+void send_sync(caf::event_based_actor* self, DriverState& s, size_t k, int64_t v, int attempt = 1) {
+  if (attempt == 1 && s.last_sent[k] == v) return;  // it has it (or it is on its way)
+  s.last_sent[k] = v;
+  s.unconfirmed[k][v] = attempt;
+  self->send(s.gens[k], rlmsg::sync_atom::value, s.versions.at(v));
+  const auto deadline = std::chrono::microseconds(static_cast<int64_t>(s.sh->opt->train.rl.sync_deadline_ms * 1000.0));
+  self->delayed_send(self, deadline, rlmsg::deadline_atom::value, static_cast<int>(k), s.incarnation[k], v, attempt);
+}
 
 // Arms `target` with its kill point when a not-yet-fired fault names it for
 // a job of step `step` (0-based) or later: the fault hits the first job of
@@ -62,6 +81,10 @@ void maybe_arm(caf::event_based_actor* self, DriverState& s, const caf::actor& t
     if (s.fired[i] || !parse_rl_fault_target(faults[i].target, gen, k) || gen != generator || k != index) continue;
     if (step + 1 < faults[i].at_step) continue;
     s.fired[i] = 1;
+    if (faults[i].kind == FaultKind::drop) {
+      self->send(to, rlmsg::arm_drop_atom::value, faults[i].count);
+      continue;
+    }
     const uint32_t point = faults[i].at_message > 0
                                ? static_cast<uint32_t>(faults[i].at_message)
                                : kill_point(s.sh->seed, static_cast<uint64_t>(faults[i].at_step), faults[i].target,
@@ -78,7 +101,9 @@ void deal(caf::event_based_actor* self, DriverState& s, int64_t step, bool redea
     s.ctx->events.push_back("deal " + std::to_string(step) + " " + std::to_string(v));
   }
   maybe_arm(self, s, s.gens[k], true, static_cast<int>(k), step);
-  self->send(s.gens[k], rlmsg::job_atom::value, step, s.versions.at(v));
+  // fixed_lag: the version the step needs; latest: the newest (>= v).
+  send_sync(self, s, k, latest_mode(s) ? s.published : v);
+  self->send(s.gens[k], rlmsg::job_atom::value, step, v);
 }
 
 // Deals every step whose version is published, in step order.
@@ -96,7 +121,19 @@ void fail(caf::event_based_actor* self, DriverState& s, const std::string& why) 
 }
 
 caf::actor spawn_generator(caf::event_based_actor* self, DriverState& s, int k) {
-  return self->spawn<caf::detached + caf::monitored>(generator_actor, s.sh, k, caf::actor_cast<caf::actor>(self));
+  const auto i = static_cast<size_t>(k);
+  if (s.incarnation.size() <= i) {
+    s.incarnation.resize(i + 1, -1);
+    s.last_sent.resize(i + 1, -1);
+    s.unconfirmed.resize(i + 1);
+    s.sync_kill.resize(i + 1, 0);
+  }
+  ++s.incarnation[i];
+  s.last_sent[i] = -1;
+  s.unconfirmed[i].clear();
+  s.sync_kill[i] = 0;
+  return self->spawn<caf::detached + caf::monitored>(generator_actor, s.sh, k, s.incarnation[i],
+                                                     caf::actor_cast<caf::actor>(self));
 }
 caf::actor spawn_reward(caf::event_based_actor* self, DriverState& s, int k) {
   return self->spawn<caf::detached + caf::monitored>(reward_actor, s.sh, k, s.buffer);
@@ -136,6 +173,7 @@ caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_p
                         std::to_string(s.sh->opt->max_restarts) + " restarts in this run: giving up");
       return;
     }
+    const bool missed_sync = generator && s.sync_kill[static_cast<size_t>(index)];
     if (generator) s.gens[static_cast<size_t>(index)] = spawn_generator(self, s, index);
     else s.rewards[static_cast<size_t>(index)] = spawn_reward(self, s, index);
     const size_t n = generator ? s.gens.size() : s.rewards.size();
@@ -149,7 +187,8 @@ caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_p
     e.step = (first < 0 ? s.next : first) + 1;
     e.attempt = 1;
     e.actor = name;
-    e.cause = dm.reason == caf::exit_reason::kill ? "killed" : caf::to_string(dm.reason);
+    e.cause = missed_sync ? "weight sync deadline missed twice"
+              : dm.reason == caf::exit_reason::kill ? "killed" : caf::to_string(dm.reason);
     e.phase = first < 0 ? "idle" : "its in-flight steps dealt again from step " + std::to_string(first + 1);
     std::lock_guard<std::mutex> lock(s.ctx->mu);
     s.ctx->restarts.push_back(e);
@@ -179,7 +218,36 @@ caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_p
           if (!s.admitted.count(step)) lowest = std::min(lowest, step);
         const int64_t keep = std::min(version_for(s, lowest), s.published);
         s.versions.erase(s.versions.begin(), s.versions.lower_bound(keep));
+        // latest: every generator gets each version as it is published and
+        // takes it at its next fence, mid-rollout or not.
+        if (latest_mode(s))
+          for (size_t k = 0; k < s.gens.size(); ++k) send_sync(self, s, k, s.published);
         deal_ready(self, s);
+      },
+      [self](rlmsg::synced_atom, int k, int64_t incarnation, int64_t v) {
+        DriverState& s = self->state;
+        if (incarnation == s.incarnation[static_cast<size_t>(k)]) s.unconfirmed[static_cast<size_t>(k)].erase(v);
+      },
+      // A sync not confirmed in time: sent again once, then the generator is
+      // restarted (the down handler deals its unadmitted steps again).
+      [self](rlmsg::deadline_atom, int k, int64_t incarnation, int64_t v, int attempt) {
+        DriverState& s = self->state;
+        const auto i = static_cast<size_t>(k);
+        if (incarnation != s.incarnation[i] || s.sync_kill[i]) return;
+        const auto it = s.unconfirmed[i].find(v);
+        if (it == s.unconfirmed[i].end() || it->second != attempt) return;
+        std::lock_guard<std::mutex> lock(s.ctx->mu);
+        if (attempt == 1) {
+          ++s.ctx->report.sync_retries;
+          s.ctx->events.push_back("sync retry generator:" + std::to_string(k) + " " + std::to_string(v));
+          if (!s.versions.count(v)) return;  // no step needs it any more
+          send_sync(self, s, i, v, 2);
+        } else {
+          ++s.ctx->report.sync_restarts;
+          s.ctx->events.push_back("sync restart generator:" + std::to_string(k) + " " + std::to_string(v));
+          s.sync_kill[i] = 1;
+          self->send_exit(s.gens[i], caf::exit_reason::kill);
+        }
       },
       [self](rlmsg::rollout_atom, rlmsg::Rollout& r) {
         DriverState& s = self->state;
@@ -236,8 +304,13 @@ void trainer_actor(caf::blocking_actor* self, std::shared_ptr<const RlShared> sh
       RlActorStepMetrics am;
       am.step = m.step;
       am.sampled_version = got.rollout.r->version;
-      for (const model::Completion& c : got.rollout.r->completions)
-        for (int64_t v : c.versions) ++am.staleness[step - v];
+      for (const model::Completion& c : got.rollout.r->completions) {
+        rl::add_version_lags(am.staleness, c.versions, step);
+        am.mixed_completions += rl::distinct_versions(c.versions) > 1;
+      }
+      am.paused_seconds = got.rollout.paused_seconds;
+      rep.paused_seconds += got.rollout.paused_seconds;
+      rep.mixed_completions += am.mixed_completions;
       for (const auto& [lag, n] : am.staleness) rep.staleness[lag] += n;
       am.buffer_depth = depth;
       am.discarded = discarded;
@@ -250,7 +323,7 @@ void trainer_actor(caf::blocking_actor* self, std::shared_ptr<const RlShared> sh
       rep.generator_busy_seconds = gen_busy;
       rep.weight_sync_seconds += got.rollout.sync_seconds;
       rep.weight_sync_bytes += got.rollout.sync_bytes;
-      rep.weight_syncs += got.rollout.sync_bytes > 0;
+      rep.weight_syncs += got.rollout.loads;
       rep.max_buffer_depth = std::max(rep.max_buffer_depth, depth);
       const double wall = since(ctx->t0);
       const double gens = static_cast<double>(o.train.rl.generators);
@@ -277,19 +350,21 @@ void trainer_actor(caf::blocking_actor* self, std::shared_ptr<const RlShared> sh
 
 rl::RlSummary train_decoupled(const RlActorOptions& options, RlActorObserver& observer, RlActorReport* report) {
   const rl::RlConfig& rl = options.train.rl;
-  if (rl.sync != rl::SyncMode::fixed_lag)
-    throw std::invalid_argument("train_decoupled: rl.sync must be \"fixed_lag\"");
+  if (!rl::decoupled(rl.sync))
+    throw std::invalid_argument("train_decoupled: rl.sync must be \"fixed_lag\" or \"latest\"");
   if (!options.train.resume_from.empty())
     throw std::invalid_argument("train_decoupled: resuming a decoupled run is not supported yet");
   for (const rl::ConfigProblem& p : rl::check_config(rl)) throw std::invalid_argument("rl." + p.key + ": " + p.message);
   for (const FaultSpec& f : options.faults) {
     bool gen = false;
     int k = 0;
-    if (!parse_rl_fault_target(f.target, gen, k) || k >= (gen ? rl.generators : rl.reward_actors) ||
-        f.kind != FaultKind::kill || f.at_message < 0 || f.at_message > kRlKillPoints)
+    const bool ok = parse_rl_fault_target(f.target, gen, k) && k < (gen ? rl.generators : rl.reward_actors) &&
+                    ((f.kind == FaultKind::kill && f.at_message >= 0 && f.at_message <= kRlKillPoints) ||
+                     (f.kind == FaultKind::drop && gen && f.count >= 1));
+    if (!ok)
       throw std::invalid_argument("train_decoupled: fault target \"" + f.target + "\" (kind " + fault_kind_name(f.kind) +
-                                  ") is not a kill of an existing generator:K or reward:K at a point 0.." +
-                                  std::to_string(kRlKillPoints));
+                                  ") is neither a kill of an existing generator:K or reward:K at a point 0.." +
+                                  std::to_string(kRlKillPoints) + " nor a drop of count >= 1 on a generator:K");
   }
   auto sh = std::make_shared<RlShared>();
   sh->opt = &options;
