@@ -226,7 +226,12 @@ caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_p
       },
       [self](rlmsg::synced_atom, int k, int64_t incarnation, int64_t v) {
         DriverState& s = self->state;
-        if (incarnation == s.incarnation[static_cast<size_t>(k)]) s.unconfirmed[static_cast<size_t>(k)].erase(v);
+        if (incarnation != s.incarnation[static_cast<size_t>(k)]) return;  // from a dead incarnation
+        auto& open = s.unconfirmed[static_cast<size_t>(k)];
+        // latest: a generator holding version v needs no older one; fixed_lag
+        // samples each step with its exact version, so each sync counts.
+        if (latest_mode(s)) open.erase(open.begin(), open.upper_bound(v));
+        else open.erase(v);
       },
       // A sync not confirmed in time: sent again once, then the generator is
       // restarted (the down handler deals its unadmitted steps again).
