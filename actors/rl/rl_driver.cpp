@@ -10,7 +10,9 @@
 #include "actors/rl/rl_actors.hpp"
 #include "actors/rl/rl_messages.hpp"
 #include "actors/transport/caf_scheduler.hpp"
+#include "model/checkpoint.hpp"
 #include "rl/staleness.hpp"
+#include "rl/version_store.hpp"
 #include "rl/task.hpp"
 
 namespace troupe::runtime {
@@ -145,6 +147,7 @@ caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_p
   s.sh = sh;
   s.ctx = ctx;
   s.fired.assign(sh->opt->faults.size(), 0);
+  s.next = sh->first_step;  // resumed: the steps before it are in the checkpoint
   const rl::RlConfig& rl = sh->opt->train.rl;
   s.buffer = self->spawn<caf::monitored>(buffer_actor, sh, ledger, caf::actor_cast<caf::actor>(self));
   for (int k = 0; k < rl.generators; ++k) s.gens.push_back(spawn_generator(self, s, k));
@@ -178,7 +181,7 @@ caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_p
     else s.rewards[static_cast<size_t>(index)] = spawn_reward(self, s, index);
     const size_t n = generator ? s.gens.size() : s.rewards.size();
     int64_t first = -1;
-    for (int64_t step = 0; step < s.next; ++step) {
+    for (int64_t step = s.sh->first_step; step < s.next; ++step) {
       if (s.admitted.count(step) || static_cast<size_t>(step) % n != static_cast<size_t>(index)) continue;
       if (first < 0) first = step;
       deal(self, s, step, true);
@@ -214,7 +217,7 @@ caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_p
         s.versions[w.version] = std::move(w);
         // Versions no undelivered step can need any more are dropped.
         int64_t lowest = s.next;
-        for (int64_t step = 0; step < s.next; ++step)
+        for (int64_t step = s.sh->first_step; step < s.next; ++step)
           if (!s.admitted.count(step)) lowest = std::min(lowest, step);
         const int64_t keep = std::min(version_for(s, lowest), s.published);
         s.versions.erase(s.versions.begin(), s.versions.lower_bound(keep));
@@ -280,11 +283,22 @@ void trainer_actor(caf::blocking_actor* self, std::shared_ptr<const RlShared> sh
   const RlActorOptions& o = *sh->opt;
   try {
     rl::RlTrainer tr(o.train, o.make_task ? o.make_task() : nullptr);
-    auto publish = [&](int64_t version) {
-      rlmsg::Weights w{version, std::make_shared<const std::vector<float>>(tr.parameters())};
-      self->send(driver, rlmsg::publish_atom::value, std::move(w));
+    // The versions a checkpoint must carry (fixed_lag resumes re-publish them).
+    std::map<int64_t, std::shared_ptr<const std::vector<float>>> kept;
+    const int64_t eta = o.train.rl.max_staleness;
+    auto publish_params = [&](int64_t version, std::shared_ptr<const std::vector<float>> params) {
+      kept[version] = params;
+      kept.erase(kept.begin(), kept.lower_bound(version - eta));
+      self->send(driver, rlmsg::publish_atom::value, rlmsg::Weights{version, std::move(params)});
     };
-    publish(0);
+    auto publish = [&](int64_t version) {
+      publish_params(version, std::make_shared<const std::vector<float>>(tr.parameters()));
+    };
+    for (const auto& [v, params] : sh->resume_versions) publish_params(v, params);
+    publish(tr.steps_done());
+    auto after_save = [&](const std::string& dir) {
+      rl::save_versions(dir, o.train.model, o.train.seed, rl::versions_to_keep(tr.steps_done(), eta), kept);
+    };
     RlActorReport& rep = ctx->report;
     double gen_busy = 0.0;
     auto step_fn = [&]() -> rl::RlStepMetrics {
@@ -343,7 +357,7 @@ void trainer_actor(caf::blocking_actor* self, std::shared_ptr<const RlShared> sh
       ctx->observer->on_actor_step(am);
       return m;
     };
-    ctx->summary = rl::run_rl_loop(tr, o.train, *ctx->observer, step_fn);
+    ctx->summary = rl::run_rl_loop(tr, o.train, *ctx->observer, step_fn, after_save);
     rep.parameters = tr.parameters();
   } catch (const std::exception& e) {
     std::lock_guard<std::mutex> lock(ctx->mu);
@@ -357,8 +371,8 @@ rl::RlSummary train_decoupled(const RlActorOptions& options, RlActorObserver& ob
   const rl::RlConfig& rl = options.train.rl;
   if (!rl::decoupled(rl.sync))
     throw std::invalid_argument("train_decoupled: rl.sync must be \"fixed_lag\" or \"latest\"");
-  if (!options.train.resume_from.empty())
-    throw std::invalid_argument("train_decoupled: resuming a decoupled run is not supported yet");
+  if (!options.train.resume_from.empty() && rl.sync != rl::SyncMode::fixed_lag)
+    throw std::invalid_argument("train_decoupled: only fixed_lag runs resume (latest is not reproducible bit for bit)");
   for (const rl::ConfigProblem& p : rl::check_config(rl)) throw std::invalid_argument("rl." + p.key + ": " + p.message);
   for (const FaultSpec& f : options.faults) {
     bool gen = false;
@@ -375,6 +389,15 @@ rl::RlSummary train_decoupled(const RlActorOptions& options, RlActorObserver& ob
   sh->opt = &options;
   sh->seed = options.train.seed;
   sh->steps = options.train.steps;
+  if (!options.train.resume_from.empty()) {
+    // The checkpoint's step, and the older versions the next eta steps are
+    // sampled by (throws model::CheckpointError naming a missing one).
+    const model::TrainingState st = model::load_checkpoint(options.train.resume_from);
+    sh->first_step = st.step;
+    for (auto& [v, params] : rl::load_versions(options.train.resume_from, options.train.model,
+                                               rl::versions_to_keep(st.step, rl.max_staleness)))
+      sh->resume_versions.emplace(v, std::make_shared<const std::vector<float>>(std::move(params)));
+  }
   auto ctx = std::make_shared<RunContext>();
   ctx->observer = &observer;
   ctx->t0 = Clock::now();

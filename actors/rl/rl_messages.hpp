@@ -28,6 +28,7 @@
 #include <caf/all.hpp>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -92,6 +93,10 @@ struct RlShared {
   const RlActorOptions* opt = nullptr;
   uint64_t seed = 0;
   int64_t steps = 0;
+  // Resume: the first step to run (the checkpoint's) and the older versions
+  // steps first .. first + eta - 1 are sampled by (rl/version_store.hpp).
+  int64_t first_step = 0;
+  std::map<int64_t, std::shared_ptr<const std::vector<float>>> resume_versions;
 };
 
 // Behaviours (actors/rl/rl_roles.cpp); the coordinator spawns them. `driver` receives results; a kill
