@@ -54,6 +54,10 @@ struct DriverState {
   std::vector<int64_t> incarnation, last_sent;
   std::vector<std::map<int64_t, int>> unconfirmed;
   std::vector<char> sync_kill;
+  // The end of the run: the children whose down is still awaited.
+  bool ending = false;
+  caf::error end_reason;
+  std::set<caf::actor_addr> awaiting;
 };
 
 int64_t eta_of(const DriverState& s) { return s.sh->opt->train.rl.max_staleness; }
@@ -159,6 +163,29 @@ caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_p
   // and the ledger drops whatever the dead actor had delivered already.
   self->set_down_handler([self](caf::down_msg& dm) {
     DriverState& s = self->state;
+    if (s.ending) {
+      // Shutting down: each child's down is awaited, so an actor that died
+      // just before the end (after delivering its last result) is still
+      // counted, deterministically; nothing is respawned any more.
+      s.awaiting.erase(dm.source);
+      if (dm.reason != caf::exit_reason::user_shutdown && dm.source != s.buffer.address()) {
+        RestartEvent e;
+        e.step = s.next;
+        e.attempt = 1;
+        e.actor = "?";
+        for (size_t k = 0; k < s.gens.size(); ++k)
+          if (s.gens[k].address() == dm.source) e.actor = "generator:" + std::to_string(k);
+        for (size_t k = 0; k < s.rewards.size(); ++k)
+          if (s.rewards[k].address() == dm.source) e.actor = "reward:" + std::to_string(k);
+        e.cause = dm.reason == caf::exit_reason::kill ? "killed" : caf::to_string(dm.reason);
+        e.phase = "the run had ended: not respawned";
+        std::lock_guard<std::mutex> lock(s.ctx->mu);
+        s.ctx->restarts.push_back(e);
+        s.ctx->unreported.push_back(e);
+      }
+      if (s.awaiting.empty()) self->quit(s.end_reason);
+      return;
+    }
     if (dm.reason == caf::exit_reason::user_shutdown) return;
     bool generator = false;
     int index = -1;
@@ -200,10 +227,15 @@ caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_p
   // The end of the run (the facade's exit): children go down with it.
   self->set_exit_handler([self](caf::exit_msg& m) {
     DriverState& s = self->state;
+    if (s.ending) return;
+    s.ending = true;
+    s.end_reason = m.reason;
+    for (auto& a : s.gens) s.awaiting.insert(a.address());
+    for (auto& a : s.rewards) s.awaiting.insert(a.address());
+    s.awaiting.insert(s.buffer.address());
     for (auto& a : s.gens) self->send_exit(a, caf::exit_reason::user_shutdown);
     for (auto& a : s.rewards) self->send_exit(a, caf::exit_reason::user_shutdown);
     self->send_exit(s.buffer, caf::exit_reason::user_shutdown);
-    self->quit(m.reason);
   });
   return {
       [self](rlmsg::publish_atom, rlmsg::Weights& w) {
