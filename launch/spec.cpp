@@ -699,14 +699,18 @@ void check_rl_faults(const Spec& s, Parser& p) {
     int index = 0;
     if (!runtime::parse_rl_fault_target(f.target, gen, index)) {
       p.error(p.fault_where(i, "target"), "[[faults]] target = \"" + f.target + "\" is not an actor of an RL run: write "
-                                          "\"generator:K\" or \"reward:K\"");
+                                          "\"generator:K\" or \"reward:K\" (\"reward_model:K\" with rl.reward = \"model\")");
       continue;
     }
+    const bool rm = r.reward == rl::RewardSource::model;
     const int64_t n = gen ? r.generators : r.reward_actors;
-    if (index >= n)
+    if (!gen && f.target != runtime::rl_reward_actor_name(rm, index))
+      p.error(p.fault_where(i, "target"), "[[faults]] target = \"" + f.target + "\": the reward actors of this run are " +
+                                          (rm ? "reward_model:K (rl.reward = \"model\")" : "reward:K (the rule verifier)"));
+    else if (index >= n)
       p.error(p.fault_where(i, "target"), "[[faults]] target = \"" + f.target + "\" does not exist: [rl] " +
                                           (gen ? "generators = " : "reward_actors = ") + v(n) + " (" +
-                                          (gen ? "generator:0.." : "reward:0..") + v(n - 1) + ")");
+                                          (gen ? "generator:0.." : runtime::rl_reward_actor_name(rm, 0) + "..") + v(n - 1) + ")");
     if (f.kind == runtime::FaultKind::drop && !gen)
       p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"drop\" on " + f.target + ": drops act on weight syncs, "
                                         "which only generators receive; use \"kill\" on reward actors");

@@ -255,7 +255,7 @@ std::vector<KeyDef> build_keys() {
   add({"rl", "reward_actors", KeyType::Int, F(rl_section.reward_actors), "fixed_lag: rule-verifier actors (steps dealt round-robin).", 1, 64});
   add({"rl", "rm_prompts", KeyType::Int, F(rl_section.rm_prompts), "run.mode = \"reward_model\": training prompts whose group_size completions (sampled by init at temperature) are labelled by the verifier; held-out data is the same for data.eval_problems held-out prompts.", 1, 1e7});
   add({"rl", "rm_batch", KeyType::Int, F(rl_section.rm_batch), "run.mode = \"reward_model\": labelled examples per optimizer step (pointwise BCE).", 1, 1e6});
-  add({"rl", "reward", KeyType::Choice, F(rl_section.reward), "What rewards a completion in the synchronous loop: \"verifier\" (the task's rule verifier) or \"model\" (the frozen learned reward model rl.reward_model: reward = sigmoid(score); step metrics still report the verifier's exact match).",
+  add({"rl", "reward", KeyType::Choice, F(rl_section.reward), "What rewards a completion: \"verifier\" (the task's rule verifier) or \"model\" (the frozen learned reward model rl.reward_model: reward = sigmoid(score); step metrics still report the verifier's exact match; decoupled runs serve it from reward_model:K actors).",
        0, 0, {} /* the enum's names: bind_choices */});
   add({"rl", "reward_model", KeyType::String, F(rl_section.reward_model), "reward = \"model\": checkpoint directory of a run.mode = \"reward_model\" run (the same [model])."});
   return k;

@@ -152,9 +152,6 @@ std::vector<ConfigProblem> check_config(const RlConfig& c) {
     bad("format_penalty", "format_penalty = " + num(c.verifier.format_penalty) + " must be >= 0");
   if (c.reward == RewardSource::model && c.reward_model.empty())
     bad("reward_model", "reward = \"model\" needs reward_model, the checkpoint of a run.mode = \"reward_model\" run");
-  else if (c.reward == RewardSource::model && c.sync != SyncMode::synchronous)
-    bad("reward", "reward = \"model\" runs in the synchronous loop only (the decoupled actors use the rule verifier; "
-                  "reward_model actors are not built)");
   if (c.sync == SyncMode::latest && c.policy.kind != LossKind::decoupled_ppo)
     bad("sync", std::string("sync = \"latest\" mixes policy versions within a rollout and needs loss = \"decoupled_ppo\" "
                             "(the behaviour weight pi_prox / mu corrects for it), got loss = \"") +

@@ -56,7 +56,8 @@ enum class SyncMode { synchronous, fixed_lag, latest };
 // Whether the mode runs on the decoupled actors (fixed_lag or latest).
 inline bool decoupled(SyncMode mode) { return mode != SyncMode::synchronous; }
 
-// rl.reward: what scores a completion in the synchronous loop.
+// rl.reward: what scores a completion (decoupled runs: reward:K actors for
+// the verifier, reward_model:K actors for the model).
 //   verifier  the task's rule verifier (exact match 1, partial credit, ...);
 //   model     a learned reward model (run.mode = "reward_model", frozen; the
 //             checkpoint rl.reward_model): reward = sigmoid(score), the RM's

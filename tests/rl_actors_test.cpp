@@ -19,7 +19,12 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+
 #include "actors/rl/rl_actors.hpp"
+#include "rl/rm_trainer.hpp"
 #include "tests/rl_test_util.hpp"
 
 namespace troupe::test {
@@ -288,6 +293,55 @@ INSTANTIATE_TEST_SUITE_P(Drops, RlActorSyncDeadline,
                                   std::to_string(info.param.count);
                          });
 
+// reward_model:K actors (rl.reward = "model"): a tiny RM of the policy's
+// model, trained and saved once per test process.
+struct SavedRm {
+  std::string dir;
+  SavedRm() {
+    dir = (std::filesystem::temp_directory_path() / ("troupe_rl_actors_rm_" + std::to_string(::getpid()))).string();
+    std::filesystem::remove_all(dir);
+    rl::RlTrainOptions o = small(1);
+    o.rl.rm_prompts = 12;
+    o.rl.rm_batch = 16;
+    o.optim.lr = 3e-3;
+    rl::RmTrainer tr(o, std::make_unique<FirstTokenTask>());
+    for (int i = 0; i < 6; ++i) tr.step();
+    tr.save(dir);
+  }
+  ~SavedRm() { std::filesystem::remove_all(dir); }
+};
+const std::string& saved_rm() {
+  static SavedRm rm;
+  return rm.dir;
+}
+
+rl::RlTrainOptions rewarded_by_rm(int64_t steps) {
+  rl::RlTrainOptions o = small(steps);
+  o.rl.reward = rl::RewardSource::model;
+  o.rl.reward_model = saved_rm();
+  return o;
+}
+
+TEST(RlActors, RewardModelActorsEqualTheSynchronousLoopWithTheRm) {
+  const rl::RlTrainOptions o = rewarded_by_rm(3);
+  std::vector<float> sync_params;
+  std::vector<double> sync_rewards;
+  {
+    rl::RlTrainer tr(o, std::make_unique<FirstTokenTask>());
+    for (int64_t i = 0; i < o.steps; ++i) sync_rewards.push_back(tr.step().reward_mean);
+    sync_params = tr.parameters();
+  }
+  const auto r = run(decoupled(o, 0, 2, 2));
+  EXPECT_EQ(r->rep.parameters, sync_params) << "the RM served by reward_model:K actors, batched per step, bit for bit";
+  ASSERT_EQ(r->rec.steps.size(), sync_rewards.size());
+  for (size_t i = 0; i < sync_rewards.size(); ++i) {
+    EXPECT_EQ(r->rec.steps[i][1], sync_rewards[i]) << "step " << i;
+    EXPECT_GT(sync_rewards[i], 0.0);
+    EXPECT_LT(sync_rewards[i], 1.0) << "sigmoid of RM scores, not the verifier's 0/1";
+  }
+  expect_exactly_once(r->rep, o);
+}
+
 // kill faults on every kill point of a generator and the reward actor.
 struct FaultCase {
   int64_t eta;
@@ -318,8 +372,9 @@ TEST_P(RlActorFaults, KillLosesNothingTrainsNothingTwiceAndEndsBitwiseEqual) {
     expect_exactly_once(hit->rep, o);
     return;
   }
-  const auto clean = run(decoupled(o, c.eta, 2, 1));
-  runtime::RlActorOptions a = decoupled(o, c.eta, 2, 1);
+  const rl::RlTrainOptions base = c.target.rfind("reward_model:", 0) == 0 ? rewarded_by_rm(3) : o;
+  const auto clean = run(decoupled(base, c.eta, 2, 1));
+  runtime::RlActorOptions a = decoupled(base, c.eta, 2, 1);
   runtime::FaultSpec f;
   f.at_step = 2;
   f.target = c.target;
@@ -343,12 +398,13 @@ std::vector<FaultCase> fault_cases() {
       for (int64_t p = 0; p <= 3; ++p) out.push_back({eta, t, p});
   for (const char* t : {"generator:1", "generator:0", "reward:0"})
     for (int64_t p = 0; p <= 3; ++p) out.push_back({1, t, p, rl::SyncMode::latest});
+  for (int64_t p = 0; p <= 3; ++p) out.push_back({1, "reward_model:0", p});
   return out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Points, RlActorFaults, ::testing::ValuesIn(fault_cases()), [](const auto& info) {
   std::string t = info.param.target;
-  t[t.find(':')] = '_';
+  t[t.find(':')] = '_';  // gtest names: letters, digits and underscores
   return std::string(info.param.mode == rl::SyncMode::latest ? "latest_" : "") + "eta" +
          std::to_string(info.param.eta) + "_" + t + "_point" + std::to_string(info.param.point);
 });

@@ -221,9 +221,14 @@ cmp -s "$work/rm1/checkpoint/params.f32.zst" "$work/rm2/checkpoint/params.f32.zs
 # rl.reward = "model": RL rewarded by that RM (frozen); bad combinations are exit 3, a missing RM exit 4.
 expect_exit 3 "$troupe" validate "$work/rl.toml" --set 'rl.reward="model"'
 expect_output "reward = \"model\" needs reward_model"
-expect_exit 3 "$troupe" validate "$work/rl.toml" --set 'rl.reward="model"' --set rl.reward_model="\"$work/rm1/checkpoint\"" \
+expect_exit 0 "$troupe" validate "$work/rl.toml" --set 'rl.reward="model"' --set rl.reward_model="\"$work/rm1/checkpoint\"" \
   --set 'rl.sync="fixed_lag"' --set topology.devices=2
-expect_output "reward = \"model\" runs in the synchronous loop only"
+expect_output "    reward_model:0  the learned reward model $work/rm1/checkpoint"
+cp "$work/rl.toml" "$work/rl_rm_kill.toml"
+printf '\n[[faults]]\nat_step = 2\ntarget = "reward:0"\nkind = "kill"\n' >> "$work/rl_rm_kill.toml"
+expect_exit 3 "$troupe" validate "$work/rl_rm_kill.toml" --set 'rl.reward="model"' --set rl.reward_model="\"$work/rm1/checkpoint\"" \
+  --set 'rl.sync="fixed_lag"' --set topology.devices=2
+expect_output "the reward actors of this run are reward_model:K"
 expect_exit 4 "$troupe" validate "$work/rl.toml" --set 'rl.reward="model"' --set rl.reward_model="\"$work/nope\""
 expect_output "[rl] reward_model: "
 expect_exit 0 "$troupe" validate "$work/rl.toml" --set 'rl.reward="model"' --set rl.reward_model="\"$work/rm1/checkpoint\""

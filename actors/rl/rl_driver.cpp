@@ -176,7 +176,8 @@ caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_p
         for (size_t k = 0; k < s.gens.size(); ++k)
           if (s.gens[k].address() == dm.source) e.actor = "generator:" + std::to_string(k);
         for (size_t k = 0; k < s.rewards.size(); ++k)
-          if (s.rewards[k].address() == dm.source) e.actor = "reward:" + std::to_string(k);
+          if (s.rewards[k].address() == dm.source)
+            e.actor = rl_reward_actor_name(s.sh->opt->train.rl.reward == rl::RewardSource::model, static_cast<int>(k));
         e.cause = dm.reason == caf::exit_reason::kill ? "killed" : caf::to_string(dm.reason);
         e.phase = "the run had ended: not respawned";
         std::lock_guard<std::mutex> lock(s.ctx->mu);
@@ -197,7 +198,8 @@ caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_p
       if (s.buffer.address() == dm.source) fail(self, s, "rollout_buffer went down: " + caf::to_string(dm.reason));
       return;
     }
-    const std::string name = std::string(generator ? "generator:" : "reward:") + std::to_string(index);
+    const std::string name = generator ? "generator:" + std::to_string(index)
+                                       : rl_reward_actor_name(s.sh->opt->train.rl.reward == rl::RewardSource::model, index);
     if (++s.restarts > s.sh->opt->max_restarts) {
       fail(self, s, name + " went down (" + caf::to_string(dm.reason) + ") after " +
                         std::to_string(s.sh->opt->max_restarts) + " restarts in this run: giving up");
@@ -410,11 +412,12 @@ rl::RlSummary train_decoupled(const RlActorOptions& options, RlActorObserver& ob
     bool gen = false;
     int k = 0;
     const bool ok = parse_rl_fault_target(f.target, gen, k) && k < (gen ? rl.generators : rl.reward_actors) &&
+                    (gen || f.target == rl_reward_actor_name(rl.reward == rl::RewardSource::model, k)) &&
                     ((f.kind == FaultKind::kill && f.at_message >= 0 && f.at_message <= kRlKillPoints) ||
                      (f.kind == FaultKind::drop && gen && f.count >= 1));
     if (!ok)
       throw std::invalid_argument("train_decoupled: fault target \"" + f.target + "\" (kind " + fault_kind_name(f.kind) +
-                                  ") is neither a kill of an existing generator:K or reward:K at a point 0.." +
+                                  ") is neither a kill of an existing generator:K or reward:K (reward_model:K with rl.reward = \"model\") at a point 0.." +
                                   std::to_string(kRlKillPoints) + " nor a drop of count >= 1 on a generator:K");
   }
   auto sh = std::make_shared<RlShared>();

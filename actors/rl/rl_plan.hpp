@@ -45,8 +45,13 @@ inline std::vector<RlActorPlacement> rl_actor_plan(const rl::RlConfig& c, int de
                    "policy copy + version; samples " + std::to_string(c.prompts_per_step) + " x " +
                        std::to_string(c.group_size) + " completions per step (KV cache" +
                        (latest ? "; takes new versions between decode steps)" : ")")});
-  for (int k = 0; k < c.reward_actors; ++k)
-    out.push_back({"reward:" + std::to_string(k), -1, "rule verifier and group advantages"});
+  for (int k = 0; k < c.reward_actors; ++k) {
+    if (c.reward == rl::RewardSource::model)
+      out.push_back({"reward_model:" + std::to_string(k), -1,
+                     "the learned reward model " + c.reward_model + " (frozen; a step's completions in one batch), group advantages"});
+    else
+      out.push_back({"reward:" + std::to_string(k), -1, "rule verifier and group advantages"});
+  }
   return out;
 }
 

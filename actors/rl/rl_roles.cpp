@@ -7,6 +7,7 @@
 
 #include "actors/rl/rl_actors.hpp"
 #include "actors/rl/rl_messages.hpp"
+#include "rl/rm_reward.hpp"
 #include "rl/staleness.hpp"
 #include "rl/task.hpp"
 
@@ -157,10 +158,21 @@ caf::behavior reward_actor(caf::event_based_actor* self, std::shared_ptr<const R
   report_exceptions(self);
   struct State {
     std::unique_ptr<rl::Task> task;
+    // rl.reward = "model" (reward_model:K): its own backend and the frozen
+    // RM, which scores all of a step's completions in one batch.
+    std::unique_ptr<kernels::Backend> be;
+    std::unique_ptr<rl::ModelReward> rm;
     uint32_t armed = 0;
   };
   auto st = std::make_shared<State>();
   st->task = task_for(*sh);
+  const rl::RlTrainOptions& o = sh->opt->train;
+  if (o.rl.reward == rl::RewardSource::model) {
+    st->be = kernels::make_backend(o.backend);
+    const int64_t rows = o.rl.prompts_per_step * o.rl.group_size;
+    const int64_t longest = static_cast<int64_t>(st->task->train_prompt(0).tokens.size()) + o.rl.max_new_tokens + 1;
+    st->rm = std::make_unique<rl::ModelReward>(*st->be, o.model, o.rl.reward_model, *st->task, rows, longest);
+  }
   return {
       [st](rlmsg::arm_atom, uint32_t point) { st->armed = point; },
       [self, st, sh, buffer](rlmsg::score_atom, const rlmsg::Rollout& r) {
@@ -169,7 +181,8 @@ caf::behavior reward_actor(caf::event_based_actor* self, std::shared_ptr<const R
         const auto t0 = Clock::now();
         rlmsg::Scored out;
         out.rollout = r;
-        out.scored = std::make_shared<const rl::ScoredBatch>(rl::score_step(*st->task, sh->opt->train.rl, *r.r));
+        out.scored = std::make_shared<const rl::ScoredBatch>(
+            st->rm ? st->rm->score_step(sh->opt->train.rl, *r.r) : rl::score_step(*st->task, sh->opt->train.rl, *r.r));
         out.reward_seconds = since(t0);
         if (kill == 2) return self->quit(caf::exit_reason::kill);
         self->send(buffer, rlmsg::admit_atom::value, std::move(out));
