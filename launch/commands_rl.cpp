@@ -1,5 +1,5 @@
 // `troupe run` for run.mode = "rl": the synchronous RL loop (rl/trainer.hpp)
-// or, with rl.sync = "fixed_lag", the decoupled actors (actors/rl/), with
+// or, with rl.sync = "fixed_lag" / "latest", the decoupled actors (actors/rl/), with
 // progress on the terminal and one JSON line per RL step, evaluation and
 // checkpoint in metrics.jsonl (decoupled runs add "rl_actors" lines per step,
 // "restart" lines and an "rl_actors_end" summary).
@@ -109,6 +109,8 @@ class RlProgress final : public runtime::RlActorObserver {
                             .add("trainer_wait_seconds", m.trainer_wait_seconds)
                             .add("weight_sync_seconds", m.weight_sync_seconds)
                             .add("weight_sync_bytes", m.weight_sync_bytes)
+                            .add("paused_seconds", m.paused_seconds)
+                            .add("mixed_completions", m.mixed_completions)
                             .add("generator_idle", m.generator_idle)
                             .add("trainer_idle", m.trainer_idle)
                             .add("discarded", m.discarded)
@@ -159,11 +161,11 @@ class RlProgress final : public runtime::RlActorObserver {
 
 }  // namespace
 
-// rl.sync = "fixed_lag": the decoupled actors, then their summary.
+// rl.sync = "fixed_lag" / "latest": the decoupled actors, then their summary.
 rl::RlSummary run_decoupled(const Spec& spec, rl::RlTrainOptions options, RlProgress& progress, MetricsWriter& metrics) {
   const auto& r = spec.rl;
-  spdlog::info("decoupled online RL (fixed lag {}): {} generator(s), {} reward actor(s), trainer on device 0", r.max_staleness,
-               r.generators, r.reward_actors);
+  spdlog::info("decoupled online RL ({}, max_staleness {}): {} generator(s), {} reward actor(s), trainer on device 0",
+               rl::sync_mode_name(r.sync), r.max_staleness, r.generators, r.reward_actors);
   for (const auto& a : runtime::rl_actor_plan(r, static_cast<int>(spec.topology.devices)))
     spdlog::info("  {} ({}): {}", a.name, a.device < 0 ? std::string("control") : "device " + std::to_string(a.device),
                  a.detail);
@@ -175,6 +177,7 @@ rl::RlSummary run_decoupled(const Spec& spec, rl::RlTrainOptions options, RlProg
   const rl::RlSummary s = runtime::train_decoupled(ao, progress, &rep);
   metrics.write_line(JsonObject()
                          .add("type", std::string("rl_actors_end"))
+                         .add("sync", std::string(rl::sync_mode_name(r.sync)))
                          .add("max_staleness", r.max_staleness)
                          .add("generators", r.generators)
                          .add("reward_actors", r.reward_actors)
@@ -185,6 +188,10 @@ rl::RlSummary run_decoupled(const Spec& spec, rl::RlTrainOptions options, RlProg
                          .add("weight_sync_seconds", rep.weight_sync_seconds)
                          .add("weight_sync_bytes", rep.weight_sync_bytes)
                          .add("weight_syncs", rep.weight_syncs)
+                         .add("sync_retries", rep.sync_retries)
+                         .add("sync_restarts", rep.sync_restarts)
+                         .add("paused_seconds", rep.paused_seconds)
+                         .add("mixed_completions", rep.mixed_completions)
                          .add("max_buffer_depth", rep.max_buffer_depth)
                          .add("groups_admitted", static_cast<int64_t>(rep.ledger.admitted.size()))
                          .add("groups_trained", static_cast<int64_t>(rep.ledger.trained.size()))
@@ -193,10 +200,12 @@ rl::RlSummary run_decoupled(const Spec& spec, rl::RlTrainOptions options, RlProg
                          .add("double_trained", rep.ledger.double_trained)
                          .add("restarts", static_cast<int64_t>(rep.restarts.size()))
                          .str());
-  spdlog::info("actors: generator idle {:.1f}%, trainer idle {:.1f}% of {:.2f} s; {} weight sync(s), {:.1f} MB in {:.3f} s; "
+  spdlog::info("actors: generator idle {:.1f}%, trainer idle {:.1f}% of {:.2f} s; {} weight sync(s), {:.1f} MB in {:.3f} s "
+               "({} retried, {} generator restart(s) for a missed deadline); "
                "ledger: {} groups admitted, {} trained, {} duplicate(s) dropped, {} discarded; {} restart(s)",
                100.0 * rep.generator_idle, 100.0 * rep.trainer_idle, rep.wall_seconds, rep.weight_syncs,
-               static_cast<double>(rep.weight_sync_bytes) / 1e6, rep.weight_sync_seconds, rep.ledger.admitted.size(),
+               static_cast<double>(rep.weight_sync_bytes) / 1e6, rep.weight_sync_seconds, rep.sync_retries,
+               rep.sync_restarts, rep.ledger.admitted.size(),
                rep.ledger.trained.size(), rep.ledger.duplicates, rep.ledger.discarded, rep.restarts.size());
   return s;
 }
@@ -205,7 +214,7 @@ int run_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, const 
   const auto& r = spec.rl;
   spdlog::info("online RL ({}): task {}, {} prompts x {} completions per step, "
                "{} new tokens max, temperature {}, loss {}, init {}, reward {}",
-               r.sync == rl::SyncMode::fixed_lag ? "decoupled actors" : "synchronous, one process", r.task,
+               rl::decoupled(r.sync) ? "decoupled actors" : "synchronous, one process", r.task,
                r.prompts_per_step, r.group_size, r.max_new_tokens, r.temperature,
                rl::loss_kind_name(r.policy.kind), r.init.empty() ? std::string("(fresh initialisation)") : r.init,
                r.reward == rl::RewardSource::model ? "the learned reward model " + r.reward_model
@@ -213,7 +222,7 @@ int run_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, const 
   RlProgress progress(style, spec.run.steps, spec.log.progress_every, metrics);
   rl::RlTrainOptions options = rl_train_options(spec);
   options.stop = signals.flag();
-  const rl::RlSummary s = r.sync == rl::SyncMode::fixed_lag ? run_decoupled(spec, options, progress, metrics)
+  const rl::RlSummary s = rl::decoupled(r.sync) ? run_decoupled(spec, options, progress, metrics)
                                                              : rl::train(options, progress);
   metrics.write_line(JsonObject()
                          .add("type", std::string("end"))

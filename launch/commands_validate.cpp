@@ -69,7 +69,8 @@ std::string format_rl_actors(const Spec& spec) {
   const auto& r = spec.rl;
   const int devices = static_cast<int>(spec.topology.devices);
   const auto actors = runtime::rl_actor_plan(r, devices);
-  std::string out = "decoupled online RL (sync \"fixed_lag\", max_staleness " + std::to_string(r.max_staleness) +
+  std::string out = "decoupled online RL (sync \"" + std::string(rl::sync_mode_name(r.sync)) + "\", max_staleness " +
+                    std::to_string(r.max_staleness) +
                     "): " + std::to_string(devices) + " " + device_kind_name(spec.topology.device_kind) +
                     " device(s), " + std::to_string(actors.size()) + " actors\nprocess 0\n";
   size_t width = 0;
@@ -97,14 +98,16 @@ int command_validate(const CliOptions&, const Spec& spec) {
     return kExitOk;
   }
   if (const int rc = check_input_checkpoints(spec); rc != kExitOk) return rc;
-  if (spec.run.mode == RunMode::rl && spec.rl.sync == rl::SyncMode::fixed_lag) {
+  if (spec.run.mode == RunMode::rl && rl::decoupled(spec.rl.sync)) {
     const auto& r = spec.rl;
     std::printf("%s: ok\n%s", spec.source.c_str(), format_rl_actors(spec).c_str());
     std::printf("each step samples %lld prompts x %lld completions (KV cache, temperature %g, top_p %g, at most %lld new "
-                "tokens) by policy version max(0, step - %lld), scores them with the %s task's rule verifier and trains "
+                "tokens) by policy version %smax(0, step - %lld), scores them with the %s task's rule verifier and trains "
                 "with loss \"%s\" (%lld update(s) per batch) in the trainer actor; policy from %s\n",
                 static_cast<long long>(r.prompts_per_step), static_cast<long long>(r.group_size), r.temperature, r.top_p,
-                static_cast<long long>(r.max_new_tokens), static_cast<long long>(r.max_staleness), r.task.c_str(),
+                static_cast<long long>(r.max_new_tokens),
+                r.sync == rl::SyncMode::latest ? "newest published (taken between decode steps), at least " : "",
+                static_cast<long long>(r.max_staleness), r.task.c_str(),
                 rl::loss_kind_name(r.policy.kind), static_cast<long long>(r.updates_per_batch),
                 r.init.empty() ? "a fresh initialisation" : r.init.c_str());
     return kExitOk;

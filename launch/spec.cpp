@@ -681,7 +681,8 @@ void check_faults(const Spec& s, Parser& p) {
 }
 
 // [[faults]] of an RL run: kills of the decoupled actors (actors/rl/), which
-// only rl.sync = "fixed_lag" has.
+// only rl.sync = "fixed_lag" / "latest" have, and lost weight syncs (drop) on
+// generators.
 void check_rl_faults(const Spec& s, Parser& p) {
   auto v = [](int64_t x) { return std::to_string(x); };
   const RlSection& r = s.rl_section;
@@ -689,8 +690,8 @@ void check_rl_faults(const Spec& s, Parser& p) {
   for (size_t i = 0; i < s.faults.size(); ++i) {
     if (!p.fault_ok(i)) continue;  // reported while parsing
     const FaultConfig& f = s.faults[i];
-    if (r.sync != rl::SyncMode::fixed_lag) {
-      p.error(p.fault_where(i, ""), "[[faults]] in an RL run need [rl] sync = \"fixed_lag\" (generator and reward actors "
+    if (!rl::decoupled(r.sync)) {
+      p.error(p.fault_where(i, ""), "[[faults]] in an RL run need [rl] sync = \"fixed_lag\" or \"latest\" (generator and reward actors "
                                     "under a supervisor); the synchronous loop has no actors to kill");
       continue;
     }
@@ -698,18 +699,26 @@ void check_rl_faults(const Spec& s, Parser& p) {
     int index = 0;
     if (!runtime::parse_rl_fault_target(f.target, gen, index)) {
       p.error(p.fault_where(i, "target"), "[[faults]] target = \"" + f.target + "\" is not an actor of an RL run: write "
-                                          "\"generator:K\" or \"reward:K\"");
+                                          "\"generator:K\" or \"reward:K\" (\"reward_model:K\" with rl.reward = \"model\")");
       continue;
     }
+    const bool rm = r.reward == rl::RewardSource::model;
     const int64_t n = gen ? r.generators : r.reward_actors;
-    if (index >= n)
+    if (!gen && f.target != runtime::rl_reward_actor_name(rm, index))
+      p.error(p.fault_where(i, "target"), "[[faults]] target = \"" + f.target + "\": the reward actors of this run are " +
+                                          (rm ? "reward_model:K (rl.reward = \"model\")" : "reward:K (the rule verifier)"));
+    else if (index >= n)
       p.error(p.fault_where(i, "target"), "[[faults]] target = \"" + f.target + "\" does not exist: [rl] " +
                                           (gen ? "generators = " : "reward_actors = ") + v(n) + " (" +
-                                          (gen ? "generator:0.." : "reward:0..") + v(n - 1) + ")");
-    if (f.kind != runtime::FaultKind::kill)
+                                          (gen ? "generator:0.." : runtime::rl_reward_actor_name(rm, 0) + "..") + v(n - 1) + ")");
+    if (f.kind == runtime::FaultKind::drop && !gen)
+      p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"drop\" on " + f.target + ": drops act on weight syncs, "
+                                        "which only generators receive; use \"kill\" on reward actors");
+    else if (f.kind != runtime::FaultKind::kill && f.kind != runtime::FaultKind::drop)
       p.error(p.fault_where(i, "kind"), std::string("[[faults]] kind = \"") + runtime::fault_kind_name(f.kind) +
-                                        "\" is not supported on RL actors yet: use \"kill\"");
-    if (f.at_message > runtime::kRlKillPoints)
+                                        "\" is not supported on RL actors yet: use \"kill\" (or \"drop\": a generator "
+                                        "loses its next `count` weight syncs)");
+    if (f.kind == runtime::FaultKind::kill && f.at_message > runtime::kRlKillPoints)
       p.error(p.fault_where(i, "at_message"), "[[faults]] at_message = " + v(f.at_message) + " is out of range for " +
                                               f.target + ": 0 (a seeded point) or 1 (on receiving its job), 2 (after "
                                               "computing, before sending) or 3 (after sending)");
@@ -918,6 +927,7 @@ void convert_rl(Spec& s, Parser& p) {
   c.max_staleness = r.max_staleness;
   c.generators = r.generators;
   c.reward_actors = r.reward_actors;
+  c.sync_deadline_ms = r.sync_deadline_ms;
   c.rm_prompts = r.rm_prompts;
   c.rm_batch = r.rm_batch;
   c.reward = r.reward;
@@ -959,21 +969,21 @@ void convert_rl(Spec& s, Parser& p) {
     if (s.topology.devices < 2)
       p.error(p.where("topology.devices"), "[run] mode = \"rl\" on sim devices compares synchronous and decoupled RL, "
                                            "which splits the devices: devices must be >= 2");
-  } else if (c.sync == rl::SyncMode::fixed_lag && !rl_topology_ok(s))
-    p.error(p.where("run.mode"), "[run] mode = \"rl\" with sync = \"fixed_lag\" runs its actors in one process on [topology] "
+  } else if (rl::decoupled(c.sync) && !rl_topology_ok(s))
+    p.error(p.where("run.mode"), "[run] mode = \"rl\" with sync = \"" + std::string(rl::sync_mode_name(c.sync)) + "\" runs its actors in one process on [topology] "
                                  "devices (the trainer on device 0, generators on the others); set stages = 1, schedule = "
                                  "\"sequential\", expert_shards = 1, optimizer_shards = 1, data_parallel = 1, processes = 1 "
                                  "(this spec has stages = " + v(s.topology.stages) + ", schedule = \"" +
                                  std::string(sched::to_string(s.topology.schedule)) + "\")");
-  else if (c.sync != rl::SyncMode::fixed_lag && uses_runtime(s))
+  else if (!rl::decoupled(c.sync) && uses_runtime(s))
     p.error(p.where("run.mode"), "[run] mode = \"rl\" with sync = \"synchronous\" runs the RL loop on one device in one process "
-                                 "(rl.sync = \"fixed_lag\" runs generator and reward actors); set [topology] devices = 1, "
+                                 "(rl.sync = \"fixed_lag\" or \"latest\" runs generator and reward actors); set [topology] devices = 1, "
                                  "stages = 1, schedule = \"sequential\", expert_shards = 1, optimizer_shards = 1, "
                                  "data_parallel = 1 (this spec has devices = " + v(s.topology.devices) + ", stages = " +
                                  v(s.topology.stages) + ", schedule = \"" + std::string(sched::to_string(s.topology.schedule)) + "\")");
-  if (c.sync == rl::SyncMode::fixed_lag && !s.checkpoint.resume.empty())
-    p.error(p.where("checkpoint.resume"), "[checkpoint] resume: resuming a decoupled RL run (rl.sync = \"fixed_lag\") is not "
-                                          "supported yet (the synchronous loop resumes bit for bit)");
+  if (c.sync == rl::SyncMode::latest && !s.checkpoint.resume.empty())
+    p.error(p.where("checkpoint.resume"), "[checkpoint] resume: a rl.sync = \"latest\" run does not resume (it is not "
+                                          "reproducible bit for bit); \"fixed_lag\" and the synchronous loop do");
   if (s.data.source != model::DataKind::addition && s.data.source != model::DataKind::addition_plain)
     p.error(p.where("data.source"), "[rl] task = \"" + r.task + "\" draws its problems from [data] source = \"addition\" or "
                                     "\"addition_plain\" (this spec has \"" + model::data_kind_name(s.data.source) + "\")");

@@ -124,10 +124,11 @@ struct RlSection {
   std::string dynamic_sampling = "auto";  // "auto", "on", "off": drop zero-variance groups
   double partial_credit = 0.0;
   double format_penalty = 0.0;
-  rl::SyncMode sync = rl::SyncMode::synchronous;  // "synchronous", "fixed_lag" (actors/rl/), "latest" (refused)
+  rl::SyncMode sync = rl::SyncMode::synchronous;  // "synchronous", "fixed_lag", "latest" (the last two: actors/rl/)
   int64_t max_staleness = 0;
   int64_t generators = 1;
   int64_t reward_actors = 1;
+  double sync_deadline_ms = 10000.0;  // decoupled: a generator confirms each weight sync within this
   int64_t rm_prompts = 256;  // run.mode = "reward_model": training prompts to label
   int64_t rm_batch = 64;     // run.mode = "reward_model": examples per optimizer step
   rl::RewardSource reward = rl::RewardSource::verifier;  // "verifier", "model" (a learned RM)

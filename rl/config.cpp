@@ -152,26 +152,27 @@ std::vector<ConfigProblem> check_config(const RlConfig& c) {
     bad("format_penalty", "format_penalty = " + num(c.verifier.format_penalty) + " must be >= 0");
   if (c.reward == RewardSource::model && c.reward_model.empty())
     bad("reward_model", "reward = \"model\" needs reward_model, the checkpoint of a run.mode = \"reward_model\" run");
-  else if (c.reward == RewardSource::model && c.sync != SyncMode::synchronous)
-    bad("reward", "reward = \"model\" runs in the synchronous loop only (the fixed_lag actors use the rule verifier; "
-                  "reward_model actors are not built)");
-  if (c.sync == SyncMode::latest)
-    bad("sync", "sync = \"latest\" (generators switching weights mid-rollout) is not implemented yet; use \"fixed_lag\"");
+  if (c.sync == SyncMode::latest && c.policy.kind != LossKind::decoupled_ppo)
+    bad("sync", std::string("sync = \"latest\" mixes policy versions within a rollout and needs loss = \"decoupled_ppo\" "
+                            "(the behaviour weight pi_prox / mu corrects for it), got loss = \"") +
+                    loss_kind_name(c.policy.kind) + "\"");
+  if (!(c.sync_deadline_ms > 0 && std::isfinite(c.sync_deadline_ms)))
+    bad("sync_deadline_ms", "sync_deadline_ms = " + num(c.sync_deadline_ms) + " must be > 0");
   if (c.max_staleness < 0 || c.max_staleness > 1000)
     bad("max_staleness", "max_staleness = " + std::to_string(c.max_staleness) + " is out of range (allowed 0 .. 1000)");
-  else if (c.max_staleness > 0 && c.sync != SyncMode::fixed_lag)
+  else if (c.max_staleness > 0 && !decoupled(c.sync))
     bad("max_staleness", "max_staleness = " + std::to_string(c.max_staleness) +
-                             " needs sync = \"fixed_lag\" (the synchronous loop is always on-policy)");
+                             " needs sync = \"fixed_lag\" or \"latest\" (the synchronous loop is always on-policy)");
   if (c.generators < 1 || c.generators > 64)
     bad("generators", "generators = " + std::to_string(c.generators) + " is out of range (allowed 1 .. 64)");
   else if (c.generators > 1 && c.sync == SyncMode::synchronous)
     bad("generators", "generators = " + std::to_string(c.generators) +
-                          " needs sync = \"fixed_lag\" (the synchronous loop samples in the trainer)");
+                          " needs sync = \"fixed_lag\" or \"latest\" (the synchronous loop samples in the trainer)");
   if (c.reward_actors < 1 || c.reward_actors > 64)
     bad("reward_actors", "reward_actors = " + std::to_string(c.reward_actors) + " is out of range (allowed 1 .. 64)");
   else if (c.reward_actors > 1 && c.sync == SyncMode::synchronous)
     bad("reward_actors", "reward_actors = " + std::to_string(c.reward_actors) +
-                             " needs sync = \"fixed_lag\" (the synchronous loop scores in the trainer)");
+                             " needs sync = \"fixed_lag\" or \"latest\" (the synchronous loop scores in the trainer)");
   return out;
 }
 

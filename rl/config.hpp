@@ -43,11 +43,21 @@ enum class CapMode { mask, clip };
 //                max(0, s - max_staleness) exactly, so generators run up to
 //                max_staleness steps ahead of the trainer and a run is still
 //                a pure function of its seed;
-//   latest       generators take each new version as it arrives (not
-//                implemented: check_config refuses it).
+//   latest       the same actors, but generators take each new version as
+//                soon as it is published, switching at a fence between
+//                decode steps (a rollout in flight continues with the new
+//                weights, AReaL-style); every token records its version, no
+//                token older than the trainer's version - max_staleness is
+//                trained on, and the loss must be decoupled_ppo (the
+//                behaviour weight corrects for the mix). Not bitwise
+//                reproducible: which decode step sees a new version depends
+//                on thread timing.
 enum class SyncMode { synchronous, fixed_lag, latest };
+// Whether the mode runs on the decoupled actors (fixed_lag or latest).
+inline bool decoupled(SyncMode mode) { return mode != SyncMode::synchronous; }
 
-// rl.reward: what scores a completion in the synchronous loop.
+// rl.reward: what scores a completion (decoupled runs: reward:K actors for
+// the verifier, reward_model:K actors for the model).
 //   verifier  the task's rule verifier (exact match 1, partial credit, ...);
 //   model     a learned reward model (run.mode = "reward_model", frozen; the
 //             checkpoint rl.reward_model): reward = sigmoid(score), the RM's
@@ -94,9 +104,12 @@ struct RlConfig {
   double top_p = 1.0;             // nucleus sampling mass in (0, 1]
   int64_t updates_per_batch = 1;  // optimizer steps per sampled batch (PPO epochs)
   SyncMode sync = SyncMode::synchronous;
-  int64_t max_staleness = 0;  // fixed_lag: eta, the version lag of every rollout (0 = on-policy)
-  int64_t generators = 1;     // fixed_lag: generator actors (RL steps are dealt to them round-robin)
-  int64_t reward_actors = 1;  // fixed_lag: rule-verifier actors (round-robin by step)
+  int64_t max_staleness = 0;  // decoupled: eta, fixed_lag: the version lag of every rollout, latest: its bound (0 = on-policy)
+  int64_t generators = 1;     // decoupled: generator actors (RL steps are dealt to them round-robin)
+  int64_t reward_actors = 1;  // decoupled: rule-verifier actors (round-robin by step)
+  // decoupled: how long a generator has to confirm a weight publication; a
+  // miss is retried once, a second miss restarts the generator.
+  double sync_deadline_ms = 10000.0;
   // run.mode = "reward_model" (rl/rm_trainer.hpp): training prompts whose
   // group_size completions are labelled, and examples per optimizer step.
   int64_t rm_prompts = 256;

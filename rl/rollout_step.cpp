@@ -16,23 +16,22 @@ int64_t StepRollouts::tokens() const {
   return n;
 }
 
-StepRollouts sample_step(model::BatchGenerator& gen, const model::ModelWeights& w, const Task& task, const RlConfig& rl,
-                         uint64_t seed, int64_t step, int64_t version) {
-  const auto t0 = std::chrono::steady_clock::now();
+void begin_step(StepDecode& d, model::BatchGenerator& gen, const Task& task, const RlConfig& rl, uint64_t seed,
+                int64_t step, int64_t version) {
   const int64_t Pn = rl.prompts_per_step, G = rl.group_size;
-  StepRollouts out;
-  out.step = step;
-  out.version = version;
+  d.out = StepRollouts{};
+  d.out.step = step;
+  d.out.version = version;
   std::vector<std::vector<int32_t>> rows(static_cast<size_t>(Pn * G));
-  std::vector<model::SamplerRng> rngs;
-  rngs.reserve(static_cast<size_t>(Pn * G));
+  d.rngs.clear();
+  d.rngs.reserve(static_cast<size_t>(Pn * G));
   for (int64_t gi = 0; gi < Pn; ++gi) {
     const GroupId id{seed, step, gi};
-    out.ids.push_back(id);
-    out.prompts.push_back(task.train_prompt(prompt_index(id, Pn)));
+    d.out.ids.push_back(id);
+    d.out.prompts.push_back(task.train_prompt(prompt_index(id, Pn)));
     for (int64_t k = 0; k < G; ++k) {
-      rows[gi * G + k] = out.prompts.back().tokens;
-      rngs.emplace_back(sampler_seed(id, k));
+      rows[gi * G + k] = d.out.prompts.back().tokens;
+      d.rngs.emplace_back(sampler_seed(id, k));
     }
   }
   model::GenerateOptions go;
@@ -42,12 +41,25 @@ StepRollouts sample_step(model::BatchGenerator& gen, const model::ModelWeights& 
   go.eos = task.eos_token();
   // Step-wise decoding: the same arithmetic as BatchGenerator::generate, with
   // the policy version recorded on every token.
-  gen.start(rows, std::span<model::SamplerRng>(rngs), go);
+  gen.start(rows, std::span<model::SamplerRng>(d.rngs), go);
+  d.live = true;
+}
+
+StepRollouts end_step(StepDecode& d, model::BatchGenerator& gen, double seconds) {
+  d.out.completions = gen.finish();
+  d.out.gen_seconds = seconds;
+  d.live = false;
+  return std::move(d.out);
+}
+
+StepRollouts sample_step(model::BatchGenerator& gen, const model::ModelWeights& w, const Task& task, const RlConfig& rl,
+                         uint64_t seed, int64_t step, int64_t version) {
+  const auto t0 = std::chrono::steady_clock::now();
+  StepDecode d;
+  begin_step(d, gen, task, rl, seed, step, version);
   while (gen.step(w, version)) {
   }
-  out.completions = gen.finish();
-  out.gen_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return out;
+  return end_step(d, gen, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
 }
 
 ScoredBatch score_step(const Task& task, const RlConfig& rl, const StepRollouts& r) {
@@ -80,6 +92,21 @@ void PolicyCopy::load(std::span<const float> params, int64_t version) {
 StepRollouts PolicyCopy::sample(const Task& task, const RlConfig& rl, uint64_t seed, int64_t step) {
   if (version_ < 0) throw std::logic_error("PolicyCopy::sample: no weights loaded");
   return sample_step(*gen_, w_, task, rl, seed, step, version_);
+}
+
+void PolicyCopy::begin(const Task& task, const RlConfig& rl, uint64_t seed, int64_t step) {
+  if (version_ < 0) throw std::logic_error("PolicyCopy::begin: no weights loaded");
+  begin_step(decoding_, *gen_, task, rl, seed, step, version_);
+}
+
+bool PolicyCopy::decode() {
+  if (!decoding_.live) throw std::logic_error("PolicyCopy::decode: no generation in progress");
+  return gen_->step(w_, version_);
+}
+
+StepRollouts PolicyCopy::end(double seconds) {
+  if (!decoding_.live) throw std::logic_error("PolicyCopy::end: no generation in progress");
+  return end_step(decoding_, *gen_, seconds);
 }
 
 }  // namespace troupe::rl

@@ -47,9 +47,25 @@ StepRollouts sample_step(model::BatchGenerator& gen, const model::ModelWeights& 
 // step's rollouts (score_groups over its groups).
 ScoredBatch score_step(const Task& task, const RlConfig& rl, const StepRollouts& rollouts);
 
+// One step's generation in progress, decoded one token per sequence at a
+// time so the weights may change between decode steps (rl.sync = "latest").
+// begin() lays out the step's prompts and sampler seeds exactly as
+// sample_step does; sample_step is begin, decode until false, end.
+struct StepDecode {
+  StepRollouts out;
+  std::vector<model::SamplerRng> rngs;  // [prompts_per_step * group_size]; the generator reads them in place
+  bool live = false;
+};
+void begin_step(StepDecode& d, model::BatchGenerator& gen, const Task& task, const RlConfig& rl, uint64_t seed,
+                int64_t step, int64_t version);
+// Finishes the step: the completions (each token with the version that
+// sampled it) and the seconds since begin_step.
+StepRollouts end_step(StepDecode& d, model::BatchGenerator& gen, double seconds);
+
 // A generator's copy of the policy: its own backend, parameter buffer and KV
-// cache. load() is the fence at which it switches versions (between
-// generations, never inside one).
+// cache. load() is the fence at which it switches versions: between
+// generations (fixed_lag), or between two decode steps of one (latest),
+// never inside a decode step.
 class PolicyCopy {
  public:
   PolicyCopy(const model::ModelConfig& config, const kernels::BackendOptions& backend);
@@ -63,6 +79,15 @@ class PolicyCopy {
   int64_t version() const { return version_; }
   StepRollouts sample(const Task& task, const RlConfig& rl, uint64_t seed, int64_t step);
 
+  // Step-wise: begin a step with the loaded version, then decode() one token
+  // per live sequence with whatever version is loaded at that moment (the
+  // caller may load() a newer one between calls) until it returns false,
+  // then end(). The bits equal sample() when no load() comes in between.
+  void begin(const Task& task, const RlConfig& rl, uint64_t seed, int64_t step);
+  bool decode();
+  bool generating() const { return decoding_.live; }
+  StepRollouts end(double seconds);
+
  private:
   model::ModelConfig config_;
   std::unique_ptr<kernels::Backend> be_;
@@ -70,6 +95,7 @@ class PolicyCopy {
   model::ModelWeights w_;
   std::unique_ptr<model::BatchGenerator> gen_;
   int64_t version_ = -1;  // nothing loaded yet
+  StepDecode decoding_;
 };
 
 }  // namespace troupe::rl

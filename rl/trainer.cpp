@@ -368,8 +368,9 @@ namespace {
 // The RL trainer as an engine of the one loop (model/training_loop.hpp).
 class RlEngine final : public model::LoopEngine {
  public:
-  RlEngine(RlTrainer& tr, RlObserver& obs, RlSummary& s, const std::function<RlStepMetrics()>& step_fn)
-      : tr_(tr), obs_(obs), s_(s), step_fn_(step_fn) {}
+  RlEngine(RlTrainer& tr, RlObserver& obs, RlSummary& s, const std::function<RlStepMetrics()>& step_fn,
+           const std::function<void(const std::string&)>& after_save)
+      : tr_(tr), obs_(obs), s_(s), step_fn_(step_fn), after_save_(after_save) {}
   int64_t steps_done() const override { return tr_.steps_done(); }
   void step() override {
     const RlStepMetrics m = step_fn_ ? step_fn_() : tr_.step();
@@ -381,13 +382,17 @@ class RlEngine final : public model::LoopEngine {
     e = tr_.evaluate();
     obs_.on_eval(e);
   }
-  void save(const std::string& dir) override { tr_.save(dir); }
+  void save(const std::string& dir) override {
+    tr_.save(dir);
+    if (after_save_) after_save_(dir);
+  }
 
  private:
   RlTrainer& tr_;
   RlObserver& obs_;
   RlSummary& s_;
   const std::function<RlStepMetrics()>& step_fn_;
+  const std::function<void(const std::string&)>& after_save_;
 };
 
 }  // namespace
@@ -398,9 +403,10 @@ RlSummary train(const RlTrainOptions& o, RlObserver& obs) {
 }
 
 RlSummary run_rl_loop(RlTrainer& tr, const RlTrainOptions& o, RlObserver& obs,
-                      const std::function<RlStepMetrics()>& step_fn) {
+                      const std::function<RlStepMetrics()>& step_fn,
+                      const std::function<void(const std::string&)>& after_save) {
   RlSummary s;
-  RlEngine engine(tr, obs, s, step_fn);
+  RlEngine engine(tr, obs, s, step_fn, after_save);
   model::LoopOptions lo;
   lo.steps = o.steps;
   lo.eval_every = o.data.eval_problems > 0 ? (o.eval_every > 0 ? o.eval_every : o.steps) : 0;

@@ -127,8 +127,12 @@ RlSummary train(const RlTrainOptions& options, RlObserver& observer);
 
 // The same loop with each step taken by `step_fn` (empty: trainer.step());
 // the decoupled trainer actor (actors/rl/) trains on rollouts from its buffer.
+// `after_save` (optional) runs after each checkpoint is written to a
+// directory (the decoupled trainer adds the policy versions still needed:
+// rl/version_store.hpp).
 RlSummary run_rl_loop(RlTrainer& trainer, const RlTrainOptions& options, RlObserver& observer,
-                      const std::function<RlStepMetrics()>& step_fn);
+                      const std::function<RlStepMetrics()>& step_fn,
+                      const std::function<void(const std::string&)>& after_save = {});
 
 // The built-in task named by rl.task ("addition") over `data`; throws
 // std::invalid_argument for another name.

@@ -8,6 +8,7 @@ if(TARGET troupe_rl)
             ${CMAKE_CURRENT_LIST_DIR}/rl_loss_test.cpp
             ${CMAKE_CURRENT_LIST_DIR}/rl_rollout_test.cpp
             ${CMAKE_CURRENT_LIST_DIR}/rl_learning_test.cpp
+            ${CMAKE_CURRENT_LIST_DIR}/rl_staleness_test.cpp
     LIBS troupe_rl
     LABELS rl)
 endif()

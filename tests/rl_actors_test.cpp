@@ -5,6 +5,13 @@
 // trainer has produced version s (the overlap); a killed generator or
 // reward actor at any of its kill points loses no rollout, trains none
 // twice (the ledger) and ends bitwise equal to the fault-free run.
+// rl.sync = "latest": with eta 0 it equals fixed_lag bit for bit; with eta > 0
+// every token's version stays in [s - eta, s], a rollout that spans a
+// publication carries two versions, and kills keep exactly-once. Weight-sync
+// deadlines: a lost sync is retried, a second loss restarts the generator,
+// and the run still ends as the fault-free one (fixed_lag: bitwise).
+#include <algorithm>
+#include <cstdio>
 #include <memory>
 #include <set>
 #include <string>
@@ -12,7 +19,12 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <filesystem>
+
 #include "actors/rl/rl_actors.hpp"
+#include "rl/rm_trainer.hpp"
 #include "tests/rl_test_util.hpp"
 
 namespace troupe::test {
@@ -54,6 +66,24 @@ runtime::RlActorOptions decoupled(const rl::RlTrainOptions& base, int64_t eta, i
   a.train.rl.reward_actors = rewards;
   a.make_task = [] { return std::make_unique<FirstTokenTask>(); };
   return a;
+}
+
+// The same with rl.sync = "latest" (which needs the decoupled PPO loss).
+runtime::RlActorOptions latest(rl::RlTrainOptions base, int64_t eta, int generators, int rewards) {
+  base.rl.policy.kind = rl::LossKind::decoupled_ppo;
+  runtime::RlActorOptions a = decoupled(base, eta, generators, rewards);
+  a.train.rl.sync = rl::SyncMode::latest;
+  return a;
+}
+
+// Every token trained at step s (trainer version s) is at most eta versions
+// old, and none is newer than the trainer.
+void expect_within_bound(const std::vector<runtime::RlActorStepMetrics>& steps, int64_t eta) {
+  for (const auto& m : steps)
+    for (const auto& [lag, n] : m.staleness) {
+      EXPECT_GE(lag, 0) << "step " << m.step;
+      EXPECT_LE(lag, eta) << "step " << m.step << ": " << n << " tokens too stale";
+    }
 }
 
 struct Run {
@@ -139,11 +169,185 @@ TEST(RlActors, FixedLagIsDeterministicAndExactlyStale) {
   }
 }
 
+TEST(RlActors, LatestWithEtaZeroEqualsFixedLagBitwise) {
+  // No publication can land mid-rollout with eta 0 (version s + 1 needs step
+  // s trained), so latest reduces to fixed_lag.
+  rl::RlTrainOptions o = small(4);
+  o.rl.policy.kind = rl::LossKind::decoupled_ppo;
+  const auto fixed = run(decoupled(o, 0, 2, 1));
+  const auto lat = run(latest(o, 0, 2, 1));
+  EXPECT_EQ(lat->rep.parameters, fixed->rep.parameters);
+  EXPECT_EQ(lat->rec.steps, fixed->rec.steps);
+  EXPECT_EQ(lat->rep.mixed_completions, 0);
+  expect_within_bound(lat->rec.actor_steps, 0);
+  expect_exactly_once(lat->rep, o);
+}
+
+TEST(RlActors, LatestKeepsEveryTokenWithinTheStalenessBound) {
+  const rl::RlTrainOptions o = small(6);
+  for (int64_t eta : {1, 2}) {
+    SCOPED_TRACE("max_staleness " + std::to_string(eta));
+    const auto r = run(latest(o, eta, 2, 1));
+    ASSERT_EQ(r->rec.actor_steps.size(), static_cast<size_t>(o.steps));
+    expect_within_bound(r->rec.actor_steps, eta);
+    for (const auto& m : r->rec.actor_steps) {
+      int64_t tokens = 0;
+      for (const auto& [lag, n] : m.staleness) tokens += n;
+      EXPECT_GT(tokens, 0) << "every token's version is recorded, step " << m.step;
+      EXPECT_GE(m.sampled_version, std::max<int64_t>(0, m.step - 1 - eta)) << "dealt once admissible";
+    }
+    for (const std::string& e : r->rep.events)
+      if (e.rfind("deal ", 0) == 0) {
+        int64_t step = 0, v = 0;
+        ASSERT_EQ(std::sscanf(e.c_str(), "deal %ld %ld", &step, &v), 2);
+        EXPECT_EQ(v, std::max<int64_t>(0, step - eta)) << e;
+      }
+    expect_exactly_once(r->rep, o);
+    EXPECT_EQ(r->rep.ledger.discarded, 0) << "generators are paused, never discarded";
+  }
+}
+
+TEST(RlActors, LatestRolloutSpanningAPublicationCarriesTwoVersions) {
+  // The test seam holds a generator after its first decode step of step s
+  // (started with version s - 1) until version s is published; the rest of
+  // the rollout is then sampled by the new weights, taken at the fence.
+  const rl::RlTrainOptions o = small(4);
+  runtime::RlActorOptions a = latest(o, 1, 1, 1);
+  a.hold_for_publication = true;
+  const auto r = run(a);
+  const auto again = run(a);
+  ASSERT_EQ(r->rec.actor_steps.size(), static_cast<size_t>(o.steps));
+  EXPECT_GT(r->rep.mixed_completions, 0);
+  for (size_t s = 1; s < r->rec.actor_steps.size(); ++s) {
+    const auto& m = r->rec.actor_steps[s];
+    EXPECT_EQ(m.sampled_version, static_cast<int64_t>(s) - 1) << "started with the version before";
+    EXPECT_GT(m.staleness.count(1), 0u) << "first tokens by version s - 1, step " << s;
+    EXPECT_GT(m.staleness.count(0), 0u) << "later tokens by version s, step " << s;
+    EXPECT_GT(m.mixed_completions, 0) << "step " << s;
+  }
+  expect_within_bound(r->rec.actor_steps, 1);
+  expect_exactly_once(r->rep, o);
+  // The seam fixes the interleaving, and with it the result.
+  EXPECT_EQ(r->rep.parameters, again->rep.parameters);
+}
+
+// Weight-sync deadlines: a generator loses `count` syncs from step 2 on.
+struct SyncCase {
+  rl::SyncMode mode;
+  int64_t count;
+};
+
+class RlActorSyncDeadline : public ::testing::TestWithParam<SyncCase> {};
+
+TEST_P(RlActorSyncDeadline, LostSyncIsRetriedThenRestartedAndNothingHangs) {
+  const SyncCase c = GetParam();
+  const rl::RlTrainOptions o = small(4);
+  const bool lat = c.mode == rl::SyncMode::latest;
+  // latest: one generator held mid-rollout for the next version (the seam),
+  // so the lost sync is one it needs; a later version cannot stand in for it.
+  const std::string target = lat ? "generator:0" : "generator:1";
+  auto make = [&] {
+    runtime::RlActorOptions a = lat ? latest(o, 1, 1, 1) : decoupled(o, 1, 2, 1);
+    a.hold_for_publication = lat;
+    a.train.rl.sync_deadline_ms = 400;
+    return a;
+  };
+  const auto clean = run(make());
+  runtime::RlActorOptions a = make();
+  runtime::FaultSpec f;
+  f.at_step = 2;
+  f.target = target;
+  f.kind = runtime::FaultKind::drop;
+  f.count = c.count;
+  a.faults.push_back(f);
+  const auto hit = run(a);
+  const auto& ev = hit->rep.events;
+  auto seen = [&](const std::string& prefix) {
+    return std::any_of(ev.begin(), ev.end(), [&](const std::string& e) { return e.rfind(prefix, 0) == 0; });
+  };
+  EXPECT_GE(hit->rep.sync_retries, 1);
+  EXPECT_TRUE(seen("sync retry " + target + " "));
+  if (c.count >= 2) {
+    EXPECT_GE(hit->rep.sync_restarts, 1);
+    EXPECT_TRUE(seen("sync restart " + target + " "));
+    ASSERT_FALSE(hit->rep.restarts.empty());
+    EXPECT_EQ(hit->rep.restarts[0].actor, target);
+    EXPECT_EQ(hit->rep.restarts[0].cause, "weight sync deadline missed twice");
+  }
+  EXPECT_EQ(static_cast<int64_t>(hit->rep.restarts.size()), hit->rep.sync_restarts)
+      << "every restart here is a sync restart";
+  expect_exactly_once(hit->rep, o);
+  if (c.mode == rl::SyncMode::fixed_lag) {
+    EXPECT_EQ(hit->rep.parameters, clean->rep.parameters) << "fixed_lag ends bitwise equal to the fault-free run";
+    EXPECT_EQ(hit->rec.steps, clean->rec.steps);
+  } else {
+    expect_within_bound(hit->rec.actor_steps, 1);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Drops, RlActorSyncDeadline,
+                         ::testing::Values(SyncCase{rl::SyncMode::fixed_lag, 1}, SyncCase{rl::SyncMode::fixed_lag, 2},
+                                           SyncCase{rl::SyncMode::latest, 1}, SyncCase{rl::SyncMode::latest, 2}),
+                         [](const auto& info) {
+                           return std::string(rl::sync_mode_name(info.param.mode)) + "_lose" +
+                                  std::to_string(info.param.count);
+                         });
+
+// reward_model:K actors (rl.reward = "model"): a tiny RM of the policy's
+// model, trained and saved once per test process.
+struct SavedRm {
+  std::string dir;
+  SavedRm() {
+    dir = (std::filesystem::temp_directory_path() / ("troupe_rl_actors_rm_" + std::to_string(::getpid()))).string();
+    std::filesystem::remove_all(dir);
+    rl::RlTrainOptions o = small(1);
+    o.rl.rm_prompts = 12;
+    o.rl.rm_batch = 16;
+    o.optim.lr = 3e-3;
+    rl::RmTrainer tr(o, std::make_unique<FirstTokenTask>());
+    for (int i = 0; i < 6; ++i) tr.step();
+    tr.save(dir);
+  }
+  ~SavedRm() { std::filesystem::remove_all(dir); }
+};
+const std::string& saved_rm() {
+  static SavedRm rm;
+  return rm.dir;
+}
+
+rl::RlTrainOptions rewarded_by_rm(int64_t steps) {
+  rl::RlTrainOptions o = small(steps);
+  o.rl.reward = rl::RewardSource::model;
+  o.rl.reward_model = saved_rm();
+  return o;
+}
+
+TEST(RlActors, RewardModelActorsEqualTheSynchronousLoopWithTheRm) {
+  const rl::RlTrainOptions o = rewarded_by_rm(3);
+  std::vector<float> sync_params;
+  std::vector<double> sync_rewards;
+  {
+    rl::RlTrainer tr(o, std::make_unique<FirstTokenTask>());
+    for (int64_t i = 0; i < o.steps; ++i) sync_rewards.push_back(tr.step().reward_mean);
+    sync_params = tr.parameters();
+  }
+  const auto r = run(decoupled(o, 0, 2, 2));
+  EXPECT_EQ(r->rep.parameters, sync_params) << "the RM served by reward_model:K actors, batched per step, bit for bit";
+  ASSERT_EQ(r->rec.steps.size(), sync_rewards.size());
+  for (size_t i = 0; i < sync_rewards.size(); ++i) {
+    EXPECT_EQ(r->rec.steps[i][1], sync_rewards[i]) << "step " << i;
+    EXPECT_GT(sync_rewards[i], 0.0);
+    EXPECT_LT(sync_rewards[i], 1.0) << "sigmoid of RM scores, not the verifier's 0/1";
+  }
+  expect_exactly_once(r->rep, o);
+}
+
 // kill faults on every kill point of a generator and the reward actor.
 struct FaultCase {
   int64_t eta;
   std::string target;
   int64_t point;
+  rl::SyncMode mode = rl::SyncMode::fixed_lag;
 };
 
 class RlActorFaults : public ::testing::TestWithParam<FaultCase> {};
@@ -151,8 +355,26 @@ class RlActorFaults : public ::testing::TestWithParam<FaultCase> {};
 TEST_P(RlActorFaults, KillLosesNothingTrainsNothingTwiceAndEndsBitwiseEqual) {
   const FaultCase c = GetParam();
   const rl::RlTrainOptions o = small(3);
-  const auto clean = run(decoupled(o, c.eta, 2, 1));
-  runtime::RlActorOptions a = decoupled(o, c.eta, 2, 1);
+  if (c.mode == rl::SyncMode::latest) {
+    // latest is not bitwise reproducible: exactly-once and the bound only.
+    runtime::RlActorOptions a = latest(o, c.eta, 2, 1);
+    runtime::FaultSpec f;
+    f.at_step = 2;
+    f.target = c.target;
+    f.kind = runtime::FaultKind::kill;
+    f.at_message = c.point;
+    a.faults.push_back(f);
+    const auto hit = run(a);
+    ASSERT_EQ(hit->rep.restarts.size(), 1u);
+    EXPECT_EQ(hit->rep.restarts[0].actor, c.target);
+    EXPECT_EQ(hit->rep.restarts[0].cause, "killed");
+    expect_within_bound(hit->rec.actor_steps, c.eta);
+    expect_exactly_once(hit->rep, o);
+    return;
+  }
+  const rl::RlTrainOptions base = c.target.rfind("reward_model:", 0) == 0 ? rewarded_by_rm(3) : o;
+  const auto clean = run(decoupled(base, c.eta, 2, 1));
+  runtime::RlActorOptions a = decoupled(base, c.eta, 2, 1);
   runtime::FaultSpec f;
   f.at_step = 2;
   f.target = c.target;
@@ -174,13 +396,17 @@ std::vector<FaultCase> fault_cases() {
   for (int64_t eta : {0, 1})
     for (const char* t : {"generator:1", "generator:0", "reward:0"})
       for (int64_t p = 0; p <= 3; ++p) out.push_back({eta, t, p});
+  for (const char* t : {"generator:1", "generator:0", "reward:0"})
+    for (int64_t p = 0; p <= 3; ++p) out.push_back({1, t, p, rl::SyncMode::latest});
+  for (int64_t p = 0; p <= 3; ++p) out.push_back({1, "reward_model:0", p});
   return out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Points, RlActorFaults, ::testing::ValuesIn(fault_cases()), [](const auto& info) {
   std::string t = info.param.target;
-  t[t.find(':')] = '_';
-  return "eta" + std::to_string(info.param.eta) + "_" + t + "_point" + std::to_string(info.param.point);
+  t[t.find(':')] = '_';  // gtest names: letters, digits and underscores
+  return std::string(info.param.mode == rl::SyncMode::latest ? "latest_" : "") + "eta" +
+         std::to_string(info.param.eta) + "_" + t + "_point" + std::to_string(info.param.point);
 });
 
 }  // namespace

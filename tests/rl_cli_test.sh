@@ -146,6 +146,55 @@ grep -q '"type":"restart".*"actor":"generator:1"' "$work/dec/metrics.jsonl" || f
 grep -q '"type":"rl_actors_end".*"groups_admitted":8,"groups_trained":8,.*"discarded":0,"double_trained":0,"restarts":1' \
   "$work/dec/metrics.jsonl" || fail "the ledger summary is not 8 admitted, 8 trained, 0 discarded, 0 twice, 1 restart"
 
+# fixed_lag with max_staleness 1, stopped after 2 steps and resumed: the
+# checkpoint carries the version steps 2.. are sampled by (rl_versions/v1),
+# and the resumed run ends with the uninterrupted run's checkpoint bytes.
+lag1=(--set rl.sync='"fixed_lag"' --set rl.max_staleness=1 --set rl.generators=2 --set topology.devices=2
+      --set checkpoint.every=2)
+expect_exit 0 "$troupe" run "$work/rl.toml" "${lag1[@]}" --set run.out_dir="\"$work/lag1\""
+expect_exit 0 "$troupe" run "$work/rl.toml" "${lag1[@]}" --set run.steps=2 --set run.out_dir="\"$work/lag1_half\""
+[ -f "$work/lag1_half/checkpoint/rl_versions/v1/manifest.bin" ] || fail "the fixed_lag checkpoint lacks policy version 1"
+expect_exit 0 "$troupe" run "$work/rl.toml" "${lag1[@]}" --set run.out_dir="\"$work/lag1_resumed\"" \
+  --set checkpoint.resume="\"$work/lag1_half/checkpoint\""
+for f in params.f32.zst adam_m.f32.zst adam_v.f32.zst; do
+  cmp -s "$work/lag1/checkpoint/$f" "$work/lag1_resumed/checkpoint/$f" ||
+    fail "resumed fixed_lag run differs from the uninterrupted one in $f"
+done
+diff <(strip_times "$work/lag1/metrics.jsonl" | grep -E '"type":"rl_step","step":[34],') \
+     <(strip_times "$work/lag1_resumed/metrics.jsonl" | grep -E '"type":"rl_step"') >/dev/null ||
+  fail "resumed fixed_lag run wrote other rl_step metrics for steps 3-4"
+rm -rf "$work/lag1_half/checkpoint/rl_versions"
+expect_exit 4 "$troupe" run "$work/rl.toml" "${lag1[@]}" --set run.out_dir="\"$work/lag1_bad\"" \
+  --set checkpoint.resume="\"$work/lag1_half/checkpoint\""
+expect_output "rl_versions/v1"
+
+# rl.sync = "latest": validate lists the actors; it needs decoupled_ppo (exit
+# 3, with the position); a run with generator:0 losing two weight syncs ends
+# its 4 steps, retries, restarts the generator and trains every group once.
+# (It loses every sync until the restart: in latest a newer confirmed version
+# stands in for a lost older one, so fewer losses may end in a retry alone.)
+latest=(--set rl.sync='"latest"' --set rl.loss='"decoupled_ppo"' --set rl.max_staleness=1 --set topology.devices=2
+        --set rl.sync_deadline_ms=300)
+expect_exit 0 "$troupe" validate "$work/rl.toml" "${latest[@]}"
+expect_output "decoupled online RL (sync \"latest\", max_staleness 1)"
+expect_output "takes new versions between decode steps"
+expect_exit 3 "$troupe" validate "$work/rl.toml" --set rl.sync='"latest"' --set topology.devices=2
+expect_output "needs loss = \"decoupled_ppo\""
+expect_exit 3 "$troupe" validate "$work/rl.toml" "${latest[@]}" --set checkpoint.resume="\"$work/lag1/checkpoint\""
+expect_output "does not resume"
+cp "$work/rl.toml" "$work/rl_drop.toml"
+printf '\n[[faults]]\nat_step = 2\ntarget = "generator:0"\nkind = "drop"\ncount = 100\n' >> "$work/rl_drop.toml"
+expect_exit 0 "$troupe" run "$work/rl_drop.toml" "${latest[@]}" --set run.out_dir="\"$work/latest\""
+grep -q '"type":"rl_actors_end","sync":"latest",.*"groups_admitted":8,"groups_trained":8,.*"discarded":0,"double_trained":0' \
+  "$work/latest/metrics.jsonl" || fail "latest: the ledger summary is not 8 admitted, 8 trained, 0 discarded"
+grep -q '"sync_retries":[1-9]' "$work/latest/metrics.jsonl" || fail "latest: no weight-sync retry counted"
+grep -q '"sync_restarts":[1-9]' "$work/latest/metrics.jsonl" || fail "latest: no generator restart after two lost syncs"
+grep -q '"type":"restart".*"actor":"generator:0"' "$work/latest/metrics.jsonl" || fail "latest: no restart line for generator:0"
+cp "$work/rl.toml" "$work/rl_drop_reward.toml"
+printf '\n[[faults]]\nat_step = 2\ntarget = "reward:0"\nkind = "drop"\n' >> "$work/rl_drop_reward.toml"
+expect_exit 3 "$troupe" validate "$work/rl_drop_reward.toml" "${latest[@]}"
+expect_output "drops act on weight syncs"
+
 # run.mode = "reward_model": validate says what it would do, errors are exit 3,
 # a short run reports held-out accuracy before and after and saves a
 # checkpoint of the same model, and a repeated run writes the same metrics.
@@ -172,9 +221,14 @@ cmp -s "$work/rm1/checkpoint/params.f32.zst" "$work/rm2/checkpoint/params.f32.zs
 # rl.reward = "model": RL rewarded by that RM (frozen); bad combinations are exit 3, a missing RM exit 4.
 expect_exit 3 "$troupe" validate "$work/rl.toml" --set 'rl.reward="model"'
 expect_output "reward = \"model\" needs reward_model"
-expect_exit 3 "$troupe" validate "$work/rl.toml" --set 'rl.reward="model"' --set rl.reward_model="\"$work/rm1/checkpoint\"" \
+expect_exit 0 "$troupe" validate "$work/rl.toml" --set 'rl.reward="model"' --set rl.reward_model="\"$work/rm1/checkpoint\"" \
   --set 'rl.sync="fixed_lag"' --set topology.devices=2
-expect_output "reward = \"model\" runs in the synchronous loop only"
+expect_output "    reward_model:0  the learned reward model $work/rm1/checkpoint"
+cp "$work/rl.toml" "$work/rl_rm_kill.toml"
+printf '\n[[faults]]\nat_step = 2\ntarget = "reward:0"\nkind = "kill"\n' >> "$work/rl_rm_kill.toml"
+expect_exit 3 "$troupe" validate "$work/rl_rm_kill.toml" --set 'rl.reward="model"' --set rl.reward_model="\"$work/rm1/checkpoint\"" \
+  --set 'rl.sync="fixed_lag"' --set topology.devices=2
+expect_output "the reward actors of this run are reward_model:K"
 expect_exit 4 "$troupe" validate "$work/rl.toml" --set 'rl.reward="model"' --set rl.reward_model="\"$work/nope\""
 expect_output "[rl] reward_model: "
 expect_exit 0 "$troupe" validate "$work/rl.toml" --set 'rl.reward="model"' --set rl.reward_model="\"$work/rm1/checkpoint\""

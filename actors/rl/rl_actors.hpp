@@ -1,5 +1,5 @@
-// Decoupled online RL on supervised CAF actors (rl.sync = "fixed_lag"): the
-// facade, CAF-free so launch/ and tests include it cheaply.
+// Decoupled online RL on supervised CAF actors (rl.sync = "fixed_lag" or
+// "latest"): the facade, CAF-free so launch/ and tests include it cheaply.
 //
 // Actors (names as `troupe validate` lists them, rl_plan.hpp):
 //   rl_coordinator  deals RL steps to generators, forwards rollouts to reward
@@ -23,6 +23,23 @@
 // trainer. A rollout is a pure function of (seed, step, index, weights), so
 // whatever the timing, restarts or number of generators, a run is a pure
 // function of its spec and seed; max_staleness = 0 equals rl::train bit for bit.
+//
+// Latest: step s is dealt as soon as version max(0, s - max_staleness) is
+// published (the admission bound: no token older than the trainer's version
+// - max_staleness), every publication is pushed to every generator, and a
+// generator takes it at the next fence between decode steps, so a rollout
+// may carry several versions (recorded per token). What stays deterministic
+// is which groups are sampled (ids, prompts, sampler seeds), the ledger
+// (every group admitted and trained once, in step order) and the bound;
+// the tokens themselves depend on when a publication lands, i.e. on thread
+// timing. With max_staleness 0 no publication can land mid-rollout (the
+// trainer waits for step s before making version s + 1), so latest with
+// eta 0 equals fixed_lag with eta 0 bit for bit.
+//
+// Weight-sync deadlines: every sync to a generator must be confirmed within
+// rl.sync_deadline_ms; a miss sends it again (a retry), a second miss
+// restarts the generator (its unadmitted steps are dealt again), so a lost
+// transfer never hangs the run.
 #pragma once
 
 #include <cstdint>
@@ -46,8 +63,10 @@ struct RlActorStepMetrics {
   std::map<int64_t, int64_t> staleness;  // version lag (trained version - token version) -> tokens
   int64_t buffer_depth = 0;     // steps admitted and waiting in the buffer when the trainer took this one
   double trainer_wait_seconds = 0.0;  // the trainer waited for this step's rollouts
-  double weight_sync_seconds = 0.0;   // the generator's copy-in of the version it sampled with (0: it had it)
+  double weight_sync_seconds = 0.0;   // the generator's copy-ins for this step (0: it had the version)
   int64_t weight_sync_bytes = 0;
+  double paused_seconds = 0.0;        // the generator waited before this step (admission or weights)
+  int64_t mixed_completions = 0;      // completions whose tokens carry more than one version (latest)
   double generator_idle = 0.0;  // share of generator time idle so far (all generators)
   double trainer_idle = 0.0;    // share of trainer time spent waiting for rollouts so far
   int64_t discarded = 0;        // rollouts refused by admission so far (expected 0)
@@ -73,6 +92,10 @@ struct RlActorReport {
   double generator_idle = 0.0, trainer_idle = 0.0;  // shares of the run's wall time (generators: of K x wall)
   double weight_sync_seconds = 0.0;
   int64_t weight_sync_bytes = 0, weight_syncs = 0;
+  double paused_seconds = 0.0;     // all generators
+  int64_t mixed_completions = 0;   // latest: completions that span a publication
+  int64_t sync_retries = 0;        // syncs sent again after a missed deadline
+  int64_t sync_restarts = 0;       // generators restarted after a second miss
   int64_t max_buffer_depth = 0;
   // Order of events at the coordinator, for checks of the fixed lag:
   // "deal s v" (step s dealt, to be sampled by version v) and "publish v".
@@ -87,12 +110,18 @@ class RlActorObserver : public rl::RlObserver {
 };
 
 struct RlActorOptions {
-  rl::RlTrainOptions train;  // train.rl.sync must be fixed_lag
+  rl::RlTrainOptions train;  // train.rl.sync must be fixed_lag or latest
   // Builds the task for each actor (each gets its own); empty: the built-in
   // task named by rl.task.
   std::function<std::unique_ptr<rl::Task>()> make_task;
-  std::vector<FaultSpec> faults;  // kill faults on "generator:K" / "reward:K"
+  // kill faults on "generator:K" / "reward:K"; drop faults on "generator:K"
+  // (its next `count` weight syncs are lost).
+  std::vector<FaultSpec> faults;
   int max_restarts = 16;          // more restarts in one run fail it
+  // Test seam (latest only): a generator that started step s with a version
+  // older than s waits after its first decode step until a newer version
+  // arrives, so the rollout deterministically spans a publication.
+  bool hold_for_publication = false;
 };
 
 // Runs the decoupled loop to the end. Throws std::runtime_error when an actor

@@ -10,6 +10,9 @@
 #include "actors/rl/rl_actors.hpp"
 #include "actors/rl/rl_messages.hpp"
 #include "actors/transport/caf_scheduler.hpp"
+#include "model/checkpoint.hpp"
+#include "rl/staleness.hpp"
+#include "rl/version_store.hpp"
 #include "rl/task.hpp"
 
 namespace troupe::runtime {
@@ -45,10 +48,32 @@ struct DriverState {
   std::set<int64_t> admitted;                  // steps the ledger took
   std::vector<char> fired;                     // per fault: armed already
   int restarts = 0;
+  // Weight syncs, per generator: its incarnation (restarts), the version last
+  // sent to it (-1: none since it started), the syncs awaiting confirmation
+  // (version -> attempt) and whether it is being restarted for missing one.
+  std::vector<int64_t> incarnation, last_sent;
+  std::vector<std::map<int64_t, int>> unconfirmed;
+  std::vector<char> sync_kill;
+  // The end of the run: the children whose down is still awaited.
+  bool ending = false;
+  caf::error end_reason;
+  std::set<caf::actor_addr> awaiting;
 };
 
 int64_t eta_of(const DriverState& s) { return s.sh->opt->train.rl.max_staleness; }
-int64_t version_for(const DriverState& s, int64_t step) { return std::max<int64_t>(0, step - eta_of(s)); }
+int64_t version_for(const DriverState& s, int64_t step) { return rl::first_version_for(step, eta_of(s)); }
+bool latest_mode(const DriverState& s) { return s.sh->opt->train.rl.sync == rl::SyncMode::latest; }
+
+// Sends version v to generator k with a deadline for its confirmation
+// (`attempt` 1; the deadline handler sends attempt 2).
+void send_sync(caf::event_based_actor* self, DriverState& s, size_t k, int64_t v, int attempt = 1) {
+  if (attempt == 1 && s.last_sent[k] == v) return;  // it has it (or it is on its way)
+  s.last_sent[k] = v;
+  s.unconfirmed[k][v] = attempt;
+  self->send(s.gens[k], rlmsg::sync_atom::value, s.versions.at(v));
+  const auto deadline = std::chrono::microseconds(static_cast<int64_t>(s.sh->opt->train.rl.sync_deadline_ms * 1000.0));
+  self->delayed_send(self, deadline, rlmsg::deadline_atom::value, static_cast<int>(k), s.incarnation[k], v, attempt);
+}
 
 // Arms `target` with its kill point when a not-yet-fired fault names it for
 // a job of step `step` (0-based) or later: the fault hits the first job of
@@ -62,6 +87,10 @@ void maybe_arm(caf::event_based_actor* self, DriverState& s, const caf::actor& t
     if (s.fired[i] || !parse_rl_fault_target(faults[i].target, gen, k) || gen != generator || k != index) continue;
     if (step + 1 < faults[i].at_step) continue;
     s.fired[i] = 1;
+    if (faults[i].kind == FaultKind::drop) {
+      self->send(to, rlmsg::arm_drop_atom::value, faults[i].count);
+      continue;
+    }
     const uint32_t point = faults[i].at_message > 0
                                ? static_cast<uint32_t>(faults[i].at_message)
                                : kill_point(s.sh->seed, static_cast<uint64_t>(faults[i].at_step), faults[i].target,
@@ -78,7 +107,9 @@ void deal(caf::event_based_actor* self, DriverState& s, int64_t step, bool redea
     s.ctx->events.push_back("deal " + std::to_string(step) + " " + std::to_string(v));
   }
   maybe_arm(self, s, s.gens[k], true, static_cast<int>(k), step);
-  self->send(s.gens[k], rlmsg::job_atom::value, step, s.versions.at(v));
+  // fixed_lag: the version the step needs; latest: the newest (>= v).
+  send_sync(self, s, k, latest_mode(s) ? s.published : v);
+  self->send(s.gens[k], rlmsg::job_atom::value, step, v);
 }
 
 // Deals every step whose version is published, in step order.
@@ -96,7 +127,19 @@ void fail(caf::event_based_actor* self, DriverState& s, const std::string& why) 
 }
 
 caf::actor spawn_generator(caf::event_based_actor* self, DriverState& s, int k) {
-  return self->spawn<caf::detached + caf::monitored>(generator_actor, s.sh, k, caf::actor_cast<caf::actor>(self));
+  const auto i = static_cast<size_t>(k);
+  if (s.incarnation.size() <= i) {
+    s.incarnation.resize(i + 1, -1);
+    s.last_sent.resize(i + 1, -1);
+    s.unconfirmed.resize(i + 1);
+    s.sync_kill.resize(i + 1, 0);
+  }
+  ++s.incarnation[i];
+  s.last_sent[i] = -1;
+  s.unconfirmed[i].clear();
+  s.sync_kill[i] = 0;
+  return self->spawn<caf::detached + caf::monitored>(generator_actor, s.sh, k, s.incarnation[i],
+                                                     caf::actor_cast<caf::actor>(self));
 }
 caf::actor spawn_reward(caf::event_based_actor* self, DriverState& s, int k) {
   return self->spawn<caf::detached + caf::monitored>(reward_actor, s.sh, k, s.buffer);
@@ -108,6 +151,7 @@ caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_p
   s.sh = sh;
   s.ctx = ctx;
   s.fired.assign(sh->opt->faults.size(), 0);
+  s.next = sh->first_step;  // resumed: the steps before it are in the checkpoint
   const rl::RlConfig& rl = sh->opt->train.rl;
   s.buffer = self->spawn<caf::monitored>(buffer_actor, sh, ledger, caf::actor_cast<caf::actor>(self));
   for (int k = 0; k < rl.generators; ++k) s.gens.push_back(spawn_generator(self, s, k));
@@ -119,6 +163,30 @@ caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_p
   // and the ledger drops whatever the dead actor had delivered already.
   self->set_down_handler([self](caf::down_msg& dm) {
     DriverState& s = self->state;
+    if (s.ending) {
+      // Shutting down: each child's down is awaited, so an actor that died
+      // just before the end (after delivering its last result) is still
+      // counted, deterministically; nothing is respawned any more.
+      s.awaiting.erase(dm.source);
+      if (dm.reason != caf::exit_reason::user_shutdown && dm.source != s.buffer.address()) {
+        RestartEvent e;
+        e.step = s.next;
+        e.attempt = 1;
+        e.actor = "?";
+        for (size_t k = 0; k < s.gens.size(); ++k)
+          if (s.gens[k].address() == dm.source) e.actor = "generator:" + std::to_string(k);
+        for (size_t k = 0; k < s.rewards.size(); ++k)
+          if (s.rewards[k].address() == dm.source)
+            e.actor = rl_reward_actor_name(s.sh->opt->train.rl.reward == rl::RewardSource::model, static_cast<int>(k));
+        e.cause = dm.reason == caf::exit_reason::kill ? "killed" : caf::to_string(dm.reason);
+        e.phase = "the run had ended: not respawned";
+        std::lock_guard<std::mutex> lock(s.ctx->mu);
+        s.ctx->restarts.push_back(e);
+        s.ctx->unreported.push_back(e);
+      }
+      if (s.awaiting.empty()) self->quit(s.end_reason);
+      return;
+    }
     if (dm.reason == caf::exit_reason::user_shutdown) return;
     bool generator = false;
     int index = -1;
@@ -130,17 +198,19 @@ caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_p
       if (s.buffer.address() == dm.source) fail(self, s, "rollout_buffer went down: " + caf::to_string(dm.reason));
       return;
     }
-    const std::string name = std::string(generator ? "generator:" : "reward:") + std::to_string(index);
+    const std::string name = generator ? "generator:" + std::to_string(index)
+                                       : rl_reward_actor_name(s.sh->opt->train.rl.reward == rl::RewardSource::model, index);
     if (++s.restarts > s.sh->opt->max_restarts) {
       fail(self, s, name + " went down (" + caf::to_string(dm.reason) + ") after " +
                         std::to_string(s.sh->opt->max_restarts) + " restarts in this run: giving up");
       return;
     }
+    const bool missed_sync = generator && s.sync_kill[static_cast<size_t>(index)];
     if (generator) s.gens[static_cast<size_t>(index)] = spawn_generator(self, s, index);
     else s.rewards[static_cast<size_t>(index)] = spawn_reward(self, s, index);
     const size_t n = generator ? s.gens.size() : s.rewards.size();
     int64_t first = -1;
-    for (int64_t step = 0; step < s.next; ++step) {
+    for (int64_t step = s.sh->first_step; step < s.next; ++step) {
       if (s.admitted.count(step) || static_cast<size_t>(step) % n != static_cast<size_t>(index)) continue;
       if (first < 0) first = step;
       deal(self, s, step, true);
@@ -149,7 +219,8 @@ caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_p
     e.step = (first < 0 ? s.next : first) + 1;
     e.attempt = 1;
     e.actor = name;
-    e.cause = dm.reason == caf::exit_reason::kill ? "killed" : caf::to_string(dm.reason);
+    e.cause = missed_sync ? "weight sync deadline missed twice"
+              : dm.reason == caf::exit_reason::kill ? "killed" : caf::to_string(dm.reason);
     e.phase = first < 0 ? "idle" : "its in-flight steps dealt again from step " + std::to_string(first + 1);
     std::lock_guard<std::mutex> lock(s.ctx->mu);
     s.ctx->restarts.push_back(e);
@@ -158,10 +229,15 @@ caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_p
   // The end of the run (the facade's exit): children go down with it.
   self->set_exit_handler([self](caf::exit_msg& m) {
     DriverState& s = self->state;
+    if (s.ending) return;
+    s.ending = true;
+    s.end_reason = m.reason;
+    for (auto& a : s.gens) s.awaiting.insert(a.address());
+    for (auto& a : s.rewards) s.awaiting.insert(a.address());
+    s.awaiting.insert(s.buffer.address());
     for (auto& a : s.gens) self->send_exit(a, caf::exit_reason::user_shutdown);
     for (auto& a : s.rewards) self->send_exit(a, caf::exit_reason::user_shutdown);
     self->send_exit(s.buffer, caf::exit_reason::user_shutdown);
-    self->quit(m.reason);
   });
   return {
       [self](rlmsg::publish_atom, rlmsg::Weights& w) {
@@ -175,11 +251,45 @@ caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_p
         s.versions[w.version] = std::move(w);
         // Versions no undelivered step can need any more are dropped.
         int64_t lowest = s.next;
-        for (int64_t step = 0; step < s.next; ++step)
+        for (int64_t step = s.sh->first_step; step < s.next; ++step)
           if (!s.admitted.count(step)) lowest = std::min(lowest, step);
         const int64_t keep = std::min(version_for(s, lowest), s.published);
         s.versions.erase(s.versions.begin(), s.versions.lower_bound(keep));
+        // latest: every generator gets each version as it is published and
+        // takes it at its next fence, mid-rollout or not.
+        if (latest_mode(s))
+          for (size_t k = 0; k < s.gens.size(); ++k) send_sync(self, s, k, s.published);
         deal_ready(self, s);
+      },
+      [self](rlmsg::synced_atom, int k, int64_t incarnation, int64_t v) {
+        DriverState& s = self->state;
+        if (incarnation != s.incarnation[static_cast<size_t>(k)]) return;  // from a dead incarnation
+        auto& open = s.unconfirmed[static_cast<size_t>(k)];
+        // latest: a generator holding version v needs no older one; fixed_lag
+        // samples each step with its exact version, so each sync counts.
+        if (latest_mode(s)) open.erase(open.begin(), open.upper_bound(v));
+        else open.erase(v);
+      },
+      // A sync not confirmed in time: sent again once, then the generator is
+      // restarted (the down handler deals its unadmitted steps again).
+      [self](rlmsg::deadline_atom, int k, int64_t incarnation, int64_t v, int attempt) {
+        DriverState& s = self->state;
+        const auto i = static_cast<size_t>(k);
+        if (incarnation != s.incarnation[i] || s.sync_kill[i]) return;
+        const auto it = s.unconfirmed[i].find(v);
+        if (it == s.unconfirmed[i].end() || it->second != attempt) return;
+        std::lock_guard<std::mutex> lock(s.ctx->mu);
+        if (attempt == 1) {
+          ++s.ctx->report.sync_retries;
+          s.ctx->events.push_back("sync retry generator:" + std::to_string(k) + " " + std::to_string(v));
+          if (!s.versions.count(v)) return;  // no step needs it any more
+          send_sync(self, s, i, v, 2);
+        } else {
+          ++s.ctx->report.sync_restarts;
+          s.ctx->events.push_back("sync restart generator:" + std::to_string(k) + " " + std::to_string(v));
+          s.sync_kill[i] = 1;
+          self->send_exit(s.gens[i], caf::exit_reason::kill);
+        }
       },
       [self](rlmsg::rollout_atom, rlmsg::Rollout& r) {
         DriverState& s = self->state;
@@ -207,11 +317,22 @@ void trainer_actor(caf::blocking_actor* self, std::shared_ptr<const RlShared> sh
   const RlActorOptions& o = *sh->opt;
   try {
     rl::RlTrainer tr(o.train, o.make_task ? o.make_task() : nullptr);
-    auto publish = [&](int64_t version) {
-      rlmsg::Weights w{version, std::make_shared<const std::vector<float>>(tr.parameters())};
-      self->send(driver, rlmsg::publish_atom::value, std::move(w));
+    // The versions a checkpoint must carry (fixed_lag resumes re-publish them).
+    std::map<int64_t, std::shared_ptr<const std::vector<float>>> kept;
+    const int64_t eta = o.train.rl.max_staleness;
+    auto publish_params = [&](int64_t version, std::shared_ptr<const std::vector<float>> params) {
+      kept[version] = params;
+      kept.erase(kept.begin(), kept.lower_bound(version - eta));
+      self->send(driver, rlmsg::publish_atom::value, rlmsg::Weights{version, std::move(params)});
     };
-    publish(0);
+    auto publish = [&](int64_t version) {
+      publish_params(version, std::make_shared<const std::vector<float>>(tr.parameters()));
+    };
+    for (const auto& [v, params] : sh->resume_versions) publish_params(v, params);
+    publish(tr.steps_done());
+    auto after_save = [&](const std::string& dir) {
+      rl::save_versions(dir, o.train.model, o.train.seed, rl::versions_to_keep(tr.steps_done(), eta), kept);
+    };
     RlActorReport& rep = ctx->report;
     double gen_busy = 0.0;
     auto step_fn = [&]() -> rl::RlStepMetrics {
@@ -236,8 +357,13 @@ void trainer_actor(caf::blocking_actor* self, std::shared_ptr<const RlShared> sh
       RlActorStepMetrics am;
       am.step = m.step;
       am.sampled_version = got.rollout.r->version;
-      for (const model::Completion& c : got.rollout.r->completions)
-        for (int64_t v : c.versions) ++am.staleness[step - v];
+      for (const model::Completion& c : got.rollout.r->completions) {
+        rl::add_version_lags(am.staleness, c.versions, step);
+        am.mixed_completions += rl::distinct_versions(c.versions) > 1;
+      }
+      am.paused_seconds = got.rollout.paused_seconds;
+      rep.paused_seconds += got.rollout.paused_seconds;
+      rep.mixed_completions += am.mixed_completions;
       for (const auto& [lag, n] : am.staleness) rep.staleness[lag] += n;
       am.buffer_depth = depth;
       am.discarded = discarded;
@@ -250,7 +376,7 @@ void trainer_actor(caf::blocking_actor* self, std::shared_ptr<const RlShared> sh
       rep.generator_busy_seconds = gen_busy;
       rep.weight_sync_seconds += got.rollout.sync_seconds;
       rep.weight_sync_bytes += got.rollout.sync_bytes;
-      rep.weight_syncs += got.rollout.sync_bytes > 0;
+      rep.weight_syncs += got.rollout.loads;
       rep.max_buffer_depth = std::max(rep.max_buffer_depth, depth);
       const double wall = since(ctx->t0);
       const double gens = static_cast<double>(o.train.rl.generators);
@@ -265,7 +391,7 @@ void trainer_actor(caf::blocking_actor* self, std::shared_ptr<const RlShared> sh
       ctx->observer->on_actor_step(am);
       return m;
     };
-    ctx->summary = rl::run_rl_loop(tr, o.train, *ctx->observer, step_fn);
+    ctx->summary = rl::run_rl_loop(tr, o.train, *ctx->observer, step_fn, after_save);
     rep.parameters = tr.parameters();
   } catch (const std::exception& e) {
     std::lock_guard<std::mutex> lock(ctx->mu);
@@ -277,24 +403,36 @@ void trainer_actor(caf::blocking_actor* self, std::shared_ptr<const RlShared> sh
 
 rl::RlSummary train_decoupled(const RlActorOptions& options, RlActorObserver& observer, RlActorReport* report) {
   const rl::RlConfig& rl = options.train.rl;
-  if (rl.sync != rl::SyncMode::fixed_lag)
-    throw std::invalid_argument("train_decoupled: rl.sync must be \"fixed_lag\"");
-  if (!options.train.resume_from.empty())
-    throw std::invalid_argument("train_decoupled: resuming a decoupled run is not supported yet");
+  if (!rl::decoupled(rl.sync))
+    throw std::invalid_argument("train_decoupled: rl.sync must be \"fixed_lag\" or \"latest\"");
+  if (!options.train.resume_from.empty() && rl.sync != rl::SyncMode::fixed_lag)
+    throw std::invalid_argument("train_decoupled: only fixed_lag runs resume (latest is not reproducible bit for bit)");
   for (const rl::ConfigProblem& p : rl::check_config(rl)) throw std::invalid_argument("rl." + p.key + ": " + p.message);
   for (const FaultSpec& f : options.faults) {
     bool gen = false;
     int k = 0;
-    if (!parse_rl_fault_target(f.target, gen, k) || k >= (gen ? rl.generators : rl.reward_actors) ||
-        f.kind != FaultKind::kill || f.at_message < 0 || f.at_message > kRlKillPoints)
+    const bool ok = parse_rl_fault_target(f.target, gen, k) && k < (gen ? rl.generators : rl.reward_actors) &&
+                    (gen || f.target == rl_reward_actor_name(rl.reward == rl::RewardSource::model, k)) &&
+                    ((f.kind == FaultKind::kill && f.at_message >= 0 && f.at_message <= kRlKillPoints) ||
+                     (f.kind == FaultKind::drop && gen && f.count >= 1));
+    if (!ok)
       throw std::invalid_argument("train_decoupled: fault target \"" + f.target + "\" (kind " + fault_kind_name(f.kind) +
-                                  ") is not a kill of an existing generator:K or reward:K at a point 0.." +
-                                  std::to_string(kRlKillPoints));
+                                  ") is neither a kill of an existing generator:K or reward:K (reward_model:K with rl.reward = \"model\") at a point 0.." +
+                                  std::to_string(kRlKillPoints) + " nor a drop of count >= 1 on a generator:K");
   }
   auto sh = std::make_shared<RlShared>();
   sh->opt = &options;
   sh->seed = options.train.seed;
   sh->steps = options.train.steps;
+  if (!options.train.resume_from.empty()) {
+    // The checkpoint's step, and the older versions the next eta steps are
+    // sampled by (throws model::CheckpointError naming a missing one).
+    const model::TrainingState st = model::load_checkpoint(options.train.resume_from);
+    sh->first_step = st.step;
+    for (auto& [v, params] : rl::load_versions(options.train.resume_from, options.train.model,
+                                               rl::versions_to_keep(st.step, rl.max_staleness)))
+      sh->resume_versions.emplace(v, std::make_shared<const std::vector<float>>(std::move(params)));
+  }
   auto ctx = std::make_shared<RunContext>();
   ctx->observer = &observer;
   ctx->t0 = Clock::now();

@@ -4,13 +4,22 @@
 // scores), never copied or encoded. Across processes they would need a Cap'n
 // Proto schema; that is not built (README "Online RL").
 //
-// Protocol (step s, generator k = s % K, reward actor r = s % R):
+// Protocol (step s, generator k = s % K, reward actor r = s % R, eta =
+// max_staleness, v0 = max(0, s - eta)):
 //   trainer -> coordinator      (publish, Weights v)       after each update, and v = 0 at start
-//   coordinator -> generator:k  [(arm, point)] (job, s, Weights max(0, s - eta))
+//   coordinator -> generator:k  (sync, Weights, incarnation)  fixed_lag: version v0 before step s's
+//                               job; latest: every publication, to every generator
+//   generator:k -> coordinator  (synced, k, incarnation, version)  the confirmation; without it by
+//                               rl.sync_deadline_ms the sync is sent again, then the generator restarted
+//   coordinator -> generator:k  [(arm, point) | (arm_drop, n)] (job, s, v0): the generator
+//                               starts it once it holds version v0 (fixed_lag: exactly v0;
+//                               latest: its newest, >= v0), paused until then
+//   generator:k -> generator:k  (decode) one decode step per message: a fence, so a sync that
+//                               arrives mid-rollout is taken between two decode steps (latest)
 //   generator:k -> coordinator  (rollout, Rollout)
 //   coordinator -> reward:r     [(arm, point)] (score, Rollout)
 //   reward:r -> buffer          (admit, Scored)
-//   buffer -> coordinator       (admitted, s)             the ledger took step s's groups
+//   buffer -> coordinator       (admitted, s, ok)          the ledger took step s's groups (or refused them)
 //   trainer -> coordinator      (take, s, trainer)        forwarded to the buffer; then blocks for
 //   buffer -> trainer           (batch, Scored, depth, discarded, duplicates): the
 //                               ledger's counts so far ride along (an empty Scored: the run failed)
@@ -19,6 +28,7 @@
 #include <caf/all.hpp>
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -36,6 +46,11 @@ using admitted_atom = caf::atom_constant<caf::atom("rl_admtd")>;
 using take_atom = caf::atom_constant<caf::atom("rl_take")>;
 using batch_atom = caf::atom_constant<caf::atom("rl_batch")>;
 using arm_atom = caf::atom_constant<caf::atom("rl_arm")>;
+using arm_drop_atom = caf::atom_constant<caf::atom("rl_armdrop")>;
+using sync_atom = caf::atom_constant<caf::atom("rl_sync")>;
+using synced_atom = caf::atom_constant<caf::atom("rl_synced")>;
+using deadline_atom = caf::atom_constant<caf::atom("rl_dline")>;
+using decode_atom = caf::atom_constant<caf::atom("rl_decode")>;
 
 // One published policy version (immutable once published).
 struct Weights {
@@ -47,9 +62,12 @@ struct Weights {
 struct Rollout {
   std::shared_ptr<const rl::StepRollouts> r;
   int generator = 0;
-  double busy_seconds = 0.0;       // sampling plus the weight copy
-  double sync_seconds = 0.0;       // the weight copy at the fence (0 when it had the version)
+  double busy_seconds = 0.0;       // sampling plus the weight copies
+  double sync_seconds = 0.0;       // the weight copies at the fences (0 when it had the version)
   int64_t sync_bytes = 0;
+  int64_t loads = 0;               // weight copies in (at the start and mid-rollout)
+  double paused_seconds = 0.0;     // idle before this job: no admissible job, or its weights not yet in
+  int64_t switches = 0;            // latest: versions taken mid-rollout, between decode steps
 };
 
 // A reward actor's verdicts on a step's rollouts.
@@ -75,13 +93,21 @@ struct RlShared {
   const RlActorOptions* opt = nullptr;
   uint64_t seed = 0;
   int64_t steps = 0;
+  // Resume: the first step to run (the checkpoint's) and the older versions
+  // steps first .. first + eta - 1 are sampled by (rl/version_store.hpp).
+  int64_t first_step = 0;
+  std::map<int64_t, std::shared_ptr<const std::vector<float>>> resume_versions;
 };
 
 // Behaviours (actors/rl/rl_roles.cpp); the coordinator spawns them. `driver` receives results; a kill
 // point armed with (arm, k) fires on the next job: 1 before computing, 2
 // after computing (the result is lost), 3 after sending it.
+// `incarnation` counts the generator's restarts; it rides on each
+// confirmation so a late one from a dead incarnation is ignored. An armed
+// (arm_drop, n) makes it lose the next n syncs (a lost transfer: no copy, no
+// confirmation).
 caf::behavior generator_actor(caf::event_based_actor* self, std::shared_ptr<const RlShared> sh, int index,
-                              caf::actor driver);
+                              int64_t incarnation, caf::actor driver);
 caf::behavior reward_actor(caf::event_based_actor* self, std::shared_ptr<const RlShared> sh, int index,
                            caf::actor buffer);
 // The buffer writes the ledger (read by the facade after the buffer is gone).

@@ -1,4 +1,4 @@
-// The actors of a decoupled RL run (rl.sync = "fixed_lag") and where they
+// The actors of a decoupled RL run (rl.sync = "fixed_lag" / "latest") and where they
 // sit, computed once from the [rl] values and the device count: `troupe
 // validate` lists them, the run logs them. CAF-free.
 //
@@ -30,18 +30,28 @@ inline int rl_generator_device(int generator, int devices) {
 inline std::vector<RlActorPlacement> rl_actor_plan(const rl::RlConfig& c, int devices) {
   std::vector<RlActorPlacement> out;
   const std::string eta = std::to_string(c.max_staleness);
+  const bool latest = c.sync == rl::SyncMode::latest;
   out.push_back({"rl_coordinator", -1, "deals step s to generator s % " + std::to_string(c.generators) +
-                                           " with version max(0, s - " + eta + "); supervises generators and reward actors"});
-  out.push_back({"rollout_buffer", -1, "admission (version exactly max(0, s - " + eta +
-                                           ")) and the ledger: each group (seed, step, index) admitted and trained once"});
+                                           (latest ? " once version max(0, s - " + eta + ") is out; pushes every version to every generator"
+                                                   : " with version max(0, s - " + eta + ")") +
+                                           "; weight-sync deadlines; supervises generators and reward actors"});
+  out.push_back({"rollout_buffer", -1, (latest ? "admission (every token's version in [s - " + eta + ", s])"
+                                               : "admission (version exactly max(0, s - " + eta + "))") +
+                                           " and the ledger: each group (seed, step, index) admitted and trained once"});
   out.push_back({"trainer", 0, "the policy update (loss " + std::string(loss_kind_name(c.policy.kind)) +
                                    "); publishes version v+1 after each step"});
   for (int k = 0; k < c.generators; ++k)
     out.push_back({"generator:" + std::to_string(k), rl_generator_device(k, devices),
                    "policy copy + version; samples " + std::to_string(c.prompts_per_step) + " x " +
-                       std::to_string(c.group_size) + " completions per step (KV cache)"});
-  for (int k = 0; k < c.reward_actors; ++k)
-    out.push_back({"reward:" + std::to_string(k), -1, "rule verifier and group advantages"});
+                       std::to_string(c.group_size) + " completions per step (KV cache" +
+                       (latest ? "; takes new versions between decode steps)" : ")")});
+  for (int k = 0; k < c.reward_actors; ++k) {
+    if (c.reward == rl::RewardSource::model)
+      out.push_back({"reward_model:" + std::to_string(k), -1,
+                     "the learned reward model " + c.reward_model + " (frozen; a step's completions in one batch), group advantages"});
+    else
+      out.push_back({"reward:" + std::to_string(k), -1, "rule verifier and group advantages"});
+  }
   return out;
 }
 

@@ -1,11 +1,14 @@
 // The generator, reward and rollout-buffer actors of decoupled RL (see
 // rl_actors.hpp and the protocol in rl_messages.hpp).
 #include <chrono>
+#include <deque>
 #include <set>
 #include <utility>
 
 #include "actors/rl/rl_actors.hpp"
 #include "actors/rl/rl_messages.hpp"
+#include "rl/rm_reward.hpp"
+#include "rl/staleness.hpp"
 #include "rl/task.hpp"
 
 namespace troupe::runtime {
@@ -38,37 +41,114 @@ void report_exceptions(caf::scheduled_actor* self) {
 }  // namespace
 
 caf::behavior generator_actor(caf::event_based_actor* self, std::shared_ptr<const RlShared> sh, int index,
-                              caf::actor driver) {
+                              int64_t incarnation, caf::actor driver) {
   report_exceptions(self);
+  struct Job {
+    int64_t step = 0, version = 0;  // fixed_lag: exactly `version`; latest: at least
+    uint32_t kill = 0;              // the kill point armed for it
+  };
   struct State {
     std::unique_ptr<rl::Task> task;
     std::unique_ptr<rl::PolicyCopy> copy;  // this generator's weights and their version
-    uint32_t armed = 0;                    // kill point for the next job (0: none)
+    std::map<int64_t, rlmsg::Weights> have;  // confirmed versions not yet needed or superseded
+    std::deque<Job> jobs;                    // dealt, not started (waiting for a running one or weights)
+    Job running;
+    rlmsg::Rollout out;  // the running job's figures
+    Clock::time_point t0, idle_since = Clock::now();
+    int64_t decodes = 0;
+    bool holding = false;
+    uint32_t armed = 0;  // kill point for the next job (0: none)
+    int64_t drop = 0;    // syncs still to lose
   };
   auto st = std::make_shared<State>();
   st->task = task_for(*sh);
   st->copy = std::make_unique<rl::PolicyCopy>(sh->opt->train.model, sh->opt->train.backend);
+  const bool latest = sh->opt->train.rl.sync == rl::SyncMode::latest;
+  // Copies `w` in (the fence) and counts it against the running job.
+  auto load = [st](const rlmsg::Weights& w) {
+    const auto ts = Clock::now();
+    st->copy->load(*w.params, w.version);
+    st->out.sync_seconds += since(ts);
+    st->out.sync_bytes += static_cast<int64_t>(w.params->size() * sizeof(float));
+    ++st->out.loads;
+  };
+  // Starts the next job once the weights it needs are in.
+  auto try_start = [self, st, sh, index, latest, load]() {
+    if (st->copy->generating() || st->holding || st->jobs.empty()) return;
+    const Job j = st->jobs.front();
+    const rlmsg::Weights* w = nullptr;
+    if (latest) {
+      if (!st->have.empty() && st->have.rbegin()->first >= j.version) w = &st->have.rbegin()->second;
+    } else if (auto it = st->have.find(j.version); it != st->have.end()) {
+      w = &it->second;
+    }
+    if (!w) return;  // paused until the sync arrives
+    st->jobs.pop_front();
+    st->running = j;
+    st->out = rlmsg::Rollout{};
+    st->out.generator = index;
+    st->t0 = Clock::now();
+    st->out.paused_seconds = std::chrono::duration<double>(st->t0 - st->idle_since).count();
+    if (st->copy->version() != w->version) load(*w);
+    if (!latest) st->have.erase(st->have.begin(), st->have.lower_bound(j.version));
+    st->copy->begin(*st->task, sh->opt->train.rl, sh->seed, j.step);
+    st->decodes = 0;
+    self->send(self, rlmsg::decode_atom::value);
+  };
   return {
       [st](rlmsg::arm_atom, uint32_t point) { st->armed = point; },
-      [self, st, sh, index, driver](rlmsg::job_atom, int64_t step, const rlmsg::Weights& w) {
+      [st](rlmsg::arm_drop_atom, int64_t n) { st->drop = n; },
+      [self, st, index, incarnation, driver, latest, try_start](rlmsg::sync_atom, rlmsg::Weights& w) {
+        if (st->drop > 0) {  // the transfer is lost: no copy, no confirmation
+          --st->drop;
+          return;
+        }
+        const int64_t v = w.version;
+        st->have[v] = std::move(w);
+        // latest needs only the newest version; fixed_lag keeps what its
+        // queued jobs may need (pruned as jobs start).
+        if (latest) st->have.erase(st->have.begin(), st->have.lower_bound(st->have.rbegin()->first));
+        self->send(driver, rlmsg::synced_atom::value, index, incarnation, v);
+        if (st->holding && v > st->copy->version()) {
+          st->holding = false;
+          self->send(self, rlmsg::decode_atom::value);
+        }
+        try_start();
+      },
+      [self, st, try_start](rlmsg::job_atom, int64_t step, int64_t version) {
         const uint32_t kill = std::exchange(st->armed, 0);
         if (kill == 1) return self->quit(caf::exit_reason::kill);
-        const auto t0 = Clock::now();
-        rlmsg::Rollout out;
-        out.generator = index;
-        // The fence: a new version is copied in between generations, never
-        // while a batch is being decoded.
-        if (st->copy->version() != w.version) {
-          const auto ts = Clock::now();
-          st->copy->load(*w.params, w.version);
-          out.sync_seconds = since(ts);
-          out.sync_bytes = static_cast<int64_t>(w.params->size() * sizeof(float));
+        st->jobs.push_back({step, version, kill});
+        try_start();
+      },
+      [self, st, sh, driver, latest, load, try_start](rlmsg::decode_atom) {
+        // The fence: between two decode steps. latest takes the newest
+        // version received since the last one; fixed_lag never switches
+        // inside a rollout. (The test seam pins the first decode step to the
+        // version the rollout started with.)
+        const bool seam = latest && sh->opt->hold_for_publication;
+        if (latest && !(seam && st->decodes == 0) && !st->have.empty() &&
+            st->have.rbegin()->first > st->copy->version()) {
+          load(st->have.rbegin()->second);
+          ++st->out.switches;
         }
-        out.r = std::make_shared<const rl::StepRollouts>(st->copy->sample(*st->task, sh->opt->train.rl, sh->seed, step));
-        out.busy_seconds = since(t0);
+        const bool more = st->copy->decode();
+        ++st->decodes;
+        if (more && seam && st->decodes == 1 &&
+            st->copy->version() < st->running.step &&
+            (st->have.empty() || st->have.rbegin()->first <= st->copy->version())) {
+          st->holding = true;  // resumed by the next sync (test seam, see RlActorOptions)
+          return;
+        }
+        if (more) return self->send(self, rlmsg::decode_atom::value);
+        st->out.r = std::make_shared<const rl::StepRollouts>(st->copy->end(since(st->t0)));
+        st->out.busy_seconds = since(st->t0);
+        st->idle_since = Clock::now();
+        const uint32_t kill = st->running.kill;
         if (kill == 2) return self->quit(caf::exit_reason::kill);  // the work is lost with the actor
-        self->send(driver, rlmsg::rollout_atom::value, std::move(out));
-        if (kill == 3) self->quit(caf::exit_reason::kill);  // died after delivering
+        self->send(driver, rlmsg::rollout_atom::value, std::move(st->out));
+        if (kill == 3) return self->quit(caf::exit_reason::kill);  // died after delivering
+        try_start();
       },
   };
 }
@@ -78,10 +158,21 @@ caf::behavior reward_actor(caf::event_based_actor* self, std::shared_ptr<const R
   report_exceptions(self);
   struct State {
     std::unique_ptr<rl::Task> task;
+    // rl.reward = "model" (reward_model:K): its own backend and the frozen
+    // RM, which scores all of a step's completions in one batch.
+    std::unique_ptr<kernels::Backend> be;
+    std::unique_ptr<rl::ModelReward> rm;
     uint32_t armed = 0;
   };
   auto st = std::make_shared<State>();
   st->task = task_for(*sh);
+  const rl::RlTrainOptions& o = sh->opt->train;
+  if (o.rl.reward == rl::RewardSource::model) {
+    st->be = kernels::make_backend(o.backend);
+    const int64_t rows = o.rl.prompts_per_step * o.rl.group_size;
+    const int64_t longest = static_cast<int64_t>(st->task->train_prompt(0).tokens.size()) + o.rl.max_new_tokens + 1;
+    st->rm = std::make_unique<rl::ModelReward>(*st->be, o.model, o.rl.reward_model, *st->task, rows, longest);
+  }
   return {
       [st](rlmsg::arm_atom, uint32_t point) { st->armed = point; },
       [self, st, sh, buffer](rlmsg::score_atom, const rlmsg::Rollout& r) {
@@ -90,7 +181,8 @@ caf::behavior reward_actor(caf::event_based_actor* self, std::shared_ptr<const R
         const auto t0 = Clock::now();
         rlmsg::Scored out;
         out.rollout = r;
-        out.scored = std::make_shared<const rl::ScoredBatch>(rl::score_step(*st->task, sh->opt->train.rl, *r.r));
+        out.scored = std::make_shared<const rl::ScoredBatch>(
+            st->rm ? st->rm->score_step(sh->opt->train.rl, *r.r) : rl::score_step(*st->task, sh->opt->train.rl, *r.r));
         out.reward_seconds = since(t0);
         if (kill == 2) return self->quit(caf::exit_reason::kill);
         self->send(buffer, rlmsg::admit_atom::value, std::move(out));
@@ -110,6 +202,7 @@ caf::behavior buffer_actor(caf::event_based_actor* self, std::shared_ptr<const R
   };
   auto st = std::make_shared<State>();
   const int64_t eta = sh->opt->train.rl.max_staleness;
+  const rl::SyncMode mode = sh->opt->train.rl.sync;
   // Hands step `want` to the trainer once it is in; the ledger records it as
   // trained exactly once.
   auto deliver = [self, st, ledger]() {
@@ -126,7 +219,7 @@ caf::behavior buffer_actor(caf::event_based_actor* self, std::shared_ptr<const R
     st->want = -1;
   };
   return {
-      [self, st, ledger, eta, deliver, driver](rlmsg::admit_atom, rlmsg::Scored& s) {
+      [self, st, ledger, eta, mode, deliver, driver](rlmsg::admit_atom, rlmsg::Scored& s) {
         const rl::StepRollouts& r = *s.rollout.r;
         const int64_t n = static_cast<int64_t>(r.ids.size());
         // Exactly once: a group the ledger has seen (a generator or reward
@@ -137,10 +230,14 @@ caf::behavior buffer_actor(caf::event_based_actor* self, std::shared_ptr<const R
           ledger->duplicates += n;
           return;
         }
-        // Admission: fixed lag means exactly version max(0, step - eta); a
-        // rollout of any other version is refused (and dealt again).
-        const int64_t expected = std::max<int64_t>(0, r.step - eta);
-        if (r.version != expected) {
+        // Admission (rl/staleness.hpp): the trainer trains step s at version
+        // s; fixed_lag wants every token of version max(0, s - eta) exactly,
+        // latest any version in [s - eta, s]. Anything else is refused (and
+        // dealt again); generators are paused, not discarded, so this stays 0.
+        const rl::VersionWindow window = rl::admissible_versions(mode, r.step, eta);
+        bool ok = true;
+        for (const model::Completion& c : r.completions) ok = ok && rl::within(c.versions, window);
+        if (!ok) {
           ledger->discarded += n;
           self->send(driver, rlmsg::admitted_atom::value, r.step, false);
           return;

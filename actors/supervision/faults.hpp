@@ -76,16 +76,25 @@ inline std::optional<FaultTarget> parse_fault_target(const std::string& text) {
   return t;
 }
 
-// The decoupled RL actors (actors/rl/): "generator:K" or "reward:K" (a
-// non-negative decimal K). Sets `generator` and `index`; false otherwise.
+// The decoupled RL actors (actors/rl/): "generator:K", "reward:K" or
+// "reward_model:K" (a non-negative decimal K; the reward actors are named
+// reward_model:K when rl.reward = "model", see rl_reward_actor_name). Sets
+// `generator` and `index`; false otherwise.
 inline bool parse_rl_fault_target(const std::string& text, bool& generator, int& index) {
   std::string num;
   if (text.rfind("generator:", 0) == 0) generator = true, num = text.substr(10);
   else if (text.rfind("reward:", 0) == 0) generator = false, num = text.substr(7);
+  else if (text.rfind("reward_model:", 0) == 0) generator = false, num = text.substr(13);
   else return false;
   if (num.empty() || num.size() > 4 || num.find_first_not_of("0123456789") != std::string::npos) return false;
   index = std::stoi(num);
   return true;
+}
+
+// The name of reward actor K: "reward_model:K" when it serves the learned
+// reward model (rl.reward = "model"), else "reward:K" (the rule verifier).
+inline std::string rl_reward_actor_name(bool reward_model, int index) {
+  return (reward_model ? "reward_model:" : "reward:") + std::to_string(index);
 }
 
 // Kill points of a generator or reward actor within one job (a seeded kill
