@@ -274,7 +274,7 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
             be.upload(v, row.data() + b.first, static_cast<size_t>(b.count) * sizeof(float));
           }
           const Envelope e = param_slice_of(be, comp->params, step, shard, range, attempt);
-          *snap = {e, param_slice_of(be, comp->m, step, shard, range), param_slice_of(be, comp->v, step, shard, range)};
+          *snap = {e};
           for (const caf::actor& r : all_ranks(*sh)) post(*sh, r, e);
           // Expert shards whose weights meet this range.
           const auto plan = live_plan(*sh);
@@ -284,12 +284,20 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
               for (const Range& o : plan->expert_owned[p]) meets = meets || intersect(o, range).count > 0;
               if (meets) post(*sh, expert_of(*sh, rep, static_cast<int>(p)), e);
             }
+        }, [] {}, owner_label(TraceLabel::Update, s.shard));
+        // The kill-and-replay snapshot's m and v, as their own closure right
+        // after the update (the device runs closures in order): the new
+        // parameters are already on their way to the ranks, and the trace
+        // shows what the snapshot costs.
+        submit(self, *s.dev, [comp, snap, step, shard, range](kernels::Backend& be) {
+          snap->push_back(param_slice_of(be, comp->m, step, shard, range));
+          snap->push_back(param_slice_of(be, comp->v, step, shard, range));
         }, [self, snap, step, attempt, shard] {
-          // Sent by the actor once the update is done, so the step (which
+          // Sent by the actor once the snapshot is taken, so the step (which
           // waits for every snapshot) ends only after the shard's last message.
           const auto& x = *snap;
           post(*self->state.sh, self->state.sh->peers.coordinator, rt::snapshot_atom_v, step, attempt, shard, x[0], x[1], x[2]);
-        }, owner_label(TraceLabel::Update, s.shard));
+        }, owner_label(TraceLabel::Snapshot, s.shard));
         s.reduced = false;
         ++s.step;
         s.attempt = 0;
