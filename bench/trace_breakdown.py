@@ -2,7 +2,8 @@
 # Where a runtime step goes, per device, from the Chrome traces that
 # `bench_pipeline_real --trace-dir DIR` writes (actors/trace.cpp): busy
 # milliseconds per step by category (forward, backward, exchange = gradient
-# download + parameter load, optimizer = reduce + update) and the idle rest.
+# download + parameter load, optimizer = reduce + update, snapshot = the
+# optimizer shards' m and v copies for kill-and-replay) and the idle rest.
 # Steps are counted as the "update shard0" events; init is left out. The
 # bench steps its engines round-robin, so one engine's trace has long pauses:
 # its steps are the runs of closures with no pause over 50 ms across all
@@ -32,7 +33,7 @@ def breakdown(path):
     for e in events:
         per_dev[e["tid"]].append(e)
     print(f"{path}: {steps} steps, {span:.1f} ms per step (first to last closure)")
-    cats = ["forward", "backward", "exchange", "optimizer"]
+    cats = ["forward", "backward", "exchange", "optimizer", "snapshot"]
     print(f"  {'device':>6} " + " ".join(f"{c:>9}" for c in cats) + f" {'busy':>7} {'idle':>7}  (ms per step)")
     for dev, evs in sorted(per_dev.items()):
         by = collections.Counter()

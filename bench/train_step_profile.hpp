@@ -88,6 +88,26 @@ class ProfilingBackend final : public kernels::Backend {
   void cross_entropy_backward(const T& dl, const T& lg, const T& t, int32_t ig, float s) override {
     time("cross_entropy_bwd", [&] { in_->cross_entropy_backward(dl, lg, t, ig, s); });
   }
+  // The overwrite variants count under the same names: the profile compares op for op.
+  void rmsnorm_backward_overwrite(const T& dx, const T& dw, const T& d, const T& x, const T& w, const T& r) override {
+    time("rmsnorm_bwd", [&] { in_->rmsnorm_backward_overwrite(dx, dw, d, x, w, r); });
+  }
+  void rope_backward_overwrite(const T& dx, const T& d, int64_t p, float th) override {
+    time("rope_bwd", [&] { in_->rope_backward_overwrite(dx, d, p, th); });
+  }
+  void attention_backward_overwrite(const T& dq, const T& dk, const T& dv, const T& d, const T& q, const T& k,
+                                    const T& v, const T& o, const T& l, float s) override {
+    time("attention_bwd", [&] { in_->attention_backward_overwrite(dq, dk, dv, d, q, k, v, o, l, s); });
+  }
+  void swiglu_backward_overwrite(const T& dg, const T& du, const T& d, const T& g, const T& u) override {
+    time("swiglu_bwd", [&] { in_->swiglu_backward_overwrite(dg, du, d, g, u); });
+  }
+  void cross_entropy_backward_overwrite(const T& dl, const T& lg, const T& t, int32_t ig, float s) override {
+    time("cross_entropy_bwd", [&] { in_->cross_entropy_backward_overwrite(dl, lg, t, ig, s); });
+  }
+  void softmax_backward_overwrite(const T& dx, const T& d, const T& o) override {
+    time("softmax_bwd", [&] { in_->softmax_backward_overwrite(dx, d, o); });
+  }
   void softmax_forward(const T& o, const T& x) override { time("softmax_fwd", [&] { in_->softmax_forward(o, x); }); }
   void softmax_backward(const T& dx, const T& d, const T& o) override { time("softmax_bwd", [&] { in_->softmax_backward(dx, d, o); }); }
   void topk_forward(const T& w, const T& i, const T& s, const T& b, bool r) override { time("topk_fwd", [&] { in_->topk_forward(w, i, s, b, r); }); }

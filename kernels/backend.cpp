@@ -21,6 +21,48 @@ Tensor Backend::zeros(Shape shape, DType dtype) {
   return t;
 }
 
+// Overwrite variants, for backends without a one-pass kernel: zero, then add.
+void Backend::rmsnorm_backward_overwrite(const Tensor& dx, const Tensor& dw, const Tensor& dout,
+                                         const Tensor& x, const Tensor& w, const Tensor& rstd) {
+  fill(dx, 0.0f);
+  rmsnorm_backward(dx, dw, dout, x, w, rstd);
+}
+
+void Backend::rope_backward_overwrite(const Tensor& dx, const Tensor& dout, int64_t pos_offset,
+                                      float theta) {
+  fill(dx, 0.0f);
+  rope_backward(dx, dout, pos_offset, theta);
+}
+
+void Backend::attention_backward_overwrite(const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                           const Tensor& dout, const Tensor& q, const Tensor& k,
+                                           const Tensor& v, const Tensor& out, const Tensor& lse,
+                                           float scale) {
+  fill(dq, 0.0f);
+  fill(dk, 0.0f);
+  fill(dv, 0.0f);
+  attention_backward(dq, dk, dv, dout, q, k, v, out, lse, scale);
+}
+
+void Backend::swiglu_backward_overwrite(const Tensor& dgate, const Tensor& dup, const Tensor& dout,
+                                        const Tensor& gate, const Tensor& up) {
+  fill(dgate, 0.0f);
+  fill(dup, 0.0f);
+  swiglu_backward(dgate, dup, dout, gate, up);
+}
+
+void Backend::cross_entropy_backward_overwrite(const Tensor& dlogits, const Tensor& logits,
+                                               const Tensor& targets, int32_t ignore_index,
+                                               float grad_scale) {
+  fill(dlogits, 0.0f);
+  cross_entropy_backward(dlogits, logits, targets, ignore_index, grad_scale);
+}
+
+void Backend::softmax_backward_overwrite(const Tensor& dx, const Tensor& dout, const Tensor& out) {
+  fill(dx, 0.0f);
+  softmax_backward(dx, dout, out);
+}
+
 static void check_transfer(const Tensor& t, DType dtype, size_t count, const char* what) {
   if (t.dtype() != dtype || static_cast<size_t>(t.numel()) != count)
     throw std::invalid_argument(std::string(what) + ": tensor " + shape_str(t.shape()) + " " +

@@ -4,7 +4,8 @@
 // come from the tensors' shapes and are checked. Forward ops overwrite their
 // outputs. Backward ops ACCUMULATE (+=) into every gradient they produce, so
 // residual branches and microbatch accumulation need no extra adds; callers
-// zero gradients when a step starts. All ops are deterministic: no atomics on
+// zero gradients when a step starts. For a gradient with one contribution the
+// *_backward_overwrite variants write it instead, with no zeroing pass. All ops are deterministic: no atomics on
 // floats, fixed reduction order.
 //
 // Row-major everywhere. "T" is a token count (batch*seq), "D" a width. An op
@@ -40,6 +41,10 @@ struct AdamWParams {
   float eps = 1e-8f;
   float weight_decay = 0.0f;
   int64_t step = 1;  // 1-based step count, for bias correction
+  // Gradients are read as grad * grad_scale (grad itself is not written): the
+  // global-norm clip factor fused into the update, bitwise what scaling the
+  // gradients in place first gives (the same float product), one pass fewer.
+  float grad_scale = 1.0f;
 };
 
 class Backend {
@@ -190,6 +195,28 @@ class Backend {
   // dweights[T,k] += dot(dout[t], y[slots[t,j]]).
   virtual void combine_backward(const Tensor& dy, const Tensor& dweights, const Tensor& dout,
                                 const Tensor& y, const Tensor& slots, const Tensor& weights) = 0;
+
+  // ---- overwrite variants of backward ops ----------------------------------------------
+  // The gradients of the ops above WRITTEN instead of added: each output holds
+  // 0 + g, bitwise what fill(0) then the accumulating op gives, so a gradient
+  // with a single contribution needs no zeroing pass. rmsnorm's dw is a weight
+  // gradient and still accumulates. These defaults fill then accumulate (any
+  // backend is right); the host backend writes in one pass.
+  virtual void rmsnorm_backward_overwrite(const Tensor& dx, const Tensor& dw, const Tensor& dout,
+                                          const Tensor& x, const Tensor& w, const Tensor& rstd);
+  virtual void rope_backward_overwrite(const Tensor& dx, const Tensor& dout, int64_t pos_offset,
+                                       float theta);
+  virtual void attention_backward_overwrite(const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                            const Tensor& dout, const Tensor& q, const Tensor& k,
+                                            const Tensor& v, const Tensor& out, const Tensor& lse,
+                                            float scale);
+  virtual void swiglu_backward_overwrite(const Tensor& dgate, const Tensor& dup,
+                                         const Tensor& dout, const Tensor& gate,
+                                         const Tensor& up);
+  virtual void cross_entropy_backward_overwrite(const Tensor& dlogits, const Tensor& logits,
+                                                const Tensor& targets, int32_t ignore_index,
+                                                float grad_scale);
+  virtual void softmax_backward_overwrite(const Tensor& dx, const Tensor& dout, const Tensor& out);
 
   // ---- optimizer ---------------------------------------------------------------------
   // Sum of squares of x (f32), returned to the host in double.

@@ -63,9 +63,17 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
 
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
                         const float* k, const float* v, const float* out, const float* lse,
-                        int64_t B, int64_t S, int64_t H, int64_t hd, float scale) {
+                        int64_t B, int64_t S, int64_t H, int64_t hd, float scale,
+                        bool accumulate) {
   const int64_t ld = H * hd;
   const size_t ws = static_cast<size_t>(std::min(kBlock, S) * S);
+  // Overwrite: a dQ row block is written by one GEMM per head, so beta = 0
+  // there. dK and dV rows [i0, i1) are first reached in block i0 (earlier
+  // blocks stop at row i0), so those rows are zeroed just before, while hot in
+  // cache, instead of in a separate pass over the whole tensors. BLAS applies
+  // beta to C before adding the product, so beta = 0 gives 0 + product, as
+  // zeroing then beta = 1 does: bitwise the same.
+  const float dq_beta = accumulate ? 1.0f : 0.0f;
   std::vector<float> p(ws), dp(ws);
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t h = 0; h < H; ++h) {
@@ -74,6 +82,11 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
       for (int64_t i0 = 0; i0 < S; i0 += kBlock) {
         const int64_t i1 = std::min(S, i0 + kBlock), rows = i1 - i0, n = i1;
         const float* dout_blk = dout + base + i0 * ld;
+        if (!accumulate)
+          for (int64_t r = i0; r < i1; ++r) {
+            std::fill(dk + base + r * ld, dk + base + r * ld + hd, 0.0f);
+            std::fill(dv + base + r * ld, dv + base + r * ld + hd, 0.0f);
+          }
         // P = exp(scores - lse), zero above the diagonal.
         block_scores(p.data(), q + base, k + base, i0, rows, n, hd, ld, scale);
         for (int64_t r = 0; r < rows; ++r) {
@@ -97,7 +110,7 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
           for (int64_t j = 0; j < n; ++j) dsr[j] = pr[j] * (dsr[j] - delta);
         }
         // dQ_blk += scale * dS K; dK[0:n] += scale * dS^T Q_blk
-        sgemm(false, false, rows, hd, n, scale, dp.data(), n, k + base, ld, 1.0f,
+        sgemm(false, false, rows, hd, n, scale, dp.data(), n, k + base, ld, dq_beta,
               dq + base + i0 * ld, ld);
         sgemm(true, false, n, hd, rows, scale, dp.data(), n, q + base + i0 * ld, ld, 1.0f,
               dk + base, ld);

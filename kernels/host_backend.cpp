@@ -288,6 +288,14 @@ class HostBackend final : public Backend {
 
   void rmsnorm_backward(const Tensor& dx, const Tensor& dw, const Tensor& dout, const Tensor& x,
                         const Tensor& w, const Tensor& rstd) override {
+    rmsnorm_bwd(dx, dw, dout, x, w, rstd, true);
+  }
+  void rmsnorm_backward_overwrite(const Tensor& dx, const Tensor& dw, const Tensor& dout,
+                                  const Tensor& x, const Tensor& w, const Tensor& rstd) override {
+    rmsnorm_bwd(dx, dw, dout, x, w, rstd, false);
+  }
+  void rmsnorm_bwd(const Tensor& dx, const Tensor& dw, const Tensor& dout, const Tensor& x,
+                   const Tensor& w, const Tensor& rstd, bool accumulate) {
     const char* op = "rmsnorm_backward";
     const Mat xm = mat(x);
     expect_mat(op, "dx", dx, xm.rows, xm.cols, "as x");
@@ -296,7 +304,7 @@ class HostBackend final : public Backend {
     expect_numel(op, "w", w, xm.cols, "width of x");
     expect_numel(op, "dw", dw, xm.cols, "width of x");
     host::rmsnorm_backward(F(op, "dx", dx), F(op, "dw", dw), F(op, "dout", dout), F(op, "x", x),
-                           F(op, "w", w), F(op, "rstd", rstd), xm.rows, xm.cols);
+                           F(op, "w", w), F(op, "rstd", rstd), xm.rows, xm.cols, accumulate);
   }
 
   // ---- RoPE ----
@@ -309,11 +317,19 @@ class HostBackend final : public Backend {
 
   void rope_backward(const Tensor& dx, const Tensor& dout, int64_t pos_offset,
                      float theta) override {
+    rope_bwd(dx, dout, pos_offset, theta, true);
+  }
+  void rope_backward_overwrite(const Tensor& dx, const Tensor& dout, int64_t pos_offset,
+                               float theta) override {
+    rope_bwd(dx, dout, pos_offset, theta, false);
+  }
+  void rope_bwd(const Tensor& dx, const Tensor& dout, int64_t pos_offset, float theta,
+                bool accumulate) {
     const char* op = "rope_backward";
     const Heads s = rope_shape(op, dout, theta);
     expect_shape(op, "dx", dx, dout, "dout");
     host::rope_backward(F(op, "dx", dx), F(op, "dout", dout), s.B, s.S, s.H, s.hd, pos_offset,
-                        theta);
+                        theta, accumulate);
   }
 
   // ---- attention ----
@@ -332,6 +348,17 @@ class HostBackend final : public Backend {
   void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
                           const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                           const Tensor& lse, float scale) override {
+    attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, scale, true);
+  }
+  void attention_backward_overwrite(const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                    const Tensor& dout, const Tensor& q, const Tensor& k,
+                                    const Tensor& v, const Tensor& out, const Tensor& lse,
+                                    float scale) override {
+    attention_bwd(dq, dk, dv, dout, q, k, v, out, lse, scale, false);
+  }
+  void attention_bwd(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
+                     const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                     const Tensor& lse, float scale, bool accumulate) {
     const char* op = "attention_backward";
     const Heads s = heads(op, "q", q);
     expect_shape(op, "k", k, q, "q");
@@ -344,7 +371,7 @@ class HostBackend final : public Backend {
     expect_numel(op, "lse", lse, s.B * s.H * s.S, "[B,H,S]");
     host::attention_backward(F(op, "dq", dq), F(op, "dk", dk), F(op, "dv", dv), F(op, "dout", dout),
                              F(op, "q", q), F(op, "k", k), F(op, "v", v), F(op, "out", out),
-                             F(op, "lse", lse), s.B, s.S, s.H, s.hd, scale);
+                             F(op, "lse", lse), s.B, s.S, s.H, s.hd, scale, accumulate);
   }
 
   void attention_cached(const Tensor& out, const Tensor& q, const Tensor& k_cache,
@@ -410,6 +437,14 @@ class HostBackend final : public Backend {
 
   void swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout,
                        const Tensor& gate, const Tensor& up) override {
+    swiglu_bwd(dgate, dup, dout, gate, up, true);
+  }
+  void swiglu_backward_overwrite(const Tensor& dgate, const Tensor& dup, const Tensor& dout,
+                                 const Tensor& gate, const Tensor& up) override {
+    swiglu_bwd(dgate, dup, dout, gate, up, false);
+  }
+  void swiglu_bwd(const Tensor& dgate, const Tensor& dup, const Tensor& dout, const Tensor& gate,
+                  const Tensor& up, bool accumulate) {
     const char* op = "swiglu_backward";
     const int64_t n = gate.numel();
     expect_numel(op, "up", up, n, "numel of gate");
@@ -417,7 +452,7 @@ class HostBackend final : public Backend {
     expect_numel(op, "dgate", dgate, n, "numel of gate");
     expect_numel(op, "dup", dup, n, "numel of gate");
     host::swiglu_backward(F(op, "dgate", dgate), F(op, "dup", dup), F(op, "dout", dout),
-                          F(op, "gate", gate), F(op, "up", up), n);
+                          F(op, "gate", gate), F(op, "up", up), n, accumulate);
   }
 
   // ---- loss ----
@@ -433,12 +468,21 @@ class HostBackend final : public Backend {
 
   void cross_entropy_backward(const Tensor& dlogits, const Tensor& logits, const Tensor& targets,
                               int32_t ignore_index, float grad_scale) override {
+    cross_entropy_bwd(dlogits, logits, targets, ignore_index, grad_scale, true);
+  }
+  void cross_entropy_backward_overwrite(const Tensor& dlogits, const Tensor& logits,
+                                        const Tensor& targets, int32_t ignore_index,
+                                        float grad_scale) override {
+    cross_entropy_bwd(dlogits, logits, targets, ignore_index, grad_scale, false);
+  }
+  void cross_entropy_bwd(const Tensor& dlogits, const Tensor& logits, const Tensor& targets,
+                         int32_t ignore_index, float grad_scale, bool accumulate) {
     const char* op = "cross_entropy_backward";
     const Mat lm = mat(logits);
     const int32_t* pt = ce_targets(op, targets, lm, ignore_index);
     expect_mat(op, "dlogits", dlogits, lm.rows, lm.cols, "as logits");
     host::cross_entropy_backward(F(op, "dlogits", dlogits), F(op, "logits", logits), pt,
-                                 ignore_index, grad_scale, lm.rows, lm.cols);
+                                 ignore_index, grad_scale, lm.rows, lm.cols, accumulate);
   }
 
   // ---- routing ----
@@ -452,12 +496,18 @@ class HostBackend final : public Backend {
   }
 
   void softmax_backward(const Tensor& dx, const Tensor& dout, const Tensor& out) override {
+    softmax_bwd(dx, dout, out, true);
+  }
+  void softmax_backward_overwrite(const Tensor& dx, const Tensor& dout, const Tensor& out) override {
+    softmax_bwd(dx, dout, out, false);
+  }
+  void softmax_bwd(const Tensor& dx, const Tensor& dout, const Tensor& out, bool accumulate) {
     const char* op = "softmax_backward";
     const Mat om = mat(out);
     expect_mat(op, "dx", dx, om.rows, om.cols, "as out");
     expect_mat(op, "dout", dout, om.rows, om.cols, "as out");
     host::softmax_backward(F(op, "dx", dx), F(op, "dout", dout), F(op, "out", out), om.rows,
-                           om.cols);
+                           om.cols, accumulate);
   }
 
   void topk_forward(const Tensor& weights, const Tensor& ids, const Tensor& scores,
@@ -570,7 +620,7 @@ class HostBackend final : public Backend {
     const double bc2 = 1.0 / (1.0 - std::pow(static_cast<double>(hp.beta2), s));
     host::adamw(F(op, "param", param), F(op, "grad", grad), F(op, "m", m), F(op, "v", v), n, hp.lr,
                 hp.beta1, hp.beta2, hp.eps, hp.weight_decay, static_cast<float>(bc1),
-                static_cast<float>(bc2));
+                static_cast<float>(bc2), hp.grad_scale);
   }
 
  private:

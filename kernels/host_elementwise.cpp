@@ -44,7 +44,7 @@ double squared_norm(const float* x, int64_t n) {
 
 TROUPE_HOST_SIMD void adamw(float* param, const float* grad, float* m, float* v, int64_t n,
                             float lr, float beta1, float beta2, float eps, float weight_decay,
-                            float bias_correction1, float bias_correction2) {
+                            float bias_correction1, float bias_correction2, float grad_scale) {
   // bias_correction{1,2} = 1 / (1 - beta^step), computed once by the caller.
   // Three passes over chunks that stay in L1: without -fno-math-errno, std::sqrt
   // keeps an errno branch that stops a loop from vectorizing, so only the sqrt
@@ -60,8 +60,9 @@ TROUPE_HOST_SIMD void adamw(float* param, const float* grad, float* m, float* v,
     float* mc = m + i0;
     float* vc = v + i0;
     for (int64_t i = 0; i < c; ++i) {
-      mc[i] = beta1 * mc[i] + a1 * g[i];
-      vc[i] = beta2 * vc[i] + a2 * g[i] * g[i];
+      const float gi = g[i] * grad_scale;  // as a separate scale pass would have left it
+      mc[i] = beta1 * mc[i] + a1 * gi;
+      vc[i] = beta2 * vc[i] + a2 * gi * gi;
       denom[i] = vc[i] * bias_correction2;  // vhat
     }
     for (int64_t i = 0; i < c; ++i) denom[i] = std::sqrt(denom[i]) + eps;

@@ -37,7 +37,8 @@ TROUPE_HOST_SIMD void rmsnorm_forward(float* out, float* rstd, const float* x, c
 }
 
 TROUPE_HOST_SIMD void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x,
-                                       const float* w, const float* rstd, int64_t T, int64_t D) {
+                                       const float* w, const float* rstd, int64_t T, int64_t D,
+                                       bool accumulate) {
   // y = x r w with r = (mean(x^2) + eps)^-1/2, so
   // dx_i = r w_i g_i - (r^3 / D) x_i sum_j g_j w_j x_j and dw_i = sum_t g_i x_i r.
   for (int64_t t = 0; t < T; ++t) {
@@ -47,9 +48,16 @@ TROUPE_HOST_SIMD void rmsnorm_backward(float* dx, float* dw, const float* dout, 
     const float r = rstd[t];
     const float dot = lane_sum(D, [&](int64_t d) { return gt[d] * w[d] * xt[d]; });
     const float c = dot * r * r * r / static_cast<float>(D);
-    for (int64_t d = 0; d < D; ++d) {
-      dxt[d] += r * w[d] * gt[d] - c * xt[d];
-      dw[d] += gt[d] * xt[d] * r;
+    if (accumulate) {
+      for (int64_t d = 0; d < D; ++d) {
+        dxt[d] += r * w[d] * gt[d] - c * xt[d];
+        dw[d] += gt[d] * xt[d] * r;
+      }
+    } else {  // 0 + g: bitwise what zeroing dx then adding gives
+      for (int64_t d = 0; d < D; ++d) {
+        dxt[d] = 0.0f + (r * w[d] * gt[d] - c * xt[d]);
+        dw[d] += gt[d] * xt[d] * r;
+      }
     }
   }
 }
@@ -78,8 +86,9 @@ void rope_table(std::vector<float>& cos_t, std::vector<float>& sin_t, int64_t S,
 }
 
 // out = R(sign * angle) x for every head vector (or out += with Accumulate);
-// sign = -1 applies R^T. A template parameter so the inner loop has no branch.
-template <bool Accumulate>
+// sign = -1 applies R^T. ZeroPlus writes 0 + r (the backward's overwrite).
+// Template parameters so the inner loop has no branch.
+template <bool Accumulate, bool ZeroPlus = false>
 void rope_apply(float* out, const float* x, float sign, int64_t B, int64_t S, int64_t H, int64_t hd,
                 int64_t pos_offset, float theta) {
   std::vector<float> cos_t, sin_t;
@@ -102,6 +111,9 @@ void rope_apply(float* out, const float* x, float sign, int64_t B, int64_t S, in
           if constexpr (Accumulate) {
             o1[i] += r1;
             o2[i] += r2;
+          } else if constexpr (ZeroPlus) {  // bitwise what zeroing then adding gives
+            o1[i] = 0.0f + r1;
+            o2[i] = 0.0f + r2;
           } else {  // reads a, bb before the writes, so out may equal x
             o1[i] = r1;
             o2[i] = r2;
@@ -120,8 +132,12 @@ void rope_forward(float* out, const float* x, int64_t B, int64_t S, int64_t H, i
 }
 
 void rope_backward(float* dx, const float* dout, int64_t B, int64_t S, int64_t H, int64_t hd,
-                   int64_t pos_offset, float theta) {
-  rope_apply<true>(dx, dout, -1.0f, B, S, H, hd, pos_offset, theta);
+                   int64_t pos_offset, float theta, bool accumulate) {
+  if (accumulate) {
+    rope_apply<true>(dx, dout, -1.0f, B, S, H, hd, pos_offset, theta);
+  } else {
+    rope_apply<false, true>(dx, dout, -1.0f, B, S, H, hd, pos_offset, theta);
+  }
 }
 
 }  // namespace troupe::kernels::host

@@ -87,7 +87,7 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
                        int64_t B, int64_t S, int64_t H, int64_t hd, float scale);
 void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
                         const float* k, const float* v, const float* out, const float* lse,
-                        int64_t B, int64_t S, int64_t H, int64_t hd, float scale);
+                        int64_t B, int64_t S, int64_t H, int64_t hd, float scale, bool accumulate);
 
 // q, out: [B,S,H,hd]; k_cache, v_cache: [B,C,H,hd]; query s of sequence b attends
 // cache keys 0..pos[b]+s (pos[b] + S <= C, checked by the caller).
@@ -101,25 +101,27 @@ void embedding_backward(float* dtable, const float* dout, const int32_t* ids, in
 void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int64_t T, int64_t D,
                      float eps);
 void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
-                      const float* rstd, int64_t T, int64_t D);
+                      const float* rstd, int64_t T, int64_t D, bool accumulate);
 // x, out: [B,S,H,hd] (out may equal x).
 void rope_forward(float* out, const float* x, int64_t B, int64_t S, int64_t H, int64_t hd,
                   int64_t pos_offset, float theta);
 void rope_backward(float* dx, const float* dout, int64_t B, int64_t S, int64_t H, int64_t hd,
-                   int64_t pos_offset, float theta);
+                   int64_t pos_offset, float theta, bool accumulate);
 
 // ---- activations and loss (host_activations.cpp) -------------------------------------------
 void silu_forward(float* out, const float* x, int64_t n);
 void silu_backward(float* dx, const float* dout, const float* x, int64_t n);
 void swiglu_forward(float* out, const float* gate, const float* up, int64_t n);
 void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
-                     const float* up, int64_t n);
+                     const float* up, int64_t n, bool accumulate);
 void cross_entropy_forward(float* losses, const float* logits, const int32_t* targets,
                            int32_t ignore_index, int64_t T, int64_t V);
 void cross_entropy_backward(float* dlogits, const float* logits, const int32_t* targets,
-                            int32_t ignore_index, float grad_scale, int64_t T, int64_t V);
+                            int32_t ignore_index, float grad_scale, int64_t T, int64_t V,
+                            bool accumulate);
 void softmax_forward(float* out, const float* x, int64_t T, int64_t E);
-void softmax_backward(float* dx, const float* dout, const float* out, int64_t T, int64_t E);
+void softmax_backward(float* dx, const float* dout, const float* out, int64_t T, int64_t E,
+                      bool accumulate);
 
 // ---- routing and token permutation (host_routing.cpp) ----------------------------------------
 // bias may be nullptr.
@@ -142,8 +144,10 @@ void add(float* out, const float* a, const float* b, int64_t n);
 void axpy(float* y, float alpha, const float* x, int64_t n);
 void scale(float* x, float alpha, int64_t n);
 double squared_norm(const float* x, int64_t n);
+// Reads each gradient as grad[i] * grad_scale (the clip factor, 1 = none):
+// bitwise what scaling grad in place first gives, one pass fewer.
 void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
            float beta2, float eps, float weight_decay, float bias_correction1,
-           float bias_correction2);
+           float bias_correction2, float grad_scale);
 
 }  // namespace troupe::kernels::host

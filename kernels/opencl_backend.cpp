@@ -431,6 +431,7 @@ void OpenClBackend::adamw(const Tensor& param, const Tensor& grad, const Tensor&
       .f(hp.weight_decay)
       .f(static_cast<float>(bc1))
       .f(static_cast<float>(bc2))
+      .f(hp.grad_scale)
       .l(param.numel())
       .items(param.numel());
 }

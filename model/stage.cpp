@@ -328,13 +328,11 @@ const MoeExchange* Stage::begin_backward(int64_t si, const ModelWeights& w, cons
     if (!dout.empty()) {
       be_.upload_f32(dlogits_, dout);
     } else {
-      be_.fill(dlogits_, 0.0f);
-      be_.cross_entropy_backward(dlogits_, s.logits, s.targets, -1, static_cast<float>(loss_scale));
+      be_.cross_entropy_backward_overwrite(dlogits_, s.logits, s.targets, -1, static_cast<float>(loss_scale));
     }
     be_.gemm(false, false, T, D, V_, 1.0f, dlogits_, w.lm_head, 0.0f, dxn_);
     be_.gemm(true, false, V_, D, T, 1.0f, dlogits_, s.xf, 1.0f, g.lm_head);
-    be_.fill(dres_, 0.0f);
-    be_.rmsnorm_backward(dres_, g.norm, dxn_, s.res.back(), w.norm, s.rstdf);
+    be_.rmsnorm_backward_overwrite(dres_, g.norm, dxn_, s.res.back(), w.norm, s.rstdf);
   } else {
     be_.upload_f32(dres_, dout);
   }
@@ -377,15 +375,11 @@ const MoeExchange* Stage::backward_steps(int64_t si, Slot& s, const ModelWeights
     // Attention block.
     be_.gemm(false, false, T, D, D, 1.0f, dres_, W.wo, 0.0f, datt_);
     be_.gemm(true, false, D, D, T, 1.0f, dres_, A.att, 1.0f, G.wo);
-    be_.fill(dq_rot_, 0.0f);
-    be_.fill(dk_rot_, 0.0f);
-    be_.fill(dv_, 0.0f);
-    be_.attention_backward(dq_rot_, dk_rot_, dv_, datt_.reshape(A.att.shape()), A.q, A.k, A.v,
-                           A.att, A.lse, scale);
-    be_.fill(dq_, 0.0f);
-    be_.fill(dk_, 0.0f);
-    be_.rope_backward(dq_, dq_rot_, 0, theta);
-    be_.rope_backward(dk_, dk_rot_, 0, theta);
+    // One contribution each: written, not added (no zeroing passes).
+    be_.attention_backward_overwrite(dq_rot_, dk_rot_, dv_, datt_.reshape(A.att.shape()), A.q, A.k,
+                                     A.v, A.att, A.lse, scale);
+    be_.rope_backward_overwrite(dq_, dq_rot_, 0, theta);
+    be_.rope_backward_overwrite(dk_, dk_rot_, 0, theta);
     be_.gemm(false, false, T, D, D, 1.0f, dq_, W.wq, 0.0f, dxn_);
     be_.gemm(false, false, T, D, D, 1.0f, dk_, W.wk, 1.0f, dxn_);
     be_.gemm(false, false, T, D, D, 1.0f, dv_, W.wv, 1.0f, dxn_);

@@ -147,12 +147,11 @@ struct Trainer::Impl {
 
     // The step's rules (model/update_rules.hpp), as the optimizer shards apply them.
     m.grad_norm = std::sqrt(be->squared_norm(grads));
-    clip_to_norm(*be, grads, m.grad_norm, opt.optim.grad_clip);
     m.lr = learning_rate(opt.optim, step, opt.steps);
     for (const OptimizerRange& r : ranges)
       be->adamw(params.view(r.offset, {r.numel}), grads.view(r.offset, {r.numel}),
                 adam_m.view(r.offset, {r.numel}), adam_v.view(r.offset, {r.numel}),
-                adamw_params(opt.optim, step, opt.steps, r.decay));
+                adamw_params(opt.optim, step, opt.steps, r.decay, m.grad_norm));
     if (balance == moe::Balance::bias) update_biases(m.expert_load);
     ++step;
     be->synchronize();

@@ -21,7 +21,8 @@ double learning_rate(const OptimConfig& o, int64_t step, int64_t total) {
   return min_lr + (o.lr - min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));
 }
 
-kernels::AdamWParams adamw_params(const OptimConfig& o, int64_t step, int64_t total, bool decay) {
+kernels::AdamWParams adamw_params(const OptimConfig& o, int64_t step, int64_t total, bool decay,
+                                  double grad_norm) {
   kernels::AdamWParams hp;
   hp.lr = static_cast<float>(learning_rate(o, step, total));
   hp.beta1 = static_cast<float>(o.beta1);
@@ -29,11 +30,9 @@ kernels::AdamWParams adamw_params(const OptimConfig& o, int64_t step, int64_t to
   hp.eps = static_cast<float>(o.eps);
   hp.step = step + 1;
   hp.weight_decay = decay ? static_cast<float>(o.weight_decay) : 0.0f;
+  // The same float factor the former separate scale pass multiplied by.
+  if (o.grad_clip > 0.0 && grad_norm > o.grad_clip) hp.grad_scale = static_cast<float>(o.grad_clip / (grad_norm + 1e-6));
   return hp;
-}
-
-void clip_to_norm(kernels::Backend& backend, const kernels::Tensor& grads, double norm, double max_norm) {
-  if (max_norm > 0.0 && norm > max_norm) backend.scale(grads, static_cast<float>(max_norm / (norm + 1e-6)));
 }
 
 void save_device_state(const std::string& dir, const ModelConfig& config, uint64_t seed, int64_t step,

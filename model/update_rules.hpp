@@ -17,15 +17,14 @@
 namespace troupe::model {
 
 // AdamW hyper-parameters of optimizer step `step` (0-based) of `total`: the
-// scheduled LR, betas, eps, the bias-correction step (step + 1) and weight
-// decay where `decay` (false for norms, see OptimizerRange).
-kernels::AdamWParams adamw_params(const OptimConfig& optim, int64_t step, int64_t total, bool decay);
-
-// Scales `grads` so that a global norm `norm` becomes `max_norm` when it is
-// larger (factor max_norm / (norm + 1e-6), as kernels::clip_grad_norm);
-// max_norm <= 0: no clipping. `grads` may be a slice of the gradients whose
-// norm is `norm`.
-void clip_to_norm(kernels::Backend& backend, const kernels::Tensor& grads, double norm, double max_norm);
+// scheduled LR, betas, eps, the bias-correction step (step + 1), weight
+// decay where `decay` (false for norms, see OptimizerRange), and global-norm
+// clipping given the gradients' global norm `grad_norm` (the runtime reduces
+// it across shards first): when it exceeds optim.grad_clip > 0, grad_scale =
+// grad_clip / (grad_norm + 1e-6), as kernels::clip_grad_norm, applied by the
+// AdamW kernel as it reads the gradients (no separate scale pass).
+kernels::AdamWParams adamw_params(const OptimConfig& optim, int64_t step, int64_t total, bool decay,
+                                  double grad_norm);
 
 // Saves a single-device engine's state after `step` steps (the data cursor is
 // the step): model::Trainer, and rl/'s RL and reward-model trainers.

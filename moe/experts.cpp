@@ -96,12 +96,10 @@ void experts_backward(kernels::Backend& be, const Tensor& dxs, const ExpertWeigh
                   make_groups(Kind::rows_x_w, counts, g.d, g.f));
   const auto wgrad_down = make_groups(Kind::wgrad, counts, g.d, g.f);
   be.gemm_grouped(true, false, 1.0f, dy, acts.act, 1.0f, dw.down, wgrad_down);
-  // SwiGLU: the backward accumulates, so clear the rows it writes.
+  // SwiGLU: one contribution, so the rows are written, not added.
   const Tensor dh_gate = scratch.h_gate.rows(0, N), dh_up = scratch.h_up.rows(0, N);
-  be.fill(dh_gate, 0.0f);
-  be.fill(dh_up, 0.0f);
-  be.swiglu_backward(dh_gate, dh_up, scratch.act.rows(0, N), acts.h_gate.rows(0, N),
-                     acts.h_up.rows(0, N));
+  be.swiglu_backward_overwrite(dh_gate, dh_up, scratch.act.rows(0, N), acts.h_gate.rows(0, N),
+                               acts.h_up.rows(0, N));
   // Gate/up projections: dxs = dh_gate Wg + dh_up Wu; dW_i += dh_i^T x_i.
   const auto dx_groups = make_groups(Kind::rows_x_w, counts, g.f, g.d);
   be.gemm_grouped(false, false, 1.0f, scratch.h_gate, w.gate, 0.0f, dxs, dx_groups);
@@ -126,9 +124,7 @@ void ffn_backward(kernels::Backend& be, const Tensor& dx, const ExpertWeights& d
   const int64_t T = x.dim(0), D = x.dim(1), H = w.gate.dim(w.gate.rank() - 2);
   be.gemm(false, false, T, H, D, 1.0f, dout, w.down, 0.0f, scratch.act);  // dact
   be.gemm(true, false, D, H, T, 1.0f, dout, acts.act, 1.0f, dw.down);
-  be.fill(scratch.h_gate, 0.0f);
-  be.fill(scratch.h_up, 0.0f);
-  be.swiglu_backward(scratch.h_gate, scratch.h_up, scratch.act, acts.h_gate, acts.h_up);
+  be.swiglu_backward_overwrite(scratch.h_gate, scratch.h_up, scratch.act, acts.h_gate, acts.h_up);
   be.gemm(false, false, T, D, H, 1.0f, scratch.h_gate, w.gate, 1.0f, dx);
   be.gemm(false, false, T, D, H, 1.0f, scratch.h_up, w.up, 1.0f, dx);
   be.gemm(true, false, H, D, T, 1.0f, scratch.h_gate, x, 1.0f, dw.gate);

@@ -26,8 +26,7 @@ void router_backward(kernels::Backend& be, const Tensor& dx, const Tensor& dw,
   be.fill(dprobs, 0.0f);
   be.topk_backward(dprobs, dweights, weights, ids, probs, renormalize);
   if (aux_row.defined()) be.add_row(dprobs, aux_row, 1.0f);
-  be.fill(dlogits, 0.0f);
-  be.softmax_backward(dlogits, dprobs, probs);
+  be.softmax_backward_overwrite(dlogits, dprobs, probs);
   // dx[T,D] += dlogits[T,E] w[E,D]; dw[E,D] += dlogits^T x.
   be.gemm(false, false, T, D, E, 1.0f, dlogits, w, 1.0f, dx);
   be.gemm(true, false, E, D, T, 1.0f, dlogits, x, 1.0f, dw);

@@ -139,11 +139,10 @@ struct RmTrainer::Impl {
     m.batch_accuracy = rm_accuracy(scores, labels_of(batch)).accuracy;
     // The optimizer rules every engine applies (model/update_rules.hpp).
     m.grad_norm = std::sqrt(be->squared_norm(grads));
-    model::clip_to_norm(*be, grads, m.grad_norm, opt.optim.grad_clip);
     m.lr = model::learning_rate(opt.optim, step, opt.steps);
     for (const model::OptimizerRange& r : ranges)
       be->adamw(params.view(r.offset, {r.numel}), grads.view(r.offset, {r.numel}), adam_m.view(r.offset, {r.numel}),
-                adam_v.view(r.offset, {r.numel}), model::adamw_params(opt.optim, step, opt.steps, r.decay));
+                adam_v.view(r.offset, {r.numel}), model::adamw_params(opt.optim, step, opt.steps, r.decay, m.grad_norm));
     if (bias_balance) {
       const auto load = rm->decoder().expert_load();
       for (size_t l = 0; l < w.layers.size() && l < load.size(); ++l) {

@@ -146,11 +146,10 @@ struct RlTrainer::Impl {
   void optimizer_step(RlStepMetrics& m, int64_t opt_step, int64_t total_opt_steps,
                       const std::vector<std::vector<int64_t>>& load) {
     m.grad_norm = std::sqrt(be->squared_norm(grads));
-    model::clip_to_norm(*be, grads, m.grad_norm, opt.optim.grad_clip);
     m.lr = model::learning_rate(opt.optim, opt_step, total_opt_steps);
     for (const model::OptimizerRange& r : ranges)
       be->adamw(params.view(r.offset, {r.numel}), grads.view(r.offset, {r.numel}), adam_m.view(r.offset, {r.numel}),
-                adam_v.view(r.offset, {r.numel}), model::adamw_params(opt.optim, opt_step, total_opt_steps, r.decay));
+                adam_v.view(r.offset, {r.numel}), model::adamw_params(opt.optim, opt_step, total_opt_steps, r.decay, m.grad_norm));
     if (bias_balance) {
       for (size_t l = 0; l < w.layers.size() && l < load.size(); ++l) {
         const Tensor& b = w.layers[l].moe.bias;

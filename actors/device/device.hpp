@@ -25,7 +25,9 @@ namespace troupe::runtime {
 // What a traced closure was, kept as plain numbers so tagging a submission
 // costs no allocation; actors/device/trace.cpp turns it into a name.
 struct TraceLabel {
-  enum Kind : uint8_t { None, Forward, Backward, GradSend, ParamLoad, RankInit, Reduce, Update, ParamRead, ShardInit };
+  // Snapshot: an optimizer shard's copy of m and v for kill-and-replay.
+  enum Kind : uint8_t { None, Forward, Backward, GradSend, ParamLoad, RankInit, Reduce, Update, ParamRead, ShardInit,
+                        Snapshot };
   Kind kind = None;
   int16_t mb = -1, stage = -1, chunk = -1;  // -1: not applicable
   int16_t owner = -1;                      // rank or shard index

@@ -24,6 +24,7 @@ const char* category(TraceLabel::Kind k) {
     case TraceLabel::Reduce:
     case TraceLabel::Update:
     case TraceLabel::ParamRead: return "optimizer";
+    case TraceLabel::Snapshot: return "snapshot";
     case TraceLabel::RankInit:
     case TraceLabel::ShardInit: return "init";
     case TraceLabel::None: break;
@@ -58,6 +59,7 @@ std::string trace_event_name(const TraceLabel& l, bool chunked) {
     case TraceLabel::Update: return "update shard" + own;
     case TraceLabel::ParamRead: return "read params shard" + own;
     case TraceLabel::ShardInit: return "init shard" + own;
+    case TraceLabel::Snapshot: return "snapshot shard" + own;
     case TraceLabel::None: break;
   }
   return "work";

@@ -10,6 +10,7 @@
 // (parameters, m, v): the state the next step starts from. A replayed step,
 // or a fresh shard after a restart, starts from the snapshot the supervisor
 // sends back with (restore ...).
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <map>
@@ -74,16 +75,29 @@ std::string shard_phase(const ShardState& st) {
          std::to_string(static_cast<size_t>(st.sh->opt.data_parallel) * live_plan(*st.sh)->gradient_slices(st.range)) + ")";
 }
 
-Envelope param_slice(uint64_t step, uint32_t shard, Range range, const std::vector<float>& v, uint32_t attempt = 0) {
-  return Envelope::build<schemas::ParamSlice>([&](schemas::ParamSlice::Builder b) {
-    b.setStep(step);
-    b.setAttempt(attempt);
-    b.setShard(shard);
-    b.initRange().setOffset(static_cast<uint64_t>(range.offset));
-    b.getRange().setCount(static_cast<uint64_t>(range.count));
-    const int64_t shape[1] = {range.count};
-    set_tensor_f32(b.initParams(), shape, v);
-  });
+// A ParamSlice of device tensor t, filled straight from the device: the
+// tensor is downloaded into the message's data field (one copy, one fresh
+// buffer; a download into a vector, then into the message, copied twice). The update closure builds three of these per step (params for the
+// ranks, m and v for the kill-and-replay snapshot). One first segment sized
+// for the whole message, so capnp allocates once.
+Envelope param_slice_of(kernels::Backend& be, const kernels::Tensor& t, uint64_t step, uint32_t shard, Range range,
+                        uint32_t attempt = 0) {
+  const size_t bytes = static_cast<size_t>(t.numel()) * sizeof(float);
+  const unsigned words = static_cast<unsigned>(std::min<size_t>(bytes / 8 + 64, 1u << 28));
+  return Envelope::build<schemas::ParamSlice>(
+      [&](schemas::ParamSlice::Builder b) {
+        b.setStep(step);
+        b.setAttempt(attempt);
+        b.setShard(shard);
+        b.initRange().setOffset(static_cast<uint64_t>(range.offset));
+        b.getRange().setCount(static_cast<uint64_t>(range.count));
+        auto tb = b.initParams();
+        tb.setDtype(schemas::DType::F32);
+        tb.initShape(1).set(0, range.count);
+        auto data = tb.initData(static_cast<unsigned>(bytes));
+        if (bytes > 0) be.download(data.begin(), t, bytes);
+      },
+      words);
 }
 
 void reduce(Self* self) {
@@ -240,12 +254,12 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
         auto loads = s.loads;
         auto snap = std::make_shared<std::vector<Envelope>>();
         submit(self, *s.dev, [comp, pieces, optim, total, norm, range, shard, step, attempt, sh, snap, bias, loads](kernels::Backend& be) mutable {
-          // The Trainer's rules (model/update_rules.hpp), with the global norm.
-          model::clip_to_norm(be, comp->grads, norm, optim.grad_clip);
+          // The Trainer's rules (model/update_rules.hpp), with the global norm
+          // (its clip factor is applied inside AdamW).
           for (const OptPiece& p : pieces)
             be.adamw(comp->params.view(p.offset, {p.count}), comp->grads.view(p.offset, {p.count}),
                      comp->m.view(p.offset, {p.count}), comp->v.view(p.offset, {p.count}),
-                     model::adamw_params(optim, static_cast<int64_t>(step), total, p.decay));
+                     model::adamw_params(optim, static_cast<int64_t>(step), total, p.decay, norm));
           // Aux-loss-free balancing after the update, as model::Trainer does:
           // the layer's whole bias row through moe::update_router_bias.
           const auto& c = sh->opt.train.model;
@@ -259,9 +273,8 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
             moe::update_router_bias(row, std::span<const int64_t>(loads.data() + at, E), c.bias_update_rate);
             be.upload(v, row.data() + b.first, static_cast<size_t>(b.count) * sizeof(float));
           }
-          const Envelope e = param_slice(step, shard, range, be.download_f32(comp->params), attempt);
-          *snap = {e, param_slice(step, shard, range, be.download_f32(comp->m)),
-                   param_slice(step, shard, range, be.download_f32(comp->v))};
+          const Envelope e = param_slice_of(be, comp->params, step, shard, range, attempt);
+          *snap = {e};
           for (const caf::actor& r : all_ranks(*sh)) post(*sh, r, e);
           // Expert shards whose weights meet this range.
           const auto plan = live_plan(*sh);
@@ -271,12 +284,20 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
               for (const Range& o : plan->expert_owned[p]) meets = meets || intersect(o, range).count > 0;
               if (meets) post(*sh, expert_of(*sh, rep, static_cast<int>(p)), e);
             }
+        }, [] {}, owner_label(TraceLabel::Update, s.shard));
+        // The kill-and-replay snapshot's m and v, as their own closure right
+        // after the update (the device runs closures in order): the new
+        // parameters are already on their way to the ranks, and the trace
+        // shows what the snapshot costs.
+        submit(self, *s.dev, [comp, snap, step, shard, range](kernels::Backend& be) {
+          snap->push_back(param_slice_of(be, comp->m, step, shard, range));
+          snap->push_back(param_slice_of(be, comp->v, step, shard, range));
         }, [self, snap, step, attempt, shard] {
-          // Sent by the actor once the update is done, so the step (which
+          // Sent by the actor once the snapshot is taken, so the step (which
           // waits for every snapshot) ends only after the shard's last message.
           const auto& x = *snap;
           post(*self->state.sh, self->state.sh->peers.coordinator, rt::snapshot_atom_v, step, attempt, shard, x[0], x[1], x[2]);
-        }, owner_label(TraceLabel::Update, s.shard));
+        }, owner_label(TraceLabel::Snapshot, s.shard));
         s.reduced = false;
         ++s.step;
         s.attempt = 0;
@@ -299,7 +320,7 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
         const uint32_t shard = static_cast<uint32_t>(s.shard);
         const uint64_t step = s.step;
         submit(self, *s.dev, [comp, holder, range, shard, step](kernels::Backend& be) {
-          *holder = param_slice(step, shard, range, be.download_f32(comp->params));
+          *holder = param_slice_of(be, comp->params, step, shard, range);
         }, [rp, holder]() mutable { rp.deliver(*holder); }, owner_label(TraceLabel::ParamRead, s.shard));
         return rp;
       },
@@ -316,7 +337,7 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
         const uint64_t step = s.step;
         submit(self, *s.dev, [comp, holder, range, shard, step](kernels::Backend& be) {
           for (const kernels::Tensor* t : {&comp->params, &comp->m, &comp->v})
-            holder->push_back(param_slice(step, shard, range, be.download_f32(*t)));
+            holder->push_back(param_slice_of(be, *t, step, shard, range));
         }, [rp, holder]() mutable { rp.deliver((*holder)[0], (*holder)[1], (*holder)[2]); },
            owner_label(TraceLabel::ParamRead, s.shard));
         return rp;

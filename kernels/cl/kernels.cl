@@ -828,13 +828,14 @@ __kernel void sqnorm_partial(__global float* partial, __global const float* x, l
   if (get_local_id(0) == 0) partial[get_group_id(0)] = acc;
 }
 
-// bc1 = 1 - beta1^step, bc2 = 1 - beta2^step (computed on the host in double).
+// bc1 = 1 - beta1^step, bc2 = 1 - beta2^step (computed on the host in double);
+// gs: the clip factor, applied as the gradient is read (grad is not written).
 __kernel void adamw(__global float* p, long po, __global const float* grad, long go,
                     __global float* m, long mo, __global float* v, long vo, float lr, float beta1,
-                    float beta2, float eps, float wd, float bc1, float bc2, long n) {
+                    float beta2, float eps, float wd, float bc1, float bc2, float gs, long n) {
   const size_t i = get_global_id(0);
   if (i >= (size_t)n) return;
-  const float g = grad[go + i];
+  const float g = grad[go + i] * gs;
   const float mi = beta1 * m[mo + i] + (1.0f - beta1) * g;
   const float vi = beta2 * v[vo + i] + (1.0f - beta2) * g * g;
   m[mo + i] = mi;
