@@ -35,9 +35,8 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 model::EvalMetrics sft_side_eval(const Spec& spec, const std::string& dir) {
   model::DataConfig d = spec.data;
   d.target_pairs = sft_side_pairs(spec);
-  Spec all_threads = spec;  // evaluation runs on this thread: give it the machine
-  all_threads.topology.threads_per_device = spec.topology.threads_per_device * spec.topology.devices;
-  return model::evaluate(dir, d, 1, backend_options(all_threads));
+  // The spec's backend, as `troupe eval` uses it: the same figures as it prints.
+  return model::evaluate(dir, d, 1, backend_options(spec));
 }
 
 std::string pct(double x) {
@@ -125,29 +124,29 @@ int run_sft_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, co
   const model::EvalMetrics sft_after = sft_side_eval(spec, rl.checkpoint_dir());
   eval_seconds += seconds_since(te2);
 
-  // The table: both tasks before and after RL (after SFT = before RL).
-  const std::string sft_rows = spec.data.target_pairs.empty() || spec.data.target_column < 0
-                                   ? "every held-out problem"
-                                   : "held-out problems off the target split";
-  const std::string target_rows = spec.data.target_pairs.empty() ? "every held-out problem" : "held-out target problems";
-  std::string table;
-  table += "summary: held-out exact match (greedy)              after SFT   after RL\n";
+  // The table: both tasks after each phase (after SFT = before RL).
+  const bool by_side = !sft_side_pairs(spec).empty();
+  const std::string sft_rows = by_side ? "SFT task: held-out, off the target split" : "SFT task: every held-out problem";
+  const std::string target_rows = spec.data.target_pairs.empty() ? "RL target: every held-out problem"
+                                                                 : "RL target: held-out target problems";
+  std::string table = "summary: held-out exact match (greedy)        problems  after SFT  after RL\n";
   char line[256];
-  std::snprintf(line, sizeof line, "  SFT task   (%4lld %-38s) %9s  %9s\n", static_cast<long long>(sft_after.problems),
-                sft_rows.c_str(), pct(sft_before.accuracy).c_str(), pct(sft_after.accuracy).c_str());
+  std::snprintf(line, sizeof line, "  %-42s %8lld  %9s  %8s\n", sft_rows.c_str(), static_cast<long long>(sft_after.problems),
+                pct(sft_before.accuracy).c_str(), pct(sft_after.accuracy).c_str());
   table += line;
-  std::snprintf(line, sizeof line, "  RL target  (%4lld %-38s) %9s  %9s   pass@%lld %s -> %s\n",
-                static_cast<long long>(rs.last_eval.problems), target_rows.c_str(), pct(rs.first_eval.exact_match).c_str(),
+  std::snprintf(line, sizeof line, "  %-42s %8lld  %9s  %8s  (pass@%lld %s -> %s)\n", target_rows.c_str(),
+                static_cast<long long>(rs.last_eval.problems), pct(rs.first_eval.exact_match).c_str(),
                 pct(rs.last_eval.exact_match).c_str(), static_cast<long long>(rs.last_eval.k),
                 pct(rs.first_eval.pass_at_k).c_str(), pct(rs.last_eval.pass_at_k).c_str());
   table += line;
-  std::snprintf(line, sizeof line, "  (%s; SFT %lld steps %.0f s, RL %lld steps %.0f s, evaluations %.0f s)\n", split.c_str(),
-                static_cast<long long>(skip_sft ? 0 : spec.run.steps), skip_sft ? 0.0 : sft_seconds,
+  std::snprintf(line, sizeof line, "  %s; SFT %lld steps in %.0f s, RL %lld steps in %.0f s, evaluations %.0f s\n",
+                split.c_str(), static_cast<long long>(skip_sft ? 0 : spec.run.steps), skip_sft ? 0.0 : sft_seconds,
                 static_cast<long long>(rs.steps_done), rl_seconds, eval_seconds);
   table += line;
   std::printf("%s", table.c_str());
   std::fflush(stdout);
-  spdlog::info("two-phase job done:\n{}", table);
+  spdlog::info("two-phase job done: SFT task {} -> {}, RL target {} -> {} (after SFT -> after RL)", pct(sft_before.accuracy),
+               pct(sft_after.accuracy), pct(rs.first_eval.exact_match), pct(rs.last_eval.exact_match));
   metrics.write_line(JsonObject()
                          .add("type", std::string("summary"))
                          .add("sft_steps", skip_sft ? int64_t{0} : spec.run.steps)
