@@ -1136,6 +1136,9 @@ void check_chaos(const Spec& s, Parser& p) {
 // two-phase spec; a one-phase RL run reads [run] and [optim] for them.
 void check_phase_keys(const Spec& s, Parser& p) {
   if (s.run.mode == RunMode::pretrain) return;  // every [rl] key is reported there
+  // A two-phase file run as one RL run (--set run.mode="rl") reads [run] and
+  // [optim] like any RL run; its phase-2 values are left unused.
+  if (p.file_mode == RunMode::sft_rl) return;
   for (const char* key : {"steps", "eval_every", "lr", "warmup_steps"})
     if (const Pos* at = p.set_at(std::string("rl.") + key))
       p.error(*at, std::string("[rl] ") + key + " is phase 2's value in run.mode = \"sft_rl\"; this run has mode = \"" +

@@ -50,10 +50,10 @@ expect_exit 3 "$troupe" validate "$work/huge.toml"
 expect_output "is 1100000 bytes; a spec file is at most 1048576 bytes"
 # The same for a text data file: a FIFO is refused (no hang), a 30 GiB sparse
 # file by its size (not read into memory).
-expect_exit 3 timeout 20 "$troupe" validate --set data.source='"text"' --set data.path="\"$work/fifo.toml\"" --set model.vocab_size=256
+expect_exit 3 timeout 20 "$troupe" validate --set run.mode='"pretrain"' --set data.target_pairs='""' --set data.source='"text"' --set data.path="\"$work/fifo.toml\"" --set model.vocab_size=256
 expect_output "is not a regular file (a FIFO, device or socket)"
 truncate -s 30G "$work/huge.txt"
-expect_exit 3 timeout 20 "$troupe" validate --set data.source='"text"' --set data.path="\"$work/huge.txt\"" --set model.vocab_size=256
+expect_exit 3 timeout 20 "$troupe" validate --set run.mode='"pretrain"' --set data.target_pairs='""' --set data.source='"text"' --set data.path="\"$work/huge.txt\"" --set model.vocab_size=256
 expect_output "has 32212254720 bytes, more than the 4294967296 a text source reads into memory"
 rm -f "$work/huge.txt"
 # Import and eval inputs: a FIFO is refused without blocking, a huge file by its size.

@@ -157,11 +157,13 @@ TEST(Specs, DefaultIsTheTwoPhaseJob) {
   // Phase 1 alone is the same spec with run.mode = "pretrain": its [rl] is ignored.
   const Spec alone = load_default_spec({{"run.mode", "\"pretrain\""}});
   EXPECT_EQ(alone.run.mode, RunMode::pretrain);
-  // Phase-2 keys belong to sft_rl: a one-phase RL run reads [run] / [optim].
-  const auto ds = diagnostics_of([] { load_default_spec({{"run.mode", "\"rl\""}}); });
-  bool said = false;
-  for (const auto& dg : ds) said = said || dg.message.find("[rl] steps is phase 2's value") != std::string::npos;
-  EXPECT_TRUE(said);
+  // Phase-2 keys belong to sft_rl: a one-phase RL spec reads [run] / [optim].
+  const auto ds = diagnostics_of([] {
+    load_spec_text("[run]\nmode = \"rl\"\n[rl]\nlr = 1e-4\n", "one.toml");
+  });
+  ASSERT_EQ(ds.size(), 1u);
+  EXPECT_EQ(ds[0].line, 4);
+  EXPECT_NE(ds[0].message.find("[rl] lr is phase 2's value in run.mode = \"sft_rl\""), std::string::npos) << ds[0].message;
 }
 
 // The SFT task's evaluation side is the complement of the target pairs.

@@ -104,8 +104,10 @@ expect_output "summary: held-out exact match (greedy) after SFT and after RL"
 # belong to sft_rl only; a sim topology is not a two-phase job.
 expect_exit 3 "$troupe" validate "$work/two.toml" --set rl.init='"elsewhere"'
 expect_output "error: [rl] init in run.mode = \"sft_rl\": phase 2 starts from phase 1's checkpoint"
-expect_exit 3 "$troupe" validate "$work/two.toml" --set run.mode='"rl"'
-expect_output "$work/two.toml:37:1: error: [rl] steps is phase 2's value in run.mode = \"sft_rl\""
+cp "$work/common.toml" "$work/one.toml"
+printf '[run]\nmode = "rl"\n[rl]\nsteps = 3\n' >> "$work/one.toml"
+expect_exit 3 "$troupe" validate "$work/one.toml"
+expect_output "$work/one.toml:22:1: error: [rl] steps is phase 2's value in run.mode = \"sft_rl\""
 expect_exit 3 "$troupe" validate "$work/two.toml" --set rl.group_size=1
 expect_output "[rl] group_size: group_size = 1"
 expect_exit 3 "$troupe" validate "$work/two.toml" --set topology.microbatches=3
@@ -118,8 +120,8 @@ expect_output "step 4/4"
 expect_output "phase 2/2: RL, 3 steps from $work/two/checkpoint_sft"
 expect_output "rl step 3/3"
 expect_output "summary: held-out exact match (greedy)"
-expect_output "  SFT task: held-out, off the target split         20"
-expect_output "  RL target: held-out target problems             20"
+grep -qE "^  SFT task: held-out, off the target split +20 +[0-9.]+% +[0-9.]+%$" <<<"$out" || fail "no SFT task row in:\n$out"
+grep -qE "^  RL target: held-out target problems +20 +[0-9.]+% +[0-9.]+%  \(pass@4 " <<<"$out" || fail "no RL target row in:\n$out"
 m="$work/two/metrics.jsonl"
 [ "$(grep -c '"type":"phase"' "$m")" -eq 2 ] || fail "metrics.jsonl should hold 2 phase lines"
 [ "$(grep -c '"type":"step"' "$m")" -eq 4 ] || fail "metrics.jsonl should hold 4 SFT step lines"
