@@ -10,15 +10,14 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
-#include <limits>
 #include <spdlog/spdlog.h>
 
 #include "launch/cli.hpp"
 #include "launch/commands_rl.hpp"
 #include "launch/phases.hpp"
-#include "launch/train_options.hpp"
 #include "model/checkpoint.hpp"
-#include "model/trainer.hpp"
+#include "rl/task.hpp"
+#include "rl/trainer.hpp"
 
 namespace troupe::launch {
 
@@ -28,15 +27,18 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// Greedy held-out exact match of the checkpoint in `dir` on the problems SFT
-// was trained on: the held-out problems on the SFT side of the split (every
-// held-out problem when the spec has no split at one column). The target side
-// is phase 2's own evaluation (rl::RlSummary first_eval / last_eval).
-model::EvalMetrics sft_side_eval(const Spec& spec, const std::string& dir) {
-  model::DataConfig d = spec.data;
-  d.target_pairs = sft_side_pairs(spec);
-  // The spec's backend, as `troupe eval` uses it: the same figures as it prints.
-  return model::evaluate(dir, d, 1, backend_options(spec));
+// Held-out exact match of the checkpoint in `dir` on the problems SFT was
+// trained on: the held-out problems on the SFT side of the split (every
+// held-out problem when the spec has no split at one column), scored by the
+// RL evaluator exactly as phase 2 scores the target side (the same prompts
+// format, greedy exact match and pass@group_size): it is phase 2's first
+// evaluation with data.target_pairs set to the SFT side and rl.init = dir.
+rl::RlEvalMetrics sft_side_eval(const Spec& spec, const std::string& dir) {
+  rl::RlTrainOptions o = rl_train_options(rl_phase_spec(spec, dir));
+  o.data.target_pairs = sft_side_pairs(spec);
+  o.checkpoint_dir.clear();
+  rl::RlTrainer trainer(o);
+  return trainer.evaluate();
 }
 
 std::string pct(double x) {
@@ -97,7 +99,7 @@ int run_sft_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, co
   }
   const double sft_seconds = seconds_since(t1);
   const auto te = Clock::now();
-  const model::EvalMetrics sft_before = sft_side_eval(spec, init);
+  const rl::RlEvalMetrics sft_before = sft_side_eval(spec, init);
   double eval_seconds = seconds_since(te);
   if (signals.requested()) return report_rl_interrupted(spec, signals, init, 0);
 
@@ -121,7 +123,7 @@ int run_sft_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, co
   spdlog::info("phase 2/2 done: {} RL steps in {:.1f} s ({:.2f} steps/s)", rs.steps_done, rl_seconds,
                rl_seconds > 0 ? static_cast<double>(rs.steps_done) / rl_seconds : 0.0);
   const auto te2 = Clock::now();
-  const model::EvalMetrics sft_after = sft_side_eval(spec, rl.checkpoint_dir());
+  const rl::RlEvalMetrics sft_after = sft_side_eval(spec, rl.checkpoint_dir());
   eval_seconds += seconds_since(te2);
 
   // The table: both tasks after each phase (after SFT = before RL).
@@ -131,8 +133,10 @@ int run_sft_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, co
                                                                  : "RL target: held-out target problems";
   std::string table = "summary: held-out exact match (greedy)        problems  after SFT  after RL\n";
   char line[256];
-  std::snprintf(line, sizeof line, "  %-42s %8lld  %9s  %8s\n", sft_rows.c_str(), static_cast<long long>(sft_after.problems),
-                pct(sft_before.accuracy).c_str(), pct(sft_after.accuracy).c_str());
+  std::snprintf(line, sizeof line, "  %-42s %8lld  %9s  %8s  (pass@%lld %s -> %s)\n", sft_rows.c_str(),
+                static_cast<long long>(sft_after.problems), pct(sft_before.exact_match).c_str(),
+                pct(sft_after.exact_match).c_str(), static_cast<long long>(sft_after.k), pct(sft_before.pass_at_k).c_str(),
+                pct(sft_after.pass_at_k).c_str());
   table += line;
   std::snprintf(line, sizeof line, "  %-42s %8lld  %9s  %8s  (pass@%lld %s -> %s)\n", target_rows.c_str(),
                 static_cast<long long>(rs.last_eval.problems), pct(rs.first_eval.exact_match).c_str(),
@@ -145,20 +149,26 @@ int run_sft_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, co
   table += line;
   std::printf("%s", table.c_str());
   std::fflush(stdout);
-  spdlog::info("two-phase job done: SFT task {} -> {}, RL target {} -> {} (after SFT -> after RL)", pct(sft_before.accuracy),
-               pct(sft_after.accuracy), pct(rs.first_eval.exact_match), pct(rs.last_eval.exact_match));
+  spdlog::info("two-phase job done: SFT task {} -> {}, RL target {} -> {} (after SFT -> after RL)", pct(sft_before.exact_match),
+               pct(sft_after.exact_match), pct(rs.first_eval.exact_match), pct(rs.last_eval.exact_match));
   metrics.write_line(JsonObject()
                          .add("type", std::string("summary"))
                          .add("sft_steps", skip_sft ? int64_t{0} : spec.run.steps)
                          .add("rl_steps", rs.steps_done)
                          .add("sft_task_problems", sft_after.problems)
-                         .add("sft_task_before", sft_before.accuracy)
-                         .add("sft_task_after", sft_after.accuracy)
+                         .add("sft_task_before", sft_before.exact_match)
+                         .add("sft_task_after", sft_after.exact_match)
+                         .add("sft_task_pass_at_k_before", sft_before.pass_at_k)
+                         .add("sft_task_pass_at_k_after", sft_after.pass_at_k)
+                         .add("sft_task_mean_reward_before", sft_before.mean_reward)
+                         .add("sft_task_mean_reward_after", sft_after.mean_reward)
                          .add("target_problems", rs.last_eval.problems)
                          .add("target_before", rs.first_eval.exact_match)
                          .add("target_after", rs.last_eval.exact_match)
                          .add("target_pass_at_k_before", rs.first_eval.pass_at_k)
                          .add("target_pass_at_k_after", rs.last_eval.pass_at_k)
+                         .add("target_mean_reward_before", rs.first_eval.mean_reward)
+                         .add("target_mean_reward_after", rs.last_eval.mean_reward)
                          .add("k", rs.last_eval.k)
                          .add("sft_seconds", skip_sft ? 0.0 : sft_seconds)
                          .add("rl_seconds", rl_seconds)
