@@ -50,7 +50,7 @@ std::string pct(double x) {
 
 // Phase 2 stopped: a decoupled RL run does not resume mid-way, so the way on
 // is phase 2 again from phase 1's checkpoint (the resume rule in phases.hpp).
-int report_rl_interrupted(const Spec& spec, const StopOnSignal& signals, const std::string& sft_dir, int64_t steps) {
+int report_rl_interrupted(const StopOnSignal& signals, const std::string& sft_dir, int64_t steps) {
   spdlog::warn("stopped by {} in phase 2 after {} RL step(s); phase 1's checkpoint is {}. Phase 2 cannot continue mid-way: "
                "`troupe run` with --set checkpoint.resume='\"{}\"' skips phase 1 and runs phase 2 again from its start",
                signals.signal() == SIGTERM ? "SIGTERM" : "SIGINT", steps, sft_dir, sft_dir);
@@ -69,7 +69,7 @@ int run_sft_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, co
   if (!spec.checkpoint.resume.empty()) resumed_at = model::load_checkpoint(spec.checkpoint.resume).step;
   const bool skip_sft = resumed_at >= spec.run.steps;
   const std::string init = skip_sft ? spec.checkpoint.resume : sft_dir;
-  const Spec rl = rl_phase_spec(spec, init);
+  const Spec rl_spec = rl_phase_spec(spec, init);
   const std::string split = spec.data.target_pairs.empty()
                                 ? std::string("no split: both tasks are every held-out problem")
                                 : "data.target_pairs \"" + spec.data.target_pairs + "\" at column " +
@@ -101,7 +101,7 @@ int run_sft_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, co
   const auto te = Clock::now();
   const rl::RlEvalMetrics sft_before = sft_side_eval(spec, init);
   double eval_seconds = seconds_since(te);
-  if (signals.requested()) return report_rl_interrupted(spec, signals, init, 0);
+  if (signals.requested()) return report_rl_interrupted(signals, init, 0);
 
   // Phase 2: RL from phase 1's checkpoint.
   const auto t2 = Clock::now();
@@ -109,21 +109,21 @@ int run_sft_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, co
                          .add("type", std::string("phase"))
                          .add("phase", std::string("rl"))
                          .add("index", int64_t{2})
-                         .add("steps", rl.run.steps)
+                         .add("steps", rl_spec.run.steps)
                          .add("init", init)
-                         .add("checkpoint", rl.checkpoint_dir())
+                         .add("checkpoint", rl_spec.checkpoint_dir())
                          .str());
-  spdlog::info("phase 2/2: RL, {} steps from {} (lr {}, warmup {}), saving to {}", rl.run.steps, init, rl.optim.lr,
-               rl.optim.warmup_steps, rl.checkpoint_dir());
+  spdlog::info("phase 2/2: RL, {} steps from {} (lr {}, warmup {}), saving to {}", rl_spec.run.steps, init, rl_spec.optim.lr,
+               rl_spec.optim.warmup_steps, rl_spec.checkpoint_dir());
   rl::RlSummary rs;
-  const int rc = run_rl(rl, metrics, style, signals, &rs);
-  if (rc == kExitInterrupted) return report_rl_interrupted(spec, signals, init, rs.steps_done);
+  const int rc = run_rl(rl_spec, metrics, style, signals, &rs);
+  if (rc == kExitInterrupted) return report_rl_interrupted(signals, init, rs.steps_done);
   if (rc != kExitOk) return rc;
   const double rl_seconds = seconds_since(t2);
   spdlog::info("phase 2/2 done: {} RL steps in {:.1f} s ({:.2f} steps/s)", rs.steps_done, rl_seconds,
                rl_seconds > 0 ? static_cast<double>(rs.steps_done) / rl_seconds : 0.0);
   const auto te2 = Clock::now();
-  const rl::RlEvalMetrics sft_after = sft_side_eval(spec, rl.checkpoint_dir());
+  const rl::RlEvalMetrics sft_after = sft_side_eval(spec, rl_spec.checkpoint_dir());
   eval_seconds += seconds_since(te2);
 
   // The table: both tasks after each phase (after SFT = before RL).

@@ -199,22 +199,22 @@ void describe_sft_rl(const Spec& spec) {
       resume = " (resumed from \"" + spec.checkpoint.resume + "\" at step " + std::to_string(step) + ")";
     }
   }
-  const Spec rl = rl_phase_spec(spec, init);
+  const Spec rl_spec = rl_phase_spec(spec, init);
   std::printf("two-phase job (run.mode = \"sft_rl\"): phase 1 trains %lld SFT steps and saves %s; phase 2 trains %lld "
               "RL steps from that checkpoint and saves %s; the summary gives held-out exact match on both tasks after "
               "each phase\n",
-              static_cast<long long>(spec.run.steps), sft.checkpoint_dir().c_str(), static_cast<long long>(rl.run.steps),
-              rl.checkpoint_dir().c_str());
+              static_cast<long long>(spec.run.steps), sft.checkpoint_dir().c_str(), static_cast<long long>(rl_spec.run.steps),
+              rl_spec.checkpoint_dir().c_str());
   std::printf("\nphase 1/2: SFT%s, lr %g, warmup %lld: the pretraining run of this spec (`troupe run SPEC --set "
               "run.mode='\"pretrain\"'` alone)\n",
               resume.c_str(), spec.optim.lr, static_cast<long long>(spec.optim.warmup_steps));
   describe(sft);
   std::printf("\nphase 2/2: online RL, lr %g, warmup %lld, evaluation %s: run.mode = \"rl\" with rl.init = \"%s\"\n",
-              rl.optim.lr, static_cast<long long>(rl.optim.warmup_steps),
-              rl.run.eval_every > 0 ? ("every " + std::to_string(rl.run.eval_every) + " steps").c_str()
+              rl_spec.optim.lr, static_cast<long long>(rl_spec.optim.warmup_steps),
+              rl_spec.run.eval_every > 0 ? ("every " + std::to_string(rl_spec.run.eval_every) + " steps").c_str()
                                     : "before the first step and after the last",
               init.c_str());
-  describe(rl);
+  describe(rl_spec);
   const std::string side = sft_side_pairs(spec);
   std::printf("\nsummary: held-out exact match (greedy) after SFT and after RL of the SFT task (%lld held-out problems%s) "
               "and of the RL target (%lld held-out problems%s)\n",

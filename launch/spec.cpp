@@ -1174,15 +1174,15 @@ void check_sft_rl(Spec& s, Parser& p) {
   check_cross_fields(sft, p);
   check_supported(sft, p);
   check_checkpoint_dir(sft, p);
-  Spec rl = rl_phase_spec(s, "");  // phase 1's checkpoint does not exist yet
-  check_cross_fields(rl, p);
-  check_supported(rl, p);
-  convert_rl(rl, p);
-  check_checkpoint_dir(rl, p);
-  s.rl = rl.rl;
+  Spec rl_spec = rl_phase_spec(s, "");  // phase 1's checkpoint does not exist yet
+  check_cross_fields(rl_spec, p);
+  check_supported(rl_spec, p);
+  convert_rl(rl_spec, p);
+  check_checkpoint_dir(rl_spec, p);
+  s.rl = rl_spec.rl;
   if (p.diagnostics().size() == before) {
     check_data(sft, p);
-    if (p.diagnostics().size() == before) check_rl_inputs(rl, p);
+    if (p.diagnostics().size() == before) check_rl_inputs(rl_spec, p);
   }
 }
 
