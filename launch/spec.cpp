@@ -932,7 +932,7 @@ void convert_rl(Spec& s, Parser& p) {
     // section is phase 2's and is ignored.
     if (p.file_mode == RunMode::sft_rl) return;
     if (const Pos* at = p.first_set_in("rl"))
-      p.error(*at, std::string("[rl] keys apply only to [run] mode = \"rl\" or \"reward_model\" (this spec has mode = \"") + run_mode_name(s.run.mode) + "\")");
+      p.error(*at, std::string("[rl] keys apply only to [run] mode = \"rl\", \"reward_model\" or \"sft_rl\" (this spec has mode = \"") + run_mode_name(s.run.mode) + "\")");
     return;
   }
   if (s.run.mode == RunMode::reward_model) {
