@@ -210,7 +210,8 @@ rl::RlSummary run_decoupled(const Spec& spec, rl::RlTrainOptions options, RlProg
   return s;
 }
 
-int run_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, const StopOnSignal& signals) {
+int run_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, const StopOnSignal& signals,
+           rl::RlSummary* out) {
   const auto& r = spec.rl;
   spdlog::info("online RL ({}): task {}, {} prompts x {} completions per step, "
                "{} new tokens max, temperature {}, loss {}, init {}, reward {}",
@@ -224,6 +225,7 @@ int run_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, const 
   options.stop = signals.flag();
   const rl::RlSummary s = rl::decoupled(r.sync) ? run_decoupled(spec, options, progress, metrics)
                                                              : rl::train(options, progress);
+  if (out) *out = s;
   metrics.write_line(JsonObject()
                          .add("type", std::string("end"))
                          .add("steps", s.steps_done)
@@ -232,7 +234,7 @@ int run_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, const 
                          .add("exact_match_after", s.last_eval.exact_match)
                          .add_raw("interrupted", s.interrupted ? "true" : "false")
                          .str());
-  if (s.interrupted) return report_interrupted(spec, signals, s.steps_done);
+  if (s.interrupted) return out ? kExitInterrupted : report_interrupted(spec, signals, s.steps_done);
   spdlog::info("done: {} RL steps; held-out exact match {:.1f}% -> {:.1f}%, pass@{} {:.1f}% -> {:.1f}%",
                s.steps_done, 100.0 * s.first_eval.exact_match, 100.0 * s.last_eval.exact_match, s.last_eval.k,
                100.0 * s.first_eval.pass_at_k, 100.0 * s.last_eval.pass_at_k);

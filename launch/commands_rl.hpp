@@ -1,6 +1,7 @@
 // run.mode = "rl" inside `troupe run` (launch/commands_rl.cpp).
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "launch/progress.hpp"
@@ -8,12 +9,30 @@
 #include "launch/spec.hpp"
 #include "rl/trainer.hpp"
 
+namespace troupe::model {
+struct TrainSummary;
+}
+namespace troupe::runtime {
+struct ClusterComm;
+}
+
 namespace troupe::launch {
 
 rl::RlTrainOptions rl_train_options(const Spec& spec);
-// Runs the synchronous RL loop; returns an ExitCode (kExitInterrupted when
-// `signals` stopped it). Throws like rl::train.
-int run_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, const StopOnSignal& signals);
+// Runs the synchronous RL loop or the decoupled actors; returns an ExitCode
+// (kExitInterrupted when `signals` stopped it) and, when `out` is given, the
+// loop's summary; then the caller reports an interruption (how to continue
+// depends on it). Throws like rl::train.
+int run_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, const StopOnSignal& signals,
+           rl::RlSummary* out = nullptr);
+// run.mode = "pretrain" (launch/commands_run.cpp): the actor runtime or the
+// single-process trainer; `out` gets the summary. Returns an ExitCode.
+int run_pretrain(const Spec& spec, const std::shared_ptr<runtime::ClusterComm>& comm, MetricsWriter& metrics,
+                 ProgressStyle style, const StopOnSignal& signals, model::TrainSummary* out = nullptr);
+// run.mode = "sft_rl" (launch/commands_sft_rl.cpp): phase 1 (run_pretrain),
+// phase 2 (run_rl) from phase 1's checkpoint, then the before/after table of
+// both tasks. Returns an ExitCode.
+int run_sft_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, const StopOnSignal& signals);
 // run.mode = "reward_model" (launch/commands_rm.cpp): trains the learned
 // reward model; returns an ExitCode.
 int run_reward_model(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, const StopOnSignal& signals);

@@ -236,6 +236,87 @@ int command_run(const CliOptions&, const Spec& spec) {
   return rc;
 }
 
+// Pretraining (run.mode = "pretrain", and phase 1 of "sft_rl"): the actor
+// runtime or the single-process trainer, with progress and metrics lines.
+// Returns an ExitCode; throws on failure (run_process maps the exception).
+int run_pretrain(const Spec& spec, const std::shared_ptr<runtime::ClusterComm>& comm, MetricsWriter& metrics,
+                 ProgressStyle style, const StopOnSignal& signals, model::TrainSummary* out) {
+  ProgressObserver progress(style, spec.run.steps, spec.log.progress_every, &metrics);
+  model::TrainSummary summary;
+  if (uses_runtime(spec)) {
+    const auto& t = spec.topology;
+    spdlog::info("actor runtime: schedule {}, {} stage(s) x {} replica(s), {} microbatch(es) per replica, "
+                 "{} expert shard(s) per MoE layer, {} optimizer shard(s) on {} device(s), {} process(es)",
+                 sched::to_string(t.schedule), t.stages, t.data_parallel, t.microbatches, t.expert_shards, t.optimizer_shards,
+                 t.devices, t.processes);
+    RestartMetrics observer(progress, metrics);
+    runtime::RuntimeOptions ro = runtime_options(spec);
+    ro.comm = comm;
+    ro.train.stop = signals.flag();
+    ro.on_restart = [&observer](const runtime::RestartEvent& ev) { observer.record(ev); };
+    ro.on_rescale = [&observer](const runtime::RescaleReport& r) { observer.record(r); };
+    if (!spec.elastic.empty())
+      spdlog::info("elastic experts: {} scale event(s) ([[elastic]])", spec.elastic.size());
+    if (!ro.faults.empty())
+      spdlog::info("failure injection: {} fault(s) ({} from [chaos]); supervisor restarts at most {} time(s) per {} step(s){}",
+                   ro.faults.size(), ro.faults.size() - spec.faults.size(), spec.run.max_restarts, spec.run.restart_window,
+                   spec.run.restart_period > 0 ? fmt::format(" and per {} s", spec.run.restart_period) : std::string());
+    // The fault summary: on stdout, and as a {"type":"faults",...} line.
+    if (!ro.faults.empty())
+      ro.on_fault_summary = [&metrics](const runtime::FaultSummary& f) {
+        std::printf("%s\n", f.str().c_str());
+        std::fflush(stdout);
+        JsonObject injected;
+        for (const auto& [kind, n] : f.injected) injected.add(kind.c_str(), n);
+        JsonObject mttr;
+        for (const auto& [role, r] : f.repairs)
+          mttr.add_raw(role.c_str(), JsonObject().add("count", r.count).add("mean_ms", 1e3 * r.mean()).add("max_ms", 1e3 * r.max_seconds).str());
+        metrics.write_line(JsonObject()
+                               .add("type", std::string("faults"))
+                               .add_raw("injected", injected.str())
+                               .add("total", f.total_injected())
+                               .add("recovered", f.recovered)
+                               .add("restarts", f.restarts)
+                               .add("replays", f.replays)
+                               .add("damaged", f.damaged)
+                               .add("steps", f.steps)
+                               .add("wall_s", f.wall_seconds)
+                               .add("useful_s", f.useful_seconds)
+                               .add("lost_s", f.lost_seconds())
+                               .add("goodput", f.goodput())
+                               .add_raw("mttr", mttr.str())
+                               .str());
+      };
+    summary = runtime::train(ro, observer);
+  } else {
+    model::TrainOptions to = train_options(spec);
+    to.stop = signals.flag();
+    summary = model::train(to, progress);
+  }
+  progress.finish();
+  if (out) *out = summary;
+  metrics.write_line(JsonObject()
+                         .add("type", std::string("end"))
+                         .add("steps", summary.steps_done)
+                         .add("final_loss", summary.final_loss)
+                         .add("final_val_loss", summary.final_val_loss)
+                         .add("accuracy", summary.accuracy)
+                         .add_raw("interrupted", summary.interrupted ? "true" : "false")
+                         .str());
+  if (summary.interrupted) return report_interrupted(spec, signals, summary.steps_done);
+  if (std::isnan(summary.accuracy))
+    spdlog::info("done: {} steps, final loss {:.4f}, val loss {:.4f}", summary.steps_done, summary.final_loss,
+                 summary.final_val_loss);
+  else
+    spdlog::info("done: {} steps, final loss {:.4f}, val loss {:.4f}, held-out exact match {:.1f}%",
+                 summary.steps_done, summary.final_loss, summary.final_val_loss, 100.0 * summary.accuracy);
+  if (!std::isfinite(summary.final_loss)) {
+    spdlog::error("training diverged (loss is not finite)");
+    return kExitRuntime;
+  }
+  return kExitOk;
+}
+
 static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterComm>& comm) {
   if (comm && comm->rank() != 0) {
     runtime::RuntimeOptions ro = runtime_options(spec);
@@ -277,78 +358,8 @@ static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterC
     // Online RL: the synchronous generate -> reward -> train loop (rl/trainer.hpp).
     if (spec.run.mode == RunMode::rl) return run_rl(spec, metrics, style, signals);
     if (spec.run.mode == RunMode::reward_model) return run_reward_model(spec, metrics, style, signals);
-    ProgressObserver progress(style, spec.run.steps, spec.log.progress_every, &metrics);
-    model::TrainSummary summary;
-    if (uses_runtime(spec)) {
-      const auto& t = spec.topology;
-      spdlog::info("actor runtime: schedule {}, {} stage(s) x {} replica(s), {} microbatch(es) per replica, "
-                   "{} expert shard(s) per MoE layer, {} optimizer shard(s) on {} device(s), {} process(es)",
-                   sched::to_string(t.schedule), t.stages, t.data_parallel, t.microbatches, t.expert_shards, t.optimizer_shards,
-                   t.devices, t.processes);
-      RestartMetrics observer(progress, metrics);
-      runtime::RuntimeOptions ro = runtime_options(spec);
-      ro.comm = comm;
-      ro.train.stop = signals.flag();
-      ro.on_restart = [&observer](const runtime::RestartEvent& ev) { observer.record(ev); };
-      ro.on_rescale = [&observer](const runtime::RescaleReport& r) { observer.record(r); };
-      if (!spec.elastic.empty())
-        spdlog::info("elastic experts: {} scale event(s) ([[elastic]])", spec.elastic.size());
-      if (!ro.faults.empty())
-        spdlog::info("failure injection: {} fault(s) ({} from [chaos]); supervisor restarts at most {} time(s) per {} step(s){}",
-                     ro.faults.size(), ro.faults.size() - spec.faults.size(), spec.run.max_restarts, spec.run.restart_window,
-                     spec.run.restart_period > 0 ? fmt::format(" and per {} s", spec.run.restart_period) : std::string());
-      // The fault summary: on stdout, and as a {"type":"faults",...} line.
-      if (!ro.faults.empty())
-        ro.on_fault_summary = [&metrics](const runtime::FaultSummary& f) {
-          std::printf("%s\n", f.str().c_str());
-          std::fflush(stdout);
-          JsonObject injected;
-          for (const auto& [kind, n] : f.injected) injected.add(kind.c_str(), n);
-          JsonObject mttr;
-          for (const auto& [role, r] : f.repairs)
-            mttr.add_raw(role.c_str(), JsonObject().add("count", r.count).add("mean_ms", 1e3 * r.mean()).add("max_ms", 1e3 * r.max_seconds).str());
-          metrics.write_line(JsonObject()
-                                 .add("type", std::string("faults"))
-                                 .add_raw("injected", injected.str())
-                                 .add("total", f.total_injected())
-                                 .add("recovered", f.recovered)
-                                 .add("restarts", f.restarts)
-                                 .add("replays", f.replays)
-                                 .add("damaged", f.damaged)
-                                 .add("steps", f.steps)
-                                 .add("wall_s", f.wall_seconds)
-                                 .add("useful_s", f.useful_seconds)
-                                 .add("lost_s", f.lost_seconds())
-                                 .add("goodput", f.goodput())
-                                 .add_raw("mttr", mttr.str())
-                                 .str());
-        };
-      summary = runtime::train(ro, observer);
-    } else {
-      model::TrainOptions to = train_options(spec);
-      to.stop = signals.flag();
-      summary = model::train(to, progress);
-    }
-    progress.finish();
-    metrics.write_line(JsonObject()
-                           .add("type", std::string("end"))
-                           .add("steps", summary.steps_done)
-                           .add("final_loss", summary.final_loss)
-                           .add("final_val_loss", summary.final_val_loss)
-                           .add("accuracy", summary.accuracy)
-                           .add_raw("interrupted", summary.interrupted ? "true" : "false")
-                           .str());
-    if (summary.interrupted) return report_interrupted(spec, signals, summary.steps_done);
-    if (std::isnan(summary.accuracy))
-      spdlog::info("done: {} steps, final loss {:.4f}, val loss {:.4f}", summary.steps_done, summary.final_loss,
-                   summary.final_val_loss);
-    else
-      spdlog::info("done: {} steps, final loss {:.4f}, val loss {:.4f}, held-out exact match {:.1f}%",
-                   summary.steps_done, summary.final_loss, summary.final_val_loss, 100.0 * summary.accuracy);
-    if (!std::isfinite(summary.final_loss)) {
-      spdlog::error("training diverged (loss is not finite)");
-      return kExitRuntime;
-    }
+    if (spec.run.mode == RunMode::sft_rl) return run_sft_rl(spec, metrics, style, signals);
+    return run_pretrain(spec, comm, metrics, style, signals);
   } catch (const model::CheckpointError& e) {
     spdlog::error("{}", e.what());
     return kExitBadInput;

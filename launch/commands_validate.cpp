@@ -4,11 +4,14 @@
 #include <cstdio>
 
 #include <algorithm>
+#include <filesystem>
 #include <string>
 
 #include "actors/cluster/cluster_tls.hpp"
 #include "actors/rl/rl_plan.hpp"
+
 #include "launch/cli.hpp"
+#include "launch/phases.hpp"
 #include "launch/sim_plan.hpp"
 #include "launch/topology.hpp"
 #include "model/checkpoint.hpp"
@@ -41,6 +44,14 @@ int check_input_checkpoints(const Spec& spec) {
       return kExitBadInput;
     }
   }
+  if (spec.run.mode == RunMode::sft_rl && !spec.checkpoint.resume.empty() &&
+      std::filesystem::weakly_canonical(spec.checkpoint.resume) == std::filesystem::weakly_canonical(spec.checkpoint_dir())) {
+    std::fprintf(stderr,
+                 "troupe: %s: [checkpoint] resume = \"%s\" is phase 2's (RL) checkpoint of this two-phase job; phase 2 "
+                 "cannot continue mid-way: resume from phase 1's checkpoint \"%s\" to run phase 2 again from its start\n",
+                 spec.source.c_str(), spec.checkpoint.resume.c_str(), sft_checkpoint_dir(spec).c_str());
+    return kExitBadSpec;
+  }
   if (!spec.checkpoint.resume.empty()) {
     int64_t step = 0;
     try {
@@ -49,7 +60,9 @@ int check_input_checkpoints(const Spec& spec) {
       std::fprintf(stderr, "troupe: %s: [checkpoint] resume: %s\n", spec.source.c_str(), e.what());
       return kExitBadInput;
     }
-    if (step >= spec.run.steps) {
+    // A two-phase job resumed at phase 1's last step goes straight to phase 2.
+    const bool phase2 = spec.run.mode == RunMode::sft_rl && step == spec.run.steps;
+    if (step >= spec.run.steps && !phase2) {
       std::fprintf(stderr,
                    "troupe: %s: [checkpoint] resume = \"%s\" is at step %lld, but [run] steps = %lld: nothing is left "
                    "to train (raise run.steps to continue the run)\n",
@@ -91,16 +104,13 @@ std::string format_rl_actors(const Spec& spec) {
 
 }  // namespace
 
-int command_validate(const CliOptions&, const Spec& spec) {
-  if (spec.topology.device_kind == DeviceKind::sim) {  // no actors to place: show the simulated devices
-    std::printf("%s: ok\n%s", spec.source.c_str(),
-                (spec.run.mode == RunMode::rl ? format_rl_sim_plan(spec) : format_sim_plan(spec)).c_str());
-    return kExitOk;
-  }
-  if (const int rc = check_input_checkpoints(spec); rc != kExitOk) return rc;
+namespace {
+
+// What a run of `spec` (one phase) would build, after the "ok" line.
+void describe(const Spec& spec) {
   if (spec.run.mode == RunMode::rl && rl::decoupled(spec.rl.sync)) {
     const auto& r = spec.rl;
-    std::printf("%s: ok\n%s", spec.source.c_str(), format_rl_actors(spec).c_str());
+    std::printf("%s", format_rl_actors(spec).c_str());
     std::printf("each step samples %lld prompts x %lld completions (KV cache, temperature %g, top_p %g, at most %lld new "
                 "tokens) by policy version %smax(0, step - %lld), scores them with the %s task's rule verifier and trains "
                 "with loss \"%s\" (%lld update(s) per batch) in the trainer actor; policy from %s\n",
@@ -110,11 +120,10 @@ int command_validate(const CliOptions&, const Spec& spec) {
                 static_cast<long long>(r.max_staleness), r.task.c_str(),
                 rl::loss_kind_name(r.policy.kind), static_cast<long long>(r.updates_per_batch),
                 r.init.empty() ? "a fresh initialisation" : r.init.c_str());
-    return kExitOk;
+    return;
   }
   if (spec.run.mode == RunMode::reward_model) {  // one process, no actors: nothing to place
     const auto& r = spec.rl;
-    std::printf("%s: ok\n", spec.source.c_str());
     std::printf("reward model (one process): %s samples %lld training prompts and %lld held-out prompts x %lld completions "
                 "(KV cache, temperature %g, top_p %g, at most %lld new tokens), the %s task's rule verifier labels each "
                 "(exact match = 1); then %lld steps of pointwise BCE on %lld examples each, score = logit[yes] - "
@@ -126,10 +135,10 @@ int command_validate(const CliOptions&, const Spec& spec) {
                 static_cast<long long>(r.rm_batch), static_cast<long long>(spec.model.vocab_size - 1),
                 static_cast<long long>(spec.model.vocab_size - 2), static_cast<long long>(spec.model.vocab_size - 3),
                 device_kind_name(spec.topology.device_kind), static_cast<long long>(spec.topology.threads_per_device));
-    return kExitOk;
+    return;
   }
   const runtime::Plan topo = resolve_topology(spec);
-  std::printf("%s: ok\n%s", spec.source.c_str(), format_topology(spec, topo).c_str());
+  std::printf("%s", format_topology(spec, topo).c_str());
   std::printf("%s", format_elastic(spec).c_str());
   if (spec.run.mode == RunMode::rl) {
     const auto& r = spec.rl;
@@ -177,6 +186,59 @@ int command_validate(const CliOptions&, const Spec& spec) {
     for (const auto& f : spec.faults) std::printf("  %s\n", runtime::describe(f).c_str());
     for (const auto& f : chaos) std::printf("  %s [chaos]\n", runtime::describe(f).c_str());
   }
+}
+
+// run.mode = "sft_rl": both phases, each as its own run would print it.
+void describe_sft_rl(const Spec& spec) {
+  const Spec sft = sft_phase_spec(spec);
+  std::string init = sft.checkpoint_dir();
+  std::string resume;
+  if (!spec.checkpoint.resume.empty()) {
+    const int64_t step = model::load_checkpoint(spec.checkpoint.resume).step;  // loaded by check_input_checkpoints
+    if (step >= spec.run.steps) {
+      init = spec.checkpoint.resume;
+      resume = " (skipped: [checkpoint] resume = \"" + spec.checkpoint.resume + "\" is at its last step)";
+    } else {
+      resume = " (resumed from \"" + spec.checkpoint.resume + "\" at step " + std::to_string(step) + ")";
+    }
+  }
+  const Spec rl_spec = rl_phase_spec(spec, init);
+  std::printf("two-phase job (run.mode = \"sft_rl\"): phase 1 trains %lld SFT steps and saves %s; phase 2 trains %lld "
+              "RL steps from that checkpoint and saves %s; the summary gives held-out exact match on both tasks after "
+              "each phase\n",
+              static_cast<long long>(spec.run.steps), sft.checkpoint_dir().c_str(), static_cast<long long>(rl_spec.run.steps),
+              rl_spec.checkpoint_dir().c_str());
+  std::printf("\nphase 1/2: SFT%s, lr %g, warmup %lld: the pretraining run of this spec (`troupe run SPEC --set "
+              "run.mode='\"pretrain\"'` alone)\n",
+              resume.c_str(), spec.optim.lr, static_cast<long long>(spec.optim.warmup_steps));
+  describe(sft);
+  std::printf("\nphase 2/2: online RL, lr %g, warmup %lld, evaluation %s: run.mode = \"rl\" with rl.init = \"%s\"\n",
+              rl_spec.optim.lr, static_cast<long long>(rl_spec.optim.warmup_steps),
+              rl_spec.run.eval_every > 0 ? ("every " + std::to_string(rl_spec.run.eval_every) + " steps").c_str()
+                                    : "before the first step and after the last",
+              init.c_str());
+  describe(rl_spec);
+  const std::string side = sft_side_pairs(spec);
+  std::printf("\nsummary: held-out exact match (greedy) after SFT and after RL of the SFT task (%lld held-out problems%s) "
+              "and of the RL target (%lld held-out problems%s)\n",
+              static_cast<long long>(spec.data.eval_problems),
+              side.empty() ? "" : (" whose column-" + std::to_string(spec.data.target_column) + " digits are not a target pair").c_str(),
+              static_cast<long long>(spec.data.eval_problems),
+              spec.data.target_pairs.empty() ? "" : (" with data.target_pairs \"" + spec.data.target_pairs + "\"").c_str());
+}
+
+}  // namespace
+
+int command_validate(const CliOptions&, const Spec& spec) {
+  if (spec.topology.device_kind == DeviceKind::sim) {  // no actors to place: show the simulated devices
+    std::printf("%s: ok\n%s", spec.source.c_str(),
+                (spec.run.mode == RunMode::rl ? format_rl_sim_plan(spec) : format_sim_plan(spec)).c_str());
+    return kExitOk;
+  }
+  if (const int rc = check_input_checkpoints(spec); rc != kExitOk) return rc;
+  std::printf("%s: ok\n", spec.source.c_str());
+  if (spec.run.mode == RunMode::sft_rl) describe_sft_rl(spec);
+  else describe(spec);
   return kExitOk;
 }
 

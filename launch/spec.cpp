@@ -17,6 +17,7 @@
 
 #include "actors/supervision/faults.hpp"
 #include "actors/schedule/schedule.hpp"
+#include "launch/phases.hpp"
 #include "launch/spec_keys.hpp"
 #include "launch/topology.hpp"
 #include "model/checkpoint.hpp"
@@ -160,6 +161,9 @@ class Parser {
     diags_.push_back({p.file, p.line, p.column, std::move(message)});
   }
   std::vector<Diagnostic>& diagnostics() { return diags_; }
+  // run.mode as the spec file wrote it, before --set overrides: a two-phase
+  // file ("sft_rl") may be run as its phase 1 alone with --set run.mode="pretrain".
+  RunMode file_mode = RunMode::pretrain;
 
   void parse_document(const std::string& text, const std::string& file) {
     toml::table root;
@@ -934,8 +938,11 @@ void convert_rl(Spec& s, Parser& p) {
   c.reward_model = r.reward_model;
   s.rl = c;
   if (s.run.mode == RunMode::pretrain) {
+    // Phase 1 of a two-phase file alone (--set run.mode="pretrain"): its [rl]
+    // section is phase 2's and is ignored.
+    if (p.file_mode == RunMode::sft_rl) return;
     if (const Pos* at = p.first_set_in("rl"))
-      p.error(*at, std::string("[rl] keys apply only to [run] mode = \"rl\" or \"reward_model\" (this spec has mode = \"") + run_mode_name(s.run.mode) + "\")");
+      p.error(*at, std::string("[rl] keys apply only to [run] mode = \"rl\", \"reward_model\" or \"sft_rl\" (this spec has mode = \"") + run_mode_name(s.run.mode) + "\")");
     return;
   }
   if (s.run.mode == RunMode::reward_model) {
@@ -1135,29 +1142,94 @@ void check_chaos(const Spec& s, Parser& p) {
   }
 }
 
+// rl.steps, rl.eval_every, rl.lr, rl.warmup_steps are phase 2's values in a
+// two-phase spec; a one-phase RL run reads [run] and [optim] for them.
+void check_phase_keys(const Spec& s, Parser& p) {
+  if (s.run.mode == RunMode::pretrain) return;  // every [rl] key is reported there
+  // A two-phase file run as one RL run (--set run.mode="rl") reads [run] and
+  // [optim] like any RL run; its phase-2 values are left unused.
+  if (p.file_mode == RunMode::sft_rl) return;
+  for (const char* key : {"steps", "eval_every", "lr", "warmup_steps"})
+    if (const Pos* at = p.set_at(std::string("rl.") + key))
+      p.error(*at, std::string("[rl] ") + key + " is phase 2's value in run.mode = \"sft_rl\"; this run has mode = \"" +
+                       run_mode_name(s.run.mode) + "\" and reads " + (key[0] == 's' || key[0] == 'e' ? "[run] " : "[optim] ") +
+                       key + " instead");
+}
+
+// run.mode = "sft_rl": each phase's derived spec (launch/phases.hpp) passes
+// the checks its own mode would get, and what the pair cannot do yet is said.
+void check_sft_rl(Spec& s, Parser& p) {
+  const std::string why = " in run.mode = \"sft_rl\"";
+  if (s.topology.device_kind == DeviceKind::sim)
+    p.error(p.where("topology.device_kind"), "[topology] device_kind = \"sim\"" + why + ": the two-phase job trains a real "
+                                             "model (use \"host\" or \"opencl\")");
+  if (s.topology.processes > 1)
+    p.error(p.where("topology.processes"), "[topology] processes = " + std::to_string(s.topology.processes) + why +
+                                               ": the two-phase job runs in one process (run the phases as separate runs)");
+  if (!s.faults.empty())
+    p.error(p.fault_where(0, ""), "[[faults]]" + why + ": not built for the two-phase job yet (run phase 1 with --set "
+                                  "run.mode='\"pretrain\"', or phase 2 as its own run.mode = \"rl\" spec)");
+  if (s.chaos.mean_steps_between_faults > 0)
+    p.error(p.where("chaos.mean_steps_between_faults"), "[chaos]" + why + ": not built for the two-phase job yet");
+  if (!s.elastic.empty())
+    p.error(p.elastic_where(0, ""), "[[elastic]]" + why + ": not built for the two-phase job yet");
+  if (!s.rl_section.init.empty())
+    p.error(p.where("rl.init"), "[rl] init" + why + ": phase 2 starts from phase 1's checkpoint (" + sft_checkpoint_dir(s) +
+                                    "); leave init out");
+  if (s.rl_section.reward == rl::RewardSource::model)
+    p.error(p.where("rl.reward"), "[rl] reward = \"model\"" + why + ": not built for the two-phase job yet (phase 2 uses "
+                                  "the rule verifier)");
+  const size_t before = p.diagnostics().size();
+  Spec sft = sft_phase_spec(s);
+  check_cross_fields(sft, p);
+  check_supported(sft, p);
+  check_checkpoint_dir(sft, p);
+  Spec rl_spec = rl_phase_spec(s, "");  // phase 1's checkpoint does not exist yet
+  check_cross_fields(rl_spec, p);
+  check_supported(rl_spec, p);
+  convert_rl(rl_spec, p);
+  check_checkpoint_dir(rl_spec, p);
+  s.rl = rl_spec.rl;
+  if (p.diagnostics().size() == before) {
+    check_data(sft, p);
+    if (p.diagnostics().size() == before) check_rl_inputs(rl_spec, p);
+  }
+}
+
 Spec load(const std::string* text, const std::string& source, const std::vector<Override>& overrides,
           const std::filesystem::path& base_dir) {
   Spec spec;
   spec.source = source;
   Parser parser(spec);
   if (text) parser.parse_document(*text, source);
+  parser.file_mode = spec.run.mode;
   for (const auto& o : overrides) parser.apply_override(o);
   // A relative data path is relative to the spec file, so specs can be run from anywhere.
   if (!spec.data.path.empty() && std::filesystem::path(spec.data.path).is_relative() && !base_dir.empty())
     spec.data.path = (base_dir / spec.data.path).lexically_normal().string();
-  const size_t problems_before_data = parser.diagnostics().size();
-  check_cross_fields(spec, parser);
-  check_faults(spec, parser);
-  check_chaos(spec, parser);
-  check_elastic(spec, parser);
-  check_supported(spec, parser);
-  convert_rl(spec, parser);
-  check_checkpoint_dir(spec, parser);
-  if (parser.diagnostics().size() == problems_before_data) {
-    check_data(spec, parser);
-    if (parser.diagnostics().size() == problems_before_data) check_rl_inputs(spec, parser);
+  if (spec.run.mode == RunMode::sft_rl) {
+    check_sft_rl(spec, parser);
+  } else {
+    const size_t problems_before_data = parser.diagnostics().size();
+    check_cross_fields(spec, parser);
+    check_faults(spec, parser);
+    check_chaos(spec, parser);
+    check_elastic(spec, parser);
+    check_supported(spec, parser);
+    convert_rl(spec, parser);
+    check_phase_keys(spec, parser);
+    check_checkpoint_dir(spec, parser);
+    if (parser.diagnostics().size() == problems_before_data) {
+      check_data(spec, parser);
+      if (parser.diagnostics().size() == problems_before_data) check_rl_inputs(spec, parser);
+    }
   }
   auto& ds = parser.diagnostics();
+  // The two phases of an sft_rl spec are checked alike: report a problem once.
+  std::set<std::tuple<std::string, int, int, std::string>> seen;
+  ds.erase(std::remove_if(ds.begin(), ds.end(),
+                          [&](const Diagnostic& d) { return !seen.insert({d.file, d.line, d.column, d.message}).second; }),
+           ds.end());
   // toml++ iterates keys alphabetically; report in file order, overrides last.
   auto order = [&](const Diagnostic& d) { return std::make_tuple(d.file != source, d.line, d.column); };
   std::stable_sort(ds.begin(), ds.end(), [&](const Diagnostic& a, const Diagnostic& b) { return order(a) < order(b); });

@@ -28,7 +28,7 @@ namespace troupe::launch {
 // *_name gives the spec's spelling. The enums of other layers: model::Ffn,
 // moe::Balance, model::LrSchedule, model::DataKind, sched::Kind,
 // kernels::OpenclDeviceType, sim::CostModel, runtime::FaultKind.
-enum class RunMode : uint8_t { pretrain, rl, reward_model };  // "pretrain", "rl", "reward_model"
+enum class RunMode : uint8_t { pretrain, rl, reward_model, sft_rl };  // "pretrain", "rl", "reward_model", "sft_rl"
 enum class DeviceKind : uint8_t { host, opencl, sim };         // "host", "opencl", "sim"
 enum class ProgressStyle : uint8_t { automatic, bar, plain, off };  // "auto", "bar", "plain", "off"
 const char* run_mode_name(RunMode mode);
@@ -133,6 +133,13 @@ struct RlSection {
   int64_t rm_batch = 64;     // run.mode = "reward_model": examples per optimizer step
   rl::RewardSource reward = rl::RewardSource::verifier;  // "verifier", "model" (a learned RM)
   std::string reward_model;  // reward = "model": the RM checkpoint
+  // run.mode = "sft_rl" only: phase 2's own values of the keys it shares with
+  // phase 1 (launch/phases.hpp maps them onto run.steps, run.eval_every,
+  // optim.lr and optim.warmup_steps of the RL phase's spec).
+  int64_t steps = 100;
+  int64_t eval_every = 0;
+  double lr = 1e-4;
+  int64_t warmup_steps = 10;
 };
 
 // The spec format this troupe reads (the top-level spec_version key); a spec

@@ -16,6 +16,7 @@ const char* run_mode_name(RunMode mode) {
     case RunMode::pretrain: return "pretrain";
     case RunMode::rl: return "rl";
     case RunMode::reward_model: return "reward_model";
+    case RunMode::sft_rl: return "sft_rl";
   }
   return "?";
 }
@@ -66,7 +67,7 @@ std::vector<KeyDef> build_keys() {
 
   // [run]
   add({"run", "name", KeyType::String, F(run.name), "Run name; the default output directory is runs/<name>."});
-  add({"run", "mode", KeyType::Choice, F(run.mode), "What the run does: \"pretrain\" (next-token training), \"rl\" (online RL post-training) or \"reward_model\" (trains a learned reward model on the [rl] task's completions labelled by its verifier; README \"Learned reward model\").",
+  add({"run", "mode", KeyType::Choice, F(run.mode), "What the run does: \"pretrain\" (next-token training), \"rl\" (online RL post-training), \"reward_model\" (trains a learned reward model on the [rl] task's completions labelled by its verifier; README \"Learned reward model\") or \"sft_rl\" (two phases: pretrain as [run]/[optim]/[topology] say, then RL as [rl] says from phase 1's checkpoint, with a before/after table of both tasks; README \"The main job\").",
        0, 0, {} /* the enum's names: bind_choices */});
   add({"run", "seed", KeyType::Int, F(run.seed), "Seed for initialisation, data order and sampling; same seed and spec give the same run.", 0, 9.2e18});
   add({"run", "steps", KeyType::Int, F(run.steps), "Optimizer steps to train.", 1, kBig});
@@ -290,6 +291,11 @@ std::vector<KeyDef> build_keys() {
   add({"rl", "reward", KeyType::Choice, F(rl_section.reward), "What rewards a completion: \"verifier\" (the task's rule verifier) or \"model\" (the frozen learned reward model rl.reward_model: reward = sigmoid(score); step metrics still report the verifier's exact match; decoupled runs serve it from reward_model:K actors).",
        0, 0, {} /* the enum's names: bind_choices */});
   add({"rl", "reward_model", KeyType::String, F(rl_section.reward_model), "reward = \"model\": checkpoint directory of a run.mode = \"reward_model\" run (the same [model])."});
+  // run.mode = "sft_rl": phase 2's values of keys phase 1 reads from [run] and [optim] (launch/phases.hpp).
+  add({"rl", "steps", KeyType::Int, F(rl_section.steps), "run.mode = \"sft_rl\": RL steps of phase 2 (phase 1 trains [run] steps).", 1, kBig});
+  add({"rl", "eval_every", KeyType::Int, F(rl_section.eval_every), "run.mode = \"sft_rl\": phase 2's held-out evaluation every N RL steps (0: only before the first and after the last).", 0, kBig});
+  add({"rl", "lr", KeyType::Float, F(rl_section.lr), "run.mode = \"sft_rl\": phase 2's peak learning rate (phase 1 uses [optim] lr; schedule, weight decay and clipping are [optim]'s).", 0, 10});
+  add({"rl", "warmup_steps", KeyType::Int, F(rl_section.warmup_steps), "run.mode = \"sft_rl\": phase 2's linear warmup, in optimizer steps.", 0, kBig});
   return k;
 }
 
@@ -316,7 +322,8 @@ void bind_choice(std::vector<KeyDef>& keys, const std::string& path, std::vector
 
 // The enum values each Choice key offers, in the order the docs list them.
 void bind_choices(std::vector<KeyDef>& k) {
-  bind_choice(k, "run.mode", std::vector{RunMode::pretrain, RunMode::rl, RunMode::reward_model}, run_mode_name);
+  bind_choice(k, "run.mode", std::vector{RunMode::pretrain, RunMode::rl, RunMode::reward_model, RunMode::sft_rl},
+              run_mode_name);
   bind_choice(k, "model.ffn", std::vector{model::Ffn::moe, model::Ffn::dense}, model::ffn_name);
   bind_choice(k, "model.balance", std::vector{moe::Balance::aux_loss, moe::Balance::bias, moe::Balance::none}, moe::balance_name);
   bind_choice(k, "data.source", std::vector{model::DataKind::addition, model::DataKind::addition_plain, model::DataKind::text},

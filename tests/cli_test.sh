@@ -50,10 +50,10 @@ expect_exit 3 "$troupe" validate "$work/huge.toml"
 expect_output "is 1100000 bytes; a spec file is at most 1048576 bytes"
 # The same for a text data file: a FIFO is refused (no hang), a 30 GiB sparse
 # file by its size (not read into memory).
-expect_exit 3 timeout 20 "$troupe" validate --set data.source='"text"' --set data.path="\"$work/fifo.toml\"" --set model.vocab_size=256
+expect_exit 3 timeout 20 "$troupe" validate --set run.mode='"pretrain"' --set data.target_pairs='""' --set data.source='"text"' --set data.path="\"$work/fifo.toml\"" --set model.vocab_size=256
 expect_output "is not a regular file (a FIFO, device or socket)"
 truncate -s 30G "$work/huge.txt"
-expect_exit 3 timeout 20 "$troupe" validate --set data.source='"text"' --set data.path="\"$work/huge.txt\"" --set model.vocab_size=256
+expect_exit 3 timeout 20 "$troupe" validate --set run.mode='"pretrain"' --set data.target_pairs='""' --set data.source='"text"' --set data.path="\"$work/huge.txt\"" --set model.vocab_size=256
 expect_output "has 32212254720 bytes, more than the 4294967296 a text source reads into memory"
 rm -f "$work/huge.txt"
 # Import and eval inputs: a FIFO is refused without blocking, a huge file by its size.
@@ -111,7 +111,10 @@ expect_output '| `model.d_model` | integer | `128` |'
 tiny=(--set model.d_model=32 --set model.n_layers=2 --set model.n_heads=2 --set model.expert_hidden=32
       --set model.seq_len=32 --set data.batch_size=4 --set data.eval_problems=20 --set run.eval_batches=1
       --set log.progress=plain
-      # The built-in default is expert-parallel DualPipe on 2 devices, untied, with
+      # The built-in default is a two-phase job (run.mode = "sft_rl"): these checks
+      # run its phase 1 alone (run.mode = "pretrain") without the RL split.
+      --set run.mode='"pretrain"' --set data.target_pairs='""'
+      # Phase 1 is expert-parallel DualPipe on 2 devices, untied, with
       # 100 warmup steps and a constant LR (the addition recipe); these checks start
       # from the single-device topology, tied embeddings, 20 warmup steps and cosine
       # (so a few steps move the parameters) and set what they test.

@@ -70,7 +70,8 @@ expect_output "plot needs --output FILE"
 tiny=(--set model.d_model=32 --set model.n_layers=2 --set model.n_heads=2 --set model.expert_hidden=32
       --set model.seq_len=32 --set data.batch_size=4 --set data.eval_problems=20 --set run.eval_batches=1
       --set log.progress=plain --set optim.warmup_steps=2 --set run.eval_every=2 --set run.steps=10
-      --set model.tie_embeddings=false --set topology.microbatches=2 --set topology.optimizer_shards=1)
+      --set model.tie_embeddings=false --set topology.microbatches=2 --set topology.optimizer_shards=1
+      --set run.mode='"pretrain"' --set data.target_pairs='""')  # phase 1 of the default alone, without the RL split
 cp "$src/launch/specs/default.toml" "$work/a.toml"
 printf '\n[[faults]]\nat_step = 3\ntarget = "stage:1"\nkind = "kill"\n' >> "$work/a.toml"
 expect_exit 0 "$troupe" run "$work/a.toml" "${tiny[@]}" --set run.name=runA --set run.out_dir="$work/a" \
@@ -262,7 +263,7 @@ print("wall axis: last x", loss["x_last"], "s")
 PY
 
 # An RL run (fresh init, one device): the reward, KL and entropy panels hold its rl_step lines.
-expect_exit 0 "$troupe" run --set 'run.mode="rl"' --set run.name=rl --set run.out_dir="$work/rl" --set run.steps=3 \
+expect_exit 0 "$troupe" run --set 'run.mode="rl"' --set data.target_pairs='""' --set rl.sync='"synchronous"' --set rl.max_staleness=0 --set run.name=rl --set run.out_dir="$work/rl" --set run.steps=3 \
   --set run.eval_every=0 --set model.d_model=32 --set model.n_layers=2 --set model.n_heads=2 --set model.seq_len=32 \
   --set model.n_experts=4 --set model.expert_hidden=32 --set data.digits=1 --set data.batch_size=4 \
   --set data.eval_problems=20 --set rl.prompts_per_step=2 --set rl.group_size=2 --set rl.max_new_tokens=4 \

@@ -7,7 +7,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "launch/phases.hpp"
 #include "launch/spec.hpp"
+#include "launch/spec_keys.hpp"
+#include "model/data.hpp"
 
 namespace fs = std::filesystem;
 using namespace troupe::launch;
@@ -119,46 +122,78 @@ TEST(Specs, DefaultSpecIsTheQuickstart) {
   EXPECT_EQ(s.run.steps, 1600);
   EXPECT_EQ(s.topology.schedule, troupe::sched::Kind::dualpipe);
   EXPECT_EQ(s.topology.devices, 2);
+  EXPECT_EQ(s.run.mode, RunMode::sft_rl);  // then RL: DefaultIsTheTwoPhaseJob
 }
 
-// launch/specs/sft_addition.toml ships the default's recipe with a named
-// checkpoint: every training key equal, only the run name and checkpoint dir differ.
-TEST(Specs, SftAdditionIsTheDefaultRecipeWithACheckpoint) {
+// The default is a two-phase job (run.mode = "sft_rl", launch/phases.hpp):
+// phase 1 the SFT recipe split for RL, phase 2 decoupled RL on the target.
+TEST(Specs, DefaultIsTheTwoPhaseJob) {
   const Spec d = load_default_spec();
-  const Spec s = load_spec_file((fs::path(TROUPE_SOURCE_DIR) / "launch" / "specs" / "sft_addition.toml").string());
+  EXPECT_EQ(d.run.mode, RunMode::sft_rl);
+  EXPECT_EQ(d.data.target_pairs, "6-9+6-9");
+  EXPECT_EQ(d.data.target_column, 2);
+  const Spec sft = sft_phase_spec(d);
+  EXPECT_EQ(sft.run.mode, RunMode::pretrain);
+  EXPECT_EQ(sft.checkpoint_dir(), "runs/quickstart/checkpoint_sft");
+  EXPECT_EQ(sft.run.steps, 1600);
+  EXPECT_EQ(sft.topology.expert_shards, 4);
+  const Spec rl = rl_phase_spec(d, sft.checkpoint_dir());
+  EXPECT_EQ(rl.run.mode, RunMode::rl);
+  EXPECT_EQ(rl.rl.init, "runs/quickstart/checkpoint_sft");
+  EXPECT_EQ(rl.checkpoint_dir(), "runs/quickstart/checkpoint");
+  EXPECT_EQ(rl.run.steps, d.rl_section.steps);
+  EXPECT_EQ(rl.run.eval_every, d.rl_section.eval_every);
+  EXPECT_DOUBLE_EQ(rl.optim.lr, 1e-4);
+  EXPECT_EQ(rl.optim.warmup_steps, 10);
+  EXPECT_EQ(rl.rl.sync, troupe::rl::SyncMode::fixed_lag);
+  EXPECT_EQ(rl.rl.max_staleness, 1);
+  EXPECT_EQ(rl.rl.policy.kind, troupe::rl::LossKind::dapo);
+  // The RL topology: the spec's 2 devices (trainer 0, generator 1), one stage.
+  EXPECT_EQ(rl.topology.devices, 2);
+  EXPECT_EQ(rl.topology.stages, 1);
+  EXPECT_EQ(rl.topology.schedule, troupe::sched::Kind::sequential);
+  EXPECT_EQ(rl.topology.expert_shards, 1);
+  EXPECT_EQ(rl.topology.optimizer_shards, 1);
+  // Phase 1 alone is the same spec with run.mode = "pretrain": its [rl] is ignored.
+  const Spec alone = load_default_spec({{"run.mode", "\"pretrain\""}});
+  EXPECT_EQ(alone.run.mode, RunMode::pretrain);
+  // Phase-2 keys belong to sft_rl: a one-phase RL spec reads [run] / [optim].
+  const auto ds = diagnostics_of([] {
+    load_spec_text("[run]\nmode = \"rl\"\n[rl]\nlr = 1e-4\n", "one.toml");
+  });
+  ASSERT_EQ(ds.size(), 1u);
+  EXPECT_EQ(ds[0].line, 4);
+  EXPECT_NE(ds[0].message.find("[rl] lr is phase 2's value in run.mode = \"sft_rl\""), std::string::npos) << ds[0].message;
+}
+
+// The SFT task's evaluation side is the complement of the target pairs.
+TEST(Specs, SftSidePairsAreTheComplementOfTheTarget) {
+  const Spec d = load_default_spec();
+  const troupe::model::AdditionTarget side = troupe::model::parse_addition_target(sft_side_pairs(d), 2);
+  for (int x = 0; x < 10; ++x)
+    for (int y = 0; y < 10; ++y) EXPECT_EQ(side.pair[static_cast<size_t>(x * 10 + y)], !(x >= 6 && y >= 6)) << x << "+" << y;
+  EXPECT_EQ(sft_side_pairs(load_default_spec({{"data.target_pairs", "\"\""}})), "");
+  EXPECT_EQ(sft_side_pairs(load_default_spec({{"data.target_column", "-1"}})), "");  // any column: no clean complement
+}
+
+// launch/specs/sft_addition.toml ships the default's phase-1 recipe without
+// the RL split and with a named checkpoint: with the split set, every key
+// outside [rl] equals the default's phase 1, but the run name, mode and
+// checkpoint dir.
+TEST(Specs, SftAdditionIsTheDefaultPhaseOneWithACheckpoint) {
+  Spec d = sft_phase_spec(load_default_spec());
+  Spec s = load_spec_file((fs::path(TROUPE_SOURCE_DIR) / "launch" / "specs" / "sft_addition.toml").string(),
+                          {{"data.target_pairs", "\"6-9+6-9\""}, {"data.eval_problems", "200"}});
   EXPECT_EQ(s.checkpoint_dir(), "runs/sft_addition/checkpoint");
   EXPECT_EQ(s.run.name, "sft_addition");
-  EXPECT_EQ(s.run.steps, d.run.steps);
-  EXPECT_EQ(s.run.seed, d.run.seed);
-  EXPECT_EQ(s.model.tie_embeddings, d.model.tie_embeddings);
-  EXPECT_EQ(s.model.d_model, d.model.d_model);
-  EXPECT_EQ(s.model.n_layers, d.model.n_layers);
-  EXPECT_EQ(s.model.n_experts, d.model.n_experts);
-  EXPECT_EQ(s.data.source, d.data.source);
-  EXPECT_EQ(s.data.digits, d.data.digits);
-  EXPECT_EQ(s.data.batch_size, d.data.batch_size);
-  EXPECT_DOUBLE_EQ(s.optim.lr, d.optim.lr);
-  EXPECT_EQ(s.optim.warmup_steps, d.optim.warmup_steps);
-  EXPECT_EQ(s.optim.schedule, d.optim.schedule);
-  EXPECT_DOUBLE_EQ(s.optim.weight_decay, d.optim.weight_decay);
-  EXPECT_EQ(s.topology.schedule, d.topology.schedule);
-  EXPECT_EQ(s.topology.devices, d.topology.devices);
-  EXPECT_EQ(s.topology.expert_shards, d.topology.expert_shards);
-  EXPECT_EQ(s.topology.optimizer_shards, d.topology.optimizer_shards);
-  // The file minus its header comment, run name and checkpoint dir is default.toml's body.
-  auto body = [](const std::string& path, bool drop_dir) {
-    std::ifstream in(path);
-    std::string line, out;
-    bool started = false;
-    while (std::getline(in, line)) {
-      if (line == "[run]") started = true;
-      if (!started || line.rfind("name = ", 0) == 0 || (drop_dir && line.rfind("dir = ", 0) == 0)) continue;
-      out += line + "\n";
-    }
-    return out;
-  };
-  const fs::path specs = fs::path(TROUPE_SOURCE_DIR) / "launch" / "specs";
-  EXPECT_EQ(body((specs / "sft_addition.toml").string(), true), body((specs / "default.toml").string(), false));
+  EXPECT_EQ(s.run.mode, RunMode::pretrain);
+  int compared = 0;
+  for (const KeyDef& k : spec_keys()) {
+    if (k.section == "rl" || k.path() == "run.name" || k.path() == "checkpoint.dir") continue;
+    EXPECT_EQ(key_value_text(k, s), key_value_text(k, d)) << k.path();
+    ++compared;
+  }
+  EXPECT_GT(compared, 50);
 }
 
 TEST(Specs, OverridesApplyAndAreChecked) {

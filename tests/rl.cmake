@@ -22,6 +22,10 @@ endif()
 if(TARGET troupe)
   add_test(NAME rl_cli_script COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/rl_cli_test.sh $<TARGET_FILE:troupe> ${PROJECT_SOURCE_DIR})
   set_tests_properties(rl_cli_script PROPERTIES TIMEOUT 600 LABELS rl)
+  # run.mode = "sft_rl" (the built-in default's two-phase job): each phase
+  # equals its standalone run bit for bit, the summary, resume.
+  add_test(NAME main_job_script COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/main_job_test.sh $<TARGET_FILE:troupe> ${PROJECT_SOURCE_DIR})
+  set_tests_properties(main_job_script PROPERTIES TIMEOUT 600 LABELS rl)
 endif()
 if(TARGET troupe_runtime AND TARGET troupe_rl)
   # Decoupled RL on actors: fixed-lag equivalence, determinism, staleness and

@@ -36,7 +36,10 @@ expect_output() { grep -qF -- "$1" <<<"$out" || fail "expected '$1' in the outpu
 tiny=(--set model.d_model=32 --set model.n_layers=2 --set model.n_heads=2 --set model.expert_hidden=32
       --set model.seq_len=32 --set data.batch_size=8 --set data.eval_problems=20 --set run.eval_batches=1
       --set log.progress=plain --set run.steps=4 --set topology.peer_timeout=2
-      # The built-in default is expert-parallel DualPipe on 2 devices, untied, with
+      # The built-in default is a two-phase job (run.mode = "sft_rl"): these checks
+      # run its phase 1 alone (run.mode = "pretrain") without the RL split.
+      --set run.mode='"pretrain"' --set data.target_pairs='""'
+      # Phase 1 is expert-parallel DualPipe on 2 devices, untied, with
       # 100 warmup steps and a constant LR (the addition recipe); these checks start
       # from the single-device topology, tied embeddings, 20 warmup steps and cosine
       # (so a few steps move the parameters) and set what they test.

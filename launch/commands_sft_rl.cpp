@@ -1,0 +1,180 @@
+// `troupe run` for run.mode = "sft_rl", the built-in default: phase 1 trains
+// the spec's pretraining run (SFT on the actor runtime) and saves to
+// <checkpoint>_sft; phase 2 runs RL ([rl], decoupled actors with fixed_lag)
+// from that checkpoint and saves to the spec's checkpoint directory. Each phase
+// is the ordinary run of its derived spec (launch/phases.hpp) through the
+// ordinary drivers (run_pretrain, run_rl): nothing here trains. What this file
+// adds is the sequencing, the resume rule and the before/after table of both
+// tasks (stdout, troupe.log and a {"type":"summary"} line in metrics.jsonl).
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <spdlog/spdlog.h>
+
+#include "launch/cli.hpp"
+#include "launch/commands_rl.hpp"
+#include "launch/phases.hpp"
+#include "model/checkpoint.hpp"
+#include "rl/task.hpp"
+#include "rl/trainer.hpp"
+
+namespace troupe::launch {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+// Held-out exact match of the checkpoint in `dir` on the problems SFT was
+// trained on: the held-out problems on the SFT side of the split (every
+// held-out problem when the spec has no split at one column), scored by the
+// RL evaluator exactly as phase 2 scores the target side (the same prompts
+// format, greedy exact match and pass@group_size): it is phase 2's first
+// evaluation with data.target_pairs set to the SFT side and rl.init = dir.
+rl::RlEvalMetrics sft_side_eval(const Spec& spec, const std::string& dir) {
+  rl::RlTrainOptions o = rl_train_options(rl_phase_spec(spec, dir));
+  o.data.target_pairs = sft_side_pairs(spec);
+  o.checkpoint_dir.clear();
+  rl::RlTrainer trainer(o);
+  return trainer.evaluate();
+}
+
+std::string pct(double x) {
+  if (!std::isfinite(x)) return "-";
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f%%", 100.0 * x);
+  return b;
+}
+
+// Phase 2 stopped: a decoupled RL run does not resume mid-way, so the way on
+// is phase 2 again from phase 1's checkpoint (the resume rule in phases.hpp).
+int report_rl_interrupted(const StopOnSignal& signals, const std::string& sft_dir, int64_t steps) {
+  spdlog::warn("stopped by {} in phase 2 after {} RL step(s); phase 1's checkpoint is {}. Phase 2 cannot continue mid-way: "
+               "`troupe run` with --set checkpoint.resume='\"{}\"' skips phase 1 and runs phase 2 again from its start",
+               signals.signal() == SIGTERM ? "SIGTERM" : "SIGINT", steps, sft_dir, sft_dir);
+  return kExitInterrupted;
+}
+
+}  // namespace
+
+int run_sft_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, const StopOnSignal& signals) {
+  const Spec sft = sft_phase_spec(spec);
+  const std::string sft_dir = sft.checkpoint_dir();
+  // Resume: a checkpoint before the end of phase 1 continues phase 1; one at
+  // its last step (phase 1 done) skips to phase 2 (check_input_checkpoints
+  // refuses anything later).
+  int64_t resumed_at = -1;
+  if (!spec.checkpoint.resume.empty()) resumed_at = model::load_checkpoint(spec.checkpoint.resume).step;
+  const bool skip_sft = resumed_at >= spec.run.steps;
+  const std::string init = skip_sft ? spec.checkpoint.resume : sft_dir;
+  const Spec rl_spec = rl_phase_spec(spec, init);
+  const std::string split = spec.data.target_pairs.empty()
+                                ? std::string("no split: both tasks are every held-out problem")
+                                : "data.target_pairs \"" + spec.data.target_pairs + "\" at column " +
+                                      std::to_string(spec.data.target_column);
+
+  // Phase 1: SFT.
+  const auto t1 = Clock::now();
+  metrics.write_line(JsonObject()
+                         .add("type", std::string("phase"))
+                         .add("phase", std::string("sft"))
+                         .add("index", int64_t{1})
+                         .add("steps", spec.run.steps)
+                         .add("checkpoint", sft_dir)
+                         .str());
+  if (skip_sft) {
+    spdlog::info("phase 1/2 (SFT) is done already: {} is at step {} of {}; going on with phase 2", init, resumed_at,
+                 spec.run.steps);
+  } else {
+    spdlog::info("phase 1/2: SFT, {} steps on the actor runtime (the pretraining run of this spec; {}), saving to {}",
+                 spec.run.steps, split, sft_dir);
+    model::TrainSummary ts;
+    const int rc = run_pretrain(sft, nullptr, metrics, style, signals, &ts);
+    if (rc != kExitOk) return rc;  // an interruption was reported with phase 1's resume hint
+    const double s1 = seconds_since(t1);
+    spdlog::info("phase 1/2 done: {} steps in {:.1f} s ({:.2f} steps/s)", ts.steps_done, s1,
+                 s1 > 0 ? static_cast<double>(ts.steps_done) / s1 : 0.0);
+  }
+  const double sft_seconds = seconds_since(t1);
+  const auto te = Clock::now();
+  const rl::RlEvalMetrics sft_before = sft_side_eval(spec, init);
+  double eval_seconds = seconds_since(te);
+  if (signals.requested()) return report_rl_interrupted(signals, init, 0);
+
+  // Phase 2: RL from phase 1's checkpoint.
+  const auto t2 = Clock::now();
+  metrics.write_line(JsonObject()
+                         .add("type", std::string("phase"))
+                         .add("phase", std::string("rl"))
+                         .add("index", int64_t{2})
+                         .add("steps", rl_spec.run.steps)
+                         .add("init", init)
+                         .add("checkpoint", rl_spec.checkpoint_dir())
+                         .str());
+  spdlog::info("phase 2/2: RL, {} steps from {} (lr {}, warmup {}), saving to {}", rl_spec.run.steps, init, rl_spec.optim.lr,
+               rl_spec.optim.warmup_steps, rl_spec.checkpoint_dir());
+  rl::RlSummary rs;
+  const int rc = run_rl(rl_spec, metrics, style, signals, &rs);
+  if (rc == kExitInterrupted) return report_rl_interrupted(signals, init, rs.steps_done);
+  if (rc != kExitOk) return rc;
+  const double rl_seconds = seconds_since(t2);
+  spdlog::info("phase 2/2 done: {} RL steps in {:.1f} s ({:.2f} steps/s)", rs.steps_done, rl_seconds,
+               rl_seconds > 0 ? static_cast<double>(rs.steps_done) / rl_seconds : 0.0);
+  const auto te2 = Clock::now();
+  const rl::RlEvalMetrics sft_after = sft_side_eval(spec, rl_spec.checkpoint_dir());
+  eval_seconds += seconds_since(te2);
+
+  // The table: both tasks after each phase (after SFT = before RL).
+  const bool by_side = !sft_side_pairs(spec).empty();
+  const std::string sft_rows = by_side ? "SFT task: held-out, off the target split" : "SFT task: every held-out problem";
+  const std::string target_rows = spec.data.target_pairs.empty() ? "RL target: every held-out problem"
+                                                                 : "RL target: held-out target problems";
+  std::string table = "summary: held-out exact match (greedy)        problems  after SFT  after RL\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "  %-42s %8lld  %9s  %8s  (pass@%lld %s -> %s)\n", sft_rows.c_str(),
+                static_cast<long long>(sft_after.problems), pct(sft_before.exact_match).c_str(),
+                pct(sft_after.exact_match).c_str(), static_cast<long long>(sft_after.k), pct(sft_before.pass_at_k).c_str(),
+                pct(sft_after.pass_at_k).c_str());
+  table += line;
+  std::snprintf(line, sizeof line, "  %-42s %8lld  %9s  %8s  (pass@%lld %s -> %s)\n", target_rows.c_str(),
+                static_cast<long long>(rs.last_eval.problems), pct(rs.first_eval.exact_match).c_str(),
+                pct(rs.last_eval.exact_match).c_str(), static_cast<long long>(rs.last_eval.k),
+                pct(rs.first_eval.pass_at_k).c_str(), pct(rs.last_eval.pass_at_k).c_str());
+  table += line;
+  std::snprintf(line, sizeof line, "  %s; SFT %lld steps in %.0f s, RL %lld steps in %.0f s, evaluations %.0f s\n",
+                split.c_str(), static_cast<long long>(skip_sft ? 0 : spec.run.steps), skip_sft ? 0.0 : sft_seconds,
+                static_cast<long long>(rs.steps_done), rl_seconds, eval_seconds);
+  table += line;
+  std::printf("%s", table.c_str());
+  std::fflush(stdout);
+  spdlog::info("two-phase job done: SFT task {} -> {}, RL target {} -> {} (after SFT -> after RL)", pct(sft_before.exact_match),
+               pct(sft_after.exact_match), pct(rs.first_eval.exact_match), pct(rs.last_eval.exact_match));
+  metrics.write_line(JsonObject()
+                         .add("type", std::string("summary"))
+                         .add("sft_steps", skip_sft ? int64_t{0} : spec.run.steps)
+                         .add("rl_steps", rs.steps_done)
+                         .add("sft_task_problems", sft_after.problems)
+                         .add("sft_task_before", sft_before.exact_match)
+                         .add("sft_task_after", sft_after.exact_match)
+                         .add("sft_task_pass_at_k_before", sft_before.pass_at_k)
+                         .add("sft_task_pass_at_k_after", sft_after.pass_at_k)
+                         .add("sft_task_mean_reward_before", sft_before.mean_reward)
+                         .add("sft_task_mean_reward_after", sft_after.mean_reward)
+                         .add("target_problems", rs.last_eval.problems)
+                         .add("target_before", rs.first_eval.exact_match)
+                         .add("target_after", rs.last_eval.exact_match)
+                         .add("target_pass_at_k_before", rs.first_eval.pass_at_k)
+                         .add("target_pass_at_k_after", rs.last_eval.pass_at_k)
+                         .add("target_mean_reward_before", rs.first_eval.mean_reward)
+                         .add("target_mean_reward_after", rs.last_eval.mean_reward)
+                         .add("k", rs.last_eval.k)
+                         .add("sft_seconds", skip_sft ? 0.0 : sft_seconds)
+                         .add("rl_seconds", rl_seconds)
+                         .add("eval_seconds", eval_seconds)
+                         .str());
+  return kExitOk;
+}
+
+}  // namespace troupe::launch

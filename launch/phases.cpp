@@ -1,0 +1,58 @@
+// The two phases of run.mode = "sft_rl" as ordinary specs (see phases.hpp).
+#include "launch/phases.hpp"
+
+#include "model/data.hpp"
+
+namespace troupe::launch {
+
+std::string sft_checkpoint_dir(const Spec& spec) { return spec.checkpoint_dir() + "_sft"; }
+
+Spec sft_phase_spec(const Spec& spec) {
+  Spec a = spec;
+  a.run.mode = RunMode::pretrain;
+  a.checkpoint.dir = sft_checkpoint_dir(spec);
+  // [rl] belongs to phase 2; a pretraining spec carries none.
+  a.rl_section = RlSection{};
+  a.rl = rl::RlConfig{};
+  return a;
+}
+
+Spec rl_phase_spec(const Spec& spec, const std::string& init) {
+  Spec b = spec;
+  const RlSection& r = spec.rl_section;
+  b.run.mode = RunMode::rl;
+  b.run.steps = r.steps;
+  b.run.eval_every = r.eval_every;
+  b.optim.lr = r.lr;
+  b.optim.warmup_steps = r.warmup_steps;
+  b.rl_section.init = init;
+  b.rl.init = init;
+  b.checkpoint.resume.clear();  // a decoupled RL run does not resume; phase 2 restarts from init
+  auto& t = b.topology;
+  const auto& t0 = spec.topology;
+  const bool actors = rl::decoupled(r.sync);
+  t.devices = actors ? t0.devices : 1;
+  t.threads_per_device = actors ? t0.threads_per_device : t0.threads_per_device * t0.devices;
+  t.stages = 1;
+  t.schedule = sched::Kind::sequential;
+  t.microbatches = 1;
+  t.expert_shards = 1;
+  t.optimizer_shards = 1;
+  t.data_parallel = 1;
+  t.processes = 1;
+  t.device_processes.clear();
+  return b;
+}
+
+std::string sft_side_pairs(const Spec& spec) {
+  if (spec.data.target_pairs.empty() || spec.data.target_column < 0) return "";
+  const model::AdditionTarget t = model::parse_addition_target(spec.data.target_pairs, spec.data.target_column);
+  std::string out;
+  for (int x = 0; x < 10; ++x)
+    for (int y = x; y < 10; ++y)
+      if (!t.pair[static_cast<size_t>(x * 10 + y)])
+        out += (out.empty() ? "" : ", ") + std::to_string(x) + "+" + std::to_string(y);
+  return out;
+}
+
+}  // namespace troupe::launch
