@@ -307,6 +307,8 @@ static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterC
                                  .add("restarts", f.restarts)
                                  .add("replays", f.replays)
                                  .add("damaged", f.damaged)
+                                 .add("processes_lost", f.processes_lost)
+                                 .add("detect_s", f.processes_lost > 0 ? f.detect_seconds / static_cast<double>(f.processes_lost) : 0.0)
                                  .add("steps", f.steps)
                                  .add("wall_s", f.wall_seconds)
                                  .add("useful_s", f.useful_seconds)

@@ -151,7 +151,8 @@ std::vector<KeyDef> build_keys() {
   add({"topology", "interface", KeyType::String, F(topology.interface), "Address CAF ports bind to between processes (loopback by default; \"0.0.0.0\" binds every interface and advertises the host name)."});
   add({"topology", "auth", KeyType::Choice, F(topology.auth), "Between processes: \"tls\" (mutual TLS on every CAF connection; a peer without the cluster key is refused) or \"none\" (plain connections: anyone who reaches the port can talk to the actors).", 0, 0, {} /* the enum's names: bind_choices */});
   add({"topology", "auth_dir", KeyType::String, F(topology.auth_dir), "auth = \"tls\": directory with cluster.pem and cluster.key from `troupe keygen DIR` (copy it to every host); \"\" = process 0 makes a fresh key for the run and sends it to the others over MPI (one host: shared memory)."});
-  add({"topology", "peer_timeout", KeyType::Float, F(topology.peer_timeout), "Seconds without traffic (CAF heartbeats run at a tenth of it) before a peer process counts as lost and the run stops, naming its actors.", 0.1, 3600});
+  add({"topology", "peer_timeout", KeyType::Float, F(topology.peer_timeout), "Seconds without traffic (CAF heartbeats run at a tenth of it) before a peer process counts as lost (a hung or SIGSTOPped one; a dead one is noticed at once); then process_loss applies.", 0.1, 3600});
+  add({"topology", "process_loss", KeyType::Choice, F(topology.process_loss), "A lost process: \"recover\" (2 processes, process 1 lost: it is SIGKILLed if still there, its actors restart on process 0's devices from the coordinator's committed snapshot, the step is replayed and the run ends bitwise equal; needs `mpirun --enable-recovery`) or \"fail\" (the run stops with exit 1 naming the lost process and its actors). Losing process 0, or any process of a run with more than 2, always fails.", 0, 0, {} /* the enum's names: bind_choices */});
   add({"topology", "device_processes", KeyType::String, F(topology.device_processes), "Explicit placement: the process of each device, comma-separated (e.g. \"0,0,1,1\"); actors follow their device, the coordinator stays on process 0. Empty: contiguous blocks of devices per process."});
   add({"topology", "bulk_shm_bytes", KeyType::Int, F(topology.bulk_shm_bytes), "When all processes are on one host, envelopes of at least this many bytes go between them through a shared-memory segment (CAF carries a 64-byte record naming it) instead of CAF's TCP stream; 0 = never.", 0, 1e12});
 
@@ -301,6 +302,7 @@ void bind_choices(std::vector<KeyDef>& k) {
        std::vector{ProgressStyle::automatic, ProgressStyle::bar, ProgressStyle::plain, ProgressStyle::off},
        progress_style_name);
   bind_choice(k, "topology.auth", std::vector{runtime::ClusterAuth::tls, runtime::ClusterAuth::none}, runtime::cluster_auth_name);
+  bind_choice(k, "topology.process_loss", std::vector{runtime::ProcessLoss::recover, runtime::ProcessLoss::fail}, runtime::process_loss_name);
   bind_choice(k, "rl.sync", std::vector{rl::SyncMode::synchronous, rl::SyncMode::fixed_lag, rl::SyncMode::latest},
        rl::sync_mode_name);
   bind_choice(k, "rl.reward", std::vector{rl::RewardSource::verifier, rl::RewardSource::model}, rl::reward_source_name);

@@ -67,6 +67,7 @@ runtime::RuntimeOptions base_options(const Spec& spec) {
   r.processes = static_cast<int>(spec.topology.processes);
   r.interface = spec.topology.interface;
   r.peer_timeout = spec.topology.peer_timeout;
+  r.process_loss = spec.topology.process_loss;
   r.auth = spec.topology.auth;
   r.auth_dir = spec.topology.auth_dir;
   r.bulk_shm_bytes = spec.topology.bulk_shm_bytes;

@@ -109,11 +109,15 @@ inline constexpr uint32_t kRlKillPoints = 3;
 //              replays the step at once (no deadline wait);
 //   slow       the device the target runs on takes `factor` times as long
 //              for every closure (a straggler), for duration_ms, or else for
-//              duration_steps steps from at_step (FaultSpec::steps).
+//              duration_steps steps from at_step (FaultSpec::steps);
+//   stop       (target "process:P" only) the whole process P is SIGSTOPped
+//              as step at_step starts: a hung process, found by the
+//              heartbeat (peer_timeout), then SIGKILLed and recovered like a
+//              killed one. `kill` on "process:P" SIGKILLs process P.
 // Drop, duplicate, delay, pause and corrupt act on messages in flight,
 // through the one seam on step messages (actors/supervision/interposer.hpp);
 // slow acts in the device (actors/device/device.hpp).
-enum class FaultKind : uint8_t { kill, drop, duplicate, delay, pause, corrupt, slow };
+enum class FaultKind : uint8_t { kill, drop, duplicate, delay, pause, corrupt, slow, stop };
 inline const char* fault_kind_name(FaultKind k) {
   switch (k) {
     case FaultKind::kill: return "kill";
@@ -123,13 +127,27 @@ inline const char* fault_kind_name(FaultKind k) {
     case FaultKind::pause: return "pause";
     case FaultKind::corrupt: return "corrupt";
     case FaultKind::slow: return "slow";
+    case FaultKind::stop: return "stop";
   }
   return "?";
 }
 inline constexpr FaultKind kFaultKinds[] = {FaultKind::kill,  FaultKind::drop,    FaultKind::duplicate, FaultKind::delay,
                                            FaultKind::pause, FaultKind::corrupt, FaultKind::slow};
+// The kinds aimed at actors ([chaos] draws from these); `stop` is for
+// process targets only and is not among them.
 // Kinds that act on messages in flight (the FaultInjector at the seam).
-inline bool on_messages(FaultKind k) { return k != FaultKind::kill && k != FaultKind::slow; }
+inline bool on_messages(FaultKind k) { return k != FaultKind::kill && k != FaultKind::slow && k != FaultKind::stop; }
+
+// A process target "process:P" (P a non-negative decimal): sets `process`;
+// false otherwise. Only `kill` and `stop` apply to it (the whole process is
+// SIGKILLed or SIGSTOPped; actors/cluster/runtime_cluster.cpp).
+inline bool parse_process_target(const std::string& text, int& process) {
+  if (text.rfind("process:", 0) != 0) return false;
+  const std::string num = text.substr(8);
+  if (num.empty() || num.size() > 6 || num.find_first_not_of("0123456789") != std::string::npos) return false;
+  process = std::stoi(num);
+  return true;
+}
 
 // One [[faults]] entry.
 struct FaultSpec {

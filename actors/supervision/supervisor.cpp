@@ -3,7 +3,9 @@
 // replay. Child names come from the plan.
 #include "actors/supervision/supervisor.hpp"
 
+#include <algorithm>
 #include <cstdio>
+#include <tuple>
 #include <stdexcept>
 
 
@@ -68,6 +70,16 @@ void Supervisor::watch(caf::event_based_actor* self) {
 const Supervisor::Child* Supervisor::find(const caf::actor_addr& who) const {
   auto it = children_.find(who);
   return it == children_.end() ? nullptr : &it->second;
+}
+
+std::vector<Supervisor::Child> Supervisor::children_off(const caf::node_id& here) const {
+  std::vector<Child> out;
+  for (const auto& [addr, c] : children_)
+    if (addr.node() != here) out.push_back(c);
+  std::sort(out.begin(), out.end(), [](const Child& a, const Child& b) {
+    return std::tie(a.role, a.replica, a.index) < std::tie(b.role, b.replica, b.index);
+  });
+  return out;
 }
 
 std::string Supervisor::admit_restart(const Child& child, const std::string& cause, int64_t step) {
@@ -158,12 +170,18 @@ void Supervisor::restore_rank(caf::event_based_actor* self, const caf::actor& ra
 // Expert shards take the same messages as ranks: (restore, s, attempt), then
 // every shard's parameter slice, of which they load their experts' part.
 void Supervisor::restore_all(caf::event_based_actor* self, uint64_t step, uint32_t attempt, const caf::actor& skip) const {
+  restore_all(self, step, attempt, std::vector<caf::actor>{skip});
+}
+
+void Supervisor::restore_all(caf::event_based_actor* self, uint64_t step, uint32_t attempt,
+                             const std::vector<caf::actor>& skip) const {
+  auto skipped = [&](const caf::actor& a) { return std::find(skip.begin(), skip.end(), a) != skip.end(); };
   for (size_t i = 0; i < committed_.size(); ++i)
-    if (const caf::actor to = shard_of(*sh_, i); to != skip) restore_shard(self, to, i, step, attempt);
+    if (const caf::actor to = shard_of(*sh_, i); !skipped(to)) restore_shard(self, to, i, step, attempt);
   for (const caf::actor& r : all_ranks(*sh_))
-    if (r != skip) restore_rank(self, r, step, attempt);
+    if (!skipped(r)) restore_rank(self, r, step, attempt);
   for (const caf::actor& x : all_experts(*sh_))
-    if (x != skip) restore_rank(self, x, step, attempt);
+    if (!skipped(x)) restore_rank(self, x, step, attempt);
 }
 
 }  // namespace troupe::runtime

@@ -43,6 +43,9 @@ class Supervisor {
   };
   // The child a down message is about; nullptr for an actor we do not supervise.
   const Child* find(const caf::actor_addr& who) const;
+  // The children living on another node than `here`, in a fixed order
+  // (role, replica, index): what a lost process held.
+  std::vector<Child> children_off(const caf::node_id& here) const;
 
   // Records a restart of `child` in (1-based) step `step`; returns the
   // escalation message when the restart intensity is exceeded, else "".
@@ -74,6 +77,9 @@ class Supervisor {
   // committed snapshot, to every shard, rank and expert shard but `skip` (a
   // replay; respawn() restored the fresh actor already).
   void restore_all(caf::event_based_actor* self, uint64_t step, uint32_t attempt, const caf::actor& skip = {}) const;
+  // The same, skipping every actor in `skip` (several respawned at once).
+  void restore_all(caf::event_based_actor* self, uint64_t step, uint32_t attempt,
+                   const std::vector<caf::actor>& skip) const;
 
  private:
   void restore_shard(caf::event_based_actor* self, const caf::actor& to, size_t shard, uint64_t step,
