@@ -694,7 +694,7 @@ void check_faults(const Spec& s, Parser& p) {
       p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"slow\" needs factor > 1 (how many times slower its device runs)");
     if (s.topology.processes > 1)
       p.error(p.fault_where(i, ""), "[[faults]] runs in one process only for now: the supervisor restarts actors on its "
-                                   "own devices ([topology] processes = " + v(s.topology.processes) + ")");
+                                   "own devices ([topology] processes = " + v(s.topology.processes) + "); a whole process can be hit: target = \"process:1\"");
     if (f.at_step < 1 || f.at_step > s.run.steps)
       p.error(p.fault_where(i, "at_step"), "[[faults]] at_step = " + v(f.at_step) + " is out of range (allowed 1 .. [run] steps = " +
                                               v(s.run.steps) + ")");
