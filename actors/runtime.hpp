@@ -104,6 +104,7 @@ struct RuntimeOptions {
   // (stage ranks, optimizer shards, expert shards) within either window
   // escalate, whatever the others did; -1: only the shared max_restarts.
   int max_restarts_stage = -1, max_restarts_optimizer = -1, max_restarts_expert = -1;
+  Strategy strategy = Strategy::one_for_one;  // supervision: what else is restarted with a dead actor
   // A step that has not finished this many seconds after it started (a lost
   // message, a frozen actor) is discarded and replayed; more than
   // max_restarts replays of one step fail the run naming what it waited for.

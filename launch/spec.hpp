@@ -48,6 +48,7 @@ struct RunConfig {
   int64_t restart_window = 10;    // supervisor: window of the restart intensity, in steps
   double restart_period = 0.0;    // supervisor: the same intensity over seconds (0: off)
   int64_t max_restarts_stage = -1, max_restarts_optimizer = -1, max_restarts_expert = -1;  // per-role budgets (-1: none)
+  runtime::Strategy supervision = runtime::Strategy::one_for_one;  // restart strategy
   double step_deadline = 0.0;     // seconds before an unfinished step is replayed; 0 = adaptive
 };
 

@@ -78,6 +78,7 @@ std::vector<KeyDef> build_keys() {
   add({"run", "max_restarts_stage", KeyType::Int, F(run.max_restarts_stage), "Supervisor: the pipeline-stage actors' own budget: more than this many restarts of stage actors within restart_window steps (or restart_period seconds) escalate; -1 means none of their own (max_restarts only).", -1, 1e6});
   add({"run", "max_restarts_optimizer", KeyType::Int, F(run.max_restarts_optimizer), "Supervisor: the optimizer-shard actors' own restart budget, as max_restarts_stage.", -1, 1e6});
   add({"run", "max_restarts_expert", KeyType::Int, F(run.max_restarts_expert), "Supervisor: the expert-shard actors' own restart budget, as max_restarts_stage.", -1, 1e6});
+  add({"run", "supervision", KeyType::Choice, F(run.supervision), "Supervisor's restart strategy on the actor runtime: \"one_for_one\" (the actor that went down is respawned alone), \"one_for_all\" (every pipeline-rank, optimizer-shard and expert-shard actor is respawned with it) or \"rest_for_one\" (it and those started after it: optimizer shards, then ranks, then expert shards). The step is replayed from its snapshot either way; one failure counts as one restart against max_restarts.", 0, 0, {} /* the enum's names: bind_choices */});
 
   // [chaos]
   add({"chaos", "seed", KeyType::Int, F(chaos.seed), "Seed of the nemesis schedule ([chaos]): the same seed and topology inject the same faults (`troupe validate` lists them).", 0, 9.2e18});
@@ -302,6 +303,7 @@ void bind_choices(std::vector<KeyDef>& k) {
        std::vector{ProgressStyle::automatic, ProgressStyle::bar, ProgressStyle::plain, ProgressStyle::off},
        progress_style_name);
   bind_choice(k, "topology.auth", std::vector{runtime::ClusterAuth::tls, runtime::ClusterAuth::none}, runtime::cluster_auth_name);
+  bind_choice(k, "run.supervision", std::vector{runtime::Strategy::one_for_one, runtime::Strategy::one_for_all, runtime::Strategy::rest_for_one}, runtime::strategy_name);
   bind_choice(k, "topology.process_loss", std::vector{runtime::ProcessLoss::recover, runtime::ProcessLoss::fail}, runtime::process_loss_name);
   bind_choice(k, "rl.sync", std::vector{rl::SyncMode::synchronous, rl::SyncMode::fixed_lag, rl::SyncMode::latest},
        rl::sync_mode_name);

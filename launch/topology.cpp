@@ -59,6 +59,7 @@ runtime::RuntimeOptions base_options(const Spec& spec) {
   r.max_restarts_stage = static_cast<int>(spec.run.max_restarts_stage);
   r.max_restarts_optimizer = static_cast<int>(spec.run.max_restarts_optimizer);
   r.max_restarts_expert = static_cast<int>(spec.run.max_restarts_expert);
+  r.strategy = spec.run.supervision;
   r.step_deadline = spec.run.step_deadline;
   r.faults = spec.faults;
   r.elastic = spec.elastic;

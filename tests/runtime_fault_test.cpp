@@ -547,6 +547,40 @@ TEST(RuntimeFaults, StaleMessagesAreDroppedAndCounted) {
   }
 }
 
+// Supervision strategies: one_for_all respawns every rank and shard with the
+// dead one, rest_for_one those started after it (shards, then ranks); the
+// step is replayed and the run ends bitwise equal either way. The restart
+// reports name exactly the actors the strategy covers.
+TEST(RuntimeFaults, OneForAllAndRestForOneEndBitwiseEqual) {
+  const Outcome ref = run(options("1f1b", 7));
+  struct Case {
+    runtime::Strategy strategy;
+    std::string target;
+    std::set<std::string> restarted;
+  };
+  const std::vector<Case> cases = {
+      {runtime::Strategy::one_for_all, "stage:1", {"optimizer:0", "optimizer:1", "stage:0", "stage:1"}},
+      {runtime::Strategy::rest_for_one, "optimizer:1", {"optimizer:1", "stage:0", "stage:1"}},
+      {runtime::Strategy::rest_for_one, "stage:0", {"stage:0", "stage:1"}},
+      {runtime::Strategy::rest_for_one, "stage:1", {"stage:1"}},
+  };
+  for (const Case& c : cases) {
+    runtime::RuntimeOptions o = options("1f1b", 7);
+    o.strategy = c.strategy;
+    o.faults = {{2, c.target, runtime::FaultKind::kill, 0}};
+    const Outcome got = run(o);
+    const std::string what = runtime::strategy_name(c.strategy) + " killing " + c.target;
+    expect_bitwise_equal(ref, got, what);
+    std::set<std::string> names;
+    for (const auto& ev : got.restarts) {
+      names.insert(ev.actor);
+      EXPECT_EQ(ev.step, 2) << what;
+    }
+    EXPECT_EQ(names, c.restarted) << what;
+    EXPECT_EQ(got.restarts.size(), c.restarted.size()) << what;
+  }
+}
+
 TEST(RuntimeFaults, ProcessTargetsParse) {
   int p = -1;
   EXPECT_TRUE(runtime::parse_process_target("process:1", p));

@@ -385,6 +385,17 @@ void on_child_down(Self* self, const caf::down_msg& m) {
   // child alone is restored to where the others are.
   const uint32_t attempt = s.running ? s.attempt + 1 : s.attempt;
   const caf::actor fresh = s.sup->respawn(self, child, s.step, attempt);
+  // one_for_all / rest_for_one: the siblings go too, respawned first and then
+  // killed, so their down messages find no child and restart nothing; they
+  // count once with the failure against the restart intensity (as Erlang's).
+  std::vector<caf::actor> fresh_all{fresh};
+  std::vector<std::string> also;
+  for (const auto& [sib, old] : s.sup->siblings(child, s.sh->opt.strategy)) {
+    fresh_all.push_back(s.sup->respawn(self, sib, s.step, attempt));
+    self->send_exit(old, caf::exit_reason::kill);
+    also.push_back(sib.name);
+  }
+  update_stats(*s.sh, [&](FaultSummary& st) { st.restarts += static_cast<int64_t>(also.size()); });
   RestartEvent ev;
   ev.step = step1;
   ev.actor = child.name;
@@ -396,12 +407,20 @@ void on_child_down(Self* self, const caf::down_msg& m) {
   ev.replayed = s.running;
   if (s.running) {
     s.attempt = attempt;
-    s.sup->restore_all(self, s.step, s.attempt, fresh);
+    s.sup->restore_all(self, s.step, s.attempt, fresh_all);
     start_step(self);
   }
   ev.attempt = static_cast<int>(s.attempt) + 1;
   try {
     if (s.sh->on_restart) s.sh->on_restart(ev);
+    for (const std::string& name : also) {
+      if (!s.sh->on_restart) break;
+      RestartEvent sib = ev;
+      sib.actor = name;
+      sib.cause = strategy_name(s.sh->opt.strategy) + " after " + child.name + " went down";
+      sib.phase.clear();
+      s.sh->on_restart(sib);
+    }
   } catch (const std::exception&) {
     // A reporting problem (e.g. a full disk for the log) must not take the
     // supervisor down with it.

@@ -181,6 +181,24 @@ inline uint32_t kill_point(uint64_t seed, uint64_t step, const std::string& targ
   return n == 0 ? 1 : static_cast<uint32_t>(1 + x % n);
 }
 
+// The supervisor's restart strategy ([run] supervision), Erlang's names:
+//   one_for_one   the actor that went down is respawned alone;
+//   one_for_all   every supervised actor is respawned with it;
+//   rest_for_one  it and the actors started after it (start order: optimizer
+//                 shards, pipeline ranks replica-major, expert shards).
+// Whichever, the running step is replayed from its snapshot, so the result
+// is the same; what differs is how much is torn down (and its cost). A
+// restart of several actors counts once against the restart intensity.
+enum class Strategy : uint8_t { one_for_one, one_for_all, rest_for_one };
+inline std::string strategy_name(Strategy s) {
+  switch (s) {
+    case Strategy::one_for_one: return "one_for_one";
+    case Strategy::one_for_all: return "one_for_all";
+    case Strategy::rest_for_one: return "rest_for_one";
+  }
+  return "?";
+}
+
 // What the supervisor did about one actor that went down.
 struct RestartEvent {
   int64_t step = 0;     // 1-based step that was running (or is about to run)
