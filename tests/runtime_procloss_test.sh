@@ -9,7 +9,8 @@
 # its checkpoint is byte-identical (cmp) to the fault-free single-process
 # run's, and so is every step's loss line. Also: validate lists the process
 # faults and rejects process:0, a process that does not exist, and a process
-# fault in a 1-process run, with file:line:col.
+# fault in a 1-process run, with file:line:col; run refuses process faults
+# when mpirun was started without --enable-recovery.
 # usage: runtime_procloss_test.sh TROUPE_BINARY MPIRUN
 set -uo pipefail
 troupe=$1
@@ -77,6 +78,13 @@ for kind in kill stop; do
   pgrep -f "$work/$kind.toml" >/dev/null && fail "$kind: a troupe process of the run is still there"
   echo "$kind: recovered in ${elapsed}s"
 done
+
+# Without --enable-recovery Open MPI would end the job when process 1 dies:
+# run refuses a spec with process faults up front (exit 3), naming the flag.
+out=$(timeout 120 "$mpirun" --allow-run-as-root --oversubscribe --mca btl self,vader -np 2 "$troupe" run "$work/kill.toml" \
+      "${tiny[@]}" --set run.out_dir="$work/norec" 2>&1); rc=$?
+[ "$rc" -eq 3 ] || fail "without --enable-recovery: mpirun exited $rc, expected 3:\n$out"
+expect_output 'need `mpirun --enable-recovery`'
 
 # validate rejects what cannot be recovered, at file:line:col.
 bad() {  # NAME TOML EXPECTED
