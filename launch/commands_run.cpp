@@ -239,6 +239,14 @@ int command_run(const CliOptions&, const Spec& spec) {
   std::shared_ptr<runtime::ClusterComm> comm;
   if (world > 1) comm = std::make_shared<MpiComm>(*session);
   const int rc = run_process(spec, comm);
+  // A peer process was lost and survived: no MPI call any more, not even
+  // MPI_Finalize (it can wait forever on the dead peer), so end here.
+  if (world > 1 && runtime::survived_process_loss()) {
+    spdlog::default_logger()->flush();
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(rc);
+  }
   // A failed multi-process run ends the whole job: MPI_Finalize could wait
   // forever on a lost or hung peer.
   if (rc != kExitOk && world > 1) {

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -80,6 +81,12 @@ std::string join(const std::vector<std::string>& v) {
 
 }  // namespace
 
+namespace {
+std::atomic<bool> g_survived_loss{false};  // survived_process_loss()
+}  // namespace
+
+bool survived_process_loss() { return g_survived_loss.load(); }
+
 // Processes found lost, shared by the directory and its Cluster (which must
 // not wait on them when it shuts down).
 struct LostSet {
@@ -133,6 +140,7 @@ void on_down(Dir* self, const caf::down_msg& dm) {
   if (s.closing || s.failed) return;
   if (s.me == 0 && p != 0 && s.recover) {
     if (known) return;  // one report per lost process
+    g_survived_loss = true;
     // Dead, or hung (a stopped process is found by the heartbeat timeout):
     // make sure it is dead, so a stopped one cannot come back half-way with
     // messages of an abandoned step. Its pid means something only here.
