@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "actors/cluster/auth.hpp"
+#include "actors/cluster/process_loss.hpp"
 #include "actors/schedule/schedule.hpp"
 #include "actors/supervision/chaos.hpp"
 #include "actors/supervision/elastic.hpp"
@@ -122,6 +123,7 @@ struct RuntimeOptions {
   // (stage ranks, optimizer shards, expert shards) within either window
   // escalate, whatever the others did; -1: only the shared max_restarts.
   int max_restarts_stage = -1, max_restarts_optimizer = -1, max_restarts_expert = -1;
+  Strategy strategy = Strategy::one_for_one;  // supervision: what else is restarted with a dead actor
   // A step that has not finished this many seconds after it started (a lost
   // message, a frozen actor) is discarded and replayed; more than
   // max_restarts replays of one step fail the run naming what it waited for.
@@ -148,7 +150,8 @@ struct RuntimeOptions {
   // it; process 0 drives training, the others serve() until told to stop.
   int processes = 1;
   std::string interface = "127.0.0.1";  // address CAF ports bind to
-  double peer_timeout = 10.0;           // seconds without traffic before a peer counts as lost
+  double peer_timeout = 3.0;            // seconds without traffic before a peer counts as lost
+  ProcessLoss process_loss = ProcessLoss::recover;  // 2 processes: restart process 1's actors on process 0
   // Between processes: mutual TLS with one cluster key (cluster_tls.hpp), read
   // from auth_dir, or made by process 0 and sent over MPI when auth_dir is "".
   ClusterAuth auth = ClusterAuth::tls;

@@ -223,9 +223,38 @@ int command_run(const CliOptions&, const Spec& spec) {
                    static_cast<long long>(spec.topology.processes));
     return kExitBadSpec;
   }
+  // process_loss = recover needs mpirun to let the job outlive a process:
+  // without --enable-recovery Open MPI kills process 0 about a second after
+  // process 1 dies. mpirun exports the setting to every rank.
+  if (world == 2 && spec.topology.process_loss == runtime::ProcessLoss::recover) {
+    const char* rec = std::getenv("OMPI_MCA_orte_enable_recovery");
+    const bool on = rec && (std::string(rec) == "1" || std::string(rec) == "true");
+    bool process_faults = false;
+    for (const auto& f : spec.faults) {
+      int p = 0;
+      process_faults = process_faults || runtime::parse_process_target(f.target, p);
+    }
+    if (!on && process_faults) {
+      if (session->rank() == 0)
+        std::fprintf(stderr, "troupe: %s: [[faults]] on a process need `mpirun --enable-recovery` (else Open MPI ends "
+                             "the whole job when the process dies, before process 0 can recover)\n", spec.source.c_str());
+      return kExitBadSpec;
+    }
+    if (!on && session->rank() == 0)
+      std::fprintf(stderr, "troupe: note: mpirun was started without --enable-recovery, so losing process 1 ends the job "
+                           "(Open MPI kills it) although [topology] process_loss = \"recover\"\n");
+  }
   std::shared_ptr<runtime::ClusterComm> comm;
   if (world > 1) comm = std::make_shared<MpiComm>(*session);
   const int rc = run_process(spec, comm);
+  // A peer process was lost and survived: no MPI call any more, not even
+  // MPI_Finalize (it can wait forever on the dead peer), so end here.
+  if (world > 1 && runtime::survived_process_loss()) {
+    spdlog::default_logger()->flush();
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(rc);
+  }
   // A failed multi-process run ends the whole job: MPI_Finalize could wait
   // forever on a lost or hung peer.
   if (rc != kExitOk && world > 1) {
@@ -279,6 +308,8 @@ int run_pretrain(const Spec& spec, const std::shared_ptr<runtime::ClusterComm>& 
                                .add("restarts", f.restarts)
                                .add("replays", f.replays)
                                .add("damaged", f.damaged)
+                               .add("processes_lost", f.processes_lost)
+                               .add("detect_s", f.processes_lost > 0 ? f.detect_seconds / static_cast<double>(f.processes_lost) : 0.0)
                                .add("steps", f.steps)
                                .add("wall_s", f.wall_seconds)
                                .add("useful_s", f.useful_seconds)

@@ -301,7 +301,9 @@ class Parser {
             const std::string kind = str->get();
             bool known = false;
             std::vector<std::string> names;
-            for (runtime::FaultKind k : runtime::kFaultKinds) {
+            std::vector<runtime::FaultKind> kinds(std::begin(runtime::kFaultKinds), std::end(runtime::kFaultKinds));
+            kinds.push_back(runtime::FaultKind::stop);  // process targets only (check_faults)
+            for (runtime::FaultKind k : kinds) {
               names.push_back(std::string("\"") + runtime::fault_kind_name(k) + "\"");
               if (kind == runtime::fault_kind_name(k)) f.kind = k, known = true;
             }
@@ -310,11 +312,12 @@ class Parser {
             f.target = str->get(), has_target = true;
             bool gen = false;
             int index = 0;
-            if (!runtime::parse_fault_target(f.target) && !runtime::parse_rl_fault_target(f.target, gen, index))
+            if (!runtime::parse_fault_target(f.target) && !runtime::parse_rl_fault_target(f.target, gen, index) &&
+                !runtime::parse_process_target(f.target, index))
               error(p, "[[faults]] target = \"" + f.target + "\" is not an actor: write \"stage:K\" (pipeline rank K), "
                        "\"stage:K/replica:R\" (of data-parallel replica R), \"optimizer:K\" (optimizer shard K), "
-                       "\"expert:L/S\" (expert shard S of MoE layer L; \"expert:L/S/replica:R\"), or in an RL run "
-                       "\"generator:K\" or \"reward:K\""), ok = false;
+                       "\"expert:L/S\" (expert shard S of MoE layer L; \"expert:L/S/replica:R\"), \"process:P\" (a whole "
+                       "process, kind kill or stop), or in an RL run \"generator:K\" or \"reward:K\""), ok = false;
           }
         } else {
           std::string msg = "unknown key '" + key + "' in [[faults]]";
@@ -583,6 +586,49 @@ void check_elastic(const Spec& s, Parser& p) {
 // exists in the topology, and the spec runs on the actor runtime.
 void check_rl_faults(const Spec& s, Parser& p);
 
+// A [[faults]] entry on "process:P" (kind kill or stop): what the
+// recovery across processes supports (README "Failure injection").
+void check_process_fault(const Spec& s, Parser& p, size_t i, int proc) {
+  const FaultConfig& f = s.faults[i];
+  auto v = [](int64_t x) { return std::to_string(x); };
+  const Pos at = p.fault_where(i, "target");
+  const int64_t n = s.topology.processes;
+  if (f.kind != runtime::FaultKind::kill && f.kind != runtime::FaultKind::stop)
+    p.error(p.fault_where(i, "kind"), std::string("[[faults]] kind = \"") + runtime::fault_kind_name(f.kind) +
+                                         "\" does not apply to a process: a process target takes \"kill\" (SIGKILL) "
+                                         "or \"stop\" (SIGSTOP)");
+  if (f.at_message != 0)
+    p.error(p.fault_where(i, "at_message"), "[[faults]] at_message applies to actor kills; a process is hit as its step starts");
+  if (f.at_step < 1 || f.at_step > s.run.steps)
+    p.error(p.fault_where(i, "at_step"), "[[faults]] at_step = " + v(f.at_step) + " is out of range (allowed 1 .. [run] steps = " +
+                                            v(s.run.steps) + ")");
+  if (!uses_runtime(s) || s.topology.device_kind == DeviceKind::sim || s.run.mode != RunMode::pretrain) {
+    p.error(at, "[[faults]] target = \"" + f.target + "\" needs a multi-process run of the actor runtime (real devices, run.mode = \"pretrain\")");
+    return;
+  }
+  if (n < 2) {
+    p.error(at, "[[faults]] target = \"" + f.target + "\": a process fault needs [topology] processes = 2 (this run has 1 "
+                "process; to kill an actor name it, e.g. \"stage:1\")");
+    return;
+  }
+  if (proc >= n) {
+    p.error(at, "[[faults]] target = \"" + f.target + "\" does not exist: [topology] processes = " + v(n) +
+                    " (processes 0.." + v(n - 1) + ")");
+    return;
+  }
+  if (proc == 0) {
+    p.error(at, "[[faults]] target = \"process:0\" cannot be recovered: process 0 holds the coordinator (the "
+                "supervisor, the committed snapshot and the run's output); only process 1 of a 2-process run can be lost and recovered");
+    return;
+  }
+  if (n > 2)
+    p.error(at, "[[faults]] target = \"" + f.target + "\": recovering a lost process is built for 2 processes only "
+                "([topology] processes = " + v(n) + "): the other survivors would keep stale handles to the lost actors");
+  if (s.topology.process_loss != runtime::ProcessLoss::recover)
+    p.error(at, "[[faults]] target = \"" + f.target + "\" with [topology] process_loss = \"fail\": the run would just "
+                "stop; set process_loss = \"recover\"");
+}
+
 void check_faults(const Spec& s, Parser& p) {
   if (s.run.mode == RunMode::rl) return check_rl_faults(s, p);
   if (s.run.mode == RunMode::reward_model) {
@@ -594,11 +640,15 @@ void check_faults(const Spec& s, Parser& p) {
   auto v = [](int64_t x) { return std::to_string(x); };
   // One actor, one step, one fault: a second entry would silently collapse
   // into the first (the supervisor kills an actor once per step attempt).
+  // A process target counts as role -1.
   std::map<std::tuple<int, int, int, int, int64_t>, size_t> seen;
   for (size_t i = 0; i < s.faults.size(); ++i) {
     if (!p.fault_ok(i)) continue;
-    const auto t = runtime::parse_fault_target(s.faults[i].target);
-    const auto key = std::make_tuple(static_cast<int>(t->role), t->index, t->replica, t->shard, s.faults[i].at_step);
+    int proc = 0;
+    const bool is_proc = runtime::parse_process_target(s.faults[i].target, proc);
+    const auto t = is_proc ? runtime::FaultTarget{runtime::Role::Coordinator, proc, 0, 0}
+                           : *runtime::parse_fault_target(s.faults[i].target);
+    const auto key = std::make_tuple(is_proc ? -1 : static_cast<int>(t.role), t.index, t.replica, t.shard, s.faults[i].at_step);
     const auto [it, fresh] = seen.emplace(key, i);
     if (!fresh) {
       const Pos first = p.fault_where(it->second, "");
@@ -621,6 +671,15 @@ void check_faults(const Spec& s, Parser& p) {
   for (size_t i = 0; i < s.faults.size(); ++i) {
     if (!p.fault_ok(i)) continue;  // reported while parsing
     const FaultConfig& f = s.faults[i];
+    if (int proc = 0; runtime::parse_process_target(f.target, proc)) {
+      check_process_fault(s, p, i, proc);
+      continue;
+    }
+    if (f.kind == runtime::FaultKind::stop) {
+      p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"stop\" stops a whole process: its target must be "
+                                       "\"process:P\" (to freeze one actor use kind = \"pause\")");
+      continue;
+    }
     if (!uses_runtime(s)) {
       p.error(p.fault_where(i, ""), "[[faults]] needs the actor runtime (supervised actors); this single-device sequential "
                                    "spec runs in the single-process trainer (use e.g. [topology] schedule = \"1f1b\")");
@@ -639,7 +698,7 @@ void check_faults(const Spec& s, Parser& p) {
       p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"slow\" needs factor > 1 (how many times slower its device runs)");
     if (s.topology.processes > 1)
       p.error(p.fault_where(i, ""), "[[faults]] runs in one process only for now: the supervisor restarts actors on its "
-                                   "own devices ([topology] processes = " + v(s.topology.processes) + ")");
+                                   "own devices ([topology] processes = " + v(s.topology.processes) + "); a whole process can be hit: target = \"process:1\"");
     if (f.at_step < 1 || f.at_step > s.run.steps)
       p.error(p.fault_where(i, "at_step"), "[[faults]] at_step = " + v(f.at_step) + " is out of range (allowed 1 .. [run] steps = " +
                                               v(s.run.steps) + ")");

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "actors/cluster/auth.hpp"
+#include "actors/cluster/process_loss.hpp"
 #include "actors/schedule/schedule.hpp"
 #include "actors/sim/sim_costs.hpp"
 #include "actors/supervision/elastic.hpp"
@@ -47,6 +48,7 @@ struct RunConfig {
   int64_t restart_window = 10;    // supervisor: window of the restart intensity, in steps
   double restart_period = 0.0;    // supervisor: the same intensity over seconds (0: off)
   int64_t max_restarts_stage = -1, max_restarts_optimizer = -1, max_restarts_expert = -1;  // per-role budgets (-1: none)
+  runtime::Strategy supervision = runtime::Strategy::one_for_one;  // restart strategy
   double step_deadline = 0.0;     // seconds before an unfinished step is replayed; 0 = adaptive
 };
 
@@ -74,7 +76,8 @@ struct TopologyConfig {
   int64_t data_parallel = 1;            // data-parallel replicas
   int64_t processes = 1;                // OS processes (mpirun -np)
   std::string interface = "127.0.0.1"; // address that CAF ports bind to
-  double peer_timeout = 10.0;           // seconds of silence before a peer process counts as lost
+  double peer_timeout = 3.0;            // seconds of silence before a peer process counts as lost
+  runtime::ProcessLoss process_loss = runtime::ProcessLoss::recover;  // what losing a process does
   runtime::ClusterAuth auth = runtime::ClusterAuth::tls;  // processes > 1: mutual TLS between processes
   std::string auth_dir;                 // tls: the cluster key from `troupe keygen DIR`; "" = a fresh key per run
   int64_t bulk_shm_bytes = 1 << 16;     // one host: envelopes this large go through shared memory; 0 = never

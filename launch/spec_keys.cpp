@@ -81,6 +81,7 @@ std::vector<KeyDef> build_keys() {
   add({"run", "max_restarts_stage", KeyType::Int, F(run.max_restarts_stage), "Supervisor: the pipeline-stage actors' own budget: more than this many restarts of stage actors within restart_window steps (or restart_period seconds) escalate; -1 means none of their own (max_restarts only).", -1, 1e6});
   add({"run", "max_restarts_optimizer", KeyType::Int, F(run.max_restarts_optimizer), "Supervisor: the optimizer-shard actors' own restart budget, as max_restarts_stage.", -1, 1e6});
   add({"run", "max_restarts_expert", KeyType::Int, F(run.max_restarts_expert), "Supervisor: the expert-shard actors' own restart budget, as max_restarts_stage.", -1, 1e6});
+  add({"run", "supervision", KeyType::Choice, F(run.supervision), "Supervisor's restart strategy on the actor runtime: \"one_for_one\" (the actor that went down is respawned alone), \"one_for_all\" (every pipeline-rank, optimizer-shard and expert-shard actor is respawned with it) or \"rest_for_one\" (it and those started after it: optimizer shards, then ranks, then expert shards). The step is replayed from its snapshot either way; one failure counts as one restart against max_restarts.", 0, 0, {} /* the enum's names: bind_choices */});
 
   // [chaos]
   add({"chaos", "seed", KeyType::Int, F(chaos.seed), "Seed of the nemesis schedule ([chaos]): the same seed and topology inject the same faults (`troupe validate` lists them).", 0, 9.2e18});
@@ -155,7 +156,8 @@ std::vector<KeyDef> build_keys() {
        [](const Spec& s) -> std::string { return runtime::interface_subnet_error(s.topology.interface); }});
   add({"topology", "auth", KeyType::Choice, F(topology.auth), "Between processes: \"tls\" (mutual TLS on every CAF connection; a peer without the cluster key is refused) or \"none\" (plain connections: anyone who reaches the port can talk to the actors).", 0, 0, {} /* the enum's names: bind_choices */});
   add({"topology", "auth_dir", KeyType::String, F(topology.auth_dir), "auth = \"tls\": directory with cluster.pem and cluster.key from `troupe keygen DIR` (copy it to every host); \"\" = process 0 makes a fresh key for the run and sends it to the others over MPI (one host: shared memory)."});
-  add({"topology", "peer_timeout", KeyType::Float, F(topology.peer_timeout), "Seconds without traffic (CAF heartbeats run at a tenth of it) before a peer process counts as lost and the run stops, naming its actors.", 0.1, 3600});
+  add({"topology", "peer_timeout", KeyType::Float, F(topology.peer_timeout), "Seconds without traffic (CAF heartbeats run at a tenth of it) before a peer process counts as lost (a hung or SIGSTOPped one; a dead one is noticed at once); then process_loss applies.", 0.1, 3600});
+  add({"topology", "process_loss", KeyType::Choice, F(topology.process_loss), "A lost process: \"recover\" (2 processes, process 1 lost: it is SIGKILLed if still there, its actors restart on process 0's devices from the coordinator's committed snapshot, the step is replayed and the run ends bitwise equal; needs `mpirun --enable-recovery`) or \"fail\" (the run stops with exit 1 naming the lost process and its actors). Losing process 0, or any process of a run with more than 2, always fails.", 0, 0, {} /* the enum's names: bind_choices */});
   add({"topology", "device_processes", KeyType::String, F(topology.device_processes), "Explicit placement: the process of each device, comma-separated (e.g. \"0,0,1,1\"); actors follow their device, the coordinator stays on process 0. Empty: contiguous blocks of devices per process."});
   add({"topology", "bulk_shm_bytes", KeyType::Int, F(topology.bulk_shm_bytes), "When all processes are on one host, envelopes of at least this many bytes go between them through a shared-memory segment (CAF carries a 64-byte record naming it) instead of CAF's TCP stream; 0 = never.", 0, 1e12});
 
@@ -341,6 +343,8 @@ void bind_choices(std::vector<KeyDef>& k) {
        std::vector{ProgressStyle::automatic, ProgressStyle::bar, ProgressStyle::plain, ProgressStyle::off},
        progress_style_name);
   bind_choice(k, "topology.auth", std::vector{runtime::ClusterAuth::tls, runtime::ClusterAuth::none}, runtime::cluster_auth_name);
+  bind_choice(k, "run.supervision", std::vector{runtime::Strategy::one_for_one, runtime::Strategy::one_for_all, runtime::Strategy::rest_for_one}, runtime::strategy_name);
+  bind_choice(k, "topology.process_loss", std::vector{runtime::ProcessLoss::recover, runtime::ProcessLoss::fail}, runtime::process_loss_name);
   bind_choice(k, "rl.sync", std::vector{rl::SyncMode::synchronous, rl::SyncMode::fixed_lag, rl::SyncMode::latest},
        rl::sync_mode_name);
   bind_choice(k, "rl.reward", std::vector{rl::RewardSource::verifier, rl::RewardSource::model}, rl::reward_source_name);

@@ -59,6 +59,7 @@ runtime::RuntimeOptions base_options(const Spec& spec) {
   r.max_restarts_stage = static_cast<int>(spec.run.max_restarts_stage);
   r.max_restarts_optimizer = static_cast<int>(spec.run.max_restarts_optimizer);
   r.max_restarts_expert = static_cast<int>(spec.run.max_restarts_expert);
+  r.strategy = spec.run.supervision;
   r.step_deadline = spec.run.step_deadline;
   r.faults = spec.faults;
   r.elastic = spec.elastic;
@@ -69,6 +70,7 @@ runtime::RuntimeOptions base_options(const Spec& spec) {
   r.processes = static_cast<int>(spec.topology.processes);
   r.interface = spec.topology.interface;
   r.peer_timeout = spec.topology.peer_timeout;
+  r.process_loss = spec.topology.process_loss;
   r.auth = spec.topology.auth;
   r.auth_dir = spec.topology.auth_dir;
   r.bulk_shm_bytes = spec.topology.bulk_shm_bytes;

@@ -547,6 +547,53 @@ TEST(RuntimeFaults, StaleMessagesAreDroppedAndCounted) {
   }
 }
 
+// Supervision strategies: one_for_all respawns every rank and shard with the
+// dead one, rest_for_one those started after it (shards, then ranks); the
+// step is replayed and the run ends bitwise equal either way. The restart
+// reports name exactly the actors the strategy covers.
+TEST(RuntimeFaults, OneForAllAndRestForOneEndBitwiseEqual) {
+  const Outcome ref = run(options("1f1b", 7));
+  struct Case {
+    runtime::Strategy strategy;
+    std::string target;
+    std::set<std::string> restarted;
+  };
+  const std::vector<Case> cases = {
+      {runtime::Strategy::one_for_all, "stage:1", {"optimizer:0", "optimizer:1", "stage:0", "stage:1"}},
+      {runtime::Strategy::rest_for_one, "optimizer:1", {"optimizer:1", "stage:0", "stage:1"}},
+      {runtime::Strategy::rest_for_one, "stage:0", {"stage:0", "stage:1"}},
+      {runtime::Strategy::rest_for_one, "stage:1", {"stage:1"}},
+  };
+  for (const Case& c : cases) {
+    runtime::RuntimeOptions o = options("1f1b", 7);
+    o.strategy = c.strategy;
+    o.faults = {{2, c.target, runtime::FaultKind::kill, 0}};
+    const Outcome got = run(o);
+    const std::string what = runtime::strategy_name(c.strategy) + " killing " + c.target;
+    expect_bitwise_equal(ref, got, what);
+    std::set<std::string> names;
+    for (const auto& ev : got.restarts) {
+      names.insert(ev.actor);
+      EXPECT_EQ(ev.step, 2) << what;
+    }
+    EXPECT_EQ(names, c.restarted) << what;
+    EXPECT_EQ(got.restarts.size(), c.restarted.size()) << what;
+  }
+}
+
+TEST(RuntimeFaults, ProcessTargetsParse) {
+  int p = -1;
+  EXPECT_TRUE(runtime::parse_process_target("process:1", p));
+  EXPECT_EQ(p, 1);
+  EXPECT_TRUE(runtime::parse_process_target("process:0", p));
+  EXPECT_EQ(p, 0);
+  for (const char* bad : {"process:", "process:-1", "process:1x", "process", "stage:1", "process:1234567"})
+    EXPECT_FALSE(runtime::parse_process_target(bad, p)) << bad;
+  EXPECT_FALSE(runtime::parse_fault_target("process:1").has_value());  // not an actor
+  EXPECT_STREQ(runtime::fault_kind_name(runtime::FaultKind::stop), "stop");
+  EXPECT_FALSE(runtime::on_messages(runtime::FaultKind::stop));
+}
+
 TEST(RuntimeFaults, BadFaultEntriesAreRejected) {
   auto bad = [](runtime::FaultSpec f, const std::string& want) {
     runtime::RuntimeOptions o = options("1f1b", 3);
@@ -581,6 +628,11 @@ TEST(RuntimeFaults, BadFaultEntriesAreRejected) {
   bad({1, "optimizer:5", runtime::FaultKind::kill, 0}, "there are 2 optimizer shard(s)");
   // An unknown kind ("hang") cannot be written here: kinds are an enum, and the
   // spec parser rejects the name (tests/bad_specs/36_faults_bad_kind.toml).
+  // Whole processes: only kill or stop of process 1 of a 2-process run
+  // (here: one process), and stop only on a process.
+  bad({1, "process:1", runtime::FaultKind::kill, 0}, "only kill or stop of process 1 of 2");
+  bad({1, "process:1", runtime::FaultKind::drop, 0}, "only kill or stop of process 1 of 2");
+  bad({1, "stage:0", runtime::FaultKind::stop, 0}, "fault kind stop applies to a whole process");
   bad({0, "stage:0", runtime::FaultKind::kill, 0}, "outside the run's steps 1..3");
   bad({4, "stage:0", runtime::FaultKind::kill, 0}, "outside the run's steps 1..3");
 }

@@ -6,6 +6,10 @@ if(TARGET troupe AND MPIRUN_EXECUTABLE)
     COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/runtime_mpi_test.sh $<TARGET_FILE:troupe> ${MPIRUN_EXECUTABLE}
             $<TARGET_FILE:tls_rogue_client>)
   set_tests_properties(runtime_mpi PROPERTIES LABELS "mpi;runtime" TIMEOUT 600)
+  # Surviving the loss of process 1 of 2 (process kill / stop from the spec).
+  add_test(NAME runtime_procloss
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/runtime_procloss_test.sh $<TARGET_FILE:troupe> ${MPIRUN_EXECUTABLE})
+  set_tests_properties(runtime_procloss PROPERTIES LABELS "mpi;runtime" TIMEOUT 600)
 endif()
 
 # Two hosts made of network namespaces on this machine (tests/runtime_netns_test.sh):

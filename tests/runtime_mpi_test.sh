@@ -107,8 +107,10 @@ for f in params.f32.zst adam_m.f32.zst adam_v.f32.zst manifest.bin; do
   cmp -s "$work/experts4-1/checkpoint/$f" "$work/xr-rest/checkpoint/$f" || fail "resume across processes: $f differs"
 done
 
+# process_loss = "fail": these check the report of a lost process (surviving
+# one, the default "recover", is tests/runtime_procloss_test.sh's).
 pipe=(--set topology.devices=2 --set topology.stages=2 --set topology.schedule='"1f1b"' --set topology.microbatches=2
-      --set topology.processes=2 --set run.steps=6)
+      --set topology.processes=2 --set run.steps=6 --set topology.process_loss='"fail"')
 # Process 1 dies at step 3. --enable-recovery keeps mpirun from killing process 0
 # before it reports (Open MPI then exits 0 itself, so each rank's code is recorded).
 start=$(date +%s)

@@ -3,8 +3,10 @@
 // runtime_cluster.hpp for the protocol.
 #include "actors/cluster/runtime_cluster_internal.hpp"
 
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -21,6 +23,7 @@
 
 #include "actors/cluster/cluster_tls.hpp"
 #include "actors/cluster/interface_address.hpp"
+#include "actors/supervision/faults.hpp"
 #include "actors/transport/caf_middleman.hpp"
 #include "actors/transport/envelope_shm.hpp"
 #include "actors/transport/tcp_nodelay.hpp"
@@ -56,6 +59,21 @@ Fault parse_fault() {
   return f;
 }
 
+// The process faults of this run: the test hook's, then the spec's
+// [[faults]] on "process:P" (kill: SIGKILL, stop: SIGSTOP, as `hang`).
+std::vector<Fault> process_faults(const RuntimeOptions& o) {
+  std::vector<Fault> out;
+  if (Fault f = parse_fault(); !f.kind.empty()) out.push_back(f);
+  for (const FaultSpec& spec : o.faults) {
+    Fault f;
+    if (!parse_process_target(spec.target, f.process)) continue;
+    f.kind = spec.kind == FaultKind::stop ? "hang" : "kill";
+    f.step = spec.at_step;
+    out.push_back(f);
+  }
+  return out;
+}
+
 std::string join(const std::vector<std::string>& v) {
   std::string out;
   for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
@@ -63,6 +81,12 @@ std::string join(const std::vector<std::string>& v) {
 }
 
 }  // namespace
+
+namespace {
+std::atomic<bool> g_survived_loss{false};  // survived_process_loss()
+}  // namespace
+
+bool survived_process_loss() { return g_survived_loss.load(); }
 
 // Processes found lost, shared by the directory and its Cluster (which must
 // not wait on them when it shuts down).
@@ -85,7 +109,10 @@ struct DirState {
   std::shared_ptr<LostSet> lost;
   int me = 0;
   Placement place;
-  Fault fault;
+  std::vector<Fault> faults;  // process faults (test hook and spec)
+  bool recover = false;       // process 0 of 2 with process_loss = recover: survive losing process 1
+  std::map<int, int32_t> pids;  // process 0: the others' pids (to SIGKILL a hung one)
+  bool one_host = false;        // every process on this host (pids mean something here)
   caf::timespan grace{};
   std::map<std::string, caf::actor> local;                  // name -> actor on this process
   std::map<caf::actor_addr, std::pair<int, std::string>> watched;  // remote actor -> (process, name)
@@ -109,8 +136,24 @@ void on_down(Dir* self, const caf::down_msg& dm) {
   auto it = s.watched.find(dm.source);
   if (it == s.watched.end()) return;
   const int p = it->second.first;
+  const bool known = s.lost->has(p);
   s.lost->add(p);
   if (s.closing || s.failed) return;
+  if (s.me == 0 && p != 0 && s.recover) {
+    if (known) return;  // one report per lost process
+    g_survived_loss = true;
+    // Dead, or hung (a stopped process is found by the heartbeat timeout):
+    // make sure it is dead, so a stopped one cannot come back half-way with
+    // messages of an abandoned step. Its pid means something only here.
+    std::string how = self->system().render(dm.reason);
+    if (auto pid = s.pids.find(p); pid != s.pids.end() && s.one_host && ::kill(pid->second, SIGKILL) == 0)
+      how += "; SIGKILLed pid " + std::to_string(pid->second);
+    const std::string what = "process " + std::to_string(p) + " lost (" + how + ", noticed at " + it->second.second + ")";
+    std::fprintf(stderr, "troupe[process 0]: %s; recovering its actors on process 0: %s\n", what.c_str(),
+                 join(s.place.actors_on(p)).c_str());
+    if (s.coordinator) self->send(s.coordinator, rt::lost_atom_v, what);
+    return;
+  }
   // Processes > 0 leave lost siblings to process 0, which ends the run.
   if (s.me != 0 && p != 0) return;
   s.failed = true;
@@ -124,12 +167,14 @@ void on_down(Dir* self, const caf::down_msg& dm) {
   self->delayed_send(self, s.grace, rt::abort_atom_v, what);
 }
 
-caf::behavior directory(Dir* self, std::shared_ptr<LostSet> lost, int me, Placement place, caf::timespan grace) {
+caf::behavior directory(Dir* self, std::shared_ptr<LostSet> lost, int me, Placement place, caf::timespan grace,
+                        std::vector<Fault> faults, bool recover) {
   auto& s = self->state;
   s.lost = std::move(lost);
   s.me = me;
   s.place = std::move(place);
-  s.fault = parse_fault();
+  s.faults = std::move(faults);
+  s.recover = recover && me == 0;
   s.grace = grace;
   self->set_down_handler([self](caf::down_msg& dm) { on_down(self, dm); });
   return {
@@ -161,12 +206,20 @@ caf::behavior directory(Dir* self, std::shared_ptr<LostSet> lost, int me, Placem
         return true;
       },
       [self](rt::tick_atom, int64_t step) {
-        const Fault& f = self->state.fault;
-        if (f.kind.empty() || f.process != self->state.me || f.step != step) return;
-        std::fprintf(stderr, "troupe[process %d]: test fault: %s at step %lld\n", f.process, f.kind.c_str(),
-                     static_cast<long long>(step));
-        std::fflush(stderr);
-        std::raise(f.kind == "kill" ? SIGKILL : SIGSTOP);
+        for (const Fault& f : self->state.faults) {
+          if (f.process != self->state.me || f.step != step) continue;
+          std::fprintf(stderr, "troupe[process %d]: test fault: %s at step %lld\n", f.process, f.kind.c_str(),
+                       static_cast<long long>(step));
+          std::fflush(stderr);
+          std::raise(f.kind == "kill" ? SIGKILL : SIGSTOP);
+        }
+      },
+      // Who this process is to the OS: process 0 keeps the others' pids, to
+      // SIGKILL one found hung before recovering from it.
+      [](rt::name_atom) { return static_cast<int32_t>(::getpid()); },
+      [self](rt::watch_atom, int32_t process, int32_t pid, bool one_host) {
+        self->state.pids[process] = pid;
+        self->state.one_host = one_host;
       },
       [self](rt::abort_atom, const std::string& what) {
         std::fprintf(stderr, "troupe[process %d]: %s; still running %.0f s later, exiting now\n", self->state.me,
@@ -239,7 +292,8 @@ Cluster::Cluster(caf::actor_system& sys, std::shared_ptr<Shared> sh, Placement p
   timeout_ = std::chrono::milliseconds(static_cast<int64_t>(o.peer_timeout * 3000.0) + 10000);
   const auto grace = std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(2.0 * o.peer_timeout + 10.0));
   lost_ = std::make_shared<LostSet>();
-  dir_ = sys_.spawn(directory, lost_, me_, place_, caf::timespan{grace});
+  dir_ = sys_.spawn(directory, lost_, me_, place_, caf::timespan{grace}, process_faults(o),
+                    o.processes == 2 && o.process_loss == ProcessLoss::recover);
   try {
     bring_up();
   } catch (...) {
@@ -334,6 +388,14 @@ void Cluster::bring_up() {
   for (size_t p = 0; p < dirs_.size(); ++p)
     if (static_cast<int>(p) != me_)
       caf::anon_send(dir_, rt::watch_atom_v, static_cast<int32_t>(p), std::string("its directory"), dirs_[p]);
+  if (me_ == 0) {
+    // The others' pids (a hung process is SIGKILLed before its actors are recovered).
+    caf::scoped_actor self{sys_};
+    for (size_t p = 1; p < dirs_.size(); ++p)
+      self->request(dirs_[p], timeout_, rt::name_atom_v)
+          .receive([&](int32_t pid) { caf::anon_send(dir_, rt::watch_atom_v, static_cast<int32_t>(p), pid, one_host); },
+                   [](caf::error&) {});
+  }
   if (me_ != 0) {
     sh_->peers.coordinator = lookup(sys_, dirs_[0], "coordinator", timeout_, 0);
     caf::anon_send(dir_, rt::watch_atom_v, int32_t{0}, std::string("coordinator"), sh_->peers.coordinator);

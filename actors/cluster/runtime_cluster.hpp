@@ -41,6 +41,12 @@ struct ClusterComm {
   virtual std::string broadcast(const std::string& text) = 0;
 };
 
+// True once this process has survived the loss of a peer process
+// (process_loss = recover). Its launcher must then make no MPI call, not even
+// MPI_Finalize: with a dead peer it can wait forever (seen under Open MPI
+// 4.1 --enable-recovery, now and then). Process-wide, like the MPI world.
+bool survived_process_loss();
+
 // Test hook, read from the environment variable TROUPE_TEST_FAULT on every
 // process: "kill:P:S" makes process P SIGKILL itself as step S starts, and
 // "hang:P:S" makes it SIGSTOP itself (a hung rank). Unset: no fault.

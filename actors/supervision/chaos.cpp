@@ -48,6 +48,7 @@ FaultSpec fault_of(FaultKind kind, const std::string& target, int64_t step) {
     case FaultKind::pause: f.duration_ms = 50; break;
     case FaultKind::corrupt: f.count = 1; break;
     case FaultKind::slow: f.factor = 4, f.steps = 1; break;
+    case FaultKind::stop: break;  // process targets only; never drawn (not in kFaultKinds)
   }
   return f;
 }
@@ -108,7 +109,8 @@ std::string describe(const FaultSpec& f) {
   char extra[96] = "";
   switch (f.kind) {
     case FaultKind::kill:
-      if (f.at_message > 0) std::snprintf(extra, sizeof extra, " (on message %lld)", static_cast<long long>(f.at_message));
+      if (f.target.rfind("process:", 0) == 0) std::snprintf(extra, sizeof extra, " (SIGKILL of the whole process)");
+      else if (f.at_message > 0) std::snprintf(extra, sizeof extra, " (on message %lld)", static_cast<long long>(f.at_message));
       break;
     case FaultKind::drop:
     case FaultKind::duplicate:
@@ -123,6 +125,7 @@ std::string describe(const FaultSpec& f) {
       if (f.duration_ms > 0) std::snprintf(extra, sizeof extra, " (%gx for %g ms)", f.factor, f.duration_ms);
       else std::snprintf(extra, sizeof extra, " (%gx for %lld step(s))", f.factor, static_cast<long long>(f.steps));
       break;
+    case FaultKind::stop: std::snprintf(extra, sizeof extra, " (SIGSTOP: hung until detected, then SIGKILL)"); break;
   }
   return "step " + std::to_string(f.at_step) + ": " + fault_kind_name(f.kind) + " " + f.target + extra;
 }
@@ -136,7 +139,9 @@ int64_t FaultSummary::total_injected() const {
 std::string FaultSummary::str() const {
   std::string s = "faults: " + std::to_string(total_injected()) + " injected (";
   bool first = true;
-  for (FaultKind k : kFaultKinds) {
+  std::vector<FaultKind> kinds(std::begin(kFaultKinds), std::end(kFaultKinds));
+  kinds.push_back(FaultKind::stop);
+  for (FaultKind k : kinds) {
     auto it = injected.find(fault_kind_name(k));
     if (it == injected.end()) continue;
     s += (first ? "" : ", ") + std::to_string(it->second) + " " + it->first;
@@ -151,6 +156,11 @@ std::string FaultSummary::str() const {
   std::snprintf(line, sizeof line, "time: %lld step(s) in %.3f s, %.3f s lost to faults, goodput %.1f%%\n",
                 static_cast<long long>(steps), wall_seconds, lost_seconds(), 100.0 * goodput());
   s += line;
+  if (processes_lost > 0) {
+    std::snprintf(line, sizeof line, "processes lost: %lld, detected %.3f s (mean) after their step started\n",
+                  static_cast<long long>(processes_lost), detect_seconds / static_cast<double>(processes_lost));
+    s += line;
+  }
   s += "MTTR:";
   if (repairs.empty()) s += " no repairs";
   for (const auto& [role, r] : repairs) {

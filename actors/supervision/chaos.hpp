@@ -55,6 +55,8 @@ struct FaultSummary {
   int64_t replays = 0;     // step attempts discarded (an actor died, or the deadline fired)
   int64_t damaged = 0;     // messages receivers dropped as damaged in flight (corrupt)
   int64_t steps = 0;       // steps finished
+  int64_t processes_lost = 0;   // processes lost and recovered from (2-process runs)
+  double detect_seconds = 0.0;  // summed: from the start of the step a loss hit to its detection
   // Seconds from each step's first attempt to its end, summed; and the
   // seconds of the attempts that finished (useful work). A straggler's slow
   // step counts as useful: it is slow, not repeated.

@@ -174,6 +174,14 @@ void arm_faults(Self* self) {
   for (size_t i = 0; i < sh.opt.faults.size(); ++i) {
     const FaultSpec& f = sh.opt.faults[i];
     if (s.fault_armed[i] || f.at_step != static_cast<int64_t>(s.step) + 1) continue;
+    if (int proc = -1; parse_process_target(f.target, proc)) {
+      // Fired by the cluster as the step starts (Cluster::before_step); the
+      // recovery is on_process_lost's.
+      s.fault_armed[i] = true;
+      ++s.armed;
+      update_stats(sh, [&](FaultSummary& st) { ++st.injected[fault_kind_name(f.kind)]; });
+      continue;
+    }
     const std::optional<FaultTarget> t = parse_fault_target(f.target);
     const auto plan = live_plan(sh);  // the expert shards in force this step
     const ActorPlan* target = t ? plan->target(*t) : nullptr;
@@ -381,6 +389,65 @@ bool shrink(Self* self, const Supervisor::Child& child, const std::string& cause
   return true;
 }
 
+// Whether losing a process is survived: 2 processes, process_loss = recover
+// (only process 1 can be lost; losing process 0 loses the coordinator).
+bool recovers_processes(const Shared& sh) {
+  return sh.opt.processes == 2 && sh.opt.process_loss == ProcessLoss::recover;
+}
+
+// Process 1 of 2 is lost (dead, or hung and then SIGKILLed by the
+// directory): every actor it held is respawned here, on process 0's devices
+// (Runtime's device_for: the recomputed placement), and restored from the
+// committed snapshot the coordinator holds — the parameters and AdamW moments
+// of every optimizer shard as of the last finished step, replicated here each
+// step (process 0 is the buddy of process 1). A running step is discarded
+// and replayed as the next attempt, so at most one step's work is lost and
+// the run ends bitwise equal to the fault-free one. No MPI call is made from
+// here on: the run ends through CAF alone.
+void on_process_lost(Self* self, const std::string& what) {
+  auto& s = self->state;
+  if (!s.error.empty()) return;
+  const std::vector<Supervisor::Child> gone = s.sup->children_off(self->node());
+  if (gone.empty()) return;  // recovered already (the other report of the same loss)
+  const auto now = std::chrono::steady_clock::now();
+  const int64_t step1 = static_cast<int64_t>(s.step) + 1;
+  // Detection: from the start of the step the loss hit (the process faults
+  // fire as it starts) to now.
+  const double noticed = s.running ? std::chrono::duration<double>(now - s.first_started).count() : 0.0;
+  std::string names;
+  for (const auto& c : gone) names += (names.empty() ? "" : ", ") + c.name;
+  std::fprintf(stderr, "troupe[process 0]: %s in step %lld, noticed %.3f s after it started; restarting %s on process 0\n",
+               what.c_str(), static_cast<long long>(step1), noticed, names.c_str());
+  update_stats(*s.sh, [&](FaultSummary& st) {
+    st.restarts += static_cast<int64_t>(gone.size());
+    st.replays += s.running;
+    ++st.processes_lost;
+    st.detect_seconds += noticed;
+  });
+  if (s.running) repair_starts(s, "process");
+  const uint32_t attempt = s.running ? s.attempt + 1 : s.attempt;
+  std::vector<caf::actor> fresh;
+  for (const auto& c : gone) fresh.push_back(s.sup->respawn(self, c, s.step, attempt));
+  const bool replay = s.running;
+  if (replay) {
+    s.attempt = attempt;
+    s.sup->restore_all(self, s.step, s.attempt, fresh);
+    start_step(self);
+  }
+  for (const auto& c : gone) {
+    RestartEvent ev;
+    ev.step = step1;
+    ev.attempt = static_cast<int>(s.attempt) + 1;
+    ev.actor = c.name;
+    ev.cause = what;
+    ev.replayed = replay;
+    try {
+      if (s.sh->on_restart) s.sh->on_restart(ev);
+    } catch (const std::exception&) {
+    }
+  }
+}
+
 // A supervised actor went down: respawn it; if a step is running, discard it
 // and run it again from the snapshot it started from.
 void on_child_down(Self* self, const caf::down_msg& m) {
@@ -403,6 +470,13 @@ void on_child_down(Self* self, const caf::down_msg& m) {
   const Supervisor::Child child = *found;
   const std::string cause = m.reason == caf::exit_reason::kill ? "killed" : self->system().render(m.reason);
   const int64_t step1 = static_cast<int64_t>(s.step) + 1;
+  if (m.source.node() != self->node() && recovers_processes(*s.sh)) {
+    // An actor of the other process: that process is lost (the directory
+    // reports it too; whichever comes first recovers, the other finds
+    // nothing left to do).
+    on_process_lost(self, "process 1 lost (" + child.name + " went down: " + cause + ")");
+    return;
+  }
   if (m.source.node() != self->node()) {
     // An actor of another process: it went down with its process, which the
     // cluster reports; the supervisor restarts only actors on its own devices.
@@ -438,6 +512,17 @@ void on_child_down(Self* self, const caf::down_msg& m) {
   // weights and the change still answers once all of them are in.
   if (child.role == Role::Expert && s.loading && s.loading->left.count({child.replica, child.index}))
     request_load(self, fresh, child.replica, child.index);
+  // one_for_all / rest_for_one: the siblings go too, respawned first and then
+  // killed, so their down messages find no child and restart nothing; they
+  // count once with the failure against the restart intensity (as Erlang's).
+  std::vector<caf::actor> fresh_all{fresh};
+  std::vector<std::string> also;
+  for (const auto& [sib, old] : s.sup->siblings(child, s.sh->opt.strategy)) {
+    fresh_all.push_back(s.sup->respawn(self, sib, s.step, attempt));
+    self->send_exit(old, caf::exit_reason::kill);
+    also.push_back(sib.name);
+  }
+  update_stats(*s.sh, [&](FaultSummary& st) { st.restarts += static_cast<int64_t>(also.size()); });
   RestartEvent ev;
   ev.step = step1;
   ev.actor = child.name;
@@ -449,12 +534,20 @@ void on_child_down(Self* self, const caf::down_msg& m) {
   ev.replayed = s.running;
   if (s.running) {
     s.attempt = attempt;
-    s.sup->restore_all(self, s.step, s.attempt, fresh);
+    s.sup->restore_all(self, s.step, s.attempt, fresh_all);
     start_step(self);
   }
   ev.attempt = static_cast<int>(s.attempt) + 1;
   try {
     if (s.sh->on_restart) s.sh->on_restart(ev);
+    for (const std::string& name : also) {
+      if (!s.sh->on_restart) break;
+      RestartEvent sib = ev;
+      sib.actor = name;
+      sib.cause = strategy_name(s.sh->opt.strategy) + " after " + child.name + " went down";
+      sib.phase.clear();
+      s.sh->on_restart(sib);
+    }
   } catch (const std::exception&) {
     // A reporting problem (e.g. a full disk for the log) must not take the
     // supervisor down with it.
@@ -598,6 +691,8 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
         }
         maybe_finish(self);
       },
+      // The cluster's directory found process 1 lost (runtime_cluster.cpp).
+      [self](rt::lost_atom, const std::string& what) { on_process_lost(self, what); },
       [self](rt::fail_atom, const std::string& what) {
         auto& s = self->state;
         if (s.error.empty()) s.error = what;

@@ -89,6 +89,7 @@ void FaultInjector::send(const caf::actor& to, caf::message msg) {
         break;
       case FaultKind::kill:
       case FaultKind::slow:
+      case FaultKind::stop:
         done = true;  // kills are armed in the actor itself, slow in the device: never here
         break;
     }

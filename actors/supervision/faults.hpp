@@ -118,11 +118,15 @@ inline constexpr uint32_t kRlKillPoints = 3;
 //              replays the step at once (no deadline wait);
 //   slow       the device the target runs on takes `factor` times as long
 //              for every closure (a straggler), for duration_ms, or else for
-//              duration_steps steps from at_step (FaultSpec::steps).
+//              duration_steps steps from at_step (FaultSpec::steps);
+//   stop       (target "process:P" only) the whole process P is SIGSTOPped
+//              as step at_step starts: a hung process, found by the
+//              heartbeat (peer_timeout), then SIGKILLed and recovered like a
+//              killed one. `kill` on "process:P" SIGKILLs process P.
 // Drop, duplicate, delay, pause and corrupt act on messages in flight,
 // through the one seam on step messages (actors/supervision/interposer.hpp);
 // slow acts in the device (actors/device/device.hpp).
-enum class FaultKind : uint8_t { kill, drop, duplicate, delay, pause, corrupt, slow };
+enum class FaultKind : uint8_t { kill, drop, duplicate, delay, pause, corrupt, slow, stop };
 inline const char* fault_kind_name(FaultKind k) {
   switch (k) {
     case FaultKind::kill: return "kill";
@@ -132,13 +136,27 @@ inline const char* fault_kind_name(FaultKind k) {
     case FaultKind::pause: return "pause";
     case FaultKind::corrupt: return "corrupt";
     case FaultKind::slow: return "slow";
+    case FaultKind::stop: return "stop";
   }
   return "?";
 }
 inline constexpr FaultKind kFaultKinds[] = {FaultKind::kill,  FaultKind::drop,    FaultKind::duplicate, FaultKind::delay,
                                            FaultKind::pause, FaultKind::corrupt, FaultKind::slow};
+// The kinds aimed at actors ([chaos] draws from these); `stop` is for
+// process targets only and is not among them.
 // Kinds that act on messages in flight (the FaultInjector at the seam).
-inline bool on_messages(FaultKind k) { return k != FaultKind::kill && k != FaultKind::slow; }
+inline bool on_messages(FaultKind k) { return k != FaultKind::kill && k != FaultKind::slow && k != FaultKind::stop; }
+
+// A process target "process:P" (P a non-negative decimal): sets `process`;
+// false otherwise. Only `kill` and `stop` apply to it (the whole process is
+// SIGKILLed or SIGSTOPped; actors/cluster/runtime_cluster.cpp).
+inline bool parse_process_target(const std::string& text, int& process) {
+  if (text.rfind("process:", 0) != 0) return false;
+  const std::string num = text.substr(8);
+  if (num.empty() || num.size() > 6 || num.find_first_not_of("0123456789") != std::string::npos) return false;
+  process = std::stoi(num);
+  return true;
+}
 
 // One [[faults]] entry.
 struct FaultSpec {
@@ -170,6 +188,24 @@ inline uint32_t kill_point(uint64_t seed, uint64_t step, const std::string& targ
   x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
   x ^= x >> 31;
   return n == 0 ? 1 : static_cast<uint32_t>(1 + x % n);
+}
+
+// The supervisor's restart strategy ([run] supervision), Erlang's names:
+//   one_for_one   the actor that went down is respawned alone;
+//   one_for_all   every supervised actor is respawned with it;
+//   rest_for_one  it and the actors started after it (start order: optimizer
+//                 shards, pipeline ranks replica-major, expert shards).
+// Whichever, the running step is replayed from its snapshot, so the result
+// is the same; what differs is how much is torn down (and its cost). A
+// restart of several actors counts once against the restart intensity.
+enum class Strategy : uint8_t { one_for_one, one_for_all, rest_for_one };
+inline std::string strategy_name(Strategy s) {
+  switch (s) {
+    case Strategy::one_for_one: return "one_for_one";
+    case Strategy::one_for_all: return "one_for_all";
+    case Strategy::rest_for_one: return "rest_for_one";
+  }
+  return "?";
 }
 
 // What the supervisor did about one actor that went down.

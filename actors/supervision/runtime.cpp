@@ -119,6 +119,12 @@ void validate(const RuntimeOptions& o) {
   }
   const Plan plan = make_plan(o);
   for (const FaultSpec& f : o.faults) {
+    if (int proc = -1; parse_process_target(f.target, proc)) {  // checked below
+      require(f.at_step >= 1 && f.at_step <= t.steps, "fault at_step " + std::to_string(f.at_step) +
+                                                         " is outside the run's steps 1.." + std::to_string(t.steps));
+      continue;
+    }
+    require(f.kind != FaultKind::stop, "fault kind stop applies to a whole process (target \"process:P\")");
     const std::optional<FaultTarget> target = parse_fault_target(f.target);
     require(target.has_value(), "fault target \"" + f.target +
                                     "\" must be stage:K, stage:K/replica:R, optimizer:K or expert:L/S[/replica:R]");
@@ -151,9 +157,20 @@ void validate(const RuntimeOptions& o) {
     }
     require(false, gone + "there are " + std::to_string(plan.data_parallel) + " data-parallel replica(s)");
   }
-  require(o.faults.empty() || o.processes == 1,
-          "failure injection ([[faults]]) runs in one process only: the supervisor restarts actors on its own "
-          "devices (processes = " + std::to_string(o.processes) + ")");
+  // Across processes only whole processes are hit ("process:P"): process 1
+  // of 2, recovered on process 0 (coordinator.cpp, on_process_lost).
+  for (const FaultSpec& f : o.faults) {
+    int proc = -1;
+    if (parse_process_target(f.target, proc)) {
+      require(o.processes == 2 && proc == 1 && o.process_loss == ProcessLoss::recover &&
+                  (f.kind == FaultKind::kill || f.kind == FaultKind::stop),
+              "fault on " + f.target + ": only kill or stop of process 1 of 2, with process_loss = recover, is supported");
+      continue;
+    }
+    require(o.processes == 1,
+            "failure injection ([[faults]]) on actors runs in one process only: the supervisor restarts actors on its "
+            "own devices (processes = " + std::to_string(o.processes) + "); a whole process can be hit (\"process:1\")");
+  }
 }
 
 struct Runtime::Impl {
@@ -192,6 +209,20 @@ struct Runtime::Impl {
   double last_step_seconds = 0.0;
 
   bool tracing() const { return sh->opt.record_trace || !sh->opt.trace.empty(); }
+
+  // The device an actor of device `d` runs on here. Another process's device
+  // is asked for only when that process was lost and its actors are
+  // respawned on this one (coordinator.cpp, on_process_lost): the recomputed
+  // placement puts lost device d on this process's (d mod n)-th device.
+  // Placement never changes the math, so the run stays bitwise equal.
+  Device& device_for(int d) {
+    if (Device* mine = devices[static_cast<size_t>(d)].get()) return *mine;
+    std::vector<Device*> here;
+    for (auto& x : devices)
+      if (x) here.push_back(x.get());
+    if (here.empty()) throw std::logic_error("runtime: no device on this process to respawn an actor on");
+    return *here[static_cast<size_t>(d) % here.size()];
+  }
 
   explicit Impl(const RuntimeOptions& o) {
     validate(o);
@@ -236,10 +267,10 @@ struct Runtime::Impl {
     // the devices the plan gives them.
     s.spawn = [this, place](caf::actor_system& as, Role role, int replica, int index) {
       if (role == Role::Optimizer)
-        return spawn_shard(as, sh, *devices[static_cast<size_t>(place.shard_device[static_cast<size_t>(index)])], index);
+        return spawn_shard(as, sh, device_for(place.shard_device[static_cast<size_t>(index)]), index);
       if (role == Role::Expert) return sh->spawn_expert(as, *live_plan(*sh), replica, index, false);
       const int d = place.rank_device[static_cast<size_t>(replica)][static_cast<size_t>(index)];
-      return spawn_rank(as, sh, *devices[static_cast<size_t>(d)], replica, index);
+      return spawn_rank(as, sh, device_for(d), replica, index);
     };
     // Expert shards as a plan places them: the initial one, the live one
     // after [[elastic]] events (which change only the expert shards).
@@ -256,7 +287,7 @@ struct Runtime::Impl {
       spec.start_step = sh->start_step;  // resumed (a respawn is restored to the running step after)
       spec.await_restore = await_restore;
       const int d = pl.expert_device[static_cast<size_t>(replica)][static_cast<size_t>(index)];
-      return spawn_expert_shard(as, sh, *devices[static_cast<size_t>(d)], spec);
+      return spawn_expert_shard(as, sh, device_for(d), spec);
     };
     s.on_restart = [this, user = o.on_restart](const RestartEvent& ev) {
       {

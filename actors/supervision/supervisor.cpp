@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <tuple>
 #include <stdexcept>
 
 
@@ -69,6 +70,42 @@ void Supervisor::watch(caf::event_based_actor* self) {
 const Supervisor::Child* Supervisor::find(const caf::actor_addr& who) const {
   auto it = children_.find(who);
   return it == children_.end() ? nullptr : &it->second;
+}
+
+std::vector<Supervisor::Child> Supervisor::children_off(const caf::node_id& here) const {
+  std::vector<Child> out;
+  for (const auto& [addr, c] : children_)
+    if (addr.node() != here) out.push_back(c);
+  std::sort(out.begin(), out.end(), [](const Child& a, const Child& b) {
+    return std::tie(a.role, a.replica, a.index) < std::tie(b.role, b.replica, b.index);
+  });
+  return out;
+}
+
+std::vector<std::pair<Supervisor::Child, caf::actor>> Supervisor::siblings(const Child& failed, Strategy strategy) const {
+  std::vector<std::pair<Child, caf::actor>> order;  // every child, in start order (Runtime's spawn_local)
+  {
+    std::lock_guard<std::mutex> lock(sh_->peers_mu);
+    auto add = [&](const caf::actor& a) {
+      if (auto it = children_.find(a.address()); a && it != children_.end()) order.emplace_back(it->second, a);
+    };
+    for (const caf::actor& a : sh_->peers.shards) add(a);
+    for (const auto& rep : sh_->peers.ranks)
+      for (const caf::actor& a : rep) add(a);
+    for (const auto& rep : sh_->peers.experts)
+      for (const caf::actor& a : rep) add(a);
+  }
+  auto same = [&](const Child& c) { return c.role == failed.role && c.replica == failed.replica && c.index == failed.index; };
+  std::vector<std::pair<Child, caf::actor>> out;
+  bool after = false;
+  for (const auto& entry : order) {
+    if (same(entry.first)) {
+      after = true;
+      continue;
+    }
+    if (strategy == Strategy::one_for_all || (strategy == Strategy::rest_for_one && after)) out.push_back(entry);
+  }
+  return out;
 }
 
 std::string Supervisor::admit_restart(const Child& child, const std::string& cause, int64_t step) {

@@ -1,6 +1,8 @@
 // Supervision of the rank and shard actors, run by the coordinator (CAF 0.17
-// has monitors but no supervisors). Strategy one_for_one: an actor that goes
-// down is respawned alone, with the same role and index on the same device;
+// has monitors but no supervisors). Strategy ([run] supervision) one_for_one:
+// an actor that goes down is respawned alone, with the same role and index on
+// the same device (one_for_all: every child with it; rest_for_one: it and the
+// children started after it; siblings());
 // every child is permanent (restarted whatever the exit reason, except a
 // shutdown). Restart intensity: more than max_restarts restarts within
 // restart_window steps, or within restart_period seconds (when set), or more
@@ -43,6 +45,12 @@ class Supervisor {
   };
   // The child a down message is about; nullptr for an actor we do not supervise.
   const Child* find(const caf::actor_addr& who) const;
+  // The children living on another node than `here`, in a fixed order
+  // (role, replica, index): what a lost process held.
+  std::vector<Child> children_off(const caf::node_id& here) const;
+  // What `strategy` restarts besides `failed` (faults.hpp, Strategy), in
+  // start order, with their current handles: nothing for one_for_one.
+  std::vector<std::pair<Child, caf::actor>> siblings(const Child& failed, Strategy strategy) const;
 
   // Records a restart of `child` in (1-based) step `step`; returns the
   // escalation message when the restart intensity is exceeded, else "".
@@ -89,7 +97,8 @@ class Supervisor {
   // committed snapshot, to every shard, rank and expert shard but `skip` (a
   // replay; respawn() restored the fresh actor already).
   void restore_all(caf::event_based_actor* self, uint64_t step, uint32_t attempt, const caf::actor& skip = {}) const;
-  // The same, skipping every actor in `skip` (shards a shrink restored already).
+  // The same, skipping every actor in `skip` (several respawned at once, or
+  // shards a shrink restored already).
   void restore_all(caf::event_based_actor* self, uint64_t step, uint32_t attempt,
                    const std::vector<caf::actor>& skip) const;
 
