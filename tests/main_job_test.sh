@@ -25,11 +25,12 @@ expect_exit() {
 expect_output() {
   grep -qF -- "$1" <<<"$out" || fail "expected '$1' in output of the last command; got:\n$out"
 }
-same_checkpoint() {  # DIR_A DIR_B WHAT: every file of A equal in B, byte for byte
+same_checkpoint() {  # DIR_A DIR_B WHAT: every file of A (sub-folders too, e.g. rl_versions/) equal in B, byte for byte
   [ -s "$1/params.f32.zst" ] || { fail "$3: no checkpoint in $1"; return; }
-  for f in "$1"/*; do
-    cmp -s "$f" "$2/$(basename "$f")" || fail "$3: $(basename "$f") differs ($1 vs $2)"
-  done
+  local rel
+  while IFS= read -r rel; do
+    cmp -s "$1/$rel" "$2/$rel" || fail "$3: $rel differs ($1 vs $2)"
+  done < <(cd "$1" && find . -type f | sed 's|^\./||' | sort)
 }
 
 # The tiny model and task shared by every run: 1-digit addition split at the

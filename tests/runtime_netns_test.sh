@@ -79,7 +79,10 @@ tiny=(--set model.d_model=32 --set model.n_layers=2 --set model.n_heads=2 --set 
       --set model.seq_len=32 --set data.batch_size=8 --set data.eval_problems=20 --set run.eval_batches=1
       --set log.progress=plain --set run.steps=4 --set topology.peer_timeout=5
       --set optim.warmup_steps=20 --set 'optim.schedule="cosine"' --set model.tie_embeddings=false
-      --set topology.devices=2 --set topology.stages=2 --set topology.threads_per_device=1)
+      --set topology.devices=2 --set topology.stages=2 --set topology.threads_per_device=1
+      # The built-in default is a two-phase job (run.mode = "sft_rl"): its phase 1
+      # alone (run.mode = "pretrain"), without the RL split.
+      --set run.mode='"pretrain"' --set data.target_pairs='""')
 across=(--set topology.processes=2 --set topology.interface="\"$subnet\"" --set topology.auth_dir="\"$work/key\"")
 veth_bytes() { ip -n "$ns_a" -s link show "$veth_a" | awk '/RX:/{getline; print $1}'; }
 expect_checkpoint() {
