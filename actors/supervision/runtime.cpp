@@ -43,11 +43,17 @@ void require(bool ok, const std::string& what) {
 // time per step of the sequential runtime (bench_pipeline_real "sys ms", 1.4
 // with this). So the process keeps freed memory for reuse: blocks up to 32 MB
 // (glibc's maximum threshold) come from the heap and the heap is not trimmed
-// below 1 GB of free space. Process-wide, set once a runtime is built.
+// below 1 GB of free space. That covers the main arena only: a thread's
+// arena lives in 64 MB heaps that glibc unmaps as soon as one is empty, which
+// a 14 MB block freed every step makes happen, so the faults came back (sys
+// 19-22 ms per step of the sequential runtime on a quiet machine; 1.7 with
+// MALLOC_ARENA_MAX=1). So every thread allocates from the main arena.
+// Process-wide, set once a runtime is built (before its threads start).
 void keep_freed_memory() {
 #if defined(__GLIBC__)
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_ARENA_MAX, 1);
 #endif
 }
 
