@@ -78,7 +78,13 @@ same_run dualpipe --set topology.devices=2 --set topology.stages=2 --set topolog
 same_run dualpipe-shm --set topology.devices=2 --set topology.stages=2 --set topology.schedule='"dualpipe"' \
   --set topology.microbatches=4 --set topology.optimizer_shards=2 --set topology.bulk_shm_bytes=1024
 expect_output "shared-memory bulk path: sent"
-[ -z "$(ls /dev/shm | grep '^troupe-bulk-')" ] || fail "shared-memory segments left in /dev/shm: $(ls /dev/shm)"
+# This run's segments are gone (each process names its own: other tests'
+# runs may hold theirs in /dev/shm at the same time).
+shm_pids=$(grep -o 'segments /troupe-bulk-[0-9]*-' <<<"$out" | grep -o '[0-9]*' | sort -u)
+[ "$(wc -w <<<"$shm_pids")" -eq 2 ] || fail "the processes did not name their shared-memory segments:\n$out"
+for pid in $shm_pids; do
+  [ -z "$(ls /dev/shm | grep "^troupe-bulk-$pid-")" ] || fail "shared-memory segments of pid $pid left in /dev/shm: $(ls /dev/shm)"
+done
 # Explicit placement: device 0 (stage:0, optimizer:0) on process 1, device 1 on process 0.
 extra2=(--set topology.device_processes='"1,0"')
 same_run placed --set topology.devices=2 --set topology.stages=2 --set topology.schedule='"1f1b"' \
@@ -199,7 +205,7 @@ out=$("$troupe" validate "${tiny[@]}" "${p1f1b[@]}" --set topology.auth_dir="\"$
 [ "$rc" -eq 4 ] || fail "validate with a missing auth_dir exited $rc, expected 4:\n$out"
 expect_output "auth_dir $work/nokey: not a directory"
 # The knock: a longer run, both ports knocked on while it trains.
-long=(--set run.steps=40 --set run.eval_every=0)
+long=(--set run.steps=300 --set run.eval_every=0)
 "$troupe" run "${tiny[@]}" "${p1f1b[@]}" "${long[@]}" --set topology.processes=1 --set run.out_dir="$work/knock-1" \
   >/dev/null 2>&1 || fail "knock: single-process run failed"
 timeout 180 "${mpi[@]}" -np 2 "$troupe" run "${tiny[@]}" "${p1f1b[@]}" "${long[@]}" --set run.out_dir="$work/knock-2" \
@@ -220,7 +226,7 @@ done
 wait "$run_pid" || fail "knock: the 2-process run failed:\n$(cat "$work/knock.log")"
 grep -q "refused a connection from 127.0.0.1:[0-9]*: TLS handshake failed" "$work/knock.log" ||
   fail "knock: the refusals were not logged:\n$(cat "$work/knock.log")"
-grep -qF "step 40/40" "$work/knock.log" || fail "knock: the run did not reach step 40:\n$(cat "$work/knock.log")"
+grep -qF "step 300/300" "$work/knock.log" || fail "knock: the run did not reach step 300:\n$(cat "$work/knock.log")"
 expect_checkpoint "$work/knock-1" "$work/knock-2" "knocked run"
 
 if [ $failures -ne 0 ]; then echo "$failures failure(s)"; exit 1; fi

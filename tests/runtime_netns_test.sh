@@ -115,7 +115,7 @@ two_host_run experts4 --set 'topology.schedule="dualpipe"' --set topology.microb
   --set topology.optimizer_shards=2 --set topology.expert_shards=4
 
 # A rogue on host A knocks on both processes' ports while a longer run trains.
-long=(--set 'topology.schedule="1f1b"' --set topology.microbatches=2 --set run.steps=40 --set run.eval_every=0)
+long=(--set 'topology.schedule="1f1b"' --set topology.microbatches=2 --set run.steps=300 --set run.eval_every=0)
 "$troupe" run "${tiny[@]}" "${long[@]}" --set run.out_dir="$work/knock-1" >/dev/null 2>&1 ||
   fail "knock: single-process run failed"
 "${two_hosts[@]}" "$troupe" run "${tiny[@]}" "${long[@]}" "${across[@]}" --set run.out_dir="$work/knock-2" \
@@ -136,7 +136,7 @@ done
 wait "$run_pid" || fail "knock: the 2-host run failed:\n$(cat "$work/knock.log")"
 grep -q "refused a connection from $addr_a:[0-9]*: TLS handshake failed" "$work/knock.log" ||
   fail "knock: the refusals were not logged with the rogue's address:\n$(cat "$work/knock.log")"
-grep -qF "step 40/40" "$work/knock.log" || fail "knock: the run did not reach step 40:\n$(cat "$work/knock.log")"
+grep -qF "step 300/300" "$work/knock.log" || fail "knock: the run did not reach step 300:\n$(cat "$work/knock.log")"
 expect_checkpoint "$work/knock-1" "$work/knock-2" "knocked run"
 
 # A real partition: host B's link goes down for 1.5 s in the middle of a run
@@ -148,21 +148,21 @@ part_start=$(date +%s.%N)
   >"$work/part.log" 2>&1 &
 run_pid=$!
 for _ in $(seq 1 300); do
-  grep -qF "step 10/40" "$work/part.log" && break
+  grep -qF "step 10/300" "$work/part.log" && break
   sleep 0.05
 done
-if grep -qF "step 10/40" "$work/part.log"; then
+if grep -qF "step 10/300" "$work/part.log"; then
   ip -n "$ns_b" link set "$veth_b" down
   sleep 1.5
   ip -n "$ns_b" link set "$veth_b" up
-  grep -qF "step 40/40" "$work/part.log" && fail "partition: the run had ended before the link came back; make it longer"
+  grep -qF "step 300/300" "$work/part.log" && fail "partition: the run had ended before the link came back; make it longer"
 else
   fail "partition: the run never reached step 10:\n$(cat "$work/part.log")"
 fi
 wait "$run_pid" || fail "partition: the 2-host run failed:\n$(cat "$work/part.log")"
-grep -qF "step 40/40" "$work/part.log" || fail "partition: the run did not reach step 40:\n$(cat "$work/part.log")"
+grep -qF "step 300/300" "$work/part.log" || fail "partition: the run did not reach step 300:\n$(cat "$work/part.log")"
 expect_checkpoint "$work/knock-1" "$work/part-2" "partitioned run"
-echo "partition: 1.5 s without a link at step 10; the 40-step run took $(awk -v a="$part_start" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b - a}') s"
+echo "partition: 1.5 s without a link at step 10; the 300-step run took $(awk -v a="$part_start" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b - a}') s"
 
 # The one-host launch that keeps mpirun's wildcard listeners off the network
 # (README "Across processes"): the job in a network namespace that has only

@@ -407,8 +407,9 @@ Cluster::~Cluster() {
   if (bulk_shm_) {
     const BulkShmStats st = bulk_shm_stats();
     if (st.sent + st.received > 0)
-      std::fprintf(stderr, "troupe[process %d]: shared-memory bulk path: sent %llu, received %llu envelopes\n", me_,
-                   static_cast<unsigned long long>(st.sent), static_cast<unsigned long long>(st.received));
+      std::fprintf(stderr, "troupe[process %d]: shared-memory bulk path: sent %llu, received %llu envelopes (segments /troupe-bulk-%d-*)\n",
+                   me_, static_cast<unsigned long long>(st.sent), static_cast<unsigned long long>(st.received),
+                   static_cast<int>(::getpid()));
     set_bulk_shm_threshold(0);
     bulk_shm_cleanup();  // segments no receiver consumed
   }
