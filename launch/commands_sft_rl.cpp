@@ -48,13 +48,31 @@ std::string pct(double x) {
   return b;
 }
 
-// Phase 2 stopped: a decoupled RL run does not resume mid-way, so the way on
-// is phase 2 again from phase 1's checkpoint (the resume rule in phases.hpp).
-int report_rl_interrupted(const StopOnSignal& signals, const std::string& sft_dir, int64_t steps) {
-  spdlog::warn("stopped by {} in phase 2 after {} RL step(s); phase 1's checkpoint is {}. Phase 2 cannot continue mid-way: "
-               "`troupe run` with --set checkpoint.resume='\"{}\"' skips phase 1 and runs phase 2 again from its start",
-               signals.signal() == SIGTERM ? "SIGTERM" : "SIGINT", steps, sft_dir, sft_dir);
+// Phase 2 stopped. Synchronous and fixed_lag runs saved phase 2's checkpoint
+// and resume from it bit for bit; a latest run cannot be resumed, so the way
+// on is phase 2 again from phase 1's checkpoint.
+int report_rl_interrupted(const Spec& spec, const StopOnSignal& signals, const std::string& sft_dir, int64_t steps) {
+  const char* name = signals.signal() == SIGTERM ? "SIGTERM" : "SIGINT";
+  if (steps > 0 && spec.rl_section.sync != rl::SyncMode::latest)
+    spdlog::warn("stopped by {} in phase 2 after {} RL step(s) of this run; checkpoint saved to {} (continue the job "
+                 "with --set checkpoint.resume='\"{}\"')",
+                 name, steps, spec.checkpoint_dir(), spec.checkpoint_dir());
+  else
+    spdlog::warn("stopped by {} in phase 2 after {} RL step(s); phase 1's checkpoint is {}. `troupe run` with --set "
+                 "checkpoint.resume='\"{}\"' skips phase 1 and runs phase 2 {}",
+                 name, steps, sft_dir, sft_dir, steps > 0 ? "again from its start (rl.sync = \"latest\" does not resume)" : "");
   return kExitInterrupted;
+}
+
+// The RL target's held-out figures of phase 1's checkpoint, as phase 2's
+// first evaluation gives them: needed when phase 2 is resumed, whose run
+// starts past step 0 and so does not evaluate its init.
+rl::RlEvalMetrics target_eval(const Spec& spec, const std::string& dir) {
+  rl::RlTrainOptions o = rl_train_options(rl_phase_spec(spec, dir));
+  o.checkpoint_dir.clear();
+  o.resume_from.clear();
+  rl::RlTrainer trainer(o);
+  return trainer.evaluate();
 }
 
 }  // namespace
@@ -65,10 +83,13 @@ int run_sft_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, co
   // Resume: a checkpoint before the end of phase 1 continues phase 1; one at
   // its last step (phase 1 done) skips to phase 2 (check_input_checkpoints
   // refuses anything later).
+  // Phase 2's own checkpoint (the spec's checkpoint directory) resumes phase
+  // 2, from phase 1's finished checkpoint (check_input_checkpoints checked both).
+  const bool resume_rl = resumes_phase2(spec);
   int64_t resumed_at = -1;
-  if (!spec.checkpoint.resume.empty()) resumed_at = model::load_checkpoint(spec.checkpoint.resume).step;
-  const bool skip_sft = resumed_at >= spec.run.steps;
-  const std::string init = skip_sft ? spec.checkpoint.resume : sft_dir;
+  if (!spec.checkpoint.resume.empty() && !resume_rl) resumed_at = model::load_checkpoint(spec.checkpoint.resume).step;
+  const bool skip_sft = resume_rl || resumed_at >= spec.run.steps;
+  const std::string init = skip_sft && !resume_rl ? spec.checkpoint.resume : sft_dir;
   const Spec rl_spec = rl_phase_spec(spec, init);
   const std::string split = spec.data.target_pairs.empty()
                                 ? std::string("no split: both tasks are every held-out problem")
@@ -84,7 +105,10 @@ int run_sft_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, co
                          .add("steps", spec.run.steps)
                          .add("checkpoint", sft_dir)
                          .str());
-  if (skip_sft) {
+  if (resume_rl) {
+    spdlog::info("phase 1/2 (SFT) is done already: {} is its checkpoint; resuming phase 2 from {}", init,
+                 spec.checkpoint.resume);
+  } else if (skip_sft) {
     spdlog::info("phase 1/2 (SFT) is done already: {} is at step {} of {}; going on with phase 2", init, resumed_at,
                  spec.run.steps);
   } else {
@@ -100,8 +124,11 @@ int run_sft_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, co
   const double sft_seconds = seconds_since(t1);
   const auto te = Clock::now();
   const rl::RlEvalMetrics sft_before = sft_side_eval(spec, init);
+  // A resumed phase 2 does not evaluate its init: score phase 1's checkpoint
+  // on the target here, as phase 2's first evaluation would have.
+  const rl::RlEvalMetrics target_before = resume_rl ? target_eval(spec, init) : rl::RlEvalMetrics{};
   double eval_seconds = seconds_since(te);
-  if (signals.requested()) return report_rl_interrupted(signals, init, 0);
+  if (signals.requested()) return report_rl_interrupted(spec, signals, init, 0);
 
   // Phase 2: RL from phase 1's checkpoint.
   const auto t2 = Clock::now();
@@ -113,11 +140,13 @@ int run_sft_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, co
                          .add("init", init)
                          .add("checkpoint", rl_spec.checkpoint_dir())
                          .str());
-  spdlog::info("phase 2/2: RL, {} steps from {} (lr {}, warmup {}), saving to {}", rl_spec.run.steps, init, rl_spec.optim.lr,
+  spdlog::info("phase 2/2: RL, {} steps from {}{} (lr {}, warmup {}), saving to {}", rl_spec.run.steps, init,
+               resume_rl ? ", resumed from " + spec.checkpoint.resume : std::string(), rl_spec.optim.lr,
                rl_spec.optim.warmup_steps, rl_spec.checkpoint_dir());
   rl::RlSummary rs;
   const int rc = run_rl(rl_spec, metrics, style, signals, &rs);
-  if (rc == kExitInterrupted) return report_rl_interrupted(signals, init, rs.steps_done);
+  if (rc == kExitInterrupted) return report_rl_interrupted(spec, signals, init, rs.steps_done);
+  if (resume_rl) rs.first_eval = target_before;
   if (rc != kExitOk) return rc;
   const double rl_seconds = seconds_since(t2);
   spdlog::info("phase 2/2 done: {} RL steps in {:.1f} s ({:.2f} steps/s)", rs.steps_done, rl_seconds,

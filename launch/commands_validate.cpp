@@ -44,13 +44,42 @@ int check_input_checkpoints(const Spec& spec) {
       return kExitBadInput;
     }
   }
-  if (spec.run.mode == RunMode::sft_rl && !spec.checkpoint.resume.empty() &&
-      std::filesystem::weakly_canonical(spec.checkpoint.resume) == std::filesystem::weakly_canonical(spec.checkpoint_dir())) {
-    std::fprintf(stderr,
-                 "troupe: %s: [checkpoint] resume = \"%s\" is phase 2's (RL) checkpoint of this two-phase job; phase 2 "
-                 "cannot continue mid-way: resume from phase 1's checkpoint \"%s\" to run phase 2 again from its start\n",
-                 spec.source.c_str(), spec.checkpoint.resume.c_str(), sft_checkpoint_dir(spec).c_str());
-    return kExitBadSpec;
+  if (spec.run.mode == RunMode::sft_rl && resumes_phase2(spec)) {
+    // Resuming inside phase 2: its own checkpoint continues the RL run, and
+    // phase 1's finished checkpoint is still its init (and the "after SFT"
+    // column of the summary).
+    const std::string sft_dir = sft_checkpoint_dir(spec);
+    // (rl.sync = "latest" with a resume is a spec error already: it cannot resume.)
+    int64_t sft_step = 0, rl_step = 0;
+    try {
+      sft_step = model::load_checkpoint(sft_dir).step;
+    } catch (const model::CheckpointError& e) {
+      std::fprintf(stderr, "troupe: %s: resuming phase 2 needs phase 1's checkpoint: %s\n", spec.source.c_str(), e.what());
+      return kExitBadInput;
+    }
+    if (sft_step != spec.run.steps) {
+      std::fprintf(stderr,
+                   "troupe: %s: phase 1's checkpoint \"%s\" is at step %lld, not at its last step %lld: phase 2's "
+                   "checkpoint \"%s\" cannot have started from it\n",
+                   spec.source.c_str(), sft_dir.c_str(), static_cast<long long>(sft_step),
+                   static_cast<long long>(spec.run.steps), spec.checkpoint.resume.c_str());
+      return kExitBadInput;
+    }
+    try {
+      rl_step = model::load_checkpoint(spec.checkpoint.resume).step;
+    } catch (const model::CheckpointError& e) {
+      std::fprintf(stderr, "troupe: %s: [checkpoint] resume: %s\n", spec.source.c_str(), e.what());
+      return kExitBadInput;
+    }
+    if (rl_step >= spec.rl_section.steps) {
+      std::fprintf(stderr,
+                   "troupe: %s: [checkpoint] resume = \"%s\" is phase 2's checkpoint at RL step %lld, but [rl] steps "
+                   "= %lld: nothing is left to train (raise rl.steps to continue phase 2)\n",
+                   spec.source.c_str(), spec.checkpoint.resume.c_str(), static_cast<long long>(rl_step),
+                   static_cast<long long>(spec.rl_section.steps));
+      return kExitBadSpec;
+    }
+    return kExitOk;
   }
   if (!spec.checkpoint.resume.empty()) {
     int64_t step = 0;
@@ -192,8 +221,12 @@ void describe(const Spec& spec) {
 void describe_sft_rl(const Spec& spec) {
   const Spec sft = sft_phase_spec(spec);
   std::string init = sft.checkpoint_dir();
-  std::string resume;
-  if (!spec.checkpoint.resume.empty()) {
+  std::string resume, resume2;
+  if (resumes_phase2(spec)) {
+    resume = " (skipped: done, \"" + init + "\" is its checkpoint)";
+    resume2 = " (resumed from its checkpoint \"" + spec.checkpoint.resume + "\" at RL step " +
+              std::to_string(model::load_checkpoint(spec.checkpoint.resume).step) + ")";
+  } else if (!spec.checkpoint.resume.empty()) {
     const int64_t step = model::load_checkpoint(spec.checkpoint.resume).step;  // loaded by check_input_checkpoints
     if (step >= spec.run.steps) {
       init = spec.checkpoint.resume;
@@ -212,8 +245,8 @@ void describe_sft_rl(const Spec& spec) {
               "run.mode='\"pretrain\"'` alone)\n",
               resume.c_str(), spec.optim.lr, static_cast<long long>(spec.optim.warmup_steps));
   describe(sft);
-  std::printf("\nphase 2/2: online RL, lr %g, warmup %lld, evaluation %s: run.mode = \"rl\" with rl.init = \"%s\"\n",
-              rl_spec.optim.lr, static_cast<long long>(rl_spec.optim.warmup_steps),
+  std::printf("\nphase 2/2: online RL%s, lr %g, warmup %lld, evaluation %s: run.mode = \"rl\" with rl.init = \"%s\"\n",
+              resume2.c_str(), rl_spec.optim.lr, static_cast<long long>(rl_spec.optim.warmup_steps),
               rl_spec.run.eval_every > 0 ? ("every " + std::to_string(rl_spec.run.eval_every) + " steps").c_str()
                                     : "before the first step and after the last",
               init.c_str());

@@ -1,6 +1,8 @@
 // The two phases of run.mode = "sft_rl" as ordinary specs (see phases.hpp).
 #include "launch/phases.hpp"
 
+#include <filesystem>
+
 #include "model/data.hpp"
 
 namespace troupe::launch {
@@ -17,6 +19,15 @@ Spec sft_phase_spec(const Spec& spec) {
   return a;
 }
 
+bool resumes_phase2(const Spec& spec) {
+  if (spec.checkpoint.resume.empty()) return false;
+  std::error_code ec;
+  const auto a = std::filesystem::weakly_canonical(spec.checkpoint.resume, ec);
+  if (ec) return false;
+  const auto b = std::filesystem::weakly_canonical(spec.checkpoint_dir(), ec);
+  return !ec && a == b;
+}
+
 Spec rl_phase_spec(const Spec& spec, const std::string& init) {
   Spec b = spec;
   const RlSection& r = spec.rl_section;
@@ -27,7 +38,9 @@ Spec rl_phase_spec(const Spec& spec, const std::string& init) {
   b.optim.warmup_steps = r.warmup_steps;
   b.rl_section.init = init;
   b.rl.init = init;
-  b.checkpoint.resume.clear();  // a decoupled RL run does not resume; phase 2 restarts from init
+  // Phase 1's checkpoint is phase 2's init, never its resume; only phase 2's
+  // own checkpoint resumes it (fixed_lag and synchronous runs resume bit for bit).
+  if (!resumes_phase2(spec)) b.checkpoint.resume.clear();
   auto& t = b.topology;
   const auto& t0 = spec.topology;
   const bool actors = rl::decoupled(r.sync);

@@ -23,9 +23,15 @@ std::string sft_checkpoint_dir(const Spec& spec);
 // sft_checkpoint_dir(spec); everything else (resume included) as written.
 Spec sft_phase_spec(const Spec& spec);
 
+// True when [checkpoint] resume names phase 2's own checkpoint (the spec's
+// checkpoint directory, where phase 2 saves and where an interrupted phase 2
+// left its state): the job then resumes inside phase 2, from phase 1's
+// finished checkpoint as rl.init.
+bool resumes_phase2(const Spec& spec);
+
 // Phase 2: run.mode = "rl" from checkpoint `init`, with run.steps, run.eval_every,
 // optim.lr and optim.warmup_steps taken from rl.steps, rl.eval_every, rl.lr and
-// rl.warmup_steps, no resume, and the RL topology: with rl.sync = "fixed_lag"
+// rl.warmup_steps, resuming only when resumes_phase2(spec), and the RL topology: with rl.sync = "fixed_lag"
 // the spec's devices (trainer on device 0, generators on the others), else one
 // device with all the spec's threads; one stage, one process, no expert or
 // optimizer shards (the RL trainer is one actor).

@@ -6,7 +6,7 @@
 # run (run.mode = "rl") from phase 1's checkpoint, checkpoint bytes equal;
 # the summary reports both tasks after each phase, consistent with the
 # phases' own evaluations and with `troupe eval`; resume continues phase 1
-# or skips it, and refuses phase 2's checkpoint; phase-2 keys are refused
+# or skips it, and phase 2's own checkpoint resumes phase 2; phase-2 keys are refused
 # outside sft_rl.
 # usage: main_job_test.sh TROUPE_BINARY [SOURCE_DIR]
 set -uo pipefail
@@ -204,7 +204,7 @@ done
 
 # Resume: a phase-1 checkpoint mid-way continues phase 1 and then runs phase
 # 2 (the same final bytes); one at phase 1's last step skips to phase 2 (the
-# same bytes again); phase 2's own checkpoint is refused.
+# same bytes again).
 expect_exit 0 "$troupe" run "$work/two.toml" --set run.mode='"pretrain"' --set run.steps=2 --set run.out_dir="\"$work/half\""
 expect_exit 0 "$troupe" run "$work/two.toml" --set run.out_dir="\"$work/resumed\"" --set checkpoint.resume="\"$work/half/checkpoint\""
 expect_output "step 4/4"
@@ -215,8 +215,37 @@ expect_output "phase 1/2: SFT (skipped: [checkpoint] resume"
 expect_exit 0 "$troupe" run "$work/two.toml" --set run.out_dir="\"$work/skip\"" --set checkpoint.resume="\"$work/two/checkpoint_sft\""
 expect_output "phase 1/2 (SFT) is done already"
 same_checkpoint "$work/two/checkpoint" "$work/skip/checkpoint" "phase 2 after a resume at phase 1's end"
-expect_exit 3 "$troupe" run "$work/two.toml" --set checkpoint.resume="\"$work/two/checkpoint\""
-expect_output "is phase 2's (RL) checkpoint of this two-phase job"
+# Resume inside phase 2: a job whose phase 2 stopped after 1 of 3 RL steps
+# (its checkpoint holds rl_versions/ for fixed_lag) continues from it, in
+# the same out_dir, to the same final bytes and the same summary figures.
+expect_exit 0 "$troupe" run "$work/two.toml" --set run.out_dir="\"$work/p2\"" --set rl.steps=1
+[ -d "$work/p2/checkpoint/rl_versions" ] || fail "phase 2's checkpoint has no rl_versions/"
+expect_exit 0 "$troupe" validate "$work/two.toml" --set run.out_dir="\"$work/p2\"" --set checkpoint.resume="\"$work/p2/checkpoint\""
+expect_output "phase 2/2: online RL (resumed from its checkpoint \"$work/p2/checkpoint\" at RL step 1)"
+expect_exit 0 "$troupe" run "$work/two.toml" --set run.out_dir="\"$work/p2\"" --set checkpoint.resume="\"$work/p2/checkpoint\""
+expect_output "resuming phase 2 from"
+expect_output "step 3/3"
+same_checkpoint "$work/two/checkpoint" "$work/p2/checkpoint" "the job resumed inside phase 2"
+python3 - "$m" "$work/p2/metrics.jsonl" <<'PY' || fail "the resumed job's summary differs from the uninterrupted job's"
+import json, sys
+a = [json.loads(l) for l in open(sys.argv[1]) if '"summary"' in l][-1]
+b = [json.loads(l) for l in open(sys.argv[2]) if '"summary"' in l][-1]
+assert b["sft_steps"] == 0 and b["rl_steps"] == 2, b
+for k, v in a.items():
+    if k.endswith("_seconds") or k in ("sft_steps", "rl_steps", "type"):
+        continue
+    assert b[k] == v, (k, v, b[k])
+PY
+# ... and nothing is left at its end; a phase-2 checkpoint without phase 1's
+# finished one, or of a "latest" run, is refused.
+expect_exit 3 "$troupe" validate "$work/two.toml" --set run.out_dir="\"$work/p2\"" --set checkpoint.resume="\"$work/p2/checkpoint\""
+expect_output "nothing is left to train (raise rl.steps to continue phase 2)"
+expect_exit 3 "$troupe" run "$work/two.toml" --set run.out_dir="\"$work/p2\"" --set checkpoint.resume="\"$work/p2/checkpoint\"" \
+  --set rl.steps=5 --set rl.sync='"latest"' --set rl.loss='"decoupled_ppo"'
+expect_output "run does not resume"
+mv "$work/p2/checkpoint_sft" "$work/p2/gone"
+expect_exit 4 "$troupe" run "$work/two.toml" --set run.out_dir="\"$work/p2\"" --set checkpoint.resume="\"$work/p2/checkpoint\"" --set rl.steps=5
+expect_output "resuming phase 2 needs phase 1's checkpoint"
 
 if [ "$failures" -gt 0 ]; then
   echo "$failures check(s) failed"
