@@ -176,11 +176,16 @@ inline std::vector<caf::actor> all_experts(const Shared& sh) {
   return out;
 }
 
+// The sender's device for post() when it has none (the coordinator).
+inline constexpr int kNoDevice = -1;
+
 // Sends a step message, through the run's interposer when it has one (the
-// test seam: actors/supervision/interposer.hpp).
+// test seam: actors/supervision/interposer.hpp). `from_device`: the
+// sender's device (kNoDevice for the coordinator); a partition fault holds
+// the messages that cross between a cut-off device and the rest.
 template <class... Ts>
-void post(const Shared& sh, const caf::actor& to, const Ts&... xs) {
-  if (sh.interposer) sh.interposer->send(to, caf::make_message(xs...));
+void post(const Shared& sh, int from_device, const caf::actor& to, const Ts&... xs) {
+  if (sh.interposer) sh.interposer->send(from_device, to, caf::make_message(xs...));
   else caf::anon_send(to, xs...);
 }
 
@@ -288,6 +293,8 @@ inline caf::actor target_actor(const Shared& sh, const FaultTarget& t) {
       std::lock_guard<std::mutex> lock(sh.peers_mu);
       return sh.peers.coordinator;
     }
+    case Role::Generator:
+    case Role::Reward: return {};  // RL actors (actors/rl/): not in this runtime
   }
   return {};
 }

@@ -57,6 +57,8 @@ const char* role_name(Role role) {
     case Role::Optimizer: return "optimizer";
     case Role::Rank: return "stage";
     case Role::Expert: return "expert";
+    case Role::Generator: return "generator";
+    case Role::Reward: return "reward";
   }
   return "?";
 }
@@ -217,6 +219,8 @@ const ActorPlan* Plan::target(const FaultTarget& t) const {
       return x >= 0 && t.replica < data_parallel ? &expert(t.replica, x) : nullptr;
     }
     case Role::Coordinator: return t.index == 0 ? &coordinator() : nullptr;
+    case Role::Generator:
+    case Role::Reward: return nullptr;  // RL actors are in rl_plan.hpp's plan
   }
   return nullptr;
 }

@@ -139,8 +139,9 @@ int main(int argc, char** argv) {
   using R = runtime::Role;
   const std::vector<Config> configs = {
       {"every kind, 1 per 10 steps", 10, {}, {}},
-      {"no lost messages, 1 per 10", 10, {K::kill, K::duplicate, K::delay, K::pause, K::slow}, {}},
+      {"no lost messages, 1 per 10", 10, {K::kill, K::duplicate, K::delay, K::pause, K::slow, K::partition}, {}},
       {"lost messages only, 1 per 10", 10, {K::drop, K::corrupt}, {}},
+      {"partition only, 1 per 10", 10, {K::partition}, {}},
       {"kill stage, 1 per 5", 5, {K::kill}, {R::Rank}},
       {"kill optimizer, 1 per 5", 5, {K::kill}, {R::Optimizer}},
       {"kill expert, 1 per 5", 5, {K::kill}, {R::Expert}},

@@ -5,12 +5,16 @@
 // "restart" lines and an "rl_actors_end" summary).
 #include <chrono>
 #include <cmath>
+#include <map>
+#include <string>
+#include <vector>
 #include <spdlog/spdlog.h>
 
 #include "actors/rl/rl_actors.hpp"
 #include "actors/rl/rl_plan.hpp"
 #include "launch/cli.hpp"
 #include "launch/commands_rl.hpp"
+#include "launch/topology.hpp"
 #include "launch/train_options.hpp"
 #include "rl/trainer.hpp"
 
@@ -161,6 +165,39 @@ class RlProgress final : public runtime::RlActorObserver {
 
 }  // namespace
 
+// What the faults of a decoupled RL run did: the faults whose step was
+// reached, by kind; the restarts (a kill whose target died before its
+// armed job ran is not restarted twice); the weight syncs retried or
+// restarted for a lost one (drops). A log line and a {"type":"faults"} line.
+static void write_rl_fault_summary(const std::vector<runtime::FaultSpec>& faults, const runtime::RlActorReport& rep,
+                            int64_t steps_done, MetricsWriter& metrics) {
+  std::map<std::string, int64_t> injected;
+  int64_t total = 0;
+  for (const auto& f : faults)
+    if (f.at_step <= steps_done) ++injected[runtime::fault_kind_name(f.kind)], ++total;
+  JsonObject kinds;
+  std::string text;
+  for (const auto& [kind, n] : injected) {
+    kinds.add(kind.c_str(), n);
+    text += (text.empty() ? "" : ", ") + std::to_string(n) + " " + kind;
+  }
+  spdlog::info("faults: {} injected ({}); {} restart(s), {} weight sync(s) retried, {} generator restart(s) for a "
+               "missed sync; ledger: {} duplicate(s) dropped, {} discarded, {} trained twice",
+               total, text.empty() ? "none" : text, rep.restarts.size(), rep.sync_retries, rep.sync_restarts,
+               rep.ledger.duplicates, rep.ledger.discarded, rep.ledger.double_trained);
+  metrics.write_line(JsonObject()
+                         .add("type", std::string("faults"))
+                         .add_raw("injected", kinds.str())
+                         .add("total", total)
+                         .add("restarts", static_cast<int64_t>(rep.restarts.size()))
+                         .add("sync_retries", rep.sync_retries)
+                         .add("sync_restarts", rep.sync_restarts)
+                         .add("duplicates_dropped", rep.ledger.duplicates)
+                         .add("discarded", rep.ledger.discarded)
+                         .add("double_trained", rep.ledger.double_trained)
+                         .str());
+}
+
 // rl.sync = "fixed_lag" / "latest": the decoupled actors, then their summary.
 rl::RlSummary run_decoupled(const Spec& spec, rl::RlTrainOptions options, RlProgress& progress, MetricsWriter& metrics) {
   const auto& r = spec.rl;
@@ -172,9 +209,15 @@ rl::RlSummary run_decoupled(const Spec& spec, rl::RlTrainOptions options, RlProg
   runtime::RlActorOptions ao;
   ao.train = std::move(options);
   ao.faults = spec.faults;
+  const std::vector<runtime::FaultSpec> chaos = chaos_faults(spec);  // [chaos]: generators and reward actors
+  ao.faults.insert(ao.faults.end(), chaos.begin(), chaos.end());
+  if (!ao.faults.empty())
+    spdlog::info("failure injection: {} fault(s) ({} from [chaos]) on the RL actors; at most {} restart(s) in the run",
+                 ao.faults.size(), chaos.size(), spec.run.max_restarts);
   ao.max_restarts = static_cast<int>(spec.run.max_restarts);
   runtime::RlActorReport rep;
   const rl::RlSummary s = runtime::train_decoupled(ao, progress, &rep);
+  if (!ao.faults.empty()) write_rl_fault_summary(ao.faults, rep, s.steps_done, metrics);
   metrics.write_line(JsonObject()
                          .add("type", std::string("rl_actors_end"))
                          .add("sync", std::string(rl::sync_mode_name(r.sync)))

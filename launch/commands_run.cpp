@@ -308,6 +308,7 @@ int run_pretrain(const Spec& spec, const std::shared_ptr<runtime::ClusterComm>& 
                                .add("restarts", f.restarts)
                                .add("replays", f.replays)
                                .add("damaged", f.damaged)
+                               .add("partitioned", f.partitioned)
                                .add("processes_lost", f.processes_lost)
                                .add("detect_s", f.processes_lost > 0 ? f.detect_seconds / static_cast<double>(f.processes_lost) : 0.0)
                                .add("steps", f.steps)

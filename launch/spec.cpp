@@ -694,6 +694,8 @@ void check_faults(const Spec& s, Parser& p) {
       p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"delay\" needs delay_ms (how late each message arrives, ms)");
     if (f.kind == runtime::FaultKind::pause && f.duration_ms <= 0)
       p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"pause\" needs duration_ms (how long the actor receives nothing)");
+    if (f.kind == runtime::FaultKind::partition && f.duration_ms <= 0)
+      p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"partition\" needs duration_ms (how long the target's device is cut off from the rest)");
     if (f.kind == runtime::FaultKind::slow && f.factor <= 1)
       p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"slow\" needs factor > 1 (how many times slower its device runs)");
     if (s.topology.processes > 1)
@@ -1145,6 +1147,35 @@ void check_data(const Spec& s, Parser& p) {
   }
 }
 
+// [chaos] in an RL run: decoupled (the synchronous loop has no actors),
+// real devices, and only the roles and kinds its actors take.
+void check_rl_chaos(const Spec& s, Parser& p, const Pos& at) {
+  if (!rl::decoupled(s.rl.sync)) {
+    p.error(at, "[chaos] needs supervised actors: this RL run is the synchronous loop in one process (rl.sync = "
+                "\"synchronous\"); use rl.sync = \"fixed_lag\" or \"latest\" for generator and reward actors");
+    return;
+  }
+  if (s.topology.device_kind == DeviceKind::sim) {
+    p.error(at, "[chaos] needs real devices: sim devices ([topology] device_kind = \"sim\") run no supervised actors");
+    return;
+  }
+  const runtime::ChaosOptions c = chaos_options(s);
+  for (runtime::Role r : c.roles)
+    if (r != runtime::Role::Generator && r != runtime::Role::Reward)
+      p.error(p.where("chaos.roles"), std::string("[chaos] roles names \"") + runtime::role_name(r) +
+                                          "\", which an RL run has no actors of (its roles: generator, reward)");
+  bool drops_only = !c.kinds.empty();
+  for (runtime::FaultKind k : c.kinds) {
+    drops_only = drops_only && k == runtime::FaultKind::drop;
+    if (k != runtime::FaultKind::kill && k != runtime::FaultKind::drop)
+      p.error(p.where("chaos.kinds"), std::string("[chaos] kinds names \"") + runtime::fault_kind_name(k) +
+                                          "\", which RL actors do not take yet (kill, drop)");
+  }
+  if (drops_only && c.roles.size() == 1 && c.roles[0] == runtime::Role::Reward)
+    p.error(p.where("chaos.kinds"), "[chaos] kinds = \"drop\" with roles = \"reward\": drops act on weight syncs, "
+                                    "which only generators receive");
+}
+
 // [chaos]: the kinds and roles are known, the run can take faults, and
 // every role named has actors in this topology.
 void check_chaos(const Spec& s, Parser& p) {
@@ -1161,14 +1192,13 @@ void check_chaos(const Spec& s, Parser& p) {
   }
   if (c.mean_steps_between_faults <= 0) return;
   const Pos at = p.where("chaos.mean_steps_between_faults");
+  if (s.run.mode == RunMode::rl) {
+    check_rl_chaos(s, p, at);
+    return;
+  }
   if (!uses_runtime(s)) {
     p.error(at, "[chaos] needs the actor runtime (supervised actors); this single-device sequential spec runs in the "
                 "single-process trainer (use e.g. [topology] schedule = \"1f1b\")");
-    return;
-  }
-  if (s.run.mode == RunMode::rl) {
-    p.error(at, "[chaos] is not built for RL runs yet (its roles are stage, optimizer and expert); use [[faults]] "
-                "kills of generator:K / reward:K");
     return;
   }
   if (s.topology.device_kind == DeviceKind::sim) {

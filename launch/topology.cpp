@@ -88,9 +88,15 @@ runtime::RuntimeOptions runtime_options(const Spec& spec) {
 }
 
 std::vector<runtime::FaultSpec> chaos_faults(const Spec& spec) {
-  if (spec.chaos.mean_steps_between_faults <= 0 || spec.topology.processes != 1 || !uses_runtime(spec) ||
-      spec.run.mode == RunMode::rl || spec.topology.device_kind == DeviceKind::sim)
-    return {};
+  if (spec.chaos.mean_steps_between_faults <= 0) return {};
+  // A decoupled RL run: the nemesis aims at its generators and reward actors.
+  if (spec.run.mode == RunMode::rl) {
+    if (!rl::decoupled(spec.rl.sync) || spec.topology.device_kind == DeviceKind::sim) return {};
+    return runtime::rl_chaos_schedule(chaos_options(spec), static_cast<int>(spec.rl.generators),
+                                      static_cast<int>(spec.rl.reward_actors),
+                                      spec.rl.reward == rl::RewardSource::model, spec.run.steps, spec.faults);
+  }
+  if (spec.topology.processes != 1 || !uses_runtime(spec) || spec.topology.device_kind == DeviceKind::sim) return {};
   const runtime::RuntimeOptions r = base_options(spec);
   runtime::ChaosOptions c = chaos_options(spec);
   // [[elastic]] changes the expert shards from step to step, and the
@@ -122,16 +128,17 @@ runtime::ChaosOptions chaos_options(const Spec& spec) {
     }
     return out;
   };
+  std::string names;
+  for (runtime::FaultKind fk : runtime::kFaultKinds) names += std::string(names.empty() ? "" : ", ") + runtime::fault_kind_name(fk);
   for (const std::string& k : split(spec.chaos.kinds)) {
     bool known = false;
     for (runtime::FaultKind fk : runtime::kFaultKinds)
       if (k == runtime::fault_kind_name(fk)) c.kinds.push_back(fk), known = true;
-    if (!known)
-      throw std::invalid_argument("kinds: \"" + k + "\" is not a fault kind (kill, drop, duplicate, delay, pause, corrupt, slow)");
+    if (!known) throw std::invalid_argument("kinds: \"" + k + "\" is not a fault kind (" + names + ")");
   }
   for (const std::string& r : split(spec.chaos.roles)) {
     const auto role = runtime::parse_role(r);
-    if (!role) throw std::invalid_argument("roles: \"" + r + "\" is not a role (stage, optimizer, expert)");
+    if (!role) throw std::invalid_argument("roles: \"" + r + "\" is not a role (stage, optimizer, expert; in an RL run generator, reward)");
     c.roles.push_back(*role);
   }
   return c;

@@ -12,6 +12,7 @@
 // and the run still ends as the fault-free one (fixed_lag: bitwise).
 #include <algorithm>
 #include <cstdio>
+#include <iostream>
 #include <memory>
 #include <set>
 #include <string>
@@ -24,6 +25,7 @@
 #include <filesystem>
 
 #include "actors/rl/rl_actors.hpp"
+#include "actors/supervision/chaos.hpp"
 #include "rl/rm_trainer.hpp"
 #include "tests/rl_test_util.hpp"
 
@@ -408,6 +410,72 @@ INSTANTIATE_TEST_SUITE_P(Points, RlActorFaults, ::testing::ValuesIn(fault_cases(
   return std::string(info.param.mode == rl::SyncMode::latest ? "latest_" : "") + "eta" +
          std::to_string(info.param.eta) + "_" + t + "_point" + std::to_string(info.param.point);
 });
+
+// [chaos] on the RL actors: more than 50 seeded faults — kills at seeded
+// points of generators and reward actors, lost weight syncs of generators —
+// each aimed at the actor that handles its step. Every group is admitted
+// and trained exactly once and the run ends bitwise equal to the fault-free
+// run (fixed_lag, eta 1, two generators, two reward actors).
+TEST(RlActorChaos, FiftySeededFaultsOnGeneratorsAndRewardActorsEndBitwiseEqual) {
+  const rl::RlTrainOptions o = small(40);
+  runtime::RlActorOptions base = decoupled(o, 1, 2, 2);
+  base.train.rl.sync_deadline_ms = 300;  // a lost sync is found by its deadline
+  const auto clean = run(base);
+
+  runtime::ChaosOptions c;
+  c.seed = 5;
+  c.mean_steps_between_faults = 0.35;
+  runtime::RlActorOptions a = base;
+  a.faults = runtime::rl_chaos_schedule(c, 2, 2, false, o.steps);
+  a.max_restarts = 1000;
+  ASSERT_GE(a.faults.size(), 50u);
+  std::set<std::string> targets, kind_role;
+  for (const auto& f : a.faults) {
+    targets.insert(f.target);
+    kind_role.insert(std::string(runtime::fault_kind_name(f.kind)) + " " + f.target.substr(0, f.target.find(':')));
+    // Aimed at the actor that handles its step.
+    const int64_t k = (f.at_step - 1) % 2;
+    EXPECT_EQ(f.target.back() - '0', k) << runtime::describe(f);
+  }
+  EXPECT_EQ(targets, (std::set<std::string>{"generator:0", "generator:1", "reward:0", "reward:1"}));
+  EXPECT_EQ(kind_role, (std::set<std::string>{"kill generator", "kill reward", "drop generator"}));
+  std::cout << "  " << a.faults.size() << " faults\n";
+
+  const auto hit = run(a);
+  EXPECT_GT(hit->rep.restarts.size(), 0u);
+  EXPECT_GT(hit->rep.sync_retries, 0) << "a drop loses a sync, which its deadline sends again";
+  EXPECT_EQ(hit->rep.parameters, clean->rep.parameters) << "the run must end bitwise equal to the fault-free run";
+  EXPECT_EQ(hit->rec.steps, clean->rec.steps);
+  expect_exactly_once(hit->rep, o);
+}
+
+// The RL nemesis keeps to what is asked: its kinds (a drop only at a
+// generator), its roles, reward_model:K names with a learned RM, one fault
+// per actor and step, and the same schedule for the same seed.
+TEST(RlActorChaos, ScheduleKeepsToKindsRolesAndSteps) {
+  runtime::ChaosOptions c;
+  c.seed = 9;
+  c.mean_steps_between_faults = 0.3;
+  const auto a = runtime::rl_chaos_schedule(c, 3, 2, true, 30);
+  const auto b = runtime::rl_chaos_schedule(c, 3, 2, true, 30);
+  ASSERT_EQ(a.size(), b.size());
+  std::set<std::pair<std::string, int64_t>> seen;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(runtime::describe(a[i]), runtime::describe(b[i]));
+    EXPECT_TRUE(seen.emplace(a[i].target, a[i].at_step).second) << runtime::describe(a[i]);
+    const bool gen = a[i].target.rfind("generator:", 0) == 0;
+    EXPECT_TRUE(gen || a[i].target.rfind("reward_model:", 0) == 0) << a[i].target;
+    EXPECT_TRUE(a[i].kind == runtime::FaultKind::kill || (gen && a[i].kind == runtime::FaultKind::drop))
+        << runtime::describe(a[i]);
+    EXPECT_EQ(a[i].target.back() - '0', (a[i].at_step - 1) % (gen ? 3 : 2)) << runtime::describe(a[i]);
+  }
+  c.roles = {runtime::Role::Reward};
+  c.kinds = {runtime::FaultKind::kill};
+  for (const auto& f : runtime::rl_chaos_schedule(c, 3, 2, false, 30))
+    EXPECT_EQ(f.target.rfind("reward:", 0), 0u) << runtime::describe(f);
+  c.mean_steps_between_faults = 0;
+  EXPECT_TRUE(runtime::rl_chaos_schedule(c, 3, 2, false, 30).empty());
+}
 
 }  // namespace
 }  // namespace troupe::test

@@ -52,6 +52,12 @@ if(TARGET troupe_runtime)
     LIBS troupe_runtime
     TIMEOUT 60
     LABELS runtime)
+  # The fault injector's partition rule, with plain CAF actors.
+  troupe_add_gtest(fault_injector_tests
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/fault_injector_test.cpp
+    LIBS troupe_runtime
+    TIMEOUT 60
+    LABELS runtime)
   troupe_add_gtest(runtime_fault_tests
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/runtime_fault_test.cpp
     LIBS troupe_runtime

@@ -133,8 +133,8 @@ TEST(ChaosRun, FiftyFaultsOfEveryKindOnEveryRoleEndBitwiseEqual) {
   }
   for (FaultKind k : runtime::kFaultKinds) EXPECT_GT(per_kind[runtime::fault_kind_name(k)], 0) << runtime::fault_kind_name(k);
   EXPECT_EQ(roles, (std::set<std::string>{"stage", "optimizer", "expert"}));
-  EXPECT_EQ(kind_role.size(), 21u) << "every kind on every role";
-  std::cout << "  " << o.faults.size() << " faults, " << kind_role.size() << " of 21 (kind, role) pairs\n";
+  EXPECT_EQ(kind_role.size(), 24u) << "every kind on every role";
+  std::cout << "  " << o.faults.size() << " faults, " << kind_role.size() << " of 24 (kind, role) pairs\n";
 
   const ChaosOutcome got = run(o);
   EXPECT_TRUE(same_bits(ref.state.params, got.state.params)) << "parameters differ";
@@ -155,6 +155,7 @@ TEST(ChaosRun, FiftyFaultsOfEveryKindOnEveryRoleEndBitwiseEqual) {
   EXPECT_EQ(s.total_injected(), static_cast<int64_t>(o.faults.size()));
   EXPECT_EQ(s.recovered, s.total_injected());
   EXPECT_EQ(s.damaged, per_kind["corrupt"]);
+  EXPECT_GT(s.partitioned, 0) << "the partitions held no message";
   EXPECT_EQ(s.steps, base.train.steps);
   EXPECT_GE(s.restarts, 1);
   EXPECT_LE(s.restarts, per_kind["kill"]);

@@ -36,6 +36,7 @@ struct Outcome {
   std::vector<std::vector<int64_t>> loads;  // the last step's expert load
   std::vector<double> step_seconds;
   runtime::Runtime::Slowdown slow;
+  runtime::FaultSummary summary;
 };
 
 Outcome run(const runtime::RuntimeOptions& o) {
@@ -53,6 +54,7 @@ Outcome run(const runtime::RuntimeOptions& o) {
   out.damaged = rt.damaged_messages();
   out.slow = rt.slowdown();
   out.loads = rt.expert_load();
+  out.summary = rt.fault_summary();
   return out;
 }
 
@@ -112,6 +114,53 @@ TEST(RuntimeFaults, MessageFaultsEndBitwiseEqual) {
         // Each corrupted Envelope was dropped by its receiver as damaged, and
         // nothing else was.
         EXPECT_EQ(got.damaged, kind == FaultKind::corrupt ? 2u : 0u) << what;
+      }
+    }
+  }
+}
+
+// A partition: the target's device is cut off from the rest of the run in
+// step 2 (step messages crossing either way are held, then arrive in order
+// when the window ends, as TCP delivers them after a short partition), with
+// a rank, an optimizer shard and an expert shard as the target, in 1F1B and
+// DualPipe. A window within the step deadline only stalls the step; one
+// longer than the deadline has the step replayed (the replay's crossing
+// messages wait for the window too). Either way the run ends bitwise equal
+// to the fault-free run, and the summary counts the messages the partition
+// held (0 would mean it cut nothing).
+TEST(RuntimeFaults, PartitionEndsBitwiseEqual) {
+  for (const std::string schedule : {"1f1b", "dualpipe"}) {
+    runtime::RuntimeOptions base = options(schedule, 5);
+    base.expert_shards = 2;
+    base.step_deadline = 1.0;
+    const Outcome ref = run(base);
+    for (const std::string target : {"stage:1", "optimizer:0", "expert:1/1"}) {
+      for (const double window_ms : {150.0, 2000.0}) {
+        if (window_ms > 1000 && target != "stage:1") continue;  // one long window per schedule is enough
+        runtime::RuntimeOptions o = base;
+        o.max_restarts = 100;  // each deadline replay counts against the intensity
+        runtime::FaultSpec f;
+        f.at_step = 2;
+        f.target = target;
+        f.kind = runtime::FaultKind::partition;
+        f.duration_ms = window_ms;
+        o.faults = {f};
+        const std::string what = schedule + " partition " + target + " " + std::to_string(window_ms) + " ms";
+        const Outcome got = run(o);
+        expect_bitwise_equal(ref, got, what);
+        EXPECT_GT(got.summary.partitioned, 0) << what << ": the partition held no message";
+        EXPECT_EQ(got.summary.injected.at("partition"), 1) << what;
+        EXPECT_EQ(got.summary.recovered, 1) << what;
+        size_t deadlines = 0;
+        for (const auto& ev : got.restarts) {
+          deadlines += ev.deadline;
+          EXPECT_TRUE(ev.deadline) << what << ": no actor died, yet " << ev.str();
+          EXPECT_EQ(ev.step, 2) << what << ": " << ev.str();
+        }
+        // Longer than the 1 s deadline: the stalled step is replayed; within
+        // it, nothing is lost and nothing replays.
+        if (window_ms > 1000) EXPECT_GE(deadlines, 1u) << what;
+        else EXPECT_EQ(deadlines, 0u) << what;
       }
     }
   }
@@ -633,6 +682,7 @@ TEST(RuntimeFaults, BadFaultEntriesAreRejected) {
   bad({1, "process:1", runtime::FaultKind::kill, 0}, "only kill or stop of process 1 of 2");
   bad({1, "process:1", runtime::FaultKind::drop, 0}, "only kill or stop of process 1 of 2");
   bad({1, "stage:0", runtime::FaultKind::stop, 0}, "fault kind stop applies to a whole process");
+  bad({1, "stage:0", runtime::FaultKind::partition, 0}, "fault kind partition needs duration_ms > 0");
   bad({0, "stage:0", runtime::FaultKind::kill, 0}, "outside the run's steps 1..3");
   bad({4, "stage:0", runtime::FaultKind::kill, 0}, "outside the run's steps 1..3");
 }

@@ -152,7 +152,8 @@ void send_grads(Self* self) {
   const uint32_t replica = static_cast<uint32_t>(s.spec.replica);
   const uint32_t producer = kExpertProducerBase + static_cast<uint32_t>(s.spec.producer);
   const uint32_t mbs = static_cast<uint32_t>(s.spec.microbatches);
-  submit(self, *s.dev, [comp, sh, ranges, step, attempt, replica, producer, mbs](kernels::Backend& be) {
+  const int device = s.dev->id();
+  submit(self, *s.dev, [comp, sh, ranges, step, attempt, replica, producer, mbs, device](kernels::Backend& be) {
     std::vector<float> total;
     for (auto& [chunk, g] : comp->grads) {
       std::vector<float> part = be.download_f32(g);
@@ -180,7 +181,7 @@ void send_grads(Self* self) {
           b.setMicrobatches(mbs);
           b.setAttempt(attempt);
         });
-        post(*sh, shard_of(*sh, sh_i), e);
+        post(*sh, device, shard_of(*sh, sh_i), e);
       }
       base += own.count;
     }
@@ -212,7 +213,7 @@ void forward(Self* self, const CheckedDispatch& cd, caf::actor dest) {
   const MoeKey reply = id;
 
   auto sh = s.sh;
-  submit(self, *s.dev, [comp, sh, k, n, F, D, id, reply, msg, token_index, counts, dest](kernels::Backend& be) {
+  submit(self, *s.dev, [comp, sh, k, n, F, D, id, reply, msg, token_index, counts, dest, device = s.dev->id()](kernels::Backend& be) {
     std::vector<float> y;
     if (n > 0) {
       Saved sv;
@@ -223,7 +224,7 @@ void forward(Self* self, const CheckedDispatch& cd, caf::actor dest) {
       y = be.download_f32(sv.y);
       comp->saved[k] = std::move(sv);
     }
-    if (dest) post(*sh, dest, make_combine(reply, static_cast<uint32_t>(D), y, token_index, {}));
+    if (dest) post(*sh, device, dest, make_combine(reply, static_cast<uint32_t>(D), y, token_index, {}));
   }, [] {}, label(TraceLabel::Forward, id, s.spec.producer));
 }
 
@@ -254,7 +255,7 @@ void backward(Self* self, const CheckedDispatch& cd, caf::actor dest) {
   const MoeKey id = cd.id;
   auto msg = cd.msg;
   auto sh = s.sh;
-  submit(self, *s.dev, [comp, sh, k, n, F, D, nexp, id, msg, token_index, counts, dest](kernels::Backend& be) {
+  submit(self, *s.dev, [comp, sh, k, n, F, D, nexp, id, msg, token_index, counts, dest, device = s.dev->id()](kernels::Backend& be) {
     std::vector<float> dx, dw;
     if (n > 0) {
       auto sv = comp->saved.find(k);
@@ -280,7 +281,7 @@ void backward(Self* self, const CheckedDispatch& cd, caf::actor dest) {
       dw = be.download_f32(dwt);
       comp->saved.erase(sv);
     }
-    if (dest) post(*sh, dest, make_combine(id, static_cast<uint32_t>(D), dx, token_index, dw));
+    if (dest) post(*sh, device, dest, make_combine(id, static_cast<uint32_t>(D), dx, token_index, dw));
   }, [] {}, label(TraceLabel::Backward, id, s.spec.producer));
   if (s.bwd_done.size() == static_cast<size_t>(s.spec.microbatches)) send_grads(self);
 }
@@ -362,7 +363,7 @@ void handle_params(Self* self, const Envelope& e) {
   }, [self] {
     auto& s2 = self->state;
     if (++s2.slices_loaded < static_cast<int>(s2.slices_expected)) return;
-    post(*s2.sh, s2.sh->peers.coordinator, rt::stepok_atom_v, s2.step, s2.attempt,
+    post(*s2.sh, s2.dev->id(), s2.sh->peers.coordinator, rt::stepok_atom_v, s2.step, s2.attempt,
          static_cast<uint32_t>(s2.spec.replica), kExpertProducerBase + static_cast<uint32_t>(s2.spec.producer));
     ++s2.step;
     s2.attempt = 0;

@@ -113,7 +113,7 @@ void reduce(Self* self) {
   const uint32_t shard = static_cast<uint32_t>(st.shard);
   caf::actor coord = st.sh->peers.coordinator;
   auto sh = st.sh;
-  submit(self, *st.dev, [comp, slices = std::move(slices), range, step, attempt, shard, coord, sh](kernels::Backend& be) {
+  submit(self, *st.dev, [comp, slices = std::move(slices), range, step, attempt, shard, coord, sh, device = st.dev->id()](kernels::Backend& be) {
     std::fill(comp->acc.begin(), comp->acc.end(), 0.0f);
     for (const Envelope& e : slices) {
       auto r = e.read<schemas::GradSlice>();
@@ -124,7 +124,7 @@ void reduce(Self* self) {
     }
     be.upload_f32(comp->grads, comp->acc);
     const double sq = be.squared_norm(comp->grads);
-    post(*sh, coord, rt::gnorm_atom_v, step, attempt, shard, sq);
+    post(*sh, device, coord, rt::gnorm_atom_v, step, attempt, shard, sq);
   }, [] {}, owner_label(TraceLabel::Reduce, st.shard));
 }
 
@@ -253,7 +253,7 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
         auto bias = s.bias;
         auto loads = s.loads;
         auto snap = std::make_shared<std::vector<Envelope>>();
-        submit(self, *s.dev, [comp, pieces, optim, total, norm, range, shard, step, attempt, sh, snap, bias, loads](kernels::Backend& be) mutable {
+        submit(self, *s.dev, [comp, pieces, optim, total, norm, range, shard, step, attempt, sh, snap, bias, loads, device = s.dev->id()](kernels::Backend& be) mutable {
           // The Trainer's rules (model/update_rules.hpp), with the global norm
           // (its clip factor is applied inside AdamW).
           for (const OptPiece& p : pieces)
@@ -275,14 +275,14 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
           }
           const Envelope e = param_slice_of(be, comp->params, step, shard, range, attempt);
           *snap = {e};
-          for (const caf::actor& r : all_ranks(*sh)) post(*sh, r, e);
+          for (const caf::actor& r : all_ranks(*sh)) post(*sh, device, r, e);
           // Expert shards whose weights meet this range.
           const auto plan = live_plan(*sh);
           for (int rep = 0; rep < sh->opt.data_parallel; ++rep)
             for (size_t p = 0; p < plan->expert_owned.size(); ++p) {
               bool meets = false;
               for (const Range& o : plan->expert_owned[p]) meets = meets || intersect(o, range).count > 0;
-              if (meets) post(*sh, expert_of(*sh, rep, static_cast<int>(p)), e);
+              if (meets) post(*sh, device, expert_of(*sh, rep, static_cast<int>(p)), e);
             }
         }, [] {}, owner_label(TraceLabel::Update, s.shard));
         // The kill-and-replay snapshot's m and v, as their own closure right
@@ -296,7 +296,7 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
           // Sent by the actor once the snapshot is taken, so the step (which
           // waits for every snapshot) ends only after the shard's last message.
           const auto& x = *snap;
-          post(*self->state.sh, self->state.sh->peers.coordinator, rt::snapshot_atom_v, step, attempt, shard, x[0], x[1], x[2]);
+          post(*self->state.sh, self->state.dev->id(), self->state.sh->peers.coordinator, rt::snapshot_atom_v, step, attempt, shard, x[0], x[1], x[2]);
         }, owner_label(TraceLabel::Snapshot, s.shard));
         s.reduced = false;
         ++s.step;

@@ -130,8 +130,8 @@ Envelope make_pipeline(uint64_t step, uint32_t attempt, int replica_id, const sc
 
 // Expert load of the slot's forward (per MoE layer: E routed counts, then the
 // dropped count) to the coordinator; sent before the loss report.
-void report_load(const Shared& sh, const model::Stage& stage, int slot, const caf::actor& coord, uint64_t step,
-                 uint32_t attempt, int replica, const sched::Chunk& f) {
+void report_load(const Shared& sh, int device, const model::Stage& stage, int slot, const caf::actor& coord,
+                 uint64_t step, uint32_t attempt, int replica, const sched::Chunk& f) {
   const auto load = stage.expert_load(slot);
   if (load.empty()) return;
   const auto dropped = stage.dropped(slot);
@@ -140,7 +140,7 @@ void report_load(const Shared& sh, const model::Stage& stage, int slot, const ca
     v.insert(v.end(), load[l].begin(), load[l].end());
     v.push_back(dropped[l]);
   }
-  post(sh, coord, rt::load_atom_v, step, attempt, static_cast<uint32_t>(replica), static_cast<uint32_t>(f.mb),
+  post(sh, device, coord, rt::load_atom_v, step, attempt, static_cast<uint32_t>(replica), static_cast<uint32_t>(f.mb),
        static_cast<uint32_t>(f.stage), v);
 }
 
@@ -155,6 +155,7 @@ struct ChunkCtx {
   uint64_t step = 0;
   uint32_t attempt = 0;
   int replica = 0;
+  int device = -1;  // the rank's device (the sender, for the seam)
 };
 
 ChunkCtx chunk_ctx(Self* self, const sched::Chunk& c, int slot, bool backward) {
@@ -172,6 +173,7 @@ ChunkCtx chunk_ctx(Self* self, const sched::Chunk& c, int slot, bool backward) {
   x.step = st.step;
   x.attempt = st.attempt;
   x.replica = st.replica;
+  x.device = st.dev->id();
   return x;
 }
 
@@ -189,8 +191,8 @@ auto begin_forward(const ChunkCtx& x, model::Stage& stage, const Envelope& in, F
 
 // After the forward: load and loss to the coordinator, the output on.
 void finish_forward(const ChunkCtx& x, model::Stage& stage, const Envelope& in, const model::ForwardResult& res) {
-  report_load(*x.sh, stage, x.slot, x.coord, x.step, x.attempt, x.replica, x.c);
-  post(*x.sh, x.coord, rt::loss_atom_v, x.step, x.attempt, static_cast<uint32_t>(x.replica),
+  report_load(*x.sh, x.device, stage, x.slot, x.coord, x.step, x.attempt, x.replica, x.c);
+  post(*x.sh, x.device, x.coord, rt::loss_atom_v, x.step, x.attempt, static_cast<uint32_t>(x.replica),
        static_cast<uint32_t>(x.c.mb), static_cast<uint32_t>(x.c.stage), res.loss_sum, res.aux_loss);
   if (x.c.stage == x.last) return;
   auto r = in.read<schemas::Activations>();
@@ -198,7 +200,7 @@ void finish_forward(const ChunkCtx& x, model::Stage& stage, const Envelope& in, 
   Compute& comp = *x.comp;
   comp.hidden.resize(static_cast<size_t>(stage.tokens() * stage.d_model()));
   stage.read_output(x.slot, comp.hidden);
-  post(*x.sh, x.peer, make_pipeline(x.step, x.attempt, x.replica, x.c, comp.hidden, tg, false, stage.tokens(), stage.d_model()));
+  post(*x.sh, x.device, x.peer, make_pipeline(x.step, x.attempt, x.replica, x.c, comp.hidden, tg, false, stage.tokens(), stage.d_model()));
 }
 
 // d output of the backward of x.c (empty on the last stage).
@@ -216,7 +218,7 @@ void finish_backward(const ChunkCtx& x, model::Stage& stage) {
   Compute& comp = *x.comp;
   comp.hidden.resize(static_cast<size_t>(stage.tokens() * stage.d_model()));
   stage.read_input_grad(comp.hidden);
-  post(*x.sh, x.peer, make_pipeline(x.step, x.attempt, x.replica, x.c, comp.hidden, {}, true, stage.tokens(), stage.d_model()));
+  post(*x.sh, x.device, x.peer, make_pipeline(x.step, x.attempt, x.replica, x.c, comp.hidden, {}, true, stage.tokens(), stage.d_model()));
 }
 
 // Forward of chunk f on the device, experts inside the stage.
@@ -261,8 +263,8 @@ void send_grads(Self* self) {
   auto sh = st.sh;
   const uint64_t step = st.step;
   const uint32_t attempt = st.attempt;
-  const int replica = st.replica, rank = st.rank;
-  submit(self, *st.dev, [comp, sh, step, attempt, replica, rank](kernels::Backend& be) {
+  const int replica = st.replica, rank = st.rank, device = st.dev->id();
+  submit(self, *st.dev, [comp, sh, step, attempt, replica, rank, device](kernels::Backend& be) {
     // Only the entries this rank's stages touch leave the device (the rest of
     // the flat buffer stays zero): a full-buffer download cost ~7 ms a step.
     const auto& owned = sh->plan.rank_owned[static_cast<size_t>(rank)];
@@ -283,7 +285,7 @@ void send_grads(Self* self) {
           b.setMicrobatches(static_cast<uint32_t>(sh->plan.chunks));
           b.setAttempt(attempt);
         });
-        post(*sh, shard_of(*sh, s), e);
+        post(*sh, device, shard_of(*sh, s), e);
       }
     }
     for (const Range& own : owned) be.fill(comp->grads.view(own.offset, {own.count}), 0.0f);
@@ -457,7 +459,7 @@ void run_step(Self* self, const PartKey key, const sched::Chunk c, int slot,
     const auto li = static_cast<size_t>(std::find(s.sh->plan.moe_layers.begin(), s.sh->plan.moe_layers.end(),
                                                   static_cast<int>(p.layer)) - s.sh->plan.moe_layers.begin());
     for (size_t k = 0; k < out->dispatches.size(); ++k)
-      post(*s.sh, expert_of(*s.sh, s.replica, static_cast<int>(li * out->dispatches.size() + k)), out->dispatches[k]);
+      post(*s.sh, s.dev->id(), expert_of(*s.sh, s.replica, static_cast<int>(li * out->dispatches.size() + k)), out->dispatches[k]);
     try_run(self);  // the device may take the next op meanwhile
   }, chunk_label(backward ? TraceLabel::Backward : TraceLabel::Forward, c, st.rank));
 }
@@ -779,7 +781,7 @@ caf::behavior rank_actor(Self* self, std::shared_ptr<const Shared> sh, Device* d
             auto& s2 = self->state;
             if (++s2.slices_loaded < static_cast<int>(s2.sh->plan.shard_ranges.size())) return;
             s2.running = false;
-            post(*s2.sh, s2.sh->peers.coordinator, rt::stepok_atom_v, s2.step, s2.attempt,
+            post(*s2.sh, s2.dev->id(), s2.sh->peers.coordinator, rt::stepok_atom_v, s2.step, s2.attempt,
                  static_cast<uint32_t>(s2.replica), static_cast<uint32_t>(s2.rank));
             ++s2.step;
             s2.attempt = 0;

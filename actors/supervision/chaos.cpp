@@ -27,12 +27,16 @@ struct Rng {
   size_t pick(size_t n) { return static_cast<size_t>(next() % n); }
 };
 
-// (role, index, replica, shard, step): one fault per actor and step.
-using Slot = std::tuple<int, int, int, int, int64_t>;
-std::optional<Slot> slot_of(const FaultSpec& f) {
+// (actor, step): one fault per actor and step. The actor is keyed by its
+// parsed target, so the alias "rank:K" is the same actor as "stage:K"; RL
+// actors have one spelling each.
+using Slot = std::pair<std::string, int64_t>;
+Slot slot_of(const FaultSpec& f) {
   const auto t = parse_fault_target(f.target);
-  if (!t) return std::nullopt;
-  return Slot{static_cast<int>(t->role), t->index, t->replica, t->shard, f.at_step};
+  if (!t) return {f.target, f.at_step};
+  return {std::to_string(static_cast<int>(t->role)) + "/" + std::to_string(t->index) + "/" + std::to_string(t->replica) +
+              "/" + std::to_string(t->shard),
+          f.at_step};
 }
 
 FaultSpec fault_of(FaultKind kind, const std::string& target, int64_t step) {
@@ -48,6 +52,7 @@ FaultSpec fault_of(FaultKind kind, const std::string& target, int64_t step) {
     case FaultKind::pause: f.duration_ms = 50; break;
     case FaultKind::corrupt: f.count = 1; break;
     case FaultKind::slow: f.factor = 4, f.steps = 1; break;
+    case FaultKind::partition: f.duration_ms = 50; break;
     case FaultKind::stop: break;  // process targets only; never drawn (not in kFaultKinds)
   }
   return f;
@@ -59,31 +64,23 @@ std::optional<Role> parse_role(const std::string& name) {
   if (name == "stage") return Role::Rank;
   if (name == "optimizer") return Role::Optimizer;
   if (name == "expert") return Role::Expert;
+  if (name == "generator") return Role::Generator;
+  if (name == "reward" || name == "reward_model") return Role::Reward;
   return std::nullopt;
 }
 
-std::vector<FaultSpec> chaos_schedule(const ChaosOptions& c, const Plan& plan, int64_t steps,
-                                      const std::vector<FaultSpec>& taken) {
+namespace {
+
+// The draw both schedules share: Poisson arrivals over the steps (gaps with
+// mean mean_steps_between_faults), a kind drawn from `kinds`, then up to 8
+// tries of pick(rng, kind, step) for an actor that can take it in that step
+// and has no fault there yet (else the arrival is skipped).
+template <class Pick>
+std::vector<FaultSpec> draw_schedule(const ChaosOptions& c, const std::vector<FaultKind>& kinds, int64_t steps,
+                                     const std::vector<FaultSpec>& taken, Pick pick) {
   std::vector<FaultSpec> out;
-  if (c.mean_steps_between_faults <= 0 || steps < 1) return out;
-  std::vector<FaultKind> kinds = c.kinds;
-  if (kinds.empty()) kinds.assign(std::begin(kFaultKinds), std::end(kFaultKinds));
-  // The actors of each role the run has, in plan order.
-  std::vector<Role> roles = c.roles.empty() ? std::vector<Role>{Role::Rank, Role::Optimizer, Role::Expert} : c.roles;
-  std::vector<std::vector<std::string>> actors;
-  std::vector<Role> present;
-  for (Role r : roles) {
-    std::vector<std::string> names;
-    for (const ActorPlan& a : plan.actors)
-      if (a.role == r) names.push_back(a.name);
-    if (names.empty()) continue;  // validation rejects an explicit role the run lacks
-    present.push_back(r);
-    actors.push_back(std::move(names));
-  }
-  if (present.empty()) return out;
   std::set<Slot> busy;
-  for (const FaultSpec& f : taken)
-    if (auto s = slot_of(f)) busy.insert(*s);
+  for (const FaultSpec& f : taken) busy.insert(slot_of(f));
   Rng rng{c.seed};
   double t = 0.0;
   for (;;) {
@@ -93,16 +90,60 @@ std::vector<FaultSpec> chaos_schedule(const ChaosOptions& c, const Plan& plan, i
     const auto step = static_cast<int64_t>(step_real);
     const FaultKind kind = kinds[rng.pick(kinds.size())];
     for (int attempt = 0; attempt < 8; ++attempt) {
-      const size_t r = rng.pick(present.size());
-      const std::string& name = actors[r][rng.pick(actors[r].size())];
-      FaultSpec f = fault_of(kind, name, step);
-      const auto s = slot_of(f);
-      if (!s || !busy.insert(*s).second) continue;
+      const std::optional<std::string> name = pick(rng, kind, step);
+      if (!name) continue;
+      FaultSpec f = fault_of(kind, *name, step);
+      if (!busy.insert(slot_of(f)).second) continue;
       out.push_back(std::move(f));
       break;
     }
   }
   return out;
+}
+
+}  // namespace
+
+std::vector<FaultSpec> chaos_schedule(const ChaosOptions& c, const Plan& plan, int64_t steps,
+                                      const std::vector<FaultSpec>& taken) {
+  if (c.mean_steps_between_faults <= 0 || steps < 1) return {};
+  std::vector<FaultKind> kinds = c.kinds;
+  if (kinds.empty()) kinds.assign(std::begin(kFaultKinds), std::end(kFaultKinds));
+  // The actors of each role the run has, in plan order.
+  std::vector<Role> roles = c.roles.empty() ? std::vector<Role>{Role::Rank, Role::Optimizer, Role::Expert} : c.roles;
+  std::vector<std::vector<std::string>> actors;
+  for (Role r : roles) {
+    std::vector<std::string> names;
+    for (const ActorPlan& a : plan.actors)
+      if (a.role == r) names.push_back(a.name);
+    if (!names.empty()) actors.push_back(std::move(names));  // validation rejects an explicit role the run lacks
+  }
+  if (actors.empty()) return {};
+  return draw_schedule(c, kinds, steps, taken, [&](Rng& rng, FaultKind, int64_t) -> std::optional<std::string> {
+    const auto& names = actors[rng.pick(actors.size())];
+    return names[rng.pick(names.size())];
+  });
+}
+
+std::vector<FaultSpec> rl_chaos_schedule(const ChaosOptions& c, int generators, int reward_actors, bool reward_model,
+                                         int64_t steps, const std::vector<FaultSpec>& taken) {
+  if (c.mean_steps_between_faults <= 0 || steps < 1) return {};
+  std::vector<FaultKind> kinds = c.kinds;
+  if (kinds.empty()) kinds.assign(std::begin(kRlChaosKinds), std::end(kRlChaosKinds));
+  std::vector<Role> roles = c.roles.empty() ? std::vector<Role>{Role::Generator, Role::Reward} : c.roles;
+  roles.erase(std::remove_if(roles.begin(), roles.end(), [&](Role r) {
+                return !((r == Role::Generator && generators > 0) || (r == Role::Reward && reward_actors > 0));
+              }), roles.end());
+  if (roles.empty()) return {};
+  // Step s (1-based) is dealt to generator (s - 1) % generators and scored by
+  // reward actor (s - 1) % reward_actors: the fault goes to the one that
+  // handles its step, so it fires there; a drop (a lost weight sync) only
+  // hits generators.
+  return draw_schedule(c, kinds, steps, taken, [&](Rng& rng, FaultKind kind, int64_t step) -> std::optional<std::string> {
+    const Role r = roles[rng.pick(roles.size())];
+    if (r == Role::Generator) return "generator:" + std::to_string((step - 1) % generators);
+    if (kind == FaultKind::drop) return std::nullopt;
+    return rl_reward_actor_name(reward_model, static_cast<int>((step - 1) % reward_actors));
+  });
 }
 
 std::string describe(const FaultSpec& f) {
@@ -121,6 +162,7 @@ std::string describe(const FaultSpec& f) {
       std::snprintf(extra, sizeof extra, " (%lld message(s) by %g ms)", static_cast<long long>(f.count), f.delay_ms);
       break;
     case FaultKind::pause: std::snprintf(extra, sizeof extra, " (%g ms)", f.duration_ms); break;
+    case FaultKind::partition: std::snprintf(extra, sizeof extra, " (its device cut off for %g ms)", f.duration_ms); break;
     case FaultKind::slow:
       if (f.duration_ms > 0) std::snprintf(extra, sizeof extra, " (%gx for %g ms)", f.factor, f.duration_ms);
       else std::snprintf(extra, sizeof extra, " (%gx for %lld step(s))", f.factor, static_cast<long long>(f.steps));
@@ -156,6 +198,11 @@ std::string FaultSummary::str() const {
   std::snprintf(line, sizeof line, "time: %lld step(s) in %.3f s, %.3f s lost to faults, goodput %.1f%%\n",
                 static_cast<long long>(steps), wall_seconds, lost_seconds(), 100.0 * goodput());
   s += line;
+  if (partitioned > 0) {
+    std::snprintf(line, sizeof line, "partitions held %lld message(s) until their windows ended\n",
+                  static_cast<long long>(partitioned));
+    s += line;
+  }
   if (processes_lost > 0) {
     std::snprintf(line, sizeof line, "processes lost: %lld, detected %.3f s (mean) after their step started\n",
                   static_cast<long long>(processes_lost), detect_seconds / static_cast<double>(processes_lost));

@@ -29,11 +29,12 @@ struct ChaosOptions {
   uint64_t seed = 1;
   double mean_steps_between_faults = 0.0;  // 0: no chaos
   std::vector<FaultKind> kinds;            // empty: every kind
-  std::vector<Role> roles;                 // empty: every role the plan has (stage, optimizer, expert)
+  std::vector<Role> roles;                 // empty: every role the plan has (stage, optimizer, expert; RL: generator, reward)
 };
 
 // "stage", "optimizer" or "expert" (the roles a fault can hit; role_name()
-// in plan.hpp spells them); nullopt otherwise.
+// in plan.hpp spells them), in an RL run "generator" or "reward" (alias
+// "reward_model"); nullopt otherwise.
 std::optional<Role> parse_role(const std::string& name);
 
 // The faults the nemesis injects into a run of `steps` steps on `plan`,
@@ -43,6 +44,19 @@ std::optional<Role> parse_role(const std::string& name);
 // slow: the device 4x slower for the step.
 std::vector<FaultSpec> chaos_schedule(const ChaosOptions& c, const Plan& plan, int64_t steps,
                                       const std::vector<FaultSpec>& taken = {});
+
+// The kinds a decoupled RL run's actors take ([[faults]] and [chaos]): a
+// kill at a seeded point of the job; a drop of the generator's next weight
+// sync (its deadline retries it, a second loss restarts the generator).
+inline constexpr FaultKind kRlChaosKinds[] = {FaultKind::kill, FaultKind::drop};
+
+// The nemesis of a decoupled RL run (roles generator and reward; kinds from
+// kRlChaosKinds, the default): the same draw as chaos_schedule, each fault
+// aimed at the generator or reward actor that handles its step (step s goes
+// to generator (s-1) % generators, reward actor (s-1) % reward_actors;
+// "reward_model:K" when reward_model), a drop only at a generator.
+std::vector<FaultSpec> rl_chaos_schedule(const ChaosOptions& c, int generators, int reward_actors, bool reward_model,
+                                         int64_t steps, const std::vector<FaultSpec>& taken = {});
 
 // One line per fault: "step 3: corrupt optimizer:1".
 std::string describe(const FaultSpec& f);
@@ -54,6 +68,7 @@ struct FaultSummary {
   int64_t restarts = 0;    // actors respawned by the supervisor
   int64_t replays = 0;     // step attempts discarded (an actor died, or the deadline fired)
   int64_t damaged = 0;     // messages receivers dropped as damaged in flight (corrupt)
+  int64_t partitioned = 0; // step messages a partition held back until its window ended
   int64_t steps = 0;       // steps finished
   int64_t processes_lost = 0;   // processes lost and recovered from (2-process runs)
   double detect_seconds = 0.0;  // summed: from the start of the step a loss hit to its detection

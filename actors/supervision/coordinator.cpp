@@ -162,9 +162,9 @@ void maybe_clip(Self* self) {
   if (sh.opt.train.model.ffn == model::Ffn::moe && sh.opt.train.model.balance == moe::Balance::bias) {
     std::vector<int64_t> loads;
     for (const auto& [stage, v] : s.loads) loads.insert(loads.end(), v.begin(), v.end());
-    for (const caf::actor& a : all_shards(sh)) post(sh, a, rt::load_atom_v, s.step, s.attempt, loads);
+    for (const caf::actor& a : all_shards(sh)) post(sh, kNoDevice, a, rt::load_atom_v, s.step, s.attempt, loads);
   }
-  for (const caf::actor& a : all_shards(sh)) post(sh, a, rt::clip_atom_v, s.step, s.attempt, s.norm);
+  for (const caf::actor& a : all_shards(sh)) post(sh, kNoDevice, a, rt::clip_atom_v, s.step, s.attempt, s.norm);
 }
 
 // Arms the [[faults]] of this step: the target dies on its k-th message.
@@ -192,7 +192,7 @@ void arm_faults(Self* self) {
     if (on_messages(f.kind) && f.kind != FaultKind::duplicate && s.message_fault_role.empty())
       s.message_fault_role = role_name(t->role);
     if (on_messages(f.kind)) {  // acts on messages in flight, at the seam
-      if (sh.injector) sh.injector->arm(target_actor(sh, *t), f, sh.opt.train.seed, s.step);
+      if (sh.injector) sh.injector->arm(target_actor(sh, *t), f, sh.opt.train.seed, s.step, target->device);
       continue;
     }
     if (f.kind == FaultKind::slow) {  // the target's device becomes a straggler
@@ -275,10 +275,10 @@ void start_step(Self* self) {
         set_tensor_i32(b.initTokenIds(), shape, std::span<const int32_t>(batch.inputs.data() + g * n, static_cast<size_t>(n)));
         set_tensor_i32(b.initTargets(), shape, std::span<const int32_t>(batch.targets.data() + g * n, static_cast<size_t>(n)));
       });
-      post(sh, rank_of(sh, r, sched::stage_rank(sh.plan.sl, dir, 0)), e);
+      post(sh, kNoDevice, rank_of(sh, r, sched::stage_rank(sh.plan.sl, dir, 0)), e);
     }
   }
-  for (const caf::actor& a : all_ranks(sh)) post(sh, a, rt::start_atom_v, s.step, s.attempt, s.loss_scale, s.aux_scale);
+  for (const caf::actor& a : all_ranks(sh)) post(sh, kNoDevice, a, rt::start_atom_v, s.step, s.attempt, s.loss_scale, s.aux_scale);
 }
 
 // Asks the new expert shard `a` in slot (replica, producer) of the pending

@@ -20,17 +20,27 @@ FaultInjector::~FaultInjector() {
   worker_.join();
 }
 
-void FaultInjector::arm(const caf::actor& target, const FaultSpec& f, uint64_t seed, uint64_t step) {
+void FaultInjector::arm(const caf::actor& target, const FaultSpec& f, uint64_t seed, uint64_t step, int device) {
   std::lock_guard<std::mutex> lock(mu_);
   Armed a{target, f.kind, f.count, std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(f.delay_ms)),
           Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::milli>(f.duration_ms)),
-          kill_point(seed, step, fault_key(f.target), 0xFFFFFFFFu, 1)};
+          kill_point(seed, step, fault_key(f.target), 0xFFFFFFFFu, 1), device};
   armed_.push_back(std::move(a));
+}
+
+void FaultInjector::place(const caf::actor& a, int device) {
+  std::lock_guard<std::mutex> lock(mu_);
+  device_of_[a.address()] = device;
 }
 
 uint64_t FaultInjector::corrupted() const {
   std::lock_guard<std::mutex> lock(mu_);
   return corrupted_;
+}
+
+uint64_t FaultInjector::partitioned() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return partitioned_;
 }
 
 namespace {
@@ -49,13 +59,26 @@ Envelope flip_one_bit(const Envelope& e, uint64_t draw) {
 
 }  // namespace
 
-void FaultInjector::send(const caf::actor& to, caf::message msg) {
+void FaultInjector::send(int from_device, const caf::actor& to, caf::message msg) {
   std::unique_lock<std::mutex> lock(mu_);
   const auto now = Clock::now();
   Clock::time_point release{};  // > now: hold until then
   int copies = 1;
   for (auto it = armed_.begin(); it != armed_.end();) {
     Armed& a = *it;
+    if (a.kind == FaultKind::partition) {  // any sender and receiver: does the message cross?
+      const bool done = now >= a.until;
+      if (!done) {
+        const auto d = device_of_.find(to.address());
+        const int to_device = d == device_of_.end() ? -1 : d->second;
+        if ((from_device == a.device) != (to_device == a.device)) {
+          release = std::max(release, a.until);
+          ++partitioned_;
+        }
+      }
+      it = done ? armed_.erase(it) : it + 1;
+      continue;
+    }
     if (a.target != to) {
       ++it;
       continue;
@@ -87,6 +110,7 @@ void FaultInjector::send(const caf::actor& to, caf::message msg) {
           done = --a.remaining <= 0;
         }
         break;
+      case FaultKind::partition:  // handled above
       case FaultKind::kill:
       case FaultKind::slow:
       case FaultKind::stop:
@@ -100,19 +124,19 @@ void FaultInjector::send(const caf::actor& to, caf::message msg) {
   if (auto last = last_release_.find(to.address()); last != last_release_.end() && last->second > now)
     release = std::max(release, last->second);
   if (release > now) {
-    for (int i = 0; i < copies; ++i) held_.emplace(std::make_pair(release, seq_++), std::make_pair(to, msg));
+    for (int i = 0; i < copies; ++i) held_.emplace(std::make_pair(release, seq_++), Held{from_device, to, msg});
     last_release_[to.address()] = release;
     lock.unlock();
     cv_.notify_all();
     return;
   }
   lock.unlock();
-  for (int i = 1; i < copies; ++i) forward(to, msg);
-  forward(to, std::move(msg));
+  for (int i = 1; i < copies; ++i) forward(from_device, to, msg);
+  forward(from_device, to, std::move(msg));
 }
 
-void FaultInjector::forward(const caf::actor& to, caf::message msg) {
-  if (next_) next_->send(to, std::move(msg));
+void FaultInjector::forward(int from_device, const caf::actor& to, caf::message msg) {
+  if (next_) next_->send(from_device, to, std::move(msg));
   else caf::anon_send(to, std::move(msg));
 }
 
@@ -130,7 +154,7 @@ void FaultInjector::release_loop() {
     }
     auto node = held_.extract(held_.begin());
     lock.unlock();
-    forward(node.mapped().first, std::move(node.mapped().second));
+    forward(node.mapped().from_device, node.mapped().to, std::move(node.mapped().msg));
     lock.lock();
   }
 }

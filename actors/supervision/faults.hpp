@@ -21,8 +21,10 @@ namespace troupe::runtime {
 // The role of an actor of the topology (actors/plan.hpp names them): the
 // coordinator, a ZeRO-1 optimizer shard, a pipeline rank (the actor running
 // one op list; named "stage:K", and it may hold two model stages), an expert
-// shard.
-enum class Role { Coordinator, Optimizer, Rank, Expert };
+// shard; in a decoupled RL run (actors/rl/rl_plan.hpp) a rollout generator
+// ("generator:K") or a reward actor ("reward:K" / "reward_model:K"), which
+// the pre-training plan never has.
+enum class Role { Coordinator, Optimizer, Rank, Expert, Generator, Reward };
 
 // An actor of the topology by role and index: "stage:1" (pipeline rank 1 of
 // data-parallel replica 0), "stage:1/replica:1", "optimizer:0", or an expert
@@ -119,14 +121,22 @@ inline constexpr uint32_t kRlKillPoints = 3;
 //   slow       the device the target runs on takes `factor` times as long
 //              for every closure (a straggler), for duration_ms, or else for
 //              duration_steps steps from at_step (FaultSpec::steps);
+//   partition  the target's device (every actor placed on it) is cut off
+//              from the rest of the run for duration_ms: step messages
+//              between an actor on it and one elsewhere (the coordinator
+//              counts as elsewhere) are held, both ways, and arrive in order
+//              when the window ends, as TCP delivers them after a partition
+//              shorter than its timeout; a window longer than the step
+//              deadline has the step replayed (the replay's crossing
+//              messages wait for the window too);
 //   stop       (target "process:P" only) the whole process P is SIGSTOPped
 //              as step at_step starts: a hung process, found by the
 //              heartbeat (peer_timeout), then SIGKILLed and recovered like a
 //              killed one. `kill` on "process:P" SIGKILLs process P.
-// Drop, duplicate, delay, pause and corrupt act on messages in flight,
+// Drop, duplicate, delay, pause, corrupt and partition act on messages in flight,
 // through the one seam on step messages (actors/supervision/interposer.hpp);
 // slow acts in the device (actors/device/device.hpp).
-enum class FaultKind : uint8_t { kill, drop, duplicate, delay, pause, corrupt, slow, stop };
+enum class FaultKind : uint8_t { kill, drop, duplicate, delay, pause, corrupt, slow, stop, partition };
 inline const char* fault_kind_name(FaultKind k) {
   switch (k) {
     case FaultKind::kill: return "kill";
@@ -137,11 +147,12 @@ inline const char* fault_kind_name(FaultKind k) {
     case FaultKind::corrupt: return "corrupt";
     case FaultKind::slow: return "slow";
     case FaultKind::stop: return "stop";
+    case FaultKind::partition: return "partition";
   }
   return "?";
 }
 inline constexpr FaultKind kFaultKinds[] = {FaultKind::kill,  FaultKind::drop,    FaultKind::duplicate, FaultKind::delay,
-                                           FaultKind::pause, FaultKind::corrupt, FaultKind::slow};
+                                           FaultKind::pause, FaultKind::corrupt, FaultKind::slow,      FaultKind::partition};
 // The kinds aimed at actors ([chaos] draws from these); `stop` is for
 // process targets only and is not among them.
 // Kinds that act on messages in flight (the FaultInjector at the seam).
@@ -166,7 +177,7 @@ struct FaultSpec {
   int64_t at_message = 0;   // kill: 0 = seeded point; k > 0: die on the k-th message (tests pin phases)
   int64_t count = 1;        // drop, duplicate, delay, corrupt: how many messages
   double delay_ms = 0.0;    // delay: how late each arrives
-  double duration_ms = 0.0; // pause: how long the actor receives nothing; slow: the window (0: `steps`)
+  double duration_ms = 0.0; // pause: how long the actor receives nothing; slow: the window (0: `steps`); partition: the window
   double factor = 1.0;      // slow: how many times longer each device closure takes
   int64_t steps = 1;        // slow without duration_ms ([[faults]] duration_steps): steps at_step .. at_step + steps - 1
 };

@@ -16,7 +16,7 @@ namespace {
 
 class Duplicate final : public Interposer {
  public:
-  void send(const caf::actor& to, caf::message msg) override {
+  void send(int, const caf::actor& to, caf::message msg) override {
     caf::anon_send(to, msg);
     caf::anon_send(to, std::move(msg));
   }
@@ -27,7 +27,7 @@ class CorruptCombine final : public Interposer {
   CorruptCombine(uint32_t layer, uint32_t shard, std::shared_ptr<Interposer> next)
       : layer_(layer), shard_(shard), next_(std::move(next)) {}
 
-  void send(const caf::actor& to, caf::message msg) override {
+  void send(int from_device, const caf::actor& to, caf::message msg) override {
     if (!done_.load() && msg.size() == 1 && msg.match_element<Envelope>(0)) {
       if (auto r = msg.get_as<Envelope>(0).read<schemas::Combine>()) {
         auto c = r->get();
@@ -38,17 +38,17 @@ class CorruptCombine final : public Interposer {
           for (uint32_t t : c.getTokenIndex()) token_index.push_back(t);
           std::vector<float> weight_grads;
           for (float w : c.getWeightGrads()) weight_grads.push_back(w);
-          forward(to, caf::make_message(make_combine(id, c.getWidth(), tensor_f32(c.getRows()), token_index, weight_grads)));
+          forward(from_device, to, caf::make_message(make_combine(id, c.getWidth(), tensor_f32(c.getRows()), token_index, weight_grads)));
           return;
         }
       }
     }
-    forward(to, std::move(msg));
+    forward(from_device, to, std::move(msg));
   }
 
  private:
-  void forward(const caf::actor& to, caf::message msg) {
-    if (next_) next_->send(to, std::move(msg));
+  void forward(int from_device, const caf::actor& to, caf::message msg) {
+    if (next_) next_->send(from_device, to, std::move(msg));
     else caf::anon_send(to, std::move(msg));
   }
 
@@ -65,21 +65,21 @@ std::shared_ptr<Interposer> corrupt_first_combine(uint32_t layer, uint32_t shard
   return std::make_shared<CorruptCombine>(layer, shard, std::move(next));
 }
 
-void StaleReplay::send(const caf::actor& to, caf::message msg) {
+void StaleReplay::send(int from_device, const caf::actor& to, caf::message msg) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    kept_.emplace_back(to, msg);
+    kept_.push_back({from_device, to, msg});
   }
-  forward(to, std::move(msg));
+  forward(from_device, to, std::move(msg));
 }
 
 uint32_t StaleReplay::replay() {
-  std::vector<std::pair<caf::actor, caf::message>> kept;
+  std::vector<Kept> kept;
   {
     std::lock_guard<std::mutex> lock(mu_);
     kept.swap(kept_);
   }
-  for (auto& [to, msg] : kept) forward(to, std::move(msg));
+  for (auto& k : kept) forward(k.from_device, k.to, std::move(k.msg));
   return static_cast<uint32_t>(kept.size());
 }
 
@@ -88,8 +88,8 @@ void StaleReplay::forget() {
   kept_.clear();
 }
 
-void StaleReplay::forward(const caf::actor& to, caf::message msg) {
-  if (next_) next_->send(to, std::move(msg));
+void StaleReplay::forward(int from_device, const caf::actor& to, caf::message msg) {
+  if (next_) next_->send(from_device, to, std::move(msg));
   else caf::anon_send(to, std::move(msg));
 }
 

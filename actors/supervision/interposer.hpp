@@ -26,8 +26,9 @@ class Interposer {
  public:
   virtual ~Interposer() = default;
   // Called on the sender's thread (an actor or a device closure), possibly
-  // from several threads at once.
-  virtual void send(const caf::actor& to, caf::message msg) = 0;
+  // from several threads at once. `from_device`: the plan index of the
+  // sender's device (-1: the coordinator, which has none).
+  virtual void send(int from_device, const caf::actor& to, caf::message msg) = 0;
 };
 
 // Sends every message twice: every receiver's duplicate dropping is exercised
@@ -49,15 +50,20 @@ std::shared_ptr<Interposer> corrupt_first_combine(uint32_t layer, uint32_t shard
 class StaleReplay final : public Interposer {
  public:
   explicit StaleReplay(std::shared_ptr<Interposer> next = nullptr) : next_(std::move(next)) {}
-  void send(const caf::actor& to, caf::message msg) override;
+  void send(int from_device, const caf::actor& to, caf::message msg) override;
   uint32_t replay();
   void forget();
 
  private:
-  void forward(const caf::actor& to, caf::message msg);
+  void forward(int from_device, const caf::actor& to, caf::message msg);
   std::shared_ptr<Interposer> next_;
   std::mutex mu_;
-  std::vector<std::pair<caf::actor, caf::message>> kept_;
+  struct Kept {
+    int from_device;
+    caf::actor to;
+    caf::message msg;
+  };
+  std::vector<Kept> kept_;
 };
 
 // The interposers the options ask for (test switches, and [[faults]] kinds

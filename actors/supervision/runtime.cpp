@@ -21,6 +21,7 @@
 #include "actors/cluster/runtime_cluster_internal.hpp"
 #include "actors/context.hpp"
 #include "actors/device/trace.hpp"
+#include "actors/supervision/fault_injector.hpp"
 #include "model/data.hpp"
 #include "model/training_loop.hpp"
 #include "model/stage.hpp"
@@ -140,6 +141,7 @@ void validate(const RuntimeOptions& o) {
     require(f.count >= 1, "fault count must be >= 1");
     require(f.kind != FaultKind::delay || f.delay_ms > 0, "fault kind delay needs delay_ms > 0");
     require(f.kind != FaultKind::pause || f.duration_ms > 0, "fault kind pause needs duration_ms > 0");
+    require(f.kind != FaultKind::partition || f.duration_ms > 0, "fault kind partition needs duration_ms > 0");
     require(f.kind != FaultKind::slow || (f.factor > 1 && f.steps >= 1), "fault kind slow needs factor > 1 and steps >= 1");
     // An expert shard must exist in the step the fault hits (after the
     // scale events before it).
@@ -221,6 +223,13 @@ struct Runtime::Impl {
   // respawned on this one (coordinator.cpp, on_process_lost): the recomputed
   // placement puts lost device d on this process's (d mod n)-th device.
   // Placement never changes the math, so the run stays bitwise equal.
+  // Tells the fault injector (when the run has one) that `a` runs on plan
+  // device `d`: a partition fault decides which messages cross by it.
+  caf::actor placed(caf::actor a, int d) {
+    if (sh->injector) sh->injector->place(a, d);
+    return a;
+  }
+
   Device& device_for(int d) {
     if (Device* mine = devices[static_cast<size_t>(d)].get()) return *mine;
     std::vector<Device*> here;
@@ -272,11 +281,13 @@ struct Runtime::Impl {
     // One placement rule, used at start and by the supervisor's respawns:
     // the devices the plan gives them.
     s.spawn = [this, place](caf::actor_system& as, Role role, int replica, int index) {
-      if (role == Role::Optimizer)
-        return spawn_shard(as, sh, device_for(place.shard_device[static_cast<size_t>(index)]), index);
+      if (role == Role::Optimizer) {
+        const int d = place.shard_device[static_cast<size_t>(index)];
+        return placed(spawn_shard(as, sh, device_for(d), index), d);
+      }
       if (role == Role::Expert) return sh->spawn_expert(as, *live_plan(*sh), replica, index, false);
       const int d = place.rank_device[static_cast<size_t>(replica)][static_cast<size_t>(index)];
-      return spawn_rank(as, sh, device_for(d), replica, index);
+      return placed(spawn_rank(as, sh, device_for(d), replica, index), d);
     };
     // Expert shards as a plan places them: the initial one, the live one
     // after [[elastic]] events (which change only the expert shards).
@@ -293,7 +304,7 @@ struct Runtime::Impl {
       spec.start_step = sh->start_step;  // resumed (a respawn is restored to the running step after)
       spec.await_restore = await_restore;
       const int d = pl.expert_device[static_cast<size_t>(replica)][static_cast<size_t>(index)];
-      return spawn_expert_shard(as, sh, device_for(d), spec);
+      return placed(spawn_expert_shard(as, sh, device_for(d), spec), d);
     };
     s.on_restart = [this, user = o.on_restart](const RestartEvent& ev) {
       {
@@ -707,8 +718,13 @@ uint64_t Runtime::dropped_messages() {
 }
 
 FaultSummary Runtime::fault_summary() const {
-  std::lock_guard<std::mutex> lock(impl_->sh->stats_mu);
-  return impl_->sh->stats;
+  FaultSummary out;
+  {
+    std::lock_guard<std::mutex> lock(impl_->sh->stats_mu);
+    out = impl_->sh->stats;
+  }
+  if (impl_->sh->injector) out.partitioned = static_cast<int64_t>(impl_->sh->injector->partitioned());
+  return out;
 }
 
 Runtime::Slowdown Runtime::slowdown() const {
