@@ -135,6 +135,20 @@ std::string format_rl_actors(const Spec& spec) {
 
 namespace {
 
+// The faults the run would inject: the spec's own, then the [chaos] schedule.
+void print_faults(const Spec& spec) {
+  const std::vector<runtime::FaultSpec> chaos = chaos_faults(spec);
+  if (spec.faults.empty() && chaos.empty()) return;
+  std::map<std::string, int> per_kind;
+  for (const auto& f : chaos) ++per_kind[runtime::fault_kind_name(f.kind)];
+  std::string kinds;
+  for (const auto& [k, n] : per_kind) kinds += (kinds.empty() ? "" : ", ") + std::to_string(n) + " " + k;
+  std::printf("faults: %zu from [[faults]], %zu from [chaos] (seed %lld%s%s)\n", spec.faults.size(), chaos.size(),
+              static_cast<long long>(spec.chaos.seed), kinds.empty() ? "" : ": ", kinds.c_str());
+  for (const auto& f : spec.faults) std::printf("  %s\n", runtime::describe(f).c_str());
+  for (const auto& f : chaos) std::printf("  %s [chaos]\n", runtime::describe(f).c_str());
+}
+
 // What a run of `spec` (one phase) would build, after the "ok" line.
 void describe(const Spec& spec) {
   if (spec.run.mode == RunMode::rl && rl::decoupled(spec.rl.sync)) {
@@ -149,6 +163,7 @@ void describe(const Spec& spec) {
                 static_cast<long long>(r.max_staleness), r.task.c_str(),
                 rl::loss_kind_name(r.policy.kind), static_cast<long long>(r.updates_per_batch),
                 r.init.empty() ? "a fresh initialisation" : r.init.c_str());
+    print_faults(spec);
     return;
   }
   if (spec.run.mode == RunMode::reward_model) {  // one process, no actors: nothing to place
@@ -203,18 +218,7 @@ void describe(const Spec& spec) {
     std::printf("runs on the actor runtime (one process; the experts run inside the stage actors)\n");
   else
     std::printf("single device: runs in the single-process trainer, with the same math as the actor runtime\n");
-  // The faults the run would inject: the spec's own, then the [chaos] schedule.
-  const std::vector<runtime::FaultSpec> chaos = chaos_faults(spec);
-  if (!spec.faults.empty() || !chaos.empty()) {
-    std::map<std::string, int> per_kind;
-    for (const auto& f : chaos) ++per_kind[runtime::fault_kind_name(f.kind)];
-    std::string kinds;
-    for (const auto& [k, n] : per_kind) kinds += (kinds.empty() ? "" : ", ") + std::to_string(n) + " " + k;
-    std::printf("faults: %zu from [[faults]], %zu from [chaos] (seed %lld%s%s)\n", spec.faults.size(), chaos.size(),
-                static_cast<long long>(spec.chaos.seed), kinds.empty() ? "" : ": ", kinds.c_str());
-    for (const auto& f : spec.faults) std::printf("  %s\n", runtime::describe(f).c_str());
-    for (const auto& f : chaos) std::printf("  %s [chaos]\n", runtime::describe(f).c_str());
-  }
+  print_faults(spec);
 }
 
 // run.mode = "sft_rl": both phases, each as its own run would print it.

@@ -1150,7 +1150,7 @@ void check_data(const Spec& s, Parser& p) {
 // [chaos] in an RL run: decoupled (the synchronous loop has no actors),
 // real devices, and only the roles and kinds its actors take.
 void check_rl_chaos(const Spec& s, Parser& p, const Pos& at) {
-  if (!rl::decoupled(s.rl.sync)) {
+  if (!rl::decoupled(s.rl_section.sync)) {  // [rl] as written: convert_rl runs after the checks
     p.error(at, "[chaos] needs supervised actors: this RL run is the synchronous loop in one process (rl.sync = "
                 "\"synchronous\"); use rl.sync = \"fixed_lag\" or \"latest\" for generator and reward actors");
     return;

@@ -442,6 +442,8 @@ TEST(RlActorChaos, FiftySeededFaultsOnGeneratorsAndRewardActorsEndBitwiseEqual) 
   std::cout << "  " << a.faults.size() << " faults\n";
 
   const auto hit = run(a);
+  std::cout << "  " << hit->rep.restarts.size() << " restart(s), " << hit->rep.sync_retries << " sync retr(ies), "
+            << hit->rep.sync_restarts << " sync restart(s), " << hit->rep.ledger.duplicates << " duplicate(s) dropped\n";
   EXPECT_GT(hit->rep.restarts.size(), 0u);
   EXPECT_GT(hit->rep.sync_retries, 0) << "a drop loses a sync, which its deadline sends again";
   EXPECT_EQ(hit->rep.parameters, clean->rep.parameters) << "the run must end bitwise equal to the fault-free run";

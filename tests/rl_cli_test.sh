@@ -163,6 +163,26 @@ done
 diff <(strip_times "$work/lag1/metrics.jsonl" | grep -E '"type":"rl_step","step":[34],') \
      <(strip_times "$work/lag1_resumed/metrics.jsonl" | grep -E '"type":"rl_step"') >/dev/null ||
   fail "resumed fixed_lag run wrote other rl_step metrics for steps 3-4"
+# [chaos] on the RL actors: validate lists the seeded schedule (kills and
+# lost weight syncs of the generator or reward actor that handles each
+# step), and the run ends with the fault-free lag1 run's checkpoint bytes,
+# its faults line counting what was injected and the ledger clean.
+chaos_rl=(--set chaos.mean_steps_between_faults=0.5 --set chaos.seed=4 --set rl.sync_deadline_ms=300
+          --set run.max_restarts=100)
+expect_exit 0 "$troupe" validate "$work/rl.toml" "${lag1[@]}" "${chaos_rl[@]}"
+expect_output "from [chaos] (seed 4"
+expect_output "[chaos]"
+n_chaos=$(grep -c ' \[chaos\]$' <<<"$out")
+[ "$n_chaos" -ge 3 ] || fail "expected at least 3 [chaos] faults listed, got $n_chaos"
+expect_exit 0 "$troupe" run "$work/rl.toml" "${lag1[@]}" "${chaos_rl[@]}" --set run.out_dir="\"$work/lag1_chaos\""
+for f in params.f32.zst adam_m.f32.zst adam_v.f32.zst; do
+  cmp -s "$work/lag1/checkpoint/$f" "$work/lag1_chaos/checkpoint/$f" ||
+    fail "fixed_lag run under [chaos] differs from the fault-free one in $f"
+done
+grep -q "\"type\":\"faults\",.*\"total\":$n_chaos,.*\"double_trained\":0" "$work/lag1_chaos/metrics.jsonl" ||
+  fail "the RL faults line does not count the $n_chaos [chaos] faults with a clean ledger"
+expect_exit 3 "$troupe" validate "$work/rl.toml" "${lag1[@]}" "${chaos_rl[@]}" --set chaos.kinds='"kill,pause"'
+expect_output "which RL actors do not take yet"
 rm -rf "$work/lag1_half/checkpoint/rl_versions"
 expect_exit 4 "$troupe" run "$work/rl.toml" "${lag1[@]}" --set run.out_dir="\"$work/lag1_bad\"" \
   --set checkpoint.resume="\"$work/lag1_half/checkpoint\""

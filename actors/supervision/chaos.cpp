@@ -156,7 +156,9 @@ std::string describe(const FaultSpec& f) {
     case FaultKind::drop:
     case FaultKind::duplicate:
     case FaultKind::corrupt:
-      std::snprintf(extra, sizeof extra, " (%lld message(s))", static_cast<long long>(f.count));
+      std::snprintf(extra, sizeof extra,
+                    f.target.rfind("generator:", 0) == 0 ? " (its next %lld weight sync(s))" : " (%lld message(s))",
+                    static_cast<long long>(f.count));
       break;
     case FaultKind::delay:
       std::snprintf(extra, sizeof extra, " (%lld message(s) by %g ms)", static_cast<long long>(f.count), f.delay_ms);
