@@ -779,10 +779,14 @@ void check_rl_faults(const Spec& s, Parser& p) {
     if (f.kind == runtime::FaultKind::drop && !gen)
       p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"drop\" on " + f.target + ": drops act on weight syncs, "
                                         "which only generators receive; use \"kill\" on reward actors");
-    else if (f.kind != runtime::FaultKind::kill && f.kind != runtime::FaultKind::drop)
+    else if (!runtime::rl_fault_kind(f.kind))
       p.error(p.fault_where(i, "kind"), std::string("[[faults]] kind = \"") + runtime::fault_kind_name(f.kind) +
-                                        "\" is not supported on RL actors yet: use \"kill\" (or \"drop\": a generator "
-                                        "loses its next `count` weight syncs)");
+                                        "\" is not supported on RL actors yet: use \"kill\", \"duplicate\", \"delay\", "
+                                        "\"pause\" (or \"drop\": a generator loses its next `count` weight syncs)");
+    else if (f.kind == runtime::FaultKind::delay && f.delay_ms <= 0)
+      p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"delay\" needs delay_ms (how late each message arrives, ms)");
+    else if (f.kind == runtime::FaultKind::pause && f.duration_ms <= 0)
+      p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"pause\" needs duration_ms (how long the actor receives nothing)");
     if (f.kind == runtime::FaultKind::kill && f.at_message > runtime::kRlKillPoints)
       p.error(p.fault_where(i, "at_message"), "[[faults]] at_message = " + v(f.at_message) + " is out of range for " +
                                               f.target + ": 0 (a seeded point) or 1 (on receiving its job), 2 (after "
@@ -1167,9 +1171,9 @@ void check_rl_chaos(const Spec& s, Parser& p, const Pos& at) {
   bool drops_only = !c.kinds.empty();
   for (runtime::FaultKind k : c.kinds) {
     drops_only = drops_only && k == runtime::FaultKind::drop;
-    if (k != runtime::FaultKind::kill && k != runtime::FaultKind::drop)
+    if (!runtime::rl_fault_kind(k))
       p.error(p.where("chaos.kinds"), std::string("[chaos] kinds names \"") + runtime::fault_kind_name(k) +
-                                          "\", which RL actors do not take yet (kill, drop)");
+                                          "\", which RL actors do not take yet (kill, drop, duplicate, delay, pause)");
   }
   if (drops_only && c.roles.size() == 1 && c.roles[0] == runtime::Role::Reward)
     p.error(p.where("chaos.kinds"), "[chaos] kinds = \"drop\" with roles = \"reward\": drops act on weight syncs, "

@@ -86,7 +86,7 @@ std::vector<KeyDef> build_keys() {
   // [chaos]
   add({"chaos", "seed", KeyType::Int, F(chaos.seed), "Seed of the nemesis schedule ([chaos]): the same seed and topology inject the same faults (`troupe validate` lists them).", 0, 9.2e18});
   add({"chaos", "mean_steps_between_faults", KeyType::Float, F(chaos.mean_steps_between_faults), "Actor runtime in one process, or a decoupled RL run's actors: faults arrive as a Poisson process with this mean gap in steps (0.5: about two per step), each at a random actor of `roles` with a random kind of `kinds`; 0 means no chaos. Combine with [run] step_deadline (lost messages are found by it; RL: rl.sync_deadline_ms) and max_restarts.", 0, 1e9});
-  add({"chaos", "kinds", KeyType::String, F(chaos.kinds), "Fault kinds the nemesis draws from: a list or a comma-separated string of kill, drop, duplicate, delay, pause, corrupt, slow, partition (RL actors: kill, drop); empty means all of them."});
+  add({"chaos", "kinds", KeyType::String, F(chaos.kinds), "Fault kinds the nemesis draws from: a list or a comma-separated string of kill, drop, duplicate, delay, pause, corrupt, slow, partition (RL actors: kill, drop, duplicate, delay, pause); empty means all of them."});
   add({"chaos", "roles", KeyType::String, F(chaos.roles), "Roles whose actors the nemesis hits: a list or a comma-separated string of stage, optimizer, expert (RL runs: generator, reward); empty means every role the topology has."});
 
   // [model]

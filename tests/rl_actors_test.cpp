@@ -412,8 +412,9 @@ INSTANTIATE_TEST_SUITE_P(Points, RlActorFaults, ::testing::ValuesIn(fault_cases(
 });
 
 // [chaos] on the RL actors: more than 50 seeded faults — kills at seeded
-// points of generators and reward actors, lost weight syncs of generators —
-// each aimed at the actor that handles its step. Every group is admitted
+// points of generators and reward actors, lost weight syncs of generators,
+// and duplicated, delayed or held (pause) messages to either — each aimed at
+// the actor that handles its step. Every group is admitted
 // and trained exactly once and the run ends bitwise equal to the fault-free
 // run (fixed_lag, eta 1, two generators, two reward actors).
 TEST(RlActorChaos, FiftySeededFaultsOnGeneratorsAndRewardActorsEndBitwiseEqual) {
@@ -438,7 +439,9 @@ TEST(RlActorChaos, FiftySeededFaultsOnGeneratorsAndRewardActorsEndBitwiseEqual) 
     EXPECT_EQ(f.target.back() - '0', k) << runtime::describe(f);
   }
   EXPECT_EQ(targets, (std::set<std::string>{"generator:0", "generator:1", "reward:0", "reward:1"}));
-  EXPECT_EQ(kind_role, (std::set<std::string>{"kill generator", "kill reward", "drop generator"}));
+  EXPECT_EQ(kind_role, (std::set<std::string>{"kill generator", "kill reward", "drop generator", "duplicate generator",
+                                              "duplicate reward", "delay generator", "delay reward", "pause generator",
+                                              "pause reward"}));
   std::cout << "  " << a.faults.size() << " faults\n";
 
   const auto hit = run(a);
@@ -449,6 +452,36 @@ TEST(RlActorChaos, FiftySeededFaultsOnGeneratorsAndRewardActorsEndBitwiseEqual) 
   EXPECT_EQ(hit->rep.parameters, clean->rep.parameters) << "the run must end bitwise equal to the fault-free run";
   EXPECT_EQ(hit->rec.steps, clean->rec.steps);
   expect_exactly_once(hit->rep, o);
+}
+
+// Message faults on the RL actors (what the RL coordinator sends them:
+// jobs, weight syncs, rollouts to score): duplicated, delayed, or held for a
+// pause, at a generator and at a reward actor. Nothing is lost or trained
+// twice, and the run ends bitwise equal to the fault-free run; duplicates
+// are re-generated or re-scored rollouts the ledger drops.
+TEST(RlActorFaults, MessageFaultsEndBitwiseEqual) {
+  const rl::RlTrainOptions o = small(3);
+  const auto clean = run(decoupled(o, 1, 2, 1));
+  for (const runtime::FaultKind kind : {runtime::FaultKind::duplicate, runtime::FaultKind::delay, runtime::FaultKind::pause})
+    for (const std::string target : {"generator:1", "reward:0"}) {
+      runtime::RlActorOptions a = decoupled(o, 1, 2, 1);
+      runtime::FaultSpec f;
+      f.at_step = 2;
+      f.target = target;
+      f.kind = kind;
+      f.count = 2;
+      f.delay_ms = 40;
+      f.duration_ms = 150;
+      a.faults.push_back(f);
+      const std::string what = std::string(runtime::fault_kind_name(kind)) + " " + target;
+      const auto hit = run(a);
+      EXPECT_TRUE(hit->rep.restarts.empty()) << what << ": nothing died";
+      EXPECT_EQ(hit->rep.parameters, clean->rep.parameters) << what << ": must end bitwise equal to the fault-free run";
+      EXPECT_EQ(hit->rec.steps, clean->rec.steps) << what;
+      expect_exactly_once(hit->rep, o);
+      if (kind == runtime::FaultKind::duplicate)
+        EXPECT_GT(hit->rep.ledger.duplicates, 0) << what << ": a doubled job or rollout must reach the ledger twice";
+    }
 }
 
 // The RL nemesis keeps to what is asked: its kinds (a drop only at a
@@ -467,7 +500,7 @@ TEST(RlActorChaos, ScheduleKeepsToKindsRolesAndSteps) {
     EXPECT_TRUE(seen.emplace(a[i].target, a[i].at_step).second) << runtime::describe(a[i]);
     const bool gen = a[i].target.rfind("generator:", 0) == 0;
     EXPECT_TRUE(gen || a[i].target.rfind("reward_model:", 0) == 0) << a[i].target;
-    EXPECT_TRUE(a[i].kind == runtime::FaultKind::kill || (gen && a[i].kind == runtime::FaultKind::drop))
+    EXPECT_TRUE(runtime::rl_fault_kind(a[i].kind) && (gen || a[i].kind != runtime::FaultKind::drop))
         << runtime::describe(a[i]);
     EXPECT_EQ(a[i].target.back() - '0', (a[i].at_step - 1) % (gen ? 3 : 2)) << runtime::describe(a[i]);
   }

@@ -181,7 +181,7 @@ for f in params.f32.zst adam_m.f32.zst adam_v.f32.zst; do
 done
 grep -q "\"type\":\"faults\",.*\"total\":$n_chaos,.*\"double_trained\":0" "$work/lag1_chaos/metrics.jsonl" ||
   fail "the RL faults line does not count the $n_chaos [chaos] faults with a clean ledger"
-expect_exit 3 "$troupe" validate "$work/rl.toml" "${lag1[@]}" "${chaos_rl[@]}" --set chaos.kinds='"kill,pause"'
+expect_exit 3 "$troupe" validate "$work/rl.toml" "${lag1[@]}" "${chaos_rl[@]}" --set chaos.kinds='"kill,corrupt"'
 expect_output "which RL actors do not take yet"
 rm -rf "$work/lag1_half/checkpoint/rl_versions"
 expect_exit 4 "$troupe" run "$work/rl.toml" "${lag1[@]}" --set run.out_dir="\"$work/lag1_bad\"" \

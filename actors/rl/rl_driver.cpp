@@ -9,6 +9,7 @@
 
 #include "actors/rl/rl_actors.hpp"
 #include "actors/rl/rl_messages.hpp"
+#include "actors/supervision/fault_injector.hpp"
 #include "actors/transport/caf_scheduler.hpp"
 #include "model/checkpoint.hpp"
 #include "rl/staleness.hpp"
@@ -47,6 +48,11 @@ struct DriverState {
   int64_t next = 0;                            // next step to deal
   std::set<int64_t> admitted;                  // steps the ledger took
   std::vector<char> fired;                     // per fault: armed already
+  // [[faults]] delay / duplicate / pause on generators and reward actors act
+  // on what the coordinator sends them (jobs, weight syncs, rollouts to
+  // score), at the same seam as the pre-training runtime's message faults;
+  // null when the run has none.
+  std::shared_ptr<FaultInjector> injector;
   int restarts = 0;
   // Weight syncs, per generator: its incarnation (restarts), the version last
   // sent to it (-1: none since it started), the syncs awaiting confirmation
@@ -64,13 +70,21 @@ int64_t eta_of(const DriverState& s) { return s.sh->opt->train.rl.max_staleness;
 int64_t version_for(const DriverState& s, int64_t step) { return rl::first_version_for(step, eta_of(s)); }
 bool latest_mode(const DriverState& s) { return s.sh->opt->train.rl.sync == rl::SyncMode::latest; }
 
+// Sends a job, weight sync or rollout to a generator or reward actor: through
+// the fault injector when the run has message faults on them.
+template <class... Ts>
+void to_actor(caf::event_based_actor* self, DriverState& s, const caf::actor& to, Ts&&... xs) {
+  if (s.injector) s.injector->send(-1, to, caf::make_message(std::forward<Ts>(xs)...));
+  else self->send(to, std::forward<Ts>(xs)...);
+}
+
 // Sends version v to generator k with a deadline for its confirmation
 // (`attempt` 1; the deadline handler sends attempt 2).
 void send_sync(caf::event_based_actor* self, DriverState& s, size_t k, int64_t v, int attempt = 1) {
   if (attempt == 1 && s.last_sent[k] == v) return;  // it has it (or it is on its way)
   s.last_sent[k] = v;
   s.unconfirmed[k][v] = attempt;
-  self->send(s.gens[k], rlmsg::sync_atom::value, s.versions.at(v));
+  to_actor(self, s, s.gens[k], rlmsg::sync_atom::value, s.versions.at(v));
   const auto deadline = std::chrono::microseconds(static_cast<int64_t>(s.sh->opt->train.rl.sync_deadline_ms * 1000.0));
   self->delayed_send(self, deadline, rlmsg::deadline_atom::value, static_cast<int>(k), s.incarnation[k], v, attempt);
 }
@@ -91,6 +105,10 @@ void maybe_arm(caf::event_based_actor* self, DriverState& s, const caf::actor& t
       self->send(to, rlmsg::arm_drop_atom::value, faults[i].count);
       continue;
     }
+    if (on_messages(faults[i].kind)) {  // delay, duplicate, pause: what is sent to it from now on
+      if (s.injector) s.injector->arm(to, faults[i]);
+      continue;
+    }
     const uint32_t point = faults[i].at_message > 0
                                ? static_cast<uint32_t>(faults[i].at_message)
                                : kill_point(s.sh->seed, static_cast<uint64_t>(faults[i].at_step), faults[i].target,
@@ -109,7 +127,7 @@ void deal(caf::event_based_actor* self, DriverState& s, int64_t step, bool redea
   maybe_arm(self, s, s.gens[k], true, static_cast<int>(k), step);
   // fixed_lag: the version the step needs; latest: the newest (>= v).
   send_sync(self, s, k, latest_mode(s) ? s.published : v);
-  self->send(s.gens[k], rlmsg::job_atom::value, step, v);
+  to_actor(self, s, s.gens[k], rlmsg::job_atom::value, step, v);
 }
 
 // Deals every step whose version is published, in step order.
@@ -151,6 +169,8 @@ caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_p
   s.sh = sh;
   s.ctx = ctx;
   s.fired.assign(sh->opt->faults.size(), 0);
+  for (const FaultSpec& f : sh->opt->faults)
+    if (on_messages(f.kind) && f.kind != FaultKind::drop && !s.injector) s.injector = std::make_shared<FaultInjector>();
   s.next = sh->first_step;  // resumed: the steps before it are in the checkpoint
   const rl::RlConfig& rl = sh->opt->train.rl;
   s.buffer = self->spawn<caf::monitored>(buffer_actor, sh, ledger, caf::actor_cast<caf::actor>(self));
@@ -296,7 +316,7 @@ caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_p
         const int64_t step = r.r->step;
         const size_t k = static_cast<size_t>(step) % s.rewards.size();
         maybe_arm(self, s, s.rewards[k], false, static_cast<int>(k), step);
-        self->send(s.rewards[k], rlmsg::score_atom::value, std::move(r));
+        to_actor(self, s, s.rewards[k], rlmsg::score_atom::value, std::move(r));
       },
       [self](rlmsg::admitted_atom, int64_t step, bool ok) {
         DriverState& s = self->state;
@@ -414,11 +434,14 @@ rl::RlSummary train_decoupled(const RlActorOptions& options, RlActorObserver& ob
     const bool ok = parse_rl_fault_target(f.target, gen, k) && k < (gen ? rl.generators : rl.reward_actors) &&
                     (gen || f.target == rl_reward_actor_name(rl.reward == rl::RewardSource::model, k)) &&
                     ((f.kind == FaultKind::kill && f.at_message >= 0 && f.at_message <= kRlKillPoints) ||
-                     (f.kind == FaultKind::drop && gen && f.count >= 1));
+                     (f.kind == FaultKind::drop && gen && f.count >= 1) ||
+                     (f.kind == FaultKind::duplicate && f.count >= 1) ||
+                     (f.kind == FaultKind::delay && f.count >= 1 && f.delay_ms > 0) ||
+                     (f.kind == FaultKind::pause && f.duration_ms > 0));
     if (!ok)
       throw std::invalid_argument("train_decoupled: fault target \"" + f.target + "\" (kind " + fault_kind_name(f.kind) +
                                   ") is neither a kill of an existing generator:K or reward:K (reward_model:K with rl.reward = \"model\") at a point 0.." +
-                                  std::to_string(kRlKillPoints) + " nor a drop of count >= 1 on a generator:K");
+                                  std::to_string(kRlKillPoints) + ", a duplicate, delay or pause of one, nor a drop of count >= 1 on a generator:K");
   }
   auto sh = std::make_shared<RlShared>();
   sh->opt = &options;

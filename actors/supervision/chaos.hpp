@@ -45,11 +45,6 @@ std::optional<Role> parse_role(const std::string& name);
 std::vector<FaultSpec> chaos_schedule(const ChaosOptions& c, const Plan& plan, int64_t steps,
                                       const std::vector<FaultSpec>& taken = {});
 
-// The kinds a decoupled RL run's actors take ([[faults]] and [chaos]): a
-// kill at a seeded point of the job; a drop of the generator's next weight
-// sync (its deadline retries it, a second loss restarts the generator).
-inline constexpr FaultKind kRlChaosKinds[] = {FaultKind::kill, FaultKind::drop};
-
 // The nemesis of a decoupled RL run (roles generator and reward; kinds from
 // kRlChaosKinds, the default): the same draw as chaos_schedule, each fault
 // aimed at the generator or reward actor that handles its step (step s goes

@@ -158,6 +158,22 @@ inline constexpr FaultKind kFaultKinds[] = {FaultKind::kill,  FaultKind::drop,  
 // Kinds that act on messages in flight (the FaultInjector at the seam).
 inline bool on_messages(FaultKind k) { return k != FaultKind::kill && k != FaultKind::slow && k != FaultKind::stop; }
 
+// The kinds a decoupled RL run's actors take ([[faults]] and [chaos]): a
+// kill at a seeded point of the job; a drop of the generator's next weight
+// sync (its deadline retries it, a second loss restarts the generator);
+// duplicate, delay and pause of what the RL coordinator sends the actor
+// (jobs, weight syncs, rollouts to score). Corrupt, slow and partition do
+// not apply yet: RL payloads pass by reference in one process (no bytes to
+// damage) and the RL actors compute on threads of their own, not on plan
+// devices.
+inline constexpr FaultKind kRlChaosKinds[] = {FaultKind::kill, FaultKind::drop, FaultKind::duplicate, FaultKind::delay,
+                                             FaultKind::pause};
+inline bool rl_fault_kind(FaultKind k) {
+  for (FaultKind x : kRlChaosKinds)
+    if (x == k) return true;
+  return false;
+}
+
 // A process target "process:P" (P a non-negative decimal): sets `process`;
 // false otherwise. Only `kill` and `stop` apply to it (the whole process is
 // SIGKILLed or SIGSTOPped; actors/cluster/runtime_cluster.cpp).
