@@ -1151,16 +1151,12 @@ void check_data(const Spec& s, Parser& p) {
   }
 }
 
-// [chaos] in an RL run: decoupled (the synchronous loop has no actors),
-// real devices, and only the roles and kinds its actors take.
+// [chaos] in an RL run: decoupled (the synchronous loop has no actors) and
+// only the roles and kinds its actors take.
 void check_rl_chaos(const Spec& s, Parser& p, const Pos& at) {
   if (!rl::decoupled(s.rl_section.sync)) {  // [rl] as written: convert_rl runs after the checks
     p.error(at, "[chaos] needs supervised actors: this RL run is the synchronous loop in one process (rl.sync = "
                 "\"synchronous\"); use rl.sync = \"fixed_lag\" or \"latest\" for generator and reward actors");
-    return;
-  }
-  if (s.topology.device_kind == DeviceKind::sim) {
-    p.error(at, "[chaos] needs real devices: sim devices ([topology] device_kind = \"sim\") run no supervised actors");
     return;
   }
   const runtime::ChaosOptions c = chaos_options(s);
@@ -1196,6 +1192,10 @@ void check_chaos(const Spec& s, Parser& p) {
   }
   if (c.mean_steps_between_faults <= 0) return;
   const Pos at = p.where("chaos.mean_steps_between_faults");
+  if (s.topology.device_kind == DeviceKind::sim) {
+    p.error(at, "[chaos] needs real devices: sim devices ([topology] device_kind = \"sim\") run no supervised actors");
+    return;
+  }
   if (s.run.mode == RunMode::rl) {
     check_rl_chaos(s, p, at);
     return;
@@ -1203,10 +1203,6 @@ void check_chaos(const Spec& s, Parser& p) {
   if (!uses_runtime(s)) {
     p.error(at, "[chaos] needs the actor runtime (supervised actors); this single-device sequential spec runs in the "
                 "single-process trainer (use e.g. [topology] schedule = \"1f1b\")");
-    return;
-  }
-  if (s.topology.device_kind == DeviceKind::sim) {
-    p.error(at, "[chaos] needs real devices: sim devices ([topology] device_kind = \"sim\") run no supervised actors");
     return;
   }
   if (s.topology.processes > 1) {
