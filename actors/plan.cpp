@@ -51,11 +51,11 @@ std::array<Range, 3> expert_param_ranges(const model::ParamLayout& layout, const
   return out;
 }
 
-std::vector<Range> expert_param_ranges(const model::ParamLayout& layout, const model::ModelConfig& c, int layer,
-                                       const std::vector<int64_t>& experts) {
+std::vector<Range> expert_set_ranges(const model::ParamLayout& layout, const model::ModelConfig& c, int layer,
+                                     const std::vector<int64_t>& experts) {
   std::vector<ExpertRange> runs;
   for (int64_t e : experts) {
-    if (!runs.empty() && e < runs.back().end) throw std::invalid_argument("expert_param_ranges: experts not sorted");
+    if (!runs.empty() && e < runs.back().end) throw std::invalid_argument("expert_set_ranges: experts not sorted");
     if (!runs.empty() && runs.back().end == e) ++runs.back().end;
     else runs.push_back({e, e + 1});
   }
@@ -356,7 +356,7 @@ Plan make_plan(const RuntimeOptions& o) {
   }
   for (size_t x = 0; x < pl.expert_ids.size(); ++x) {
     const auto [layer, shard] = pl.expert_ids[x];
-    p.expert_owned.push_back(expert_param_ranges(layout, c, layer, p.held_experts(layer, shard)));
+    p.expert_owned.push_back(expert_set_ranges(layout, c, layer, p.held_experts(layer, shard)));
   }
   std::vector<std::vector<StageSlot>> stages;  // [rank]
   for (int k = 0; k < o.stages; ++k) {

@@ -68,8 +68,8 @@ std::array<Range, 3> expert_param_ranges(const model::ParamLayout& layout, const
 // The same for any sorted set of experts (a shard's range plus its copies):
 // part-major, {gate, up, down} of each contiguous run of ids, in id order —
 // a shard's weights laid out as [gate of its experts | up | down].
-std::vector<Range> expert_param_ranges(const model::ParamLayout& layout, const model::ModelConfig& c, int layer,
-                                       const std::vector<int64_t>& experts);
+std::vector<Range> expert_set_ranges(const model::ParamLayout& layout, const model::ModelConfig& c, int layer,
+                                     const std::vector<int64_t>& experts);
 
 // Role (actors/supervision/faults.hpp): Coordinator, Optimizer, Rank, Expert.
 // "coordinator", "optimizer", "stage" (a pipeline rank), "expert".

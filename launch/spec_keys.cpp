@@ -212,7 +212,7 @@ std::vector<KeyDef> build_keys() {
                     ? "applies only to [experts] policy = \"eplb\""
                     : "";
        }});
-  add({"experts", "redundant_experts", KeyType::Int, F(experts.redundant_experts), "eplb: at each rebalance this many of the hottest experts of each MoE layer (by the moving average of the measured loads) get a second copy on another shard (the least loaded one not holding it); a copied expert's rows are split in two contiguous blocks in token order, one per copy, and the copies' weight gradients are summed by the optimizer shards in shard order. A copy's weights are loaded from the optimizer shards like a move's. 0 = no copies; at most [model] n_experts (one second copy per expert).", 0, kBig,
+  add({"experts", "redundant_experts", KeyType::Int, F(experts.redundant_experts), "eplb: at each rebalance this many of the hottest experts of each MoE layer (by the moving average of the measured loads) get a second copy on another shard (the least loaded one not holding it, and only when that lowers the larger of the two shards' loads); a copied expert's rows are split in two contiguous blocks in token order, one per copy, and the copies' weight gradients are summed by the optimizer shards in shard order. A copy's weights are loaded from the optimizer shards like a move's. 0 = no copies; at most [model] n_experts (one second copy per expert).", 0, kBig,
        {}, [](const Spec& s) -> std::string {
          if (s.experts.redundant_experts == 0) return "";
          if (s.experts.policy != runtime::ExpertPolicy::eplb)

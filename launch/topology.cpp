@@ -182,7 +182,8 @@ std::string format_elastic(const Spec& spec) {
                 " step(s) experts move between neighbouring shards by their measured load (at run time)" +
                 (spec.experts.redundant_experts > 0
                      ? "; the " + std::to_string(spec.experts.redundant_experts) +
-                           " hottest expert(s) of each MoE layer get a second copy on another shard"
+                           " hottest expert(s) of each MoE layer get a second copy on another shard where that lowers the busier "
+                           "shard's load"
                      : std::string()) +
                 "\n"
           : "";

@@ -48,7 +48,7 @@ struct XState {
   ExpertShardSpec spec;
   ExpertRange experts;
   std::vector<int64_t> held;  // sorted: its range and its copies (the order of its weights)
-  std::vector<Range> ranges;  // expert_param_ranges(held): gate runs, up runs, down runs
+  std::vector<Range> ranges;  // expert_set_ranges(held): gate runs, up runs, down runs
   ShardView view;
   int64_t F = 0, D = 0;
   std::string name;
@@ -391,7 +391,7 @@ caf::behavior expert_actor(Self* self, std::shared_ptr<const Shared> sh, Device*
   st.held = spec.copies;
   for (int64_t e = st.experts.begin; e < st.experts.end; ++e) st.held.push_back(e);
   std::sort(st.held.begin(), st.held.end());
-  st.ranges = expert_param_ranges(sh->layout, c, spec.layer, st.held);
+  st.ranges = expert_set_ranges(sh->layout, c, spec.layer, st.held);
   st.F = c.expert_hidden;
   st.D = c.d_model;
   st.name = expert_name(spec.replica, spec.layer, spec.shard, sh->opt.data_parallel);
@@ -551,7 +551,7 @@ caf::actor spawn_expert_shard(caf::actor_system& sys, std::shared_ptr<const Shar
   std::sort(held.begin(), held.end());
   if (std::adjacent_find(held.begin(), held.end()) != held.end())
     throw std::invalid_argument("spawn_expert_shard: an expert copied twice");
-  (void)expert_param_ranges(sh->layout, c, spec.layer, held);
+  (void)expert_set_ranges(sh->layout, c, spec.layer, held);
   if (spec.weights) {
     const int64_t want = 3 * static_cast<int64_t>(held.size()) * c.expert_hidden * c.d_model;
     if (static_cast<int64_t>(spec.weights->size()) != want)

@@ -7,7 +7,7 @@
 // gradients. With replicas it also holds second copies of hot experts of
 // other shards (spec.copies): its weights are then [gate | up | down] of
 // the sorted union, each part a run of ranges (plan.hpp's
-// expert_param_ranges), and it gets only its block of such an expert's rows
+// expert_set_ranges), and it gets only its block of such an expert's rows
 // (moe::copy_rows); the optimizer shards sum the copies' gradients in
 // producer (= shard) order, like any two producers of one element. Their AdamW state is NOT here: like every other parameter it
 // lives in the ZeRO-1 optimizer shards (actors/optimizer/optimizer_actor.cpp), which
