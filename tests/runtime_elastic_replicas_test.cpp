@@ -266,15 +266,6 @@ TEST(RuntimeReplicas, CopiesLowerTheMaxMeanLoad) {
   EXPECT_LT(b, a);
 }
 
-void expect_invalid(const runtime::RuntimeOptions& o, const std::string& words) {
-  try {
-    runtime::validate(o);
-    ADD_FAILURE() << "accepted; expected an error with \"" << words << "\"";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
-  }
-}
-
 TEST(RuntimeReplicas, BadReplicaOptionsAreRejected) {
   runtime::RuntimeOptions o = replica_options("1f1b", 1, 35);
   o.redundant_experts = 1;
