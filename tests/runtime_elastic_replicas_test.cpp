@@ -194,6 +194,34 @@ TEST(RuntimeReplicas, KillOfAShardHoldingACopyReplaysBitwise) {
   }
 }
 
+// Shrink past the restart budget of a shard holding a copy (expert:1/1
+// holds expert 0's second copy): its slot goes, the copies go with the
+// shrunk plan (every expert keeps its home shard, so none is left without
+// weights), the step is replayed on one shard per layer and the run ends
+// within 1e-5 of the static placement.
+TEST(RuntimeReplicas, ShrinkOfAShardHoldingACopyDropsTheCopies) {
+  for (const std::string schedule : {"1f1b", "dualpipe"}) {
+    const runtime::RuntimeOptions base = replica_options(schedule, 1, 36);
+    const Outcome ref = run(base);
+    runtime::RuntimeOptions o = base;
+    o.expert_copies = fixed_copies(4);
+    o.max_restarts = 10;
+    o.max_restarts_expert = 1;
+    o.expert_on_failure = runtime::ExpertOnFailure::shrink;
+    o.faults.push_back({2, "expert:1/1", runtime::FaultKind::kill, 0});
+    o.faults.push_back({3, "expert:1/1", runtime::FaultKind::kill, 0});
+    const Outcome got = run(o);
+    const std::string what = schedule + " shrink with copies";
+    ASSERT_EQ(got.restarts.size(), 2u) << what;
+    EXPECT_TRUE(got.restarts[1].shrink) << what;
+    std::cout << "  " << what << ": " << got.restarts[1].str() << "\n";
+    // Steps 3-5 ran on one shard per layer holding all 4 experts, no copies.
+    for (size_t s = 2; s < got.shard_loads.size(); ++s)
+      for (const auto& layer : got.shard_loads[s]) EXPECT_EQ(layer.size(), 1u) << what;
+    expect_close(ref, got, what);
+  }
+}
+
 // The eplb policy with redundant_experts: at each rebalance the hottest
 // experts get a second copy, loaded from the optimizer shards through the
 // one placement-change path; the math stays within 1e-5 of static
