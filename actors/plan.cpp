@@ -51,6 +51,22 @@ std::array<Range, 3> expert_param_ranges(const model::ParamLayout& layout, const
   return out;
 }
 
+std::vector<Range> expert_set_ranges(const model::ParamLayout& layout, const model::ModelConfig& c, int layer,
+                                     const std::vector<int64_t>& experts) {
+  std::vector<ExpertRange> runs;
+  for (int64_t e : experts) {
+    if (!runs.empty() && e < runs.back().end) throw std::invalid_argument("expert_set_ranges: experts not sorted");
+    if (!runs.empty() && runs.back().end == e) ++runs.back().end;
+    else runs.push_back({e, e + 1});
+  }
+  std::vector<std::array<Range, 3>> parts;
+  for (const ExpertRange& r : runs) parts.push_back(expert_param_ranges(layout, c, layer, r));
+  std::vector<Range> out;
+  for (size_t part = 0; part < 3; ++part)
+    for (const auto& p : parts) out.push_back(p[part]);
+  return out;
+}
+
 const char* role_name(Role role) {
   switch (role) {
     case Role::Coordinator: return "coordinator";
@@ -189,6 +205,38 @@ ExpertRange Plan::experts_of(int layer, int shard) const {
   throw std::out_of_range("plan: no expert shard " + std::to_string(shard) + " of layer " + std::to_string(layer));
 }
 
+const std::vector<int64_t>& Plan::copies_of(int layer, int shard) const {
+  for (size_t li = 0; li < moe_layers.size(); ++li)
+    if (moe_layers[li] == layer && shard >= 0 && shard < expert_shards)
+      return layer_copies[li][static_cast<size_t>(shard)];
+  throw std::out_of_range("plan: no expert shard " + std::to_string(shard) + " of layer " + std::to_string(layer));
+}
+
+std::vector<int64_t> Plan::held_experts(int layer, int shard) const {
+  const ExpertRange r = experts_of(layer, shard);
+  std::vector<int64_t> out = copies_of(layer, shard);
+  for (int64_t e = r.begin; e < r.end; ++e) out.push_back(e);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<int> Plan::holders(int layer, int64_t expert) const {
+  std::vector<int> out;
+  for (int s = 0; s < expert_shards; ++s) {
+    const ExpertRange r = experts_of(layer, s);
+    const std::vector<int64_t>& c = copies_of(layer, s);
+    if ((expert >= r.begin && expert < r.end) || std::binary_search(c.begin(), c.end(), expert)) out.push_back(s);
+  }
+  return out;
+}
+
+bool Plan::replicated() const {
+  for (const auto& layer : layer_copies)
+    for (const auto& c : layer)
+      if (!c.empty()) return true;
+  return false;
+}
+
 int Plan::expert_producer(int layer, int shard) const {
   for (size_t li = 0; li < moe_layers.size(); ++li)
     if (moe_layers[li] == layer && shard >= 0 && shard < expert_shards)
@@ -205,6 +253,7 @@ bool keeps_expert_shard(const Plan& from, const Plan& to, int replica, int produ
   return to.placement.expert_ids[x] == from.placement.expert_ids[x] &&
          from.experts_of(layer, shard).begin == to.experts_of(layer, shard).begin &&
          from.experts_of(layer, shard).end == to.experts_of(layer, shard).end &&
+         from.copies_of(layer, shard) == to.copies_of(layer, shard) &&
          from.placement.expert_device[r][x] == to.placement.expert_device[r][x];
 }
 
@@ -286,10 +335,32 @@ Plan make_plan(const RuntimeOptions& o) {
     }
     p.layer_experts.push_back(std::move(split));
   }
+  // Each MoE layer's copies: per shard, sorted experts of other ranges.
+  if (!o.expert_copies.empty() && o.expert_copies.size() != p.moe_layers.size())
+    throw std::invalid_argument("expert_copies: one list per MoE layer (" + std::to_string(p.moe_layers.size()) + ")");
+  for (size_t li = 0; li < p.moe_layers.size(); ++li) {
+    std::vector<std::vector<int64_t>> copies(static_cast<size_t>(o.expert_shards));
+    if (!o.expert_copies.empty()) {
+      const auto& given = o.expert_copies[li];
+      const std::string where = "expert_copies of MoE layer " + std::to_string(p.moe_layers[li]) + ": ";
+      if (given.size() != copies.size())
+        throw std::invalid_argument(where + "one list per shard (" + std::to_string(o.expert_shards) + ")");
+      for (size_t s = 0; s < given.size(); ++s) {
+        const ExpertRange home = p.layer_experts[li][s];
+        for (size_t i = 0; i < given[s].size(); ++i) {
+          const int64_t e = given[s][i];
+          if (e < 0 || e >= c.n_experts || (e >= home.begin && e < home.end) || (i > 0 && e <= given[s][i - 1]))
+            throw std::invalid_argument(where + "shard " + std::to_string(s) + " lists expert " + std::to_string(e) +
+                                        ": copies must be sorted experts of other shards' ranges, each once");
+        }
+        copies[s] = given[s];
+      }
+    }
+    p.layer_copies.push_back(std::move(copies));
+  }
   for (size_t x = 0; x < pl.expert_ids.size(); ++x) {
     const auto [layer, shard] = pl.expert_ids[x];
-    const auto r = expert_param_ranges(layout, c, layer, p.experts_of(layer, shard));
-    p.expert_owned.push_back({r.begin(), r.end()});
+    p.expert_owned.push_back(expert_set_ranges(layout, c, layer, p.held_experts(layer, shard)));
   }
   std::vector<std::vector<StageSlot>> stages;  // [rank]
   for (int k = 0; k < o.stages; ++k) {
@@ -350,12 +421,17 @@ Plan make_plan(const RuntimeOptions& o) {
       a.layer = layer;
       a.shard = shard;
       a.experts = p.experts_of(layer, shard);
+      a.copies = p.copies_of(layer, shard);
       a.params = p.expert_owned[x];
       // Each micro-batch's forward and backward dispatch and their
       // completions, the gradient send's completion, then each ParamSlice
       // (from the optimizer shards meeting its ranges) and its load.
       a.messages_per_step = 4 * static_cast<uint32_t>(p.chunks) + 1 + 2 * p.meeting_shards(a.params);
       a.detail = range_text("experts", a.experts.begin, a.experts.end);
+      if (!a.copies.empty()) {
+        a.detail += " +copies";
+        for (int64_t e : a.copies) a.detail += " " + std::to_string(e);
+      }
       p.actors.push_back(std::move(a));
     }
   return p;

@@ -65,6 +65,12 @@ int expert_owner(int64_t n_experts, int shards, int64_t expert);
 std::array<Range, 3> expert_param_ranges(const model::ParamLayout& layout, const model::ModelConfig& c,
                                          int layer, ExpertRange r);
 
+// The same for any sorted set of experts (a shard's range plus its copies):
+// part-major, {gate, up, down} of each contiguous run of ids, in id order —
+// a shard's weights laid out as [gate of its experts | up | down].
+std::vector<Range> expert_set_ranges(const model::ParamLayout& layout, const model::ModelConfig& c, int layer,
+                                     const std::vector<int64_t>& experts);
+
 // Role (actors/supervision/faults.hpp): Coordinator, Optimizer, Rank, Expert.
 // "coordinator", "optimizer", "stage" (a pipeline rank), "expert".
 const char* role_name(Role role);
@@ -87,6 +93,7 @@ struct ActorPlan {
   int layer = -1;                 // expert shards: the global layer
   int shard = -1;                 // expert shards: the shard within the layer
   ExpertRange experts;            // expert shards: the experts they own
+  std::vector<int64_t> copies;    // expert shards: second copies of other shards' experts (sorted)
   // Parameter ranges: a rank's or expert shard's gradient ranges (merged, in
   // offset order), an optimizer shard's slice.
   std::vector<Range> params;
@@ -115,6 +122,9 @@ struct Plan {
   std::vector<int> moe_layers;                  // global index of each MoE layer (expert shards only)
   std::vector<std::vector<Range>> expert_owned; // [producer] gate, up, down ranges (expert shards only)
   std::vector<std::vector<ExpertRange>> layer_experts;  // [moe layer index][shard] the experts it holds
+  // [moe layer index][shard] the sorted experts of other ranges it holds a
+  // copy of (RuntimeOptions::expert_copies); all empty without replicas.
+  std::vector<std::vector<std::vector<int64_t>>> layer_copies;
   Placement placement;          // processes and devices (actors/cluster/placement.hpp)
   std::vector<DevicePlan> devices;
   // Every actor in spawn order: coordinator, optimizer shards, pipeline ranks
@@ -132,6 +142,15 @@ struct Plan {
   // The experts shard `shard` of global layer `layer` holds (the split may
   // be uneven: RuntimeOptions::expert_bounds). Throws std::out_of_range.
   ExpertRange experts_of(int layer, int shard) const;
+  // The copies shard `shard` of global layer `layer` holds (sorted; empty
+  // without replicas), and everything it holds: its range and its copies,
+  // sorted (the order of its weights and of its dispatch rows).
+  const std::vector<int64_t>& copies_of(int layer, int shard) const;
+  std::vector<int64_t> held_experts(int layer, int shard) const;
+  // The shards of global layer `layer` holding `expert`, ascending: its
+  // rows are split over them by moe::copy_rows.
+  std::vector<int> holders(int layer, int64_t expert) const;
+  bool replicated() const;  // any copy in any layer
   // The producer index of expert shard `shard` of global layer `layer`; -1 when none.
   int expert_producer(int layer, int shard) const;
   // Gradient slices an optimizer shard owning `r` takes from one replica:
@@ -148,7 +167,7 @@ struct Plan {
 
 // Incremental placement changes: expert shard `producer` of `replica` is the
 // same actor in both plans — same shard count, same layer and shard, same
-// experts, same device — so a change from `from` to `to` keeps it loaded
+// experts and copies, same device — so a change from `from` to `to` keeps it loaded
 // instead of replacing it.
 bool keeps_expert_shard(const Plan& from, const Plan& to, int replica, int producer);
 

@@ -48,6 +48,11 @@ struct RescaleReport {
   bool policy = false;             // made by the eplb policy (else an [[elastic]] event)
   int moved_experts = 0;           // eplb: experts that changed shard (all layers)
   std::vector<int64_t> bounds;     // eplb: the new boundaries, per MoE layer (expert_shards + 1 each)
+  // eplb with redundant_experts: the new copies, flat (moe layer index,
+  // shard, expert) triples; and [moe layer][expert] holders (1 = no copy)
+  // after the change.
+  std::vector<int64_t> copies;
+  std::vector<std::vector<int>> replicas;
   double migration_seconds = 0.0;  // from the first spawn until every new shard had its weights
   double step_seconds = 0.0;       // of the event step, the migration included
   // [moe layer] max / mean of the per-shard loads (1 = balanced).
@@ -81,12 +86,22 @@ struct RuntimeOptions {
   // boundaries from 0 to n_experts (shard k holds [b_k, b_k+1)); empty: the
   // even split (expert_split). Set by the "eplb" policy's moves.
   std::vector<std::vector<int64_t>> expert_bounds;
+  // Second copies of hot experts on top of the split, per MoE layer: per
+  // shard, the sorted experts of other shards' ranges it also holds (an
+  // expert's rows are split over its holders, moe::copy_rows; their weight
+  // gradients are summed by the optimizer shards in shard order). Empty:
+  // none. Set by the eplb policy with redundant_experts > 0.
+  std::vector<std::vector<std::vector<int64_t>>> expert_copies;
   // Automatic placement ([experts] policy): static keeps the split; eplb
   // moves experts between neighbouring shards every rebalance_every steps
   // by their measured load (moe/placement.hpp), at most expert_shards moves
   // per layer and rebalance.
   ExpertPolicy expert_policy = ExpertPolicy::static_split;
   int rebalance_every = 0;
+  // eplb: at each rebalance this many hottest experts of each MoE layer
+  // (moving-average load) get a second copy on another shard
+  // (moe::place_copies); 0: none. 0..n_experts, needs expert_shards >= 2.
+  int redundant_experts = 0;
   // eplb's gate weighs a move's predicted gain against its migration cost,
   // measured on this run's past placement changes (seconds per byte loaded)
   // and multiplied by this factor: 1 = as measured, 0 = no cost (moves

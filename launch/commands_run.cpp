@@ -115,6 +115,15 @@ class RestartMetrics : public model::TrainObserver {
         .add_raw("max_mean_load_before", list(r.imbalance_before))
         .add_raw("max_mean_load_after", list(r.imbalance_after))
         .add("neighbour_step_seconds", r.neighbour_seconds);
+    if (!r.replicas.empty()) {  // [moe layer][expert] holders after the change (2: a second copy)
+      std::string rep = "[";
+      for (size_t l = 0; l < r.replicas.size(); ++l) {
+        rep += l ? ",[" : "[";
+        for (size_t e = 0; e < r.replicas[l].size(); ++e) rep += (e ? "," : "") + std::to_string(r.replicas[l][e]);
+        rep += "]";
+      }
+      j.add_raw("replicas", rep + "]");
+    }
     if (r.policy)  // eplb's migration-cost gate: the decision and what it weighed
       j.add("decision", std::string(r.made ? "made" : "skipped"))
           .add("layers_moved", static_cast<int64_t>(r.layers_moved))

@@ -59,6 +59,7 @@ struct ExpertsConfig {
   int64_t rebalance_every = 0;  // eplb: steps between rebalances
   runtime::ExpertOnFailure on_failure = runtime::ExpertOnFailure::stop;  // "stop" | "shrink"
   double migration_cost_scale = 1.0;  // eplb's gate: x the measured migration cost
+  int64_t redundant_experts = 0;      // eplb: hottest experts per MoE layer given a second copy
 };
 
 struct TopologyConfig {

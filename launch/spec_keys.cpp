@@ -212,6 +212,16 @@ std::vector<KeyDef> build_keys() {
                     ? "applies only to [experts] policy = \"eplb\""
                     : "";
        }});
+  add({"experts", "redundant_experts", KeyType::Int, F(experts.redundant_experts), "eplb: at each rebalance this many of the hottest experts of each MoE layer (by the moving average of the measured loads) get a second copy on another shard (the least loaded one not holding it, and only when that lowers the larger of the two shards' loads); a copied expert's rows are split in two contiguous blocks in token order, one per copy, and the copies' weight gradients are summed by the optimizer shards in shard order. A copy's weights are loaded from the optimizer shards like a move's. 0 = no copies; at most [model] n_experts (one second copy per expert).", 0, kBig,
+       {}, [](const Spec& s) -> std::string {
+         if (s.experts.redundant_experts == 0) return "";
+         if (s.experts.policy != runtime::ExpertPolicy::eplb)
+           return "applies only to [experts] policy = \"eplb\" (the copies follow its measured loads)";
+         if (s.experts.redundant_experts > s.model.n_experts)
+           return "more copies than experts: at most [model] n_experts (" + std::to_string(s.model.n_experts) +
+                  "), one second copy per expert";
+         return "";
+       }});
   add({"experts", "on_failure", KeyType::Choice, F(experts.on_failure), "An expert shard over its restart budget (max_restarts_expert, else max_restarts): \"stop\" ends the run (as for any actor); \"shrink\" removes that shard's slot from every MoE layer (its experts join the neighbouring shard with fewer experts, loaded from the optimizer shards' committed parameters), replays the step and trains on with one shard fewer per layer, until the next [[elastic]] event. With one shard left it stops.", 0, 0, {} /* the enum's names: bind_choices */,
        [](const Spec& s) -> std::string {
          if (s.experts.on_failure != runtime::ExpertOnFailure::shrink) return "";

@@ -67,6 +67,7 @@ runtime::RuntimeOptions base_options(const Spec& spec) {
   r.rebalance_every = static_cast<int>(spec.experts.rebalance_every);
   r.expert_on_failure = spec.experts.on_failure;
   r.migration_cost_scale = spec.experts.migration_cost_scale;
+  r.redundant_experts = static_cast<int>(spec.experts.redundant_experts);
   r.processes = static_cast<int>(spec.topology.processes);
   r.interface = spec.topology.interface;
   r.peer_timeout = spec.topology.peer_timeout;
@@ -185,7 +186,13 @@ std::string format_elastic(const Spec& spec) {
   std::string eplb =
       spec.experts.policy == runtime::ExpertPolicy::eplb
           ? "[experts] policy = \"eplb\": every " + std::to_string(spec.experts.rebalance_every) +
-                " step(s) experts move between neighbouring shards by their measured load (at run time)\n"
+                " step(s) experts move between neighbouring shards by their measured load (at run time)" +
+                (spec.experts.redundant_experts > 0
+                     ? "; the " + std::to_string(spec.experts.redundant_experts) +
+                           " hottest expert(s) of each MoE layer get a second copy on another shard where that lowers the busier "
+                           "shard's load"
+                     : std::string()) +
+                "\n"
           : "";
   if (spec.experts.on_failure == runtime::ExpertOnFailure::shrink)
     eplb += "[experts] on_failure = \"shrink\": an expert shard over its restart budget is removed (its experts "

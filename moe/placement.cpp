@@ -88,6 +88,76 @@ double bounds_imbalance(std::span<const double> loads, const std::vector<int64_t
   return total > 0.0 ? most * static_cast<double>(sum.size()) / total : 0.0;
 }
 
+std::pair<int64_t, int64_t> copy_rows(int64_t rows, int holders, int copy) {
+  if (holders < 1 || copy < 0 || copy >= holders || rows < 0)
+    throw std::invalid_argument("copy_rows: copy " + std::to_string(copy) + " of " + std::to_string(holders));
+  return {rows * copy / holders, rows * (copy + 1) / holders};
+}
+
+std::vector<int> expert_holders(const std::vector<int64_t>& bounds, const std::vector<std::vector<int64_t>>& copies,
+                                int64_t expert) {
+  std::vector<int> out;
+  for (size_t s = 0; s + 1 < bounds.size(); ++s) {
+    const bool home = expert >= bounds[s] && expert < bounds[s + 1];
+    const bool copy = s < copies.size() && std::binary_search(copies[s].begin(), copies[s].end(), expert);
+    if (home || copy) out.push_back(static_cast<int>(s));
+  }
+  return out;
+}
+
+std::vector<double> replicated_shard_loads(std::span<const double> loads, const std::vector<int64_t>& bounds,
+                                           const std::vector<std::vector<int64_t>>& copies) {
+  check(loads, bounds);
+  std::vector<double> out(bounds.size() - 1, 0.0);
+  for (size_t e = 0; e < loads.size(); ++e) {
+    const std::vector<int> h = expert_holders(bounds, copies, static_cast<int64_t>(e));
+    for (int s : h) out[static_cast<size_t>(s)] += loads[e] / static_cast<double>(h.size());
+  }
+  return out;
+}
+
+double replicated_imbalance(std::span<const double> loads, const std::vector<int64_t>& bounds,
+                            const std::vector<std::vector<int64_t>>& copies) {
+  const std::vector<double> sum = replicated_shard_loads(loads, bounds, copies);
+  double total = 0.0, most = 0.0;
+  for (double x : sum) total += x, most = std::max(most, x);
+  return total > 0.0 ? most * static_cast<double>(sum.size()) / total : 0.0;
+}
+
+std::vector<std::vector<int64_t>> place_copies(std::span<const double> loads, const std::vector<int64_t>& bounds,
+                                               int redundant) {
+  check(loads, bounds);
+  const int64_t E = static_cast<int64_t>(loads.size());
+  const size_t S = bounds.size() - 1;
+  if (redundant < 0 || redundant > E || (redundant > 0 && S < 2))
+    throw std::invalid_argument("place_copies: " + std::to_string(redundant) + " redundant copies for " +
+                                std::to_string(E) + " experts on " + std::to_string(S) + " shard(s)");
+  std::vector<int64_t> order(static_cast<size_t>(E));
+  for (int64_t e = 0; e < E; ++e) order[static_cast<size_t>(e)] = e;
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return loads[static_cast<size_t>(a)] > loads[static_cast<size_t>(b)];
+  });
+  std::vector<std::vector<int64_t>> copies(S);
+  for (int i = 0; i < redundant; ++i) {
+    const int64_t e = order[static_cast<size_t>(i)];
+    const std::vector<double> sum = replicated_shard_loads(loads, bounds, copies);
+    const std::vector<int> h = expert_holders(bounds, copies, e);
+    size_t best = S;
+    for (size_t s = 0; s < S; ++s)
+      if (std::find(h.begin(), h.end(), static_cast<int>(s)) == h.end() && (best == S || sum[s] < sum[best])) best = s;
+    // Made only when it lowers the most loaded of the shards it touches
+    // (its holders and `best`), as a move must lower the larger of its pair.
+    const double w = loads[static_cast<size_t>(e)], R = static_cast<double>(h.size());
+    double before = sum[best], after = sum[best] + w / (R + 1);
+    for (int x : h) {
+      before = std::max(before, sum[static_cast<size_t>(x)]);
+      after = std::max(after, sum[static_cast<size_t>(x)] - w / R + w / (R + 1));
+    }
+    if (after < before) copies[best].insert(std::lower_bound(copies[best].begin(), copies[best].end(), e), e);
+  }
+  return copies;
+}
+
 namespace {
 
 // One physical copy of a logical expert waiting for a slot.

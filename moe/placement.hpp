@@ -6,12 +6,15 @@
 // Also an EPLB-style placement with replicas (DeepSeek's EPLB, plus an
 // incremental variant that keeps experts where they are): a hot expert gets
 // several copies on different devices and its tokens are split evenly over
-// them. The actor runtime does not use replicas yet; the sim of expert
-// parallelism does (actors/sim/ep_sim.hpp). Plain math: no actors.
+// them. The sim of expert parallelism uses it (actors/sim/ep_sim.hpp).
+// The actor runtime's replicas ([experts] redundant_experts) are second
+// copies of the hottest experts on top of the contiguous ranges
+// (place_copies below). Plain math: no actors.
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace troupe::moe {
@@ -38,6 +41,39 @@ std::vector<int64_t> remove_shard_bounds(const std::vector<int64_t>& bounds, int
 // max / mean of the per-shard sums of `loads` under `bounds` (1 = balanced,
 // 0 when everything is 0).
 double bounds_imbalance(std::span<const double> loads, const std::vector<int64_t>& bounds);
+
+// Redundant copies on top of contiguous ranges (the actor runtime's
+// replicas): shard s holds its range [b_s, b_s+1) plus `copies[s]`, a sorted
+// list of experts of other ranges it holds a second copy of. An expert's
+// holders are its home shard and the shards with a copy, in shard order;
+// its rows (token order) are split over them in contiguous blocks.
+
+// The rows [first, end) of an expert's `rows` that holder `copy` of
+// `holders` takes: [rows*copy/holders, rows*(copy+1)/holders).
+std::pair<int64_t, int64_t> copy_rows(int64_t rows, int holders, int copy);
+
+// The shards holding `expert`, ascending (home shard and copies).
+std::vector<int> expert_holders(const std::vector<int64_t>& bounds, const std::vector<std::vector<int64_t>>& copies,
+                                int64_t expert);
+
+// Per-shard loads with copies: an expert's load divided evenly over its
+// holders (the expected share of copy_rows).
+std::vector<double> replicated_shard_loads(std::span<const double> loads, const std::vector<int64_t>& bounds,
+                                           const std::vector<std::vector<int64_t>>& copies);
+// Their max / mean (1 = balanced, 0 when everything is 0).
+double replicated_imbalance(std::span<const double> loads, const std::vector<int64_t>& bounds,
+                            const std::vector<std::vector<int64_t>>& copies);
+
+// The copies for `redundant` replicas: each of the `redundant` hottest
+// experts (by loads, ties: lowest id; hottest first) gets a second copy on
+// the shard with the lowest load (copies placed so far counted) among
+// those not holding it, ties: lowest shard — when that lowers the larger
+// of the loads of its home shard and that one (as a move must); else it
+// gets none. Returns per shard its sorted copies. Throws std::invalid_argument
+// when bounds are not a split of loads, redundant < 0, redundant > E, or
+// redundant > 0 with fewer than 2 shards.
+std::vector<std::vector<int64_t>> place_copies(std::span<const double> loads, const std::vector<int64_t>& bounds,
+                                               int redundant);
 
 // Replicated placement of E logical experts on D devices with S physical
 // expert slots each (D*S >= E; D*S - E redundant slots). A device's load is

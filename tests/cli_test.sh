@@ -414,6 +414,15 @@ grep -q '"type":"rescale","step":4,"old_shards":4,"new_shards":1' "$work/elastic
 for f in params.f32.zst adam_m.f32.zst adam_v.f32.zst; do
   cmp -s "$work/xpipe/checkpoint/$f" "$work/elastic/checkpoint/$f" || fail "$f after scale events differs from the static placement"
 done
+# [experts] redundant_experts: eplb every step with up to 2 copies per layer on
+# skewed loads: each rebalance line reports the holders of every expert
+# ("replicas", one list per MoE layer) and the max/mean shard loads.
+expect_exit 0 "$troupe" run "${untied[@]}" "${xargs_[@]}" --set run.out_dir="$work/replicas" \
+  --set 'experts.policy="eplb"' --set experts.rebalance_every=1 --set experts.migration_cost_scale=0 \
+  --set experts.redundant_experts=2 --set 'model.balance="none"'
+expect_output "step 4/4"
+grep -q '"type":"rebalance".*"max_mean_load_after":\[[0-9.]*,[0-9.]*\].*"replicas":\[\[[12,]*\],\[[12,]*\]\]' \
+  "$work/replicas/metrics.jsonl" || fail "no rebalance line with replicas per expert in metrics.jsonl"
 # [experts] on_failure = "shrink": expert:1/1 killed in steps 2 and 3 with a
 # budget of one expert restart: the second kill removes its slot (2 -> 1
 # shards per layer) and replays step 3; a restart line with "shrink":1, and

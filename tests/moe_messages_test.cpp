@@ -126,6 +126,26 @@ TEST(MoeMessages, UnknownAndForeignExpertRejected) {
   EXPECT_NE(rejected(check_dispatch(foreign.build(), view())).find("row 0: expert id 3 is not owned"), std::string::npos);
 }
 
+// A shard holding copies of experts 1 and 2 besides its range [4, 8): their
+// rows come first (ids ascending) and count at their place in the merged order.
+TEST(MoeMessages, CopiesAreOwnedInIdOrder) {
+  ShardView v = view();
+  v.copies = {1, 2};
+  Rows rows;
+  rows.experts = {1, 2, 2, 4, 7};
+  rows.tokens = {0, 1, 4, 3, 5};
+  auto r = check_dispatch(rows.build(), v);
+  ASSERT_TRUE(r) << to_string(r.error());
+  EXPECT_EQ(r->counts, (std::vector<int64_t>{1, 2, 1, 0, 0, 1}));
+  Rows foreign = rows;
+  foreign.experts[0] = 0;  // not copied here
+  EXPECT_NE(rejected(check_dispatch(foreign.build(), v)).find("expert id 0 is not owned by shard 1 (experts [4, 8) and 2 copies)"),
+            std::string::npos);
+  Rows unordered = rows;
+  unordered.experts = {2, 1, 4, 4, 7};
+  EXPECT_NE(rejected(check_dispatch(unordered.build(), v)).find("rows must be grouped by expert"), std::string::npos);
+}
+
 TEST(MoeMessages, TruncatedBytesRejected) {
   const std::vector<uint8_t> frame = Rows().build().encode();
   for (size_t cut : {size_t{0}, size_t{7}, kFrameHeaderBytes, frame.size() / 2, frame.size() - 1}) {

@@ -159,6 +159,60 @@ TEST(MoeEplb, IncrementalKeepsWhatStillFits) {
   EXPECT_LT(inc.imbalance(), contiguous_placement(drifted, 16).imbalance());
 }
 
+// Copies on top of contiguous ranges (the actor runtime's replicas).
+TEST(MoeCopies, CopyRowsSplitInContiguousBlocks) {
+  EXPECT_EQ(copy_rows(7, 2, 0), (std::pair<int64_t, int64_t>{0, 3}));
+  EXPECT_EQ(copy_rows(7, 2, 1), (std::pair<int64_t, int64_t>{3, 7}));
+  EXPECT_EQ(copy_rows(7, 1, 0), (std::pair<int64_t, int64_t>{0, 7}));
+  EXPECT_EQ(copy_rows(1, 2, 0), (std::pair<int64_t, int64_t>{0, 0}));
+  for (int64_t n = 0; n < 20; ++n)
+    for (int h = 1; h <= 4; ++h) {
+      int64_t at = 0;
+      for (int j = 0; j < h; ++j) {
+        const auto [a, b] = copy_rows(n, h, j);
+        EXPECT_EQ(a, at);
+        EXPECT_LE(b - a, n / h + 1);
+        at = b;
+      }
+      EXPECT_EQ(at, n);
+    }
+  EXPECT_THROW(copy_rows(5, 2, 2), std::invalid_argument);
+}
+
+TEST(MoeCopies, HottestExpertsGetACopyWhereItHelps) {
+  // Shard 0 holds 0..1, shard 1 holds 2..3; expert 0 is hot.
+  const std::vector<double> loads{60, 10, 20, 10};
+  const std::vector<int64_t> b{0, 2, 4};
+  const auto c = place_copies(loads, b, 1);
+  ASSERT_EQ(c.size(), 2u);
+  EXPECT_TRUE(c[0].empty());
+  EXPECT_EQ(c[1], (std::vector<int64_t>{0}));
+  EXPECT_EQ(expert_holders(b, c, 0), (std::vector<int>{0, 1}));
+  EXPECT_EQ(expert_holders(b, c, 3), (std::vector<int>{1}));
+  EXPECT_EQ(replicated_shard_loads(loads, b, c), (std::vector<double>{40, 60}));
+  EXPECT_NEAR(replicated_imbalance(loads, b, c), 1.2, 1e-12);
+  EXPECT_NEAR(bounds_imbalance(loads, b), 1.4, 1e-12);
+  // Balanced shards: a copy of the hottest would only raise the other
+  // shard above both, so none is made.
+  const std::vector<double> even{30, 20, 25, 25};
+  EXPECT_EQ(place_copies(even, b, 2), (std::vector<std::vector<int64_t>>{{}, {}}));
+  // Two copies over four shards: the hottest two, each on the least loaded
+  // shard not holding it, never on its own.
+  const std::vector<double> skew{50, 5, 5, 5, 5, 5, 40, 5};
+  const std::vector<int64_t> four{0, 2, 4, 6, 8};
+  const auto c4 = place_copies(skew, four, 2);
+  int n = 0;
+  for (size_t s = 0; s < c4.size(); ++s)
+    for (int64_t e : c4[s]) {
+      ++n;
+      EXPECT_FALSE(e >= four[s] && e < four[s + 1]);
+    }
+  EXPECT_EQ(n, 2);
+  EXPECT_LT(replicated_imbalance(skew, four, c4), bounds_imbalance(skew, four));
+  EXPECT_THROW(place_copies(skew, four, 9), std::invalid_argument);
+  EXPECT_THROW(place_copies(loads, {0, 4}, 1), std::invalid_argument);
+}
+
 TEST(MoeEplb, CopiesMovedCountsNewCopiesPerDevice) {
   ReplicatedPlacement a, b;
   a.slots = {{0, 1}, {2, 0}};

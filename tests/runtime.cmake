@@ -81,6 +81,12 @@ if(TARGET troupe_runtime)
     LIBS troupe_runtime
     TIMEOUT 300
     LABELS runtime experts)
+  # Redundant experts: copies of hot experts against static placement.
+  troupe_add_gtest(runtime_elastic_replicas_tests
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/runtime_elastic_replicas_test.cpp
+    LIBS troupe_runtime
+    TIMEOUT 300
+    LABELS runtime experts)
   # eplb's migration-cost gate and incremental moves.
   troupe_add_gtest(runtime_elastic_gate_tests
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/runtime_elastic_gate_test.cpp

@@ -290,15 +290,6 @@ TEST(RuntimeElastic, EplbMovesExpertsAndKeepsTheMath) {
     }
 }
 
-void expect_invalid(const runtime::RuntimeOptions& o, const std::string& words) {
-  try {
-    runtime::validate(o);
-    ADD_FAILURE() << "accepted; expected an error with \"" << words << "\"";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
-  }
-}
-
 TEST(RuntimeElastic, BadEventsAreRejected) {
   runtime::RuntimeOptions o = options("1f1b", 1, 1);
   o.elastic = {{2, 5}};

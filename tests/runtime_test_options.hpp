@@ -5,7 +5,11 @@
 
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 #include "actors/runtime.hpp"
 
@@ -38,6 +42,16 @@ inline runtime::RuntimeOptions tiny_moe_options(uint64_t seed, int64_t steps) {
   t.eval_every = 0;
   t.seed = seed;
   return o;
+}
+
+// runtime::validate(o) rejects `o` with a message containing `words`.
+inline void expect_invalid(const runtime::RuntimeOptions& o, const std::string& words) {
+  try {
+    runtime::validate(o);
+    ADD_FAILURE() << "accepted; expected an error with \"" << words << "\"";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace troupe::test

@@ -4,6 +4,7 @@
 // contract: actors/experts/expert_shard.hpp.
 #include "actors/experts/expert_shard.hpp"
 
+#include <algorithm>
 #include <bit>
 #include <numeric>
 #include <set>
@@ -46,7 +47,8 @@ struct XState {
   Device* dev = nullptr;
   ExpertShardSpec spec;
   ExpertRange experts;
-  std::array<Range, 3> ranges;
+  std::vector<int64_t> held;  // sorted: its range and its copies (the order of its weights)
+  std::vector<Range> ranges;  // expert_set_ranges(held): gate runs, up runs, down runs
   ShardView view;
   int64_t F = 0, D = 0;
   std::string name;
@@ -251,7 +253,7 @@ void backward(Self* self, const CheckedDispatch& cd, caf::actor dest) {
   s.bwd_done.insert(k);
   auto comp = s.comp;
   const int64_t F = s.F, D = s.D;
-  const int64_t nexp = s.experts.size();
+  const int64_t nexp = static_cast<int64_t>(s.held.size());
   const MoeKey id = cd.id;
   auto msg = cd.msg;
   auto sh = s.sh;
@@ -387,7 +389,10 @@ caf::behavior expert_actor(Self* self, std::shared_ptr<const Shared> sh, Device*
   st.dev = dev;
   st.spec = spec;
   st.experts = spec.experts.size() > 0 ? spec.experts : expert_split(c.n_experts, spec.shards, spec.shard);
-  st.ranges = expert_param_ranges(sh->layout, c, spec.layer, st.experts);
+  st.held = spec.copies;
+  for (int64_t e = st.experts.begin; e < st.experts.end; ++e) st.held.push_back(e);
+  std::sort(st.held.begin(), st.held.end());
+  st.ranges = expert_set_ranges(sh->layout, c, spec.layer, st.held);
   st.F = c.expert_hidden;
   st.D = c.d_model;
   st.name = expert_name(spec.replica, spec.layer, spec.shard, sh->opt.data_parallel);
@@ -396,6 +401,7 @@ caf::behavior expert_actor(Self* self, std::shared_ptr<const Shared> sh, Device*
   st.view.shard = static_cast<uint32_t>(spec.shard);
   st.view.expert_begin = static_cast<uint32_t>(st.experts.begin);
   st.view.expert_end = static_cast<uint32_t>(st.experts.end);
+  for (int64_t e : spec.copies) st.view.copies.push_back(static_cast<uint32_t>(e));
   st.view.width = static_cast<uint32_t>(c.d_model);
   st.view.tokens = static_cast<uint32_t>(sh->plan.mb_batch * c.seq_len);
   st.view.top_k = static_cast<uint32_t>(c.top_k);
@@ -414,7 +420,7 @@ caf::behavior expert_actor(Self* self, std::shared_ptr<const Shared> sh, Device*
       from_init->insert(from_init->end(), sh->init.begin() + r.offset, sh->init.begin() + r.offset + r.count);
     init = std::move(from_init);
   }
-  const int64_t n = st.experts.size(), F = st.F, D = st.D;
+  const int64_t n = static_cast<int64_t>(st.held.size()), F = st.F, D = st.D;
   submit(self, *dev, [comp, init, n, F, D](kernels::Backend& be) {
     comp->params = be.from_f32({static_cast<int64_t>(init->size())}, *init);
     comp->w = weight_views(comp->params, n, F, D);
@@ -499,6 +505,8 @@ caf::behavior expert_actor(Self* self, std::shared_ptr<const Shared> sh, Device*
       [self](rt::name_atom) { return self->state.name; },
       [self](rt::params_atom) -> caf::result<Envelope, Envelope, Envelope> {
         auto& s = self->state;
+        if (s.ranges.size() != 3)
+          return caf::make_error(caf::sec::runtime_error, s.name + ": (params) of a shard holding copies");
         auto rp = self->make_response_promise<Envelope, Envelope, Envelope>();
         auto holder = std::make_shared<std::vector<Envelope>>();
         auto comp = s.comp;
@@ -535,9 +543,18 @@ caf::actor spawn_expert_shard(caf::actor_system& sys, std::shared_ptr<const Shar
       spec.experts.size() > 0 ? spec.experts : expert_split(c.n_experts, spec.shards, spec.shard);
   if (experts.begin < 0 || experts.end > c.n_experts)
     throw std::invalid_argument("spawn_expert_shard: experts outside the layer's " + std::to_string(c.n_experts));
-  (void)expert_param_ranges(sh->layout, c, spec.layer, experts);
+  std::vector<int64_t> held = spec.copies;
+  for (int64_t e : held)
+    if (e < 0 || e >= c.n_experts || (e >= experts.begin && e < experts.end))
+      throw std::invalid_argument("spawn_expert_shard: copy of expert " + std::to_string(e) +
+                                  " (outside the layer or inside the shard's own range)");
+  for (int64_t e = experts.begin; e < experts.end; ++e) held.push_back(e);
+  std::sort(held.begin(), held.end());
+  if (std::adjacent_find(held.begin(), held.end()) != held.end())
+    throw std::invalid_argument("spawn_expert_shard: an expert copied twice");
+  (void)expert_set_ranges(sh->layout, c, spec.layer, held);
   if (spec.weights) {
-    const int64_t want = 3 * experts.size() * c.expert_hidden * c.d_model;
+    const int64_t want = 3 * static_cast<int64_t>(held.size()) * c.expert_hidden * c.d_model;
     if (static_cast<int64_t>(spec.weights->size()) != want)
       throw std::invalid_argument("spawn_expert_shard: " + std::to_string(spec.weights->size()) +
                                   " weights for a shard of " + std::to_string(want));

@@ -4,7 +4,12 @@
 //
 // What it owns: the experts' weights (gate/up/down: three contiguous ranges
 // of the flat parameter buffer, model/params.cpp) and their weight
-// gradients. Their AdamW state is NOT here: like every other parameter it
+// gradients. With replicas it also holds second copies of hot experts of
+// other shards (spec.copies): its weights are then [gate | up | down] of
+// the sorted union, each part a run of ranges (plan.hpp's
+// expert_set_ranges), and it gets only its block of such an expert's rows
+// (moe::copy_rows); the optimizer shards sum the copies' gradients in
+// producer (= shard) order, like any two producers of one element. Their AdamW state is NOT here: like every other parameter it
 // lives in the ZeRO-1 optimizer shards (actors/optimizer/optimizer_actor.cpp), which
 // take this actor's GradSlices and send ParamSlices back. So an expert shard
 // is a "gradient producer" exactly like a pipeline rank.
@@ -78,6 +83,7 @@ struct ExpertShardSpec {
   int shard = 0;         // this shard within the layer
   int shards = 1;        // expert shards of the layer
   ExpertRange experts;   // the experts it holds; empty: expert_split(n_experts, shards, shard)
+  std::vector<int64_t> copies;  // second copies of other shards' experts it holds (sorted; Plan::copies_of)
   int producer = 0;      // unique per (replica, layer, shard): GradSlice.stage / stepok rank offset
   int microbatches = 0;  // backward dispatches per step; 0: sh->plan.chunks
   // Start elsewhere than step 0 with sh->init: the step to resume at and the
@@ -96,7 +102,8 @@ struct ExpertShardSpec {
 // the wrong size) or std::out_of_range (spec.layer has no routed experts).
 // Messages besides Envelopes: (done, ticket) internal; (dropped) -> uint64_t;
 // (params) -> three ParamSlice Envelopes {gate, up, down} of its current
-// weights (tests, checkpoints); (rescale) -> uint64_t, the bytes of its
+// weights (tests; an error for a shard holding copies, whose parts are not
+// contiguous); (rescale) -> uint64_t, the bytes of its
 // weights, answered once the device work queued before it (the restore
 // loads of a scale event) has run.
 caf::actor spawn_expert_shard(caf::actor_system& sys, std::shared_ptr<const Shared> sh, Device& dev,

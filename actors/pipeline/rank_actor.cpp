@@ -33,6 +33,7 @@
 #include "actors/context.hpp"
 #include "model/stage.hpp"
 #include "model/weights.hpp"
+#include "moe/placement.hpp"
 
 namespace troupe::runtime {
 namespace {
@@ -51,6 +52,10 @@ struct Compute {
   uint64_t dispatch_seq = 0;       // MoeId.dispatchId
 };
 
+// The rows of a MoE exchange (moe::DispatchPlan order) one Dispatch
+// carries, in its order: [begin, end) blocks.
+using RowBlocks = std::vector<std::pair<int64_t, int64_t>>;
+
 // A chunk's pass waiting for its experts (actor side).
 struct Part {
   sched::Chunk c;
@@ -59,7 +64,7 @@ struct Part {
   uint32_t layer = 0;
   std::vector<MoeKey> sent;                        // [shard] the Dispatch ids
   std::vector<std::vector<uint32_t>> token_index;  // [shard] rows' tokens, to check the echo
-  std::vector<ExpertRange> experts;                // [shard] the experts its rows were for
+  std::vector<RowBlocks> blocks;                   // [shard] the exchange rows it was sent
   std::vector<Envelope> got;                       // [shard] Combines (empty until received)
   std::vector<bool> have;
   int missing = 0;
@@ -351,13 +356,16 @@ struct Suspended {
   std::vector<Envelope> dispatches;  // [shard]
   std::vector<MoeKey> keys;          // [shard]
   std::vector<std::vector<uint32_t>> token_index;
-  std::vector<ExpertRange> experts;  // [shard] the split in force (its Combines come back in it)
+  std::vector<RowBlocks> blocks;     // [shard] the rows sent under the split in force (its Combines come back in it)
 };
 
 // Builds one Dispatch per expert shard of the exchange's layer (device
 // thread): rows grouped by expert as the plan has them; forward rows are the
 // gathered token rows, backward rows the layer-output gradient of each row's
 // token (the shard applies the combine weight, as moe_messages.hpp says).
+// An expert with copies (replicas) has its rows split over its holders in
+// shard order, contiguous blocks in token order (moe::copy_rows): the same
+// rows in forward and backward, so each copy's gradient is its block's.
 void build_dispatches(const Shared& sh, Compute& comp, const model::MoeExchange& ex, const MoeKey& base,
                       int64_t T, int64_t D, Suspended& out) {
   const moe::DispatchPlan& p = *ex.plan;
@@ -381,25 +389,44 @@ void build_dispatches(const Shared& sh, Compute& comp, const model::MoeExchange&
   const int shards = plan->expert_shards;
   out.layer = static_cast<uint32_t>(ex.layer);
   for (int sh_i = 0; sh_i < shards; ++sh_i) {
-    const ExpertRange r = plan->experts_of(static_cast<int>(ex.layer), sh_i);
-    if (r.end > E) throw std::logic_error("expert split beyond the layer's experts");
-    out.experts.push_back(r);
-    const int64_t r0 = p.offsets[static_cast<size_t>(r.begin)], r1 = p.offsets[static_cast<size_t>(r.end)];
+    RowBlocks blocks;
     std::vector<uint32_t> ids, tix;
-    for (int64_t e = r.begin; e < r.end; ++e)
-      for (int64_t i = p.offsets[static_cast<size_t>(e)]; i < p.offsets[static_cast<size_t>(e) + 1]; ++i) {
+    for (int64_t e : plan->held_experts(static_cast<int>(ex.layer), sh_i)) {
+      if (e >= E) throw std::logic_error("expert split beyond the layer's experts");
+      const std::vector<int> h = plan->holders(static_cast<int>(ex.layer), e);
+      const int j = static_cast<int>(std::find(h.begin(), h.end(), sh_i) - h.begin());
+      const int64_t o0 = p.offsets[static_cast<size_t>(e)];
+      const auto [a, b] = moe::copy_rows(p.offsets[static_cast<size_t>(e) + 1] - o0, static_cast<int>(h.size()), j);
+      if (b == a) continue;
+      if (!blocks.empty() && blocks.back().second == o0 + a) blocks.back().second = o0 + b;
+      else blocks.emplace_back(o0 + a, o0 + b);
+      for (int64_t i = o0 + a; i < o0 + b; ++i) {
         ids.push_back(static_cast<uint32_t>(e));
         tix.push_back(static_cast<uint32_t>(p.token_index[static_cast<size_t>(i)]));
       }
+    }
+    // One block (no copies): the rows as they lie; else gathered.
+    std::vector<float> xs, ws;
+    std::span<const float> xr, wr;
+    if (blocks.size() == 1) {
+      const auto [r0, r1] = blocks.front();
+      xr = std::span<const float>(rows.data() + r0 * D, static_cast<size_t>((r1 - r0) * D));
+      wr = std::span<const float>(row_w.data() + r0, static_cast<size_t>(r1 - r0));
+    } else {
+      for (const auto& [r0, r1] : blocks) {
+        xs.insert(xs.end(), rows.begin() + r0 * D, rows.begin() + r1 * D);
+        ws.insert(ws.end(), row_w.begin() + r0, row_w.begin() + r1);
+      }
+      xr = xs;
+      wr = ws;
+    }
+    out.blocks.push_back(std::move(blocks));
     MoeKey id = base;
     id.layer = static_cast<uint32_t>(ex.layer);
     id.shard = static_cast<uint32_t>(sh_i);
     id.backward = ex.backward;
     id.dispatch_id = ++comp.dispatch_seq;
-    out.dispatches.push_back(make_dispatch(
-        id, static_cast<uint32_t>(D),
-        std::span<const float>(rows.data() + r0 * D, static_cast<size_t>((r1 - r0) * D)), ids,
-        std::span<const float>(row_w.data() + r0, static_cast<size_t>(r1 - r0)), tix));
+    out.dispatches.push_back(make_dispatch(id, static_cast<uint32_t>(D), xr, ids, wr, tix));
     out.keys.push_back(id);
     out.token_index.push_back(std::move(tix));
   }
@@ -452,7 +479,7 @@ void run_step(Self* self, const PartKey key, const sched::Chunk c, int slot,
     p.layer = out->layer;
     p.sent = out->keys;
     p.token_index = std::move(out->token_index);
-    p.experts = std::move(out->experts);
+    p.blocks = std::move(out->blocks);
     p.got.resize(p.sent.size());
     p.have.assign(p.sent.size(), false);
     p.missing = static_cast<int>(p.sent.size());
@@ -472,17 +499,20 @@ void resume_step(Self* self, const PartKey key, Part part) {
   auto sh = st.sh;
   const bool backward = std::get<3>(key);
   auto got = std::make_shared<std::vector<Envelope>>(std::move(part.got));
-  auto split = std::make_shared<std::vector<ExpertRange>>(std::move(part.experts));
+  auto split = std::make_shared<std::vector<RowBlocks>>(std::move(part.blocks));
   auto upload = [comp, key, got, split, sh](model::Stage&) {
     const model::MoeExchange& ex = *comp->exchanges.at(key);
-    const moe::DispatchPlan& p = *ex.plan;
     kernels::Backend& be = *ex.out.backend();
+    const int64_t D = ex.out.dim(1);
     for (size_t k = 0; k < got->size(); ++k) {
-      const ExpertRange r = (*split)[k];
-      const int64_t r0 = p.offsets[static_cast<size_t>(r.begin)], r1 = p.offsets[static_cast<size_t>(r.end)];
-      if (r1 == r0) continue;
+      if ((*split)[k].empty()) continue;
       auto rd = (*got)[k].read<schemas::Combine>();
-      be.upload_f32(ex.out.rows(r0, r1), tensor_f32((*rd)->getRows()));
+      const auto rows = tensor_f32((*rd)->getRows());
+      size_t at = 0;  // the Combine's rows come in the Dispatch's order: block after block
+      for (const auto& [r0, r1] : (*split)[k]) {
+        be.upload_f32(ex.out.rows(r0, r1), rows.subspan(at, static_cast<size_t>((r1 - r0) * D)));
+        at += static_cast<size_t>((r1 - r0) * D);
+      }
     }
   };
   // The pass continues in the closure run_step submits: upload first.

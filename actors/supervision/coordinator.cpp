@@ -751,9 +751,12 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
       },
       [self](rt::deadline_atom, uint64_t step, uint32_t attempt, double limit) { on_deadline(self, step, attempt, limit); },
       // A placement change (Runtime::step, between steps): the expert shards
-      // become `shards` per MoE layer, split by `bounds` (empty: evenly); the answer (the bytes of weights the
+      // become `shards` per MoE layer, split by `bounds` (empty: evenly),
+      // holding the `copies` ((moe layer index, shard, expert) triples;
+      // empty: none); the answer (the bytes of weights the
       // new shards loaded) comes once every new shard has its weights.
-      [self](rt::rescale_atom, int32_t shards, const std::vector<int64_t>& bounds) -> caf::result<uint64_t> {
+      [self](rt::rescale_atom, int32_t shards, const std::vector<int64_t>& bounds,
+             const std::vector<int64_t>& copies) -> caf::result<uint64_t> {
         auto& s = self->state;
         if (!s.error.empty()) return caf::make_error(caf::sec::runtime_error, s.error);
         if (s.running) return caf::make_error(caf::sec::runtime_error, std::string("rescale: a step is running"));
@@ -769,6 +772,18 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
           if (bounds.size() % per != 0) throw std::invalid_argument("expert bounds of the wrong size");
           for (size_t i = 0; i < bounds.size(); i += per)
             o.expert_bounds.emplace_back(bounds.begin() + static_cast<int64_t>(i), bounds.begin() + static_cast<int64_t>(i + per));
+          o.expert_copies.clear();
+          if (copies.size() % 3 != 0) throw std::invalid_argument("expert copies of the wrong size");
+          if (!copies.empty())
+            o.expert_copies.assign(s.sh->plan.moe_layers.size(),
+                                   std::vector<std::vector<int64_t>>(static_cast<size_t>(shards)));
+          for (size_t i = 0; i < copies.size(); i += 3) {
+            const int64_t li = copies[i], k = copies[i + 1];
+            if (li < 0 || static_cast<size_t>(li) >= o.expert_copies.size() || k < 0 || k >= shards)
+              throw std::invalid_argument("expert copy for MoE layer index " + std::to_string(li) + ", shard " +
+                                          std::to_string(k));
+            o.expert_copies[static_cast<size_t>(li)][static_cast<size_t>(k)].push_back(copies[i + 2]);
+          }
           fresh = s.sup->rescale_experts(self, make_plan(o), s.step, s.attempt);
         } catch (const std::exception& e) {
           return caf::make_error(caf::sec::runtime_error, std::string("rescale: ") + e.what());

@@ -39,6 +39,10 @@ std::string RescaleReport::str() const {
     }
     return s;
   };
+  int copied = 0;
+  for (const auto& layer : replicas)
+    for (int h : layer) copied += h > 1;
+  if (copied > 0) out += "; " + std::to_string(copied) + " expert(s) with copies";
   if (!imbalance_after.empty())
     out += "; max/mean shard load per layer " + list(imbalance_before) + " -> " + list(imbalance_after);
   return out;
@@ -107,6 +111,7 @@ std::vector<Supervisor::NewShard> Supervisor::shrink_experts(caf::event_based_ac
   RuntimeOptions o = sh_->opt;
   o.expert_shards = now->expert_shards - 1;
   o.expert_bounds.clear();
+  o.expert_copies.clear();  // the copies go (every expert keeps its home shard); eplb places them again
   for (const auto& layer : now->layer_experts) {
     std::vector<int64_t> b{0};
     for (const ExpertRange& r : layer) b.push_back(r.end);

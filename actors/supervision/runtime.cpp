@@ -124,6 +124,14 @@ void validate(const RuntimeOptions& o) {
     require(o.processes == 1, "expert policy eplb runs in one process only");
     require(o.rebalance_every >= 1, "expert policy eplb needs rebalance_every >= 1");
   }
+  require(o.redundant_experts >= 0, "redundant_experts must be >= 0");
+  if (o.redundant_experts > 0) {
+    require(o.expert_policy == ExpertPolicy::eplb, "redundant_experts needs expert policy eplb (the copies follow its loads)");
+    require(o.expert_shards >= 2, "redundant_experts needs expert_shards >= 2 (a copy lives on another shard)");
+    require(o.redundant_experts <= t.model.n_experts,
+            "redundant_experts (" + std::to_string(o.redundant_experts) + ") must be at most n_experts (" +
+                std::to_string(t.model.n_experts) + "): each expert gets at most one second copy");
+  }
   const Plan plan = make_plan(o);
   for (const FaultSpec& f : o.faults) {
     if (int proc = -1; parse_process_target(f.target, proc)) {  // checked below
@@ -299,6 +307,7 @@ struct Runtime::Impl {
       spec.shard = pl.expert_ids[static_cast<size_t>(index)].second;
       spec.shards = plan.expert_shards;
       spec.experts = plan.experts_of(spec.layer, spec.shard);
+      spec.copies = plan.copies_of(spec.layer, spec.shard);
       spec.producer = index;
       spec.microbatches = plan.chunks;
       spec.start_step = sh->start_step;  // resumed (a respawn is restored to the running step after)
@@ -427,17 +436,28 @@ Runtime::~Runtime() = default;
 
 namespace {
 
-// max / mean of the per-shard sums of one layer's per-expert loads under a
-// split (1 = balanced; 0 when nothing was routed).
-double shard_imbalance(const std::vector<int64_t>& layer, const std::vector<ExpertRange>& split) {
-  int64_t total = 0, most = 0;
-  for (const ExpertRange& r : split) {
-    int64_t sum = 0;
-    for (int64_t e = r.begin; e < r.end; ++e) sum += layer[static_cast<size_t>(e)];
-    total += sum;
-    most = std::max(most, sum);
+// The rows each shard of MoE layer `li` of plan `p` got of one layer's
+// per-expert loads: its range's, and for an expert with copies its
+// moe::copy_rows block of the expert's total.
+std::vector<int64_t> shard_rows(const Plan& p, size_t li, const std::vector<int64_t>& layer) {
+  std::vector<int64_t> out(static_cast<size_t>(p.expert_shards), 0);
+  const int l = p.moe_layers[li];
+  for (size_t e = 0; e < layer.size(); ++e) {
+    const std::vector<int> h = p.holders(l, static_cast<int64_t>(e));
+    for (size_t j = 0; j < h.size(); ++j) {
+      const auto [a, b] = moe::copy_rows(layer[e], static_cast<int>(h.size()), static_cast<int>(j));
+      out[static_cast<size_t>(h[j])] += b - a;
+    }
   }
-  return total > 0 ? static_cast<double>(most) * static_cast<double>(split.size()) / static_cast<double>(total) : 0.0;
+  return out;
+}
+
+// max / mean of those (1 = balanced; 0 when nothing was routed).
+double shard_imbalance(const Plan& p, size_t li, const std::vector<int64_t>& layer) {
+  const std::vector<int64_t> per = shard_rows(p, li, layer);
+  int64_t total = 0, most = 0;
+  for (int64_t x : per) total += x, most = std::max(most, x);
+  return total > 0 ? static_cast<double>(most) * static_cast<double>(per.size()) / static_cast<double>(total) : 0.0;
 }
 
 // The boundaries of a plan's split of MoE layer `li`.
@@ -480,22 +500,30 @@ std::optional<RescaleReport> Runtime::Impl::plan_change(int64_t next) {
   // whose experts change) x the seconds per byte measured on this run's
   // past placement changes x migration_cost_scale. Before any change was
   // measured there is no cost to weigh: the move is made, and measured.
+  // With redundant_experts, the candidate also gives the hottest experts a
+  // second copy (moe::place_copies on the candidate split); a layer whose
+  // split or copies change is weighed as a whole, and every shard whose
+  // range or copies change counts in its bytes.
   const model::ModelConfig& c = o.train.model;
   const double expert_bytes = 3.0 * static_cast<double>(c.expert_hidden * c.d_model) * sizeof(float) * o.data_parallel;
   const size_t L = now->moe_layers.size();
-  auto busiest = [](const std::vector<double>& avg, const std::vector<int64_t>& b) {
+  using Copies = std::vector<std::vector<int64_t>>;
+  auto busiest = [](const std::vector<double>& avg, const std::vector<int64_t>& b, const Copies& cp) {
     double total = 0.0;
     for (double x : avg) total += x;
-    return moe::bounds_imbalance(avg, b) * total / static_cast<double>(b.size() - 1);
+    return moe::replicated_imbalance(avg, b, cp) * total / static_cast<double>(b.size() - 1);
   };
   std::vector<std::vector<int64_t>> cur(L), cand(L);
+  std::vector<Copies> cur_copies(L), cand_copies(L);
   std::vector<int> moves(L, 0);
   double busiest_sum = 0.0;
   for (size_t li = 0; li < L; ++li) {
     const std::vector<double>& avg = load_avg[static_cast<size_t>(now->moe_layers[li])];
     cur[li] = bounds_of(*now, li);
+    cur_copies[li] = now->layer_copies[li];
     cand[li] = moe::rebalance_bounds(avg, cur[li], now->expert_shards, &moves[li]);
-    busiest_sum += busiest(avg, cur[li]);
+    cand_copies[li] = moe::place_copies(avg, cand[li], o.redundant_experts);
+    busiest_sum += busiest(avg, cur[li], cur_copies[li]);
   }
   double recent = last_step_seconds;
   if (!quiet_steps.empty()) {
@@ -509,13 +537,14 @@ std::optional<RescaleReport> Runtime::Impl::plan_change(int64_t next) {
   for (size_t li = 0; li < L; ++li) {
     const std::vector<double>& avg = load_avg[static_cast<size_t>(now->moe_layers[li])];
     bool take = false;
-    if (moves[li] > 0 && busiest_sum > 0.0) {
-      const double gain =
-          o.rebalance_every * recent * (busiest(avg, cur[li]) - busiest(avg, cand[li])) / busiest_sum;
+    if ((moves[li] > 0 || cand_copies[li] != cur_copies[li]) && busiest_sum > 0.0) {
+      const double gain = o.rebalance_every * recent *
+                          (busiest(avg, cur[li], cur_copies[li]) - busiest(avg, cand[li], cand_copies[li])) / busiest_sum;
       double bytes = 0.0;
       for (size_t k = 0; k + 1 < cand[li].size(); ++k)
-        if (cand[li][k] != cur[li][k] || cand[li][k + 1] != cur[li][k + 1])
-          bytes += static_cast<double>(cand[li][k + 1] - cand[li][k]) * expert_bytes;
+        if (cand[li][k] != cur[li][k] || cand[li][k + 1] != cur[li][k + 1] || cand_copies[li][k] != cur_copies[li][k])
+          bytes += static_cast<double>(cand[li][k + 1] - cand[li][k] + static_cast<int64_t>(cand_copies[li][k].size())) *
+                   expert_bytes;
       const double cost = bytes * per_byte * o.migration_cost_scale;
       rep.predicted_gain_seconds += gain;
       rep.predicted_cost_seconds += cost;
@@ -525,6 +554,9 @@ std::optional<RescaleReport> Runtime::Impl::plan_change(int64_t next) {
     if (take) rep.moved_experts += moves[li];
     const std::vector<int64_t>& b = take ? cand[li] : cur[li];
     rep.bounds.insert(rep.bounds.end(), b.begin(), b.end());
+    const Copies& cp = take ? cand_copies[li] : cur_copies[li];
+    for (size_t k = 0; k < cp.size(); ++k)
+      for (int64_t e : cp[k]) rep.copies.insert(rep.copies.end(), {static_cast<int64_t>(li), static_cast<int64_t>(k), e});
   }
   if (rep.layers_moved == 0 && rep.layers_skipped == 0) return std::nullopt;
   rep.policy = true;
@@ -548,7 +580,7 @@ model::StepMetrics Runtime::step() {
     const auto m0 = std::chrono::steady_clock::now();
     std::string err;
     self->request(impl_->sh->peers.coordinator, caf::infinite, rt::rescale_atom_v,
-                  static_cast<int32_t>(scale->new_shards), scale->bounds)
+                  static_cast<int32_t>(scale->new_shards), scale->bounds, scale->copies)
         .receive([&](uint64_t bytes) { scale->bytes = static_cast<int64_t>(bytes); },
                  [&](caf::error& e) { err = impl_->sys->render(e); });
     if (!err.empty())
@@ -591,14 +623,7 @@ model::StepMetrics Runtime::step() {
     m.expert_load = expert_load();
     m.dropped = expert_dropped();
     for (size_t li = 0; li < plan->layer_experts.size() && li < m.expert_load.size(); ++li) {
-      const auto& layer = m.expert_load[static_cast<size_t>(plan->moe_layers[li])];
-      std::vector<int64_t> per;
-      for (const ExpertRange& r : plan->layer_experts[li]) {
-        int64_t sum = 0;
-        for (int64_t e = r.begin; e < r.end; ++e) sum += layer[static_cast<size_t>(e)];
-        per.push_back(sum);
-      }
-      m.shard_load.push_back(std::move(per));
+      m.shard_load.push_back(shard_rows(*plan, li, m.expert_load[static_cast<size_t>(plan->moe_layers[li])]));
     }
     // The eplb policy's input: a moving average of the per-expert loads.
     if (impl_->load_avg.size() != m.expert_load.size()) {
@@ -614,8 +639,12 @@ model::StepMetrics Runtime::step() {
     scale->step_seconds = m.step_seconds;
     for (size_t li = 0; li < plan->layer_experts.size() && li < m.expert_load.size(); ++li) {
       const auto& layer = m.expert_load[static_cast<size_t>(plan->moe_layers[li])];
-      scale->imbalance_before.push_back(shard_imbalance(layer, before->layer_experts[li]));
-      scale->imbalance_after.push_back(shard_imbalance(layer, plan->layer_experts[li]));
+      scale->imbalance_before.push_back(shard_imbalance(*before, li, layer));
+      scale->imbalance_after.push_back(shard_imbalance(*plan, li, layer));
+      std::vector<int> holders;
+      for (size_t e = 0; e < layer.size(); ++e)
+        holders.push_back(static_cast<int>(plan->holders(plan->moe_layers[li], static_cast<int64_t>(e)).size()));
+      scale->replicas.push_back(std::move(holders));
     }
     impl_->rescales.push_back(*scale);
     if (o.on_rescale) o.on_rescale(*scale);

@@ -112,7 +112,11 @@ caf::expected<CheckedDispatch> check_dispatch(const Envelope& e, const ShardView
   if (d.getWidth() != v.width)
     return violation(where + ": width " + std::to_string(d.getWidth()) + " != d_model " + std::to_string(v.width));
   const uint32_t n = d.getNumRows();
-  const uint32_t owned = v.expert_end - v.expert_begin;
+  // The owned ids in order: the range, with the copies merged in.
+  std::vector<uint32_t> ids(v.copies);
+  for (uint32_t x = v.expert_begin; x < v.expert_end; ++x) ids.push_back(x);
+  std::sort(ids.begin(), ids.end());
+  const uint32_t owned = static_cast<uint32_t>(ids.size());
   const uint64_t max_rows = static_cast<uint64_t>(v.tokens) * std::min(v.top_k, owned);
   if (n > max_rows)
     return violation(where + ": " + std::to_string(n) + " rows, more than tokens " + std::to_string(v.tokens) +
@@ -129,9 +133,11 @@ caf::expected<CheckedDispatch> check_dispatch(const Envelope& e, const ShardView
   for (uint32_t i = 0; i < n; ++i) {
     const uint32_t x = ex[i], t = ti[i];
     const std::string row = where + ": row " + std::to_string(i);
-    if (x < v.expert_begin || x >= v.expert_end)
+    const auto at = std::lower_bound(ids.begin(), ids.end(), x);
+    if (at == ids.end() || *at != x)
       return violation(row + ": expert id " + std::to_string(x) + " is not owned by shard " +
-                       std::to_string(v.shard) + " (experts " + range_str(v.expert_begin, v.expert_end) + ")");
+                       std::to_string(v.shard) + " (experts " + range_str(v.expert_begin, v.expert_end) +
+                       (v.copies.empty() ? "" : " and " + std::to_string(v.copies.size()) + " copies") + ")");
     if (t >= v.tokens)
       return violation(row + ": token index " + std::to_string(t) + " >= tokens " + std::to_string(v.tokens));
     if (i > 0 && x < prev_e)
@@ -141,7 +147,7 @@ caf::expected<CheckedDispatch> check_dispatch(const Envelope& e, const ShardView
       return violation(row + ": token index " + std::to_string(t) + " after " + std::to_string(prev_t) +
                        " for expert " + std::to_string(x) + " (token order, each token once per expert)");
     if (!std::isfinite(cw[i])) return violation(row + ": combine weight is not finite");
-    ++out.counts[x - v.expert_begin];
+    ++out.counts[static_cast<size_t>(at - ids.begin())];
     prev_e = x;
     prev_t = t;
   }

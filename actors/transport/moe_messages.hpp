@@ -71,6 +71,7 @@ struct ShardView {
   uint32_t layer = 0;
   uint32_t shard = 0;
   uint32_t expert_begin = 0, expert_end = 0;  // owned global expert ids [begin, end)
+  std::vector<uint32_t> copies;               // and sorted copies of other experts (replicas)
   uint32_t width = 0;                         // d_model
   uint32_t tokens = 0;                        // tokens per microbatch
   uint32_t top_k = 1;                         // choices per token
@@ -80,7 +81,7 @@ struct ShardView {
 struct CheckedDispatch {
   Read<schemas::Dispatch> msg;
   MoeKey id;
-  std::vector<int64_t> counts;  // [expert_end - expert_begin] rows per owned expert
+  std::vector<int64_t> counts;  // rows per owned expert, in id order ([begin, end) and the copies merged)
 };
 
 // Checks `e` as a Dispatch addressed to the shard `v`: a readable Dispatch
