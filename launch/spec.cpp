@@ -313,11 +313,11 @@ class Parser {
             bool gen = false;
             int index = 0;
             if (!runtime::parse_fault_target(f.target) && !runtime::parse_rl_fault_target(f.target, gen, index) &&
-                !runtime::parse_process_target(f.target, index))
+                !runtime::parse_process_target(f.target, index) && !runtime::is_rl_buffer_target(f.target))
               error(p, "[[faults]] target = \"" + f.target + "\" is not an actor: write \"stage:K\" (pipeline rank K), "
                        "\"stage:K/replica:R\" (of data-parallel replica R), \"optimizer:K\" (optimizer shard K), "
                        "\"expert:L/S\" (expert shard S of MoE layer L; \"expert:L/S/replica:R\"), \"process:P\" (a whole "
-                       "process, kind kill or stop), or in an RL run \"generator:K\" or \"reward:K\""), ok = false;
+                       "process, kind kill or stop), or in an RL run \"generator:K\", \"reward:K\" or \"rollout_buffer\""), ok = false;
           }
         } else {
           std::string msg = "unknown key '" + key + "' in [[faults]]";
@@ -631,6 +631,20 @@ void check_process_fault(const Spec& s, Parser& p, size_t i, int proc) {
 
 void check_faults(const Spec& s, Parser& p) {
   if (s.run.mode == RunMode::rl) return check_rl_faults(s, p);
+  // An RL actor (generator:K, reward:K, rollout_buffer) named in a run that
+  // has none: reported once here, skipped below.
+  std::vector<bool> rl_target(s.faults.size(), false);
+  for (size_t i = 0; i < s.faults.size(); ++i) {
+    int n = 0;
+    if (!p.fault_ok(i) || runtime::parse_fault_target(s.faults[i].target) ||
+        runtime::parse_process_target(s.faults[i].target, n))
+      continue;
+    rl_target[i] = true;
+    p.error(p.fault_where(i, "target"), "[[faults]] target = \"" + s.faults[i].target + "\" is an actor of a decoupled "
+                                        "RL run (run.mode = \"rl\" with rl.sync = \"fixed_lag\" or \"latest\"); this "
+                                        "run has mode = \"" + run_mode_name(s.run.mode) + "\": its actors are stage:K, "
+                                        "optimizer:K, expert:L/S and process:P");
+  }
   if (s.run.mode == RunMode::reward_model) {
     for (size_t i = 0; i < s.faults.size(); ++i)
       if (p.fault_ok(i))
@@ -643,7 +657,7 @@ void check_faults(const Spec& s, Parser& p) {
   // A process target counts as role -1.
   std::map<std::tuple<int, int, int, int, int64_t>, size_t> seen;
   for (size_t i = 0; i < s.faults.size(); ++i) {
-    if (!p.fault_ok(i)) continue;
+    if (!p.fault_ok(i) || rl_target[i]) continue;
     int proc = 0;
     const bool is_proc = runtime::parse_process_target(s.faults[i].target, proc);
     const auto t = is_proc ? runtime::FaultTarget{runtime::Role::Coordinator, proc, 0, 0}
@@ -669,7 +683,7 @@ void check_faults(const Spec& s, Parser& p) {
     }
   }
   for (size_t i = 0; i < s.faults.size(); ++i) {
-    if (!p.fault_ok(i)) continue;  // reported while parsing
+    if (!p.fault_ok(i) || rl_target[i]) continue;  // reported while parsing
     const FaultConfig& f = s.faults[i];
     if (int proc = 0; runtime::parse_process_target(f.target, proc)) {
       check_process_fault(s, p, i, proc);
@@ -762,35 +776,47 @@ void check_rl_faults(const Spec& s, Parser& p) {
     }
     bool gen = false;
     int index = 0;
-    if (!runtime::parse_rl_fault_target(f.target, gen, index)) {
+    if (runtime::is_rl_buffer_target(f.target)) {
+      if (f.kind != runtime::FaultKind::kill)
+        p.error(p.fault_where(i, "kind"), std::string("[[faults]] kind = \"") + runtime::fault_kind_name(f.kind) +
+                                          "\" on rollout_buffer: the buffer takes kills only");
+    } else if (!runtime::parse_rl_fault_target(f.target, gen, index)) {
       p.error(p.fault_where(i, "target"), "[[faults]] target = \"" + f.target + "\" is not an actor of an RL run: write "
-                                          "\"generator:K\" or \"reward:K\" (\"reward_model:K\" with rl.reward = \"model\")");
+                                          "\"generator:K\", \"reward:K\" (\"reward_model:K\" with rl.reward = \"model\") "
+                                          "or \"rollout_buffer\"");
       continue;
     }
-    const bool rm = r.reward == rl::RewardSource::model;
-    const int64_t n = gen ? r.generators : r.reward_actors;
-    if (!gen && f.target != runtime::rl_reward_actor_name(rm, index))
-      p.error(p.fault_where(i, "target"), "[[faults]] target = \"" + f.target + "\": the reward actors of this run are " +
-                                          (rm ? "reward_model:K (rl.reward = \"model\")" : "reward:K (the rule verifier)"));
-    else if (index >= n)
-      p.error(p.fault_where(i, "target"), "[[faults]] target = \"" + f.target + "\" does not exist: [rl] " +
-                                          (gen ? "generators = " : "reward_actors = ") + v(n) + " (" +
-                                          (gen ? "generator:0.." : runtime::rl_reward_actor_name(rm, 0) + "..") + v(n - 1) + ")");
-    if (f.kind == runtime::FaultKind::drop && !gen)
-      p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"drop\" on " + f.target + ": drops act on weight syncs, "
-                                        "which only generators receive; use \"kill\" on reward actors");
-    else if (!runtime::rl_fault_kind(f.kind))
-      p.error(p.fault_where(i, "kind"), std::string("[[faults]] kind = \"") + runtime::fault_kind_name(f.kind) +
-                                        "\" is not supported on RL actors yet: use \"kill\", \"duplicate\", \"delay\", "
-                                        "\"pause\" (or \"drop\": a generator loses its next `count` weight syncs)");
-    else if (f.kind == runtime::FaultKind::delay && f.delay_ms <= 0)
-      p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"delay\" needs delay_ms (how late each message arrives, ms)");
-    else if (f.kind == runtime::FaultKind::pause && f.duration_ms <= 0)
-      p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"pause\" needs duration_ms (how long the actor receives nothing)");
-    if (f.kind == runtime::FaultKind::kill && f.at_message > runtime::kRlKillPoints)
-      p.error(p.fault_where(i, "at_message"), "[[faults]] at_message = " + v(f.at_message) + " is out of range for " +
-                                              f.target + ": 0 (a seeded point) or 1 (on receiving its job), 2 (after "
-                                              "computing, before sending) or 3 (after sending)");
+    if (runtime::is_rl_buffer_target(f.target)) {
+      if (f.kind == runtime::FaultKind::kill && f.at_message > runtime::kRlKillPoints)
+        p.error(p.fault_where(i, "at_message"), "[[faults]] at_message = " + v(f.at_message) + " is out of range for " +
+                                                f.target + ": 0 (a seeded point) or 1 (on receiving an admission), 2 "
+                                                "(after storing it, before telling the coordinator) or 3 (after)");
+    } else {
+      const bool rm = r.reward == rl::RewardSource::model;
+      const int64_t n = gen ? r.generators : r.reward_actors;
+      if (!gen && f.target != runtime::rl_reward_actor_name(rm, index))
+        p.error(p.fault_where(i, "target"), "[[faults]] target = \"" + f.target + "\": the reward actors of this run are " +
+                                            (rm ? "reward_model:K (rl.reward = \"model\")" : "reward:K (the rule verifier)"));
+      else if (index >= n)
+        p.error(p.fault_where(i, "target"), "[[faults]] target = \"" + f.target + "\" does not exist: [rl] " +
+                                            (gen ? "generators = " : "reward_actors = ") + v(n) + " (" +
+                                            (gen ? "generator:0.." : runtime::rl_reward_actor_name(rm, 0) + "..") + v(n - 1) + ")");
+      if (f.kind == runtime::FaultKind::drop && !gen)
+        p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"drop\" on " + f.target + ": drops act on weight syncs, "
+                                          "which only generators receive; use \"kill\" on reward actors");
+      else if (!runtime::rl_fault_kind(f.kind))
+        p.error(p.fault_where(i, "kind"), std::string("[[faults]] kind = \"") + runtime::fault_kind_name(f.kind) +
+                                          "\" is not supported on RL actors yet: use \"kill\", \"duplicate\", \"delay\", "
+                                          "\"pause\" (or \"drop\": a generator loses its next `count` weight syncs)");
+      else if (f.kind == runtime::FaultKind::delay && f.delay_ms <= 0)
+        p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"delay\" needs delay_ms (how late each message arrives, ms)");
+      else if (f.kind == runtime::FaultKind::pause && f.duration_ms <= 0)
+        p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"pause\" needs duration_ms (how long the actor receives nothing)");
+      if (f.kind == runtime::FaultKind::kill && f.at_message > runtime::kRlKillPoints)
+        p.error(p.fault_where(i, "at_message"), "[[faults]] at_message = " + v(f.at_message) + " is out of range for " +
+                                                f.target + ": 0 (a seeded point) or 1 (on receiving its job), 2 (after "
+                                                "computing, before sending) or 3 (after sending)");
+    }
     if (f.at_step < 1 || f.at_step > s.run.steps)
       p.error(p.fault_where(i, "at_step"), "[[faults]] at_step = " + v(f.at_step) + " is out of range (allowed 1 .. [run] steps = " +
                                               v(s.run.steps) + ")");

@@ -344,7 +344,8 @@ TEST(RlActors, RewardModelActorsEqualTheSynchronousLoopWithTheRm) {
   expect_exactly_once(r->rep, o);
 }
 
-// kill faults on every kill point of a generator and the reward actor.
+// kill faults on every kill point of a generator, the reward actor and the
+// rollout buffer (a respawned buffer goes on from its store).
 struct FaultCase {
   int64_t eta;
   std::string target;
@@ -396,9 +397,9 @@ TEST_P(RlActorFaults, KillLosesNothingTrainsNothingTwiceAndEndsBitwiseEqual) {
 std::vector<FaultCase> fault_cases() {
   std::vector<FaultCase> out;
   for (int64_t eta : {0, 1})
-    for (const char* t : {"generator:1", "generator:0", "reward:0"})
+    for (const char* t : {"generator:1", "generator:0", "reward:0", "rollout_buffer"})
       for (int64_t p = 0; p <= 3; ++p) out.push_back({eta, t, p});
-  for (const char* t : {"generator:1", "generator:0", "reward:0"})
+  for (const char* t : {"generator:1", "generator:0", "reward:0", "rollout_buffer"})
     for (int64_t p = 0; p <= 3; ++p) out.push_back({1, t, p, rl::SyncMode::latest});
   for (int64_t p = 0; p <= 3; ++p) out.push_back({1, "reward_model:0", p});
   return out;
@@ -406,7 +407,7 @@ std::vector<FaultCase> fault_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Points, RlActorFaults, ::testing::ValuesIn(fault_cases()), [](const auto& info) {
   std::string t = info.param.target;
-  t[t.find(':')] = '_';  // gtest names: letters, digits and underscores
+  if (const auto colon = t.find(':'); colon != std::string::npos) t[colon] = '_';  // gtest names: letters, digits and underscores
   return std::string(info.param.mode == rl::SyncMode::latest ? "latest_" : "") + "eta" +
          std::to_string(info.param.eta) + "_" + t + "_point" + std::to_string(info.param.point);
 });

@@ -41,7 +41,13 @@ struct RunContext {
 struct DriverState {
   std::shared_ptr<const RlShared> sh;
   std::shared_ptr<RunContext> ctx;
+  std::shared_ptr<RlLedger> ledger;
+  std::shared_ptr<BufferStore> store;  // the buffer's state: a respawned buffer goes on from it
   caf::actor buffer, trainer;
+  // The trainer's last request for a step (forwarded to the buffer; sent
+  // again to a respawned one): -1 none yet.
+  int64_t take_step = -1;
+  caf::actor take_from;
   std::vector<caf::actor> gens, rewards;
   std::map<int64_t, rlmsg::Weights> versions;  // published, still needed
   int64_t published = -1;                      // newest version
@@ -117,6 +123,21 @@ void maybe_arm(caf::event_based_actor* self, DriverState& s, const caf::actor& t
   }
 }
 
+// Arms the rollout buffer when a not-yet-fired kill names it and step `step`
+// (0-based) reaches its at_step: it dies at its next admission.
+void maybe_arm_buffer(caf::event_based_actor* self, DriverState& s, int64_t step) {
+  const auto& faults = s.sh->opt->faults;
+  for (size_t i = 0; i < faults.size(); ++i) {
+    if (s.fired[i] || !is_rl_buffer_target(faults[i].target) || step + 1 < faults[i].at_step) continue;
+    s.fired[i] = 1;
+    const uint32_t point = faults[i].at_message > 0
+                               ? static_cast<uint32_t>(faults[i].at_message)
+                               : kill_point(s.sh->seed, static_cast<uint64_t>(faults[i].at_step), faults[i].target,
+                                            kRlKillPoints);
+    self->send(s.buffer, rlmsg::arm_atom::value, point);
+  }
+}
+
 void deal(caf::event_based_actor* self, DriverState& s, int64_t step, bool redeal) {
   const int64_t v = version_for(s, step);
   const size_t k = static_cast<size_t>(step) % s.gens.size();
@@ -125,6 +146,7 @@ void deal(caf::event_based_actor* self, DriverState& s, int64_t step, bool redea
     s.ctx->events.push_back("deal " + std::to_string(step) + " " + std::to_string(v));
   }
   maybe_arm(self, s, s.gens[k], true, static_cast<int>(k), step);
+  maybe_arm_buffer(self, s, step);
   // fixed_lag: the version the step needs; latest: the newest (>= v).
   send_sync(self, s, k, latest_mode(s) ? s.published : v);
   to_actor(self, s, s.gens[k], rlmsg::job_atom::value, step, v);
@@ -160,7 +182,40 @@ caf::actor spawn_generator(caf::event_based_actor* self, DriverState& s, int k) 
                                                      caf::actor_cast<caf::actor>(self));
 }
 caf::actor spawn_reward(caf::event_based_actor* self, DriverState& s, int k) {
-  return self->spawn<caf::detached + caf::monitored>(reward_actor, s.sh, k, s.buffer);
+  return self->spawn<caf::detached + caf::monitored>(reward_actor, s.sh, k);
+}
+caf::actor spawn_buffer(caf::event_based_actor* self, DriverState& s) {
+  return self->spawn<caf::monitored>(buffer_actor, s.sh, s.ledger, s.store, caf::actor_cast<caf::actor>(self));
+}
+
+// The rollout buffer went down: a new one goes on from the store (what it
+// had admitted and not yet handed over is still there); what was on its way
+// to the dead one is lost, so every dealt step the coordinator has not heard
+// admitted is dealt again (the ledger drops what the store already has and
+// says so), and the trainer's request is sent again.
+void respawn_buffer(caf::event_based_actor* self, DriverState& s, const caf::down_msg& dm) {
+  if (++s.restarts > s.sh->opt->max_restarts) {
+    fail(self, s, "rollout_buffer went down (" + caf::to_string(dm.reason) + ") after " +
+                      std::to_string(s.sh->opt->max_restarts) + " restarts in this run: giving up");
+    return;
+  }
+  s.buffer = spawn_buffer(self, s);
+  int64_t first = -1;
+  for (int64_t step = s.sh->first_step; step < s.next; ++step) {
+    if (s.admitted.count(step)) continue;
+    if (first < 0) first = step;
+    deal(self, s, step, true);
+  }
+  if (s.take_step >= 0) self->send(s.buffer, rlmsg::take_atom::value, s.take_step, s.take_from);
+  RestartEvent e;
+  e.step = (first < 0 ? s.next : first) + 1;
+  e.attempt = 1;
+  e.actor = "rollout_buffer";
+  e.cause = dm.reason == caf::exit_reason::kill ? "killed" : caf::to_string(dm.reason);
+  e.phase = first < 0 ? "nothing in flight" : "unadmitted steps dealt again from step " + std::to_string(first + 1);
+  std::lock_guard<std::mutex> lock(s.ctx->mu);
+  s.ctx->restarts.push_back(e);
+  s.ctx->unreported.push_back(e);
 }
 
 caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_ptr<const RlShared> sh,
@@ -168,12 +223,14 @@ caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_p
   DriverState& s = self->state;
   s.sh = sh;
   s.ctx = ctx;
+  s.ledger = ledger;
+  s.store = std::make_shared<BufferStore>();
   s.fired.assign(sh->opt->faults.size(), 0);
   for (const FaultSpec& f : sh->opt->faults)
     if (on_messages(f.kind) && f.kind != FaultKind::drop && !s.injector) s.injector = std::make_shared<FaultInjector>();
   s.next = sh->first_step;  // resumed: the steps before it are in the checkpoint
   const rl::RlConfig& rl = sh->opt->train.rl;
-  s.buffer = self->spawn<caf::monitored>(buffer_actor, sh, ledger, caf::actor_cast<caf::actor>(self));
+  s.buffer = spawn_buffer(self, s);
   for (int k = 0; k < rl.generators; ++k) s.gens.push_back(spawn_generator(self, s, k));
   for (int k = 0; k < rl.reward_actors; ++k) s.rewards.push_back(spawn_reward(self, s, k));
   // Supervision, one_for_one: a generator or reward actor that goes down is
@@ -215,7 +272,7 @@ caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_p
     for (size_t k = 0; k < s.rewards.size() && index < 0; ++k)
       if (s.rewards[k].address() == dm.source) index = static_cast<int>(k);
     if (index < 0) {
-      if (s.buffer.address() == dm.source) fail(self, s, "rollout_buffer went down: " + caf::to_string(dm.reason));
+      if (s.buffer.address() == dm.source) respawn_buffer(self, s, dm);
       return;
     }
     const std::string name = generator ? "generator:" + std::to_string(index)
@@ -316,7 +373,7 @@ caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_p
         const int64_t step = r.r->step;
         const size_t k = static_cast<size_t>(step) % s.rewards.size();
         maybe_arm(self, s, s.rewards[k], false, static_cast<int>(k), step);
-        to_actor(self, s, s.rewards[k], rlmsg::score_atom::value, std::move(r));
+        to_actor(self, s, s.rewards[k], rlmsg::score_atom::value, std::move(r), s.buffer);
       },
       [self](rlmsg::admitted_atom, int64_t step, bool ok) {
         DriverState& s = self->state;
@@ -324,7 +381,10 @@ caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_p
         else deal(self, s, step, true);  // refused by admission: sample it again
       },
       [self](rlmsg::take_atom, int64_t step, const caf::actor& trainer) {
-        self->send(self->state.buffer, rlmsg::take_atom::value, step, trainer);
+        DriverState& s = self->state;
+        s.take_step = step;
+        s.take_from = trainer;
+        self->send(s.buffer, rlmsg::take_atom::value, step, trainer);
       },
   };
 }
@@ -431,6 +491,12 @@ rl::RlSummary train_decoupled(const RlActorOptions& options, RlActorObserver& ob
   for (const FaultSpec& f : options.faults) {
     bool gen = false;
     int k = 0;
+    if (is_rl_buffer_target(f.target)) {
+      if (f.kind != FaultKind::kill || f.at_message < 0 || f.at_message > kRlKillPoints)
+        throw std::invalid_argument("train_decoupled: fault on rollout_buffer: only a kill at a point 0.." +
+                                    std::to_string(kRlKillPoints));
+      continue;
+    }
     const bool ok = parse_rl_fault_target(f.target, gen, k) && k < (gen ? rl.generators : rl.reward_actors) &&
                     (gen || f.target == rl_reward_actor_name(rl.reward == rl::RewardSource::model, k)) &&
                     ((f.kind == FaultKind::kill && f.at_message >= 0 && f.at_message <= kRlKillPoints) ||

@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <vector>
 
@@ -88,6 +89,18 @@ namespace troupe::runtime {
 struct RlActorOptions;
 struct RlLedger;
 
+// The rollout buffer's state, kept outside the actor and written as it
+// changes (its snapshot), so that a respawned buffer goes on where the dead
+// one stopped: the admitted steps not yet trained, the groups admitted and
+// trained, and the step the trainer waits for. Only the live buffer touches
+// it (a dead one touches nothing more).
+struct BufferStore {
+  std::map<int64_t, rlmsg::Scored> ready;  // admitted, not yet trained, by step
+  std::set<rl::GroupId> admitted, trained;
+  int64_t want = -1;  // the step the trainer waits for (-1: none)
+  caf::actor trainer;
+};
+
 // The options every actor reads (immutable after start).
 struct RlShared {
   const RlActorOptions* opt = nullptr;
@@ -108,10 +121,14 @@ struct RlShared {
 // confirmation).
 caf::behavior generator_actor(caf::event_based_actor* self, std::shared_ptr<const RlShared> sh, int index,
                               int64_t incarnation, caf::actor driver);
-caf::behavior reward_actor(caf::event_based_actor* self, std::shared_ptr<const RlShared> sh, int index,
-                           caf::actor buffer);
-// The buffer writes the ledger (read by the facade after the buffer is gone).
+// A reward actor sends its verdicts to the buffer each (score) message names
+// (the buffer may have been respawned since).
+caf::behavior reward_actor(caf::event_based_actor* self, std::shared_ptr<const RlShared> sh, int index);
+// The buffer writes the ledger (read by the facade after the buffer is gone)
+// and keeps its state in `store`. A kill point armed with (arm, k) fires on
+// its next admission: 1 before it (the rollouts are lost with the actor), 2
+// after storing them, before telling the coordinator, 3 after telling it.
 caf::behavior buffer_actor(caf::event_based_actor* self, std::shared_ptr<const RlShared> sh,
-                           std::shared_ptr<RlLedger> ledger, caf::actor driver);
+                           std::shared_ptr<RlLedger> ledger, std::shared_ptr<BufferStore> store, caf::actor driver);
 
 }  // namespace troupe::runtime

@@ -153,8 +153,7 @@ caf::behavior generator_actor(caf::event_based_actor* self, std::shared_ptr<cons
   };
 }
 
-caf::behavior reward_actor(caf::event_based_actor* self, std::shared_ptr<const RlShared> sh, int,
-                           caf::actor buffer) {
+caf::behavior reward_actor(caf::event_based_actor* self, std::shared_ptr<const RlShared> sh, int) {
   report_exceptions(self);
   struct State {
     std::unique_ptr<rl::Task> task;
@@ -175,7 +174,7 @@ caf::behavior reward_actor(caf::event_based_actor* self, std::shared_ptr<const R
   }
   return {
       [st](rlmsg::arm_atom, uint32_t point) { st->armed = point; },
-      [self, st, sh, buffer](rlmsg::score_atom, const rlmsg::Rollout& r) {
+      [self, st, sh](rlmsg::score_atom, const rlmsg::Rollout& r, const caf::actor& buffer) {
         const uint32_t kill = std::exchange(st->armed, 0);
         if (kill == 1) return self->quit(caf::exit_reason::kill);
         const auto t0 = Clock::now();
@@ -192,15 +191,9 @@ caf::behavior reward_actor(caf::event_based_actor* self, std::shared_ptr<const R
 }
 
 caf::behavior buffer_actor(caf::event_based_actor* self, std::shared_ptr<const RlShared> sh,
-                           std::shared_ptr<RlLedger> ledger, caf::actor driver) {
+                           std::shared_ptr<RlLedger> ledger, std::shared_ptr<BufferStore> st, caf::actor driver) {
   report_exceptions(self);
-  struct State {
-    std::map<int64_t, rlmsg::Scored> ready;  // admitted steps not yet trained, by step
-    std::set<rl::GroupId> admitted, trained;
-    int64_t want = -1;  // the step the trainer waits for (-1: none)
-    caf::actor trainer;
-  };
-  auto st = std::make_shared<State>();
+  auto armed = std::make_shared<uint32_t>(0);
   const int64_t eta = sh->opt->train.rl.max_staleness;
   const rl::SyncMode mode = sh->opt->train.rl.sync;
   // Hands step `want` to the trainer once it is in; the ledger records it as
@@ -219,15 +212,21 @@ caf::behavior buffer_actor(caf::event_based_actor* self, std::shared_ptr<const R
     st->want = -1;
   };
   return {
-      [self, st, ledger, eta, mode, deliver, driver](rlmsg::admit_atom, rlmsg::Scored& s) {
+      [armed](rlmsg::arm_atom, uint32_t point) { *armed = point; },
+      [self, st, ledger, eta, mode, deliver, driver, armed](rlmsg::admit_atom, rlmsg::Scored& s) {
+        const uint32_t kill = std::exchange(*armed, 0);
+        if (kill == 1) return self->quit(caf::exit_reason::kill);
         const rl::StepRollouts& r = *s.rollout.r;
         const int64_t n = static_cast<int64_t>(r.ids.size());
         // Exactly once: a group the ledger has seen (a generator or reward
-        // actor restarted after it delivered, and its job was re-run) is dropped.
+        // actor restarted after it delivered, and its job was re-run; or the
+        // buffer died before it told the coordinator) is dropped, and the
+        // coordinator hears again that its step is in.
         bool seen = false;
         for (const rl::GroupId& id : r.ids) seen = seen || st->admitted.count(id) > 0;
         if (seen) {
           ledger->duplicates += n;
+          self->send(driver, rlmsg::admitted_atom::value, r.step, true);
           return;
         }
         // Admission (rl/staleness.hpp): the trainer trains step s at version
@@ -248,8 +247,10 @@ caf::behavior buffer_actor(caf::event_based_actor* self, std::shared_ptr<const R
         }
         const int64_t step = r.step;
         st->ready.emplace(step, std::move(s));
+        if (kill == 2) return self->quit(caf::exit_reason::kill);  // stored; the coordinator never heard
         self->send(driver, rlmsg::admitted_atom::value, step, true);
         deliver();
+        if (kill == 3) self->quit(caf::exit_reason::kill);
       },
       [st, deliver](rlmsg::take_atom, int64_t step, const caf::actor& trainer) {
         st->trainer = trainer;

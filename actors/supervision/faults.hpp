@@ -93,6 +93,10 @@ inline bool parse_rl_fault_target(const std::string& text, bool& generator, int&
   return true;
 }
 
+// The decoupled RL run's rollout buffer as a fault target (kill only; its
+// state outlives it, actors/rl/rl_messages.hpp BufferStore).
+inline bool is_rl_buffer_target(const std::string& text) { return text == "rollout_buffer"; }
+
 // The name of reward actor K: "reward_model:K" when it serves the learned
 // reward model (rl.reward = "model"), else "reward:K" (the rule verifier).
 inline std::string rl_reward_actor_name(bool reward_model, int index) {
