@@ -14,6 +14,7 @@
 #include <mutex>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
+#include <cblas.h>
 #include <spdlog/spdlog.h>
 
 #include "actors/runtime.hpp"
@@ -374,8 +375,11 @@ static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterC
   }
   setup_logging(spec, out_dir);
   const runtime::Plan topo = resolve_topology(spec);
-  spdlog::info("run '{}' from {}: {} parameters, {} steps, {} device(s) ({}), output in {}", spec.run.name,
-               spec.source, topo.parameters, spec.run.steps, spec.topology.devices, device_kind_name(spec.topology.device_kind), out_dir);
+  // The kernels OpenBLAS uses (launch/main.cpp: a fallback to Prescott is undone where the CPU allows).
+  const std::string blas_core = openblas_get_corename();
+  spdlog::info("run '{}' from {}: {} parameters, {} steps, {} device(s) ({}), output in {}; OpenBLAS kernels {}",
+               spec.run.name, spec.source, topo.parameters, spec.run.steps, spec.topology.devices,
+               device_kind_name(spec.topology.device_kind), out_dir, blas_core);
 
   MetricsWriter metrics;
   const ProgressStyle style = resolve_progress(spec.log.progress);
@@ -389,6 +393,7 @@ static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterC
                              .add("seed", spec.run.seed)
                              .add("steps", spec.run.steps)
                              .add("parameters", topo.parameters)
+                             .add("openblas_core", blas_core)
                              .str());
       // The actor tree for `troupe dashboard` (sim runs have no actors).
       if (spec.topology.device_kind != DeviceKind::sim) metrics.write_line(plan_line(spec, topo));
