@@ -135,24 +135,31 @@ int run_reward_model(const Spec& spec, MetricsWriter& metrics, ProgressStyle sty
   rl::RlTrainOptions options = rl_train_options(spec);
   options.stop = signals.flag();
   const rl::RmSummary s = rl::train_reward_model(options, progress);
-  metrics.write_line(JsonObject()
-                         .add("type", std::string("end"))
-                         .add("steps", s.steps_done)
-                         .add("heldout_accuracy_before", s.first_eval.heldout.accuracy)
-                         .add("heldout_accuracy_after", s.last_eval.heldout.accuracy)
-                         .add("heldout_majority", s.last_eval.heldout.majority)
-                         .add("heldout_pair_accuracy_before", s.first_eval.heldout_pairs.accuracy)
-                         .add("heldout_pair_accuracy_after", s.last_eval.heldout_pairs.accuracy)
-                         .add("train_bce_before", s.first_eval.train.bce)
-                         .add("train_bce_after", s.last_eval.train.bce)
-                         .add_raw("interrupted", s.interrupted ? "true" : "false")
-                         .str());
+  // A resumed run did not evaluate the untrained head: its end line has no
+  // "before" figures, and says where it resumed instead.
+  const bool fresh = s.resumed_from == 0;
+  JsonObject end;
+  end.add("type", std::string("end")).add("steps", s.steps_done);
+  if (fresh) end.add("heldout_accuracy_before", s.first_eval.heldout.accuracy);
+  else end.add("resumed_from_step", s.resumed_from);
+  end.add("heldout_accuracy_after", s.last_eval.heldout.accuracy).add("heldout_majority", s.last_eval.heldout.majority);
+  if (fresh) end.add("heldout_pair_accuracy_before", s.first_eval.heldout_pairs.accuracy);
+  end.add("heldout_pair_accuracy_after", s.last_eval.heldout_pairs.accuracy);
+  if (fresh) end.add("train_bce_before", s.first_eval.train.bce);
+  end.add("train_bce_after", s.last_eval.train.bce).add_raw("interrupted", s.interrupted ? "true" : "false");
+  metrics.write_line(end.str());
   if (s.interrupted) return report_interrupted(spec, signals, s.steps_done);
-  spdlog::info("done: {} steps; held-out accuracy {:.1f}% -> {:.1f}% (majority baseline {:.1f}%), pairwise {:.1f}% -> "
-               "{:.1f}%; training bce {:.4f} -> {:.4f}",
-               s.steps_done, 100.0 * s.first_eval.heldout.accuracy, 100.0 * s.last_eval.heldout.accuracy,
-               100.0 * s.last_eval.heldout.majority, 100.0 * s.first_eval.heldout_pairs.accuracy,
-               100.0 * s.last_eval.heldout_pairs.accuracy, s.first_eval.train.bce, s.last_eval.train.bce);
+  if (fresh)
+    spdlog::info("done: {} steps; held-out accuracy {:.1f}% -> {:.1f}% (majority baseline {:.1f}%), pairwise {:.1f}% -> "
+                 "{:.1f}%; training bce {:.4f} -> {:.4f}",
+                 s.steps_done, 100.0 * s.first_eval.heldout.accuracy, 100.0 * s.last_eval.heldout.accuracy,
+                 100.0 * s.last_eval.heldout.majority, 100.0 * s.first_eval.heldout_pairs.accuracy,
+                 100.0 * s.last_eval.heldout_pairs.accuracy, s.first_eval.train.bce, s.last_eval.train.bce);
+  else
+    spdlog::info("done: {} steps after resuming at step {}; held-out accuracy {:.1f}% (majority baseline {:.1f}%), "
+                 "pairwise {:.1f}%; training bce {:.4f}",
+                 s.steps_done, s.resumed_from, 100.0 * s.last_eval.heldout.accuracy, 100.0 * s.last_eval.heldout.majority,
+                 100.0 * s.last_eval.heldout_pairs.accuracy, s.last_eval.train.bce);
   if (!std::isfinite(s.last_eval.train.bce)) {
     spdlog::error("reward-model training diverged (loss is not finite)");
     return kExitRuntime;

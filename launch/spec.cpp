@@ -1023,9 +1023,6 @@ void convert_rl(Spec& s, Parser& p) {
     if (c.reward == rl::RewardSource::model)
       p.error(p.where("rl.reward"), "[rl] reward = \"model\" applies to run.mode = \"rl\"; a reward-model run trains on the "
                                     "rule verifier's labels");
-    if (!s.checkpoint.resume.empty())
-      p.error(p.where("checkpoint.resume"), "[checkpoint] resume: a reward-model run does not resume (its data is labelled "
-                                            "afresh from rl.init; run it again)");
     if (s.model.vocab_size < 17)
       p.error(p.where("model.vocab_size"), "[model] vocab_size = " + v(s.model.vocab_size) + ": the reward model reads its "
                                            "score from the last three token ids (marker, yes, no), which must lie above the "

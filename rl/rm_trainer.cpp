@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 #include <stdexcept>
 
@@ -30,6 +31,36 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 // Salts of the two data sets' sampler seeds ("RMtr", "RMho"): neither can meet
 // an RL step's seeds, whose step field is >= 0 with the run's own seed.
 constexpr uint64_t kTrainSalt = 0x524d7472, kHeldoutSalt = 0x524d686f;
+
+// What a reward-model run trains on, as one line stored in its checkpoints
+// (TrainingState::rng_state): the seed, the loss, the batch and an FNV-1a
+// hash of every labelled example. A resume recomputes it from rl.init and
+// the spec, so a run continues only on the data, in the order, it began with.
+std::string run_fingerprint(const RlTrainOptions& o, const std::vector<RmExample>& train,
+                            const std::vector<RmExample>& heldout) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto mix = [&h](int64_t x) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= static_cast<uint64_t>(x >> (8 * i)) & 0xff;
+      h *= 0x100000001b3ull;
+    }
+  };
+  for (const auto* set : {&train, &heldout}) {
+    mix(static_cast<int64_t>(set->size()));
+    for (const RmExample& e : *set) {
+      mix(e.prompt_index);
+      mix(e.label);
+      mix(static_cast<int64_t>(e.prompt.size()));
+      for (int32_t t : e.prompt) mix(t);
+      mix(static_cast<int64_t>(e.completion.size()));
+      for (int32_t t : e.completion) mix(t);
+    }
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return "reward model: seed " + std::to_string(o.seed) + ", rm_loss " + rm_loss_name(o.rl.rm_loss) + ", rm_batch " +
+         std::to_string(o.rl.rm_batch) + ", data " + hex;
+}
 
 std::vector<int> labels_of(const std::vector<RmExample>& ex) {
   std::vector<int> y;
@@ -56,13 +87,13 @@ struct RmTrainer::Impl {
   std::vector<size_t> perm;  // the current epoch's order of the training items (examples or pairs)
   int64_t perm_epoch = -1;
   int64_t step = 0;
+  int64_t resumed_from = 0;
+  std::string fingerprint;  // run_fingerprint(), saved with every checkpoint
   bool bias_balance = false;
 
   Impl(const RlTrainOptions& o, std::unique_ptr<Task> t) : opt(o), task(std::move(t)) {
     for (const ConfigProblem& p : check_config(o.rl)) throw std::invalid_argument("rl." + p.key + ": " + p.message);
     if (o.steps < 0) throw std::invalid_argument("reward model training: steps must be >= 0");
-    if (!o.resume_from.empty())
-      throw std::invalid_argument("reward model training: resume is not supported (start again from rl.init)");
     layout = model::build_param_layout(o.model);
     std::vector<float> init;
     if (!o.rl.init.empty()) {
@@ -122,6 +153,30 @@ struct RmTrainer::Impl {
       for (const RmExample& e : *set)
         longest = std::max<int64_t>(longest, static_cast<int64_t>(e.prompt.size() + e.completion.size()) + 1);
     rm = std::make_unique<RewardModel>(*be, o.model, rows_per_step(), longest);
+
+    // Resume: the data above is relabelled from rl.init (a pure function of
+    // the spec), the weights and AdamW moments come from the checkpoint, and
+    // the batch order is a function of (seed, step): the run continues bit
+    // for bit.
+    fingerprint = run_fingerprint(o, train, heldout);
+    if (!o.resume_from.empty()) {
+      model::TrainingState st = model::load_checkpoint(o.resume_from, layout);
+      // A checkpoint that does not belong to this run is a bad input file.
+      const std::string diff = model::config_difference(o.model, st.config);
+      if (!diff.empty())
+        throw model::CheckpointError(o.resume_from, "the checkpoint's model differs from [model] (" + diff + ")");
+      if (st.rng_state.rfind("reward model:", 0) != 0)
+        throw model::CheckpointError(o.resume_from, "not a checkpoint of a reward-model run (run.mode = \"reward_model\")");
+      if (st.rng_state != fingerprint)
+        throw model::CheckpointError(o.resume_from, "the checkpoint was trained as \"" + st.rng_state + "\", this spec gives \"" +
+                                                        fingerprint + "\" (a run resumes only with the seed, rl.init, task, "
+                                                        "sampling keys, rm_loss and rm_batch it started with)");
+      if (st.adam_m.empty()) throw model::CheckpointError(o.resume_from, "the checkpoint has no optimizer state");
+      be->upload_f32(params, st.params);
+      be->upload_f32(adam_m, st.adam_m);
+      be->upload_f32(adam_v, st.adam_v);
+      step = resumed_from = st.step;
+    }
   }
 
   // Training items per step: examples (BCE) or pairs (Bradley–Terry, two rows
@@ -212,7 +267,7 @@ struct RmTrainer::Impl {
   }
 
   void save(const std::string& dir) {
-    model::save_device_state(dir, opt.model, opt.seed, step, *be, params, adam_m, adam_v, layout);
+    model::save_device_state(dir, opt.model, opt.seed, step, *be, params, adam_m, adam_v, layout, fingerprint);
   }
 };
 
@@ -223,6 +278,7 @@ RmStepMetrics RmTrainer::step() { return impl_->run_step(); }
 RmEvalMetrics RmTrainer::evaluate() { return impl_->run_eval(); }
 void RmTrainer::save(const std::string& dir) { impl_->save(dir); }
 int64_t RmTrainer::steps_done() const { return impl_->step; }
+int64_t RmTrainer::resumed_from() const { return impl_->resumed_from; }
 const RmDataStats& RmTrainer::data_stats() const { return impl_->stats; }
 const std::vector<RmExample>& RmTrainer::train_examples() const { return impl_->train; }
 const std::vector<RmExample>& RmTrainer::heldout_examples() const { return impl_->heldout; }
@@ -257,6 +313,7 @@ class RmEngine final : public model::LoopEngine {
 RmSummary train_reward_model(const RlTrainOptions& o, RmObserver& obs) {
   RmTrainer tr(o);
   RmSummary s;
+  s.resumed_from = tr.resumed_from();
   s.data = tr.data_stats();
   obs.on_data(s.data);
   RmEngine engine(tr, obs, s);

@@ -16,7 +16,9 @@
 // loss, the pairwise accuracy (s_pos > s_neg) and mean Bradley–Terry loss on
 // the set's pairs. Deterministic
 // for a seed: the data, the batch order and the updates are functions of the
-// spec and seed alone.
+// spec and seed alone, and a resumed run (checkpoint.resume) continues bit for
+// bit: it relabels the same data from rl.init, checks it against the
+// fingerprint its checkpoint holds, and reloads weights and AdamW moments.
 #pragma once
 
 #include <atomic>
@@ -66,7 +68,8 @@ class RmObserver {
 struct RmSummary {
   int64_t steps_done = 0;
   RmDataStats data;
-  RmEvalMetrics first_eval, last_eval;  // before the first step and after the last
+  RmEvalMetrics first_eval, last_eval;  // before the first step (fresh runs only) and after the last
+  int64_t resumed_from = 0;             // steps the checkpoint it resumed from had done (0: a fresh run)
   bool interrupted = false;
 };
 
@@ -74,8 +77,10 @@ class RmTrainer {
  public:
   // options: model, optim, data (eval_problems = held-out prompts), rl (init,
   // task, group_size, temperature, top_p, max_new_tokens, rm_prompts,
-  // rm_batch, rm_loss), seed, steps. Bradley–Terry with no training pair is
-  // refused (invalid_argument). resume_from is not supported (invalid_argument).
+  // rm_batch, rm_loss), seed, steps, resume_from (a checkpoint of this run;
+  // model::CheckpointError when it cannot be read, is not a reward-model
+  // checkpoint, or its model, seed, data fingerprint, loss or batch differ).
+  // Bradley–Terry with no training pair is refused (invalid_argument). resume_from is not supported (invalid_argument).
   // The task defaults to the built-in one named by rl.task.
   explicit RmTrainer(const RlTrainOptions& options, std::unique_ptr<Task> task = nullptr);
   ~RmTrainer();
@@ -85,7 +90,8 @@ class RmTrainer {
   RmStepMetrics step();
   RmEvalMetrics evaluate();
   void save(const std::string& dir);
-  int64_t steps_done() const;
+  int64_t steps_done() const;  // resumed steps included
+  int64_t resumed_from() const;
   const RmDataStats& data_stats() const;
   const std::vector<RmExample>& train_examples() const;
   const std::vector<RmExample>& heldout_examples() const;

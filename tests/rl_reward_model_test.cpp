@@ -482,6 +482,80 @@ TEST(RlRewardModel, EndToEndIsDeterministicAndSavesTheModel) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(RlRewardModel, ResumeContinuesBitForBitAndRefusesAnotherRun) {
+  // For both losses: 3 steps, save, a fresh trainer resumes and takes 3 more;
+  // weights and both AdamW moments equal 6 uninterrupted steps bit for bit.
+  for (const rl::RmLoss loss : {rl::RmLoss::bce, rl::RmLoss::bradley_terry}) {
+    SCOPED_TRACE(rl::rm_loss_name(loss));
+    rl::RlTrainOptions o = rm_options();
+    o.rl.rm_loss = loss;
+    o.optim.schedule = model::LrSchedule::cosine;  // the schedule depends on the step: resumed steps must count
+    o.optim.warmup_steps = 2;
+    o.steps = 6;
+    const std::string half = (std::filesystem::temp_directory_path() / "troupe_rm_resume_half").string();
+    const std::string full = (std::filesystem::temp_directory_path() / "troupe_rm_resume_full").string();
+    const std::string cont = (std::filesystem::temp_directory_path() / "troupe_rm_resume_cont").string();
+    for (const auto* d : {&half, &full, &cont}) std::filesystem::remove_all(*d);
+    {
+      rl::RmTrainer a(o, std::make_unique<FirstTokenTask>());
+      for (int i = 0; i < 3; ++i) a.step();
+      a.save(half);
+      for (int i = 0; i < 3; ++i) a.step();
+      a.save(full);
+    }
+    rl::RlTrainOptions r = o;
+    r.resume_from = half;
+    rl::RmTrainer b(r, std::make_unique<FirstTokenTask>());
+    EXPECT_EQ(b.resumed_from(), 3);
+    EXPECT_EQ(b.steps_done(), 3);
+    const rl::RmStepMetrics m = b.step();
+    EXPECT_EQ(m.step, 4);
+    for (int i = 0; i < 2; ++i) b.step();
+    b.save(cont);
+    const model::TrainingState want = model::load_checkpoint(full), got = model::load_checkpoint(cont);
+    EXPECT_EQ(got.step, 6);
+    EXPECT_EQ(got.params, want.params);
+    EXPECT_EQ(got.adam_m, want.adam_m);
+    EXPECT_EQ(got.adam_v, want.adam_v);
+    EXPECT_EQ(got.rng_state, want.rng_state);
+    // Resuming the half-way checkpoint with a different run is refused, naming the file.
+    rl::RlTrainOptions other = r;
+    other.rl.rm_loss = loss == rl::RmLoss::bce ? rl::RmLoss::bradley_terry : rl::RmLoss::bce;
+    EXPECT_THROW(rl::RmTrainer(other, std::make_unique<FirstTokenTask>()), model::CheckpointError);
+    other = r;
+    other.rl.temperature = 0.7;  // other completions: another data fingerprint
+    EXPECT_THROW(rl::RmTrainer(other, std::make_unique<FirstTokenTask>()), model::CheckpointError);
+    other = r;
+    other.seed = o.seed + 1;
+    EXPECT_THROW(rl::RmTrainer(other, std::make_unique<FirstTokenTask>()), model::CheckpointError);
+    for (const auto* d : {&half, &full, &cont}) std::filesystem::remove_all(*d);
+  }
+  // A checkpoint of another kind of run (no data fingerprint) is refused.
+  rl::RlTrainOptions o = rm_options();
+  const std::string plain = (std::filesystem::temp_directory_path() / "troupe_rm_resume_plain").string();
+  std::filesystem::remove_all(plain);
+  {
+    const model::ParamLayout L = model::build_param_layout(o.model);
+    model::TrainingState st;
+    st.config = o.model;
+    st.seed = o.seed;
+    st.step = 2;
+    st.params = model::init_params(L, o.model, o.seed);
+    st.adam_m.assign(st.params.size(), 0.0f);
+    st.adam_v.assign(st.params.size(), 0.0f);
+    st.data_cursor = 2;
+    model::save_checkpoint(plain, st, L);
+  }
+  o.resume_from = plain;
+  try {
+    rl::RmTrainer tr(o, std::make_unique<FirstTokenTask>());
+    ADD_FAILURE() << "resumed from a checkpoint that is not a reward model's";
+  } catch (const model::CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("not a checkpoint of a reward-model run"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(plain);
+}
+
 TEST(RlRewardModel, RlRewardedByTheModelGetsSigmoidOfItsScores) {
   // A tiny RM trained and saved, then used as the RL reward (rl.reward = "model").
   rl::RlTrainOptions o = rm_options();
