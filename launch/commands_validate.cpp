@@ -170,13 +170,18 @@ void describe(const Spec& spec) {
     const auto& r = spec.rl;
     std::printf("reward model (one process): %s samples %lld training prompts and %lld held-out prompts x %lld completions "
                 "(KV cache, temperature %g, top_p %g, at most %lld new tokens), the %s task's rule verifier labels each "
-                "(exact match = 1); then %lld steps of pointwise BCE on %lld examples each, score = logit[yes] - "
-                "logit[no] at a marker token (ids %lld, %lld, %lld); held-out accuracy against the majority baseline "
-                "before and after; device 0 (%s, %lld thread(s))\n",
+                "(exact match = 1); then %lld steps of %s, score = logit[yes] - "
+                "logit[no] at a marker token (ids %lld, %lld, %lld); held-out accuracy (pointwise against the majority "
+                "baseline, and pairwise) before and after; device 0 (%s, %lld thread(s))\n",
                 r.init.empty() ? "a fresh initialisation" : r.init.c_str(), static_cast<long long>(r.rm_prompts),
                 static_cast<long long>(spec.data.eval_problems), static_cast<long long>(r.group_size), r.temperature,
                 r.top_p, static_cast<long long>(r.max_new_tokens), r.task.c_str(), static_cast<long long>(spec.run.steps),
-                static_cast<long long>(r.rm_batch), static_cast<long long>(spec.model.vocab_size - 1),
+                (r.rm_loss == rl::RmLoss::bradley_terry
+                     ? "the Bradley-Terry loss on " + std::to_string(r.rm_batch / 2) +
+                           " pairs each (an accepted against a rejected completion of one prompt)"
+                     : "pointwise BCE on " + std::to_string(r.rm_batch) + " examples each")
+                    .c_str(),
+                static_cast<long long>(spec.model.vocab_size - 1),
                 static_cast<long long>(spec.model.vocab_size - 2), static_cast<long long>(spec.model.vocab_size - 3),
                 device_kind_name(spec.topology.device_kind), static_cast<long long>(spec.topology.threads_per_device));
     return;

@@ -1025,6 +1025,7 @@ void convert_rl(Spec& s, Parser& p) {
   c.sync_deadline_ms = r.sync_deadline_ms;
   c.rm_prompts = r.rm_prompts;
   c.rm_batch = r.rm_batch;
+  c.rm_loss = r.rm_loss;
   c.reward = r.reward;
   c.reward_model = r.reward_model;
   s.rl = c;
@@ -1036,6 +1037,10 @@ void convert_rl(Spec& s, Parser& p) {
       p.error(*at, std::string("[rl] keys apply only to [run] mode = \"rl\", \"reward_model\" or \"sft_rl\" (this spec has mode = \"") + run_mode_name(s.run.mode) + "\")");
     return;
   }
+  if (s.run.mode != RunMode::reward_model)
+    if (const Pos* at = p.set_at("rl.rm_loss"))
+      p.error(*at, std::string("[rl] rm_loss applies to [run] mode = \"reward_model\" (it is how a reward model trains; "
+                               "this spec has mode = \"") + run_mode_name(s.run.mode) + "\")");
   if (s.run.mode == RunMode::reward_model) {
     // One process, one device: the RM trainer (rl/rm_trainer.hpp).
     if (c.sync != rl::SyncMode::synchronous)
@@ -1050,9 +1055,6 @@ void convert_rl(Spec& s, Parser& p) {
     if (c.reward == rl::RewardSource::model)
       p.error(p.where("rl.reward"), "[rl] reward = \"model\" applies to run.mode = \"rl\"; a reward-model run trains on the "
                                     "rule verifier's labels");
-    if (!s.checkpoint.resume.empty())
-      p.error(p.where("checkpoint.resume"), "[checkpoint] resume: a reward-model run does not resume (its data is labelled "
-                                            "afresh from rl.init; run it again)");
     if (s.model.vocab_size < 17)
       p.error(p.where("model.vocab_size"), "[model] vocab_size = " + v(s.model.vocab_size) + ": the reward model reads its "
                                            "score from the last three token ids (marker, yes, no), which must lie above the "

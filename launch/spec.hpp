@@ -135,6 +135,7 @@ struct RlSection {
   double sync_deadline_ms = 10000.0;  // decoupled: a generator confirms each weight sync within this
   int64_t rm_prompts = 256;  // run.mode = "reward_model": training prompts to label
   int64_t rm_batch = 64;     // run.mode = "reward_model": examples per optimizer step
+  rl::RmLoss rm_loss = rl::RmLoss::bce;  // run.mode = "reward_model": "bce" or "bradley_terry" (pairs)
   rl::RewardSource reward = rl::RewardSource::verifier;  // "verifier", "model" (a learned RM)
   std::string reward_model;  // reward = "model": the RM checkpoint
   // run.mode = "sft_rl" only: phase 2's own values of the keys it shares with

@@ -299,7 +299,9 @@ std::vector<KeyDef> build_keys() {
   add({"rl", "sync_deadline_ms", KeyType::Float, F(rl_section.sync_deadline_ms), "fixed_lag / latest: a generator must confirm each weight sync within this many ms; a miss sends it again, a second miss restarts the generator.", 1, 1e7});
   add({"rl", "reward_actors", KeyType::Int, F(rl_section.reward_actors), "fixed_lag: rule-verifier actors (steps dealt round-robin).", 1, 64});
   add({"rl", "rm_prompts", KeyType::Int, F(rl_section.rm_prompts), "run.mode = \"reward_model\": training prompts whose group_size completions (sampled by init at temperature) are labelled by the verifier; held-out data is the same for data.eval_problems held-out prompts.", 1, 1e7});
-  add({"rl", "rm_batch", KeyType::Int, F(rl_section.rm_batch), "run.mode = \"reward_model\": labelled examples per optimizer step (pointwise BCE).", 1, 1e6});
+  add({"rl", "rm_batch", KeyType::Int, F(rl_section.rm_batch), "run.mode = \"reward_model\": labelled completions scored per optimizer step (rm_loss = \"bradley_terry\": rm_batch / 2 pairs, so even).", 1, 1e6});
+  add({"rl", "rm_loss", KeyType::Choice, F(rl_section.rm_loss), "run.mode = \"reward_model\": \"bce\" (pointwise: sigmoid(score) against the verifier's label) or \"bradley_terry\" (pairwise: -log sigmoid(s_accepted - s_rejected) over pairs of one prompt's completions, every accepted one against every rejected one; all-right and all-wrong groups give no pair). Evaluations report pointwise and pairwise accuracy either way.",
+       0, 0, {} /* the enum's names: bind_choices */});
   add({"rl", "reward", KeyType::Choice, F(rl_section.reward), "What rewards a completion: \"verifier\" (the task's rule verifier) or \"model\" (the frozen learned reward model rl.reward_model: reward = sigmoid(score); step metrics still report the verifier's exact match; decoupled runs serve it from reward_model:K actors).",
        0, 0, {} /* the enum's names: bind_choices */});
   add({"rl", "reward_model", KeyType::String, F(rl_section.reward_model), "reward = \"model\": checkpoint directory of a run.mode = \"reward_model\" run (the same [model])."});
@@ -358,6 +360,7 @@ void bind_choices(std::vector<KeyDef>& k) {
   bind_choice(k, "rl.sync", std::vector{rl::SyncMode::synchronous, rl::SyncMode::fixed_lag, rl::SyncMode::latest},
        rl::sync_mode_name);
   bind_choice(k, "rl.reward", std::vector{rl::RewardSource::verifier, rl::RewardSource::model}, rl::reward_source_name);
+  bind_choice(k, "rl.rm_loss", std::vector{rl::RmLoss::bce, rl::RmLoss::bradley_terry}, rl::rm_loss_name);
   bind_choice(k, "experts.policy", std::vector{runtime::ExpertPolicy::static_split, runtime::ExpertPolicy::eplb},
               runtime::expert_policy_name);
   bind_choice(k, "experts.on_failure", std::vector{runtime::ExpertOnFailure::stop, runtime::ExpertOnFailure::shrink},

@@ -37,7 +37,7 @@ kernels::AdamWParams adamw_params(const OptimConfig& o, int64_t step, int64_t to
 
 void save_device_state(const std::string& dir, const ModelConfig& config, uint64_t seed, int64_t step,
                        kernels::Backend& backend, const kernels::Tensor& params, const kernels::Tensor& adam_m,
-                       const kernels::Tensor& adam_v, const ParamLayout& layout) {
+                       const kernels::Tensor& adam_v, const ParamLayout& layout, const std::string& rng_state) {
   TrainingState st;
   st.config = config;
   st.seed = seed;
@@ -46,6 +46,7 @@ void save_device_state(const std::string& dir, const ModelConfig& config, uint64
   st.adam_m = backend.download_f32(adam_m);
   st.adam_v = backend.download_f32(adam_v);
   st.data_cursor = step;
+  st.rng_state = rng_state;
   save_checkpoint(dir, st, layout);
 }
 

@@ -28,8 +28,10 @@ kernels::AdamWParams adamw_params(const OptimConfig& optim, int64_t step, int64_
 
 // Saves a single-device engine's state after `step` steps (the data cursor is
 // the step): model::Trainer, and rl/'s RL and reward-model trainers.
+// rng_state is stored as TrainingState::rng_state (the reward model keeps a
+// fingerprint of its data there, so a resume can check it).
 void save_device_state(const std::string& dir, const ModelConfig& config, uint64_t seed, int64_t step,
                        kernels::Backend& backend, const kernels::Tensor& params, const kernels::Tensor& adam_m,
-                       const kernels::Tensor& adam_v, const ParamLayout& layout);
+                       const kernels::Tensor& adam_v, const ParamLayout& layout, const std::string& rng_state = {});
 
 }  // namespace troupe::model

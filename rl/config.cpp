@@ -71,6 +71,8 @@ const char* reward_source_name(RewardSource source) {
   return source == RewardSource::model ? "model" : "verifier";
 }
 
+const char* rm_loss_name(RmLoss loss) { return loss == RmLoss::bradley_terry ? "bradley_terry" : "bce"; }
+
 const char* sync_mode_name(SyncMode mode) {
   switch (mode) {
     case SyncMode::synchronous: return "synchronous";
@@ -126,6 +128,10 @@ std::vector<ConfigProblem> check_config(const RlConfig& c) {
   if (!(c.top_p > 0 && c.top_p <= 1)) bad("top_p", "top_p = " + num(c.top_p) + " must be in (0, 1]");
   if (c.rm_prompts < 1) bad("rm_prompts", "rm_prompts = " + std::to_string(c.rm_prompts) + " must be >= 1");
   if (c.rm_batch < 1) bad("rm_batch", "rm_batch = " + std::to_string(c.rm_batch) + " must be >= 1");
+  else if (c.rm_loss == RmLoss::bradley_terry && c.rm_batch % 2 != 0)
+    bad("rm_batch", "rm_batch = " + std::to_string(c.rm_batch) +
+                        " with rm_loss = \"bradley_terry\": a step scores rm_batch / 2 pairs of completions, so "
+                        "rm_batch must be even");
   if (c.updates_per_batch < 1)
     bad("updates_per_batch", "updates_per_batch = " + std::to_string(c.updates_per_batch) + " must be >= 1");
   if (c.group_size < 2)

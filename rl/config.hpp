@@ -64,6 +64,14 @@ inline bool decoupled(SyncMode mode) { return mode != SyncMode::synchronous; }
 //             probability that the completion is exactly right.
 enum class RewardSource { verifier, model };
 
+// rl.rm_loss: how run.mode = "reward_model" trains its score s (rl/reward_model.hpp).
+//   bce            pointwise: sigmoid(s) against the verifier's label;
+//   bradley_terry  pairwise: -log sigmoid(s_pos - s_neg) over pairs of one
+//                  prompt's completions, one the verifier accepts and one it
+//                  rejects; only differences of scores are trained, so the
+//                  score's offset (and with it "s > 0") is not pinned down.
+enum class RmLoss { bce, bradley_terry };
+
 // Group-relative advantages A_i of the completions of one prompt.
 struct AdvantageOptions {
   bool scale_by_std = true;  // true: (R - mean) / (std + std_eps) (GRPO); false: R - mean (Dr. GRPO)
@@ -111,9 +119,11 @@ struct RlConfig {
   // miss is retried once, a second miss restarts the generator.
   double sync_deadline_ms = 10000.0;
   // run.mode = "reward_model" (rl/rm_trainer.hpp): training prompts whose
-  // group_size completions are labelled, and examples per optimizer step.
+  // group_size completions are labelled, and completions scored per
+  // optimizer step (bradley_terry: rm_batch / 2 pairs, so rm_batch is even).
   int64_t rm_prompts = 256;
   int64_t rm_batch = 64;
+  RmLoss rm_loss = RmLoss::bce;
   RewardSource reward = RewardSource::verifier;
   std::string reward_model;  // reward = model: the RM checkpoint (same model as the policy)
   AdvantageOptions advantage;
@@ -132,6 +142,7 @@ LossKind parse_loss_kind(const std::string& name);
 SyncMode parse_sync_mode(const std::string& name);
 const char* sync_mode_name(SyncMode mode);
 const char* reward_source_name(RewardSource source);  // "verifier", "model"
+const char* rm_loss_name(RmLoss loss);                // "bce", "bradley_terry"
 Aggregation parse_aggregation(const std::string& name);
 CapMode parse_cap_mode(const std::string& name);
 const char* loss_kind_name(LossKind kind);

@@ -1,4 +1,5 @@
-// The learned reward model's data, loss and head (see reward_model.hpp).
+// The learned reward model's data, BCE loss and head (see reward_model.hpp;
+// the Bradley–Terry loss is rm_pairs.hpp).
 #include "rl/reward_model.hpp"
 
 #include <algorithm>
@@ -8,6 +9,7 @@
 
 #include "model/decoder.hpp"
 #include "rl/group.hpp"
+#include "rl/rm_pairs.hpp"
 #include "rl/task.hpp"
 
 namespace troupe::rl {
@@ -155,17 +157,46 @@ double RewardModel::train_batch(const model::ModelWeights& w, const model::Model
   labels.reserve(ex.size());
   for (const RmExample& e : ex) labels.push_back(e.label);
   const double loss = bce_with_logits(scores, labels, &ds);
+  backward_scores(w, grads, ds, aux_scale);
+  if (scores_out) *scores_out = std::move(scores);
+  return loss;
+}
+
+double RewardModel::train_pairs(const model::ModelWeights& w, const model::ModelWeights& grads,
+                                std::span<const RmExample> rows, std::span<const RmPair> pairs, double aux_scale,
+                                std::vector<double>* scores_out) {
+  std::vector<double> scores;
+  forward(w, rows, scores);
+  std::vector<double> sp, sn, dp, dn;
+  for (const RmPair& p : pairs) {
+    if (p.pos < 0 || p.neg < 0 || static_cast<size_t>(std::max(p.pos, p.neg)) >= rows.size())
+      throw std::invalid_argument("RewardModel::train_pairs: a pair indexes past the " + std::to_string(rows.size()) + " rows");
+    sp.push_back(scores[static_cast<size_t>(p.pos)]);
+    sn.push_back(scores[static_cast<size_t>(p.neg)]);
+  }
+  const double loss = bradley_terry_loss(sp, sn, &dp, &dn);
+  // A row in several pairs gathers each pair's share.
+  std::vector<double> ds(rows.size(), 0.0);
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    ds[static_cast<size_t>(pairs[i].pos)] += dp[i];
+    ds[static_cast<size_t>(pairs[i].neg)] += dn[i];
+  }
+  backward_scores(w, grads, ds, aux_scale);
+  if (scores_out) *scores_out = std::move(scores);
+  return loss;
+}
+
+void RewardModel::backward_scores(const model::ModelWeights& w, const model::ModelWeights& grads,
+                                  std::span<const double> ds, double aux_scale) {
   // d s / d logit[yes] = 1, d s / d logit[no] = -1, at the marker only.
   const int64_t V = cfg_.vocab_size;
   dlogits_.assign(logits_.size(), 0.0f);
-  for (size_t i = 0; i < ex.size(); ++i) {
+  for (size_t i = 0; i < ds.size(); ++i) {
     float* d = dlogits_.data() + pos_[i] * V;
     d[tok_.yes] = static_cast<float>(ds[i]);
     d[tok_.no] = static_cast<float>(-ds[i]);
   }
   dec_->backward_logits(w, grads, dlogits_, aux_scale);
-  if (scores_out) *scores_out = std::move(scores);
-  return loss;
 }
 
 }  // namespace troupe::rl

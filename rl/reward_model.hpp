@@ -5,9 +5,10 @@
 // marker token, and the score is the difference of two LM-head logits at the
 // marker's position, s = logit[yes] - logit[no]. That is a linear head
 // (w_yes - w_no) . h on the final normalised hidden state h, so training it
-// with pointwise BCE, p = sigmoid(s) against the verifier's label, flows
-// through Decoder::backward_logits with dlogits non-zero in two columns of
-// one row per example. The RM is an ordinary checkpoint of the same model.
+// with pointwise BCE, p = sigmoid(s) against the verifier's label, or with
+// the Bradley–Terry loss on pairs (rm_pairs.hpp), flows through
+// Decoder::backward_logits with dlogits non-zero in two columns of one row
+// per example. The RM is an ordinary checkpoint of the same model.
 //
 // The three token ids are the last three of the model's vocabulary (marker =
 // V-1, yes = V-2, no = V-3), which the addition task (14 tokens) never uses;
@@ -48,6 +49,12 @@ struct RmExample {
   std::vector<int32_t> prompt;
   std::vector<int32_t> completion;
   int label = 0;
+};
+
+// Indices, into one example set, of an accepted (label 1) and a rejected
+// (label 0) completion of the same prompt: a Bradley–Terry pair (rm_pairs.hpp).
+struct RmPair {
+  int64_t pos = 0, neg = 0;
 };
 
 // Samples `group_size` completions of each prompt with the KV-cache generator
@@ -93,6 +100,12 @@ class RewardModel {
   // Returns the mean BCE; scores_out (optional) gets the batch's scores.
   double train_batch(const model::ModelWeights& w, const model::ModelWeights& grads,
                      std::span<const RmExample> examples, double aux_scale, std::vector<double>* scores_out = nullptr);
+  // The same for the Bradley–Terry loss: `rows` (at most `batch`) are scored
+  // in one forward, `pairs` index into them (a row may serve several pairs);
+  // the mean of -log sigmoid(s_pos - s_neg) over the pairs is returned and
+  // its backward accumulated into grads.
+  double train_pairs(const model::ModelWeights& w, const model::ModelWeights& grads, std::span<const RmExample> rows,
+                     std::span<const RmPair> pairs, double aux_scale, std::vector<double>* scores_out = nullptr);
   // The decoder (expert_load() after a train_batch, for the router-bias rule).
   model::Decoder& decoder() { return *dec_; }
   int64_t row_tokens() const { return S_; }
@@ -102,6 +115,9 @@ class RewardModel {
   // Lays out up to batch_ examples and runs the forward; fills host logits
   // at each example's marker position into scores.
   void forward(const model::ModelWeights& w, std::span<const RmExample> examples, std::vector<double>& scores);
+  // d loss / d score of each row of the last forward -> the decoder's backward.
+  void backward_scores(const model::ModelWeights& w, const model::ModelWeights& grads, std::span<const double> dscores,
+                       double aux_scale);
 
   kernels::Backend& be_;
   model::ModelConfig cfg_;

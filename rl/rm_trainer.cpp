@@ -1,10 +1,12 @@
 // Reward-model training (see rm_trainer.hpp): label data with the starting
-// policy, then pointwise BCE steps through the decoder's logits backward.
+// policy, then pointwise BCE or Bradley–Terry steps through the decoder's
+// logits backward.
 #include "rl/rm_trainer.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
 #include <stdexcept>
 
@@ -30,6 +32,36 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 // an RL step's seeds, whose step field is >= 0 with the run's own seed.
 constexpr uint64_t kTrainSalt = 0x524d7472, kHeldoutSalt = 0x524d686f;
 
+// What a reward-model run trains on, as one line stored in its checkpoints
+// (TrainingState::rng_state): the seed, the loss, the batch and an FNV-1a
+// hash of every labelled example. A resume recomputes it from rl.init and
+// the spec, so a run continues only on the data, in the order, it began with.
+std::string run_fingerprint(const RlTrainOptions& o, const std::vector<RmExample>& train,
+                            const std::vector<RmExample>& heldout) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto mix = [&h](int64_t x) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= static_cast<uint64_t>(x >> (8 * i)) & 0xff;
+      h *= 0x100000001b3ull;
+    }
+  };
+  for (const auto* set : {&train, &heldout}) {
+    mix(static_cast<int64_t>(set->size()));
+    for (const RmExample& e : *set) {
+      mix(e.prompt_index);
+      mix(e.label);
+      mix(static_cast<int64_t>(e.prompt.size()));
+      for (int32_t t : e.prompt) mix(t);
+      mix(static_cast<int64_t>(e.completion.size()));
+      for (int32_t t : e.completion) mix(t);
+    }
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h));
+  return "reward model: seed " + std::to_string(o.seed) + ", rm_loss " + rm_loss_name(o.rl.rm_loss) + ", rm_batch " +
+         std::to_string(o.rl.rm_batch) + ", data " + hex;
+}
+
 std::vector<int> labels_of(const std::vector<RmExample>& ex) {
   std::vector<int> y;
   y.reserve(ex.size());
@@ -48,18 +80,20 @@ struct RmTrainer::Impl {
   model::ModelWeights w, g;
   std::vector<model::OptimizerRange> ranges;
   std::vector<RmExample> train, heldout;
+  RmPairSet train_pairs, heldout_pairs;
+  bool pairwise = false;  // rm_loss = bradley_terry
   RmDataStats stats;
   std::unique_ptr<RewardModel> rm;
-  std::vector<size_t> perm;  // the current epoch's order of `train`
+  std::vector<size_t> perm;  // the current epoch's order of the training items (examples or pairs)
   int64_t perm_epoch = -1;
   int64_t step = 0;
+  int64_t resumed_from = 0;
+  std::string fingerprint;  // run_fingerprint(), saved with every checkpoint
   bool bias_balance = false;
 
   Impl(const RlTrainOptions& o, std::unique_ptr<Task> t) : opt(o), task(std::move(t)) {
     for (const ConfigProblem& p : check_config(o.rl)) throw std::invalid_argument("rl." + p.key + ": " + p.message);
     if (o.steps < 0) throw std::invalid_argument("reward model training: steps must be >= 0");
-    if (!o.resume_from.empty())
-      throw std::invalid_argument("reward model training: resume is not supported (start again from rl.init)");
     layout = model::build_param_layout(o.model);
     std::vector<float> init;
     if (!o.rl.init.empty()) {
@@ -103,40 +137,98 @@ struct RmTrainer::Impl {
     stats.heldout_examples = static_cast<int64_t>(heldout.size());
     for (const RmExample& e : train) stats.train_positives += e.label;
     for (const RmExample& e : heldout) stats.heldout_positives += e.label;
+    train_pairs = make_pairs(train);
+    heldout_pairs = make_pairs(heldout);
+    stats.train_groups = train_pairs.counts;
+    stats.heldout_groups = heldout_pairs.counts;
+    pairwise = o.rl.rm_loss == RmLoss::bradley_terry;
+    if (pairwise && train_pairs.pairs.empty())
+      throw std::invalid_argument(
+          "reward model training: rl.rm_loss = \"bradley_terry\" needs pairs, but none of the " +
+          std::to_string(train_pairs.counts.groups) + " training prompts has both an accepted and a rejected completion (" +
+          std::to_string(train_pairs.counts.all_right) + " all right, " + std::to_string(train_pairs.counts.all_wrong) +
+          " all wrong); use rm_loss = \"bce\", more rm_prompts or a larger group_size");
     int64_t longest = 1;
     for (const auto* set : {&train, &heldout})
       for (const RmExample& e : *set)
         longest = std::max<int64_t>(longest, static_cast<int64_t>(e.prompt.size() + e.completion.size()) + 1);
-    rm = std::make_unique<RewardModel>(*be, o.model, std::min<int64_t>(o.rl.rm_batch, stats.train_examples), longest);
+    rm = std::make_unique<RewardModel>(*be, o.model, rows_per_step(), longest);
+
+    // Resume: the data above is relabelled from rl.init (a pure function of
+    // the spec), the weights and AdamW moments come from the checkpoint, and
+    // the batch order is a function of (seed, step): the run continues bit
+    // for bit.
+    fingerprint = run_fingerprint(o, train, heldout);
+    if (!o.resume_from.empty()) {
+      model::TrainingState st = model::load_checkpoint(o.resume_from, layout);
+      // A checkpoint that does not belong to this run is a bad input file.
+      const std::string diff = model::config_difference(o.model, st.config);
+      if (!diff.empty())
+        throw model::CheckpointError(o.resume_from, "the checkpoint's model differs from [model] (" + diff + ")");
+      if (st.rng_state.rfind("reward model:", 0) != 0)
+        throw model::CheckpointError(o.resume_from, "not a checkpoint of a reward-model run (run.mode = \"reward_model\")");
+      if (st.rng_state != fingerprint)
+        throw model::CheckpointError(o.resume_from, "the checkpoint was trained as \"" + st.rng_state + "\", this spec gives \"" +
+                                                        fingerprint + "\" (a run resumes only with the seed, rl.init, task, "
+                                                        "sampling keys, rm_loss and rm_batch it started with)");
+      if (st.adam_m.empty()) throw model::CheckpointError(o.resume_from, "the checkpoint has no optimizer state");
+      be->upload_f32(params, st.params);
+      be->upload_f32(adam_m, st.adam_m);
+      be->upload_f32(adam_v, st.adam_v);
+      step = resumed_from = st.step;
+    }
   }
 
-  // Training example at position k of the endless sequence of epochs, each a
-  // seeded Fisher-Yates permutation (SamplerRng, so it is the same everywhere).
-  const RmExample& example_at(int64_t k) {
-    const int64_t n = static_cast<int64_t>(train.size());
+  // Training items per step: examples (BCE) or pairs (Bradley–Terry, two rows
+  // each), never more than the data holds.
+  int64_t items_per_step() const {
+    return pairwise ? std::min<int64_t>(opt.rl.rm_batch / 2, static_cast<int64_t>(train_pairs.pairs.size()))
+                    : std::min<int64_t>(opt.rl.rm_batch, static_cast<int64_t>(train.size()));
+  }
+  int64_t rows_per_step() const { return pairwise ? 2 * items_per_step() : items_per_step(); }
+
+  // Index of the training item (example or pair, n of them) at position k of
+  // the endless sequence of epochs, each a seeded Fisher-Yates permutation
+  // (SamplerRng, so it is the same everywhere).
+  size_t item_at(int64_t k, int64_t n) {
     const int64_t epoch = k / n;
     if (epoch != perm_epoch) {
-      perm.resize(train.size());
+      perm.resize(static_cast<size_t>(n));
       std::iota(perm.begin(), perm.end(), size_t{0});
       model::SamplerRng rng(sampler_seed(GroupId{opt.seed, epoch, 0}, -7));
       for (size_t i = perm.size(); i > 1; --i) std::swap(perm[i - 1], perm[rng.next_u64() % i]);
       perm_epoch = epoch;
     }
-    return train[perm[static_cast<size_t>(k % n)]];
+    return perm[static_cast<size_t>(k % n)];
   }
 
   RmStepMetrics run_step() {
     const auto t0 = Clock::now();
     RmStepMetrics m;
     m.step = step + 1;
-    const int64_t B = std::min<int64_t>(opt.rl.rm_batch, static_cast<int64_t>(train.size()));
+    const int64_t B = items_per_step();
     std::vector<RmExample> batch;
-    batch.reserve(static_cast<size_t>(B));
-    for (int64_t b = 0; b < B; ++b) batch.push_back(example_at(step * B + b));
+    batch.reserve(static_cast<size_t>(rows_per_step()));
     be->fill(grads, 0.0f);
     std::vector<double> scores;
-    m.loss = rm->train_batch(w, g, batch, 1.0, &scores);
-    m.batch_accuracy = rm_accuracy(scores, labels_of(batch)).accuracy;
+    if (pairwise) {
+      // Rows 2b and 2b + 1: pair b's accepted and rejected completion.
+      const int64_t n = static_cast<int64_t>(train_pairs.pairs.size());
+      std::vector<RmPair> local;
+      for (int64_t b = 0; b < B; ++b) {
+        const RmPair& p = train_pairs.pairs[item_at(step * B + b, n)];
+        batch.push_back(train[static_cast<size_t>(p.pos)]);
+        batch.push_back(train[static_cast<size_t>(p.neg)]);
+        local.push_back({2 * b, 2 * b + 1});
+      }
+      m.loss = rm->train_pairs(w, g, batch, local, 1.0, &scores);
+      m.batch_accuracy = rm_pair_accuracy(scores, local).accuracy;
+    } else {
+      const int64_t n = static_cast<int64_t>(train.size());
+      for (int64_t b = 0; b < B; ++b) batch.push_back(train[item_at(step * B + b, n)]);
+      m.loss = rm->train_batch(w, g, batch, 1.0, &scores);
+      m.batch_accuracy = rm_accuracy(scores, labels_of(batch)).accuracy;
+    }
     // The optimizer rules every engine applies (model/update_rules.hpp).
     m.grad_norm = std::sqrt(be->squared_norm(grads));
     m.lr = model::learning_rate(opt.optim, step, opt.steps);
@@ -162,14 +254,20 @@ struct RmTrainer::Impl {
     const auto t0 = Clock::now();
     RmEvalMetrics e;
     e.step = step;
-    if (!heldout.empty()) e.heldout = rm_accuracy(rm->score(w, heldout), labels_of(heldout));
-    e.train = rm_accuracy(rm->score(w, train), labels_of(train));
+    if (!heldout.empty()) {
+      const std::vector<double> s = rm->score(w, heldout);
+      e.heldout = rm_accuracy(s, labels_of(heldout));
+      e.heldout_pairs = rm_pair_accuracy(s, heldout_pairs.pairs);
+    }
+    const std::vector<double> s = rm->score(w, train);
+    e.train = rm_accuracy(s, labels_of(train));
+    e.train_pairs = rm_pair_accuracy(s, train_pairs.pairs);
     e.seconds = seconds_since(t0);
     return e;
   }
 
   void save(const std::string& dir) {
-    model::save_device_state(dir, opt.model, opt.seed, step, *be, params, adam_m, adam_v, layout);
+    model::save_device_state(dir, opt.model, opt.seed, step, *be, params, adam_m, adam_v, layout, fingerprint);
   }
 };
 
@@ -180,9 +278,12 @@ RmStepMetrics RmTrainer::step() { return impl_->run_step(); }
 RmEvalMetrics RmTrainer::evaluate() { return impl_->run_eval(); }
 void RmTrainer::save(const std::string& dir) { impl_->save(dir); }
 int64_t RmTrainer::steps_done() const { return impl_->step; }
+int64_t RmTrainer::resumed_from() const { return impl_->resumed_from; }
 const RmDataStats& RmTrainer::data_stats() const { return impl_->stats; }
 const std::vector<RmExample>& RmTrainer::train_examples() const { return impl_->train; }
 const std::vector<RmExample>& RmTrainer::heldout_examples() const { return impl_->heldout; }
+const RmPairSet& RmTrainer::train_pairs() const { return impl_->train_pairs; }
+const RmPairSet& RmTrainer::heldout_pairs() const { return impl_->heldout_pairs; }
 std::vector<double> RmTrainer::score(const std::vector<RmExample>& ex) { return impl_->rm->score(impl_->w, ex); }
 std::vector<float> RmTrainer::parameters() const { return impl_->be->download_f32(impl_->params); }
 const Task& RmTrainer::task() const { return *impl_->task; }
@@ -212,6 +313,7 @@ class RmEngine final : public model::LoopEngine {
 RmSummary train_reward_model(const RlTrainOptions& o, RmObserver& obs) {
   RmTrainer tr(o);
   RmSummary s;
+  s.resumed_from = tr.resumed_from();
   s.data = tr.data_stats();
   obs.on_data(s.data);
   RmEngine engine(tr, obs, s);

@@ -238,6 +238,45 @@ grep -q '"type":"end","steps":4,"heldout_accuracy_before"' "$work/rm1/metrics.js
 diff <(strip_times "$work/rm1/metrics.jsonl" | grep -E '"type":"rm_') <(strip_times "$work/rm2/metrics.jsonl" | grep -E '"type":"rm_') \
   >/dev/null || fail "two reward-model runs of one spec wrote different metrics"
 cmp -s "$work/rm1/checkpoint/params.f32.zst" "$work/rm2/checkpoint/params.f32.zst" || fail "two reward-model runs saved different parameters"
+grep -q '"type":"rm_eval","step":4,.*"heldout_pairs":[0-9]*,"heldout_pair_accuracy":' "$work/rm1/metrics.jsonl" ||
+  fail "rm_eval has no pairwise accuracy"
+# A reward-model run resumes: 2 steps, then resumed to 4 (constant LR), ends
+# with the uninterrupted run's bytes and step metrics; a checkpoint of another
+# run (another seed) or of pretraining is refused as a bad input (exit 4).
+expect_exit 0 "$troupe" run "$work/rl.toml" "${rm[@]}" --set run.steps=2 --set run.out_dir="\"$work/rm_half\""
+expect_exit 0 "$troupe" run "$work/rl.toml" "${rm[@]}" --set run.out_dir="\"$work/rm_resumed\"" \
+  --set checkpoint.resume="\"$work/rm_half/checkpoint\""
+for f in params.f32.zst adam_m.f32.zst adam_v.f32.zst; do
+  cmp -s "$work/rm1/checkpoint/$f" "$work/rm_resumed/checkpoint/$f" || fail "resumed reward-model run differs in $f"
+done
+diff <(strip_times "$work/rm1/metrics.jsonl" | grep -E '"type":"rm_(step","step":[34]|eval","step":4),') \
+     <(strip_times "$work/rm_resumed/metrics.jsonl" | grep -E '"type":"rm_(step|eval)"') >/dev/null ||
+  fail "resumed reward-model run wrote other metrics for steps 3-4"
+grep -q '"type":"end","steps":2,"resumed_from_step":2,' "$work/rm_resumed/metrics.jsonl" || fail "resumed RM run: no end line"
+expect_exit 4 "$troupe" run "$work/rl.toml" "${rm[@]}" --set run.seed=7 \
+  --set run.out_dir="\"$work/rm_bad\"" --set checkpoint.resume="\"$work/rm_half/checkpoint\""
+expect_output "the checkpoint was trained as \"reward model: seed 1, rm_loss bce, rm_batch 8, data "
+expect_exit 4 "$troupe" run "$work/rl.toml" "${rm[@]}" --set run.out_dir="\"$work/rm_bad\"" \
+  --set checkpoint.resume="\"$init\""
+expect_output "not a checkpoint of a reward-model run"
+# rl.rm_loss = "bradley_terry": pairs of one prompt's completions; validate
+# says so, an odd rm_batch is exit 3, data without a right-and-wrong group is
+# refused (the 3-step model gets nothing right), and a run from a model that
+# gets some right reports pairs and pair accuracy.
+expect_exit 0 "$troupe" validate "$work/rl.toml" "${rm[@]}" --set 'rl.rm_loss="bradley_terry"'
+expect_output "the Bradley-Terry loss on 4 pairs each"
+expect_exit 3 "$troupe" validate "$work/rl.toml" "${rm[@]}" --set 'rl.rm_loss="bradley_terry"' --set rl.rm_batch=7
+expect_output "rm_batch must be even"
+expect_exit 1 "$troupe" run "$work/rl.toml" "${rm[@]}" --set 'rl.rm_loss="bradley_terry"' --set run.out_dir="\"$work/rm_bt0\""
+expect_output "needs pairs, but none of the 6 training prompts has both an accepted and a rejected completion (0 all right, 6 all wrong)"
+expect_exit 0 "$troupe" run "$work/pre.toml" --set run.steps=200 --set run.out_dir="\"$work/pre200\""
+expect_exit 0 "$troupe" run "$work/rl.toml" "${rm[@]}" --set 'rl.rm_loss="bradley_terry"' --set run.out_dir="\"$work/rm_bt\"" \
+  --set rl.init="\"$work/pre200/checkpoint\""
+grep -q '"type":"rm_data","rm_loss":"bradley_terry",.*"train_groups":6,' "$work/rm_bt/metrics.jsonl" ||
+  fail "Bradley-Terry run: no rm_data line with the group counts"
+grep -q '"type":"end","steps":4,.*"heldout_pair_accuracy_after"' "$work/rm_bt/metrics.jsonl" || fail "Bradley-Terry run: no end line"
+grep -q '"type":"rm_data","rm_loss":"bradley_terry",.*"train_pairs":[1-9]' "$work/rm_bt/metrics.jsonl" ||
+  fail "Bradley-Terry run: no training pairs"
 # rl.reward = "model": RL rewarded by that RM (frozen); bad combinations are exit 3, a missing RM exit 4.
 expect_exit 3 "$troupe" validate "$work/rl.toml" --set 'rl.reward="model"'
 expect_output "reward = \"model\" needs reward_model"
