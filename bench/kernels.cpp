@@ -215,10 +215,11 @@ std::vector<AttnShape> attn_shapes(bool quick) {
   std::vector<AttnShape> v;
   for (bool bwd : {false, true}) {
     const char* dir = bwd ? "bwd" : "fwd";
-    v.push_back({std::string("attention ") + dir + " d128 B16 S128 H4 hd32", 16, 128, 4, 32, bwd});
+    const std::string name = std::string("attention ") + dir;
+    v.push_back({name + " d128 B16 S128 H4 hd32", 16, 128, 4, 32, bwd});
     if (!quick) {
-      v.push_back({std::string("attention ") + dir + " d256 B16 S128 H8 hd32", 16, 128, 8, 32, bwd});
-      v.push_back({std::string("attention ") + dir + " d128 B2 S1024 H4 hd32", 2, 1024, 4, 32, bwd});
+      v.push_back({name + " d256 B16 S128 H8 hd32", 16, 128, 8, 32, bwd});
+      v.push_back({name + " d128 B2 S1024 H4 hd32", 2, 1024, 4, 32, bwd});
     }
   }
   return v;
@@ -472,7 +473,8 @@ int main(int argc, char** argv) {
     for (Backend* be : backends) {
       for (const GemmShape& s : shapes) {
         if (o.skipped(be->name(), s.name)) {
-          if (o.only.empty()) notes.push_back(be->name() + " gemm '" + s.name + "' skipped (--skip)");
+          if (o.only.empty())
+            notes.push_back(be->name() + " gemm '" + s.name + "' skipped (--skip)");
           continue;
         }
         try {

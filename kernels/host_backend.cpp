@@ -372,8 +372,8 @@ class HostBackend final : public Backend {
     expect_shape(op, "v", v, q, "q");
     expect_shape(op, "out", out, q, "q");
     expect_numel(op, "lse", lse, s.B * s.H * s.S, "[B,H,S]");
-    host::attention_forward(pool_, F(op, "out", out), F(op, "lse", lse), F(op, "q", q), F(op, "k", k),
-                            F(op, "v", v), s.B, s.S, s.H, s.hd, scale);
+    host::attention_forward(pool_, F(op, "out", out), F(op, "lse", lse), F(op, "q", q),
+                            F(op, "k", k), F(op, "v", v), s.B, s.S, s.H, s.hd, scale);
   }
 
   void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
@@ -400,9 +400,10 @@ class HostBackend final : public Backend {
     expect_shape(op, "dk", dk, q, "q");
     expect_shape(op, "dv", dv, q, "q");
     expect_numel(op, "lse", lse, s.B * s.H * s.S, "[B,H,S]");
-    host::attention_backward(pool_, F(op, "dq", dq), F(op, "dk", dk), F(op, "dv", dv), F(op, "dout", dout),
-                             F(op, "q", q), F(op, "k", k), F(op, "v", v), F(op, "out", out),
-                             F(op, "lse", lse), s.B, s.S, s.H, s.hd, scale, accumulate);
+    host::attention_backward(pool_, F(op, "dq", dq), F(op, "dk", dk), F(op, "dv", dv),
+                             F(op, "dout", dout), F(op, "q", q), F(op, "k", k), F(op, "v", v),
+                             F(op, "out", out), F(op, "lse", lse), s.B, s.S, s.H, s.hd, scale,
+                             accumulate);
   }
 
   void attention_cached(const Tensor& out, const Tensor& q, const Tensor& k_cache,

@@ -25,6 +25,7 @@ struct HostPool::Shared {
   std::atomic<int64_t> next{0};
   std::exception_ptr error;
   std::vector<std::thread> threads;
+  std::atomic<bool> in_use{false};  // a region is running
 
   void work(int worker) {
     for (;;) {
@@ -69,11 +70,12 @@ HostPool::~HostPool() {
 }
 
 void HostPool::run(int64_t n, const std::function<void(int64_t, int)>& body) {
-  if (size_ == 1 || n < 2) {
+  Shared& s = *shared_;
+  bool idle = false;
+  if (size_ == 1 || n < 2 || !s.in_use.compare_exchange_strong(idle, true)) {
     for (int64_t i = 0; i < n; ++i) body(i, 0);
     return;
   }
-  Shared& s = *shared_;
   openblas_set_num_threads(1);
   {
     std::lock_guard<std::mutex> lk(s.mu);
@@ -94,6 +96,7 @@ void HostPool::run(int64_t n, const std::function<void(int64_t, int)>& body) {
     s.body = nullptr;
   }
   openblas_set_num_threads(size_);
+  s.in_use.store(false);
   if (error) std::rethrow_exception(error);
 }
 

@@ -34,7 +34,8 @@ class HostPool {
   // one thread for the region and back to size() threads after it (OpenBLAS's
   // count is process-wide, as BackendOptions::threads says). The first
   // exception thrown by a body is rethrown here after every item has run.
-  // Not reentrant: a body must not call run() on the same pool.
+  // A call made while another runs on the same pool (from another thread, or
+  // from a body) is a plain loop on its own caller.
   void run(int64_t n, const std::function<void(int64_t item, int worker)>& body);
 
  private:

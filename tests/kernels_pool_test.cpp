@@ -82,6 +82,20 @@ TEST(HostPool, RethrowsAfterEveryItemRan) {
   reset_blas_threads();
 }
 
+TEST(HostPool, NestedRunIsAPlainLoopOnItsCaller) {
+  host::HostPool pool(2);
+  std::vector<std::atomic<int>> hits(12);
+  pool.run(3, [&](int64_t i, int outer) {
+    pool.run(4, [&](int64_t j, int inner) {
+      EXPECT_EQ(inner, 0);
+      ++hits[static_cast<size_t>(i * 4 + j)];
+    });
+    (void)outer;
+  });
+  for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+  reset_blas_threads();
+}
+
 // Attention forward + backward (overwrite and accumulate) at odd sizes: more
 // heads than threads, S across the query-block (32) and key-tile (128) edges.
 Results attention_chain(Backend& b, int64_t B, int64_t S, int64_t H, int64_t hd) {
