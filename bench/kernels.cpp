@@ -5,12 +5,18 @@
 // ratios; the GFLOP/s and GB/s columns are medians of rounds).
 //
 //   bench_kernels [--quick] [--json PATH] [--threads 1,2] [--no-opencl] [--skip TEXT]...
+//                 [--only TEXT]...
 // --skip leaves out every row whose "backend:name" contains TEXT (e.g. an op
-// that is broken on one backend), and says so in the notes.
+// that is broken on one backend), and says so in the notes; --only keeps just
+// the rows whose "backend:name" contains one of the TEXTs (for quick A/B runs).
+// Attention rows count the model's causal FLOPs (QK^T and PV over the visible
+// keys; backward 2x forward, as model::train_flops_per_token does) and set
+// them against raw cblas_sgemm on the model's [T,d]x[d,d] projection.
 #include <cblas.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -31,12 +37,15 @@ struct Options {
   bool opencl = true;
   std::string json = "bench_kernels.json";
   std::vector<int> threads = {1, 2};
-  std::vector<std::string> skip;
+  std::vector<std::string> skip, only;
   bool skipped(const std::string& backend, const std::string& name) const {
     const std::string key = backend + ":" + name;
     for (const std::string& s : skip)
       if (key.find(s) != std::string::npos) return true;
-    return false;
+    if (only.empty()) return false;
+    for (const std::string& s : only)
+      if (key.find(s) != std::string::npos) return false;
+    return true;
   }
 };
 
@@ -194,6 +203,63 @@ void bench_gemm(Backend& be, int threads, const GemmShape& s, const Options& o,
       {"gemm", s.name, be.name(), threads, flops / t.a * 1e-9, flops / t.b * 1e-9, t.b_over_a, 0});
 }
 
+// ---- attention ----------------------------------------------------------------------
+
+struct AttnShape {
+  std::string name;
+  int64_t B, S, H, hd;
+  bool backward;
+};
+
+std::vector<AttnShape> attn_shapes(bool quick) {
+  std::vector<AttnShape> v;
+  for (bool bwd : {false, true}) {
+    const char* dir = bwd ? "bwd" : "fwd";
+    const std::string name = std::string("attention ") + dir;
+    v.push_back({name + " d128 B16 S128 H4 hd32", 16, 128, 4, 32, bwd});
+    if (!quick) {
+      v.push_back({name + " d256 B16 S128 H8 hd32", 16, 128, 8, 32, bwd});
+      v.push_back({name + " d128 B2 S1024 H4 hd32", 2, 1024, 4, 32, bwd});
+    }
+  }
+  return v;
+}
+
+void bench_attention(Backend& be, int threads, const AttnShape& s, const Options& o,
+                     std::vector<Row>& rows) {
+  const Shape qs = {s.B, s.S, s.H, s.hd};
+  const int64_t n = shape_numel(qs), T = s.B * s.S, d = s.H * s.hd;
+  Tensor q = be.from_f32(qs, random_f32(n, 1)), k = be.from_f32(qs, random_f32(n, 2)),
+         v = be.from_f32(qs, random_f32(n, 3)), dout = be.from_f32(qs, random_f32(n, 4));
+  Tensor out = be.zeros(qs), lse = be.zeros({s.B, s.H, s.S});
+  Tensor dq = be.zeros(qs), dk = be.zeros(qs), dv = be.zeros(qs);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.hd));
+  be.attention_forward(out, lse, q, k, v, scale);
+  // QK^T and PV over (S+1)/2 visible keys on average, 2 FLOPs per multiply-add.
+  const double fwd_flops = 2.0 * 2.0 * static_cast<double>(T) * d * (s.S + 1) / 2.0;
+  const double flops = s.backward ? 2.0 * fwd_flops : fwd_flops;
+  std::function<void()> run = [&] {
+    if (s.backward)
+      be.attention_backward_overwrite(dq, dk, dv, dout, q, k, v, out, lse, scale);
+    else
+      be.attention_forward(out, lse, q, k, v, scale);
+    be.synchronize();
+  };
+  std::vector<float> a = random_f32(static_cast<size_t>(T * d), 5),
+                     b = random_f32(static_cast<size_t>(d * d), 6), c(static_cast<size_t>(T * d));
+  std::function<void()> raw = [&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(T), static_cast<int>(d),
+                static_cast<int>(d), 1.0f, a.data(), static_cast<int>(d), b.data(),
+                static_cast<int>(d), 0.0f, c.data(), static_cast<int>(d));
+  };
+  const double raw_flops = 2.0 * static_cast<double>(T) * d * d;
+  const Timing t = compare(run, raw, o);
+  // t.b_over_a is time(raw)/time(attention); as GF/s ratios: attention / cblas.
+  const double gf = flops / t.a * 1e-9, raw_gf = raw_flops / t.b * 1e-9;
+  rows.push_back({"attention", s.name, be.name(), threads, gf, raw_gf,
+                  t.b_over_a * flops / raw_flops, 0});
+}
+
 // ---- memory-bound ops ----------------------------------------------------------------
 
 struct MemOp {
@@ -280,14 +346,14 @@ void print_table(const std::vector<Row>& rows) {
   for (const Row& r : rows) {
     if (r.section != section) {
       section = r.section;
-      if (section == "gemm")
-        std::printf("\n%-44s %-7s %3s %10s %10s %7s\n", "GEMM", "backend", "thr", "GFLOP/s",
-                    "cblas", "ratio");
+      if (section != "memory")
+        std::printf("\n%-44s %-7s %3s %10s %10s %7s\n", section == "gemm" ? "GEMM" : "attention",
+                    "backend", "thr", "GFLOP/s", "cblas", "ratio");
       else
         std::printf("\n%-44s %-7s %3s %10s %10s %7s %9s\n", "memory-bound op", "backend", "thr",
                     "GB/s", "memcpy", "ratio", "MB/call");
     }
-    if (section == "gemm")
+    if (section != "memory")
       std::printf("%-44s %-7s %3d %10.1f %10.1f %7.3f\n", r.name.c_str(), r.backend.c_str(),
                   r.threads, r.value, r.baseline, r.ratio);
     else
@@ -319,7 +385,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const Opt
   f << "],\n  \"rows\": [\n";
   for (size_t i = 0; i < rows.size(); ++i) {
     const Row& r = rows[i];
-    const bool g = r.section == "gemm";
+    const bool g = r.section != "memory";
     f << "    {\"section\": \"" << r.section << "\", \"name\": \"" << json_escape(r.name)
       << "\", \"backend\": \"" << r.backend << "\", \"threads\": " << r.threads << ", \""
       << (g ? "gflops" : "gbps") << "\": " << r.value << ", \""
@@ -339,6 +405,8 @@ bool parse(int argc, char** argv, Options& o) {
       o.opencl = false;
     } else if (a == "--skip" && i + 1 < argc) {
       o.skip.push_back(argv[++i]);
+    } else if (a == "--only" && i + 1 < argc) {
+      o.only.push_back(argv[++i]);
     } else if (a == "--json" && i + 1 < argc) {
       o.json = argv[++i];
     } else if (a == "--threads" && i + 1 < argc) {
@@ -359,7 +427,7 @@ bool parse(int argc, char** argv, Options& o) {
     } else {
       std::fprintf(stderr,
                    "usage: bench_kernels [--quick] [--json PATH] [--threads 1,2] [--no-opencl] "
-                   "[--skip TEXT]...\n");
+                   "[--skip TEXT]... [--only TEXT]...\n");
       return false;
     }
   }
@@ -405,7 +473,8 @@ int main(int argc, char** argv) {
     for (Backend* be : backends) {
       for (const GemmShape& s : shapes) {
         if (o.skipped(be->name(), s.name)) {
-          notes.push_back(be->name() + " gemm '" + s.name + "' skipped (--skip)");
+          if (o.only.empty())
+            notes.push_back(be->name() + " gemm '" + s.name + "' skipped (--skip)");
           continue;
         }
         try {
@@ -414,10 +483,18 @@ int main(int argc, char** argv) {
           notes.push_back(be->name() + " gemm '" + s.name + "' failed: " + e.what());
         }
       }
+      for (const AttnShape& s : attn_shapes(o.quick)) {
+        if (o.skipped(be->name(), s.name)) continue;
+        try {
+          bench_attention(*be, threads, s, o, rows);
+        } catch (const std::exception& e) {
+          notes.push_back(be->name() + " '" + s.name + "' failed: " + e.what());
+        }
+      }
       auto ops = mem_ops(*be, T, 128, 256, k, V, o.quick ? (1 << 18) : (1 << 20));
       for (MemOp& op : ops) {
         if (o.skipped(be->name(), op.name)) {
-          notes.push_back(be->name() + " '" + op.name + "' skipped (--skip)");
+          if (o.only.empty()) notes.push_back(be->name() + " '" + op.name + "' skipped (--skip)");
           continue;
         }
         try {

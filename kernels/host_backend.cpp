@@ -6,6 +6,7 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <string>
 
 #include "kernels/host_ops.hpp"
+#include "kernels/host_pool.hpp"
 
 namespace troupe::kernels {
 namespace {
@@ -142,12 +144,16 @@ Heads heads(const char* op, const char* name, const Tensor& t) {
 
 class HostBackend final : public Backend {
  public:
-  explicit HostBackend(const BackendOptions& options) {
-    if (options.threads < 1)
-      throw std::invalid_argument("host backend: threads must be >= 1, got " +
-                                  std::to_string(options.threads));
+  explicit HostBackend(const BackendOptions& options) : pool_(checked_threads(options.threads)) {
     // OpenBLAS's thread count is process-wide: the last backend created sets it.
     openblas_set_num_threads(options.threads);
+  }
+
+  static int checked_threads(int threads) {
+    if (threads < 1)
+      throw std::invalid_argument("host backend: threads must be >= 1, got " +
+                                  std::to_string(threads));
+    return threads;
   }
 
   std::string name() const override { return "host"; }
@@ -246,11 +252,36 @@ class HostBackend final : public Backend {
       check_span(op, "b", b, g.b_offset, g.k * g.n);
       check_span(op, "c", c, g.c_offset, g.m * g.n);
     }
-    for (const GemmGroup& g : groups) {
-      if (g.m == 0 || g.n == 0) continue;
+    std::vector<const GemmGroup*> work;
+    for (const GemmGroup& g : groups)
+      if (g.m != 0 && g.n != 0) work.push_back(&g);
+    auto one = [&](const GemmGroup& g) {
       host::sgemm(ta, tb, g.m, g.n, g.k, alpha, pa + g.a_offset, ta ? g.m : g.k, pb + g.b_offset,
                   tb ? g.k : g.n, beta, pc + g.c_offset, g.n);
+    };
+    // Concurrently, one group per thread (see HostPool), when the groups are
+    // independent: no two write the same elements of C, and C is not also an
+    // input. Otherwise (or on one thread) in order, as before.
+    if (pool_.size() == 1 || work.size() < 2 || !independent(work, a, b, c)) {
+      for (const GemmGroup* g : work) one(*g);
+      return;
     }
+    // Costliest first, so the last items handed out are the short ones.
+    std::stable_sort(work.begin(), work.end(), [](const GemmGroup* x, const GemmGroup* y) {
+      return x->m * x->n * std::max<int64_t>(x->k, 1) > y->m * y->n * std::max<int64_t>(y->k, 1);
+    });
+    pool_.run(static_cast<int64_t>(work.size()), [&](int64_t i, int) { one(*work[i]); });
+  }
+
+  static bool independent(std::vector<const GemmGroup*> work, const Tensor& a, const Tensor& b,
+                          const Tensor& c) {
+    if (a.buffer() == c.buffer() || b.buffer() == c.buffer()) return false;
+    std::sort(work.begin(), work.end(), [](const GemmGroup* x, const GemmGroup* y) {
+      return x->c_offset < y->c_offset;
+    });
+    for (size_t i = 1; i < work.size(); ++i)
+      if (work[i - 1]->c_offset + work[i - 1]->m * work[i - 1]->n > work[i]->c_offset) return false;
+    return true;
   }
 
   // ---- embedding ----
@@ -341,8 +372,8 @@ class HostBackend final : public Backend {
     expect_shape(op, "v", v, q, "q");
     expect_shape(op, "out", out, q, "q");
     expect_numel(op, "lse", lse, s.B * s.H * s.S, "[B,H,S]");
-    host::attention_forward(F(op, "out", out), F(op, "lse", lse), F(op, "q", q), F(op, "k", k),
-                            F(op, "v", v), s.B, s.S, s.H, s.hd, scale);
+    host::attention_forward(pool_, F(op, "out", out), F(op, "lse", lse), F(op, "q", q),
+                            F(op, "k", k), F(op, "v", v), s.B, s.S, s.H, s.hd, scale);
   }
 
   void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv, const Tensor& dout,
@@ -369,9 +400,10 @@ class HostBackend final : public Backend {
     expect_shape(op, "dk", dk, q, "q");
     expect_shape(op, "dv", dv, q, "q");
     expect_numel(op, "lse", lse, s.B * s.H * s.S, "[B,H,S]");
-    host::attention_backward(F(op, "dq", dq), F(op, "dk", dk), F(op, "dv", dv), F(op, "dout", dout),
-                             F(op, "q", q), F(op, "k", k), F(op, "v", v), F(op, "out", out),
-                             F(op, "lse", lse), s.B, s.S, s.H, s.hd, scale, accumulate);
+    host::attention_backward(pool_, F(op, "dq", dq), F(op, "dk", dk), F(op, "dv", dv),
+                             F(op, "dout", dout), F(op, "q", q), F(op, "k", k), F(op, "v", v),
+                             F(op, "out", out), F(op, "lse", lse), s.B, s.S, s.H, s.hd, scale,
+                             accumulate);
   }
 
   void attention_cached(const Tensor& out, const Tensor& q, const Tensor& k_cache,
@@ -649,6 +681,9 @@ class HostBackend final : public Backend {
     check_indices(op, "slots", ps, slots.numel(), 0, N, true);
     return ps;
   }
+
+  // The backend's threads for grouped GEMM groups and attention heads.
+  host::HostPool pool_;
 };
 
 }  // namespace

@@ -2,19 +2,26 @@
 // llm.c style: plain pointers, outputs first, then inputs, then sizes. Shapes
 // were already checked by HostBackend; these functions trust their arguments
 // (except index ranges, which HostBackend validates before calling them).
-// Every loop has a fixed order and no threads, so results are deterministic.
+// Every loop has a fixed order, so results are deterministic; the only threads
+// are a HostPool's, where a kernel takes one (each item on one thread).
 #pragma once
 
 #include <bit>
 #include <cstdint>
+#include <cstring>
 
 namespace troupe::kernels::host {
 
+class HostPool;
+
 // On x86-64 with GCC, the exp- and reduction-heavy kernels are also compiled for
 // AVX2 and picked at load time (function multiversioning): the release flags
-// target baseline SSE2. Results are bitwise the same in both versions: -std=c++20
-// (no GNU extensions) turns off FMA contraction and every reduction has a fixed
-// lane order, so only the vector width differs.
+// target baseline SSE2. Results are bitwise the same in both versions: neither
+// target has FMA, troupe_kernels builds with -ffp-contract=off anyway (GCC
+// contracts a*b+c into an FMA wherever the target has one, -std=c++20 or not),
+// and every reduction has a fixed lane order, so only the vector width differs.
+// (An AVX-512 clone, bitwise the same with contraction off, was slower on the
+// cross-entropy forward on a Sapphire Rapids VM, so there is none.)
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define TROUPE_HOST_SIMD __attribute__((target_clones("avx2", "default")))
 #else
@@ -38,12 +45,21 @@ inline float lane_sum(int64_t n, Term term) {
 }
 
 // Max of x[0..n), n >= 1 (NaN-free input assumed; a NaN may or may not win).
+// The main loop is written on an 8-float vector type: GCC leaves the same
+// loop on a float[8] scalar (one maxss per element); lane by lane the compare
+// and select are the same, so the result is too.
 inline float lane_max(const float* x, int64_t n) {
-  float acc[8];
-  for (int l = 0; l < 8; ++l) acc[l] = x[0];
+  typedef float f8 __attribute__((vector_size(32)));
+  f8 vacc;
+  for (int l = 0; l < 8; ++l) vacc[l] = x[0];
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int l = 0; l < 8; ++l) acc[l] = acc[l] < x[i + l] ? x[i + l] : acc[l];
+  for (; i + 8 <= n; i += 8) {
+    f8 v;
+    std::memcpy(&v, x + i, sizeof v);
+    vacc = vacc < v ? v : vacc;
+  }
+  float acc[8];
+  for (int l = 0; l < 8; ++l) acc[l] = vacc[l];
   for (int l = 0; i < n; ++i, ++l) acc[l] = acc[l] < x[i] ? x[i] : acc[l];
   float m = acc[0];
   for (int l = 1; l < 8; ++l) m = m < acc[l] ? acc[l] : m;
@@ -82,12 +98,14 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 // ---- attention (host_attention.cpp) ---------------------------------------------------
-// q, k, v, out: [B,S,H,hd]; lse: [B,H,S].
-void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                       int64_t B, int64_t S, int64_t H, int64_t hd, float scale);
-void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* q,
-                        const float* k, const float* v, const float* out, const float* lse,
-                        int64_t B, int64_t S, int64_t H, int64_t hd, float scale, bool accumulate);
+// q, k, v, out: [B,S,H,hd]; lse: [B,H,S]. The (batch, head) pairs run as items
+// of `pool` (host_pool.hpp); the result does not depend on the pool's size.
+void attention_forward(HostPool& pool, float* out, float* lse, const float* q, const float* k,
+                       const float* v, int64_t B, int64_t S, int64_t H, int64_t hd, float scale);
+void attention_backward(HostPool& pool, float* dq, float* dk, float* dv, const float* dout,
+                        const float* q, const float* k, const float* v, const float* out,
+                        const float* lse, int64_t B, int64_t S, int64_t H, int64_t hd, float scale,
+                        bool accumulate);
 
 // q, out: [B,S,H,hd]; k_cache, v_cache: [B,C,H,hd]; query s of sequence b attends
 // cache keys 0..pos[b]+s (pos[b] + S <= C, checked by the caller).

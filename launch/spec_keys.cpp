@@ -141,7 +141,7 @@ std::vector<KeyDef> build_keys() {
          if (s.topology.optimizer_shards > 1) return "sim devices model the optimizer step as one fixed cost ([sim] optimizer_ms); set optimizer_shards = 1";
          return "";
        }});
-  add({"topology", "threads_per_device", KeyType::Int, F(topology.threads_per_device), "Host devices: OpenBLAS threads per device.", 1, 1024});
+  add({"topology", "threads_per_device", KeyType::Int, F(topology.threads_per_device), "Host devices: threads per device (OpenBLAS's, and the host backend's own for grouped GEMM groups and attention heads).", 1, 1024});
   add({"topology", "opencl_platform", KeyType::Int, F(topology.opencl_platform), "OpenCL platform index; -1 picks the first platform with a matching device.", -1, 64});
   add({"topology", "opencl_device", KeyType::Int, F(topology.opencl_device), "OpenCL device index on the platform.", 0, 64});
   add({"topology", "opencl_device_type", KeyType::Choice, F(topology.opencl_device_type), "OpenCL device type to look for: \"any\", \"gpu\" or \"cpu\".", 0, 0, {} /* the enum's names: bind_choices */});

@@ -14,6 +14,7 @@ troupe_add_gtest(kernels_tests
     ${CMAKE_CURRENT_LIST_DIR}/kernels_optim_test.cpp
     ${CMAKE_CURRENT_LIST_DIR}/kernels_overwrite_test.cpp
     ${CMAKE_CURRENT_LIST_DIR}/kernels_determinism_test.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/kernels_pool_test.cpp
   LIBS troupe_kernels
   TIMEOUT 300
   LABELS kernels)

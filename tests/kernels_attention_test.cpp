@@ -29,8 +29,12 @@ std::string label(const Case& c) {
          " hd=" + std::to_string(c.hd);
 }
 
-const Case kCases[] = {{1, 1, 1, 2},  {2, 7, 3, 6},   {1, 9, 2, 4},  {1, 33, 2, 16},
-                       {1, 70, 1, 8}, {2, 130, 2, 4}, {1, 17, 4, 32}};
+// The host kernel tiles queries by 32 and keys by 128: S = 32 and 128 end on
+// a tile edge, 33 and 129 go one past it, 300 has three key tiles (the last
+// partial) and an online-softmax rescale in every block past the first tile.
+const Case kCases[] = {{1, 1, 1, 2},   {2, 7, 3, 6},   {1, 9, 2, 4},   {1, 33, 2, 16},
+                       {1, 70, 1, 8},  {2, 130, 2, 4}, {1, 17, 4, 32}, {1, 32, 1, 4},
+                       {1, 128, 1, 4}, {1, 129, 2, 8}, {1, 300, 2, 6}};
 
 TEST_P(KernelsAttention, Forward) {
   Rng rng(20);

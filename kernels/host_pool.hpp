@@ -1,0 +1,47 @@
+// HostPool: the host backend's own team of threads for work that splits into
+// independent items (the groups of a grouped GEMM, the (batch, head) pairs of
+// attention). Small GEMMs split poorly across OpenBLAS threads; one item per
+// thread with single-threaded BLAS keeps every core busy instead.
+//
+// Determinism: an item is computed wholly by one thread and its result does
+// not depend on which one (per-thread scratch is indexed by `worker` and fully
+// written before it is read), so the output is the same bits whatever the
+// schedule. Inside a region OpenBLAS runs single-threaded, so an item's GEMMs
+// give the bits of a 1-thread run, at any pool size.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+namespace troupe::kernels::host {
+
+class HostPool {
+ public:
+  // threads >= 1: the caller plus threads - 1 workers, started now.
+  explicit HostPool(int threads);
+  ~HostPool();
+  HostPool(const HostPool&) = delete;
+  HostPool& operator=(const HostPool&) = delete;
+
+  int size() const { return size_; }
+
+  // Runs body(i, worker) once for every i in [0, n) and returns when all are
+  // done; worker in [0, size()) names the thread (the caller is 0). Items are
+  // handed out in index order to whichever thread is free, so list the
+  // costliest first. With one thread, or n < 2, it is a plain loop on the
+  // caller and OpenBLAS keeps its thread count. Otherwise OpenBLAS is set to
+  // one thread for the region and back to size() threads after it (OpenBLAS's
+  // count is process-wide, as BackendOptions::threads says). The first
+  // exception thrown by a body is rethrown here after every item has run.
+  // A call made while another runs on the same pool (from another thread, or
+  // from a body) is a plain loop on its own caller.
+  void run(int64_t n, const std::function<void(int64_t item, int worker)>& body);
+
+ private:
+  struct Shared;
+  int size_;
+  std::unique_ptr<Shared> shared_;
+};
+
+}  // namespace troupe::kernels::host

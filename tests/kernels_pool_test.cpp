@@ -1,0 +1,213 @@
+// The host backend's threads (kernels/host_pool.hpp): HostPool hands out every
+// item once and rethrows a body's exception; a 2-thread host backend, which
+// runs grouped GEMM groups and attention heads concurrently with one BLAS
+// thread each, gives the same bits as a 1-thread one (at shapes where
+// OpenBLAS's own results differ between 1 and 2 threads, e.g. 67x129x33), the
+// float64 reference's values, and the same bits on every run; grouped GEMMs
+// whose outputs overlap still accumulate in order.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/host_pool.hpp"
+#include "tests/kernels_harness.hpp"
+#include "tests/kernels_reference.hpp"
+
+namespace troupe::kernels::testing {
+namespace {
+
+using Results = std::vector<std::vector<float>>;
+
+// Runs `fn` on a fresh host backend with `threads` threads, created just
+// before (OpenBLAS's thread count is process-wide: the newest backend sets it).
+Results on_host(int threads, const std::function<Results(Backend&)>& fn) {
+  BackendOptions o;
+  o.threads = threads;
+  std::unique_ptr<Backend> b = make_backend(o);
+  return fn(*b);
+}
+
+// Leaves OpenBLAS at 1 thread for the tests that follow (they use the
+// harness's 1-thread host backend).
+void reset_blas_threads() { on_host(1, [](Backend&) { return Results{}; }); }
+
+bool bitwise_equal(const Results& a, const Results& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].size() != b[i].size() ||
+        std::memcmp(a[i].data(), b[i].data(), a[i].size() * sizeof(float)) != 0)
+      return false;
+  return true;
+}
+
+TEST(HostPool, RunsEveryItemOnceOnEveryThreadCount) {
+  for (int threads : {1, 2, 3}) {
+    host::HostPool pool(threads);
+    EXPECT_EQ(pool.size(), threads);
+    for (int64_t n : {0, 1, 2, 7, 100}) {
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      std::atomic<int> bad_worker{0};
+      pool.run(n, [&](int64_t i, int worker) {
+        if (worker < 0 || worker >= threads) ++bad_worker;
+        ++hits[static_cast<size_t>(i)];
+      });
+      for (int64_t i = 0; i < n; ++i) EXPECT_EQ(hits[static_cast<size_t>(i)].load(), 1);
+      EXPECT_EQ(bad_worker.load(), 0);
+    }
+  }
+  reset_blas_threads();
+}
+
+TEST(HostPool, RethrowsAfterEveryItemRan) {
+  host::HostPool pool(2);
+  std::atomic<int> ran{0};
+  EXPECT_THROW(pool.run(16,
+                        [&](int64_t i, int) {
+                          ++ran;
+                          if (i == 5) throw std::runtime_error("item 5");
+                        }),
+               std::runtime_error);
+  EXPECT_EQ(ran.load(), 16);
+  // The pool still works after an exception.
+  std::atomic<int> again{0};
+  pool.run(8, [&](int64_t, int) { ++again; });
+  EXPECT_EQ(again.load(), 8);
+  reset_blas_threads();
+}
+
+TEST(HostPool, NestedRunIsAPlainLoopOnItsCaller) {
+  host::HostPool pool(2);
+  std::vector<std::atomic<int>> hits(12);
+  pool.run(3, [&](int64_t i, int outer) {
+    pool.run(4, [&](int64_t j, int inner) {
+      EXPECT_EQ(inner, 0);
+      ++hits[static_cast<size_t>(i * 4 + j)];
+    });
+    (void)outer;
+  });
+  for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+  reset_blas_threads();
+}
+
+// Attention forward + backward (overwrite and accumulate) at odd sizes: more
+// heads than threads, S across the query-block (32) and key-tile (128) edges.
+Results attention_chain(Backend& b, int64_t B, int64_t S, int64_t H, int64_t hd) {
+  Rng rng(90 + S);
+  const Shape hs{B, S, H, hd};
+  const int64_t n = shape_numel(hs);
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  Tensor q = b.from_f32(hs, rng.f32(n, -2, 2)), k = b.from_f32(hs, rng.f32(n, -2, 2));
+  Tensor v = b.from_f32(hs, rng.f32(n)), dout = b.from_f32(hs, rng.f32(n));
+  Tensor out = b.zeros(hs), lse = b.zeros({B, H, S});
+  Tensor dq = b.zeros(hs), dk = b.zeros(hs), dv = b.zeros(hs);
+  b.attention_forward(out, lse, q, k, v, scale);
+  b.attention_backward_overwrite(dq, dk, dv, dout, q, k, v, out, lse, scale);
+  b.attention_backward(dq, dk, dv, dout, q, k, v, out, lse, scale);  // now 2x
+  return {b.download_f32(out), b.download_f32(lse), b.download_f32(dq), b.download_f32(dk),
+          b.download_f32(dv)};
+}
+
+TEST(HostThreads, AttentionSameBitsOnOneAndTwoThreadsAndMatchesReference) {
+  struct Case {
+    int64_t B, S, H, hd;
+  };
+  for (const Case& c : {Case{3, 150, 5, 6}, Case{1, 129, 3, 32}, Case{2, 33, 1, 4},
+                        Case{1, 300, 2, 8}}) {
+    SCOPED_TRACE("B=" + std::to_string(c.B) + " S=" + std::to_string(c.S));
+    auto run = [&](Backend& b) { return attention_chain(b, c.B, c.S, c.H, c.hd); };
+    const Results two = on_host(2, run);
+    const Results two_again = on_host(2, run);
+    const Results one = on_host(1, run);
+    EXPECT_TRUE(bitwise_equal(two, two_again)) << "2 threads, two runs";
+    EXPECT_TRUE(bitwise_equal(two, one)) << "2 threads vs 1 thread";
+    // Values: the float64 reference (dq, dk, dv were accumulated twice).
+    Rng rng(90 + c.S);
+    const int64_t n = c.B * c.S * c.H * c.hd;
+    const auto q = rng.f32(n, -2, 2), k = rng.f32(n, -2, 2), v = rng.f32(n), d = rng.f32(n);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.hd));  // as attention_chain
+    ref::V out, lse, dq, dk, dv;
+    ref::attention_fwd(out, lse, to_double(q), to_double(k), to_double(v), c.B, c.S, c.H, c.hd,
+                       scale);
+    ref::attention_bwd(dq, dk, dv, to_double(d), to_double(q), to_double(k), to_double(v), c.B,
+                       c.S, c.H, c.hd, scale);
+    for (ref::V* g : {&dq, &dk, &dv})
+      for (double& x : *g) x *= 2.0;
+    const Tol fwd{2e-5, 1e-4}, bwd{2e-4, 1e-4};
+    EXPECT_TRUE(near(two[0], out, fwd)) << "out";
+    EXPECT_TRUE(near(two[1], lse, fwd)) << "lse";
+    EXPECT_TRUE(near(two[2], dq, bwd)) << "dq";
+    EXPECT_TRUE(near(two[3], dk, bwd)) << "dk";
+    EXPECT_TRUE(near(two[4], dv, bwd)) << "dv";
+  }
+  reset_blas_threads();
+}
+
+// Grouped GEMM with per-group shapes where OpenBLAS's 1- and 2-thread results
+// differ; each group then runs on one thread with one BLAS thread.
+Results grouped(Backend& b, bool ta, bool tb, float beta, const std::vector<GemmGroup>& groups,
+                const std::vector<float>& a, const std::vector<float>& bm,
+                const std::vector<float>& c0) {
+  Tensor c = b.from_f32({static_cast<int64_t>(c0.size())}, c0);
+  b.gemm_grouped(ta, tb, 0.75f, b.from_f32({static_cast<int64_t>(a.size())}, a),
+                 b.from_f32({static_cast<int64_t>(bm.size())}, bm), beta, c, groups);
+  return {b.download_f32(c)};
+}
+
+TEST(HostThreads, GroupedGemmSameBitsOnOneAndTwoThreadsAndMatchesReference) {
+  const std::vector<int64_t> ms = {67, 0, 129, 1, 300, 67, 5};
+  const int64_t n = 129, k = 33;
+  Rng rng(91);
+  for (int t = 0; t < 4; ++t) {
+    const bool ta = t & 1, tb = t & 2;
+    const float beta = t == 3 ? 0.5f : 0.0f;
+    SCOPED_TRACE("ta=" + std::to_string(ta) + " tb=" + std::to_string(tb));
+    std::vector<GemmGroup> groups;
+    int64_t rows = 0;
+    for (size_t e = 0; e < ms.size(); ++e) {
+      groups.push_back({ms[e], n, k, rows * k, static_cast<int64_t>(e) * k * n, rows * n});
+      rows += ms[e];
+    }
+    const auto a = rng.f32(rows * k), bm = rng.f32(ms.size() * k * n), c0 = rng.f32(rows * n);
+    auto run = [&](Backend& b) { return grouped(b, ta, tb, beta, groups, a, bm, c0); };
+    const Results two = on_host(2, run), two_again = on_host(2, run), one = on_host(1, run);
+    EXPECT_TRUE(bitwise_equal(two, two_again)) << "2 threads, two runs";
+    EXPECT_TRUE(bitwise_equal(two, one)) << "2 threads vs 1 thread";
+    std::vector<double> want = to_double(c0);
+    for (const GemmGroup& g : groups) {
+      const auto cg = ref::gemm(ta, tb, g.m, g.n, g.k, 0.75, to_double(a), to_double(bm), beta,
+                                to_double(c0), g.a_offset, g.b_offset, g.c_offset);
+      std::copy(cg.begin(), cg.end(), want.begin() + g.c_offset);
+    }
+    EXPECT_TRUE(near(two[0], want, Tol{1e-5, 1e-5}));
+  }
+  reset_blas_threads();
+}
+
+TEST(HostThreads, GroupedGemmWithOverlappingOutputsAccumulatesInOrder) {
+  // Three groups add into the same 40 x 24 block of C (beta = 1): with two
+  // threads they must not race, so the backend runs them one after another.
+  const int64_t m = 40, n = 24, k = 16;
+  Rng rng(92);
+  const auto a = rng.f32(3 * m * k), bm = rng.f32(3 * k * n), c0 = rng.f32(m * n);
+  std::vector<GemmGroup> groups;
+  for (int64_t e = 0; e < 3; ++e) groups.push_back({m, n, k, e * m * k, e * k * n, 0});
+  std::vector<double> want = to_double(c0);
+  for (const GemmGroup& g : groups)
+    want = ref::gemm(false, false, m, n, k, 0.75, to_double(a), to_double(bm), 1.0, want,
+                     g.a_offset, g.b_offset, 0);
+  auto run = [&](Backend& b) { return grouped(b, false, false, 1.0f, groups, a, bm, c0); };
+  const Results two = on_host(2, run), one = on_host(1, run);
+  EXPECT_TRUE(near(two[0], want, Tol{1e-5, 1e-5}));
+  EXPECT_TRUE(bitwise_equal(two, one));
+  reset_blas_threads();
+}
+
+}  // namespace
+}  // namespace troupe::kernels::testing
