@@ -82,7 +82,7 @@ TEST(FaultInjectorPartition, HeldMessagesArriveInOrderWhenTheWindowEnds) {
   caf::scoped_actor observer{sys};
   FaultInjector inj;
   const Sinks s = place(sys, inj, observer);
-  inj.arm(s.a1, partition(1500), 0, 0, 1);  // long enough that every send below lands inside it
+  inj.arm(s.a1, partition(3000), 0, 0, 1);  // long enough that every send below lands inside it
   send_all(inj, s);
   std::map<int, std::vector<int>> by_sink;
   for (int i = 0; i < 7; ++i)
