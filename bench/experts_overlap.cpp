@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/blas_core.hpp"
 #include "actors/runtime.hpp"
 #include "model/trainer.hpp"
 
@@ -49,6 +50,7 @@ struct Engine {
 }  // namespace
 
 int main(int argc, char** argv) {
+  troupe::kernels::use_native_blas_kernels(argv);  // OpenBLAS's fast kernels, as `troupe` runs them
   int steps = 10, warmup = 2;
   std::string json = "bench_experts_overlap.json";
   for (int i = 1; i < argc; ++i) {

@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/blas_core.hpp"
 #include "bench/train_step_profile.hpp"
 #include "model/generate.hpp"
 #include "model/kv_generate.hpp"
@@ -47,6 +48,7 @@ struct Row {
 }  // namespace
 
 int main(int argc, char** argv) {
+  troupe::kernels::use_native_blas_kernels(argv);  // OpenBLAS's fast kernels, as `troupe` runs them
   kernels::BackendOptions bo;
   int64_t batch = 16, max_new = 64;
   int reps = 2;

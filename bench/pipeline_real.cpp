@@ -47,6 +47,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/blas_core.hpp"
 #include "actors/schedule/pipeline_sim.hpp"
 #include "actors/runtime.hpp"
 #include "actors/schedule/schedule.hpp"
@@ -139,6 +140,7 @@ std::string load_average() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  troupe::kernels::use_native_blas_kernels(argv);  // OpenBLAS's fast kernels, as `troupe` runs them
   int steps = 10, warmup = 2;
   std::string json = "bench_pipeline_real.json";
   std::string only, trace_dir;

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/blas_core.hpp"
 #include "bench/train_step_profile.hpp"
 #include "model/data.hpp"
 #include "model/decoder.hpp"
@@ -154,6 +155,7 @@ std::vector<std::pair<std::string, bench::OpStat>> profile(const NamedConfig& nc
 }  // namespace
 
 int main(int argc, char** argv) {
+  troupe::kernels::use_native_blas_kernels(argv);  // OpenBLAS's fast kernels, as `troupe` runs them
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];

@@ -14,9 +14,9 @@
 #include <mutex>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
-#include <cblas.h>
 #include <spdlog/spdlog.h>
 
+#include "kernels/blas_core.hpp"
 #include "actors/runtime.hpp"
 #include "actors/cluster/runtime_cluster.hpp"
 #include "launch/mpi_bootstrap.hpp"
@@ -376,7 +376,7 @@ static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterC
   setup_logging(spec, out_dir);
   const runtime::Plan topo = resolve_topology(spec);
   // The kernels OpenBLAS uses (launch/main.cpp: a fallback to Prescott is undone where the CPU allows).
-  const std::string blas_core = openblas_get_corename();
+  const std::string blas_core = kernels::blas_core();
   spdlog::info("run '{}' from {}: {} parameters, {} steps, {} device(s) ({}), output in {}; OpenBLAS kernels {}",
                spec.run.name, spec.source, topo.parameters, spec.run.steps, spec.topology.devices,
                device_kind_name(spec.topology.device_kind), out_dir, blas_core);
