@@ -375,7 +375,7 @@ static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterC
   }
   setup_logging(spec, out_dir);
   const runtime::Plan topo = resolve_topology(spec);
-  // The kernels OpenBLAS uses (launch/main.cpp: a fallback to Prescott is undone where the CPU allows).
+  // The kernels OpenBLAS uses (kernels/blas_core.hpp: a fallback to Prescott is undone where the CPU allows).
   const std::string blas_core = kernels::blas_core();
   spdlog::info("run '{}' from {}: {} parameters, {} steps, {} device(s) ({}), output in {}; OpenBLAS kernels {}",
                spec.run.name, spec.source, topo.parameters, spec.run.steps, spec.topology.devices,

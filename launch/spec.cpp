@@ -629,6 +629,19 @@ void check_process_fault(const Spec& s, Parser& p, size_t i, int proc) {
                 "stop; set process_loss = \"recover\"");
 }
 
+// The parameters fault `i`'s kind needs, reported at its kind key (one rule
+// for actor runtime and RL faults alike).
+void check_fault_parameters(const FaultConfig& f, Parser& p, size_t i) {
+  if (f.kind == runtime::FaultKind::delay && f.delay_ms <= 0)
+    p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"delay\" needs delay_ms (how late each message arrives, ms)");
+  if (f.kind == runtime::FaultKind::pause && f.duration_ms <= 0)
+    p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"pause\" needs duration_ms (how long the actor receives nothing)");
+  if (f.kind == runtime::FaultKind::partition && f.duration_ms <= 0)
+    p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"partition\" needs duration_ms (how long the target's device is cut off from the rest)");
+  if (f.kind == runtime::FaultKind::slow && f.factor <= 1)
+    p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"slow\" needs factor > 1 (how many times slower its device runs)");
+}
+
 void check_faults(const Spec& s, Parser& p) {
   if (s.run.mode == RunMode::rl) return check_rl_faults(s, p);
   // An RL actor (generator:K, reward:K, rollout_buffer) named in a run that
@@ -704,14 +717,7 @@ void check_faults(const Spec& s, Parser& p) {
                                    "no supervised actors, so a fault would be silently ignored");
       continue;
     }
-    if (f.kind == runtime::FaultKind::delay && f.delay_ms <= 0)
-      p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"delay\" needs delay_ms (how late each message arrives, ms)");
-    if (f.kind == runtime::FaultKind::pause && f.duration_ms <= 0)
-      p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"pause\" needs duration_ms (how long the actor receives nothing)");
-    if (f.kind == runtime::FaultKind::partition && f.duration_ms <= 0)
-      p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"partition\" needs duration_ms (how long the target's device is cut off from the rest)");
-    if (f.kind == runtime::FaultKind::slow && f.factor <= 1)
-      p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"slow\" needs factor > 1 (how many times slower its device runs)");
+    check_fault_parameters(f, p, i);
     if (s.topology.processes > 1)
       p.error(p.fault_where(i, ""), "[[faults]] runs in one process only for now: the supervisor restarts actors on its "
                                    "own devices ([topology] processes = " + v(s.topology.processes) + "); a whole process can be hit: target = \"process:1\"");
@@ -808,10 +814,8 @@ void check_rl_faults(const Spec& s, Parser& p) {
         p.error(p.fault_where(i, "kind"), std::string("[[faults]] kind = \"") + runtime::fault_kind_name(f.kind) +
                                           "\" is not supported on RL actors yet: use \"kill\", \"duplicate\", \"delay\", "
                                           "\"pause\" (or \"drop\": a generator loses its next `count` weight syncs)");
-      else if (f.kind == runtime::FaultKind::delay && f.delay_ms <= 0)
-        p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"delay\" needs delay_ms (how late each message arrives, ms)");
-      else if (f.kind == runtime::FaultKind::pause && f.duration_ms <= 0)
-        p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"pause\" needs duration_ms (how long the actor receives nothing)");
+      else
+        check_fault_parameters(f, p, i);
       if (f.kind == runtime::FaultKind::kill && f.at_message > runtime::kRlKillPoints)
         p.error(p.fault_where(i, "at_message"), "[[faults]] at_message = " + v(f.at_message) + " is out of range for " +
                                                 f.target + ": 0 (a seeded point) or 1 (on receiving its job), 2 (after "

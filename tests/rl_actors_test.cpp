@@ -466,14 +466,7 @@ TEST(RlActorFaults, MessageFaultsEndBitwiseEqual) {
   for (const runtime::FaultKind kind : {runtime::FaultKind::duplicate, runtime::FaultKind::delay, runtime::FaultKind::pause})
     for (const std::string target : {"generator:1", "reward:0"}) {
       runtime::RlActorOptions a = decoupled(o, 1, 2, 1);
-      runtime::FaultSpec f;
-      f.at_step = 2;
-      f.target = target;
-      f.kind = kind;
-      f.count = 2;
-      f.delay_ms = 40;
-      f.duration_ms = 150;
-      a.faults.push_back(f);
+      a.faults.push_back({.at_step = 2, .target = target, .kind = kind, .count = 2, .delay_ms = 40, .duration_ms = 150});
       const std::string what = std::string(runtime::fault_kind_name(kind)) + " " + target;
       const auto hit = run(a);
       EXPECT_TRUE(hit->rep.restarts.empty()) << what << ": nothing died";

@@ -14,40 +14,21 @@
 #include <gtest/gtest.h>
 
 #include "actors/runtime.hpp"
+#include "tests/runtime_elastic_util.hpp"
 #include "tests/runtime_test_options.hpp"
 
 namespace troupe::test {
 namespace {
 
 runtime::RuntimeOptions options(const std::string& schedule, int dp, uint64_t seed) {
-  runtime::RuntimeOptions o = tiny_moe_options(seed, 8);
+  runtime::RuntimeOptions o = elastic_options(schedule, dp, 4, seed, 8);
   o.train.model.n_experts = 8;  // 4 shards of 2 experts: room to move
-  o.schedule = troupe::sched::parse_kind(schedule);
-  o.stages = 2;
-  o.devices = 3;
-  o.optimizer_shards = 2;
-  o.data_parallel = dp;
-  o.train.microbatches = 4 * dp;
-  o.train.data.batch_size = 8 * dp;
-  o.expert_shards = 4;
   o.train.model.balance = troupe::moe::Balance::none;  // loads drift apart
   return o;
 }
 
-struct Outcome {
-  model::TrainingState state;
-  std::vector<double> losses;
-  std::vector<runtime::RescaleReport> rescales;
-};
-
-Outcome run(const runtime::RuntimeOptions& o) {
-  runtime::Runtime rt(o);
-  Outcome out;
-  for (int64_t s = 0; s < o.train.steps; ++s) out.losses.push_back(rt.step().loss);
-  out.state = rt.state();
-  out.rescales = rt.rescales();
-  return out;
-}
+using Outcome = ElasticOutcome;
+ElasticOutcome run(const runtime::RuntimeOptions& o) { return run_elastic(o); }
 
 void expect_bitwise_equal(const Outcome& ref, const Outcome& got, const std::string& what) {
   EXPECT_TRUE(same_bits(ref.state.params, got.state.params)) << what << ": parameters differ";

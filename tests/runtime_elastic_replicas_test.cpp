@@ -21,21 +21,14 @@
 
 #include "actors/plan.hpp"
 #include "actors/runtime.hpp"
+#include "tests/runtime_elastic_util.hpp"
 #include "tests/runtime_test_options.hpp"
 
 namespace troupe::test {
 namespace {
 
 runtime::RuntimeOptions replica_options(const std::string& schedule, int dp, uint64_t seed) {
-  runtime::RuntimeOptions o = tiny_moe_options(seed, 5);
-  o.schedule = troupe::sched::parse_kind(schedule);
-  o.stages = 2;
-  o.devices = 3;
-  o.optimizer_shards = 2;
-  o.data_parallel = dp;
-  o.train.microbatches = 4 * dp;  // 4 per replica: DualPipe needs 2 x ranks
-  o.train.data.batch_size = 8 * dp;
-  o.expert_shards = 2;
+  runtime::RuntimeOptions o = elastic_options(schedule, dp, 2, seed);
   o.train.model.balance = troupe::moe::Balance::none;  // skewed: the copies matter
   return o;
 }
@@ -46,29 +39,8 @@ std::vector<std::vector<std::vector<int64_t>>> fixed_copies(int layers) {
   return std::vector<std::vector<std::vector<int64_t>>>(static_cast<size_t>(layers), {{3}, {0}});
 }
 
-struct Outcome {
-  model::TrainingState state;
-  std::vector<double> losses, norms;
-  std::vector<std::vector<std::vector<int64_t>>> loads, shard_loads;
-  std::vector<runtime::RestartEvent> restarts;
-  std::vector<runtime::RescaleReport> rescales;
-};
-
-Outcome run(const runtime::RuntimeOptions& o) {
-  runtime::Runtime rt(o);
-  Outcome out;
-  for (int64_t s = 0; s < o.train.steps; ++s) {
-    const model::StepMetrics m = rt.step();
-    out.losses.push_back(m.loss);
-    out.norms.push_back(m.grad_norm);
-    out.loads.push_back(m.expert_load);
-    out.shard_loads.push_back(m.shard_load);
-  }
-  out.state = rt.state();
-  out.restarts = rt.restarts();
-  out.rescales = rt.rescales();
-  return out;
-}
+using Outcome = ElasticOutcome;
+ElasticOutcome run(const runtime::RuntimeOptions& o) { return run_elastic(o); }
 
 // ||a - b|| / ||a|| (2-norm; 0 when both are 0).
 double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {

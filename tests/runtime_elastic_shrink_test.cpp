@@ -17,21 +17,14 @@
 #include <gtest/gtest.h>
 
 #include "actors/runtime.hpp"
+#include "tests/runtime_elastic_util.hpp"
 #include "tests/runtime_test_options.hpp"
 
 namespace troupe::test {
 namespace {
 
 runtime::RuntimeOptions options(const std::string& schedule, int dp, int shards, uint64_t seed) {
-  runtime::RuntimeOptions o = tiny_moe_options(seed, 5);
-  o.schedule = troupe::sched::parse_kind(schedule);
-  o.stages = 2;
-  o.devices = 3;
-  o.optimizer_shards = 2;
-  o.data_parallel = dp;
-  o.train.microbatches = 4 * dp;
-  o.train.data.batch_size = 8 * dp;
-  o.expert_shards = shards;
+  runtime::RuntimeOptions o = elastic_options(schedule, dp, shards, seed);
   o.train.model.balance = troupe::moe::Balance::bias;
   o.train.model.bias_update_rate = 0.01;
   o.max_restarts = 10;        // the expert budget is the one that breaks
@@ -39,39 +32,12 @@ runtime::RuntimeOptions options(const std::string& schedule, int dp, int shards,
   return o;
 }
 
-struct Outcome {
-  model::TrainingState state;
-  std::vector<double> losses, norms;
-  std::vector<std::vector<std::vector<int64_t>>> loads;  // [step][layer][expert]
-  std::vector<int> shards;                               // [step] expert shards per layer after it
-  std::vector<runtime::RestartEvent> restarts;
-  std::vector<runtime::RescaleReport> rescales;
-  std::set<std::string> experts;  // the live expert shards' names at the end
-};
-
-// Runs the steps; `before(rt, s)` may act between steps (s = steps done).
+using Outcome = ElasticOutcome;
 template <class F>
-Outcome run(const runtime::RuntimeOptions& o, F&& before) {
-  runtime::Runtime rt(o);
-  Outcome out;
-  for (int64_t s = 0; s < o.train.steps; ++s) {
-    before(rt, s);
-    const model::StepMetrics m = rt.step();
-    out.losses.push_back(m.loss);
-    out.norms.push_back(m.grad_norm);
-    out.loads.push_back(m.expert_load);
-    out.shards.push_back(rt.expert_shards());
-  }
-  out.state = rt.state();
-  out.restarts = rt.restarts();
-  out.rescales = rt.rescales();
-  for (const std::string& n : rt.actor_names())
-    if (n.rfind("expert:", 0) == 0) out.experts.insert(n);
-  return out;
+ElasticOutcome run(const runtime::RuntimeOptions& o, F&& before) {
+  return run_elastic(o, std::forward<F>(before));
 }
-Outcome run(const runtime::RuntimeOptions& o) {
-  return run(o, [](runtime::Runtime&, int64_t) {});
-}
+ElasticOutcome run(const runtime::RuntimeOptions& o) { return run_elastic(o); }
 
 void expect_bitwise_equal(const Outcome& ref, const Outcome& got, const std::string& what) {
   EXPECT_TRUE(same_bits(ref.state.params, got.state.params)) << what << ": parameters differ";
@@ -114,9 +80,9 @@ TEST(RuntimeElasticShrink, RepeatedKillsPastTheBudgetShrinkBitwise) {
       EXPECT_EQ(ev.shards_before, 4) << what;
       EXPECT_EQ(ev.shards_after, 3) << what;
       // 3 shards per MoE layer and replica are left, renumbered 0..2.
-      EXPECT_EQ(got.experts.size(), static_cast<size_t>(4 * 3 * dp)) << what;
-      EXPECT_EQ(got.experts.count(dp == 1 ? "expert:3/2" : "expert:3/2/replica:1"), 1u) << what;
-      EXPECT_EQ(got.experts.count("expert:3/3"), 0u) << what;
+      EXPECT_EQ(got.experts().size(), static_cast<size_t>(4 * 3 * dp)) << what;
+      EXPECT_EQ(got.experts().count(dp == 1 ? "expert:3/2" : "expert:3/2/replica:1"), 1u) << what;
+      EXPECT_EQ(got.experts().count("expert:3/3"), 0u) << what;
       // A shrink is no scale event: no rescale report, and no event undoes it.
       EXPECT_TRUE(got.rescales.empty()) << what;
 

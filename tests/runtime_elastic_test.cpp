@@ -21,54 +21,21 @@
 
 #include "actors/runtime.hpp"
 #include "model/params.hpp"
+#include "tests/runtime_elastic_util.hpp"
 #include "tests/runtime_test_options.hpp"
 
 namespace troupe::test {
 namespace {
 
 runtime::RuntimeOptions options(const std::string& schedule, int dp, uint64_t seed) {
-  runtime::RuntimeOptions o = tiny_moe_options(seed, 5);
-  o.schedule = troupe::sched::parse_kind(schedule);
-  o.stages = 2;
-  o.devices = 3;  // 3 devices: the shards of a layer move between devices when their count changes
-  o.optimizer_shards = 2;
-  o.data_parallel = dp;
-  o.train.microbatches = 4 * dp;  // 4 per replica: DualPipe needs 2 x ranks
-  o.train.data.batch_size = 8 * dp;
-  o.expert_shards = 2;
+  runtime::RuntimeOptions o = elastic_options(schedule, dp, 2, seed);
   o.train.model.balance = troupe::moe::Balance::bias;  // the loads move the router bias
   o.train.model.bias_update_rate = 0.01;
   return o;
 }
 
-struct Outcome {
-  model::TrainingState state;
-  std::vector<double> losses, norms;
-  std::vector<std::vector<std::vector<int64_t>>> loads;  // [step][layer][expert]
-  std::vector<std::vector<std::vector<int64_t>>> shard_loads;
-  std::vector<runtime::RestartEvent> restarts;
-  std::vector<runtime::RescaleReport> rescales;
-  std::vector<int> shards;  // [step] expert shards after the step
-  std::vector<std::string> names;  // the live actors' names at the end
-};
-
-Outcome run(const runtime::RuntimeOptions& o) {
-  runtime::Runtime rt(o);
-  Outcome out;
-  for (int64_t s = 0; s < o.train.steps; ++s) {
-    const model::StepMetrics m = rt.step();
-    out.losses.push_back(m.loss);
-    out.norms.push_back(m.grad_norm);
-    out.loads.push_back(m.expert_load);
-    out.shard_loads.push_back(m.shard_load);
-    out.shards.push_back(rt.expert_shards());
-  }
-  out.state = rt.state();
-  out.restarts = rt.restarts();
-  out.rescales = rt.rescales();
-  out.names = rt.actor_names();
-  return out;
-}
+using Outcome = ElasticOutcome;
+ElasticOutcome run(const runtime::RuntimeOptions& o) { return run_elastic(o); }
 
 void expect_bitwise_equal(const Outcome& ref, const Outcome& got, const std::string& what) {
   EXPECT_TRUE(same_bits(ref.state.params, got.state.params)) << what << ": parameters differ";

@@ -95,6 +95,13 @@ void send_sync(caf::event_based_actor* self, DriverState& s, size_t k, int64_t v
   self->delayed_send(self, deadline, rlmsg::deadline_atom::value, static_cast<int>(k), s.incarnation[k], v, attempt);
 }
 
+// Where an RL actor armed by kill fault `f` dies: its at_message, or a point
+// seeded from the run's seed, the step and the target.
+uint32_t rl_kill_point(const DriverState& s, const FaultSpec& f) {
+  return f.at_message > 0 ? static_cast<uint32_t>(f.at_message)
+                          : kill_point(s.sh->seed, static_cast<uint64_t>(f.at_step), f.target, kRlKillPoints);
+}
+
 // Arms `target` with its kill point when a not-yet-fired fault names it for
 // a job of step `step` (0-based) or later: the fault hits the first job of
 // its step it gets.
@@ -115,11 +122,7 @@ void maybe_arm(caf::event_based_actor* self, DriverState& s, const caf::actor& t
       if (s.injector) s.injector->arm(to, faults[i]);
       continue;
     }
-    const uint32_t point = faults[i].at_message > 0
-                               ? static_cast<uint32_t>(faults[i].at_message)
-                               : kill_point(s.sh->seed, static_cast<uint64_t>(faults[i].at_step), faults[i].target,
-                                            kRlKillPoints);
-    self->send(to, rlmsg::arm_atom::value, point);
+    self->send(to, rlmsg::arm_atom::value, rl_kill_point(s, faults[i]));
   }
 }
 
@@ -130,11 +133,7 @@ void maybe_arm_buffer(caf::event_based_actor* self, DriverState& s, int64_t step
   for (size_t i = 0; i < faults.size(); ++i) {
     if (s.fired[i] || !is_rl_buffer_target(faults[i].target) || step + 1 < faults[i].at_step) continue;
     s.fired[i] = 1;
-    const uint32_t point = faults[i].at_message > 0
-                               ? static_cast<uint32_t>(faults[i].at_message)
-                               : kill_point(s.sh->seed, static_cast<uint64_t>(faults[i].at_step), faults[i].target,
-                                            kRlKillPoints);
-    self->send(s.buffer, rlmsg::arm_atom::value, point);
+    self->send(s.buffer, rlmsg::arm_atom::value, rl_kill_point(s, faults[i]));
   }
 }
 

@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdio>
 #include <set>
-#include <tuple>
 
 #include "actors/plan.hpp"
 
@@ -156,8 +155,10 @@ std::string describe(const FaultSpec& f) {
     case FaultKind::drop:
     case FaultKind::duplicate:
     case FaultKind::corrupt:
+      // A drop on a generator loses weight syncs (actors/rl/); elsewhere, messages.
       std::snprintf(extra, sizeof extra,
-                    f.target.rfind("generator:", 0) == 0 ? " (its next %lld weight sync(s))" : " (%lld message(s))",
+                    f.kind == FaultKind::drop && f.target.rfind("generator:", 0) == 0 ? " (its next %lld weight sync(s))"
+                                                                                      : " (%lld message(s))",
                     static_cast<long long>(f.count));
       break;
     case FaultKind::delay:

@@ -226,11 +226,6 @@ struct Runtime::Impl {
 
   bool tracing() const { return sh->opt.record_trace || !sh->opt.trace.empty(); }
 
-  // The device an actor of device `d` runs on here. Another process's device
-  // is asked for only when that process was lost and its actors are
-  // respawned on this one (coordinator.cpp, on_process_lost): the recomputed
-  // placement puts lost device d on this process's (d mod n)-th device.
-  // Placement never changes the math, so the run stays bitwise equal.
   // Tells the fault injector (when the run has one) that `a` runs on plan
   // device `d`: a partition fault decides which messages cross by it.
   caf::actor placed(caf::actor a, int d) {
@@ -238,6 +233,11 @@ struct Runtime::Impl {
     return a;
   }
 
+  // The device an actor of device `d` runs on here. Another process's device
+  // is asked for only when that process was lost and its actors are
+  // respawned on this one (coordinator.cpp, on_process_lost): the recomputed
+  // placement puts lost device d on this process's (d mod n)-th device.
+  // Placement never changes the math, so the run stays bitwise equal.
   Device& device_for(int d) {
     if (Device* mine = devices[static_cast<size_t>(d)].get()) return *mine;
     std::vector<Device*> here;
