@@ -135,6 +135,13 @@ struct Shared {
   // Faults on messages in flight ([[faults]] drop/duplicate/delay/pause), part
   // of the interposer chain; null when the run has none.
   std::shared_ptr<FaultInjector> injector;
+  // With a loss head (RuntimeOptions::loss_head): the batch of the next step
+  // (Runtime::step_on sets it, the coordinator reads it at every attempt),
+  // and the last finished step's head report, [global micro-batch] in order
+  // (the coordinator writes it as the step ends).
+  mutable std::mutex fed_mu;
+  mutable std::shared_ptr<const FedBatch> fed;
+  mutable std::vector<std::vector<double>> head_report;
 };
 
 // The plan in force (see Shared::live); Shared::plan when none was set (a

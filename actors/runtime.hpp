@@ -31,6 +31,7 @@
 #include "actors/supervision/elastic.hpp"
 #include "actors/supervision/faults.hpp"
 #include "model/checkpoint.hpp"
+#include "model/loss_head.hpp"
 #include "model/trainer.hpp"
 
 namespace troupe::runtime {
@@ -175,6 +176,27 @@ struct RuntimeOptions {
                                         // shared memory (actors/transport/envelope_shm.hpp); 0 = never
   std::vector<int> device_process;      // explicit process of each device; empty: contiguous blocks
   std::shared_ptr<ClusterComm> comm;    // required when processes > 1
+  // A custom loss head on the last stage instead of the cross-entropy (RL's
+  // policy gradient: rl/policy_stage_head.hpp). Each step's batch is then
+  // fed by Runtime::step_on with the head's per-token inputs (they ride to
+  // the last stage in Activations.tokenData), not loaded from train.data;
+  // the head's per-token report comes back (Runtime::head_report). One
+  // process only.
+  std::shared_ptr<const model::LossHead> loss_head;
+  // Start from this state (parameters, AdamW moments, step; its seed is
+  // ignored) instead of a fresh initialisation or train.resume_from: a
+  // policy being post-trained, or a resumed RL run. Its step is where every
+  // actor's step counter (LR schedule, bias correction) starts.
+  std::shared_ptr<const model::TrainingState> start_state;
+};
+
+// One step's batch for a runtime with a loss head (Runtime::step_on): rows
+// of train.model.seq_len tokens, train.data.batch_size rows (the
+// micro-batches and replicas split them in order as they split a loaded
+// batch), and loss_head->columns() doubles per token.
+struct FedBatch {
+  std::vector<int32_t> inputs, targets;  // [batch_size * seq_len]
+  std::vector<double> token_data;        // [batch_size * seq_len * columns]
 };
 
 // Expert shards per MoE layer during 1-based step `step`: the last
@@ -196,6 +218,13 @@ class Runtime final : public model::TrainingEngine {
   // One optimizer step through the actors. Throws std::runtime_error when an
   // actor reported an error (the message names the actor and the cause).
   model::StepMetrics step() override;
+  // With a loss head (RuntimeOptions::loss_head): one optimizer step on
+  // `batch` (its sizes are checked: std::invalid_argument). A step replayed
+  // after a fault runs on the same batch.
+  model::StepMetrics step_on(FedBatch batch);
+  // The loss head's per-token report of the last step, in batch order
+  // ([batch_size * seq_len * report_columns]).
+  std::vector<double> head_report() const;
   int64_t steps_done() const override;
   // Validation loss (+ task accuracy) of the current parameters, computed by
   // model::Trainer's evaluation code started in memory from state() (the

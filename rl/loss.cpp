@@ -30,9 +30,10 @@ struct Term {
 
 double prox_at(const PolicyTokens& in, size_t t) { return in.logp_prox.empty() ? in.logp_behav[t] : in.logp_prox[t]; }
 
-Term term_at(const PolicyTokens& in, const PolicyLossOptions& o, size_t t) {
+// One token's term from its values (behav is read by decoupled_ppo only,
+// ref only when has_ref).
+Term term_of(double lp, double prox, double behav, bool has_ref, double ref, double a, const PolicyLossOptions& o) {
   Term x;
-  const double lp = in.logp[t], prox = prox_at(in, t), a = in.advantage[t];
   x.r = std::exp(lp - prox);
   const double lo = 1.0 - o.clip_low, hi = 1.0 + o.clip_high;
   // min(r A, clip(r) A) is the clipped (constant) branch exactly when these hold.
@@ -42,20 +43,26 @@ Term term_at(const PolicyTokens& in, const PolicyLossOptions& o, size_t t) {
   const double dobj = x.clip_high || x.clip_low ? 0.0 : x.r * a;  // d(r A)/dlogp = r A
   double w = 1.0;
   if (o.kind == LossKind::decoupled_ppo) {
-    x.w_raw = std::exp(prox - in.logp_behav[t]);
+    x.w_raw = std::exp(prox - behav);
     x.capped = o.behaviour_weight_cap > 0 && x.w_raw > o.behaviour_weight_cap;
     w = !x.capped ? x.w_raw : o.cap_mode == CapMode::mask ? 0.0 : o.behaviour_weight_cap;
   }
   x.pg = -w * obj;
   x.loss = x.pg;
   x.dloss = -w * dobj;
-  if (!in.logp_ref.empty()) {
-    const double d = in.logp_ref[t] - lp, e = std::exp(d);
+  if (has_ref) {
+    const double d = ref - lp, e = std::exp(d);
     x.k3 = e - d - 1.0;
     x.loss += o.kl_coef * x.k3;
     x.dloss += o.kl_coef * (1.0 - e);  // d k3 / dlogp = -e + 1
   }
   return x;
+}
+
+Term term_at(const PolicyTokens& in, const PolicyLossOptions& o, size_t t) {
+  const bool has_ref = !in.logp_ref.empty();
+  const double behav = o.kind == LossKind::decoupled_ppo ? in.logp_behav[t] : 0.0;
+  return term_of(in.logp[t], prox_at(in, t), behav, has_ref, has_ref ? in.logp_ref[t] : 0.0, in.advantage[t], o);
 }
 
 void check_inputs(const PolicyTokens& in, const PolicyLossOptions& o) {
@@ -211,6 +218,17 @@ void policy_loss_backward(std::span<double> grad_logp, const PolicyTokens& in, c
   aggregation_weights(grad_logp, in.mask, in.offsets, o.aggregation, o.constant_norm);  // c_t, then times dl_t
   for (size_t t = 0; t < in.logp.size(); ++t)
     if (in.mask[t] != 0) grad_logp[t] *= term_at(in, o, t).dloss;
+}
+
+double policy_token_grad(const PolicyToken& tok, double c, const PolicyLossOptions& o) {
+  if (c == 0) return 0.0;
+  const bool has_ref = !std::isnan(tok.logp_ref);
+  if (o.kl_coef > 0 && !has_ref)
+    throw std::invalid_argument("rl: policy loss: kl_coef > 0 needs the reference log-probs (logp_ref)");
+  if (!std::isfinite(tok.logp) || !std::isfinite(tok.logp_prox) || !std::isfinite(tok.advantage) ||
+      (o.kind == LossKind::decoupled_ppo && !std::isfinite(tok.logp_behav)) || (has_ref && !std::isfinite(tok.logp_ref)))
+    throw std::invalid_argument("rl: policy loss: a trained token has a non-finite log-prob or advantage");
+  return c * term_of(tok.logp, tok.logp_prox, tok.logp_behav, has_ref, tok.logp_ref, tok.advantage, o).dloss;
 }
 
 }  // namespace troupe::rl

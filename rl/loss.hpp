@@ -62,6 +62,18 @@ PolicyMetrics policy_loss_forward(const PolicyTokens& in, const PolicyLossOption
 // Backward: grad_logp[T] = dL/dlogp_t (0 where mask is 0). Same checks.
 void policy_loss_backward(std::span<double> grad_logp, const PolicyTokens& in, const PolicyLossOptions& options);
 
+// One token on its own, as a pipeline's last stage sees it: dL/dlogp_t =
+// c_t * dl_t/dlogp_t, exactly what policy_loss_backward writes at t when c_t
+// is that token's aggregation weight over the whole batch
+// (aggregation_weights). logp_prox is the proximal log-prob (the token's own
+// logp when PPO's old policy is the current one); logp_ref NaN = no reference.
+// c == 0 gives 0 without reading the rest; otherwise non-finite values are
+// std::invalid_argument, as is kl_coef > 0 without a reference.
+struct PolicyToken {
+  double logp = 0.0, logp_prox = 0.0, logp_behav = 0.0, logp_ref = 0.0, advantage = 0.0;
+};
+double policy_token_grad(const PolicyToken& token, double c, const PolicyLossOptions& options);
+
 // Aggregation weights: c[T] with L = sum_t c_t l_t for per-token l (see
 // Aggregation). All zero when no token has mask > 0. constant_norm is used by
 // seq_constant only.

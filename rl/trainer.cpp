@@ -18,6 +18,7 @@
 #include "moe/balance.hpp"
 #include "rl/group.hpp"
 #include "rl/loss.hpp"
+#include "rl/policy_stage_head.hpp"
 #include "rl/rm_reward.hpp"
 #include "rl/rollout.hpp"
 #include "rl/rollout_step.hpp"
@@ -54,6 +55,7 @@ struct RlTrainer::Impl {
   std::unique_ptr<model::BatchGenerator> gen;
   std::map<int64_t, std::unique_ptr<model::PolicyHead>> heads;  // by row length
   std::unique_ptr<ModelReward> model_reward;  // rl.reward = "model": the frozen RM
+  std::unique_ptr<PolicyUpdater> updater;     // the update elsewhere (options.make_updater), or null
   int64_t step = 0;
   bool bias_balance = false;
 
@@ -114,6 +116,35 @@ struct RlTrainer::Impl {
       model_reward = std::make_unique<ModelReward>(*be, o.model, o.rl.reward_model, *task, rows, longest);
     }
     bias_balance = o.model.ffn == model::Ffn::moe && o.model.balance == moe::Balance::bias;
+    if (o.make_updater) {
+      PolicyUpdaterStart us;
+      us.model = o.model;
+      us.model.seq_len = updater_row_length();
+      us.optim = o.optim;
+      us.state.config = us.model;
+      us.state.seed = seed;
+      us.state.step = step * o.rl.updates_per_batch;
+      us.state.params = std::move(start);
+      us.state.adam_m = std::move(m0);
+      us.state.adam_v = std::move(v0);
+      us.rows = o.rl.prompts_per_step * o.rl.group_size;
+      us.total_updates = o.steps * o.rl.updates_per_batch;
+      us.seed = seed;
+      updater = o.make_updater(us);
+      if (!updater || updater->rows() != us.rows || updater->seq_len() != us.model.seq_len)
+        throw std::invalid_argument("rl: the policy updater does not take " + std::to_string(us.rows) + " rows of " +
+                                    std::to_string(us.model.seq_len) + " tokens");
+    }
+  }
+
+  // Rows for an updater have one fixed length: the longest prompt of the
+  // first training prompts plus max_new_tokens, rounded up to 8, at most
+  // seq_len (train_on refuses a longer row).
+  int64_t updater_row_length() const {
+    int64_t longest = 1;
+    for (int64_t i = 0; i < 64; ++i)
+      longest = std::max<int64_t>(longest, static_cast<int64_t>(task->train_prompt(i).tokens.size()));
+    return std::min<int64_t>(opt.model.seq_len, (longest + opt.rl.max_new_tokens + 7) / 8 * 8);
   }
 
   // A policy head for rows of `len` tokens (prompt + completion): causal
@@ -204,7 +235,11 @@ struct RlTrainer::Impl {
     int64_t longest = 1;
     for (int64_t i = 0; i < N; ++i)
       longest = std::max<int64_t>(longest, static_cast<int64_t>(prompts[i].size() + comps[i].tokens.size()));
-    const int64_t S = std::min<int64_t>(opt.model.seq_len, (longest + 7) / 8 * 8);
+    const int64_t S = updater ? updater->seq_len() : std::min<int64_t>(opt.model.seq_len, (longest + 7) / 8 * 8);
+    if (longest > S)
+      throw std::invalid_argument("RlTrainer::train_on: a row of " + std::to_string(longest) +
+                                  " tokens (prompt + completion) does not fit the updater's rows of " +
+                                  std::to_string(S));
     std::vector<int32_t> inputs(static_cast<size_t>(N * S), task->eos_token() >= 0 ? task->eos_token() : 0);
     std::vector<int32_t> targets(static_cast<size_t>(N * S), -1);
     std::vector<size_t> pos;  // flat row position of each completion token, in score_groups' order
@@ -231,6 +266,15 @@ struct RlTrainer::Impl {
     {
       const model::PolicyForward& f = head.forward(ref_w, inputs, targets, temp);
       for (size_t k = 0; k < T; ++k) logp_ref[k] = f.logprobs[pos[k]];
+    }
+    if (updater) {
+      update_elsewhere(m, inputs, targets, pos, sb, logp_ref);
+      ++step;
+      m.train_seconds = seconds_since(tt);
+      m.train_tokens = N * S * rl.updates_per_batch;
+      m.train_tokens_per_s = m.train_seconds > 0 ? static_cast<double>(m.train_tokens) / m.train_seconds : 0.0;
+      m.step_seconds = seconds_since(t0) + m.gen_seconds + m.reward_seconds;
+      return m;
     }
 
     std::vector<double> logp(T), logp_prox, entropy(T), grad(T);
@@ -289,6 +333,91 @@ struct RlTrainer::Impl {
     ++step;
     m.step_seconds = seconds_since(t0) + m.gen_seconds + m.reward_seconds;
     return m;
+  }
+
+  // train_on's updates through the updater: per update, the rows and each
+  // token's inputs (PolicyStageHead's columns: its batch-wide aggregation
+  // weight, the proximal log-prob from the first update's forward, the
+  // behaviour and reference log-probs, the advantage) go out; the per-token
+  // log-probs and entropies come back, from which the loss metrics are
+  // computed exactly as in the in-process update. Then the trainer's copy of
+  // the parameters is refreshed (generation, evaluation, publication).
+  void update_elsewhere(RlStepMetrics& m, const std::vector<int32_t>& inputs, const std::vector<int32_t>& targets,
+                        const std::vector<size_t>& pos, const ScoredBatch& sb, const std::vector<double>& logp_ref) {
+    const RlConfig& rl = opt.rl;
+    const size_t T = pos.size();
+    constexpr int64_t K = PolicyStageHead::kColumns, R = PolicyStageHead::kReportColumns;
+    std::vector<double> c(T);
+    aggregation_weights(c, sb.mask, sb.offsets, rl.policy.aggregation, rl.policy.constant_norm);
+    const bool with_ref = rl.policy.kl_coef > 0;
+    std::vector<double> logp(T), logp_prox, entropy(T);
+    for (int64_t u = 0; u < rl.updates_per_batch; ++u) {
+      std::vector<double> data(inputs.size() * K, 0.0);
+      for (size_t k = 0; k < T; ++k) {
+        double* d = data.data() + pos[k] * K;
+        d[PolicyStageHead::kC] = c[k];
+        d[PolicyStageHead::kProx] = u == 0 ? std::nan("") : logp_prox[k];
+        d[PolicyStageHead::kBehav] = sb.logp_behav[k];
+        d[PolicyStageHead::kRef] = with_ref ? logp_ref[k] : std::nan("");
+        d[PolicyStageHead::kAdv] = sb.advantage[k];
+      }
+      const PolicyUpdater::Result res = updater->update(inputs, targets, std::move(data));
+      if (res.report.size() != inputs.size() * R)
+        throw std::runtime_error("rl: the policy updater reported " + std::to_string(res.report.size()) +
+                                 " values for " + std::to_string(inputs.size()) + " tokens");
+      for (size_t k = 0; k < T; ++k) {
+        logp[k] = res.report[pos[k] * R + PolicyStageHead::kLogp];
+        entropy[k] = res.report[pos[k] * R + PolicyStageHead::kEntropy];
+      }
+      if (u == 0) logp_prox = logp;
+      PolicyTokens in;
+      in.logp = logp;
+      in.logp_prox = logp_prox;
+      in.logp_behav = sb.logp_behav;
+      in.logp_ref = logp_ref;
+      in.advantage = sb.advantage;
+      in.mask = sb.mask;
+      in.offsets = sb.offsets;
+      const PolicyMetrics pm = policy_loss_forward(in, rl.policy);
+      if (u == 0) {
+        double es = 0.0, ks = 0.0, n = 0.0;
+        for (size_t k = 0; k < T; ++k) {
+          if (sb.mask[k] <= 0) continue;
+          const double d = logp_ref[k] - logp[k];
+          es += entropy[k];
+          ks += std::exp(d) - d - 1.0;
+          n += 1.0;
+        }
+        m.entropy = n > 0 ? es / n : 0.0;
+        m.kl_ref = n > 0 ? ks / n : 0.0;
+      }
+      m.loss = pm.loss;
+      m.pg_loss = pm.pg_loss;
+      m.clip_low = pm.clip_low_fraction;
+      m.clip_high = pm.clip_high_fraction;
+      m.ratio_min = pm.ratio_min;
+      m.ratio_mean = pm.ratio_mean;
+      m.ratio_max = pm.ratio_max;
+      m.weight_min = pm.behaviour_weight_min;
+      m.weight_mean = pm.behaviour_weight_mean;
+      m.weight_max = pm.behaviour_weight_max;
+      m.approx_kl = pm.approx_kl;
+      m.aux_loss = res.aux_loss;
+      m.grad_norm = res.grad_norm;
+      m.lr = res.lr;
+    }
+    pull_state();
+  }
+
+  // The updater's parameters and moments into the trainer's buffers.
+  void pull_state() {
+    std::vector<float> p, am, av;
+    updater->read_state(p, am, av);
+    be->upload_f32(params, p);
+    if (!am.empty()) {
+      be->upload_f32(adam_m, am);
+      be->upload_f32(adam_v, av);
+    }
   }
 
   RlEvalMetrics run_eval() {

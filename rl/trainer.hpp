@@ -22,6 +22,7 @@
 #include "kernels/backend.hpp"
 #include "model/config.hpp"
 #include "rl/config.hpp"
+#include "rl/policy_updater.hpp"
 
 namespace troupe::rl {
 
@@ -42,6 +43,11 @@ struct RlTrainOptions {
   std::string resume_from;       // checkpoint of this RL run to continue from ("" = start at step 0)
   kernels::BackendOptions backend;
   const std::atomic<bool>* stop = nullptr;  // set (SIGINT/SIGTERM): stop after the running step, saving there
+  // Empty: the policy update runs on the trainer's own backend. Otherwise it
+  // builds the updater that runs it (the actor runtime's pipeline, expert
+  // and optimizer shards: actors/rl/runtime_policy.hpp); rows are then
+  // padded to its fixed length.
+  PolicyUpdaterFactory make_updater;
 };
 
 struct RlStepMetrics {

@@ -33,6 +33,8 @@ struct Activations {
   hidden @1 :Tensor;       # f32 [tokens, dModel] residual stream leaving the sending stage
   tokenIds @2 :Tensor;     # i32 [tokens] input ids of the microbatch (needed by the last stage's loss); may be empty
   targets @3 :Tensor;      # i32 [tokens] next-token targets for the loss; may be empty on non-final hops
+  tokenData @4 :Tensor;    # f64 [tokens, columns] per-token inputs of a custom loss head (RL's policy
+                           # gradient: model/loss_head.hpp), riding to the last stage like targets; may be empty
 }
 
 # Gradient of the loss w.r.t. the activations a stage received, sent back to

@@ -16,6 +16,7 @@ enum DType {
   f16 @3;   # IEEE-754 binary16, 2 bytes
   i64 @4;   # two's-complement 64-bit integer, 8 bytes
   u8 @5;    # unsigned byte, 1 byte (masks, quantized blobs)
+  f64 @6;   # IEEE-754 binary64, 8 bytes (per-token inputs of a custom loss head)
 }
 
 struct Tensor {

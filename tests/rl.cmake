@@ -44,3 +44,12 @@ if(TARGET troupe_rl)
     LIBS troupe_rl
     LABELS rl)
 endif()
+if(TARGET troupe_runtime AND TARGET troupe_rl)
+  # The RL policy update on the actor runtime (rl.trainer = "actors"): the
+  # last-stage policy head against the batch loss, against the in-process
+  # update, and kill-and-replay of the trainer's actors in decoupled RL.
+  troupe_add_gtest(rl_runtime_trainer_tests
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/rl_runtime_trainer_test.cpp
+    LIBS troupe_runtime troupe_rl
+    LABELS rl)
+endif()

@@ -50,6 +50,10 @@ struct Compute {
   std::vector<float> hidden;       // [T*D] scratch for outgoing tensors
   std::map<PartKey, const model::MoeExchange*> exchanges;  // passes suspended at experts
   uint64_t dispatch_seq = 0;       // MoeId.dispatchId
+  // Last stage with a loss head: d total / d logits of each (dir, stage, mb)
+  // forward, the dout of its backward.
+  std::map<std::tuple<int, int, int>, std::vector<float>> head_dout;
+  std::vector<float> logits;       // [T*V] host copy for the loss head
 };
 
 // The rows of a MoE exchange (moe::DispatchPlan order) one Dispatch
@@ -108,7 +112,7 @@ void try_run(Self* self);
 
 Envelope make_pipeline(uint64_t step, uint32_t attempt, int replica_id, const sched::Chunk& c,
                        std::span<const float> hidden, std::span<const int32_t> targets, bool backward, int64_t T,
-                       int64_t D) {
+                       int64_t D, std::span<const double> token_data = {}) {
   const uint32_t replica = static_cast<uint32_t>(replica_id);
   auto tag = [&](schemas::PipelineTag::Builder t) {
     t.setStep(step);
@@ -130,6 +134,10 @@ Envelope make_pipeline(uint64_t step, uint32_t attempt, int replica_id, const sc
     set_tensor_f32(b.initHidden(), shape, hidden);
     const int64_t tshape[1] = {static_cast<int64_t>(targets.size())};
     set_tensor_i32(b.initTargets(), tshape, targets);
+    if (!token_data.empty()) {
+      const int64_t dshape[2] = {T, static_cast<int64_t>(token_data.size()) / T};
+      set_tensor_f64(b.initTokenData(), dshape, token_data);
+    }
   });
 }
 
@@ -194,23 +202,58 @@ auto begin_forward(const ChunkCtx& x, model::Stage& stage, const Envelope& in, F
   return run(stage, std::span<const int32_t>(), tensor_f32((*r)->getHidden()), targets);
 }
 
+// Last stage with a loss head (RuntimeOptions::loss_head): the head turns
+// the forward's logits, targets and the per-token inputs that rode along
+// into d total / d logits (kept for the backward) and a per-token report
+// (to the coordinator, before the loss report).
+void apply_loss_head(const ChunkCtx& x, model::Stage& stage, const Envelope& in) {
+  const model::LossHead& head = *x.sh->opt.loss_head;
+  auto r = in.read<schemas::Activations>();
+  if (!r) throw std::runtime_error("bad activations: " + to_string(r.error()));
+  const auto targets = tensor_i32((*r)->getTargets());
+  const auto data = tensor_f64((*r)->getTokenData());
+  const int64_t T = stage.tokens(), V = x.sh->opt.train.model.vocab_size;
+  if (static_cast<int64_t>(targets.size()) != T || static_cast<int64_t>(data.size()) != T * head.columns())
+    throw std::runtime_error("loss head: micro-batch " + std::to_string(x.c.mb) + " arrived with " +
+                             std::to_string(targets.size()) + " targets and " + std::to_string(data.size()) +
+                             " token inputs (expected " + std::to_string(T) + " and " +
+                             std::to_string(T * head.columns()) + ")");
+  Compute& comp = *x.comp;
+  const kernels::Tensor& lg = stage.logits(x.slot);
+  comp.logits.resize(static_cast<size_t>(T * V));
+  lg.backend()->download(comp.logits.data(), lg, comp.logits.size() * sizeof(float));
+  std::vector<float>& dout = comp.head_dout[{x.c.dir, x.c.stage, x.c.mb}];
+  dout.resize(comp.logits.size());
+  std::vector<double> report(static_cast<size_t>(T * head.report_columns()));
+  head.apply(comp.logits, targets, data, V, dout, report);
+  post(*x.sh, x.device, x.coord, rt::head_atom_v, x.step, x.attempt, static_cast<uint32_t>(x.replica),
+       static_cast<uint32_t>(x.c.mb), report);
+}
+
 // After the forward: load and loss to the coordinator, the output on.
 void finish_forward(const ChunkCtx& x, model::Stage& stage, const Envelope& in, const model::ForwardResult& res) {
   report_load(*x.sh, x.device, stage, x.slot, x.coord, x.step, x.attempt, x.replica, x.c);
+  if (x.c.stage == x.last && x.sh->opt.loss_head) apply_loss_head(x, stage, in);
   post(*x.sh, x.device, x.coord, rt::loss_atom_v, x.step, x.attempt, static_cast<uint32_t>(x.replica),
        static_cast<uint32_t>(x.c.mb), static_cast<uint32_t>(x.c.stage), res.loss_sum, res.aux_loss);
   if (x.c.stage == x.last) return;
   auto r = in.read<schemas::Activations>();
   const auto tg = tensor_i32((*r)->getTargets());
+  const auto data = (*r)->hasTokenData() ? tensor_f64((*r)->getTokenData()) : std::span<const double>();
   Compute& comp = *x.comp;
   comp.hidden.resize(static_cast<size_t>(stage.tokens() * stage.d_model()));
   stage.read_output(x.slot, comp.hidden);
-  post(*x.sh, x.device, x.peer, make_pipeline(x.step, x.attempt, x.replica, x.c, comp.hidden, tg, false, stage.tokens(), stage.d_model()));
+  post(*x.sh, x.device, x.peer,
+       make_pipeline(x.step, x.attempt, x.replica, x.c, comp.hidden, tg, false, stage.tokens(), stage.d_model(), data));
 }
 
-// d output of the backward of x.c (empty on the last stage).
+// d output of the backward of x.c (on the last stage: empty, or the loss
+// head's d total / d logits).
 std::span<const float> backward_dout(const ChunkCtx& x, const Envelope& dout, std::optional<Read<schemas::Gradients>>& keep) {
-  if (x.c.stage == x.last) return {};
+  if (x.c.stage == x.last) {
+    if (!x.sh->opt.loss_head) return {};
+    return x.comp->head_dout.at({x.c.dir, x.c.stage, x.c.mb});
+  }
   auto r = dout.read<schemas::Gradients>();
   if (!r) throw std::runtime_error("bad gradients: " + to_string(r.error()));
   keep = *r;

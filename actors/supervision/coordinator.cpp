@@ -40,6 +40,7 @@ struct CoordState {
   std::map<int, std::vector<int64_t>> loads;                         // stage -> summed (load) reports of the step
   std::set<std::tuple<uint32_t, uint32_t, uint32_t>> load_from;      // (replica, mb, stage) reports counted
   std::vector<int64_t> last_loads;                                   // the last finished step's, in stage order
+  std::map<int, std::vector<double>> head;                           // global mb -> loss head report (loss_head)
   double loss_scale = 0.0, aux_scale = 0.0, norm = 0.0;
   bool clipped = false;  // (clip) sent for the step
   std::string error;
@@ -100,6 +101,8 @@ void maybe_finish(Self* self) {
                          static_cast<size_t>(sh.plan.sl.num_stages);
   // The shards' snapshots too: the next step may have to start from them.
   if (!s.running || s.finished.size() != ranks || s.losses.size() != reports || !s.sup->all_staged()) return;
+  const size_t mbs = static_cast<size_t>(sh.opt.data_parallel) * static_cast<size_t>(sh.plan.chunks);
+  if (sh.opt.loss_head && s.head.size() != mbs) return;
   // Same sums as the Trainer: loss over micro-batches in order; aux per
   // micro-batch (here: over its stages), then over micro-batches.
   double loss_sum = 0.0, aux = 0.0;
@@ -119,6 +122,11 @@ void maybe_finish(Self* self) {
   if (cur >= 0) aux += mb_aux;
   s.last_loads.clear();
   for (const auto& [stage, v] : s.loads) s.last_loads.insert(s.last_loads.end(), v.begin(), v.end());
+  if (sh.opt.loss_head) {
+    std::lock_guard<std::mutex> lock(sh.fed_mu);
+    sh.head_report.clear();
+    for (auto& [g, v] : s.head) sh.head_report.push_back(std::move(v));  // global mb order
+  }
   const double lr = model::learning_rate(sh.opt.train.optim, static_cast<int64_t>(s.step), sh.opt.train.steps);
   const auto now = std::chrono::steady_clock::now();
   s.slowest = std::max(s.slowest, std::chrono::duration<double>(now - s.started).count());
@@ -217,7 +225,21 @@ void start_step(Self* self) {
   const auto& sh = *s.sh;
   const auto& o = sh.opt.train;
   const int64_t S = o.model.seq_len, Bm = sh.plan.mb_batch;
-  const model::Batch batch = s.data->train_batch(static_cast<int64_t>(s.step), o.data.batch_size, S);
+  // With a loss head the batch is fed (Runtime::step_on), with its per-token
+  // inputs; every attempt of the step reads the same one.
+  std::shared_ptr<const FedBatch> fed;
+  if (sh.opt.loss_head) {
+    std::lock_guard<std::mutex> lock(sh.fed_mu);
+    fed = sh.fed;
+  }
+  const int64_t columns = sh.opt.loss_head ? sh.opt.loss_head->columns() : 0;
+  model::Batch batch;
+  if (fed) {
+    batch.inputs = fed->inputs;
+    batch.targets = fed->targets;
+  } else {
+    batch = s.data->train_batch(static_cast<int64_t>(s.step), o.data.batch_size, S);
+  }
   int64_t counted = 0;
   for (int32_t t : batch.targets) counted += t >= 0;
   s.loss_scale = counted > 0 ? 1.0 / static_cast<double>(counted) : 0.0;
@@ -227,6 +249,7 @@ void start_step(Self* self) {
   s.finished.clear();
   s.loads.clear();
   s.load_from.clear();
+  s.head.clear();
   s.clipped = false;
   s.sup->clear_staged();
   s.running = true;
@@ -274,6 +297,11 @@ void start_step(Self* self) {
         set_tensor_f32(b.initHidden(), none, {});
         set_tensor_i32(b.initTokenIds(), shape, std::span<const int32_t>(batch.inputs.data() + g * n, static_cast<size_t>(n)));
         set_tensor_i32(b.initTargets(), shape, std::span<const int32_t>(batch.targets.data() + g * n, static_cast<size_t>(n)));
+        if (fed) {
+          const int64_t dshape[2] = {n, columns};
+          set_tensor_f64(b.initTokenData(), dshape,
+                         std::span<const double>(fed->token_data.data() + g * n * columns, static_cast<size_t>(n * columns)));
+        }
       });
       post(sh, kNoDevice, rank_of(sh, r, sched::stage_rank(sh.plan.sl, dir, 0)), e);
     }
@@ -646,7 +674,7 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
   st.sh = sh;
   st.step = sh->start_step;  // resumed: the saved step (its data cursor)
   const auto& o = sh->opt.train;
-  st.data = model::make_data_source(o.data, o.seed, o.model.seq_len);
+  if (!sh->opt.loss_head) st.data = model::make_data_source(o.data, o.seed, o.model.seq_len);  // else fed
   st.sup = std::make_unique<Supervisor>(sh);
   st.fault_armed.assign(sh->opt.faults.size(), false);
   self->set_down_handler([self](caf::down_msg& m) { on_child_down(self, m); });
@@ -673,6 +701,17 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
           return;
         }
         maybe_clip(self);
+        maybe_finish(self);
+      },
+      // The loss head's per-token report of micro-batch mb (last stage).
+      [self](rt::head_atom, uint64_t step, uint32_t attempt, uint32_t replica, uint32_t mb,
+             const std::vector<double>& report) {
+        auto& s = self->state;
+        const int g = static_cast<int>(replica) * s.sh->plan.chunks + static_cast<int>(mb);
+        if (step != s.step || attempt != s.attempt || !s.running || !s.head.emplace(g, report).second) {
+          ++s.dropped;
+          return;
+        }
         maybe_finish(self);
       },
       [self](rt::gnorm_atom, uint64_t step, uint32_t attempt, uint32_t shard, double sq) {

@@ -187,6 +187,20 @@ void validate(const RuntimeOptions& o) {
             "failure injection ([[faults]]) on actors runs in one process only: the supervisor restarts actors on its "
             "own devices (processes = " + std::to_string(o.processes) + "); a whole process can be hit (\"process:1\")");
   }
+  if (o.loss_head) {
+    require(o.processes == 1, "a loss head (the RL policy update on the runtime) runs in one process only");
+    require(o.loss_head->columns() >= 1 && o.loss_head->report_columns() >= 0, "a loss head needs >= 1 input column");
+  }
+  if (o.start_state) {
+    require(o.train.resume_from.empty(), "start_state and train.resume_from are exclusive");
+    require(static_cast<int64_t>(o.start_state->params.size()) == P,
+            "start_state has " + std::to_string(o.start_state->params.size()) + " parameters, the model " +
+                std::to_string(P));
+    require(o.start_state->adam_m.empty() || (static_cast<int64_t>(o.start_state->adam_m.size()) == P &&
+                                               o.start_state->adam_v.size() == o.start_state->adam_m.size()),
+            "start_state's AdamW moments must be empty or have one entry per parameter");
+    require(o.start_state->step >= 0, "start_state has a negative step");
+  }
 }
 
 struct Runtime::Impl {
@@ -199,6 +213,7 @@ struct Runtime::Impl {
   std::unique_ptr<caf::actor_system> sys;
   std::unique_ptr<Cluster> cluster;  // processes > 1 (runtime_cluster.cpp)
   int64_t steps_done = 0;
+  bool fed_step = false;  // inside step_on (a loss head's runtime steps only there)
   std::shared_ptr<StaleReplay> stale;  // RuntimeOptions::replay_stale: the last step's messages
   // state() of step `cached_step`: an evaluation and a save after the same
   // step gather the shards' state once.
@@ -262,9 +277,18 @@ struct Runtime::Impl {
     s.interposer = std::move(seam.chain);
     s.injector = std::move(seam.injector);
     stale = std::move(seam.stale);
-    if (!t.resume_from.empty()) resume(s);
-    else s.init = model::init_params(s.layout, t.model, t.seed);
-    {
+    if (!t.resume_from.empty()) {
+      resume(s);
+    } else if (o.start_state) {  // a policy being post-trained (RL), or its resumed run
+      s.start_step = static_cast<uint64_t>(o.start_state->step);
+      steps_done = o.start_state->step;
+      s.init = o.start_state->params;
+      s.init_m = o.start_state->adam_m;
+      s.init_v = o.start_state->adam_v;
+    } else {
+      s.init = model::init_params(s.layout, t.model, t.seed);
+    }
+    if (!o.loss_head) {  // with a loss head the batches are fed (step_on)
       auto data = model::make_data_source(t.data, s.opt.train.seed, t.model.seq_len);
       if (data->vocab_size() > t.model.vocab_size)
         throw std::invalid_argument("data source '" + data->describe() + "' needs vocab_size >= " +
@@ -564,7 +588,40 @@ std::optional<RescaleReport> Runtime::Impl::plan_change(int64_t next) {
   return rep;
 }
 
+model::StepMetrics Runtime::step_on(FedBatch batch) {
+  const RuntimeOptions& o = impl_->sh->opt;
+  if (!o.loss_head) throw std::logic_error("Runtime::step_on: the runtime has no loss head (RuntimeOptions::loss_head)");
+  const auto n = static_cast<size_t>(o.train.data.batch_size * o.train.model.seq_len);
+  if (batch.inputs.size() != n || batch.targets.size() != n ||
+      batch.token_data.size() != n * static_cast<size_t>(o.loss_head->columns()))
+    throw std::invalid_argument("Runtime::step_on: a batch of " + std::to_string(o.train.data.batch_size) + " rows of " +
+                                std::to_string(o.train.model.seq_len) + " tokens needs " + std::to_string(n) +
+                                " inputs and targets and " + std::to_string(n * static_cast<size_t>(o.loss_head->columns())) +
+                                " token inputs; got " + std::to_string(batch.inputs.size()) + ", " +
+                                std::to_string(batch.targets.size()) + " and " + std::to_string(batch.token_data.size()));
+  {
+    std::lock_guard<std::mutex> lock(impl_->sh->fed_mu);
+    impl_->sh->fed = std::make_shared<const FedBatch>(std::move(batch));
+    impl_->sh->head_report.clear();
+  }
+  impl_->fed_step = true;
+  struct Reset {
+    bool& b;
+    ~Reset() { b = false; }
+  } reset{impl_->fed_step};
+  return step();
+}
+
+std::vector<double> Runtime::head_report() const {
+  std::lock_guard<std::mutex> lock(impl_->sh->fed_mu);
+  std::vector<double> out;
+  for (const auto& v : impl_->sh->head_report) out.insert(out.end(), v.begin(), v.end());
+  return out;
+}
+
 model::StepMetrics Runtime::step() {
+  if (impl_->sh->opt.loss_head && !impl_->fed_step)
+    throw std::logic_error("Runtime::step: a runtime with a loss head trains on fed batches (Runtime::step_on)");
   const auto t0 = std::chrono::steady_clock::now();
   if (impl_->cluster) {
     if (impl_->sh->opt.comm->rank() != 0) throw std::logic_error("Runtime::step: only process 0 drives steps");

@@ -61,6 +61,9 @@ CAF_BEGIN_TYPE_ID_BLOCK(troupe, caf::first_custom_type_id)
   // Scale events (actors/supervision/elastic.cpp): coordinator <- runtime,
   // and the coordinator's "are your weights loaded?" to a new expert shard.
   CAF_ADD_ATOM(troupe, troupe::rt, rescale_atom, "rt_rescale")
+  // A custom loss head's per-token report: last-stage rank -> coordinator.
+  CAF_ADD_ATOM(troupe, troupe::rt, head_atom, "rt_head")
+  CAF_ADD_TYPE_ID(troupe, (std::vector<double>))
 
 CAF_END_TYPE_ID_BLOCK(troupe)
 

@@ -246,6 +246,7 @@ size_t dtype_size(schemas::DType dt) {
     case schemas::DType::F16: return 2;
     case schemas::DType::I64: return 8;
     case schemas::DType::U8: return 1;
+    case schemas::DType::F64: return 8;
   }
   return 0;
 }
@@ -267,6 +268,17 @@ void set_tensor_f32(schemas::Tensor::Builder t, std::span<const int64_t> shape, 
 void set_tensor_i32(schemas::Tensor::Builder t, std::span<const int64_t> shape, std::span<const int32_t> v) {
   set_tensor(t, schemas::DType::I32, shape,
              {reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(int32_t)});
+}
+
+void set_tensor_f64(schemas::Tensor::Builder t, std::span<const int64_t> shape, std::span<const double> v) {
+  set_tensor(t, schemas::DType::F64, shape,
+             {reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(double)});
+}
+
+std::span<const double> tensor_f64(schemas::Tensor::Reader t) {
+  if (t.getDtype() != schemas::DType::F64) return {};
+  auto d = t.getData();
+  return {reinterpret_cast<const double*>(d.begin()), d.size() / sizeof(double)};
 }
 
 std::span<const float> tensor_f32(schemas::Tensor::Reader t) {

@@ -290,10 +290,13 @@ void set_tensor_f32(schemas::Tensor::Builder t, std::span<const int64_t> shape,
                     std::span<const float> values);
 void set_tensor_i32(schemas::Tensor::Builder t, std::span<const int64_t> shape,
                     std::span<const int32_t> values);
+void set_tensor_f64(schemas::Tensor::Builder t, std::span<const int64_t> shape,
+                    std::span<const double> values);
 // Zero-copy views of a validated tensor's elements (data is word-aligned in
 // the segment). Empty if the dtype does not match.
 std::span<const float> tensor_f32(schemas::Tensor::Reader t);
 std::span<const int32_t> tensor_i32(schemas::Tensor::Reader t);
+std::span<const double> tensor_f64(schemas::Tensor::Reader t);
 std::vector<int64_t> tensor_shape(schemas::Tensor::Reader t);
 
 // -- CAF serialization ----------------------------------------------------------------------

@@ -118,6 +118,12 @@ void check_payload(schemas::Message::Reader m) {
       if (h.size() != 2) violate("activations.hidden: rank " + std::to_string(h.size()) + " != 2");
       check_tokens(a.hasTokenIds(), a.getTokenIds(), h[0], "activations.tokenIds");
       check_tokens(a.hasTargets(), a.getTargets(), h[0], "activations.targets");
+      if (a.hasTokenData()) {
+        auto d = check_tensor(true, a.getTokenData(), "activations.tokenData", true);
+        expect_dtype(a.getTokenData(), DType::F64, "activations.tokenData");
+        if (d.size() != 2 || d[0] != h[0])
+          violate("activations.tokenData: shape " + shape_str(d) + " is not [" + std::to_string(h[0]) + ", columns]");
+      }
       return;
     }
     case schemas::Message::GRADIENTS: {
