@@ -12,6 +12,7 @@
 
 #include "actors/rl/rl_actors.hpp"
 #include "actors/rl/rl_plan.hpp"
+#include "actors/rl/runtime_policy.hpp"
 #include "launch/cli.hpp"
 #include "launch/commands_rl.hpp"
 #include "launch/topology.hpp"
@@ -203,12 +204,29 @@ rl::RlSummary run_decoupled(const Spec& spec, rl::RlTrainOptions options, RlProg
   const auto& r = spec.rl;
   spdlog::info("decoupled online RL ({}, max_staleness {}): {} generator(s), {} reward actor(s), trainer on device 0",
                rl::sync_mode_name(r.sync), r.max_staleness, r.generators, r.reward_actors);
-  for (const auto& a : runtime::rl_actor_plan(r, static_cast<int>(spec.topology.devices)))
+  for (const auto& a : runtime::rl_actor_plan(r, static_cast<int>(spec.topology.devices),
+                                                    rl_trainer_on_actors(spec) ? rl_trainer_devices(spec) : 0))
     spdlog::info("  {} ({}): {}", a.name, a.device < 0 ? std::string("control") : "device " + std::to_string(a.device),
                  a.detail);
   runtime::RlActorOptions ao;
   ao.train = std::move(options);
-  ao.faults = spec.faults;
+  std::vector<runtime::FaultSpec> trainer_faults;
+  for (const runtime::FaultSpec& f : spec.faults)
+    (is_trainer_fault_target(f.target) ? trainer_faults : ao.faults).push_back(f);
+  if (rl_trainer_on_actors(spec)) {
+    runtime::RuntimeOptions t = rl_trainer_runtime(spec);
+    t.on_restart = [](const runtime::RestartEvent& e) {
+      spdlog::warn("trainer: {} went down ({}) in optimizer update {}; restarted{}", e.actor, e.cause, e.step,
+                   e.replayed ? ", the update replayed" : "");
+    };
+    const runtime::Plan plan = runtime::make_plan(t);
+    spdlog::info("trainer on the actor runtime: {} stage rank(s) ({}), {} expert shard(s) per MoE layer, {} optimizer "
+                 "shard(s) on device(s) 0..{}; {} trainer fault(s)",
+                 t.stages, sched::to_string(t.schedule), t.expert_shards, t.optimizer_shards, t.devices - 1,
+                 trainer_faults.size());
+    ao.train.make_updater = runtime::runtime_policy_updater(
+        std::move(t), spec.rl.policy, spec.rl.temperature > 0 ? spec.rl.temperature : 1.0);
+  }
   const std::vector<runtime::FaultSpec> chaos = chaos_faults(spec);  // [chaos]: generators and reward actors
   ao.faults.insert(ao.faults.end(), chaos.begin(), chaos.end());
   if (!ao.faults.empty())

@@ -110,7 +110,7 @@ namespace {
 std::string format_rl_actors(const Spec& spec) {
   const auto& r = spec.rl;
   const int devices = static_cast<int>(spec.topology.devices);
-  const auto actors = runtime::rl_actor_plan(r, devices);
+  const auto actors = runtime::rl_actor_plan(r, devices, rl_trainer_on_actors(spec) ? rl_trainer_devices(spec) : 0);
   std::string out = "decoupled online RL (sync \"" + std::string(rl::sync_mode_name(r.sync)) + "\", max_staleness " +
                     std::to_string(r.max_staleness) +
                     "): " + std::to_string(devices) + " " + device_kind_name(spec.topology.device_kind) +
@@ -154,6 +154,11 @@ void describe(const Spec& spec) {
   if (spec.run.mode == RunMode::rl && rl::decoupled(spec.rl.sync)) {
     const auto& r = spec.rl;
     std::printf("%s", format_rl_actors(spec).c_str());
+    if (rl_trainer_on_actors(spec))  // the trainer's own actors, as a pretraining run lists them
+      std::printf("the trainer's actors (rl.trainer = \"actors\"; its faults hit RL step s at optimizer update "
+                  "(s - 1) x %lld + 1):\n%s",
+                  static_cast<long long>(spec.rl.updates_per_batch),
+                  format_topology(spec, runtime::make_plan(rl_trainer_runtime(spec))).c_str());
     std::printf("each step samples %lld prompts x %lld completions (KV cache, temperature %g, top_p %g, at most %lld new "
                 "tokens) by policy version %smax(0, step - %lld), scores them with the %s task's rule verifier and trains "
                 "with loss \"%s\" (%lld update(s) per batch) in the trainer actor; policy from %s\n",

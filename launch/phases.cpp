@@ -46,13 +46,17 @@ Spec rl_phase_spec(const Spec& spec, const std::string& init) {
   const bool actors = rl::decoupled(r.sync);
   t.devices = actors ? t0.devices : 1;
   t.threads_per_device = actors ? t0.threads_per_device : t0.threads_per_device * t0.devices;
+  t.processes = 1;
+  t.device_processes.clear();
+  // rl.trainer = "actors": phase 1's pipeline, expert and optimizer shards
+  // train the policy too; otherwise the trainer is one actor on device 0.
+  if (actors && r.trainer == "actors") return b;
   t.stages = 1;
   t.schedule = sched::Kind::sequential;
   t.microbatches = 1;
   t.expert_shards = 1;
   t.optimizer_shards = 1;
   t.data_parallel = 1;
-  t.processes = 1;
   t.device_processes.clear();
   return b;
 }

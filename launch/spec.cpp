@@ -782,7 +782,19 @@ void check_rl_faults(const Spec& s, Parser& p) {
     }
     bool gen = false;
     int index = 0;
-    if (runtime::is_rl_buffer_target(f.target)) {
+    if (is_trainer_fault_target(f.target)) {
+      // The trainer's runtime actors (rl.trainer = "actors"): their existence
+      // is the runtime's check (check_rl_trainer).
+      if (!rl_trainer_on_actors(s))
+        p.error(p.fault_where(i, "target"), "[[faults]] target = \"" + f.target + "\" is an actor of the trainer's "
+                                            "runtime, which this run has only with [rl] trainer = \"actors\" (the "
+                                            "trainer is one actor here)");
+      else if (f.kind == runtime::FaultKind::stop)
+        p.error(p.fault_where(i, "kind"), "[[faults]] kind = \"stop\" stops a whole process: its target must be "
+                                          "\"process:P\" (to freeze one actor use kind = \"pause\")");
+      else
+        check_fault_parameters(f, p, i);
+    } else if (runtime::is_rl_buffer_target(f.target)) {
       if (f.kind != runtime::FaultKind::kill)
         p.error(p.fault_where(i, "kind"), std::string("[[faults]] kind = \"") + runtime::fault_kind_name(f.kind) +
                                           "\" on rollout_buffer: the buffer takes kills only");
@@ -792,7 +804,9 @@ void check_rl_faults(const Spec& s, Parser& p) {
                                           "or \"rollout_buffer\"");
       continue;
     }
-    if (runtime::is_rl_buffer_target(f.target)) {
+    if (is_trainer_fault_target(f.target)) {
+      // checked above
+    } else if (runtime::is_rl_buffer_target(f.target)) {
       if (f.kind == runtime::FaultKind::kill && f.at_message > runtime::kRlKillPoints)
         p.error(p.fault_where(i, "at_message"), "[[faults]] at_message = " + v(f.at_message) + " is out of range for " +
                                                 f.target + ": 0 (a seeded point) or 1 (on receiving an admission), 2 "
@@ -999,6 +1013,53 @@ bool rl_topology_ok(const Spec& s) {
          t.expert_shards == 1 && t.processes == 1;
 }
 
+// rl.trainer = "actors": decoupled RL whose policy update runs on the
+// [topology]'s pipeline ranks, expert and optimizer shards; the runtime's own
+// rules (micro-batches against the RL batch, schedule, shards) say what fits.
+void check_rl_trainer(const Spec& s, Parser& p) {
+  const RlSection& r = s.rl_section;
+  auto v = [](int64_t x) { return std::to_string(x); };
+  if (!rl::decoupled(s.rl.sync)) {
+    p.error(p.where("rl.trainer"), "[rl] trainer = \"actors\" trains the policy on the actor runtime beside generator and "
+                                   "reward actors: it needs sync = \"fixed_lag\" or \"latest\"");
+    return;
+  }
+  if (s.topology.processes != 1) {
+    p.error(p.where("topology.processes"), "[rl] trainer = \"actors\" runs in one process for now ([topology] processes = " +
+                                               v(s.topology.processes) + ")");
+    return;
+  }
+  const int trainer = rl_trainer_devices(s);
+  if (trainer > s.topology.devices)
+    p.error(p.where(r.trainer_devices > 0 ? "rl.trainer_devices" : "topology.devices"),
+            "[rl] trainer = \"actors\" puts the trainer on " + v(trainer) + " device(s) (" +
+                (r.trainer_devices > 0 ? std::string("trainer_devices") : std::string("stages x data_parallel")) +
+                ") but [topology] devices = " + v(s.topology.devices));
+  const int64_t rows = r.prompts_per_step * r.group_size, mbs = s.topology.microbatches * s.topology.data_parallel;
+  if (rows % mbs != 0) {
+    p.error(p.where("topology.microbatches"), "[rl] trainer = \"actors\": the RL batch of " + v(rows) +
+                                                  " rows (prompts_per_step x group_size) must split into [topology] "
+                                                  "microbatches x data_parallel = " + v(mbs) + " equal micro-batches");
+    return;
+  }
+  // The trainer's actors a [[faults]] entry names must exist in its plan.
+  std::optional<runtime::Plan> plan;
+  try {
+    plan = runtime::make_plan(rl_trainer_runtime(s));
+  } catch (const std::exception&) {  // a bad topology: reported on its own keys
+    return;
+  }
+  for (size_t i = 0; i < s.faults.size(); ++i) {
+    const auto t = runtime::parse_fault_target(s.faults[i].target);
+    if (t && p.fault_ok(i) && !plan->target(*t))
+      p.error(p.fault_where(i, "target"), "[[faults]] target = \"" + s.faults[i].target + "\" is not an actor of the "
+                                          "trainer's runtime (stage:0.." + v(plan->sl.num_ranks - 1) + ", optimizer:0.." +
+                                          v(plan->num_shards() - 1) +
+                                          (plan->expert_parallel() ? ", expert:L/0.." + v(plan->expert_shards - 1) : std::string()) +
+                                          "; `troupe validate` lists them)");
+  }
+}
+
 // [rl] becomes rl::RlConfig once, here: the loss's preset, then every key the
 // spec sets. Its own rules come from rl::check_config; the rules that involve
 // other sections follow.
@@ -1073,6 +1134,8 @@ void convert_rl(Spec& s, Parser& p) {
     if (s.topology.devices < 2)
       p.error(p.where("topology.devices"), "[run] mode = \"rl\" on sim devices compares synchronous and decoupled RL, "
                                            "which splits the devices: devices must be >= 2");
+  } else if (r.trainer == "actors") {
+    check_rl_trainer(s, p);
   } else if (rl::decoupled(c.sync) && !rl_topology_ok(s))
     p.error(p.where("run.mode"), "[run] mode = \"rl\" with sync = \"" + std::string(rl::sync_mode_name(c.sync)) + "\" runs its actors in one process on [topology] "
                                  "devices (the trainer on device 0, generators on the others); set stages = 1, schedule = "

@@ -81,6 +81,35 @@ runtime::RuntimeOptions base_options(const Spec& spec) {
 
 }  // namespace
 
+bool rl_trainer_on_actors(const Spec& spec) {
+  return spec.run.mode == RunMode::rl && rl::decoupled(spec.rl_section.sync) && spec.rl_section.trainer == "actors";
+}
+
+int rl_trainer_devices(const Spec& spec) {
+  if (!rl_trainer_on_actors(spec)) return 1;
+  return spec.rl_section.trainer_devices > 0 ? static_cast<int>(spec.rl_section.trainer_devices)
+                                             : static_cast<int>(spec.topology.stages * spec.topology.data_parallel);
+}
+
+bool is_trainer_fault_target(const std::string& target) { return runtime::parse_fault_target(target).has_value(); }
+
+runtime::RuntimeOptions rl_trainer_runtime(const Spec& spec) {
+  runtime::RuntimeOptions r = base_options(spec);
+  r.devices = rl_trainer_devices(spec);
+  const RlSection& rl = spec.rl_section;  // raw values: the spec checks call this before [rl] is converted
+  r.train.data.batch_size = rl.prompts_per_step * rl.group_size;
+  r.train.steps = spec.run.steps * rl.updates_per_batch;
+  r.trace.clear();
+  r.elastic.clear();
+  r.faults.clear();
+  for (runtime::FaultSpec f : spec.faults) {
+    if (!is_trainer_fault_target(f.target)) continue;  // the RL actors' own
+    f.at_step = (f.at_step - 1) * rl.updates_per_batch + 1;
+    r.faults.push_back(f);
+  }
+  return r;
+}
+
 runtime::RuntimeOptions runtime_options(const Spec& spec) {
   runtime::RuntimeOptions r = base_options(spec);
   const std::vector<runtime::FaultSpec> extra = chaos_faults(spec);

@@ -22,6 +22,18 @@ namespace troupe::launch {
 // Its faults are the spec's [[faults]] followed by chaos_faults(spec).
 runtime::RuntimeOptions runtime_options(const Spec& spec);
 
+// Decoupled RL with rl.trainer = "actors": the trainer's runtime (the
+// [topology] keys on its own rl_trainer_devices(spec) devices, a batch of
+// prompts_per_step x group_size rows, one optimizer update per step of the
+// runtime, so its [[faults]] on "stage:", "optimizer:" and "expert:" targets
+// hit RL step s at update (s - 1) x updates_per_batch + 1). The model and
+// the row length are filled in by the RL trainer (actors/rl/runtime_policy.hpp).
+bool rl_trainer_on_actors(const Spec& spec);
+int rl_trainer_devices(const Spec& spec);
+runtime::RuntimeOptions rl_trainer_runtime(const Spec& spec);
+// Whether a [[faults]] target names one of the trainer's runtime actors.
+bool is_trainer_fault_target(const std::string& target);
+
 // [chaos] as the runtime's ChaosOptions; throws std::invalid_argument naming
 // an unknown kind ("kinds: ...") or role ("roles: ...").
 runtime::ChaosOptions chaos_options(const Spec& spec);

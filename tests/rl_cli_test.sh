@@ -163,6 +163,45 @@ done
 diff <(strip_times "$work/lag1/metrics.jsonl" | grep -E '"type":"rl_step","step":[34],') \
      <(strip_times "$work/lag1_resumed/metrics.jsonl" | grep -E '"type":"rl_step"') >/dev/null ||
   fail "resumed fixed_lag run wrote other rl_step metrics for steps 3-4"
+# rl.trainer = "actors": the trainer is the runtime's 2 stage ranks, 2
+# expert shards per MoE layer and 2 optimizer shards on devices 0-1, the
+# generator on device 2. validate lists both; a run with a killed stage rank
+# and a killed expert shard (RL steps 2 and 3) ends with the fault-free run's
+# checkpoint bytes; bad trainer settings are spec errors with a position.
+act=(--set rl.sync='"fixed_lag"' --set rl.max_staleness=1 --set rl.trainer='"actors"' --set topology.devices=3
+     --set topology.stages=2 --set topology.schedule='"1f1b"' --set topology.microbatches=2
+     --set topology.expert_shards=2 --set topology.optimizer_shards=2)
+expect_exit 0 "$troupe" validate "$work/rl.toml" "${act[@]}"
+expect_output "on the actor runtime's pipeline ranks, expert and optimizer shards, devices 0..1"
+expect_output "the trainer's actors (rl.trainer = \"actors\""
+expect_output "    expert:1/1"
+expect_exit 0 "$troupe" run "$work/rl.toml" "${act[@]}" --set run.out_dir="\"$work/act\""
+cp "$work/rl.toml" "$work/rl_act_kill.toml"
+printf '\n[[faults]]\nat_step = 2\ntarget = "stage:1"\nkind = "kill"\n' >> "$work/rl_act_kill.toml"
+printf '\n[[faults]]\nat_step = 3\ntarget = "expert:1/0"\nkind = "kill"\n' >> "$work/rl_act_kill.toml"
+expect_exit 0 "$troupe" validate "$work/rl_act_kill.toml" "${act[@]}"
+expect_output "faults: 2 from [[faults]]"
+expect_exit 0 "$troupe" run "$work/rl_act_kill.toml" "${act[@]}" --set run.out_dir="\"$work/act_kill\""
+expect_output "trainer: stage:1 went down"
+expect_output "trainer: expert:1/0 went down"
+for f in params.f32.zst adam_m.f32.zst adam_v.f32.zst; do
+  cmp -s "$work/act/checkpoint/$f" "$work/act_kill/checkpoint/$f" ||
+    fail "the actors trainer with killed stage and expert shard differs from the fault-free run in $f"
+done
+expect_exit 3 "$troupe" validate "$work/rl_act_kill.toml" "${act[@]}" --set rl.trainer='"single"'
+expect_output "is an actor of the trainer's runtime"
+expect_exit 3 "$troupe" validate "$work/rl.toml" "${act[@]}" --set topology.microbatches=3
+expect_output "rl.toml:"
+expect_output "the RL batch of 8 rows (prompts_per_step x group_size) must split"
+cp "$work/rl.toml" "$work/rl_act_bad.toml"
+printf '\n[[faults]]\nat_step = 2\ntarget = "stage:2"\nkind = "kill"\n' >> "$work/rl_act_bad.toml"
+expect_exit 3 "$troupe" validate "$work/rl_act_bad.toml" "${act[@]}"
+expect_output "is not an actor of the trainer's runtime (stage:0..1"
+expect_exit 3 "$troupe" validate "$work/rl.toml" "${act[@]}" --set rl.trainer_devices=4
+expect_output "puts the trainer on 4 device(s)"
+expect_exit 3 "$troupe" validate "$work/rl.toml" "${act[@]}" --set rl.sync='"synchronous"'
+expect_output "needs sync = \"fixed_lag\" or \"latest\""
+
 # [chaos] on the RL actors: validate lists the seeded schedule (kills and
 # lost weight syncs of the generator or reward actor that handles each
 # step), and the run ends with the fault-free lag1 run's checkpoint bytes,

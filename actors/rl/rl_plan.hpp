@@ -10,6 +10,7 @@
 // trainer compute on their own thread with their own backend.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -23,11 +24,18 @@ struct RlActorPlacement {
   std::string detail;
 };
 
-inline int rl_generator_device(int generator, int devices) {
-  return devices <= 1 ? 0 : 1 + generator % (devices - 1);
+// Generators go round-robin on the devices after the trainer's
+// (trainer_devices of them: 1, or the runtime's with rl.trainer = "actors"),
+// on the trainer's own when there are none.
+inline int rl_generator_device(int generator, int devices, int trainer_devices = 1) {
+  if (devices <= trainer_devices) return devices <= 1 ? 0 : generator % devices;
+  return trainer_devices + generator % (devices - trainer_devices);
 }
 
-inline std::vector<RlActorPlacement> rl_actor_plan(const rl::RlConfig& c, int devices) {
+// runtime_devices: 0 = the trainer is one actor on device 0; n >= 1 = it
+// runs on the actor runtime's ranks and shards on devices 0..n-1.
+inline std::vector<RlActorPlacement> rl_actor_plan(const rl::RlConfig& c, int devices, int runtime_devices = 0) {
+  const int trainer_devices = std::max(1, runtime_devices);
   std::vector<RlActorPlacement> out;
   const std::string eta = std::to_string(c.max_staleness);
   const bool latest = c.sync == rl::SyncMode::latest;
@@ -38,10 +46,14 @@ inline std::vector<RlActorPlacement> rl_actor_plan(const rl::RlConfig& c, int de
   out.push_back({"rollout_buffer", -1, (latest ? "admission (every token's version in [s - " + eta + ", s])"
                                                : "admission (version exactly max(0, s - " + eta + "))") +
                                            " and the ledger: each group (seed, step, index) admitted and trained once"});
-  out.push_back({"trainer", 0, "the policy update (loss " + std::string(loss_kind_name(c.policy.kind)) +
-                                   "); publishes version v+1 after each step"});
+  out.push_back({"trainer", 0, "the policy update (loss " + std::string(loss_kind_name(c.policy.kind)) + ")" +
+                                   (runtime_devices > 0
+                                        ? "; on the actor runtime's pipeline ranks, expert and optimizer shards, devices 0.." +
+                                              std::to_string(trainer_devices - 1)
+                                        : std::string()) +
+                                   "; publishes version v+1 after each step"});
   for (int k = 0; k < c.generators; ++k)
-    out.push_back({"generator:" + std::to_string(k), rl_generator_device(k, devices),
+    out.push_back({"generator:" + std::to_string(k), rl_generator_device(k, devices, trainer_devices),
                    "policy copy + version; samples " + std::to_string(c.prompts_per_step) + " x " +
                        std::to_string(c.group_size) + " completions per step (KV cache" +
                        (latest ? "; takes new versions between decode steps)" : ")")});
