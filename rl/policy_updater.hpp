@@ -33,7 +33,9 @@ class PolicyUpdater {
   // One optimizer update. inputs/targets [rows*seq_len] (-1: no target),
   // token_data [rows*seq_len*PolicyStageHead::kColumns].
   virtual Result update(std::vector<int32_t> inputs, std::vector<int32_t> targets, std::vector<double> token_data) = 0;
-  // The parameters and AdamW moments after the last update.
+  // The parameters after the last update (every RL step: publication).
+  virtual std::vector<float> read_params() = 0;
+  // The parameters and AdamW moments after the last update (checkpoints).
   virtual void read_state(std::vector<float>& params, std::vector<float>& adam_m, std::vector<float>& adam_v) = 0;
 };
 

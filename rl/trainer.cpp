@@ -406,10 +406,11 @@ struct RlTrainer::Impl {
       m.grad_norm = res.grad_norm;
       m.lr = res.lr;
     }
-    pull_state();
+    be->upload_f32(params, updater->read_params());
   }
 
-  // The updater's parameters and moments into the trainer's buffers.
+  // The updater's parameters and moments into the trainer's buffers (before
+  // a checkpoint: the moments stay with the updater in between).
   void pull_state() {
     std::vector<float> p, am, av;
     updater->read_state(p, am, av);
@@ -474,6 +475,7 @@ struct RlTrainer::Impl {
   }
 
   void save(const std::string& dir) {
+    if (updater) pull_state();
     model::save_device_state(dir, opt.model, seed, step, *be, params, adam_m, adam_v, layout);
   }
 };

@@ -29,6 +29,7 @@ class RuntimeUpdater final : public rl::PolicyUpdater {
     r.aux_loss = m.aux_loss;
     return r;
   }
+  std::vector<float> read_params() override { return rt_.parameters(); }
   void read_state(std::vector<float>& params, std::vector<float>& adam_m, std::vector<float>& adam_v) override {
     model::TrainingState st = rt_.state();
     params = std::move(st.params);
