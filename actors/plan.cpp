@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "model/stage.hpp"
+#include "moe/placement.hpp"
 
 namespace troupe::runtime {
 
@@ -230,6 +231,14 @@ std::vector<int> Plan::holders(int layer, int64_t expert) const {
   return out;
 }
 
+std::pair<int64_t, int64_t> Plan::expert_rows(int layer, int64_t expert, int holders, int copy, int64_t rows) const {
+  for (size_t li = 0; li < moe_layers.size(); ++li)
+    if (moe_layers[li] == layer && li < layer_shares.size() && expert >= 0 &&
+        static_cast<size_t>(expert) < layer_shares[li].size())
+      return moe::share_rows(rows, layer_shares[li][static_cast<size_t>(expert)], holders, copy);
+  return moe::copy_rows(rows, holders, copy);
+}
+
 bool Plan::replicated() const {
   for (const auto& layer : layer_copies)
     for (const auto& c : layer)
@@ -357,6 +366,35 @@ Plan make_plan(const RuntimeOptions& o) {
       }
     }
     p.layer_copies.push_back(std::move(copies));
+  }
+  // Each MoE layer's shares: per expert, one weight per holder (or none).
+  if (!o.expert_shares.empty() && o.expert_shares.size() != p.moe_layers.size())
+    throw std::invalid_argument("expert_shares: one list per MoE layer (" + std::to_string(p.moe_layers.size()) + ")");
+  for (size_t li = 0; li < p.moe_layers.size(); ++li) {
+    std::vector<std::vector<int>> shares(static_cast<size_t>(c.n_experts));
+    if (!o.expert_shares.empty()) {
+      const auto& given = o.expert_shares[li];
+      const std::string where = "expert_shares of MoE layer " + std::to_string(p.moe_layers[li]) + ": ";
+      if (given.size() != shares.size())
+        throw std::invalid_argument(where + "one list per expert (" + std::to_string(c.n_experts) + ")");
+      for (size_t e = 0; e < given.size(); ++e) {
+        if (given[e].empty()) continue;
+        int holders = 0, sum = 0;
+        for (size_t s = 0; s < p.layer_copies[li].size(); ++s) {
+          const ExpertRange home = p.layer_experts[li][s];
+          const auto& cp = p.layer_copies[li][s];
+          holders += (static_cast<int64_t>(e) >= home.begin && static_cast<int64_t>(e) < home.end) ||
+                     std::binary_search(cp.begin(), cp.end(), static_cast<int64_t>(e));
+        }
+        bool ok = static_cast<int>(given[e].size()) == holders;
+        for (int w : given[e]) ok = ok && w >= 0, sum += w;
+        if (!ok || sum != moe::kShareTotal)
+          throw std::invalid_argument(where + "expert " + std::to_string(e) + " needs one weight >= 0 per holder (" +
+                                      std::to_string(holders) + "), summing to " + std::to_string(moe::kShareTotal));
+      }
+      shares = given;
+    }
+    p.layer_shares.push_back(std::move(shares));
   }
   for (size_t x = 0; x < pl.expert_ids.size(); ++x) {
     const auto [layer, shard] = pl.expert_ids[x];

@@ -125,6 +125,9 @@ struct Plan {
   // [moe layer index][shard] the sorted experts of other ranges it holds a
   // copy of (RuntimeOptions::expert_copies); all empty without replicas.
   std::vector<std::vector<std::vector<int64_t>>> layer_copies;
+  // [moe layer][expert] the weights its rows are split by over its holders
+  // (moe::share_rows; empty: evenly). RuntimeOptions::expert_shares.
+  std::vector<std::vector<std::vector<int>>> layer_shares;
   Placement placement;          // processes and devices (actors/cluster/placement.hpp)
   std::vector<DevicePlan> devices;
   // Every actor in spawn order: coordinator, optimizer shards, pipeline ranks
@@ -150,6 +153,10 @@ struct Plan {
   // The shards of global layer `layer` holding `expert`, ascending: its
   // rows are split over them by moe::copy_rows.
   std::vector<int> holders(int layer, int64_t expert) const;
+  // The rows [first, end) of `rows` routed to `expert` that its holder
+  // number `copy` (of holders(layer, expert)) takes: moe::share_rows with
+  // the expert's shares.
+  std::pair<int64_t, int64_t> expert_rows(int layer, int64_t expert, int holders, int copy, int64_t rows) const;
   bool replicated() const;  // any copy in any layer
   // The producer index of expert shard `shard` of global layer `layer`; -1 when none.
   int expert_producer(int layer, int shard) const;

@@ -54,6 +54,9 @@ struct RescaleReport {
   // after the change.
   std::vector<int64_t> copies;
   std::vector<std::vector<int>> replicas;
+  // eplb with redundant_experts: the row shares of the copied experts, flat
+  // (moe layer index, expert, n, then n weights out of moe::kShareTotal).
+  std::vector<int64_t> shares;
   double migration_seconds = 0.0;  // from the first spawn until every new shard had its weights
   double step_seconds = 0.0;       // of the event step, the migration included
   // [moe layer] max / mean of the per-shard loads (1 = balanced).
@@ -93,15 +96,21 @@ struct RuntimeOptions {
   // gradients are summed by the optimizer shards in shard order). Empty:
   // none. Set by the eplb policy with redundant_experts > 0.
   std::vector<std::vector<std::vector<int64_t>>> expert_copies;
+  // How each copied expert's rows are split over its holders, per MoE
+  // layer: per expert, one weight per holder (ascending shard) summing to
+  // moe::kShareTotal; an empty list (or none at all): evenly. Set by the
+  // eplb policy with its copies (moe::place_copies).
+  std::vector<std::vector<std::vector<int>>> expert_shares;
   // Automatic placement ([experts] policy): static keeps the split; eplb
   // moves experts between neighbouring shards every rebalance_every steps
   // by their measured load (moe/placement.hpp), at most expert_shards moves
   // per layer and rebalance.
   ExpertPolicy expert_policy = ExpertPolicy::static_split;
   int rebalance_every = 0;
-  // eplb: at each rebalance this many hottest experts of each MoE layer
-  // (moving-average load) get a second copy on another shard
-  // (moe::place_copies); 0: none. 0..n_experts, needs expert_shards >= 2.
+  // eplb: at each rebalance at most this many copies per MoE layer, placed
+  // by moving-average load so the busiest shard hands load to the least busy
+  // through a shared expert with weighted row shares (moe::place_copies);
+  // 0: none. 0..n_experts, needs expert_shards >= 2.
   int redundant_experts = 0;
   // eplb's gate weighs a move's predicted gain against its migration cost,
   // measured on this run's past placement changes (seconds per byte loaded)

@@ -94,6 +94,22 @@ std::pair<int64_t, int64_t> copy_rows(int64_t rows, int holders, int copy) {
   return {rows * copy / holders, rows * (copy + 1) / holders};
 }
 
+std::pair<int64_t, int64_t> share_rows(int64_t rows, std::span<const int> weights, int holders, int copy) {
+  if (weights.empty()) return copy_rows(rows, holders, copy);
+  if (static_cast<int>(weights.size()) != holders || copy < 0 || copy >= holders || rows < 0)
+    throw std::invalid_argument("share_rows: copy " + std::to_string(copy) + " of " + std::to_string(holders) +
+                                " holders with " + std::to_string(weights.size()) + " weights");
+  int64_t before = 0, total = 0;
+  for (int j = 0; j < holders; ++j) {
+    if (weights[static_cast<size_t>(j)] < 0) throw std::invalid_argument("share_rows: a negative weight");
+    if (j < copy) before += weights[static_cast<size_t>(j)];
+    total += weights[static_cast<size_t>(j)];
+  }
+  if (total != kShareTotal)
+    throw std::invalid_argument("share_rows: weights sum to " + std::to_string(total) + ", not " + std::to_string(kShareTotal));
+  return {rows * before / kShareTotal, rows * (before + weights[static_cast<size_t>(copy)]) / kShareTotal};
+}
+
 std::vector<int> expert_holders(const std::vector<int64_t>& bounds, const std::vector<std::vector<int64_t>>& copies,
                                 int64_t expert) {
   std::vector<int> out;
@@ -106,56 +122,85 @@ std::vector<int> expert_holders(const std::vector<int64_t>& bounds, const std::v
 }
 
 std::vector<double> replicated_shard_loads(std::span<const double> loads, const std::vector<int64_t>& bounds,
-                                           const std::vector<std::vector<int64_t>>& copies) {
+                                           const Replication& r) {
   check(loads, bounds);
   std::vector<double> out(bounds.size() - 1, 0.0);
   for (size_t e = 0; e < loads.size(); ++e) {
-    const std::vector<int> h = expert_holders(bounds, copies, static_cast<int64_t>(e));
-    for (int s : h) out[static_cast<size_t>(s)] += loads[e] / static_cast<double>(h.size());
+    const std::vector<int> h = expert_holders(bounds, r.copies, static_cast<int64_t>(e));
+    const bool shared = e < r.shares.size() && !r.shares[e].empty();
+    for (size_t j = 0; j < h.size(); ++j)
+      out[static_cast<size_t>(h[j])] += shared ? loads[e] * r.shares[e][j] / kShareTotal
+                                               : loads[e] / static_cast<double>(h.size());
   }
   return out;
 }
 
-double replicated_imbalance(std::span<const double> loads, const std::vector<int64_t>& bounds,
-                            const std::vector<std::vector<int64_t>>& copies) {
-  const std::vector<double> sum = replicated_shard_loads(loads, bounds, copies);
+double replicated_imbalance(std::span<const double> loads, const std::vector<int64_t>& bounds, const Replication& r) {
+  const std::vector<double> sum = replicated_shard_loads(loads, bounds, r);
   double total = 0.0, most = 0.0;
   for (double x : sum) total += x, most = std::max(most, x);
   return total > 0.0 ? most * static_cast<double>(sum.size()) / total : 0.0;
 }
 
-std::vector<std::vector<int64_t>> place_copies(std::span<const double> loads, const std::vector<int64_t>& bounds,
-                                               int redundant) {
+Replication place_copies(std::span<const double> loads, const std::vector<int64_t>& bounds, int redundant) {
   check(loads, bounds);
   const int64_t E = static_cast<int64_t>(loads.size());
   const size_t S = bounds.size() - 1;
   if (redundant < 0 || redundant > E || (redundant > 0 && S < 2))
     throw std::invalid_argument("place_copies: " + std::to_string(redundant) + " redundant copies for " +
                                 std::to_string(E) + " experts on " + std::to_string(S) + " shard(s)");
-  std::vector<int64_t> order(static_cast<size_t>(E));
-  for (int64_t e = 0; e < E; ++e) order[static_cast<size_t>(e)] = e;
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-    return loads[static_cast<size_t>(a)] > loads[static_cast<size_t>(b)];
-  });
-  std::vector<std::vector<int64_t>> copies(S);
-  for (int i = 0; i < redundant; ++i) {
-    const int64_t e = order[static_cast<size_t>(i)];
-    const std::vector<double> sum = replicated_shard_loads(loads, bounds, copies);
-    const std::vector<int> h = expert_holders(bounds, copies, e);
-    size_t best = S;
-    for (size_t s = 0; s < S; ++s)
-      if (std::find(h.begin(), h.end(), static_cast<int>(s)) == h.end() && (best == S || sum[s] < sum[best])) best = s;
-    // Made only when it lowers the most loaded of the shards it touches
-    // (its holders and `best`), as a move must lower the larger of its pair.
-    const double w = loads[static_cast<size_t>(e)], R = static_cast<double>(h.size());
-    double before = sum[best], after = sum[best] + w / (R + 1);
-    for (int x : h) {
-      before = std::max(before, sum[static_cast<size_t>(x)]);
-      after = std::max(after, sum[static_cast<size_t>(x)] - w / R + w / (R + 1));
+  // held[e][s]: the load of expert e that shard s takes (its home all of it).
+  std::vector<std::vector<double>> held(static_cast<size_t>(E), std::vector<double>(S, 0.0));
+  std::vector<std::vector<bool>> holds(static_cast<size_t>(E), std::vector<bool>(S, false));
+  std::vector<double> sum(S, 0.0);
+  double total = 0.0;
+  for (size_t s = 0; s < S; ++s)
+    for (int64_t e = bounds[s]; e < bounds[s + 1]; ++e) {
+      held[static_cast<size_t>(e)][s] = loads[static_cast<size_t>(e)];
+      holds[static_cast<size_t>(e)][s] = true;
+      sum[s] += loads[static_cast<size_t>(e)];
+      total += loads[static_cast<size_t>(e)];
     }
-    if (after < before) copies[best].insert(std::lower_bound(copies[best].begin(), copies[best].end(), e), e);
+  const double mean = total / static_cast<double>(S);
+  Replication r;
+  r.copies.assign(S, {});
+  for (int made = 0; made < redundant && total > 0.0; ++made) {
+    const size_t hi = static_cast<size_t>(std::max_element(sum.begin(), sum.end()) - sum.begin());
+    const size_t lo = static_cast<size_t>(std::min_element(sum.begin(), sum.end()) - sum.begin());
+    if (sum[hi] - mean <= 1e-9 * mean) break;
+    int64_t pick = -1;
+    for (int64_t e = 0; e < E; ++e)
+      if (holds[static_cast<size_t>(e)][hi] && !holds[static_cast<size_t>(e)][lo] &&
+          held[static_cast<size_t>(e)][hi] > 0.0 &&
+          (pick < 0 || held[static_cast<size_t>(e)][hi] > held[static_cast<size_t>(pick)][hi]))
+        pick = e;
+    if (pick < 0) break;
+    auto& h = held[static_cast<size_t>(pick)];
+    const double x = std::min({sum[hi] - mean, mean - sum[lo], h[hi]});
+    if (!(x > 0.0)) break;
+    h[hi] -= x;
+    h[lo] += x;
+    sum[hi] -= x;
+    sum[lo] += x;
+    holds[static_cast<size_t>(pick)][lo] = true;
+    r.copies[lo].insert(std::lower_bound(r.copies[lo].begin(), r.copies[lo].end(), pick), pick);
   }
-  return copies;
+  // Shares: each shared expert's holders get weights in proportion to the
+  // load they took, rounded down; the remainder goes to the largest.
+  r.shares.assign(static_cast<size_t>(E), {});
+  for (int64_t e = 0; e < E; ++e) {
+    const auto& h = held[static_cast<size_t>(e)];
+    const double load = loads[static_cast<size_t>(e)];
+    std::vector<int> w;
+    for (size_t s = 0; s < S; ++s)
+      if (holds[static_cast<size_t>(e)][s]) w.push_back(load > 0.0 ? static_cast<int>(h[s] / load * kShareTotal) : 0);
+    if (w.size() < 2 || !(load > 0.0)) continue;
+    int given = 0;
+    for (int x : w) given += x;
+    *std::max_element(w.begin(), w.end()) += kShareTotal - given;
+    r.shares[static_cast<size_t>(e)] = std::move(w);
+  }
+  return r;
 }
 
 namespace {

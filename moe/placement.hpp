@@ -44,36 +44,52 @@ double bounds_imbalance(std::span<const double> loads, const std::vector<int64_t
 
 // Redundant copies on top of contiguous ranges (the actor runtime's
 // replicas): shard s holds its range [b_s, b_s+1) plus `copies[s]`, a sorted
-// list of experts of other ranges it holds a second copy of. An expert's
-// holders are its home shard and the shards with a copy, in shard order;
-// its rows (token order) are split over them in contiguous blocks.
+// list of experts of other ranges it holds a copy of. An expert's holders
+// are its home shard and the shards with a copy, in shard order; its rows
+// (token order) are split over them in contiguous blocks, evenly or by the
+// expert's shares: integer weights per holder out of kShareTotal.
+inline constexpr int kShareTotal = 4096;
+struct Replication {
+  std::vector<std::vector<int64_t>> copies;  // [shard] sorted copies of other shards' experts
+  std::vector<std::vector<int>> shares;      // [expert] its holders' weights (sum kShareTotal); empty: even
+  friend bool operator==(const Replication&, const Replication&) = default;
+};
 
 // The rows [first, end) of an expert's `rows` that holder `copy` of
 // `holders` takes: [rows*copy/holders, rows*(copy+1)/holders).
 std::pair<int64_t, int64_t> copy_rows(int64_t rows, int holders, int copy);
+// The same with weights (one per holder, >= 0, summing to kShareTotal):
+// [rows*W_copy/kShareTotal, rows*W_copy+1/kShareTotal), W the running sums.
+// Empty weights: copy_rows. Throws std::invalid_argument on bad weights.
+std::pair<int64_t, int64_t> share_rows(int64_t rows, std::span<const int> weights, int holders, int copy);
 
 // The shards holding `expert`, ascending (home shard and copies).
 std::vector<int> expert_holders(const std::vector<int64_t>& bounds, const std::vector<std::vector<int64_t>>& copies,
                                 int64_t expert);
 
-// Per-shard loads with copies: an expert's load divided evenly over its
-// holders (the expected share of copy_rows).
+// Per-shard loads with copies: an expert's load divided over its holders by
+// its shares (evenly without: the expected split of share_rows).
 std::vector<double> replicated_shard_loads(std::span<const double> loads, const std::vector<int64_t>& bounds,
-                                           const std::vector<std::vector<int64_t>>& copies);
+                                           const Replication& r);
 // Their max / mean (1 = balanced, 0 when everything is 0).
-double replicated_imbalance(std::span<const double> loads, const std::vector<int64_t>& bounds,
-                            const std::vector<std::vector<int64_t>>& copies);
+double replicated_imbalance(std::span<const double> loads, const std::vector<int64_t>& bounds, const Replication& r);
 
-// The copies for `redundant` replicas: each of the `redundant` hottest
-// experts (by loads, ties: lowest id; hottest first) gets a second copy on
-// the shard with the lowest load (copies placed so far counted) among
-// those not holding it, ties: lowest shard — when that lowers the larger
-// of the loads of its home shard and that one (as a move must); else it
-// gets none. Returns per shard its sorted copies. Throws std::invalid_argument
-// when bounds are not a split of loads, redundant < 0, redundant > E, or
-// redundant > 0 with fewer than 2 shards.
-std::vector<std::vector<int64_t>> place_copies(std::span<const double> loads, const std::vector<int64_t>& bounds,
-                                               int redundant);
+// At most `redundant` copies that balance the shards, with shares: starting
+// from the ranges, the busiest shard (ties: lowest) repeatedly hands load to
+// the least busy one (ties: lowest) by sharing with it the expert it holds
+// most load of among those the other does not hold (ties: lowest id),
+// moving min(its excess over the mean, the other's gap to the mean, the
+// expert's load there); it stops when the busiest shard is within 1e-9 of
+// the mean or `redundant` copies are made. Each copy brings the busiest or
+// the least busy shard to the mean unless the shared expert's load on the
+// busiest is smaller (then that expert moves there whole and the next copy
+// goes on), so S - 1 copies balance S shards whose busiest hold a big
+// enough expert, and more copies balance any loads (up to the shares'
+// 1/kShareTotal grain).
+// Shares are the moved loads' proportions, rounded. Throws
+// std::invalid_argument when bounds are not a split of loads, redundant < 0,
+// redundant > E, or redundant > 0 with fewer than 2 shards.
+Replication place_copies(std::span<const double> loads, const std::vector<int64_t>& bounds, int redundant);
 
 // Replicated placement of E logical experts on D devices with S physical
 // expert slots each (D*S >= E; D*S - E redundant slots). A device's load is

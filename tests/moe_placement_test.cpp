@@ -179,36 +179,78 @@ TEST(MoeCopies, CopyRowsSplitInContiguousBlocks) {
   EXPECT_THROW(copy_rows(5, 2, 2), std::invalid_argument);
 }
 
-TEST(MoeCopies, HottestExpertsGetACopyWhereItHelps) {
-  // Shard 0 holds 0..1, shard 1 holds 2..3; expert 0 is hot.
+TEST(MoeCopies, ShareRowsSplitByWeightsInContiguousBlocks) {
+  const std::vector<int> w{1024, 3072};
+  EXPECT_EQ(share_rows(8, w, 2, 0), (std::pair<int64_t, int64_t>{0, 2}));
+  EXPECT_EQ(share_rows(8, w, 2, 1), (std::pair<int64_t, int64_t>{2, 8}));
+  EXPECT_EQ(share_rows(7, {}, 2, 1), copy_rows(7, 2, 1));  // no weights: even
+  const std::vector<int> three{0, 4000, 96};
+  for (int64_t n = 0; n < 50; ++n) {
+    int64_t at = 0;
+    for (int j = 0; j < 3; ++j) {
+      const auto [a, b] = share_rows(n, three, 3, j);
+      EXPECT_EQ(a, at);
+      at = b;
+    }
+    EXPECT_EQ(at, n);
+    EXPECT_EQ(share_rows(n, three, 3, 0).second, 0) << "a zero weight takes no rows";
+  }
+  EXPECT_THROW(share_rows(5, std::vector<int>{1, 2}, 2, 0), std::invalid_argument);     // sum
+  EXPECT_THROW(share_rows(5, std::vector<int>{4097, -1}, 2, 0), std::invalid_argument);  // negative
+  EXPECT_THROW(share_rows(5, w, 3, 0), std::invalid_argument);                           // one per holder
+}
+
+TEST(MoeCopies, SharedExpertsBalanceTheShards) {
+  // Shard 0 holds 0..1, shard 1 holds 2..3; expert 0 is hot: one copy of
+  // it on shard 1, with shares 40:20 of its 60, balances them exactly.
   const std::vector<double> loads{60, 10, 20, 10};
   const std::vector<int64_t> b{0, 2, 4};
-  const auto c = place_copies(loads, b, 1);
-  ASSERT_EQ(c.size(), 2u);
-  EXPECT_TRUE(c[0].empty());
-  EXPECT_EQ(c[1], (std::vector<int64_t>{0}));
-  EXPECT_EQ(expert_holders(b, c, 0), (std::vector<int>{0, 1}));
-  EXPECT_EQ(expert_holders(b, c, 3), (std::vector<int>{1}));
-  EXPECT_EQ(replicated_shard_loads(loads, b, c), (std::vector<double>{40, 60}));
-  EXPECT_NEAR(replicated_imbalance(loads, b, c), 1.2, 1e-12);
+  const Replication r = place_copies(loads, b, 1);
+  ASSERT_EQ(r.copies.size(), 2u);
+  EXPECT_TRUE(r.copies[0].empty());
+  EXPECT_EQ(r.copies[1], (std::vector<int64_t>{0}));
+  EXPECT_EQ(expert_holders(b, r.copies, 0), (std::vector<int>{0, 1}));
+  ASSERT_EQ(r.shares[0].size(), 2u);
+  EXPECT_NEAR(r.shares[0][0], kShareTotal * 40.0 / 60.0, 1.0);
+  EXPECT_TRUE(r.shares[1].empty() && r.shares[3].empty());
+  const std::vector<double> per = replicated_shard_loads(loads, b, r);
+  EXPECT_NEAR(per[0], 50.0, 0.05);
+  EXPECT_NEAR(per[1], 50.0, 0.05);
+  EXPECT_LT(replicated_imbalance(loads, b, r), 1.001);
   EXPECT_NEAR(bounds_imbalance(loads, b), 1.4, 1e-12);
-  // Balanced shards: a copy of the hottest would only raise the other
-  // shard above both, so none is made.
+  // Balanced shards get no copy.
   const std::vector<double> even{30, 20, 25, 25};
-  EXPECT_EQ(place_copies(even, b, 2), (std::vector<std::vector<int64_t>>{{}, {}}));
-  // Two copies over four shards: the hottest two, each on the least loaded
-  // shard not holding it, never on its own.
+  EXPECT_EQ(place_copies(even, b, 2).copies, (std::vector<std::vector<int64_t>>{{}, {}}));
+  // Four shards, two hot experts: S - 1 = 3 copies balance them to the
+  // shares' grain, fewer copies less so, and never on an expert's own shard.
   const std::vector<double> skew{50, 5, 5, 5, 5, 5, 40, 5};
   const std::vector<int64_t> four{0, 2, 4, 6, 8};
-  const auto c4 = place_copies(skew, four, 2);
-  int n = 0;
-  for (size_t s = 0; s < c4.size(); ++s)
-    for (int64_t e : c4[s]) {
-      ++n;
-      EXPECT_FALSE(e >= four[s] && e < four[s + 1]);
-    }
-  EXPECT_EQ(n, 2);
-  EXPECT_LT(replicated_imbalance(skew, four, c4), bounds_imbalance(skew, four));
+  double last = bounds_imbalance(skew, four);
+  for (int redundant = 1; redundant <= 3; ++redundant) {
+    const Replication c = place_copies(skew, four, redundant);
+    int n = 0;
+    for (size_t s = 0; s < c.copies.size(); ++s)
+      for (int64_t e : c.copies[s]) {
+        ++n;
+        EXPECT_FALSE(e >= four[s] && e < four[s + 1]);
+      }
+    EXPECT_LE(n, redundant);
+    const double imb = replicated_imbalance(skew, four, c);
+    EXPECT_LT(imb, last) << redundant << " copies";
+    last = imb;
+  }
+  EXPECT_LT(last, 1.001);
+  // Random loads over 16 experts and 4 shards: 3 copies come close, 8
+  // balance them.
+  std::mt19937 rng(3);
+  std::exponential_distribution<double> ex(1.0);
+  for (int trial = 0; trial < 50; ++trial) {
+    std::vector<double> l(16);
+    for (double& x : l) x = ex(rng) * ex(rng);
+    const std::vector<int64_t> q{0, 4, 8, 12, 16};
+    EXPECT_LT(replicated_imbalance(l, q, place_copies(l, q, 3)), std::min(1.25, bounds_imbalance(l, q))) << "trial " << trial;
+    EXPECT_LT(replicated_imbalance(l, q, place_copies(l, q, 8)), 1.002) << "trial " << trial;
+  }
   EXPECT_THROW(place_copies(skew, four, 9), std::invalid_argument);
   EXPECT_THROW(place_copies(loads, {0, 4}, 1), std::invalid_argument);
 }

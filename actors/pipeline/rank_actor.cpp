@@ -407,7 +407,8 @@ struct Suspended {
 // gathered token rows, backward rows the layer-output gradient of each row's
 // token (the shard applies the combine weight, as moe_messages.hpp says).
 // An expert with copies (replicas) has its rows split over its holders in
-// shard order, contiguous blocks in token order (moe::copy_rows): the same
+// shard order, contiguous blocks in token order (Plan::expert_rows: by its
+// shares, or evenly): the same
 // rows in forward and backward, so each copy's gradient is its block's.
 void build_dispatches(const Shared& sh, Compute& comp, const model::MoeExchange& ex, const MoeKey& base,
                       int64_t T, int64_t D, Suspended& out) {
@@ -439,7 +440,8 @@ void build_dispatches(const Shared& sh, Compute& comp, const model::MoeExchange&
       const std::vector<int> h = plan->holders(static_cast<int>(ex.layer), e);
       const int j = static_cast<int>(std::find(h.begin(), h.end(), sh_i) - h.begin());
       const int64_t o0 = p.offsets[static_cast<size_t>(e)];
-      const auto [a, b] = moe::copy_rows(p.offsets[static_cast<size_t>(e) + 1] - o0, static_cast<int>(h.size()), j);
+      const auto [a, b] = plan->expert_rows(static_cast<int>(ex.layer), e, static_cast<int>(h.size()), j,
+                                            p.offsets[static_cast<size_t>(e) + 1] - o0);
       if (b == a) continue;
       if (!blocks.empty() && blocks.back().second == o0 + a) blocks.back().second = o0 + b;
       else blocks.emplace_back(o0 + a, o0 + b);

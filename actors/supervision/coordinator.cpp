@@ -792,10 +792,11 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
       // A placement change (Runtime::step, between steps): the expert shards
       // become `shards` per MoE layer, split by `bounds` (empty: evenly),
       // holding the `copies` ((moe layer index, shard, expert) triples;
-      // empty: none); the answer (the bytes of weights the
+      // empty: none) with the `shares` of their rows ((moe layer index,
+      // expert, n, n weights) runs; empty: even splits); the answer (the bytes of weights the
       // new shards loaded) comes once every new shard has its weights.
       [self](rt::rescale_atom, int32_t shards, const std::vector<int64_t>& bounds,
-             const std::vector<int64_t>& copies) -> caf::result<uint64_t> {
+             const std::vector<int64_t>& copies, const std::vector<int64_t>& shares) -> caf::result<uint64_t> {
         auto& s = self->state;
         if (!s.error.empty()) return caf::make_error(caf::sec::runtime_error, s.error);
         if (s.running) return caf::make_error(caf::sec::runtime_error, std::string("rescale: a step is running"));
@@ -822,6 +823,21 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
               throw std::invalid_argument("expert copy for MoE layer index " + std::to_string(li) + ", shard " +
                                           std::to_string(k));
             o.expert_copies[static_cast<size_t>(li)][static_cast<size_t>(k)].push_back(copies[i + 2]);
+          }
+          o.expert_shares.clear();
+          if (!shares.empty())
+            o.expert_shares.assign(s.sh->plan.moe_layers.size(), std::vector<std::vector<int>>(
+                                                                     static_cast<size_t>(s.sh->opt.train.model.n_experts)));
+          for (size_t i = 0; i < shares.size();) {
+            if (i + 3 > shares.size()) throw std::invalid_argument("expert shares of the wrong size");
+            const int64_t li = shares[i], e = shares[i + 1], n = shares[i + 2];
+            if (li < 0 || static_cast<size_t>(li) >= o.expert_shares.size() || e < 0 ||
+                e >= s.sh->opt.train.model.n_experts || n < 1 || i + 3 + static_cast<size_t>(n) > shares.size())
+              throw std::invalid_argument("expert shares for MoE layer index " + std::to_string(li) + ", expert " +
+                                          std::to_string(e));
+            auto& w = o.expert_shares[static_cast<size_t>(li)][static_cast<size_t>(e)];
+            for (int64_t j = 0; j < n; ++j) w.push_back(static_cast<int>(shares[i + 3 + static_cast<size_t>(j)]));
+            i += 3 + static_cast<size_t>(n);
           }
           fresh = s.sup->rescale_experts(self, make_plan(o), s.step, s.attempt);
         } catch (const std::exception& e) {

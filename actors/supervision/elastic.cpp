@@ -112,6 +112,7 @@ std::vector<Supervisor::NewShard> Supervisor::shrink_experts(caf::event_based_ac
   o.expert_shards = now->expert_shards - 1;
   o.expert_bounds.clear();
   o.expert_copies.clear();  // the copies go (every expert keeps its home shard); eplb places them again
+  o.expert_shares.clear();
   for (const auto& layer : now->layer_experts) {
     std::vector<int64_t> b{0};
     for (const ExpertRange& r : layer) b.push_back(r.end);

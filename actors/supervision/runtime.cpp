@@ -462,14 +462,14 @@ namespace {
 
 // The rows each shard of MoE layer `li` of plan `p` got of one layer's
 // per-expert loads: its range's, and for an expert with copies its
-// moe::copy_rows block of the expert's total.
+// Plan::expert_rows block of the expert's total.
 std::vector<int64_t> shard_rows(const Plan& p, size_t li, const std::vector<int64_t>& layer) {
   std::vector<int64_t> out(static_cast<size_t>(p.expert_shards), 0);
   const int l = p.moe_layers[li];
   for (size_t e = 0; e < layer.size(); ++e) {
     const std::vector<int> h = p.holders(l, static_cast<int64_t>(e));
     for (size_t j = 0; j < h.size(); ++j) {
-      const auto [a, b] = moe::copy_rows(layer[e], static_cast<int>(h.size()), static_cast<int>(j));
+      const auto [a, b] = p.expert_rows(l, static_cast<int64_t>(e), static_cast<int>(h.size()), static_cast<int>(j), layer[e]);
       out[static_cast<size_t>(h[j])] += b - a;
     }
   }
@@ -524,14 +524,15 @@ std::optional<RescaleReport> Runtime::Impl::plan_change(int64_t next) {
   // whose experts change) x the seconds per byte measured on this run's
   // past placement changes x migration_cost_scale. Before any change was
   // measured there is no cost to weigh: the move is made, and measured.
-  // With redundant_experts, the candidate also gives the hottest experts a
-  // second copy (moe::place_copies on the candidate split); a layer whose
-  // split or copies change is weighed as a whole, and every shard whose
-  // range or copies change counts in its bytes.
+  // With redundant_experts, the candidate also shares experts between the
+  // busiest and the least busy shards with weighted row shares
+  // (moe::place_copies on the candidate split); a layer whose split, copies
+  // or shares change is weighed as a whole, and every shard whose range or
+  // copies change counts in its bytes (a change of shares moves no weights).
   const model::ModelConfig& c = o.train.model;
   const double expert_bytes = 3.0 * static_cast<double>(c.expert_hidden * c.d_model) * sizeof(float) * o.data_parallel;
   const size_t L = now->moe_layers.size();
-  using Copies = std::vector<std::vector<int64_t>>;
+  using Copies = moe::Replication;
   auto busiest = [](const std::vector<double>& avg, const std::vector<int64_t>& b, const Copies& cp) {
     double total = 0.0;
     for (double x : avg) total += x;
@@ -544,7 +545,8 @@ std::optional<RescaleReport> Runtime::Impl::plan_change(int64_t next) {
   for (size_t li = 0; li < L; ++li) {
     const std::vector<double>& avg = load_avg[static_cast<size_t>(now->moe_layers[li])];
     cur[li] = bounds_of(*now, li);
-    cur_copies[li] = now->layer_copies[li];
+    cur_copies[li].copies = now->layer_copies[li];
+    cur_copies[li].shares = now->layer_shares[li];
     cand[li] = moe::rebalance_bounds(avg, cur[li], now->expert_shards, &moves[li]);
     cand_copies[li] = moe::place_copies(avg, cand[li], o.redundant_experts);
     busiest_sum += busiest(avg, cur[li], cur_copies[li]);
@@ -566,8 +568,9 @@ std::optional<RescaleReport> Runtime::Impl::plan_change(int64_t next) {
                           (busiest(avg, cur[li], cur_copies[li]) - busiest(avg, cand[li], cand_copies[li])) / busiest_sum;
       double bytes = 0.0;
       for (size_t k = 0; k + 1 < cand[li].size(); ++k)
-        if (cand[li][k] != cur[li][k] || cand[li][k + 1] != cur[li][k + 1] || cand_copies[li][k] != cur_copies[li][k])
-          bytes += static_cast<double>(cand[li][k + 1] - cand[li][k] + static_cast<int64_t>(cand_copies[li][k].size())) *
+        if (cand[li][k] != cur[li][k] || cand[li][k + 1] != cur[li][k + 1] ||
+            cand_copies[li].copies[k] != cur_copies[li].copies[k])
+          bytes += static_cast<double>(cand[li][k + 1] - cand[li][k] + static_cast<int64_t>(cand_copies[li].copies[k].size())) *
                    expert_bytes;
       const double cost = bytes * per_byte * o.migration_cost_scale;
       rep.predicted_gain_seconds += gain;
@@ -579,8 +582,13 @@ std::optional<RescaleReport> Runtime::Impl::plan_change(int64_t next) {
     const std::vector<int64_t>& b = take ? cand[li] : cur[li];
     rep.bounds.insert(rep.bounds.end(), b.begin(), b.end());
     const Copies& cp = take ? cand_copies[li] : cur_copies[li];
-    for (size_t k = 0; k < cp.size(); ++k)
-      for (int64_t e : cp[k]) rep.copies.insert(rep.copies.end(), {static_cast<int64_t>(li), static_cast<int64_t>(k), e});
+    for (size_t k = 0; k < cp.copies.size(); ++k)
+      for (int64_t e : cp.copies[k]) rep.copies.insert(rep.copies.end(), {static_cast<int64_t>(li), static_cast<int64_t>(k), e});
+    for (size_t e = 0; e < cp.shares.size(); ++e) {
+      if (cp.shares[e].empty()) continue;
+      rep.shares.insert(rep.shares.end(), {static_cast<int64_t>(li), static_cast<int64_t>(e), static_cast<int64_t>(cp.shares[e].size())});
+      rep.shares.insert(rep.shares.end(), cp.shares[e].begin(), cp.shares[e].end());
+    }
   }
   if (rep.layers_moved == 0 && rep.layers_skipped == 0) return std::nullopt;
   rep.policy = true;
@@ -637,7 +645,7 @@ model::StepMetrics Runtime::step() {
     const auto m0 = std::chrono::steady_clock::now();
     std::string err;
     self->request(impl_->sh->peers.coordinator, caf::infinite, rt::rescale_atom_v,
-                  static_cast<int32_t>(scale->new_shards), scale->bounds, scale->copies)
+                  static_cast<int32_t>(scale->new_shards), scale->bounds, scale->copies, scale->shares)
         .receive([&](uint64_t bytes) { scale->bytes = static_cast<int64_t>(bytes); },
                  [&](caf::error& e) { err = impl_->sys->render(e); });
     if (!err.empty())
