@@ -107,6 +107,9 @@ struct RuntimeOptions {
   // per layer and rebalance.
   ExpertPolicy expert_policy = ExpertPolicy::static_split;
   int rebalance_every = 0;
+  // eplb's input: per expert, avg = load_decay * avg + (1 - load_decay) *
+  // the step's routed load; 0 = the last step's alone. In [0, 1).
+  double load_decay = 0.8;
   // eplb: at each rebalance at most this many copies per MoE layer, placed
   // by moving-average load so the busiest shard hands load to the least busy
   // through a shared expert with weighted row shares (moe::place_copies);

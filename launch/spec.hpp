@@ -59,7 +59,8 @@ struct ExpertsConfig {
   int64_t rebalance_every = 0;  // eplb: steps between rebalances
   runtime::ExpertOnFailure on_failure = runtime::ExpertOnFailure::stop;  // "stop" | "shrink"
   double migration_cost_scale = 1.0;  // eplb's gate: x the measured migration cost
-  int64_t redundant_experts = 0;      // eplb: hottest experts per MoE layer given a second copy
+  int64_t redundant_experts = 0;      // eplb: copies per MoE layer (shared experts with row shares)
+  double load_decay = 0.8;            // eplb: weight of the past in the moving average of the loads
 };
 
 struct TopologyConfig {

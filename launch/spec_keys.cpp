@@ -206,13 +206,19 @@ std::vector<KeyDef> build_keys() {
                     ? "applies only to [experts] policy = \"eplb\""
                     : "";
        }});
+  add({"experts", "load_decay", KeyType::Float, F(experts.load_decay), "eplb: the policy places by a moving average of each expert's routed load, avg = load_decay x avg + (1 - load_decay) x the last step's; 0 = the last step's loads alone (follows a drifting router best; bench/RESULTS.md \"Elastic experts IV\"), closer to 1 = smoother.", 0, 0.999,
+       {}, [](const Spec& s) -> std::string {
+         return s.experts.load_decay != 0.8 && s.experts.policy != runtime::ExpertPolicy::eplb
+                    ? "applies only to [experts] policy = \"eplb\""
+                    : "";
+       }});
   add({"experts", "migration_cost_scale", KeyType::Float, F(experts.migration_cost_scale), "eplb: a layer's moves are made only when their predicted gain over the next rebalance_every steps (its share of the recent step time, by its drop in busiest-shard load) beats their migration cost: the bytes its changed shards load x the seconds per byte measured on this run's past placement changes x this factor (1 = as measured; 0 = no cost; large = skip). The first move, before any migration was measured, is always made.", 0, 1e15,
        {}, [](const Spec& s) -> std::string {
          return s.experts.migration_cost_scale != 1.0 && s.experts.policy != runtime::ExpertPolicy::eplb
                     ? "applies only to [experts] policy = \"eplb\""
                     : "";
        }});
-  add({"experts", "redundant_experts", KeyType::Int, F(experts.redundant_experts), "eplb: at each rebalance this many of the hottest experts of each MoE layer (by the moving average of the measured loads) get a second copy on another shard (the least loaded one not holding it, and only when that lowers the larger of the two shards' loads); a copied expert's rows are split in two contiguous blocks in token order, one per copy, and the copies' weight gradients are summed by the optimizer shards in shard order. A copy's weights are loaded from the optimizer shards like a move's. 0 = no copies; at most [model] n_experts (one second copy per expert).", 0, kBig,
+  add({"experts", "redundant_experts", KeyType::Int, F(experts.redundant_experts), "eplb: at each rebalance at most this many copies per MoE layer, placed to balance the shards by the moving average of the measured loads: the busiest shard repeatedly shares the expert it holds most load of with the least busy shard, which takes the part of its rows that brings one of them to the mean (weighted row shares, contiguous blocks in token order); the copies' weight gradients are summed by the optimizer shards in shard order. A copy's weights are loaded from the optimizer shards like a move's. expert_shards - 1 copies balance the moving average when the busiest shards hold a big enough expert. 0 = no copies; at most [model] n_experts.", 0, kBig,
        {}, [](const Spec& s) -> std::string {
          if (s.experts.redundant_experts == 0) return "";
          if (s.experts.policy != runtime::ExpertPolicy::eplb)

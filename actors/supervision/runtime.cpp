@@ -125,6 +125,7 @@ void validate(const RuntimeOptions& o) {
     require(o.rebalance_every >= 1, "expert policy eplb needs rebalance_every >= 1");
   }
   require(o.redundant_experts >= 0, "redundant_experts must be >= 0");
+  require(o.load_decay >= 0.0 && o.load_decay < 1.0, "load_decay must be in [0, 1)");
   if (o.redundant_experts > 0) {
     require(o.expert_policy == ExpertPolicy::eplb, "redundant_experts needs expert policy eplb (the copies follow its loads)");
     require(o.expert_shards >= 2, "redundant_experts needs expert_shards >= 2 (a copy lives on another shard)");
@@ -223,8 +224,7 @@ struct Runtime::Impl {
   std::vector<RestartEvent> restarts;
   std::vector<RescaleReport> rescales;  // driver thread only
   // [layer][expert] moving average of the routed loads (the eplb policy's
-  // input): avg = kLoadDecay * avg + (1 - kLoadDecay) * this step's.
-  static constexpr double kLoadDecay = 0.8;
+  // input): avg = load_decay * avg + (1 - load_decay) * this step's.
   std::vector<std::vector<double>> load_avg;
   std::optional<RescaleReport> plan_change(int64_t next);
   // The count in force was checked against the events once (a resumed run
@@ -697,7 +697,7 @@ model::StepMetrics Runtime::step() {
     } else {
       for (size_t l = 0; l < m.expert_load.size(); ++l)
         for (size_t e = 0; e < m.expert_load[l].size(); ++e)
-          impl_->load_avg[l][e] = Impl::kLoadDecay * impl_->load_avg[l][e] + (1.0 - Impl::kLoadDecay) * static_cast<double>(m.expert_load[l][e]);
+          impl_->load_avg[l][e] = o.load_decay * impl_->load_avg[l][e] + (1.0 - o.load_decay) * static_cast<double>(m.expert_load[l][e]);
     }
   }
   if (scale) {
