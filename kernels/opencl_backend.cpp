@@ -100,6 +100,12 @@ ClLaunch& ClLaunch::f(float v) {
 
 ClLaunch& ClLaunch::err() { return mem(be_.error_word()); }
 
+ClLaunch& ClLaunch::local(size_t bytes) {
+  cl_check(clSetKernelArg(k_, idx_, bytes, nullptr), op_, "clSetKernelArg");
+  ++idx_;
+  return *this;
+}
+
 void ClLaunch::enqueue(cl_uint dims, const size_t* global, const size_t* local) {
   cl_check(clEnqueueNDRangeKernel(be_.cl().queue(), k_, dims, nullptr, global, local, 0, nullptr,
                                   nullptr),

@@ -25,6 +25,7 @@ class ClLaunch {
   ClLaunch& l(int64_t v);  // long
   ClLaunch& f(float v);
   ClLaunch& err();         // the backend's error word
+  ClLaunch& local(size_t bytes);  // a __local buffer of that size
   // One work-item per index in [0, n) (global rounded up to the local size;
   // kernels bound-check). Does nothing when n == 0.
   void items(size_t n);
@@ -103,6 +104,10 @@ class OpenClBackend final : public Backend {
   void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
                           const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                           const Tensor& out, const Tensor& lse, float scale) override;
+  void attention_backward_overwrite(const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                    const Tensor& dout, const Tensor& q, const Tensor& k,
+                                    const Tensor& v, const Tensor& out, const Tensor& lse,
+                                    float scale) override;
   void attention_cached(const Tensor& out, const Tensor& q, const Tensor& k_cache,
                         const Tensor& v_cache, std::span<const int32_t> pos, float scale) override;
   void rope_kv_append(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
@@ -139,6 +144,14 @@ class OpenClBackend final : public Backend {
  private:
   // out[i] (+)= sum over rows of x (two deterministic passes); used by sum_rows.
   void column_sum(const Tensor& out, const Tensor& x, bool accumulate, const char* op);
+  // Both attention backward entry points; accumulate: add to dq, dk, dv, else write them.
+  void attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                               const Tensor& dout, const Tensor& q, const Tensor& k,
+                               const Tensor& v, const Tensor& out, const Tensor& lse, float scale,
+                               bool accumulate, const char* op);
+  // Rows per staged tile of the tiled attention kernels for head dim hd: `arrays`
+  // tiles of ceil(hd/4) float4 per row must fit the device's __local memory.
+  int64_t attention_tile(int64_t hd, int arrays) const;
   // C = 0 over rows x cols elements `stride` apart (GEMM with beta == 0).
   void zero_strided(const Tensor& c, int64_t offset, int64_t rows, int64_t cols, int64_t stride,
                     const char* op);

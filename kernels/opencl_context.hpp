@@ -35,6 +35,7 @@ struct ClDeviceInfo {
   std::string device_name;
   std::string device_type;  // "gpu", "cpu", "accelerator", "other"
   size_t max_work_group_size = 0;
+  size_t local_mem_size = 0;  // bytes of __local memory per work-group
   bool fp64 = false;
 };
 

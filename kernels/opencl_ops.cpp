@@ -39,8 +39,17 @@ void OpenClBackend::embedding_backward(const Tensor& dtable, const Tensor& dout,
   cl_need_int(T * D, op, "T*D");
   cl_need_int(V, op, "V");
   if (T == 0 || D == 0) return;
-  Tensor sorted = empty({T}, DType::i32);  // token order grouped by id (pooled scratch)
-  ClLaunch(*this, "stable_rank_i32", op).mem(mem_of(sorted, op)).t(ids).i(T).items(T);
+  // Token order grouped by id: a stable LSD radix sort of positions by id
+  // (kRadixBits per pass over the bits of V; ids outside [0, V) sort as V), in
+  // one work-group: one work-item per row-cap share of 32 tokens at least.
+  constexpr int64_t kRadixBits = 4, kRadix = 16;  // RADIX_BITS, RADIX in kernels.cl
+  int64_t passes = 1;
+  while ((V >> (kRadixBits * passes)) > 0) ++passes;
+  Tensor sorted = empty({T}, DType::i32), tmp = empty({T}, DType::i32);  // pooled scratch
+  ClLaunch sort(*this, "sort_by_id_i32", op);
+  const size_t L = row_group_size(sort.kernel(), (T + 31) / 32);
+  sort.mem(mem_of(sorted, op)).mem(mem_of(tmp, op)).t(ids).i(T).i(V).i(passes);
+  sort.local(static_cast<size_t>(kRadix) * L * sizeof(cl_int)).groups(1, L);
   ClLaunch(*this, "embedding_bwd", op)
       .t(dtable)
       .t(dout)
@@ -50,7 +59,7 @@ void OpenClBackend::embedding_backward(const Tensor& dtable, const Tensor& dout,
       .i(D)
       .i(V)
       .err()
-      .items2d(D, T);
+      .items2d((D + 7) / 8, T);  // EMB_VEC columns per work-item
   maybe_check_errors(op);
 }
 
@@ -225,6 +234,33 @@ static void attention_shape(const Tensor& q, const char* op, int64_t* B, int64_t
   cl_need_int(q.numel(), op, "numel");
 }
 
+// The tiled kernels stage ATT_TILE rows at most, each padded to a multiple of
+// AVEC floats (kernels/cl/kernels.cl).
+constexpr int64_t kAttentionTileMax = 32, kAttentionVec = 8;
+
+static size_t attention_row_bytes(int64_t hd) {
+  return static_cast<size_t>((hd + kAttentionVec - 1) / kAttentionVec * kAttentionVec) *
+         sizeof(float);
+}
+
+int64_t OpenClBackend::attention_tile(int64_t hd, int arrays) const {
+  // Half the device's __local memory at most, so the kernel's own use and the
+  // lse/delta tiles of the backward still fit.
+  const size_t budget = ctx_.info().local_mem_size / 2;
+  const size_t row_bytes = attention_row_bytes(hd);
+  int64_t tile = kAttentionTileMax;
+  while (tile > 1 && static_cast<size_t>(arrays * tile) * row_bytes > budget) tile /= 2;
+  return tile;
+}
+
+// Work-group size of a tiled attention kernel: a block of rows per group, up
+// to 64 (fewer where the device or the kernel's private use caps it, or S is small).
+static size_t attention_block(ClContext& cl, cl_kernel k, int64_t S) {
+  size_t want = 1;
+  while (want < static_cast<size_t>(S) && want < 64) want *= 2;
+  return cl.work_group_size(k, want);
+}
+
 void OpenClBackend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q,
                                       const Tensor& k, const Tensor& v, float scale) {
   const char* op = "attention_forward";
@@ -238,25 +274,36 @@ void OpenClBackend::attention_forward(const Tensor& out, const Tensor& lse, cons
   }
   cl_need_f32(lse, op, "lse");
   cl_need_numel(lse, B * H * S, op, "lse");
-  ClLaunch(*this, "attention_fwd", op)
-      .t(out)
-      .t(lse)
-      .t(q)
-      .t(k)
-      .t(v)
-      .i(B)
-      .i(S)
-      .i(H)
-      .i(hd)
-      .f(scale)
-      .items(B * H * S);
+  if (B * H * S == 0) return;
+  const int64_t tile = attention_tile(hd, 2);
+  const size_t tile_bytes = static_cast<size_t>(tile) * attention_row_bytes(hd);
+  ClLaunch l(*this, "attention_fwd", op);
+  const size_t L = attention_block(ctx_, l.kernel(), S);
+  const int64_t blocks = (S + static_cast<int64_t>(L) - 1) / static_cast<int64_t>(L);
+  l.t(out).t(lse).t(q).t(k).t(v).i(B).i(S).i(H).i(hd).f(scale).i(tile);
+  l.local(tile_bytes).local(tile_bytes).groups(static_cast<size_t>(B * H * blocks), L);
 }
 
 void OpenClBackend::attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
                                        const Tensor& dout, const Tensor& q, const Tensor& k,
                                        const Tensor& v, const Tensor& out, const Tensor& lse,
                                        float scale) {
-  const char* op = "attention_backward";
+  attention_backward_impl(dq, dk, dv, dout, q, k, v, out, lse, scale, true, "attention_backward");
+}
+
+void OpenClBackend::attention_backward_overwrite(const Tensor& dq, const Tensor& dk,
+                                                 const Tensor& dv, const Tensor& dout,
+                                                 const Tensor& q, const Tensor& k,
+                                                 const Tensor& v, const Tensor& out,
+                                                 const Tensor& lse, float scale) {
+  attention_backward_impl(dq, dk, dv, dout, q, k, v, out, lse, scale, false,
+                          "attention_backward_overwrite");
+}
+
+void OpenClBackend::attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                            const Tensor& dout, const Tensor& q, const Tensor& k,
+                                            const Tensor& v, const Tensor& out, const Tensor& lse,
+                                            float scale, bool accumulate, const char* op) {
   int64_t B, S, H, hd;
   attention_shape(q, op, &B, &S, &H, &hd);
   for (auto [t, name] : {std::pair{&dq, "dq"}, {&dk, "dk"}, {&dv, "dv"}, {&dout, "dout"},
@@ -281,35 +328,21 @@ void OpenClBackend::attention_backward(const Tensor& dq, const Tensor& dk, const
       .i(H)
       .i(hd)
       .items(rows);
-  ClLaunch(*this, "attention_bwd_dq", op)
-      .t(dq)
-      .t(dout)
-      .t(q)
-      .t(k)
-      .t(v)
-      .t(lse)
-      .mem(dm)
-      .i(B)
-      .i(S)
-      .i(H)
-      .i(hd)
-      .f(scale)
-      .items(rows);
-  ClLaunch(*this, "attention_bwd_dkv", op)
-      .t(dk)
-      .t(dv)
-      .t(dout)
-      .t(q)
-      .t(k)
-      .t(v)
-      .t(lse)
-      .mem(dm)
-      .i(B)
-      .i(S)
-      .i(H)
-      .i(hd)
-      .f(scale)
-      .items(rows);
+  const int64_t tile = attention_tile(hd, 2);
+  const size_t tile_bytes = static_cast<size_t>(tile) * attention_row_bytes(hd);
+  const int acc = accumulate ? 1 : 0;
+  ClLaunch ldq(*this, "attention_bwd_dq", op);
+  const size_t Lq = attention_block(ctx_, ldq.kernel(), S);
+  const int64_t bq = (S + static_cast<int64_t>(Lq) - 1) / static_cast<int64_t>(Lq);
+  ldq.t(dq).t(dout).t(q).t(k).t(v).t(lse).mem(dm).i(B).i(S).i(H).i(hd).f(scale).i(acc).i(tile);
+  ldq.local(tile_bytes).local(tile_bytes).groups(static_cast<size_t>(B * H * bq), Lq);
+  ClLaunch lkv(*this, "attention_bwd_dkv", op);
+  const size_t Lk = attention_block(ctx_, lkv.kernel(), S);
+  const int64_t bk = (S + static_cast<int64_t>(Lk) - 1) / static_cast<int64_t>(Lk);
+  lkv.t(dk).t(dv).t(dout).t(q).t(k).t(v).t(lse).mem(dm).i(B).i(S).i(H).i(hd).f(scale).i(acc);
+  lkv.i(tile).local(tile_bytes).local(tile_bytes);
+  lkv.local(static_cast<size_t>(tile) * sizeof(float)).local(static_cast<size_t>(tile) * sizeof(float));
+  lkv.groups(static_cast<size_t>(B * H * bk), Lk);
 }
 
 void OpenClBackend::attention_cached(const Tensor& out, const Tensor& q, const Tensor& k_cache,

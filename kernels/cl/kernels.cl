@@ -97,9 +97,10 @@ __kernel void scale_f32(__global float* x, long xo, float alpha, long n) {
 
 // ======== embedding
 // Embedding lookup and its deterministic backward. The backward groups tokens
-// by id with a stable rank sort (rank = tokens with a smaller id, or the same id
-// and a smaller position), then one work-item per (id segment, column) adds the
-// segment's rows in token order: no atomics, same order as a sequential loop.
+// by id with a stable LSD radix sort (RADIX_BITS per pass, as many passes as the
+// vocabulary needs: O(T log V) work in all, one launch), then one work-item per
+// (id segment, column) adds the segment's rows in token order: no atomics, the
+// same order as a sequential loop over positions.
 
 __kernel void embedding_fwd(__global float* out, long oo, __global const float* table, long to,
                             __global const int* ids, long io, int T, int D, int V,
@@ -116,24 +117,67 @@ __kernel void embedding_fwd(__global float* out, long oo, __global const float* 
   out[oo + g] = table[to + (long)id * D + d];
 }
 
-// sorted[rank(t)] = t: tokens ordered by (id, position).
-__kernel void stable_rank_i32(__global int* sorted, __global const int* ids, long io, int T) {
-  const int t = get_global_id(0);
-  if (t >= T) return;
-  ids += io;
-  const int key = ids[t];
-  int rank = 0;
-  for (int u = 0; u < T; ++u) {
-    const int k = ids[u];
-    rank += (k < key) || (k == key && u < t);
-  }
-  sorted[rank] = t;
+#define RADIX_BITS 4
+#define RADIX (1 << RADIX_BITS)
+
+// Ids outside [0, V) all sort last, as key V, so they never split a valid id's
+// segment (embedding_bwd reports them).
+inline int sort_digit(int id, int V, int shift) {
+  const int key = (id < 0 || id >= V) ? V : id;
+  return (key >> shift) & (RADIX - 1);
 }
 
+// out = positions 0..T-1 stably sorted by id: `passes` LSD radix passes of
+// RADIX_BITS each, ping-ponging between out and tmp (the last pass writes
+// out), all in ONE work-group so passes need only barriers, not launches.
+// Work-item w owns a chunk of consecutive entries of the current order; a
+// pass counts the chunk's digits into hist[digit * L + w], scans hist
+// (digit-major, so equal digits keep chunk order), then writes each entry at
+// its digit's next slot: a stable counting sort, O(T) per pass.
+__kernel void sort_by_id_i32(__global int* out, __global int* tmp, __global const int* ids, long io,
+                             int T, int V, int passes, __local int* hist) {
+  const int lid = get_local_id(0), L = get_local_size(0);
+  const int chunk = (T + L - 1) / L;
+  const int p0 = min(T, lid * chunk), p1 = min(T, p0 + chunk);
+  ids += io;
+  for (int pass = 0; pass < passes; ++pass) {
+    const bool to_out = (passes - 1 - pass) % 2 == 0;
+    __global int* dst = to_out ? out : tmp;
+    __global const int* src = to_out ? tmp : out;  // unread on pass 0 (identity order)
+    const int shift = pass * RADIX_BITS;
+    int c[RADIX];
+    for (int r = 0; r < RADIX; ++r) c[r] = 0;
+    for (int p = p0; p < p1; ++p) ++c[sort_digit(ids[pass ? src[p] : p], V, shift)];
+    for (int r = 0; r < RADIX; ++r) hist[r * L + lid] = c[r];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid == 0) {  // exclusive prefix sum, RADIX * L entries
+      int s = 0;
+      for (int e = 0; e < RADIX * L; ++e) {
+        const int v = hist[e];
+        hist[e] = s;
+        s += v;
+      }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int r = 0; r < RADIX; ++r) c[r] = hist[r * L + lid];
+    for (int p = p0; p < p1; ++p) {
+      const int t = pass ? src[p] : p;
+      dst[c[sort_digit(ids[t], V, shift)]++] = t;
+    }
+    // dst is whole before the next pass reads it; hist is free again.
+    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+  }
+}
+
+// One work-item per (sorted position, 8 columns); only the first position of
+// each id's segment works: it adds the segment's dout rows to the dtable row
+// in position order (vector lanes are independent columns, so each column's
+// sum order is the sequential one).
+#define EMB_VEC 8
 __kernel void embedding_bwd(__global float* dtable, long dto, __global const float* dout, long doo,
                             __global const int* ids, long io, __global const int* sorted, int T,
                             int D, int V, __global int* err) {
-  const int d = get_global_id(0), p = get_global_id(1);  // column, sorted position
+  const int d = get_global_id(0) * EMB_VEC, p = get_global_id(1);  // first column, sorted position
   if (d >= D || p >= T) return;
   ids += io;
   const int v = ids[sorted[p]];
@@ -142,14 +186,27 @@ __kernel void embedding_bwd(__global float* dtable, long dto, __global const flo
     report_error(err, ERR_EMBEDDING_ID);
     return;
   }
-  __global float* row = dtable + dto + (long)v * D;
-  float acc = row[d];
-  for (int q = p; q < T; ++q) {
-    const int t = sorted[q];
-    if (ids[t] != v) break;
-    acc += dout[doo + (long)t * D + d];
+  __global float* row = dtable + dto + (long)v * D + d;
+  __global const float* src = dout + doo + d;
+  if (d + EMB_VEC <= D) {
+    float8 acc = vload8(0, row);
+    for (int q = p; q < T; ++q) {
+      const int t = sorted[q];
+      if (ids[t] != v) break;
+      acc += vload8(0, src + (long)t * D);
+    }
+    vstore8(acc, 0, row);
+  } else {
+    for (int c = 0; c < D - d; ++c) {
+      float acc = row[c];
+      for (int q = p; q < T; ++q) {
+        const int t = sorted[q];
+        if (ids[t] != v) break;
+        acc += src[(long)t * D + c];
+      }
+      row[c] = acc;
+    }
   }
-  row[d] = acc;
 }
 
 // ======== norm
@@ -286,47 +343,122 @@ __kernel void rope_bwd(__global float* dx, long dxo, __global const float* dout,
 }
 
 // ======== attention
-// Causal multi-head attention. q,k,v,out: [B,S,H,hd]; lse: [B,H,S].
-// Forward: one work-item per query row, online softmax over keys 0..s, keeping
-// lse for backward. Backward recomputes probabilities from lse: one pass per
-// query row for dq, one per key row for dk and dv, so every gradient element is
-// written by exactly one work-item (deterministic, no atomics).
+// Causal multi-head attention, tiled flash-style. q,k,v,out: [B,S,H,hd];
+// lse: [B,H,S]. A work-group takes one (b, h) and a block of consecutive rows
+// (one work-item per row) and walks the rows it meets in tiles of `tile` rows
+// staged in __local memory, so the group reads each staged row from global
+// memory once instead of once per work-item. Rows are vecf vectors, zero
+// padded to hdv = ceil(hd / 4) in the tiles and in private copies (the zeros add
+// nothing to dot products). Forward: a block of queries over tiles of K and V,
+// online softmax with one rescale per tile, saving lse. Backward recomputes
+// each probability from lse (no S x S or block x S scores anywhere): a block
+// of queries over K, V tiles writes dq; a block of keys over Q, dO tiles
+// writes dk and dv; so every gradient element is written by exactly one
+// work-item (deterministic, no atomics). Rows past S in a block idle through
+// the barriers.
 
 #define ROW(b, s, h) ((((long)(b) * S + (s)) * H + (h)) * hd)
+#define AVEC 8  // floats per vector of the attention kernels
+#define MAX_HDV (MAX_HD / AVEC)
+#define ATT_TILE 32  // largest tile the host picks (the forward keeps a tile of scores)
+typedef float8 vecf;
+#define VLOAD vload8
+#define VSTORE vstore8
 
+// The AVEC floats at src[d..], those at or past hd read as 0.
+inline vecf load_vec(__global const float* src, int d, int hd) {
+  if (d + AVEC <= hd) return VLOAD(0, src + d);
+  float t[AVEC];
+  for (int u = 0; u < AVEC; ++u) t[u] = d + u < hd ? src[d + u] : 0.0f;
+  return VLOAD(0, t);
+}
+
+// x[0, hdv) = the hd floats at src, zero padded.
+inline void load_row(vecf* x, __global const float* src, int hd, int hdv) {
+  for (int c = 0; c < hdv; ++c) x[c] = load_vec(src, AVEC * c, hd);
+}
+
+// Stages rows [r0, r0 + n) of one head (row r at src + r * ld) into t, row
+// stride hdv; the whole group takes part.
+inline void stage_rows(__local vecf* t, __global const float* src, long ld, int r0, int n, int hd,
+                       int hdv) {
+  const int lid = get_local_id(0), L = get_local_size(0);
+  for (int e = lid; e < n * hdv; e += L)
+    t[e] = load_vec(src + (long)(r0 + e / hdv) * ld, AVEC * (e % hdv), hd);
+}
+
+inline float vdot(const vecf* a, __local const vecf* b, int hdv) {
+  vecf s = (vecf)(0.0f);
+  for (int c = 0; c < hdv; ++c) s += a[c] * b[c];
+  const float4 h = s.lo + s.hi;
+  return (h.x + h.y) + (h.z + h.w);
+}
+
+// Writes the first hd floats of x[0, hdv) to dst, times alpha, added to dst
+// when accumulate, else to 0 (0 + g, bitwise what zeroing then adding gives).
+inline void store_row(__global float* dst, const vecf* x, float alpha, int accumulate, int hd,
+                      int hdv) {
+  for (int c = 0; c < hdv; ++c) {
+    float t[AVEC];
+    VSTORE(alpha * x[c], 0, t);
+    for (int u = 0; u < AVEC && AVEC * c + u < hd; ++u) {
+      __global float* p = dst + AVEC * c + u;
+      *p = (accumulate ? *p : 0.0f) + t[u];
+    }
+  }
+}
+
+// Work-group: queries [i0, i0 + L) of head (b, h); tiles of K and V in kt, vt
+// (tile * hdv vecf each).
 __kernel void attention_fwd(__global float* out, long oo, __global float* lse, long lo,
                             __global const float* q, long qo, __global const float* k, long ko,
                             __global const float* v, long vo, int B, int S, int H, int hd,
-                            float scale) {
-  const size_t g = get_global_id(0);
-  if (g >= (size_t)B * H * S) return;
-  const int s = g % S;
-  const int bh = g / S;
-  const int h = bh % H, b = bh / H;
-  __global const float* qr = q + qo + ROW(b, s, h);
-  float acc[MAX_HD];
-  for (int d = 0; d < hd; ++d) acc[d] = 0.0f;
+                            float scale, int tile, __local vecf* kt, __local vecf* vt) {
+  const int L = get_local_size(0), blocks = (S + L - 1) / L;
+  const int bh = get_group_id(0) / blocks, i0 = (get_group_id(0) % blocks) * L;
+  const int h = bh % H, b = bh / H, hdv = (hd + AVEC - 1) / AVEC;
+  const int i = i0 + get_local_id(0);
+  const bool live = i < S;
+  const int i_end = min(S, i0 + L);  // keys [0, i_end) are visible to the block
+  const long ld = (long)H * hd;
+  vecf qr[MAX_HDV], acc[MAX_HDV];
+  for (int c = 0; c < hdv; ++c) qr[c] = acc[c] = (vecf)(0.0f);
+  if (live) load_row(qr, q + qo + ROW(b, i, h), hd, hdv);
   float m = -INFINITY, l = 0.0f;
-  for (int j = 0; j <= s; ++j) {
-    __global const float* kr = k + ko + ROW(b, j, h);
-    float sc = 0.0f;
-    for (int d = 0; d < hd; ++d) sc += qr[d] * kr[d];
-    sc *= scale;
-    const float mn = fmax(m, sc);
-    const float corr = exp(m - mn);  // 0 on the first key (m = -inf)
-    const float p = exp(sc - mn);
-    l = l * corr + p;
-    __global const float* vr = v + vo + ROW(b, j, h);
-    for (int d = 0; d < hd; ++d) acc[d] = acc[d] * corr + p * vr[d];
-    m = mn;
+  for (int j0 = 0; j0 < i_end; j0 += tile) {
+    const int n = min(tile, i_end - j0);
+    barrier(CLK_LOCAL_MEM_FENCE);  // the previous tile is consumed
+    stage_rows(kt, k + ko + ROW(b, 0, h), ld, j0, n, hd, hdv);
+    stage_rows(vt, v + vo + ROW(b, 0, h), ld, j0, n, hd, hdv);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int vis = live ? min(n, i - j0 + 1) : 0;  // keys <= i in this tile
+    if (vis > 0) {
+      float sc[ATT_TILE];
+      float mt = -INFINITY;
+      for (int j = 0; j < vis; ++j) {
+        sc[j] = scale * vdot(qr, kt + j * hdv, hdv);
+        mt = fmax(mt, sc[j]);
+      }
+      const float mn = fmax(m, mt);
+      const float corr = exp(m - mn);  // 0 on the first tile (m = -inf)
+      l *= corr;
+      for (int c = 0; c < hdv; ++c) acc[c] *= corr;
+      for (int j = 0; j < vis; ++j) {
+        const float p = exp(sc[j] - mn);
+        l += p;
+        __local const vecf* vr = vt + j * hdv;
+        for (int c = 0; c < hdv; ++c) acc[c] += p * vr[c];
+      }
+      m = mn;
+    }
   }
-  __global float* orow = out + oo + ROW(b, s, h);
-  const float inv = 1.0f / l;
-  for (int d = 0; d < hd; ++d) orow[d] = acc[d] * inv;
-  lse[lo + g] = m + log(l);  // g == (b*H + h)*S + s
+  if (live) {
+    store_row(out + oo + ROW(b, i, h), acc, 1.0f / l, 0, hd, hdv);
+    lse[lo + (long)bh * S + i] = m + log(l);
+  }
 }
 
-// delta[b,h,s] = dot(dout row, out row).
+// delta[b,h,s] = dot(dout row, out row): the softmax backward's per-row term.
 __kernel void attention_bwd_delta(__global float* delta, __global const float* dout, long doo,
                                   __global const float* out, long oo, int B, int S, int H,
                                   int hd) {
@@ -342,75 +474,94 @@ __kernel void attention_bwd_delta(__global float* delta, __global const float* d
   delta[g] = acc;
 }
 
-// dq[i] += scale * sum_{j<=i} p_ij (dout_i . v_j - delta_i) k_j; one work-item per query row.
+// dq[i] (+)= scale * sum_{j<=i} p_ij (dout_i . v_j - delta_i) k_j. Work-group:
+// queries [i0, i0 + L) of head (b, h); tiles of K and V in kt, vt.
 __kernel void attention_bwd_dq(__global float* dq, long dqo, __global const float* dout, long doo,
                                __global const float* q, long qo, __global const float* k, long ko,
                                __global const float* v, long vo, __global const float* lse,
                                long lo, __global const float* delta, int B, int S, int H, int hd,
-                               float scale) {
-  const size_t g = get_global_id(0);
-  if (g >= (size_t)B * H * S) return;
-  const int s = g % S;
-  const int bh = g / S;
-  const int h = bh % H, b = bh / H;
-  __global const float* qr = q + qo + ROW(b, s, h);
-  __global const float* dr = dout + doo + ROW(b, s, h);
-  const float L = lse[lo + g], D = delta[g];
-  float acc[MAX_HD];
-  for (int d = 0; d < hd; ++d) acc[d] = 0.0f;
-  for (int j = 0; j <= s; ++j) {
-    __global const float* kr = k + ko + ROW(b, j, h);
-    __global const float* vr = v + vo + ROW(b, j, h);
-    float sc = 0.0f, dp = 0.0f;
-    for (int d = 0; d < hd; ++d) {
-      sc += qr[d] * kr[d];
-      dp += dr[d] * vr[d];
-    }
-    const float p = exp(sc * scale - L);
-    const float ds = p * (dp - D);
-    for (int d = 0; d < hd; ++d) acc[d] += ds * kr[d];
+                               float scale, int accumulate, int tile, __local vecf* kt,
+                               __local vecf* vt) {
+  const int L = get_local_size(0), blocks = (S + L - 1) / L;
+  const int bh = get_group_id(0) / blocks, i0 = (get_group_id(0) % blocks) * L;
+  const int h = bh % H, b = bh / H, hdv = (hd + AVEC - 1) / AVEC;
+  const int i = i0 + get_local_id(0);
+  const bool live = i < S;
+  const int i_end = min(S, i0 + L);
+  const long ld = (long)H * hd;
+  vecf qr[MAX_HDV], dr[MAX_HDV], acc[MAX_HDV];
+  for (int c = 0; c < hdv; ++c) qr[c] = dr[c] = acc[c] = (vecf)(0.0f);
+  float lse_i = 0.0f, delta_i = 0.0f;
+  if (live) {
+    load_row(qr, q + qo + ROW(b, i, h), hd, hdv);
+    load_row(dr, dout + doo + ROW(b, i, h), hd, hdv);
+    lse_i = lse[lo + (long)bh * S + i];
+    delta_i = delta[(long)bh * S + i];
   }
-  __global float* dqr = dq + dqo + ROW(b, s, h);
-  for (int d = 0; d < hd; ++d) dqr[d] += scale * acc[d];
+  for (int j0 = 0; j0 < i_end; j0 += tile) {
+    const int n = min(tile, i_end - j0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    stage_rows(kt, k + ko + ROW(b, 0, h), ld, j0, n, hd, hdv);
+    stage_rows(vt, v + vo + ROW(b, 0, h), ld, j0, n, hd, hdv);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int vis = live ? min(n, i - j0 + 1) : 0;
+    for (int j = 0; j < vis; ++j) {
+      __local const vecf* kr = kt + j * hdv;
+      const float p = exp(scale * vdot(qr, kr, hdv) - lse_i);
+      const float ds = p * (vdot(dr, vt + j * hdv, hdv) - delta_i);
+      for (int c = 0; c < hdv; ++c) acc[c] += ds * kr[c];
+    }
+  }
+  if (live) store_row(dq + dqo + ROW(b, i, h), acc, scale, accumulate, hd, hdv);
 }
 
-// dv[j] += sum_{i>=j} p_ij dout_i; dk[j] += scale * sum_{i>=j} ds_ij q_i; one work-item per key row.
+// dv[j] (+)= sum_{i>=j} p_ij dout_i; dk[j] (+)= scale * sum_{i>=j} ds_ij q_i.
+// Work-group: keys [j0, j0 + L) of head (b, h); tiles of Q and dO rows in qt,
+// dt, their lse and delta in lt, et.
 __kernel void attention_bwd_dkv(__global float* dk, long dko, __global float* dv, long dvo,
                                 __global const float* dout, long doo, __global const float* q,
                                 long qo, __global const float* k, long ko,
                                 __global const float* v, long vo, __global const float* lse,
                                 long lo, __global const float* delta, int B, int S, int H, int hd,
-                                float scale) {
-  const size_t g = get_global_id(0);
-  if (g >= (size_t)B * H * S) return;
-  const int j = g % S;
-  const int bh = g / S;
-  const int h = bh % H, b = bh / H;
-  __global const float* kr = k + ko + ROW(b, j, h);
-  __global const float* vr = v + vo + ROW(b, j, h);
-  float ak[MAX_HD], av[MAX_HD];
-  for (int d = 0; d < hd; ++d) ak[d] = av[d] = 0.0f;
-  for (int i = j; i < S; ++i) {
-    __global const float* qr = q + qo + ROW(b, i, h);
-    __global const float* dr = dout + doo + ROW(b, i, h);
-    float sc = 0.0f, dp = 0.0f;
-    for (int d = 0; d < hd; ++d) {
-      sc += qr[d] * kr[d];
-      dp += dr[d] * vr[d];
+                                float scale, int accumulate, int tile, __local vecf* qt,
+                                __local vecf* dt, __local float* lt, __local float* et) {
+  const int L = get_local_size(0), blocks = (S + L - 1) / L;
+  const int bh = get_group_id(0) / blocks, j0 = (get_group_id(0) % blocks) * L;
+  const int h = bh % H, b = bh / H, hdv = (hd + AVEC - 1) / AVEC;
+  const int lid = get_local_id(0), j = j0 + lid;
+  const bool live = j < S;
+  const long ld = (long)H * hd;
+  vecf kr[MAX_HDV], vr[MAX_HDV], ak[MAX_HDV], av[MAX_HDV];
+  for (int c = 0; c < hdv; ++c) kr[c] = vr[c] = ak[c] = av[c] = (vecf)(0.0f);
+  if (live) {
+    load_row(kr, k + ko + ROW(b, j, h), hd, hdv);
+    load_row(vr, v + vo + ROW(b, j, h), hd, hdv);
+  }
+  for (int r0 = j0; r0 < S; r0 += tile) {  // queries before j0 see none of these keys
+    const int n = min(tile, S - r0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    stage_rows(qt, q + qo + ROW(b, 0, h), ld, r0, n, hd, hdv);
+    stage_rows(dt, dout + doo + ROW(b, 0, h), ld, r0, n, hd, hdv);
+    for (int r = lid; r < n; r += L) {
+      lt[r] = lse[lo + (long)bh * S + r0 + r];
+      et[r] = delta[(long)bh * S + r0 + r];
     }
-    const long row = (long)bh * S + i;
-    const float p = exp(sc * scale - lse[lo + row]);
-    const float ds = p * (dp - delta[row]);
-    for (int d = 0; d < hd; ++d) {
-      av[d] += p * dr[d];
-      ak[d] += ds * qr[d];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int first = live ? max(0, j - r0) : n;  // queries i >= j
+    for (int r = first; r < n; ++r) {
+      __local const vecf* qi = qt + r * hdv;
+      __local const vecf* di = dt + r * hdv;
+      const float p = exp(scale * vdot(kr, qi, hdv) - lt[r]);
+      const float ds = p * (vdot(vr, di, hdv) - et[r]);
+      for (int c = 0; c < hdv; ++c) {
+        av[c] += p * di[c];
+        ak[c] += ds * qi[c];
+      }
     }
   }
-  __global float* dkr = dk + dko + ROW(b, j, h);
-  __global float* dvr = dv + dvo + ROW(b, j, h);
-  for (int d = 0; d < hd; ++d) {
-    dkr[d] += scale * ak[d];
-    dvr[d] += av[d];
+  if (live) {
+    store_row(dk + dko + ROW(b, j, h), ak, scale, accumulate, hd, hdv);
+    store_row(dv + dvo + ROW(b, j, h), av, 1.0f, accumulate, hd, hdv);
   }
 }
 
