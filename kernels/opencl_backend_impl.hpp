@@ -45,6 +45,12 @@ class ClLaunch {
   cl_uint idx_ = 0;
 };
 
+// A staged tile of the tiled attention kernels.
+struct AttnTile {
+  int64_t rows;                   // tile rows, the kernels' `tile` argument
+  size_t rows_bytes, cols_bytes;  // __local bytes of one tile by rows, of one transposed
+};
+
 class OpenClBackend final : public Backend {
  public:
   explicit OpenClBackend(const BackendOptions& options);
@@ -149,9 +155,9 @@ class OpenClBackend final : public Backend {
                                const Tensor& dout, const Tensor& q, const Tensor& k,
                                const Tensor& v, const Tensor& out, const Tensor& lse, float scale,
                                bool accumulate, const char* op);
-  // Rows per staged tile of the tiled attention kernels for head dim hd: `arrays`
-  // tiles of ceil(hd/4) float4 per row must fit the device's __local memory.
-  int64_t attention_tile(int64_t hd, int arrays) const;
+  // The staged tile of the tiled attention kernels for head dim hd: `arrays`
+  // tiles must fit half the device's __local memory (opencl_ops.cpp).
+  AttnTile attention_tile(int64_t hd, int arrays) const;
   // C = 0 over rows x cols elements `stride` apart (GEMM with beta == 0).
   void zero_strided(const Tensor& c, int64_t offset, int64_t rows, int64_t cols, int64_t stride,
                     const char* op);

@@ -234,23 +234,28 @@ static void attention_shape(const Tensor& q, const char* op, int64_t* B, int64_t
   cl_need_int(q.numel(), op, "numel");
 }
 
-// The tiled kernels stage ATT_TILE rows at most, each padded to a multiple of
-// AVEC floats (kernels/cl/kernels.cl).
+// The tiled kernels stage ATT_TILE rows at most, by rows (each padded to a
+// multiple of AVEC floats) or transposed (hd rows of the tile rounded up to
+// AVEC floats); see kernels/cl/kernels.cl.
 constexpr int64_t kAttentionTileMax = 32, kAttentionVec = 8;
 
-static size_t attention_row_bytes(int64_t hd) {
-  return static_cast<size_t>((hd + kAttentionVec - 1) / kAttentionVec * kAttentionVec) *
-         sizeof(float);
+static AttnTile attn_tile_of(int64_t tile, int64_t hd) {
+  const int64_t v = kAttentionVec;
+  return {tile, static_cast<size_t>(tile * ((hd + v - 1) / v * v)) * sizeof(float),
+          static_cast<size_t>(hd * ((tile + v - 1) / v * v)) * sizeof(float)};
 }
 
-int64_t OpenClBackend::attention_tile(int64_t hd, int arrays) const {
+AttnTile OpenClBackend::attention_tile(int64_t hd, int arrays) const {
   // Half the device's __local memory at most, so the kernel's own use and the
   // lse/delta tiles of the backward still fit.
   const size_t budget = ctx_.info().local_mem_size / 2;
-  const size_t row_bytes = attention_row_bytes(hd);
   int64_t tile = kAttentionTileMax;
-  while (tile > 1 && static_cast<size_t>(arrays * tile) * row_bytes > budget) tile /= 2;
-  return tile;
+  auto bytes = [&](int64_t t) {
+    const AttnTile a = attn_tile_of(t, hd);
+    return static_cast<size_t>(arrays) * std::max(a.rows_bytes, a.cols_bytes);
+  };
+  while (tile > 1 && bytes(tile) > budget) tile /= 2;
+  return attn_tile_of(tile, hd);
 }
 
 // Work-group size of a tiled attention kernel: a block of rows per group, up
@@ -275,13 +280,12 @@ void OpenClBackend::attention_forward(const Tensor& out, const Tensor& lse, cons
   cl_need_f32(lse, op, "lse");
   cl_need_numel(lse, B * H * S, op, "lse");
   if (B * H * S == 0) return;
-  const int64_t tile = attention_tile(hd, 2);
-  const size_t tile_bytes = static_cast<size_t>(tile) * attention_row_bytes(hd);
+  const AttnTile tile = attention_tile(hd, 2);
   ClLaunch l(*this, "attention_fwd", op);
   const size_t L = attention_block(ctx_, l.kernel(), S);
   const int64_t blocks = (S + static_cast<int64_t>(L) - 1) / static_cast<int64_t>(L);
-  l.t(out).t(lse).t(q).t(k).t(v).i(B).i(S).i(H).i(hd).f(scale).i(tile);
-  l.local(tile_bytes).local(tile_bytes).groups(static_cast<size_t>(B * H * blocks), L);
+  l.t(out).t(lse).t(q).t(k).t(v).i(B).i(S).i(H).i(hd).f(scale).i(tile.rows);
+  l.local(tile.cols_bytes).local(tile.rows_bytes).groups(static_cast<size_t>(B * H * blocks), L);
 }
 
 void OpenClBackend::attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
@@ -328,20 +332,22 @@ void OpenClBackend::attention_backward_impl(const Tensor& dq, const Tensor& dk, 
       .i(H)
       .i(hd)
       .items(rows);
-  const int64_t tile = attention_tile(hd, 2);
-  const size_t tile_bytes = static_cast<size_t>(tile) * attention_row_bytes(hd);
   const int acc = accumulate ? 1 : 0;
+  const AttnTile tq = attention_tile(hd, 3);  // K, V transposed; K by rows
   ClLaunch ldq(*this, "attention_bwd_dq", op);
   const size_t Lq = attention_block(ctx_, ldq.kernel(), S);
   const int64_t bq = (S + static_cast<int64_t>(Lq) - 1) / static_cast<int64_t>(Lq);
-  ldq.t(dq).t(dout).t(q).t(k).t(v).t(lse).mem(dm).i(B).i(S).i(H).i(hd).f(scale).i(acc).i(tile);
-  ldq.local(tile_bytes).local(tile_bytes).groups(static_cast<size_t>(B * H * bq), Lq);
+  ldq.t(dq).t(dout).t(q).t(k).t(v).t(lse).mem(dm).i(B).i(S).i(H).i(hd).f(scale).i(acc);
+  ldq.i(tq.rows).local(tq.cols_bytes).local(tq.cols_bytes).local(tq.rows_bytes);
+  ldq.groups(static_cast<size_t>(B * H * bq), Lq);
+  const AttnTile tk = attention_tile(hd, 4);  // Q, dO transposed and by rows
+  const size_t lse_bytes = static_cast<size_t>(std::max(tk.rows, kAttentionVec)) * sizeof(float);
   ClLaunch lkv(*this, "attention_bwd_dkv", op);
   const size_t Lk = attention_block(ctx_, lkv.kernel(), S);
   const int64_t bk = (S + static_cast<int64_t>(Lk) - 1) / static_cast<int64_t>(Lk);
   lkv.t(dk).t(dv).t(dout).t(q).t(k).t(v).t(lse).mem(dm).i(B).i(S).i(H).i(hd).f(scale).i(acc);
-  lkv.i(tile).local(tile_bytes).local(tile_bytes);
-  lkv.local(static_cast<size_t>(tile) * sizeof(float)).local(static_cast<size_t>(tile) * sizeof(float));
+  lkv.i(tk.rows).local(tk.cols_bytes).local(tk.cols_bytes).local(tk.rows_bytes);
+  lkv.local(tk.rows_bytes).local(lse_bytes).local(lse_bytes);
   lkv.groups(static_cast<size_t>(B * H * bk), Lk);
 }
 

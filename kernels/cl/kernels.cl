@@ -394,6 +394,46 @@ inline float vdot(const vecf* a, __local const vecf* b, int hdv) {
   return (h.x + h.y) + (h.z + h.w);
 }
 
+// Stages rows [r0, r0 + n) of one head TRANSPOSED: t[d * tp + r] = column d
+// of row r0 + r, so dot products with many rows run along the rows' axis, a
+// vector of AVEC rows at a time; rows n..tp-1 (tp: the tile rounded up to
+// AVEC) hold 0.
+inline void stage_cols(__local float* t, __global const float* src, long ld, int r0, int n, int hd,
+                       int tp) {
+  const int lid = get_local_id(0), L = get_local_size(0);
+  for (int e = lid; e < tp * hd; e += L) {
+    const int r = e / hd, d = e % hd;
+    t[d * tp + r] = r < n ? src[(long)(r0 + r) * ld + d] : 0.0f;
+  }
+}
+
+// s[c] lane u = dot(x[0, hd), staged row AVEC * c + u), for c < tp / AVEC.
+inline void vdot_cols(vecf* s, const float* x, __local const float* t, int hd, int tp) {
+  const int nv = tp / AVEC;
+  for (int c = 0; c < nv; ++c) s[c] = (vecf)(0.0f);
+  for (int d = 0; d < hd; ++d) {
+    const float xd = x[d];
+    __local const float* row = t + d * tp;
+    for (int c = 0; c < nv; ++c) s[c] += xd * VLOAD(c, row);
+  }
+}
+
+// Lanes of x whose row index AVEC * c + lane is outside [lo, hi) become `fill`.
+inline vecf mask_rows(vecf x, int c, int lo, int hi, float fill) {
+  const int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7) + AVEC * c;
+  return select((vecf)(fill), x, lane >= (int8)(lo) && lane < (int8)(hi));
+}
+
+inline float hsum(vecf x) {
+  const float4 h = x.lo + x.hi;
+  return (h.x + h.y) + (h.z + h.w);
+}
+
+inline float hmax(vecf x) {
+  const float4 h = fmax(x.lo, x.hi);
+  return fmax(fmax(h.x, h.y), fmax(h.z, h.w));
+}
+
 // Writes the first hd floats of x[0, hdv) to dst, times alpha, added to dst
 // when accumulate, else to 0 (0 + g, bitwise what zeroing then adding gives).
 inline void store_row(__global float* dst, const vecf* x, float alpha, int accumulate, int hd,
@@ -413,10 +453,11 @@ inline void store_row(__global float* dst, const vecf* x, float alpha, int accum
 __kernel void attention_fwd(__global float* out, long oo, __global float* lse, long lo,
                             __global const float* q, long qo, __global const float* k, long ko,
                             __global const float* v, long vo, int B, int S, int H, int hd,
-                            float scale, int tile, __local vecf* kt, __local vecf* vt) {
+                            float scale, int tile, __local float* kt, __local vecf* vt) {
   const int L = get_local_size(0), blocks = (S + L - 1) / L;
   const int bh = get_group_id(0) / blocks, i0 = (get_group_id(0) % blocks) * L;
   const int h = bh % H, b = bh / H, hdv = (hd + AVEC - 1) / AVEC;
+  const int tp = (tile + AVEC - 1) / AVEC * AVEC, nv = tp / AVEC;
   const int i = i0 + get_local_id(0);
   const bool live = i < S;
   const int i_end = min(S, i0 + L);  // keys [0, i_end) are visible to the block
@@ -428,26 +469,30 @@ __kernel void attention_fwd(__global float* out, long oo, __global float* lse, l
   for (int j0 = 0; j0 < i_end; j0 += tile) {
     const int n = min(tile, i_end - j0);
     barrier(CLK_LOCAL_MEM_FENCE);  // the previous tile is consumed
-    stage_rows(kt, k + ko + ROW(b, 0, h), ld, j0, n, hd, hdv);
+    stage_cols(kt, k + ko + ROW(b, 0, h), ld, j0, n, hd, tp);
     stage_rows(vt, v + vo + ROW(b, 0, h), ld, j0, n, hd, hdv);
     barrier(CLK_LOCAL_MEM_FENCE);
     const int vis = live ? min(n, i - j0 + 1) : 0;  // keys <= i in this tile
     if (vis > 0) {
-      float sc[ATT_TILE];
+      vecf sc[ATT_TILE / AVEC];
+      vdot_cols(sc, (const float*)qr, kt, hd, tp);
       float mt = -INFINITY;
-      for (int j = 0; j < vis; ++j) {
-        sc[j] = scale * vdot(qr, kt + j * hdv, hdv);
-        mt = fmax(mt, sc[j]);
+      for (int c = 0; c < nv; ++c) {
+        sc[c] = mask_rows(scale * sc[c], c, 0, vis, -INFINITY);
+        mt = fmax(mt, hmax(sc[c]));
       }
       const float mn = fmax(m, mt);
       const float corr = exp(m - mn);  // 0 on the first tile (m = -inf)
       l *= corr;
       for (int c = 0; c < hdv; ++c) acc[c] *= corr;
+      for (int c = 0; c < nv; ++c) {
+        sc[c] = exp(sc[c] - mn);  // masked keys: exp(-inf) = 0
+        l += hsum(sc[c]);
+      }
+      const float* p = (const float*)sc;
       for (int j = 0; j < vis; ++j) {
-        const float p = exp(sc[j] - mn);
-        l += p;
         __local const vecf* vr = vt + j * hdv;
-        for (int c = 0; c < hdv; ++c) acc[c] += p * vr[c];
+        for (int c = 0; c < hdv; ++c) acc[c] += p[j] * vr[c];
       }
       m = mn;
     }
@@ -475,16 +520,18 @@ __kernel void attention_bwd_delta(__global float* delta, __global const float* d
 }
 
 // dq[i] (+)= scale * sum_{j<=i} p_ij (dout_i . v_j - delta_i) k_j. Work-group:
-// queries [i0, i0 + L) of head (b, h); tiles of K and V in kt, vt.
+// queries [i0, i0 + L) of head (b, h); tiles of K and V transposed in ktc,
+// vtc (scores and dout . v for AVEC keys at a time) and of K by rows in kt.
 __kernel void attention_bwd_dq(__global float* dq, long dqo, __global const float* dout, long doo,
                                __global const float* q, long qo, __global const float* k, long ko,
                                __global const float* v, long vo, __global const float* lse,
                                long lo, __global const float* delta, int B, int S, int H, int hd,
-                               float scale, int accumulate, int tile, __local vecf* kt,
-                               __local vecf* vt) {
+                               float scale, int accumulate, int tile, __local float* ktc,
+                               __local float* vtc, __local vecf* kt) {
   const int L = get_local_size(0), blocks = (S + L - 1) / L;
   const int bh = get_group_id(0) / blocks, i0 = (get_group_id(0) % blocks) * L;
   const int h = bh % H, b = bh / H, hdv = (hd + AVEC - 1) / AVEC;
+  const int tp = (tile + AVEC - 1) / AVEC * AVEC, nv = tp / AVEC;
   const int i = i0 + get_local_id(0);
   const bool live = i < S;
   const int i_end = min(S, i0 + L);
@@ -501,33 +548,43 @@ __kernel void attention_bwd_dq(__global float* dq, long dqo, __global const floa
   for (int j0 = 0; j0 < i_end; j0 += tile) {
     const int n = min(tile, i_end - j0);
     barrier(CLK_LOCAL_MEM_FENCE);
+    stage_cols(ktc, k + ko + ROW(b, 0, h), ld, j0, n, hd, tp);
+    stage_cols(vtc, v + vo + ROW(b, 0, h), ld, j0, n, hd, tp);
     stage_rows(kt, k + ko + ROW(b, 0, h), ld, j0, n, hd, hdv);
-    stage_rows(vt, v + vo + ROW(b, 0, h), ld, j0, n, hd, hdv);
     barrier(CLK_LOCAL_MEM_FENCE);
     const int vis = live ? min(n, i - j0 + 1) : 0;
-    for (int j = 0; j < vis; ++j) {
-      __local const vecf* kr = kt + j * hdv;
-      const float p = exp(scale * vdot(qr, kr, hdv) - lse_i);
-      const float ds = p * (vdot(dr, vt + j * hdv, hdv) - delta_i);
-      for (int c = 0; c < hdv; ++c) acc[c] += ds * kr[c];
+    if (vis > 0) {
+      vecf sc[ATT_TILE / AVEC], dp[ATT_TILE / AVEC];
+      vdot_cols(sc, (const float*)qr, ktc, hd, tp);
+      vdot_cols(dp, (const float*)dr, vtc, hd, tp);
+      for (int c = 0; c < nv; ++c)  // ds = p (dp - delta), 0 past the diagonal
+        sc[c] = mask_rows(exp(scale * sc[c] - lse_i), c, 0, vis, 0.0f) * (dp[c] - delta_i);
+      const float* ds = (const float*)sc;
+      for (int j = 0; j < vis; ++j) {
+        __local const vecf* kr = kt + j * hdv;
+        for (int c = 0; c < hdv; ++c) acc[c] += ds[j] * kr[c];
+      }
     }
   }
   if (live) store_row(dq + dqo + ROW(b, i, h), acc, scale, accumulate, hd, hdv);
 }
 
 // dv[j] (+)= sum_{i>=j} p_ij dout_i; dk[j] (+)= scale * sum_{i>=j} ds_ij q_i.
-// Work-group: keys [j0, j0 + L) of head (b, h); tiles of Q and dO rows in qt,
-// dt, their lse and delta in lt, et.
+// Work-group: keys [j0, j0 + L) of head (b, h); tiles of Q and dO rows
+// transposed in qtc, dtc (for AVEC queries at a time) and by rows in qt, dt,
+// their lse and delta in lt, et (zero past the tile's end).
 __kernel void attention_bwd_dkv(__global float* dk, long dko, __global float* dv, long dvo,
                                 __global const float* dout, long doo, __global const float* q,
                                 long qo, __global const float* k, long ko,
                                 __global const float* v, long vo, __global const float* lse,
                                 long lo, __global const float* delta, int B, int S, int H, int hd,
-                                float scale, int accumulate, int tile, __local vecf* qt,
-                                __local vecf* dt, __local float* lt, __local float* et) {
+                                float scale, int accumulate, int tile, __local float* qtc,
+                                __local float* dtc, __local vecf* qt, __local vecf* dt,
+                                __local float* lt, __local float* et) {
   const int L = get_local_size(0), blocks = (S + L - 1) / L;
   const int bh = get_group_id(0) / blocks, j0 = (get_group_id(0) % blocks) * L;
   const int h = bh % H, b = bh / H, hdv = (hd + AVEC - 1) / AVEC;
+  const int tp = (tile + AVEC - 1) / AVEC * AVEC, nv = tp / AVEC;
   const int lid = get_local_id(0), j = j0 + lid;
   const bool live = j < S;
   const long ld = (long)H * hd;
@@ -540,22 +597,33 @@ __kernel void attention_bwd_dkv(__global float* dk, long dko, __global float* dv
   for (int r0 = j0; r0 < S; r0 += tile) {  // queries before j0 see none of these keys
     const int n = min(tile, S - r0);
     barrier(CLK_LOCAL_MEM_FENCE);
+    stage_cols(qtc, q + qo + ROW(b, 0, h), ld, r0, n, hd, tp);
+    stage_cols(dtc, dout + doo + ROW(b, 0, h), ld, r0, n, hd, tp);
     stage_rows(qt, q + qo + ROW(b, 0, h), ld, r0, n, hd, hdv);
     stage_rows(dt, dout + doo + ROW(b, 0, h), ld, r0, n, hd, hdv);
-    for (int r = lid; r < n; r += L) {
-      lt[r] = lse[lo + (long)bh * S + r0 + r];
-      et[r] = delta[(long)bh * S + r0 + r];
+    for (int r = lid; r < tp; r += L) {
+      lt[r] = r < n ? lse[lo + (long)bh * S + r0 + r] : 0.0f;
+      et[r] = r < n ? delta[(long)bh * S + r0 + r] : 0.0f;
     }
     barrier(CLK_LOCAL_MEM_FENCE);
     const int first = live ? max(0, j - r0) : n;  // queries i >= j
-    for (int r = first; r < n; ++r) {
-      __local const vecf* qi = qt + r * hdv;
-      __local const vecf* di = dt + r * hdv;
-      const float p = exp(scale * vdot(kr, qi, hdv) - lt[r]);
-      const float ds = p * (vdot(vr, di, hdv) - et[r]);
-      for (int c = 0; c < hdv; ++c) {
-        av[c] += p * di[c];
-        ak[c] += ds * qi[c];
+    if (first < n) {
+      vecf p[ATT_TILE / AVEC], ds[ATT_TILE / AVEC];
+      vdot_cols(p, (const float*)kr, qtc, hd, tp);
+      vdot_cols(ds, (const float*)vr, dtc, hd, tp);
+      for (int c = 0; c < nv; ++c) {
+        p[c] = mask_rows(exp(scale * p[c] - VLOAD(c, lt)), c, first, n, 0.0f);
+        ds[c] = p[c] * (ds[c] - VLOAD(c, et));
+      }
+      const float* pf = (const float*)p;
+      const float* dsf = (const float*)ds;
+      for (int r = first; r < n; ++r) {
+        __local const vecf* qi = qt + r * hdv;
+        __local const vecf* di = dt + r * hdv;
+        for (int c = 0; c < hdv; ++c) {
+          av[c] += pf[r] * di[c];
+          ak[c] += dsf[r] * qi[c];
+        }
       }
     }
   }
