@@ -347,9 +347,11 @@ __kernel void rope_bwd(__global float* dx, long dxo, __global const float* dout,
 // lse: [B,H,S]. A work-group takes one (b, h) and a block of consecutive rows
 // (one work-item per row) and walks the rows it meets in tiles of `tile` rows
 // staged in __local memory, so the group reads each staged row from global
-// memory once instead of once per work-item. Rows are vecf vectors, zero
-// padded to hdv = ceil(hd / 4) in the tiles and in private copies (the zeros add
-// nothing to dot products). Forward: a block of queries over tiles of K and V,
+// memory once instead of once per work-item. Rows are vectors of AVEC floats,
+// zero padded to hdv = ceil(hd / AVEC) vectors (the zeros add nothing). The
+// rows that a work-item dots its own row with are staged transposed too, so
+// AVEC scores come out of one vector op (and one vector exp) instead of a
+// horizontal sum each. Forward: a block of queries over tiles of K and V,
 // online softmax with one rescale per tile, saving lse. Backward recomputes
 // each probability from lse (no S x S or block x S scores anywhere): a block
 // of queries over K, V tiles writes dq; a block of keys over Q, dO tiles
@@ -358,9 +360,9 @@ __kernel void rope_bwd(__global float* dx, long dxo, __global const float* dout,
 // the barriers.
 
 #define ROW(b, s, h) ((((long)(b) * S + (s)) * H + (h)) * hd)
-#define AVEC 8  // floats per vector of the attention kernels
+#define AVEC 8  // floats per vector of the attention kernels (mask_rows assumes 8)
 #define MAX_HDV (MAX_HD / AVEC)
-#define ATT_TILE 32  // largest tile the host picks (the forward keeps a tile of scores)
+#define ATT_TILE 32  // largest tile the host picks (kernels keep a tile of scores in vectors)
 typedef float8 vecf;
 #define VLOAD vload8
 #define VSTORE vstore8
@@ -385,13 +387,6 @@ inline void stage_rows(__local vecf* t, __global const float* src, long ld, int 
   const int lid = get_local_id(0), L = get_local_size(0);
   for (int e = lid; e < n * hdv; e += L)
     t[e] = load_vec(src + (long)(r0 + e / hdv) * ld, AVEC * (e % hdv), hd);
-}
-
-inline float vdot(const vecf* a, __local const vecf* b, int hdv) {
-  vecf s = (vecf)(0.0f);
-  for (int c = 0; c < hdv; ++c) s += a[c] * b[c];
-  const float4 h = s.lo + s.hi;
-  return (h.x + h.y) + (h.z + h.w);
 }
 
 // Stages rows [r0, r0 + n) of one head TRANSPOSED: t[d * tp + r] = column d
@@ -448,8 +443,8 @@ inline void store_row(__global float* dst, const vecf* x, float alpha, int accum
   }
 }
 
-// Work-group: queries [i0, i0 + L) of head (b, h); tiles of K and V in kt, vt
-// (tile * hdv vecf each).
+// Work-group: queries [i0, i0 + L) of head (b, h); tiles of K transposed in kt
+// (hd x tp floats) and of V by rows in vt (tile x hdv vectors).
 __kernel void attention_fwd(__global float* out, long oo, __global float* lse, long lo,
                             __global const float* q, long qo, __global const float* k, long ko,
                             __global const float* v, long vo, int B, int S, int H, int hd,
