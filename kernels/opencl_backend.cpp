@@ -464,6 +464,10 @@ void opencl_set_row_group_cap(Backend& backend, size_t cap) {
   as_opencl(backend, "opencl_set_row_group_cap").set_row_group_cap(cap);
 }
 
+void opencl_set_attention_caps(Backend& backend, size_t block, size_t tile) {
+  as_opencl(backend, "opencl_set_attention_caps").set_attention_caps(block, tile);
+}
+
 size_t opencl_row_group_cap(Backend& backend) {
   return as_opencl(backend, "opencl_row_group_cap").row_group_cap();
 }

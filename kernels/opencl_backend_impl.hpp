@@ -66,6 +66,10 @@ class OpenClBackend final : public Backend {
   size_t row_group_size(cl_kernel k, int64_t width);
   void set_row_group_cap(size_t cap);
   size_t row_group_cap() const { return row_cap_; }
+  void set_attention_caps(size_t block, size_t tile);
+  // Work-group size of a tiled attention kernel: up to the block cap, fewer
+  // where the device or the kernel's private use caps it, or S is small.
+  size_t attention_block(cl_kernel k, int64_t S);
   // Reads the error word that kernels set on bad indices (ids, targets, slots);
   // throws std::runtime_error naming `op` and the problem if one was set.
   void check_errors(const char* op);
@@ -173,6 +177,7 @@ class OpenClBackend final : public Backend {
   std::shared_ptr<Buffer> err_buf_;
   bool lazy_checks_ = false;
   size_t row_cap_ = 256;
+  size_t att_block_cap_ = 64, att_tile_cap_ = 32;  // set_attention_caps
   // RoPE tables by (S, hd, pos_offset, theta bits); a handful at most (cleared when full).
   std::map<std::tuple<int64_t, int64_t, int64_t, uint32_t>, Tensor> rope_tables_;
 };

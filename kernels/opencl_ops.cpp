@@ -249,7 +249,7 @@ AttnTile OpenClBackend::attention_tile(int64_t hd, int arrays) const {
   // Half the device's __local memory at most, so the kernel's own use and the
   // lse/delta tiles of the backward still fit.
   const size_t budget = ctx_.info().local_mem_size / 2;
-  int64_t tile = kAttentionTileMax;
+  int64_t tile = std::min(kAttentionTileMax, static_cast<int64_t>(att_tile_cap_));
   auto bytes = [&](int64_t t) {
     const AttnTile a = attn_tile_of(t, hd);
     return static_cast<size_t>(arrays) * std::max(a.rows_bytes, a.cols_bytes);
@@ -258,12 +258,20 @@ AttnTile OpenClBackend::attention_tile(int64_t hd, int arrays) const {
   return attn_tile_of(tile, hd);
 }
 
-// Work-group size of a tiled attention kernel: a block of rows per group, up
-// to 64 (fewer where the device or the kernel's private use caps it, or S is small).
-static size_t attention_block(ClContext& cl, cl_kernel k, int64_t S) {
+size_t OpenClBackend::attention_block(cl_kernel k, int64_t S) {
   size_t want = 1;
-  while (want < static_cast<size_t>(S) && want < 64) want *= 2;
-  return cl.work_group_size(k, want);
+  while (want < static_cast<size_t>(S) && want < att_block_cap_) want *= 2;
+  return ctx_.work_group_size(k, want);
+}
+
+void OpenClBackend::set_attention_caps(size_t block, size_t tile) {
+  auto pow2 = [](size_t x) { return x >= 1 && (x & (x - 1)) == 0; };
+  cl_need(pow2(block) && block <= 64 && pow2(tile) && tile <= kAttentionTileMax,
+          "set_attention_caps",
+          "block must be a power of two in [1, 64] and tile one in [1, 32], got block " +
+              std::to_string(block) + ", tile " + std::to_string(tile));
+  att_block_cap_ = block;
+  att_tile_cap_ = tile;
 }
 
 void OpenClBackend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q,
@@ -282,7 +290,7 @@ void OpenClBackend::attention_forward(const Tensor& out, const Tensor& lse, cons
   if (B * H * S == 0) return;
   const AttnTile tile = attention_tile(hd, 2);
   ClLaunch l(*this, "attention_fwd", op);
-  const size_t L = attention_block(ctx_, l.kernel(), S);
+  const size_t L = attention_block(l.kernel(), S);
   const int64_t blocks = (S + static_cast<int64_t>(L) - 1) / static_cast<int64_t>(L);
   l.t(out).t(lse).t(q).t(k).t(v).i(B).i(S).i(H).i(hd).f(scale).i(tile.rows);
   l.local(tile.cols_bytes).local(tile.rows_bytes).groups(static_cast<size_t>(B * H * blocks), L);
@@ -335,7 +343,7 @@ void OpenClBackend::attention_backward_impl(const Tensor& dq, const Tensor& dk, 
   const int acc = accumulate ? 1 : 0;
   const AttnTile tq = attention_tile(hd, 3);  // K, V transposed; K by rows
   ClLaunch ldq(*this, "attention_bwd_dq", op);
-  const size_t Lq = attention_block(ctx_, ldq.kernel(), S);
+  const size_t Lq = attention_block(ldq.kernel(), S);
   const int64_t bq = (S + static_cast<int64_t>(Lq) - 1) / static_cast<int64_t>(Lq);
   ldq.t(dq).t(dout).t(q).t(k).t(v).t(lse).mem(dm).i(B).i(S).i(H).i(hd).f(scale).i(acc);
   ldq.i(tq.rows).local(tq.cols_bytes).local(tq.cols_bytes).local(tq.rows_bytes);
@@ -343,7 +351,7 @@ void OpenClBackend::attention_backward_impl(const Tensor& dq, const Tensor& dk, 
   const AttnTile tk = attention_tile(hd, 4);  // Q, dO transposed and by rows
   const size_t lse_bytes = static_cast<size_t>(std::max(tk.rows, kAttentionVec)) * sizeof(float);
   ClLaunch lkv(*this, "attention_bwd_dkv", op);
-  const size_t Lk = attention_block(ctx_, lkv.kernel(), S);
+  const size_t Lk = attention_block(lkv.kernel(), S);
   const int64_t bk = (S + static_cast<int64_t>(Lk) - 1) / static_cast<int64_t>(Lk);
   lkv.t(dk).t(dv).t(dout).t(q).t(k).t(v).t(lse).mem(dm).i(B).i(S).i(H).i(hd).f(scale).i(acc);
   lkv.i(tk.rows).local(tk.cols_bytes).local(tk.cols_bytes).local(tk.rows_bytes);

@@ -7,7 +7,8 @@
 // backward tests/kernels_attention_test.cpp checks against finite differences;
 // one case here checks against finite differences directly); the embedding
 // backward bitwise against a sequential float32 sum in position order, the
-// order the backend promises. Every case repeats bitwise, and the embedding
+// order the backend promises. Attention runs at several block and tile caps
+// (opencl_set_attention_caps); every case repeats bitwise, and the embedding
 // result is the same bits whatever the sort's work-group size.
 #include <gtest/gtest.h>
 
@@ -100,6 +101,15 @@ AttnRun run_attention(Backend& be, const AttnCase& c, const std::vector<float>& 
           be.download_f32(dv)};
 }
 
+// Block and tile caps: the defaults (64-row blocks, 32-row tiles), then
+// smaller ones as devices with little __local memory or small work-groups
+// get them: tiles smaller than a vector (4, 1) and blocks smaller than a
+// tile, down to one row per group.
+struct Caps {
+  size_t block, tile;
+};
+const Caps kCaps[] = {{64, 32}, {16, 8}, {8, 4}, {4, 16}, {1, 1}};
+
 TEST(OpenclTiled, AttentionMatchesFloat64AcrossTilesAndRepeats) {
   TROUPE_REQUIRE_OPENCL_BACKEND(cl);
   uint64_t seed = 100;
@@ -109,26 +119,41 @@ TEST(OpenclTiled, AttentionMatchesFloat64AcrossTilesAndRepeats) {
     const double scale = 1.0 / std::sqrt(static_cast<double>(static_cast<float>(c.hd)));
     const auto q = randv(n, ++seed, -2, 2), k = randv(n, ++seed, -2, 2), v = randv(n, ++seed);
     const auto dout = randv(n, ++seed), g0 = randv(n, ++seed);
-    const AttnRun got = run_attention(cl, c, q, k, v, dout, g0);
     V out, lse, dq, dk, dv;
     const V qd = to_double(q), kd = to_double(k), vd = to_double(v);
     ref::attention_fwd(out, lse, qd, kd, vd, c.B, c.S, c.H, c.hd, scale);
     ref::attention_bwd(dq, dk, dv, to_double(dout), qd, kd, vd, c.B, c.S, c.H, c.hd, scale);
     for (size_t i = 0; i < n; ++i) dq[i] += g0[i], dk[i] += g0[i], dv[i] += g0[i];
-    expect_near(got.out, out, 2e-5, 1e-4, "out");
-    expect_near(got.lse, lse, 2e-5, 1e-4, "lse");
-    // The backward starts from the float forward's out and lse; hd 256 and
-    // 600-long rows add more float rounding than the shared tests' shapes.
-    expect_near(got.dq, dq, 2e-4, 2e-4, "dq");
-    expect_near(got.dk, dk, 2e-4, 2e-4, "dk");
-    expect_near(got.dv, dv, 2e-4, 2e-4, "dv");
-    const AttnRun again = run_attention(cl, c, q, k, v, dout, g0);
-    expect_same_bits(again.out, got.out, "out repeats");
-    expect_same_bits(again.lse, got.lse, "lse repeats");
-    expect_same_bits(again.dq, got.dq, "dq repeats");
-    expect_same_bits(again.dk, got.dk, "dk repeats");
-    expect_same_bits(again.dv, got.dv, "dv repeats");
+    for (const Caps& caps : kCaps) {
+      SCOPED_TRACE("block cap " + std::to_string(caps.block) + ", tile cap " +
+                   std::to_string(caps.tile));
+      opencl_set_attention_caps(cl, caps.block, caps.tile);
+      const AttnRun got = run_attention(cl, c, q, k, v, dout, g0);
+      expect_near(got.out, out, 2e-5, 1e-4, "out");
+      expect_near(got.lse, lse, 2e-5, 1e-4, "lse");
+      // The backward starts from the float forward's out and lse; hd 256 and
+      // 600-long rows add more float rounding than the shared tests' shapes.
+      expect_near(got.dq, dq, 2e-4, 2e-4, "dq");
+      expect_near(got.dk, dk, 2e-4, 2e-4, "dk");
+      expect_near(got.dv, dv, 2e-4, 2e-4, "dv");
+      const AttnRun again = run_attention(cl, c, q, k, v, dout, g0);
+      expect_same_bits(again.out, got.out, "out repeats");
+      expect_same_bits(again.lse, got.lse, "lse repeats");
+      expect_same_bits(again.dq, got.dq, "dq repeats");
+      expect_same_bits(again.dk, got.dk, "dk repeats");
+      expect_same_bits(again.dv, got.dv, "dv repeats");
+    }
   }
+  opencl_set_attention_caps(cl, 64, 32);
+}
+
+TEST(OpenclTiled, AttentionCapsAreChecked) {
+  TROUPE_REQUIRE_OPENCL_BACKEND(cl);
+  EXPECT_THROW(opencl_set_attention_caps(cl, 128, 32), std::invalid_argument);
+  EXPECT_THROW(opencl_set_attention_caps(cl, 64, 64), std::invalid_argument);
+  EXPECT_THROW(opencl_set_attention_caps(cl, 48, 32), std::invalid_argument);
+  EXPECT_THROW(opencl_set_attention_caps(cl, 64, 0), std::invalid_argument);
+  EXPECT_NO_THROW(opencl_set_attention_caps(cl, 64, 32));
 }
 
 // The gradient itself, against central differences of the float64 forward, on
