@@ -402,14 +402,14 @@ inline void stage_cols(__local float* t, __global const float* src, long ld, int
   }
 }
 
-// s[c] lane u = dot(x[0, hd), staged row AVEC * c + u), for c < tp / AVEC.
+// s[c] lane u = dot(x[0, hd), staged row AVEC * c + u), for c < tp / AVEC
+// (summed over d in order, one vector accumulator at a time).
 inline void vdot_cols(vecf* s, const float* x, __local const float* t, int hd, int tp) {
   const int nv = tp / AVEC;
-  for (int c = 0; c < nv; ++c) s[c] = (vecf)(0.0f);
-  for (int d = 0; d < hd; ++d) {
-    const float xd = x[d];
-    __local const float* row = t + d * tp;
-    for (int c = 0; c < nv; ++c) s[c] += xd * VLOAD(c, row);
+  for (int c = 0; c < nv; ++c) {
+    vecf a = (vecf)(0.0f);
+    for (int d = 0; d < hd; ++d) a += x[d] * VLOAD(c, t + d * tp);
+    s[c] = a;
   }
 }
 
@@ -427,6 +427,17 @@ inline float hsum(vecf x) {
 inline float hmax(vecf x) {
   const float4 h = fmax(x.lo, x.hi);
   return fmax(fmax(h.x, h.y), fmax(h.z, h.w));
+}
+
+// acc[c] += sum over rows r in [r0, r1), in order, of w[r] * t[r * hdv + c]
+// (the P V and dS K products of a tile, row-major staged rows).
+inline void add_weighted_rows(vecf* acc, const float* w, __local const vecf* t, int r0, int r1,
+                              int hdv) {
+  for (int c = 0; c < hdv; ++c) {
+    vecf a = acc[c];
+    for (int r = r0; r < r1; ++r) a += w[r] * t[r * hdv + c];
+    acc[c] = a;
+  }
 }
 
 // Writes the first hd floats of x[0, hdv) to dst, times alpha, added to dst
@@ -485,10 +496,7 @@ __kernel void attention_fwd(__global float* out, long oo, __global float* lse, l
         l += hsum(sc[c]);
       }
       const float* p = (const float*)sc;
-      for (int j = 0; j < vis; ++j) {
-        __local const vecf* vr = vt + j * hdv;
-        for (int c = 0; c < hdv; ++c) acc[c] += p[j] * vr[c];
-      }
+      add_weighted_rows(acc, p, vt, 0, vis, hdv);
       m = mn;
     }
   }
@@ -555,10 +563,7 @@ __kernel void attention_bwd_dq(__global float* dq, long dqo, __global const floa
       for (int c = 0; c < nv; ++c)  // ds = p (dp - delta), 0 past the diagonal
         sc[c] = mask_rows(exp(scale * sc[c] - lse_i), c, 0, vis, 0.0f) * (dp[c] - delta_i);
       const float* ds = (const float*)sc;
-      for (int j = 0; j < vis; ++j) {
-        __local const vecf* kr = kt + j * hdv;
-        for (int c = 0; c < hdv; ++c) acc[c] += ds[j] * kr[c];
-      }
+      add_weighted_rows(acc, ds, kt, 0, vis, hdv);
     }
   }
   if (live) store_row(dq + dqo + ROW(b, i, h), acc, scale, accumulate, hd, hdv);
@@ -612,14 +617,8 @@ __kernel void attention_bwd_dkv(__global float* dk, long dko, __global float* dv
       }
       const float* pf = (const float*)p;
       const float* dsf = (const float*)ds;
-      for (int r = first; r < n; ++r) {
-        __local const vecf* qi = qt + r * hdv;
-        __local const vecf* di = dt + r * hdv;
-        for (int c = 0; c < hdv; ++c) {
-          av[c] += pf[r] * di[c];
-          ak[c] += dsf[r] * qi[c];
-        }
-      }
+      add_weighted_rows(av, pf, dt, first, n, hdv);
+      add_weighted_rows(ak, dsf, qt, first, n, hdv);
     }
   }
   if (live) {
