@@ -40,8 +40,9 @@ void OpenClBackend::embedding_backward(const Tensor& dtable, const Tensor& dout,
   cl_need_int(V, op, "V");
   if (T == 0 || D == 0) return;
   // Token order grouped by id: a stable LSD radix sort of positions by id
-  // (kRadixBits per pass over the bits of V; ids outside [0, V) sort as V), in
-  // one work-group: one work-item per row-cap share of 32 tokens at least.
+  // (kRadixBits per pass over the bits of V; ids outside [0, V) sort as V) in
+  // one work-group of at most the row-group cap (1 on CPU devices), each
+  // work-item owning 32 tokens or more; then the segmented sum.
   constexpr int64_t kRadixBits = 4, kRadix = 16;  // RADIX_BITS, RADIX in kernels.cl
   int64_t passes = 1;
   while ((V >> (kRadixBits * passes)) > 0) ++passes;
