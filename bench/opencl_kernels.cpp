@@ -4,8 +4,9 @@
 // revision of the backend: old-vs-new figures come from two builds of this file
 // run back to back (bench/opencl_kernels_compare.py pairs their JSON files).
 //
-//   bench_opencl_kernels [--quick] [--json PATH] [--label TEXT] [--only TEXT]
+//   bench_opencl_kernels [--quick] [--json PATH] [--label TEXT] [--only TEXT] [--hd N]
 //
+// --hd sets the attention head dim (default 32, the quickstart's; 4 heads).
 // --only runs just the cases whose "op shape" (e.g. "attention B1 S256",
 // "embedding T8192") contains TEXT.
 //
@@ -15,6 +16,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -167,6 +169,7 @@ void write_json(const std::string& path, const std::string& label, const std::st
 int main(int argc, char** argv) {
   bool quick = false;
   std::string json = "bench_opencl_kernels.json", label = "current", only;
+  int64_t hd = 32;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--quick") {
@@ -177,8 +180,15 @@ int main(int argc, char** argv) {
       label = argv[++i];
     } else if (a == "--only" && i + 1 < argc) {
       only = argv[++i];
+    } else if (a == "--hd" && i + 1 < argc) {
+      hd = std::atoi(argv[++i]);
+      if (hd < 1 || hd > 256) {
+        std::fprintf(stderr, "bench_opencl_kernels: --hd must be in [1, 256]\n");
+        return 2;
+      }
     } else {
-      std::fprintf(stderr, "usage: bench_opencl_kernels [--quick] [--json PATH] [--label TEXT] [--only TEXT]\n");
+      std::fprintf(stderr, "usage: bench_opencl_kernels [--quick] [--json PATH] [--label TEXT] [--only TEXT] "
+                   "[--hd N]\n");
       return 2;
     }
   }
@@ -198,7 +208,7 @@ int main(int argc, char** argv) {
   auto wanted = [&](const std::string& c) { return c.find(only) != std::string::npos; };
   auto attention = [&](int64_t B, int64_t S) {
     if (wanted("attention B" + std::to_string(B) + " S" + std::to_string(S) + " "))
-      bench_attention(*be, B, S, 4, 32, quick, rows);
+      bench_attention(*be, B, S, 4, hd, quick, rows);
   };
   for (int64_t S : quick ? std::vector<int64_t>{64, 256} : std::vector<int64_t>{64, 128, 256, 512})
     attention(1, S);

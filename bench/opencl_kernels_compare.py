@@ -6,6 +6,7 @@ median wall and CPU ms of each and the median over rounds of the per-round
 speedup old/new, and writes the rows as JSON.
 
   bench/opencl_kernels_compare.py OLD_BIN NEW_BIN [--rounds 3] [--json PATH] [--only TEXT]
+                                  [--hd N]
 """
 import argparse
 import json
@@ -19,8 +20,8 @@ CASES = ([f"attention B1 S{s} " for s in (64, 128, 256, 512)] + ["attention B16 
          [f"embedding T{t} V{v}" for t in (512, 2048, 8192) for v in (256, 32000)])
 
 
-def run(binary, case, path):
-    subprocess.run([binary, "--only", case, "--json", path], check=True,
+def run(binary, case, path, hd):
+    subprocess.run([binary, "--only", case, "--json", path, "--hd", str(hd)], check=True,
                    stdout=subprocess.DEVNULL)
     with open(path) as f:
         return json.load(f)["rows"]
@@ -33,6 +34,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", default="bench_opencl_kernels_compare.json")
     ap.add_argument("--only", default="")
+    ap.add_argument("--hd", type=int, default=32)
     a = ap.parse_args()
     cases = [c for c in CASES if a.only in c]
     samples = {}  # (op, shape) -> {"old": [(ms, cpu)], "new": [...]}
@@ -44,7 +46,7 @@ def main():
                 if r % 2:
                     order.reverse()
                 for label, binary in order:
-                    for row in run(binary, case, path):
+                    for row in run(binary, case, path, a.hd):
                         key = (row["op"], row["shape"])
                         samples.setdefault(key, {"old": [], "new": []})[label].append(
                             (row["ms"], row["cpu_ms"]))
@@ -68,7 +70,7 @@ def main():
               f"{row['speedup_cpu']:7.2f}")
     with open(a.json, "w") as f:
         json.dump({"benchmark": "bench_opencl_kernels_compare", "old": a.old, "new": a.new,
-                   "rounds": a.rounds, "rows": out}, f, indent=2)
+                   "rounds": a.rounds, "hd": a.hd, "rows": out}, f, indent=2)
     print(f"\nwrote {a.json}")
 
 
