@@ -102,8 +102,9 @@ void bench_attention(Backend& be, int64_t B, int64_t S, int64_t H, int64_t hd, b
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   // QK^T and PV over (S+1)/2 visible keys on average; backward twice that.
   const double fwd_flops = 2.0 * 2.0 * static_cast<double>(B * S * H * hd) * (S + 1) / 2.0;
-  const std::string shape = "B" + std::to_string(B) + " S" + std::to_string(S) + " H" +
-                            std::to_string(H) + " hd" + std::to_string(hd);
+  char shape[64];
+  std::snprintf(shape, sizeof shape, "B%lld S%lld H%lld hd%lld", static_cast<long long>(B),
+                static_cast<long long>(S), static_cast<long long>(H), static_cast<long long>(hd));
   const Time tf = time_call(
       [&] {
         be.attention_forward(out, lse, q, k, v, scale);
@@ -143,9 +144,10 @@ void bench_embedding(Backend& be, int64_t T, int64_t D, int64_t V, bool quick,
         be.synchronize();
       },
       quick);
-  rows.push_back({"embedding bwd",
-                  "T" + std::to_string(T) + " D" + std::to_string(D) + " V" + std::to_string(V),
-                  t.wall * 1e3, t.cpu * 1e3, 0.0});
+  char shape[64];
+  std::snprintf(shape, sizeof shape, "T%lld D%lld V%lld", static_cast<long long>(T),
+                static_cast<long long>(D), static_cast<long long>(V));
+  rows.push_back({"embedding bwd", shape, t.wall * 1e3, t.cpu * 1e3, 0.0});
 }
 
 void write_json(const std::string& path, const std::string& label, const std::string& device,
