@@ -100,6 +100,12 @@ ClLaunch& ClLaunch::f(float v) {
 
 ClLaunch& ClLaunch::err() { return mem(be_.error_word()); }
 
+ClLaunch& ClLaunch::local(size_t bytes) {
+  cl_check(clSetKernelArg(k_, idx_, bytes, nullptr), op_, "clSetKernelArg");
+  ++idx_;
+  return *this;
+}
+
 void ClLaunch::enqueue(cl_uint dims, const size_t* global, const size_t* local) {
   cl_check(clEnqueueNDRangeKernel(be_.cl().queue(), k_, dims, nullptr, global, local, 0, nullptr,
                                   nullptr),
@@ -456,6 +462,10 @@ ClPoolStats opencl_pool_stats(Backend& backend) {
 
 void opencl_set_row_group_cap(Backend& backend, size_t cap) {
   as_opencl(backend, "opencl_set_row_group_cap").set_row_group_cap(cap);
+}
+
+void opencl_set_attention_caps(Backend& backend, size_t block, size_t tile) {
+  as_opencl(backend, "opencl_set_attention_caps").set_attention_caps(block, tile);
 }
 
 size_t opencl_row_group_cap(Backend& backend) {

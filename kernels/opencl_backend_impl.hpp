@@ -25,6 +25,7 @@ class ClLaunch {
   ClLaunch& l(int64_t v);  // long
   ClLaunch& f(float v);
   ClLaunch& err();         // the backend's error word
+  ClLaunch& local(size_t bytes);  // a __local buffer of that size
   // One work-item per index in [0, n) (global rounded up to the local size;
   // kernels bound-check). Does nothing when n == 0.
   void items(size_t n);
@@ -44,6 +45,12 @@ class ClLaunch {
   cl_uint idx_ = 0;
 };
 
+// A staged tile of the tiled attention kernels.
+struct AttnTile {
+  int64_t rows;                   // tile rows, the kernels' `tile` argument
+  size_t rows_bytes, cols_bytes;  // __local bytes of one tile by rows, of one transposed
+};
+
 class OpenClBackend final : public Backend {
  public:
   explicit OpenClBackend(const BackendOptions& options);
@@ -59,6 +66,10 @@ class OpenClBackend final : public Backend {
   size_t row_group_size(cl_kernel k, int64_t width);
   void set_row_group_cap(size_t cap);
   size_t row_group_cap() const { return row_cap_; }
+  void set_attention_caps(size_t block, size_t tile);
+  // Work-group size of a tiled attention kernel: up to the block cap, fewer
+  // where the device or the kernel's private use caps it, or S is small.
+  size_t attention_block(cl_kernel k, int64_t S);
   // Reads the error word that kernels set on bad indices (ids, targets, slots);
   // throws std::runtime_error naming `op` and the problem if one was set.
   void check_errors(const char* op);
@@ -103,6 +114,10 @@ class OpenClBackend final : public Backend {
   void attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
                           const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                           const Tensor& out, const Tensor& lse, float scale) override;
+  void attention_backward_overwrite(const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                    const Tensor& dout, const Tensor& q, const Tensor& k,
+                                    const Tensor& v, const Tensor& out, const Tensor& lse,
+                                    float scale) override;
   void attention_cached(const Tensor& out, const Tensor& q, const Tensor& k_cache,
                         const Tensor& v_cache, std::span<const int32_t> pos, float scale) override;
   void rope_kv_append(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache,
@@ -139,6 +154,14 @@ class OpenClBackend final : public Backend {
  private:
   // out[i] (+)= sum over rows of x (two deterministic passes); used by sum_rows.
   void column_sum(const Tensor& out, const Tensor& x, bool accumulate, const char* op);
+  // Both attention backward entry points; accumulate: add to dq, dk, dv, else write them.
+  void attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                               const Tensor& dout, const Tensor& q, const Tensor& k,
+                               const Tensor& v, const Tensor& out, const Tensor& lse, float scale,
+                               bool accumulate, const char* op);
+  // The staged tile of the tiled attention kernels for head dim hd: `arrays`
+  // tiles must fit half the device's __local memory (opencl_ops.cpp).
+  AttnTile attention_tile(int64_t hd, int arrays) const;
   // C = 0 over rows x cols elements `stride` apart (GEMM with beta == 0).
   void zero_strided(const Tensor& c, int64_t offset, int64_t rows, int64_t cols, int64_t stride,
                     const char* op);
@@ -154,6 +177,7 @@ class OpenClBackend final : public Backend {
   std::shared_ptr<Buffer> err_buf_;
   bool lazy_checks_ = false;
   size_t row_cap_ = 256;
+  size_t att_block_cap_ = 64, att_tile_cap_ = 32;  // set_attention_caps
   // RoPE tables by (S, hd, pos_offset, theta bits); a handful at most (cleared when full).
   std::map<std::tuple<int64_t, int64_t, int64_t, uint32_t>, Tensor> rope_tables_;
 };

@@ -210,6 +210,9 @@ ClSelection cl_select_device(const BackendOptions& options) {
                                                              : "other";
   clGetDeviceInfo(sel.device, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof(size_t),
                   &sel.info.max_work_group_size, nullptr);
+  cl_ulong local_mem = 0;
+  clGetDeviceInfo(sel.device, CL_DEVICE_LOCAL_MEM_SIZE, sizeof(local_mem), &local_mem, nullptr);
+  sel.info.local_mem_size = static_cast<size_t>(local_mem);
   const std::string ext = device_string(sel.device, CL_DEVICE_EXTENSIONS);
   sel.info.fp64 = ext.find("cl_khr_fp64") != std::string::npos;
   return sel;

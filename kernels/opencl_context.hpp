@@ -35,6 +35,7 @@ struct ClDeviceInfo {
   std::string device_name;
   std::string device_type;  // "gpu", "cpu", "accelerator", "other"
   size_t max_work_group_size = 0;
+  size_t local_mem_size = 0;  // bytes of __local memory per work-group
   bool fp64 = false;
 };
 
@@ -147,6 +148,12 @@ ClPoolStats opencl_pool_stats(Backend& backend);
 // tests sweep it so the tree reductions that GPUs use run on PoCL too.
 void opencl_set_row_group_cap(Backend& backend, size_t cap);
 size_t opencl_row_group_cap(Backend& backend);
+// Caps of the tiled attention kernels: rows per work-group (power of two in
+// [1, 64], default 64) and rows per staged tile (power of two in [1, 32],
+// default 32; the device's __local memory may lower it further). Tests sweep
+// them so small blocks and the small tiles of devices with little __local
+// memory run on PoCL too.
+void opencl_set_attention_caps(Backend& backend, size_t block, size_t tile);
 // Device an OpenCL backend runs on; throws std::invalid_argument for another backend.
 ClDeviceInfo opencl_device_info(Backend& backend);
 

@@ -39,8 +39,18 @@ void OpenClBackend::embedding_backward(const Tensor& dtable, const Tensor& dout,
   cl_need_int(T * D, op, "T*D");
   cl_need_int(V, op, "V");
   if (T == 0 || D == 0) return;
-  Tensor sorted = empty({T}, DType::i32);  // token order grouped by id (pooled scratch)
-  ClLaunch(*this, "stable_rank_i32", op).mem(mem_of(sorted, op)).t(ids).i(T).items(T);
+  // Token order grouped by id: a stable LSD radix sort of positions by id
+  // (kRadixBits per pass over the bits of V; ids outside [0, V) sort as V) in
+  // one work-group of at most the row-group cap (1 on CPU devices), each
+  // work-item owning 32 tokens or more; then the segmented sum.
+  constexpr int64_t kRadixBits = 4, kRadix = 16;  // RADIX_BITS, RADIX in kernels.cl
+  int64_t passes = 1;
+  while ((V >> (kRadixBits * passes)) > 0) ++passes;
+  Tensor sorted = empty({T}, DType::i32), tmp = empty({T}, DType::i32);  // pooled scratch
+  ClLaunch sort(*this, "sort_by_id_i32", op);
+  const size_t L = row_group_size(sort.kernel(), (T + 31) / 32);
+  sort.mem(mem_of(sorted, op)).mem(mem_of(tmp, op)).t(ids).i(T).i(V).i(passes);
+  sort.local(static_cast<size_t>(kRadix) * L * sizeof(cl_int)).groups(1, L);
   ClLaunch(*this, "embedding_bwd", op)
       .t(dtable)
       .t(dout)
@@ -50,7 +60,7 @@ void OpenClBackend::embedding_backward(const Tensor& dtable, const Tensor& dout,
       .i(D)
       .i(V)
       .err()
-      .items2d(D, T);
+      .items2d((D + 7) / 8, T);  // EMB_VEC columns per work-item
   maybe_check_errors(op);
 }
 
@@ -225,6 +235,46 @@ static void attention_shape(const Tensor& q, const char* op, int64_t* B, int64_t
   cl_need_int(q.numel(), op, "numel");
 }
 
+// The tiled kernels stage ATT_TILE rows at most, by rows (each padded to a
+// multiple of AVEC floats) or transposed (hd rows of the tile rounded up to
+// AVEC floats); see kernels/cl/kernels.cl.
+constexpr int64_t kAttentionTileMax = 32, kAttentionVec = 8;
+
+static AttnTile attn_tile_of(int64_t tile, int64_t hd) {
+  const int64_t v = kAttentionVec;
+  return {tile, static_cast<size_t>(tile * ((hd + v - 1) / v * v)) * sizeof(float),
+          static_cast<size_t>(hd * ((tile + v - 1) / v * v)) * sizeof(float)};
+}
+
+AttnTile OpenClBackend::attention_tile(int64_t hd, int arrays) const {
+  // Half the device's __local memory at most, so the kernel's own use and the
+  // lse/delta tiles of the backward still fit.
+  const size_t budget = ctx_.info().local_mem_size / 2;
+  int64_t tile = std::min(kAttentionTileMax, static_cast<int64_t>(att_tile_cap_));
+  auto bytes = [&](int64_t t) {
+    const AttnTile a = attn_tile_of(t, hd);
+    return static_cast<size_t>(arrays) * std::max(a.rows_bytes, a.cols_bytes);
+  };
+  while (tile > 1 && bytes(tile) > budget) tile /= 2;
+  return attn_tile_of(tile, hd);
+}
+
+size_t OpenClBackend::attention_block(cl_kernel k, int64_t S) {
+  size_t want = 1;
+  while (want < static_cast<size_t>(S) && want < att_block_cap_) want *= 2;
+  return ctx_.work_group_size(k, want);
+}
+
+void OpenClBackend::set_attention_caps(size_t block, size_t tile) {
+  auto pow2 = [](size_t x) { return x >= 1 && (x & (x - 1)) == 0; };
+  cl_need(pow2(block) && block <= 64 && pow2(tile) && tile <= kAttentionTileMax,
+          "set_attention_caps",
+          "block must be a power of two in [1, 64] and tile one in [1, 32], got block " +
+              std::to_string(block) + ", tile " + std::to_string(tile));
+  att_block_cap_ = block;
+  att_tile_cap_ = tile;
+}
+
 void OpenClBackend::attention_forward(const Tensor& out, const Tensor& lse, const Tensor& q,
                                       const Tensor& k, const Tensor& v, float scale) {
   const char* op = "attention_forward";
@@ -238,25 +288,35 @@ void OpenClBackend::attention_forward(const Tensor& out, const Tensor& lse, cons
   }
   cl_need_f32(lse, op, "lse");
   cl_need_numel(lse, B * H * S, op, "lse");
-  ClLaunch(*this, "attention_fwd", op)
-      .t(out)
-      .t(lse)
-      .t(q)
-      .t(k)
-      .t(v)
-      .i(B)
-      .i(S)
-      .i(H)
-      .i(hd)
-      .f(scale)
-      .items(B * H * S);
+  if (B * H * S == 0) return;
+  const AttnTile tile = attention_tile(hd, 2);
+  ClLaunch l(*this, "attention_fwd", op);
+  const size_t L = attention_block(l.kernel(), S);
+  const int64_t blocks = (S + static_cast<int64_t>(L) - 1) / static_cast<int64_t>(L);
+  l.t(out).t(lse).t(q).t(k).t(v).i(B).i(S).i(H).i(hd).f(scale).i(tile.rows);
+  l.local(tile.cols_bytes).local(tile.rows_bytes).groups(static_cast<size_t>(B * H * blocks), L);
 }
 
 void OpenClBackend::attention_backward(const Tensor& dq, const Tensor& dk, const Tensor& dv,
                                        const Tensor& dout, const Tensor& q, const Tensor& k,
                                        const Tensor& v, const Tensor& out, const Tensor& lse,
                                        float scale) {
-  const char* op = "attention_backward";
+  attention_backward_impl(dq, dk, dv, dout, q, k, v, out, lse, scale, true, "attention_backward");
+}
+
+void OpenClBackend::attention_backward_overwrite(const Tensor& dq, const Tensor& dk,
+                                                 const Tensor& dv, const Tensor& dout,
+                                                 const Tensor& q, const Tensor& k,
+                                                 const Tensor& v, const Tensor& out,
+                                                 const Tensor& lse, float scale) {
+  attention_backward_impl(dq, dk, dv, dout, q, k, v, out, lse, scale, false,
+                          "attention_backward_overwrite");
+}
+
+void OpenClBackend::attention_backward_impl(const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                                            const Tensor& dout, const Tensor& q, const Tensor& k,
+                                            const Tensor& v, const Tensor& out, const Tensor& lse,
+                                            float scale, bool accumulate, const char* op) {
   int64_t B, S, H, hd;
   attention_shape(q, op, &B, &S, &H, &hd);
   for (auto [t, name] : {std::pair{&dq, "dq"}, {&dk, "dk"}, {&dv, "dv"}, {&dout, "dout"},
@@ -281,35 +341,23 @@ void OpenClBackend::attention_backward(const Tensor& dq, const Tensor& dk, const
       .i(H)
       .i(hd)
       .items(rows);
-  ClLaunch(*this, "attention_bwd_dq", op)
-      .t(dq)
-      .t(dout)
-      .t(q)
-      .t(k)
-      .t(v)
-      .t(lse)
-      .mem(dm)
-      .i(B)
-      .i(S)
-      .i(H)
-      .i(hd)
-      .f(scale)
-      .items(rows);
-  ClLaunch(*this, "attention_bwd_dkv", op)
-      .t(dk)
-      .t(dv)
-      .t(dout)
-      .t(q)
-      .t(k)
-      .t(v)
-      .t(lse)
-      .mem(dm)
-      .i(B)
-      .i(S)
-      .i(H)
-      .i(hd)
-      .f(scale)
-      .items(rows);
+  const int acc = accumulate ? 1 : 0;
+  const AttnTile tq = attention_tile(hd, 3);  // K, V transposed; K by rows
+  ClLaunch ldq(*this, "attention_bwd_dq", op);
+  const size_t Lq = attention_block(ldq.kernel(), S);
+  const int64_t bq = (S + static_cast<int64_t>(Lq) - 1) / static_cast<int64_t>(Lq);
+  ldq.t(dq).t(dout).t(q).t(k).t(v).t(lse).mem(dm).i(B).i(S).i(H).i(hd).f(scale).i(acc);
+  ldq.i(tq.rows).local(tq.cols_bytes).local(tq.cols_bytes).local(tq.rows_bytes);
+  ldq.groups(static_cast<size_t>(B * H * bq), Lq);
+  const AttnTile tk = attention_tile(hd, 4);  // Q, dO transposed and by rows
+  const size_t lse_bytes = static_cast<size_t>(std::max(tk.rows, kAttentionVec)) * sizeof(float);
+  ClLaunch lkv(*this, "attention_bwd_dkv", op);
+  const size_t Lk = attention_block(lkv.kernel(), S);
+  const int64_t bk = (S + static_cast<int64_t>(Lk) - 1) / static_cast<int64_t>(Lk);
+  lkv.t(dk).t(dv).t(dout).t(q).t(k).t(v).t(lse).mem(dm).i(B).i(S).i(H).i(hd).f(scale).i(acc);
+  lkv.i(tk.rows).local(tk.cols_bytes).local(tk.cols_bytes).local(tk.rows_bytes);
+  lkv.local(tk.rows_bytes).local(lse_bytes).local(lse_bytes);
+  lkv.groups(static_cast<size_t>(B * H * bk), Lk);
 }
 
 void OpenClBackend::attention_cached(const Tensor& out, const Tensor& q, const Tensor& k_cache,

@@ -92,6 +92,7 @@ TEST(OpenclDevice, InfoDescribesTheChosenDevice) {
   EXPECT_EQ(info.device_index, 0);
   EXPECT_FALSE(info.device_name.empty());
   EXPECT_GT(info.max_work_group_size, 0u);
+  EXPECT_GE(info.local_mem_size, 16384u);  // OpenCL 1.2's minimum; tiled attention sizes from it
   EXPECT_TRUE(info.device_type == "gpu" || info.device_type == "cpu" ||
               info.device_type == "accelerator" || info.device_type == "other");
 }

@@ -97,9 +97,10 @@ __kernel void scale_f32(__global float* x, long xo, float alpha, long n) {
 
 // ======== embedding
 // Embedding lookup and its deterministic backward. The backward groups tokens
-// by id with a stable rank sort (rank = tokens with a smaller id, or the same id
-// and a smaller position), then one work-item per (id segment, column) adds the
-// segment's rows in token order: no atomics, same order as a sequential loop.
+// by id with a stable LSD radix sort (RADIX_BITS per pass, as many passes as the
+// vocabulary needs: O(T log V) work in all, one launch), then one work-item per
+// (id segment, column) adds the segment's rows in token order: no atomics, the
+// same order as a sequential loop over positions.
 
 __kernel void embedding_fwd(__global float* out, long oo, __global const float* table, long to,
                             __global const int* ids, long io, int T, int D, int V,
@@ -116,24 +117,67 @@ __kernel void embedding_fwd(__global float* out, long oo, __global const float* 
   out[oo + g] = table[to + (long)id * D + d];
 }
 
-// sorted[rank(t)] = t: tokens ordered by (id, position).
-__kernel void stable_rank_i32(__global int* sorted, __global const int* ids, long io, int T) {
-  const int t = get_global_id(0);
-  if (t >= T) return;
-  ids += io;
-  const int key = ids[t];
-  int rank = 0;
-  for (int u = 0; u < T; ++u) {
-    const int k = ids[u];
-    rank += (k < key) || (k == key && u < t);
-  }
-  sorted[rank] = t;
+#define RADIX_BITS 4
+#define RADIX (1 << RADIX_BITS)
+
+// Ids outside [0, V) all sort last, as key V, so they never split a valid id's
+// segment (embedding_bwd reports them).
+inline int sort_digit(int id, int V, int shift) {
+  const int key = (id < 0 || id >= V) ? V : id;
+  return (key >> shift) & (RADIX - 1);
 }
 
+// out = positions 0..T-1 stably sorted by id: `passes` LSD radix passes of
+// RADIX_BITS each, ping-ponging between out and tmp (the last pass writes
+// out), all in ONE work-group so passes need only barriers, not launches.
+// Work-item w owns a chunk of consecutive entries of the current order; a
+// pass counts the chunk's digits into hist[digit * L + w], scans hist
+// (digit-major, so equal digits keep chunk order), then writes each entry at
+// its digit's next slot: a stable counting sort, O(T) per pass.
+__kernel void sort_by_id_i32(__global int* out, __global int* tmp, __global const int* ids, long io,
+                             int T, int V, int passes, __local int* hist) {
+  const int lid = get_local_id(0), L = get_local_size(0);
+  const int chunk = (T + L - 1) / L;
+  const int p0 = min(T, lid * chunk), p1 = min(T, p0 + chunk);
+  ids += io;
+  for (int pass = 0; pass < passes; ++pass) {
+    const bool to_out = (passes - 1 - pass) % 2 == 0;
+    __global int* dst = to_out ? out : tmp;
+    __global const int* src = to_out ? tmp : out;  // unread on pass 0 (identity order)
+    const int shift = pass * RADIX_BITS;
+    int c[RADIX];
+    for (int r = 0; r < RADIX; ++r) c[r] = 0;
+    for (int p = p0; p < p1; ++p) ++c[sort_digit(ids[pass ? src[p] : p], V, shift)];
+    for (int r = 0; r < RADIX; ++r) hist[r * L + lid] = c[r];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (lid == 0) {  // exclusive prefix sum, RADIX * L entries
+      int s = 0;
+      for (int e = 0; e < RADIX * L; ++e) {
+        const int v = hist[e];
+        hist[e] = s;
+        s += v;
+      }
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int r = 0; r < RADIX; ++r) c[r] = hist[r * L + lid];
+    for (int p = p0; p < p1; ++p) {
+      const int t = pass ? src[p] : p;
+      dst[c[sort_digit(ids[t], V, shift)]++] = t;
+    }
+    // dst is whole before the next pass reads it; hist is free again.
+    barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+  }
+}
+
+// One work-item per (sorted position, 8 columns); only the first position of
+// each id's segment works: it adds the segment's dout rows to the dtable row
+// in position order (vector lanes are independent columns, so each column's
+// sum order is the sequential one).
+#define EMB_VEC 8
 __kernel void embedding_bwd(__global float* dtable, long dto, __global const float* dout, long doo,
                             __global const int* ids, long io, __global const int* sorted, int T,
                             int D, int V, __global int* err) {
-  const int d = get_global_id(0), p = get_global_id(1);  // column, sorted position
+  const int d = get_global_id(0) * EMB_VEC, p = get_global_id(1);  // first column, sorted position
   if (d >= D || p >= T) return;
   ids += io;
   const int v = ids[sorted[p]];
@@ -142,14 +186,27 @@ __kernel void embedding_bwd(__global float* dtable, long dto, __global const flo
     report_error(err, ERR_EMBEDDING_ID);
     return;
   }
-  __global float* row = dtable + dto + (long)v * D;
-  float acc = row[d];
-  for (int q = p; q < T; ++q) {
-    const int t = sorted[q];
-    if (ids[t] != v) break;
-    acc += dout[doo + (long)t * D + d];
+  __global float* row = dtable + dto + (long)v * D + d;
+  __global const float* src = dout + doo + d;
+  if (d + EMB_VEC <= D) {
+    float8 acc = vload8(0, row);
+    for (int q = p; q < T; ++q) {
+      const int t = sorted[q];
+      if (ids[t] != v) break;
+      acc += vload8(0, src + (long)t * D);
+    }
+    vstore8(acc, 0, row);
+  } else {
+    for (int c = 0; c < D - d; ++c) {
+      float acc = row[c];
+      for (int q = p; q < T; ++q) {
+        const int t = sorted[q];
+        if (ids[t] != v) break;
+        acc += src[(long)t * D + c];
+      }
+      row[c] = acc;
+    }
   }
-  row[d] = acc;
 }
 
 // ======== norm
@@ -286,47 +343,170 @@ __kernel void rope_bwd(__global float* dx, long dxo, __global const float* dout,
 }
 
 // ======== attention
-// Causal multi-head attention. q,k,v,out: [B,S,H,hd]; lse: [B,H,S].
-// Forward: one work-item per query row, online softmax over keys 0..s, keeping
-// lse for backward. Backward recomputes probabilities from lse: one pass per
-// query row for dq, one per key row for dk and dv, so every gradient element is
-// written by exactly one work-item (deterministic, no atomics).
+// Causal multi-head attention, tiled flash-style. q,k,v,out: [B,S,H,hd];
+// lse: [B,H,S]. A work-group takes one (b, h) and a block of consecutive rows
+// (one work-item per row) and walks the rows it meets in tiles of `tile` rows
+// staged in __local memory, so the group reads each staged row from global
+// memory once instead of once per work-item. Rows are vectors of AVEC floats,
+// zero padded to hdv = ceil(hd / AVEC) vectors (the zeros add nothing). The
+// rows that a work-item dots its own row with are staged transposed too, so
+// AVEC scores come out of one vector op (and one vector exp) instead of a
+// horizontal sum each. Forward: a block of queries over tiles of K and V,
+// online softmax with one rescale per tile, saving lse. Backward recomputes
+// each probability from lse (no S x S or block x S scores anywhere): a block
+// of queries over K, V tiles writes dq; a block of keys over Q, dO tiles
+// writes dk and dv; so every gradient element is written by exactly one
+// work-item (deterministic, no atomics). Rows past S in a block idle through
+// the barriers.
 
 #define ROW(b, s, h) ((((long)(b) * S + (s)) * H + (h)) * hd)
+#define AVEC 8  // floats per vector of the attention kernels (mask_rows assumes 8)
+#define MAX_HDV (MAX_HD / AVEC)
+#define ATT_TILE 32  // largest tile the host picks (kernels keep a tile of scores in vectors)
+typedef float8 vecf;
+#define VLOAD vload8
+#define VSTORE vstore8
 
+// The AVEC floats at src[d..], those at or past hd read as 0.
+inline vecf load_vec(__global const float* src, int d, int hd) {
+  if (d + AVEC <= hd) return VLOAD(0, src + d);
+  float t[AVEC];
+  for (int u = 0; u < AVEC; ++u) t[u] = d + u < hd ? src[d + u] : 0.0f;
+  return VLOAD(0, t);
+}
+
+// x[0, hdv) = the hd floats at src, zero padded.
+inline void load_row(vecf* x, __global const float* src, int hd, int hdv) {
+  for (int c = 0; c < hdv; ++c) x[c] = load_vec(src, AVEC * c, hd);
+}
+
+// Stages rows [r0, r0 + n) of one head (row r at src + r * ld) into t, row
+// stride hdv; the whole group takes part.
+inline void stage_rows(__local vecf* t, __global const float* src, long ld, int r0, int n, int hd,
+                       int hdv) {
+  const int lid = get_local_id(0), L = get_local_size(0);
+  for (int e = lid; e < n * hdv; e += L)
+    t[e] = load_vec(src + (long)(r0 + e / hdv) * ld, AVEC * (e % hdv), hd);
+}
+
+// Stages rows [r0, r0 + n) of one head TRANSPOSED: t[d * tp + r] = column d
+// of row r0 + r, so dot products with many rows run along the rows' axis, a
+// vector of AVEC rows at a time; rows n..tp-1 (tp: the tile rounded up to
+// AVEC) hold 0.
+inline void stage_cols(__local float* t, __global const float* src, long ld, int r0, int n, int hd,
+                       int tp) {
+  const int lid = get_local_id(0), L = get_local_size(0);
+  for (int e = lid; e < tp * hd; e += L) {
+    const int r = e / hd, d = e % hd;
+    t[d * tp + r] = r < n ? src[(long)(r0 + r) * ld + d] : 0.0f;
+  }
+}
+
+// s[c] lane u = dot(x[0, hd), staged row AVEC * c + u), for c < tp / AVEC
+// (summed over d in order, one vector accumulator at a time).
+inline void vdot_cols(vecf* s, const float* x, __local const float* t, int hd, int tp) {
+  const int nv = tp / AVEC;
+  for (int c = 0; c < nv; ++c) {
+    vecf a = (vecf)(0.0f);
+    for (int d = 0; d < hd; ++d) a += x[d] * VLOAD(c, t + d * tp);
+    s[c] = a;
+  }
+}
+
+// Lanes of x whose row index AVEC * c + lane is outside [lo, hi) become `fill`.
+inline vecf mask_rows(vecf x, int c, int lo, int hi, float fill) {
+  const int8 lane = (int8)(0, 1, 2, 3, 4, 5, 6, 7) + AVEC * c;
+  return select((vecf)(fill), x, lane >= (int8)(lo) && lane < (int8)(hi));
+}
+
+inline float hsum(vecf x) {
+  const float4 h = x.lo + x.hi;
+  return (h.x + h.y) + (h.z + h.w);
+}
+
+inline float hmax(vecf x) {
+  const float4 h = fmax(x.lo, x.hi);
+  return fmax(fmax(h.x, h.y), fmax(h.z, h.w));
+}
+
+// acc[c] += sum over rows r in [r0, r1), in order, of w[r] * t[r * hdv + c]
+// (the P V and dS K products of a tile, row-major staged rows).
+inline void add_weighted_rows(vecf* acc, const float* w, __local const vecf* t, int r0, int r1,
+                              int hdv) {
+  for (int c = 0; c < hdv; ++c) {
+    vecf a = acc[c];
+    for (int r = r0; r < r1; ++r) a += w[r] * t[r * hdv + c];
+    acc[c] = a;
+  }
+}
+
+// Writes the first hd floats of x[0, hdv) to dst, times alpha, added to dst
+// when accumulate, else to 0 (0 + g, bitwise what zeroing then adding gives).
+inline void store_row(__global float* dst, const vecf* x, float alpha, int accumulate, int hd,
+                      int hdv) {
+  for (int c = 0; c < hdv; ++c) {
+    float t[AVEC];
+    VSTORE(alpha * x[c], 0, t);
+    for (int u = 0; u < AVEC && AVEC * c + u < hd; ++u) {
+      __global float* p = dst + AVEC * c + u;
+      *p = (accumulate ? *p : 0.0f) + t[u];
+    }
+  }
+}
+
+// Work-group: queries [i0, i0 + L) of head (b, h); tiles of K transposed in kt
+// (hd x tp floats) and of V by rows in vt (tile x hdv vectors).
 __kernel void attention_fwd(__global float* out, long oo, __global float* lse, long lo,
                             __global const float* q, long qo, __global const float* k, long ko,
                             __global const float* v, long vo, int B, int S, int H, int hd,
-                            float scale) {
-  const size_t g = get_global_id(0);
-  if (g >= (size_t)B * H * S) return;
-  const int s = g % S;
-  const int bh = g / S;
-  const int h = bh % H, b = bh / H;
-  __global const float* qr = q + qo + ROW(b, s, h);
-  float acc[MAX_HD];
-  for (int d = 0; d < hd; ++d) acc[d] = 0.0f;
+                            float scale, int tile, __local float* kt, __local vecf* vt) {
+  const int L = get_local_size(0), blocks = (S + L - 1) / L;
+  const int bh = get_group_id(0) / blocks, i0 = (get_group_id(0) % blocks) * L;
+  const int h = bh % H, b = bh / H, hdv = (hd + AVEC - 1) / AVEC;
+  const int tp = (tile + AVEC - 1) / AVEC * AVEC, nv = tp / AVEC;
+  const int i = i0 + get_local_id(0);
+  const bool live = i < S;
+  const int i_end = min(S, i0 + L);  // keys [0, i_end) are visible to the block
+  const long ld = (long)H * hd;
+  vecf qr[MAX_HDV], acc[MAX_HDV];
+  for (int c = 0; c < hdv; ++c) qr[c] = acc[c] = (vecf)(0.0f);
+  if (live) load_row(qr, q + qo + ROW(b, i, h), hd, hdv);
   float m = -INFINITY, l = 0.0f;
-  for (int j = 0; j <= s; ++j) {
-    __global const float* kr = k + ko + ROW(b, j, h);
-    float sc = 0.0f;
-    for (int d = 0; d < hd; ++d) sc += qr[d] * kr[d];
-    sc *= scale;
-    const float mn = fmax(m, sc);
-    const float corr = exp(m - mn);  // 0 on the first key (m = -inf)
-    const float p = exp(sc - mn);
-    l = l * corr + p;
-    __global const float* vr = v + vo + ROW(b, j, h);
-    for (int d = 0; d < hd; ++d) acc[d] = acc[d] * corr + p * vr[d];
-    m = mn;
+  for (int j0 = 0; j0 < i_end; j0 += tile) {
+    const int n = min(tile, i_end - j0);
+    barrier(CLK_LOCAL_MEM_FENCE);  // the previous tile is consumed
+    stage_cols(kt, k + ko + ROW(b, 0, h), ld, j0, n, hd, tp);
+    stage_rows(vt, v + vo + ROW(b, 0, h), ld, j0, n, hd, hdv);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int vis = live ? min(n, i - j0 + 1) : 0;  // keys <= i in this tile
+    if (vis > 0) {
+      vecf sc[ATT_TILE / AVEC];
+      vdot_cols(sc, (const float*)qr, kt, hd, tp);
+      float mt = -INFINITY;
+      for (int c = 0; c < nv; ++c) {
+        sc[c] = mask_rows(scale * sc[c], c, 0, vis, -INFINITY);
+        mt = fmax(mt, hmax(sc[c]));
+      }
+      const float mn = fmax(m, mt);
+      const float corr = exp(m - mn);  // 0 on the first tile (m = -inf)
+      l *= corr;
+      for (int c = 0; c < hdv; ++c) acc[c] *= corr;
+      for (int c = 0; c < nv; ++c) {
+        sc[c] = exp(sc[c] - mn);  // masked keys: exp(-inf) = 0
+        l += hsum(sc[c]);
+      }
+      const float* p = (const float*)sc;
+      add_weighted_rows(acc, p, vt, 0, vis, hdv);
+      m = mn;
+    }
   }
-  __global float* orow = out + oo + ROW(b, s, h);
-  const float inv = 1.0f / l;
-  for (int d = 0; d < hd; ++d) orow[d] = acc[d] * inv;
-  lse[lo + g] = m + log(l);  // g == (b*H + h)*S + s
+  if (live) {
+    store_row(out + oo + ROW(b, i, h), acc, 1.0f / l, 0, hd, hdv);
+    lse[lo + (long)bh * S + i] = m + log(l);
+  }
 }
 
-// delta[b,h,s] = dot(dout row, out row).
+// delta[b,h,s] = dot(dout row, out row): the softmax backward's per-row term.
 __kernel void attention_bwd_delta(__global float* delta, __global const float* dout, long doo,
                                   __global const float* out, long oo, int B, int S, int H,
                                   int hd) {
@@ -342,75 +522,108 @@ __kernel void attention_bwd_delta(__global float* delta, __global const float* d
   delta[g] = acc;
 }
 
-// dq[i] += scale * sum_{j<=i} p_ij (dout_i . v_j - delta_i) k_j; one work-item per query row.
+// dq[i] (+)= scale * sum_{j<=i} p_ij (dout_i . v_j - delta_i) k_j. Work-group:
+// queries [i0, i0 + L) of head (b, h); tiles of K and V transposed in ktc,
+// vtc (scores and dout . v for AVEC keys at a time) and of K by rows in kt.
 __kernel void attention_bwd_dq(__global float* dq, long dqo, __global const float* dout, long doo,
                                __global const float* q, long qo, __global const float* k, long ko,
                                __global const float* v, long vo, __global const float* lse,
                                long lo, __global const float* delta, int B, int S, int H, int hd,
-                               float scale) {
-  const size_t g = get_global_id(0);
-  if (g >= (size_t)B * H * S) return;
-  const int s = g % S;
-  const int bh = g / S;
-  const int h = bh % H, b = bh / H;
-  __global const float* qr = q + qo + ROW(b, s, h);
-  __global const float* dr = dout + doo + ROW(b, s, h);
-  const float L = lse[lo + g], D = delta[g];
-  float acc[MAX_HD];
-  for (int d = 0; d < hd; ++d) acc[d] = 0.0f;
-  for (int j = 0; j <= s; ++j) {
-    __global const float* kr = k + ko + ROW(b, j, h);
-    __global const float* vr = v + vo + ROW(b, j, h);
-    float sc = 0.0f, dp = 0.0f;
-    for (int d = 0; d < hd; ++d) {
-      sc += qr[d] * kr[d];
-      dp += dr[d] * vr[d];
-    }
-    const float p = exp(sc * scale - L);
-    const float ds = p * (dp - D);
-    for (int d = 0; d < hd; ++d) acc[d] += ds * kr[d];
+                               float scale, int accumulate, int tile, __local float* ktc,
+                               __local float* vtc, __local vecf* kt) {
+  const int L = get_local_size(0), blocks = (S + L - 1) / L;
+  const int bh = get_group_id(0) / blocks, i0 = (get_group_id(0) % blocks) * L;
+  const int h = bh % H, b = bh / H, hdv = (hd + AVEC - 1) / AVEC;
+  const int tp = (tile + AVEC - 1) / AVEC * AVEC, nv = tp / AVEC;
+  const int i = i0 + get_local_id(0);
+  const bool live = i < S;
+  const int i_end = min(S, i0 + L);
+  const long ld = (long)H * hd;
+  vecf qr[MAX_HDV], dr[MAX_HDV], acc[MAX_HDV];
+  for (int c = 0; c < hdv; ++c) qr[c] = dr[c] = acc[c] = (vecf)(0.0f);
+  float lse_i = 0.0f, delta_i = 0.0f;
+  if (live) {
+    load_row(qr, q + qo + ROW(b, i, h), hd, hdv);
+    load_row(dr, dout + doo + ROW(b, i, h), hd, hdv);
+    lse_i = lse[lo + (long)bh * S + i];
+    delta_i = delta[(long)bh * S + i];
   }
-  __global float* dqr = dq + dqo + ROW(b, s, h);
-  for (int d = 0; d < hd; ++d) dqr[d] += scale * acc[d];
+  for (int j0 = 0; j0 < i_end; j0 += tile) {
+    const int n = min(tile, i_end - j0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    stage_cols(ktc, k + ko + ROW(b, 0, h), ld, j0, n, hd, tp);
+    stage_cols(vtc, v + vo + ROW(b, 0, h), ld, j0, n, hd, tp);
+    stage_rows(kt, k + ko + ROW(b, 0, h), ld, j0, n, hd, hdv);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int vis = live ? min(n, i - j0 + 1) : 0;
+    if (vis > 0) {
+      vecf sc[ATT_TILE / AVEC], dp[ATT_TILE / AVEC];
+      vdot_cols(sc, (const float*)qr, ktc, hd, tp);
+      vdot_cols(dp, (const float*)dr, vtc, hd, tp);
+      for (int c = 0; c < nv; ++c)  // ds = p (dp - delta), 0 past the diagonal
+        sc[c] = mask_rows(exp(scale * sc[c] - lse_i), c, 0, vis, 0.0f) * (dp[c] - delta_i);
+      const float* ds = (const float*)sc;
+      add_weighted_rows(acc, ds, kt, 0, vis, hdv);
+    }
+  }
+  if (live) store_row(dq + dqo + ROW(b, i, h), acc, scale, accumulate, hd, hdv);
 }
 
-// dv[j] += sum_{i>=j} p_ij dout_i; dk[j] += scale * sum_{i>=j} ds_ij q_i; one work-item per key row.
+// dv[j] (+)= sum_{i>=j} p_ij dout_i; dk[j] (+)= scale * sum_{i>=j} ds_ij q_i.
+// Work-group: keys [j0, j0 + L) of head (b, h); tiles of Q and dO rows
+// transposed in qtc, dtc (for AVEC queries at a time) and by rows in qt, dt,
+// their lse and delta in lt, et (zero past the tile's end).
 __kernel void attention_bwd_dkv(__global float* dk, long dko, __global float* dv, long dvo,
                                 __global const float* dout, long doo, __global const float* q,
                                 long qo, __global const float* k, long ko,
                                 __global const float* v, long vo, __global const float* lse,
                                 long lo, __global const float* delta, int B, int S, int H, int hd,
-                                float scale) {
-  const size_t g = get_global_id(0);
-  if (g >= (size_t)B * H * S) return;
-  const int j = g % S;
-  const int bh = g / S;
-  const int h = bh % H, b = bh / H;
-  __global const float* kr = k + ko + ROW(b, j, h);
-  __global const float* vr = v + vo + ROW(b, j, h);
-  float ak[MAX_HD], av[MAX_HD];
-  for (int d = 0; d < hd; ++d) ak[d] = av[d] = 0.0f;
-  for (int i = j; i < S; ++i) {
-    __global const float* qr = q + qo + ROW(b, i, h);
-    __global const float* dr = dout + doo + ROW(b, i, h);
-    float sc = 0.0f, dp = 0.0f;
-    for (int d = 0; d < hd; ++d) {
-      sc += qr[d] * kr[d];
-      dp += dr[d] * vr[d];
+                                float scale, int accumulate, int tile, __local float* qtc,
+                                __local float* dtc, __local vecf* qt, __local vecf* dt,
+                                __local float* lt, __local float* et) {
+  const int L = get_local_size(0), blocks = (S + L - 1) / L;
+  const int bh = get_group_id(0) / blocks, j0 = (get_group_id(0) % blocks) * L;
+  const int h = bh % H, b = bh / H, hdv = (hd + AVEC - 1) / AVEC;
+  const int tp = (tile + AVEC - 1) / AVEC * AVEC, nv = tp / AVEC;
+  const int lid = get_local_id(0), j = j0 + lid;
+  const bool live = j < S;
+  const long ld = (long)H * hd;
+  vecf kr[MAX_HDV], vr[MAX_HDV], ak[MAX_HDV], av[MAX_HDV];
+  for (int c = 0; c < hdv; ++c) kr[c] = vr[c] = ak[c] = av[c] = (vecf)(0.0f);
+  if (live) {
+    load_row(kr, k + ko + ROW(b, j, h), hd, hdv);
+    load_row(vr, v + vo + ROW(b, j, h), hd, hdv);
+  }
+  for (int r0 = j0; r0 < S; r0 += tile) {  // queries before j0 see none of these keys
+    const int n = min(tile, S - r0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    stage_cols(qtc, q + qo + ROW(b, 0, h), ld, r0, n, hd, tp);
+    stage_cols(dtc, dout + doo + ROW(b, 0, h), ld, r0, n, hd, tp);
+    stage_rows(qt, q + qo + ROW(b, 0, h), ld, r0, n, hd, hdv);
+    stage_rows(dt, dout + doo + ROW(b, 0, h), ld, r0, n, hd, hdv);
+    for (int r = lid; r < tp; r += L) {
+      lt[r] = r < n ? lse[lo + (long)bh * S + r0 + r] : 0.0f;
+      et[r] = r < n ? delta[(long)bh * S + r0 + r] : 0.0f;
     }
-    const long row = (long)bh * S + i;
-    const float p = exp(sc * scale - lse[lo + row]);
-    const float ds = p * (dp - delta[row]);
-    for (int d = 0; d < hd; ++d) {
-      av[d] += p * dr[d];
-      ak[d] += ds * qr[d];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int first = live ? max(0, j - r0) : n;  // queries i >= j
+    if (first < n) {
+      vecf p[ATT_TILE / AVEC], ds[ATT_TILE / AVEC];
+      vdot_cols(p, (const float*)kr, qtc, hd, tp);
+      vdot_cols(ds, (const float*)vr, dtc, hd, tp);
+      for (int c = 0; c < nv; ++c) {
+        p[c] = mask_rows(exp(scale * p[c] - VLOAD(c, lt)), c, first, n, 0.0f);
+        ds[c] = p[c] * (ds[c] - VLOAD(c, et));
+      }
+      const float* pf = (const float*)p;
+      const float* dsf = (const float*)ds;
+      add_weighted_rows(av, pf, dt, first, n, hdv);
+      add_weighted_rows(ak, dsf, qt, first, n, hdv);
     }
   }
-  __global float* dkr = dk + dko + ROW(b, j, h);
-  __global float* dvr = dv + dvo + ROW(b, j, h);
-  for (int d = 0; d < hd; ++d) {
-    dkr[d] += scale * ak[d];
-    dvr[d] += av[d];
+  if (live) {
+    store_row(dk + dko + ROW(b, j, h), ak, scale, accumulate, hd, hdv);
+    store_row(dv + dvo + ROW(b, j, h), av, 1.0f, accumulate, hd, hdv);
   }
 }
 
