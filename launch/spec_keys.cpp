@@ -196,7 +196,6 @@ std::vector<KeyDef> build_keys() {
          if (s.experts.policy != runtime::ExpertPolicy::eplb) return "";
          if (!uses_runtime(s) || s.model.ffn != model::Ffn::moe || s.topology.expert_shards < 2)
            return "needs expert-shard actors: the actor runtime, [model] ffn = \"moe\" and [topology] expert_shards >= 2";
-         if (s.topology.processes > 1) return "runs in one process only for now";
          if (s.experts.rebalance_every < 1) return "needs [experts] rebalance_every >= 1";
          return "";
        }});

@@ -425,6 +425,7 @@ void on_process_lost(Self* self, const std::string& what) {
     st.detect_seconds += noticed;
   });
   if (s.running) repair_starts(s, "process");
+  s.sh->lost_processes |= 2u;  // process 1 (recovers_processes): placement changes now spawn here
   const uint32_t attempt = s.running ? s.attempt + 1 : s.attempt;
   std::vector<caf::actor> fresh;
   for (const auto& c : gone) fresh.push_back(s.sup->respawn(self, c, s.step, attempt));
@@ -765,25 +766,8 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
         s.sup->watch(self);
         std::vector<Supervisor::NewShard> fresh;
         try {
-          RuntimeOptions o = s.sh->opt;
-          o.expert_shards = shards;
-          o.expert_bounds.clear();  // empty: the even split; else (shards + 1) per MoE layer
-          const size_t per = static_cast<size_t>(shards) + 1;
-          if (bounds.size() % per != 0) throw std::invalid_argument("expert bounds of the wrong size");
-          for (size_t i = 0; i < bounds.size(); i += per)
-            o.expert_bounds.emplace_back(bounds.begin() + static_cast<int64_t>(i), bounds.begin() + static_cast<int64_t>(i + per));
-          o.expert_copies.clear();
-          if (copies.size() % 3 != 0) throw std::invalid_argument("expert copies of the wrong size");
-          if (!copies.empty())
-            o.expert_copies.assign(s.sh->plan.moe_layers.size(),
-                                   std::vector<std::vector<int64_t>>(static_cast<size_t>(shards)));
-          for (size_t i = 0; i < copies.size(); i += 3) {
-            const int64_t li = copies[i], k = copies[i + 1];
-            if (li < 0 || static_cast<size_t>(li) >= o.expert_copies.size() || k < 0 || k >= shards)
-              throw std::invalid_argument("expert copy for MoE layer index " + std::to_string(li) + ", shard " +
-                                          std::to_string(k));
-            o.expert_copies[static_cast<size_t>(li)][static_cast<size_t>(k)].push_back(copies[i + 2]);
-          }
+          const RuntimeOptions o =
+              with_expert_layout(s.sh->opt, ExpertLayout{shards, bounds, copies}, s.sh->plan.moe_layers.size());
           fresh = s.sup->rescale_experts(self, make_plan(o), s.step, s.attempt);
         } catch (const std::exception& e) {
           return caf::make_error(caf::sec::runtime_error, std::string("rescale: ") + e.what());

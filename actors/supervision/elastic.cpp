@@ -98,6 +98,7 @@ std::vector<Supervisor::NewShard> Supervisor::rescale_experts(caf::event_based_a
       if (r < fresh.size() && std::find(fresh[r].begin(), fresh[r].end(), a) != fresh[r].end()) continue;  // kept
       children_.erase(a.address());
       self->demonitor(a);  // a retired shard going down is no failure
+      if (a->node() != self->node() && sh_->forget_remote) sh_->forget_remote(a);  // nor its process lost
       self->send_exit(a, caf::exit_reason::user_shutdown);
     }
   return spawned;
