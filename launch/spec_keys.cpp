@@ -226,7 +226,9 @@ std::vector<KeyDef> build_keys() {
          if (s.experts.on_failure != runtime::ExpertOnFailure::shrink) return "";
          if (!uses_runtime(s) || s.model.ffn != model::Ffn::moe || s.topology.expert_shards < 2)
            return "needs expert-shard actors: the actor runtime, [model] ffn = \"moe\" and [topology] expert_shards >= 2";
-         if (s.topology.processes > 1) return "runs in one process only for now";
+         if (s.topology.processes > 2 || (s.topology.processes == 2 && s.topology.process_loss != runtime::ProcessLoss::recover))
+           return "runs in one process, or on [topology] processes = 2 with process_loss = \"recover\" (it then shrinks "
+                  "around a lost process 1)";
          return "";
        }});
   // [sim]: sim devices (actors/sim/sim_costs.hpp, actors/sim/sim_runtime.hpp).

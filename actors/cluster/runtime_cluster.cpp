@@ -549,9 +549,18 @@ caf::actor Cluster::spawn_expert(int process, const Plan& plan, int replica, int
   caf::scoped_actor self{sys_};
   caf::actor out;
   std::string err;
-  self->request(dirs_.at(static_cast<size_t>(process)), timeout_, rt::rescale_atom_v, x.shards, x.bounds, x.copies,
-                static_cast<int32_t>(replica), static_cast<int32_t>(producer))
-      .receive([&](caf::actor& a) { out = std::move(a); }, [&](caf::error& e) { err = sys_.render(e); });
+  // The answer comes back as a message; meanwhile the process may be found
+  // lost (a kill or a hang): then give up at once, the caller spawns here.
+  self->send(dirs_.at(static_cast<size_t>(process)), rt::rescale_atom_v, x.shards, x.bounds, x.copies,
+             static_cast<int32_t>(replica), static_cast<int32_t>(producer));
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  for (bool done = false; !done;)
+    self->receive([&](caf::actor& a) { out = std::move(a), done = true; },
+                  [&](caf::error& e) { err = sys_.render(e), done = true; },
+                  caf::after(std::chrono::milliseconds(50)) >> [&] {
+                    if (lost_->has(process)) err = "process " + std::to_string(process) + " was lost", done = true;
+                    else if (std::chrono::steady_clock::now() > deadline) err = "no answer", done = true;
+                  });
   if (!out) throw std::runtime_error("spawning an expert shard on process " + std::to_string(process) + ": " + err);
   const auto [layer, shard] = plan.placement.expert_ids[static_cast<size_t>(producer)];
   caf::anon_send(dir_, rt::watch_atom_v, static_cast<int32_t>(process),

@@ -351,6 +351,13 @@ bool shrink(Self* self, const Supervisor::Child& child, const std::string& cause
   if (child.role != Role::Expert || sh.opt.expert_on_failure != ExpertOnFailure::shrink ||
       live_plan(sh)->expert_shards < 2)
     return false;
+  // Across processes the coordinator cannot tell a live process of the
+  // smaller plan before the replay starts: there, shrink only once the other
+  // process is lost (on_process_lost shrinks around it).
+  if (sh.opt.processes > 1 && !(sh.lost_processes & 2u)) {
+    s.error = why + " (shrink on a restart budget runs in one process, or after process 1 was lost)";
+    return false;
+  }
   const uint32_t attempt = s.running ? s.attempt + 1 : s.attempt;
   std::pair<int, int> counts;
   std::vector<Supervisor::NewShard> fresh;
@@ -414,34 +421,74 @@ void on_process_lost(Self* self, const std::string& what) {
   // Detection: from the start of the step the loss hit (the process faults
   // fire as it starts) to now.
   const double noticed = s.running ? std::chrono::duration<double>(now - s.first_started).count() : 0.0;
+  if (s.running) repair_starts(s, "process");
+  s.sh->lost_processes |= 2u;  // process 1 (recovers_processes): placement changes now spawn here
+  const uint32_t attempt = s.running ? s.attempt + 1 : s.attempt;
+  // on_failure = "shrink": the lost expert shards' slots go (their experts
+  // join the survivors) instead of respawning them; the other actors are
+  // respawned either way.
+  std::vector<Supervisor::NewShard> shrunk;
+  std::pair<int, int> counts{0, 0};
+  bool shrinking = false;
+  if (s.sh->opt.expert_on_failure == ExpertOnFailure::shrink) {
+    std::string why;
+    if (auto made = s.sup->shrink_lost_experts(self, gone, s.step, attempt, &counts, &why)) {
+      shrunk = std::move(*made);
+      shrinking = true;
+      std::fprintf(stderr, "troupe[process 0]: shrinking around the lost process: expert shards per layer %d -> %d\n",
+                   counts.first, counts.second);
+    } else {
+      std::fprintf(stderr, "troupe[process 0]: cannot shrink around the lost process (%s); respawning its expert shards\n",
+                   why.c_str());
+    }
+  }
   std::string names;
-  for (const auto& c : gone) names += (names.empty() ? "" : ", ") + c.name;
+  int64_t respawned = 0;
+  for (const auto& c : gone)
+    if (!shrinking || c.role != Role::Expert) names += (names.empty() ? "" : ", ") + c.name, ++respawned;
   std::fprintf(stderr, "troupe[process 0]: %s in step %lld, noticed %.3f s after it started; restarting %s on process 0\n",
                what.c_str(), static_cast<long long>(step1), noticed, names.c_str());
   update_stats(*s.sh, [&](FaultSummary& st) {
-    st.restarts += static_cast<int64_t>(gone.size());
+    st.restarts += respawned;
     st.replays += s.running;
     ++st.processes_lost;
     st.detect_seconds += noticed;
   });
-  if (s.running) repair_starts(s, "process");
-  s.sh->lost_processes |= 2u;  // process 1 (recovers_processes): placement changes now spawn here
-  const uint32_t attempt = s.running ? s.attempt + 1 : s.attempt;
-  std::vector<caf::actor> fresh;
-  for (const auto& c : gone) fresh.push_back(s.sup->respawn(self, c, s.step, attempt));
+  std::vector<caf::actor> fresh = actors_of(shrunk);
+  for (const auto& c : gone)
+    if (!shrinking || c.role != Role::Expert) fresh.push_back(s.sup->respawn(self, c, s.step, attempt));
   const bool replay = s.running;
   if (replay) {
     s.attempt = attempt;
     s.sup->restore_all(self, s.step, s.attempt, fresh);
     start_step(self);
+  } else if (shrinking && s.loading) {
+    await_loads(self, shrunk);  // a placement change was loading: it answers once the smaller set is in
   }
   for (const auto& c : gone) {
+    if (shrinking && c.role == Role::Expert) continue;  // one shrink line below
     RestartEvent ev;
     ev.step = step1;
     ev.attempt = static_cast<int>(s.attempt) + 1;
     ev.actor = c.name;
     ev.cause = what;
     ev.replayed = replay;
+    try {
+      if (s.sh->on_restart) s.sh->on_restart(ev);
+    } catch (const std::exception&) {
+    }
+  }
+  if (shrinking) {
+    RestartEvent ev;
+    ev.step = step1;
+    ev.attempt = static_cast<int>(s.attempt) + 1;
+    ev.actor = "the expert shards of process 1";
+    ev.process_lost = true;
+    ev.cause = what;
+    ev.replayed = replay;
+    ev.shrink = true;
+    ev.shards_before = counts.first;
+    ev.shards_after = counts.second;
     try {
       if (s.sh->on_restart) s.sh->on_restart(ev);
     } catch (const std::exception&) {

@@ -117,7 +117,9 @@ void validate(const RuntimeOptions& o) {
   }
   if (o.expert_on_failure == ExpertOnFailure::shrink) {
     require(o.expert_shards > 0, "expert on_failure shrink needs expert-shard actors (expert_shards > 0)");
-    require(o.processes == 1, "expert on_failure shrink runs in one process only");
+    require(o.processes == 1 || (o.processes == 2 && o.process_loss == ProcessLoss::recover),
+            "expert on_failure shrink runs in one process, or on 2 with process_loss = recover (it shrinks around a lost "
+            "process 1)");
   }
   if (o.expert_policy == ExpertPolicy::eplb) {
     require(o.expert_shards > 0, "expert policy eplb needs expert-shard actors (expert_shards > 0)");
