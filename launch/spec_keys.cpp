@@ -221,7 +221,7 @@ std::vector<KeyDef> build_keys() {
                   "), one second copy per expert";
          return "";
        }});
-  add({"experts", "on_failure", KeyType::Choice, F(experts.on_failure), "An expert shard over its restart budget (max_restarts_expert, else max_restarts): \"stop\" ends the run (as for any actor); \"shrink\" removes that shard's slot from every MoE layer (its experts join the neighbouring shard with fewer experts, loaded from the optimizer shards' committed parameters), replays the step and trains on with one shard fewer per layer, until the next [[elastic]] event. With one shard left it stops.", 0, 0, {} /* the enum's names: bind_choices */,
+  add({"experts", "on_failure", KeyType::Choice, F(experts.on_failure), "An expert shard over its restart budget (max_restarts_expert, else max_restarts): \"stop\" ends the run (as for any actor); \"shrink\" removes that shard's slot from every MoE layer (its experts join the neighbouring shard with fewer experts, loaded from the optimizer shards' committed parameters), replays the step and trains on with one shard fewer per layer, until the next [[elastic]] event. With one shard left it stops. On [topology] processes = 2 (process_loss = \"recover\") it also applies to a lost process 1: the slots of its expert shards are removed (when every layer lost as many and keeps one; else they are respawned on process 0).", 0, 0, {} /* the enum's names: bind_choices */,
        [](const Spec& s) -> std::string {
          if (s.experts.on_failure != runtime::ExpertOnFailure::shrink) return "";
          if (!uses_runtime(s) || s.model.ffn != model::Ffn::moe || s.topology.expert_shards < 2)
