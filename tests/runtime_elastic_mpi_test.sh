@@ -9,7 +9,8 @@
 #   AdamW moments) and every step's metrics are byte-identical to the same
 #   spec with static placement and to the 1-process run with the events
 #   (bitwise: every expert lives on one shard, so no sum changes order);
-#   process 1 reports each change with the number of shards it holds;
+#   process 1 reports each change with the number of shards it holds; the
+#   same on 3 processes, and resumed on 2 from a checkpoint between events;
 # - the eplb policy (every step, migration cost off so that the moves do not
 #   depend on timings): identical to the static run without copies, and with
 #   redundant_experts to the 1-process eplb run (copies sum their weight
@@ -89,6 +90,25 @@ expect_output "troupe[process 1]: expert placement: 8 shard(s) per MoE layer, 8 
 # 2 replicas on 4 devices: replica 1's ranks and expert shards on process 1.
 elastic dp2 "2:4 4:3" "${dp2[@]}"
 expect_output "troupe[process 1]: expert placement: 4 shard(s) per MoE layer, 8 of 16 expert shard(s) here"
+# 3 processes on 3 devices: every process gets some of the new shards.
+one "$work/1f1b.toml" "${tiny[@]}" "${one_f1b[@]}" --set topology.devices=3 --set run.out_dir="$work/three-1"
+out=$(timeout 120 "${mpi[@]}" -np 3 "$troupe" run "$work/1f1b.toml" "${tiny[@]}" "${one_f1b[@]}" --set topology.devices=3 \
+      --set topology.processes=3 --set run.out_dir="$work/three-3" 2>&1) || fail "3-process run failed:\n$out"
+expect_output "troupe[process 1]: expert placement: 4 shard(s) per MoE layer, 3 of 8 expert shard(s) here"
+expect_output "troupe[process 2]: expert placement: 4 shard(s) per MoE layer, 2 of 8 expert shard(s) here"
+same_ckpt "3 processes" "$work/three-1" "$work/three-3"
+# Resumed on 2 processes from step 2 to 4: it starts on the [topology]
+# count (2) and goes to the count in force at step 3 (3) before its first
+# step, then 3 -> 2 at step 4.
+events half "2:4"
+two "$work/half.toml" "${tiny[@]}" "${one_f1b[@]}" --set run.steps=2 --set run.out_dir="$work/half"
+two "$work/1f1b.toml" "${tiny[@]}" "${one_f1b[@]}" --set checkpoint.resume="$work/half/checkpoint" \
+    --set run.out_dir="$work/resumed"
+expect_output "rescale: step 3: expert shards 2 -> 3"
+expect_output "rescale: step 4: expert shards 3 -> 2"
+for f in params.f32.zst adam_m.f32.zst adam_v.f32.zst; do
+  cmp -s "$work/1f1b-static/checkpoint/$f" "$work/resumed/checkpoint/$f" || fail "resumed: $f differs from the static run's"
+done
 # validate shows each shard's process after an event.
 out=$("$troupe" validate "$work/1f1b.toml" "${tiny[@]}" "${one_f1b[@]}" --set topology.processes=2 2>&1) ||
   fail "validate failed:\n$out"
