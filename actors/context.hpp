@@ -127,7 +127,7 @@ struct Shared {
   // Across processes (null in one process): an actor of another process is
   // about to be stopped on purpose (an expert shard a placement change
   // retires), so the cluster stops watching it and its exit is not taken for
-  // a lost process. Returns once the watch is gone.
+  // a lost process. Call it before stopping the actor.
   std::function<void(const caf::actor&)> forget_remote;
   // Bit p: process p was lost and its actors were recovered on this one
   // (coordinator.cpp, on_process_lost); a placement change then spawns what

@@ -539,10 +539,11 @@ void Cluster::shutdown(bool ok) {
 
 bool Cluster::lost(int p) const { return lost_->has(p); }
 
-void Cluster::forget(const caf::actor& a) {
-  caf::scoped_actor self{sys_};
-  self->request(dir_, timeout_, rt::watch_atom_v, a, false).receive([](bool) {}, [](caf::error&) {});
-}
+// No need to wait (and no blocking of the caller, the coordinator, on a
+// scheduler thread the directory may need): the caller stops `a` after
+// this, so its down message can only arrive behind the unwatch in the
+// directory's mailbox.
+void Cluster::forget(const caf::actor& a) { caf::anon_send(dir_, rt::watch_atom_v, a, false); }
 
 caf::actor Cluster::spawn_expert(int process, const Plan& plan, int replica, int producer) {
   const ExpertLayout x = expert_layout(plan);

@@ -58,7 +58,8 @@ class Cluster {
   // table of expert shards, and answers; returns once all did (the next
   // step may then dispatch). Throws when one that is not lost fails.
   void publish_experts(const Plan& plan, const std::vector<std::vector<caf::actor>>& experts);
-  // Stops watching remote actor `a` (see Shared::forget_remote).
+  // Stops watching remote actor `a` (see Shared::forget_remote): queued to
+  // the directory before the caller stops `a`.
   void forget(const caf::actor& a);
   // Whether process p was found lost.
   bool lost(int p) const;

@@ -7,7 +7,11 @@
 // and the supervisor's children switch to them at once, and the previous
 // shards are stopped. The weights come from the optimizer shards' committed
 // parameters; the AdamW state never moves (it lives in the optimizer
-// shards), so a scale event changes no number of the training.
+// shards), so a scale event changes no number of the training. Across
+// processes the spawn callback places a shard on its device's process (that
+// process's directory spawns it) and the Runtime hands the other processes
+// the new plan afterwards (runtime_cluster.hpp); shrink_lost_experts
+// removes the slots of a lost process's shards.
 #include <algorithm>
 #include <cstdio>
 #include <set>
