@@ -455,8 +455,14 @@ void on_process_lost(Self* self, const std::string& what) {
     st.detect_seconds += noticed;
   });
   std::vector<caf::actor> fresh = actors_of(shrunk);
-  for (const auto& c : gone)
-    if (!shrinking || c.role != Role::Expert) fresh.push_back(s.sup->respawn(self, c, s.step, attempt));
+  for (const auto& c : gone) {
+    if (shrinking && c.role == Role::Expert) continue;
+    fresh.push_back(s.sup->respawn(self, c, s.step, attempt));
+    // A new shard of a pending placement change that was loading there:
+    // the respawned one is asked again (as in on_child_down).
+    if (c.role == Role::Expert && s.loading && s.loading->left.count({c.replica, c.index}))
+      request_load(self, fresh.back(), c.replica, c.index);
+  }
   const bool replay = s.running;
   if (replay) {
     s.attempt = attempt;
