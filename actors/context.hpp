@@ -55,6 +55,7 @@
 // actor, which then runs the continuation registered under that ticket.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -123,6 +124,15 @@ struct Shared {
   // come from (restore ...) messages sent right after (no copy of init).
   std::function<caf::actor(caf::actor_system&, const Plan& plan, int replica, int producer, bool await_restore)>
       spawn_expert;
+  // Across processes (null in one process): an actor of another process is
+  // about to be stopped on purpose (an expert shard a placement change
+  // retires), so the cluster stops watching it and its exit is not taken for
+  // a lost process. Call it before stopping the actor.
+  std::function<void(const caf::actor&)> forget_remote;
+  // Bit p: process p was lost and its actors were recovered on this one
+  // (coordinator.cpp, on_process_lost); a placement change then spawns what
+  // it would put there on this process's devices.
+  mutable std::atomic<uint32_t> lost_processes{0};
   std::function<void(const RestartEvent&)> on_restart;    // runtime.cpp records, then the user's
   // This process's devices by plan index (null: another process's), for the
   // coordinator's [[faults]] kind "slow"; they outlive every actor.

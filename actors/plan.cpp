@@ -266,6 +266,60 @@ bool keeps_expert_shard(const Plan& from, const Plan& to, int replica, int produ
          from.placement.expert_device[r][x] == to.placement.expert_device[r][x];
 }
 
+ExpertLayout expert_layout(const Plan& p) {
+  ExpertLayout x;
+  x.shards = p.expert_shards;
+  for (size_t li = 0; li < p.layer_experts.size(); ++li) {
+    x.bounds.push_back(0);
+    for (const ExpertRange& r : p.layer_experts[li]) x.bounds.push_back(r.end);
+  }
+  for (size_t li = 0; li < p.layer_copies.size(); ++li)
+    for (size_t k = 0; k < p.layer_copies[li].size(); ++k)
+      for (int64_t e : p.layer_copies[li][k])
+        x.copies.insert(x.copies.end(), {static_cast<int64_t>(li), static_cast<int64_t>(k), e});
+  for (size_t li = 0; li < p.layer_shares.size(); ++li)
+    for (size_t e = 0; e < p.layer_shares[li].size(); ++e) {
+      const std::vector<int>& w = p.layer_shares[li][e];
+      if (w.empty()) continue;
+      x.shares.insert(x.shares.end(), {static_cast<int64_t>(li), static_cast<int64_t>(e), static_cast<int64_t>(w.size())});
+      x.shares.insert(x.shares.end(), w.begin(), w.end());
+    }
+  return x;
+}
+
+RuntimeOptions with_expert_layout(RuntimeOptions o, const ExpertLayout& x, size_t moe_layers) {
+  o.expert_shards = x.shards;
+  o.expert_bounds.clear();
+  const size_t per = static_cast<size_t>(x.shards) + 1;
+  if (x.shards < 1 || x.bounds.size() % per != 0) throw std::invalid_argument("expert bounds of the wrong size");
+  for (size_t i = 0; i < x.bounds.size(); i += per)
+    o.expert_bounds.emplace_back(x.bounds.begin() + static_cast<int64_t>(i), x.bounds.begin() + static_cast<int64_t>(i + per));
+  o.expert_copies.clear();
+  if (x.copies.size() % 3 != 0) throw std::invalid_argument("expert copies of the wrong size");
+  if (!x.copies.empty())
+    o.expert_copies.assign(moe_layers, std::vector<std::vector<int64_t>>(static_cast<size_t>(x.shards)));
+  for (size_t i = 0; i < x.copies.size(); i += 3) {
+    const int64_t li = x.copies[i], k = x.copies[i + 1];
+    if (li < 0 || static_cast<size_t>(li) >= o.expert_copies.size() || k < 0 || k >= x.shards)
+      throw std::invalid_argument("expert copy for MoE layer index " + std::to_string(li) + ", shard " + std::to_string(k));
+    o.expert_copies[static_cast<size_t>(li)][static_cast<size_t>(k)].push_back(x.copies[i + 2]);
+  }
+  o.expert_shares.clear();
+  const int64_t E = o.train.model.n_experts;
+  if (!x.shares.empty()) o.expert_shares.assign(moe_layers, std::vector<std::vector<int>>(static_cast<size_t>(E)));
+  for (size_t i = 0; i < x.shares.size();) {
+    if (i + 3 > x.shares.size()) throw std::invalid_argument("expert shares of the wrong size");
+    const int64_t li = x.shares[i], e = x.shares[i + 1], n = x.shares[i + 2];
+    if (li < 0 || static_cast<size_t>(li) >= o.expert_shares.size() || e < 0 || e >= E || n < 1 ||
+        i + 3 + static_cast<size_t>(n) > x.shares.size())
+      throw std::invalid_argument("expert shares for MoE layer index " + std::to_string(li) + ", expert " + std::to_string(e));
+    auto& w = o.expert_shares[static_cast<size_t>(li)][static_cast<size_t>(e)];
+    for (int64_t j = 0; j < n; ++j) w.push_back(static_cast<int>(x.shares[i + 3 + static_cast<size_t>(j)]));
+    i += 3 + static_cast<size_t>(n);
+  }
+  return o;
+}
+
 const ActorPlan* Plan::target(const FaultTarget& t) const {
   if (t.replica < 0 || t.index < 0) return nullptr;
   switch (t.role) {

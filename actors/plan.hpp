@@ -182,4 +182,21 @@ bool keeps_expert_shard(const Plan& from, const Plan& to, int replica, int produ
 // make a topology (what validate() checks about the layout and placement).
 Plan make_plan(const RuntimeOptions& o);
 
+// A plan's expert placement as flat numbers, the form a placement change
+// travels in (Runtime -> coordinator, coordinator -> another process's
+// directory): `shards` per MoE layer; `bounds`, shards + 1 rising boundaries
+// per MoE layer (empty: the even split); `copies`, (MoE layer index, shard,
+// expert) triples (empty: none); `shares`, the copied experts' row shares as
+// (MoE layer index, expert, n, n weights) runs (empty: even splits).
+struct ExpertLayout {
+  int32_t shards = 0;
+  std::vector<int64_t> bounds, copies, shares;
+};
+ExpertLayout expert_layout(const Plan& p);
+// `o` with the expert placement `x` (o's shard count, bounds, copies and
+// shares replaced) for a model with `moe_layers` MoE layers; make_plan() of the
+// result is the plan `x` describes. Throws std::invalid_argument on
+// malformed numbers.
+RuntimeOptions with_expert_layout(RuntimeOptions o, const ExpertLayout& x, size_t moe_layers);
+
 }  // namespace troupe::runtime

@@ -550,7 +550,8 @@ class Parser {
 };
 
 // [[elastic]] against the rest of the spec: a run with expert-shard actors
-// in one process, steps inside the run and increasing, shard counts the
+// (in one process or several: a new shard is spawned on the process its
+// device belongs to), steps inside the run and increasing, shard counts the
 // experts can be split into.
 void check_elastic(const Spec& s, Parser& p) {
   auto v = [](int64_t x) { return std::to_string(x); };
@@ -564,9 +565,6 @@ void check_elastic(const Spec& s, Parser& p) {
                                          v(s.topology.expert_shards) + "; 1 keeps the experts inside the stages)");
       continue;
     }
-    if (s.topology.processes > 1)
-      p.error(p.elastic_where(i, ""), "[[elastic]] runs in one process only for now ([topology] processes = " +
-                                         v(s.topology.processes) + ")");
     if (e.at_step < 1 || e.at_step > s.run.steps)
       p.error(p.elastic_where(i, "at_step"), "[[elastic]] at_step = " + v(e.at_step) + " is out of range (allowed 1 .. [run] steps = " +
                                                 v(s.run.steps) + ")");

@@ -196,7 +196,6 @@ std::vector<KeyDef> build_keys() {
          if (s.experts.policy != runtime::ExpertPolicy::eplb) return "";
          if (!uses_runtime(s) || s.model.ffn != model::Ffn::moe || s.topology.expert_shards < 2)
            return "needs expert-shard actors: the actor runtime, [model] ffn = \"moe\" and [topology] expert_shards >= 2";
-         if (s.topology.processes > 1) return "runs in one process only for now";
          if (s.experts.rebalance_every < 1) return "needs [experts] rebalance_every >= 1";
          return "";
        }});
@@ -206,7 +205,7 @@ std::vector<KeyDef> build_keys() {
                     ? "applies only to [experts] policy = \"eplb\""
                     : "";
        }});
-  add({"experts", "load_decay", KeyType::Float, F(experts.load_decay), "eplb: the policy places by a moving average of each expert's routed load, avg = load_decay x avg + (1 - load_decay) x the last step's; 0 = the last step's loads alone (follows a drifting router best; bench/RESULTS.md \"Elastic experts IV\"), closer to 1 = smoother.", 0, 0.999,
+  add({"experts", "load_decay", KeyType::Float, F(experts.load_decay), "eplb: the policy places by a moving average of each expert's routed load, avg = load_decay x avg + (1 - load_decay) x the last step's; 0 = the last step's loads alone (follows a drifting router best; bench/RESULTS.md \"Elastic experts V\"), closer to 1 = smoother.", 0, 0.999,
        {}, [](const Spec& s) -> std::string {
          return s.experts.load_decay != 0.8 && s.experts.policy != runtime::ExpertPolicy::eplb
                     ? "applies only to [experts] policy = \"eplb\""
@@ -228,12 +227,14 @@ std::vector<KeyDef> build_keys() {
                   "), one second copy per expert";
          return "";
        }});
-  add({"experts", "on_failure", KeyType::Choice, F(experts.on_failure), "An expert shard over its restart budget (max_restarts_expert, else max_restarts): \"stop\" ends the run (as for any actor); \"shrink\" removes that shard's slot from every MoE layer (its experts join the neighbouring shard with fewer experts, loaded from the optimizer shards' committed parameters), replays the step and trains on with one shard fewer per layer, until the next [[elastic]] event. With one shard left it stops.", 0, 0, {} /* the enum's names: bind_choices */,
+  add({"experts", "on_failure", KeyType::Choice, F(experts.on_failure), "An expert shard over its restart budget (max_restarts_expert, else max_restarts): \"stop\" ends the run (as for any actor); \"shrink\" removes that shard's slot from every MoE layer (its experts join the neighbouring shard with fewer experts, loaded from the optimizer shards' committed parameters), replays the step and trains on with one shard fewer per layer, until the next [[elastic]] event. With one shard left it stops. On [topology] processes = 2 (process_loss = \"recover\") it also applies to a lost process 1: the slots of its expert shards are removed (when every layer lost as many and keeps one; else they are respawned on process 0).", 0, 0, {} /* the enum's names: bind_choices */,
        [](const Spec& s) -> std::string {
          if (s.experts.on_failure != runtime::ExpertOnFailure::shrink) return "";
          if (!uses_runtime(s) || s.model.ffn != model::Ffn::moe || s.topology.expert_shards < 2)
            return "needs expert-shard actors: the actor runtime, [model] ffn = \"moe\" and [topology] expert_shards >= 2";
-         if (s.topology.processes > 1) return "runs in one process only for now";
+         if (s.topology.processes > 2 || (s.topology.processes == 2 && s.topology.process_loss != runtime::ProcessLoss::recover))
+           return "runs in one process, or on [topology] processes = 2 with process_loss = \"recover\" (it then shrinks "
+                  "around a lost process 1)";
          return "";
        }});
   // [sim]: sim devices (actors/sim/sim_costs.hpp, actors/sim/sim_runtime.hpp).

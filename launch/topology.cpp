@@ -241,7 +241,7 @@ std::string format_elastic(const Spec& spec) {
     for (const auto& a : plan.actors)
       if (a.role == runtime::Role::Expert)
         os << "    " << a.name << std::string(width + 2 - a.name.size(), ' ') << a.detail << " on device " << a.device
-           << "\n";
+           << (ro.processes > 1 ? ", process " + std::to_string(a.process) : std::string()) << "\n";
   };
   int shards = initial;
   int64_t from = 1;

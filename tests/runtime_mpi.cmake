@@ -64,3 +64,13 @@ troupe_add_gtest(cluster_tls_test
   LABELS runtime)
 add_executable(tls_rogue_client ${CMAKE_CURRENT_LIST_DIR}/tls_rogue_client.cpp)
 target_link_libraries(tls_rogue_client PRIVATE troupe_runtime)
+
+# Elastic experts across processes ([[elastic]], eplb) under mpirun
+# (tests/runtime_elastic_mpi_test.sh): the same checkpoint as static placement
+# and as one process.
+if(TARGET troupe AND MPIRUN_EXECUTABLE)
+  add_test(NAME runtime_elastic_mpi
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/runtime_elastic_mpi_test.sh $<TARGET_FILE:troupe> ${MPIRUN_EXECUTABLE}
+            ${PROJECT_SOURCE_DIR}/launch/specs)
+  set_tests_properties(runtime_elastic_mpi PROPERTIES LABELS "mpi;runtime" TIMEOUT 600)
+endif()

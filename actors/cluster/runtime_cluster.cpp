@@ -106,6 +106,7 @@ struct LostSet {
 namespace {
 
 struct DirState {
+  std::shared_ptr<Shared> sh;  // this process's runtime (placement changes)
   std::shared_ptr<LostSet> lost;
   int me = 0;
   Placement place;
@@ -167,9 +168,15 @@ void on_down(Dir* self, const caf::down_msg& dm) {
   self->delayed_send(self, s.grace, rt::abort_atom_v, what);
 }
 
-caf::behavior directory(Dir* self, std::shared_ptr<LostSet> lost, int me, Placement place, caf::timespan grace,
-                        std::vector<Fault> faults, bool recover) {
+// Makes (on this process) the plan of the expert layout `x`.
+Plan plan_of(const Shared& sh, const ExpertLayout& x) {
+  return make_plan(with_expert_layout(sh.opt, x, sh.plan.moe_layers.size()));
+}
+
+caf::behavior directory(Dir* self, std::shared_ptr<Shared> sh, std::shared_ptr<LostSet> lost, int me, Placement place,
+                        caf::timespan grace, std::vector<Fault> faults, bool recover) {
   auto& s = self->state;
+  s.sh = std::move(sh);
   s.lost = std::move(lost);
   s.me = me;
   s.place = std::move(place);
@@ -192,6 +199,58 @@ caf::behavior directory(Dir* self, std::shared_ptr<LostSet> lost, int me, Placem
       [self](rt::watch_atom, int32_t process, const std::string& name, const caf::actor& a) {
         self->state.watched[a.address()] = {process, name};
         self->monitor(a);
+      },
+      // Unwatch (Cluster::forget): a remote actor stopped on purpose.
+      [self](rt::watch_atom, const caf::actor& a, bool watch) {
+        if (watch) return false;
+        self->state.watched.erase(a.address());
+        self->demonitor(a);
+        return true;
+      },
+      // Process 0's placement change, on this process (elastic.cpp): spawn
+      // expert shard `producer` of `replica` of the plan with the expert
+      // layout given, waiting for its restore messages.
+      [self](rt::rescale_atom, int32_t shards, const std::vector<int64_t>& bounds, const std::vector<int64_t>& copies,
+             const std::vector<int64_t>& shares, int32_t replica, int32_t producer) -> caf::result<caf::actor> {
+        const Shared& sh = *self->state.sh;
+        try {
+          const Plan plan = plan_of(sh, ExpertLayout{shards, bounds, copies, shares});
+          if (plan.placement.expert_process(replica, producer) != self->state.me)
+            throw std::invalid_argument("the plan places it on another process");
+          return sh.spawn_expert(self->system(), plan, replica, producer, true);
+        } catch (const std::exception& e) {
+          return caf::make_error(caf::sec::runtime_error, "process " + std::to_string(self->state.me) +
+                                                              " cannot spawn expert shard " + std::to_string(producer) +
+                                                              ": " + e.what());
+        }
+      },
+      // ... and once it is made: the plan in force and the expert shards'
+      // handles ([replica][producer], flattened replica-major) for this
+      // process's ranks and optimizer shards, before the next step.
+      [self](rt::rescale_atom, int32_t shards, const std::vector<int64_t>& bounds, const std::vector<int64_t>& copies,
+             const std::vector<int64_t>& shares, const std::vector<caf::actor>& experts) -> caf::result<bool> {
+        const Shared& sh = *self->state.sh;
+        try {
+          auto plan = std::make_shared<const Plan>(plan_of(sh, ExpertLayout{shards, bounds, copies, shares}));
+          const size_t n = static_cast<size_t>(plan->num_producers());
+          if (experts.size() != static_cast<size_t>(plan->data_parallel) * n)
+            throw std::invalid_argument(std::to_string(experts.size()) + " expert shard handles for " +
+                                        std::to_string(plan->data_parallel) + " x " + std::to_string(n));
+          std::vector<std::vector<caf::actor>> table;
+          for (size_t i = 0; i < experts.size(); i += n)
+            table.emplace_back(experts.begin() + static_cast<int64_t>(i), experts.begin() + static_cast<int64_t>(i + n));
+          size_t here = 0;
+          for (const caf::actor& a : experts) here += a && a->node() == self->node();
+          std::fprintf(stderr, "troupe[process %d]: expert placement: %d shard(s) per MoE layer, %zu of %zu expert shard(s) here\n",
+                       self->state.me, static_cast<int>(shards), here, experts.size());
+          std::lock_guard<std::mutex> lock(sh.peers_mu);
+          sh.peers.experts = std::move(table);
+          sh.live = std::move(plan);
+          return true;
+        } catch (const std::exception& e) {
+          return caf::make_error(caf::sec::runtime_error,
+                                 "process " + std::to_string(self->state.me) + " cannot adopt the placement: " + e.what());
+        }
       },
       [self](rt::wait_atom, const caf::actor& w) {
         auto& s = self->state;
@@ -292,7 +351,7 @@ Cluster::Cluster(caf::actor_system& sys, std::shared_ptr<Shared> sh, Placement p
   timeout_ = std::chrono::milliseconds(static_cast<int64_t>(o.peer_timeout * 3000.0) + 10000);
   const auto grace = std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(2.0 * o.peer_timeout + 10.0));
   lost_ = std::make_shared<LostSet>();
-  dir_ = sys_.spawn(directory, lost_, me_, place_, caf::timespan{grace}, process_faults(o),
+  dir_ = sys_.spawn(directory, sh_, lost_, me_, place_, caf::timespan{grace}, process_faults(o),
                     o.processes == 2 && o.process_loss == ProcessLoss::recover);
   try {
     bring_up();
@@ -435,11 +494,15 @@ void Cluster::connect() {
   ClusterComm& comm = *sh_->opt.comm;
   if (!comm.all_ok(true)) throw std::runtime_error("another process failed to start its actors");
   std::string err;
-  auto resolve = [&](caf::actor& slot, int process, const std::string& name) {
+  // watch = false: an expert shard, watched by process 0 only. A placement
+  // change retires expert shards on purpose, and only process 0 (which
+  // makes the change) can stop watching them before they exit; the others
+  // notice process 0's loss by its coordinator, directory, ranks and shards.
+  auto resolve = [&](caf::actor& slot, int process, const std::string& name, bool watch = true) {
     if (slot || !err.empty()) return;
     try {
       slot = lookup(sys_, dirs_[static_cast<size_t>(process)], name, timeout_, process);
-      caf::anon_send(dir_, rt::watch_atom_v, static_cast<int32_t>(process), name, slot);
+      if (watch || me_ == 0) caf::anon_send(dir_, rt::watch_atom_v, static_cast<int32_t>(process), name, slot);
     } catch (const std::exception& e) {
       err = e.what();
     }
@@ -452,7 +515,7 @@ void Cluster::connect() {
               rank_name(static_cast<int>(r), static_cast<int>(k), dp));
   for (size_t r = 0; r < peers.experts.size(); ++r)
     for (size_t x = 0; x < peers.experts[r].size(); ++x)
-      resolve(peers.experts[r][x], place_.expert_process(static_cast<int>(r), static_cast<int>(x)), expert(r, x));
+      resolve(peers.experts[r][x], place_.expert_process(static_cast<int>(r), static_cast<int>(x)), expert(r, x), false);
   if (!comm.all_ok(err.empty())) throw std::runtime_error(err.empty() ? "another process failed to resolve its peers" : err);
 }
 
@@ -471,6 +534,53 @@ void Cluster::shutdown(bool ok) {
   for (size_t p = 0; p < dirs_.size(); ++p) {
     if (static_cast<int>(p) == me_ || lost_->has(static_cast<int>(p))) continue;  // a lost one never answers
     self->request(dirs_[p], answer, rt::shutdown_atom_v, ok).receive([](bool) {}, [](caf::error&) {});
+  }
+}
+
+bool Cluster::lost(int p) const { return lost_->has(p); }
+
+// No need to wait (and no blocking of the caller, the coordinator, on a
+// scheduler thread the directory may need): the caller stops `a` after
+// this, so its down message can only arrive behind the unwatch in the
+// directory's mailbox.
+void Cluster::forget(const caf::actor& a) { caf::anon_send(dir_, rt::watch_atom_v, a, false); }
+
+caf::actor Cluster::spawn_expert(int process, const Plan& plan, int replica, int producer) {
+  const ExpertLayout x = expert_layout(plan);
+  caf::scoped_actor self{sys_};
+  caf::actor out;
+  std::string err;
+  // The answer comes back as a message; meanwhile the process may be found
+  // lost (a kill or a hang): then give up at once, the caller spawns here.
+  self->send(dirs_.at(static_cast<size_t>(process)), rt::rescale_atom_v, x.shards, x.bounds, x.copies, x.shares,
+             static_cast<int32_t>(replica), static_cast<int32_t>(producer));
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  for (bool done = false; !done;)
+    self->receive([&](caf::actor& a) { out = std::move(a), done = true; },
+                  [&](caf::error& e) { err = sys_.render(e), done = true; },
+                  caf::after(std::chrono::milliseconds(50)) >> [&] {
+                    if (lost_->has(process)) err = "process " + std::to_string(process) + " was lost", done = true;
+                    else if (std::chrono::steady_clock::now() > deadline) err = "no answer", done = true;
+                  });
+  if (!out) throw std::runtime_error("spawning an expert shard on process " + std::to_string(process) + ": " + err);
+  const auto [layer, shard] = plan.placement.expert_ids[static_cast<size_t>(producer)];
+  caf::anon_send(dir_, rt::watch_atom_v, static_cast<int32_t>(process),
+                 expert_name(replica, layer, shard, sh_->opt.data_parallel), out);
+  return out;
+}
+
+void Cluster::publish_experts(const Plan& plan, const std::vector<std::vector<caf::actor>>& experts) {
+  const ExpertLayout x = expert_layout(plan);
+  std::vector<caf::actor> flat;
+  for (const auto& rep : experts) flat.insert(flat.end(), rep.begin(), rep.end());
+  caf::scoped_actor self{sys_};
+  for (size_t p = 0; p < dirs_.size(); ++p) {
+    if (static_cast<int>(p) == me_ || lost_->has(static_cast<int>(p)) || (sh_->lost_processes >> p) & 1u) continue;
+    std::string err;
+    self->request(dirs_[p], timeout_, rt::rescale_atom_v, x.shards, x.bounds, x.copies, x.shares, flat)
+        .receive([](bool) {}, [&](caf::error& e) { err = sys_.render(e); });
+    if (!err.empty() && !lost_->has(static_cast<int>(p)))  // a process lost meanwhile is recovered, not told
+      throw std::runtime_error("publishing the placement to process " + std::to_string(p) + ": " + err);
   }
 }
 

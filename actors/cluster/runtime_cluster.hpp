@@ -11,6 +11,11 @@
 //   3. each process spawns its own actors (actors/cluster/placement.hpp) and
 //      registers them; after a barrier each resolves the others' actors by
 //      name and watches them; a last barrier, then process 0 drives steps.
+// Placement changes of expert shards ([[elastic]], eplb, shrink;
+// actors/supervision/elastic.cpp) are made by process 0: a new shard placed
+// on another process is spawned there by its directory, and once all new
+// shards have their weights every other process takes the new plan and the
+// shards' handles from process 0 before the next step starts.
 // Failure detection: CAF heartbeats and a connection timeout are set
 // explicitly (RuntimeOptions::peer_timeout); a dead peer closes its socket, a
 // hung one stops sending heartbeats. Process 0 names the lost process and its

@@ -47,6 +47,23 @@ class Cluster {
   // Processes > 0: blocks until process 0 ends the run or is lost.
   void serve();
 
+  // Placement changes across processes (actors/supervision/elastic.cpp).
+  // Process 0: spawns expert shard `producer` of `replica` as `plan` places
+  // it on `process` (its directory spawns it there, waiting for its
+  // restore), watches it, and returns its handle. Throws std::runtime_error
+  // when that process does not answer.
+  caf::actor spawn_expert(int process, const Plan& plan, int replica, int producer);
+  // Process 0, after a placement change: every other process still running
+  // makes `plan` its live plan and `experts` ([replica][producer]) its peer
+  // table of expert shards, and answers; returns once all did (the next
+  // step may then dispatch). Throws when one that is not lost fails.
+  void publish_experts(const Plan& plan, const std::vector<std::vector<caf::actor>>& experts);
+  // Stops watching remote actor `a` (see Shared::forget_remote): queued to
+  // the directory before the caller stops `a`.
+  void forget(const caf::actor& a);
+  // Whether process p was found lost.
+  bool lost(int p) const;
+
  private:
   void bring_up();  // the constructor's work
 

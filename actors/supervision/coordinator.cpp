@@ -379,6 +379,13 @@ bool shrink(Self* self, const Supervisor::Child& child, const std::string& cause
   if (child.role != Role::Expert || sh.opt.expert_on_failure != ExpertOnFailure::shrink ||
       live_plan(sh)->expert_shards < 2)
     return false;
+  // Across processes the coordinator cannot tell a live process of the
+  // smaller plan before the replay starts: there, shrink only once the other
+  // process is lost (on_process_lost shrinks around it).
+  if (sh.opt.processes > 1 && !(sh.lost_processes & 2u)) {
+    s.error = why + " (shrink on a restart budget runs in one process, or after process 1 was lost)";
+    return false;
+  }
   const uint32_t attempt = s.running ? s.attempt + 1 : s.attempt;
   std::pair<int, int> counts;
   std::vector<Supervisor::NewShard> fresh;
@@ -442,33 +449,80 @@ void on_process_lost(Self* self, const std::string& what) {
   // Detection: from the start of the step the loss hit (the process faults
   // fire as it starts) to now.
   const double noticed = s.running ? std::chrono::duration<double>(now - s.first_started).count() : 0.0;
+  if (s.running) repair_starts(s, "process");
+  s.sh->lost_processes |= 2u;  // process 1 (recovers_processes): placement changes now spawn here
+  const uint32_t attempt = s.running ? s.attempt + 1 : s.attempt;
+  // on_failure = "shrink": the lost expert shards' slots go (their experts
+  // join the survivors) instead of respawning them; the other actors are
+  // respawned either way.
+  std::vector<Supervisor::NewShard> shrunk;
+  std::pair<int, int> counts{0, 0};
+  bool shrinking = false;
+  if (s.sh->opt.expert_on_failure == ExpertOnFailure::shrink) {
+    std::string why;
+    if (auto made = s.sup->shrink_lost_experts(self, gone, s.step, attempt, &counts, &why)) {
+      shrunk = std::move(*made);
+      shrinking = true;
+      std::fprintf(stderr, "troupe[process 0]: shrinking around the lost process: expert shards per layer %d -> %d\n",
+                   counts.first, counts.second);
+    } else {
+      std::fprintf(stderr, "troupe[process 0]: cannot shrink around the lost process (%s); respawning its expert shards\n",
+                   why.c_str());
+    }
+  }
   std::string names;
-  for (const auto& c : gone) names += (names.empty() ? "" : ", ") + c.name;
+  int64_t respawned = 0;
+  for (const auto& c : gone)
+    if (!shrinking || c.role != Role::Expert) names += (names.empty() ? "" : ", ") + c.name, ++respawned;
   std::fprintf(stderr, "troupe[process 0]: %s in step %lld, noticed %.3f s after it started; restarting %s on process 0\n",
                what.c_str(), static_cast<long long>(step1), noticed, names.c_str());
   update_stats(*s.sh, [&](FaultSummary& st) {
-    st.restarts += static_cast<int64_t>(gone.size());
+    st.restarts += respawned;
     st.replays += s.running;
     ++st.processes_lost;
     st.detect_seconds += noticed;
   });
-  if (s.running) repair_starts(s, "process");
-  const uint32_t attempt = s.running ? s.attempt + 1 : s.attempt;
-  std::vector<caf::actor> fresh;
-  for (const auto& c : gone) fresh.push_back(s.sup->respawn(self, c, s.step, attempt));
+  std::vector<caf::actor> fresh = actors_of(shrunk);
+  for (const auto& c : gone) {
+    if (shrinking && c.role == Role::Expert) continue;
+    fresh.push_back(s.sup->respawn(self, c, s.step, attempt));
+    // A new shard of a pending placement change that was loading there:
+    // the respawned one is asked again (as in on_child_down).
+    if (c.role == Role::Expert && s.loading && s.loading->left.count({c.replica, c.index}))
+      request_load(self, fresh.back(), c.replica, c.index);
+  }
   const bool replay = s.running;
   if (replay) {
     s.attempt = attempt;
     s.sup->restore_all(self, s.step, s.attempt, fresh);
     start_step(self);
+  } else if (shrinking && s.loading) {
+    await_loads(self, shrunk);  // a placement change was loading: it answers once the smaller set is in
   }
   for (const auto& c : gone) {
+    if (shrinking && c.role == Role::Expert) continue;  // one shrink line below
     RestartEvent ev;
     ev.step = step1;
     ev.attempt = static_cast<int>(s.attempt) + 1;
     ev.actor = c.name;
     ev.cause = what;
     ev.replayed = replay;
+    try {
+      if (s.sh->on_restart) s.sh->on_restart(ev);
+    } catch (const std::exception&) {
+    }
+  }
+  if (shrinking) {
+    RestartEvent ev;
+    ev.step = step1;
+    ev.attempt = static_cast<int>(s.attempt) + 1;
+    ev.actor = "the expert shards of process 1";
+    ev.process_lost = true;
+    ev.cause = what;
+    ev.replayed = replay;
+    ev.shrink = true;
+    ev.shards_before = counts.first;
+    ev.shards_after = counts.second;
     try {
       if (s.sh->on_restart) s.sh->on_restart(ev);
     } catch (const std::exception&) {
@@ -805,40 +859,8 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
         s.sup->watch(self);
         std::vector<Supervisor::NewShard> fresh;
         try {
-          RuntimeOptions o = s.sh->opt;
-          o.expert_shards = shards;
-          o.expert_bounds.clear();  // empty: the even split; else (shards + 1) per MoE layer
-          const size_t per = static_cast<size_t>(shards) + 1;
-          if (bounds.size() % per != 0) throw std::invalid_argument("expert bounds of the wrong size");
-          for (size_t i = 0; i < bounds.size(); i += per)
-            o.expert_bounds.emplace_back(bounds.begin() + static_cast<int64_t>(i), bounds.begin() + static_cast<int64_t>(i + per));
-          o.expert_copies.clear();
-          if (copies.size() % 3 != 0) throw std::invalid_argument("expert copies of the wrong size");
-          if (!copies.empty())
-            o.expert_copies.assign(s.sh->plan.moe_layers.size(),
-                                   std::vector<std::vector<int64_t>>(static_cast<size_t>(shards)));
-          for (size_t i = 0; i < copies.size(); i += 3) {
-            const int64_t li = copies[i], k = copies[i + 1];
-            if (li < 0 || static_cast<size_t>(li) >= o.expert_copies.size() || k < 0 || k >= shards)
-              throw std::invalid_argument("expert copy for MoE layer index " + std::to_string(li) + ", shard " +
-                                          std::to_string(k));
-            o.expert_copies[static_cast<size_t>(li)][static_cast<size_t>(k)].push_back(copies[i + 2]);
-          }
-          o.expert_shares.clear();
-          if (!shares.empty())
-            o.expert_shares.assign(s.sh->plan.moe_layers.size(), std::vector<std::vector<int>>(
-                                                                     static_cast<size_t>(s.sh->opt.train.model.n_experts)));
-          for (size_t i = 0; i < shares.size();) {
-            if (i + 3 > shares.size()) throw std::invalid_argument("expert shares of the wrong size");
-            const int64_t li = shares[i], e = shares[i + 1], n = shares[i + 2];
-            if (li < 0 || static_cast<size_t>(li) >= o.expert_shares.size() || e < 0 ||
-                e >= s.sh->opt.train.model.n_experts || n < 1 || i + 3 + static_cast<size_t>(n) > shares.size())
-              throw std::invalid_argument("expert shares for MoE layer index " + std::to_string(li) + ", expert " +
-                                          std::to_string(e));
-            auto& w = o.expert_shares[static_cast<size_t>(li)][static_cast<size_t>(e)];
-            for (int64_t j = 0; j < n; ++j) w.push_back(static_cast<int>(shares[i + 3 + static_cast<size_t>(j)]));
-            i += 3 + static_cast<size_t>(n);
-          }
+          const RuntimeOptions o = with_expert_layout(s.sh->opt, ExpertLayout{shards, bounds, copies, shares},
+                                                      s.sh->plan.moe_layers.size());
           fresh = s.sup->rescale_experts(self, make_plan(o), s.step, s.attempt);
         } catch (const std::exception& e) {
           return caf::make_error(caf::sec::runtime_error, std::string("rescale: ") + e.what());

@@ -7,9 +7,14 @@
 // and the supervisor's children switch to them at once, and the previous
 // shards are stopped. The weights come from the optimizer shards' committed
 // parameters; the AdamW state never moves (it lives in the optimizer
-// shards), so a scale event changes no number of the training.
+// shards), so a scale event changes no number of the training. Across
+// processes the spawn callback places a shard on its device's process (that
+// process's directory spawns it) and the Runtime hands the other processes
+// the new plan afterwards (runtime_cluster.hpp); shrink_lost_experts
+// removes the slots of a lost process's shards.
 #include <algorithm>
 #include <cstdio>
+#include <set>
 #include <stdexcept>
 
 #include "actors/supervision/supervisor.hpp"
@@ -98,6 +103,7 @@ std::vector<Supervisor::NewShard> Supervisor::rescale_experts(caf::event_based_a
       if (r < fresh.size() && std::find(fresh[r].begin(), fresh[r].end(), a) != fresh[r].end()) continue;  // kept
       children_.erase(a.address());
       self->demonitor(a);  // a retired shard going down is no failure
+      if (a->node() != self->node() && sh_->forget_remote) sh_->forget_remote(a);  // nor its process lost
       self->send_exit(a, caf::exit_reason::user_shutdown);
     }
   return spawned;
@@ -120,6 +126,49 @@ std::vector<Supervisor::NewShard> Supervisor::shrink_experts(caf::event_based_ac
   }
   if (shards) *shards = {now->expert_shards, o.expert_shards};
   // The budget was broken by the removed shard: the survivors start afresh.
+  history_.erase(std::remove_if(history_.begin(), history_.end(), [](const Past& p) { return p.role == Role::Expert; }),
+                 history_.end());
+  return rescale_experts(self, make_plan(o), step, attempt);
+}
+
+std::optional<std::vector<Supervisor::NewShard>> Supervisor::shrink_lost_experts(
+    caf::event_based_actor* self, const std::vector<Child>& lost, uint64_t step, uint32_t attempt,
+    std::pair<int, int>* shards, std::string* why) {
+  const auto now = live_plan(*sh_);
+  const int S = now->expert_shards;
+  const size_t L = now->layer_experts.size();
+  std::vector<std::set<int>> slots(L);  // [moe layer index] the slots lost in any replica
+  for (const Child& c : lost)
+    if (c.role == Role::Expert && c.index >= 0 && c.index < now->num_producers())
+      slots[static_cast<size_t>(c.index / S)].insert(now->placement.expert_ids[static_cast<size_t>(c.index)].second);
+  for (size_t li = 0; li < L; ++li) {
+    const std::string lost_here = "MoE layer " + std::to_string(now->moe_layers[li]) + " lost " +
+                                  std::to_string(slots[li].size()) + " of " + std::to_string(S) + " expert shard slot(s)";
+    if (static_cast<int>(slots[li].size()) >= S) {
+      *why = lost_here + ", none left to hold its experts";
+      return std::nullopt;
+    }
+    if (slots[li].size() != slots[0].size()) {
+      *why = lost_here + ", MoE layer " + std::to_string(now->moe_layers[0]) + " " + std::to_string(slots[0].size()) +
+             " (the plan keeps one shard count for every layer)";
+      return std::nullopt;
+    }
+  }
+  if (slots.empty() || slots[0].empty()) {
+    *why = "no expert shard was lost";
+    return std::nullopt;
+  }
+  RuntimeOptions o = sh_->opt;
+  o.expert_shards = S - static_cast<int>(slots[0].size());
+  o.expert_bounds.clear();
+  o.expert_copies.clear();  // as shrink_experts: every expert keeps its home shard
+  for (size_t li = 0; li < L; ++li) {
+    std::vector<int64_t> b{0};
+    for (const ExpertRange& r : now->layer_experts[li]) b.push_back(r.end);
+    for (auto k = slots[li].rbegin(); k != slots[li].rend(); ++k) b = moe::remove_shard_bounds(b, *k);  // highest first
+    o.expert_bounds.push_back(std::move(b));
+  }
+  if (shards) *shards = {S, o.expert_shards};
   history_.erase(std::remove_if(history_.begin(), history_.end(), [](const Past& p) { return p.role == Role::Expert; }),
                  history_.end());
   return rescale_experts(self, make_plan(o), step, attempt);

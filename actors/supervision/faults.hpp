@@ -254,9 +254,13 @@ struct RestartEvent {
   // layer shards_before -> shards_after).
   bool shrink = false;
   int shards_before = 0, shards_after = 0;
+  // With shrink: the shards' process was lost (not a budget broken); actor
+  // names them all.
+  bool process_lost = false;
   std::string str() const {
     if (shrink)
-      return "removed " + actor + " (" + cause + ") in step " + std::to_string(step) + ": over its restart budget, " +
+      return "removed " + actor + " (" + cause + ") in step " + std::to_string(step) +
+             (process_lost ? ": their process was lost, " : ": over its restart budget, ") +
              "expert shards per layer " + std::to_string(shards_before) + " -> " + std::to_string(shards_after) +
              (replayed ? ", step replayed, attempt " + std::to_string(attempt) : ", between steps");
     if (damaged)

@@ -100,13 +100,13 @@ void validate(const RuntimeOptions& o) {
   make_placement(o.devices, o.processes, o.stages, o.data_parallel, o.optimizer_shards, o.device_process);  // throws
   // A fault target exists when the plan has the actor (the one naming
   // scheme); the message says which count leaves it out.
-  // [[elastic]] scale events: a run with expert shards, one process, steps
-  // inside the run and increasing, counts the experts can be split into.
+  // [[elastic]] scale events: a run with expert shards, steps inside the run
+  // and increasing, counts the experts can be split into. Across processes
+  // the new shards are spawned where the placement puts them (elastic.cpp).
   int64_t prev_step = 0;
   for (const ElasticEvent& e : o.elastic) {
     const std::string ev = "[[elastic]] at_step " + std::to_string(e.at_step) + ": ";
     require(o.expert_shards > 0, ev + "scale events need a run with expert-shard actors (expert_shards > 0)");
-    require(o.processes == 1, ev + "scale events run in one process only (processes = " + std::to_string(o.processes) + ")");
     require(e.at_step >= 1 && e.at_step <= t.steps,
             ev + "at_step is outside the run's steps 1.." + std::to_string(t.steps));
     require(e.at_step > prev_step, ev + "at_step must be greater than the previous event's (" + std::to_string(prev_step) + ")");
@@ -117,11 +117,12 @@ void validate(const RuntimeOptions& o) {
   }
   if (o.expert_on_failure == ExpertOnFailure::shrink) {
     require(o.expert_shards > 0, "expert on_failure shrink needs expert-shard actors (expert_shards > 0)");
-    require(o.processes == 1, "expert on_failure shrink runs in one process only");
+    require(o.processes == 1 || (o.processes == 2 && o.process_loss == ProcessLoss::recover),
+            "expert on_failure shrink runs in one process, or on 2 with process_loss = recover (it shrinks around a lost "
+            "process 1)");
   }
   if (o.expert_policy == ExpertPolicy::eplb) {
     require(o.expert_shards > 0, "expert policy eplb needs expert-shard actors (expert_shards > 0)");
-    require(o.processes == 1, "expert policy eplb runs in one process only");
     require(o.rebalance_every >= 1, "expert policy eplb needs rebalance_every >= 1");
   }
   require(o.redundant_experts >= 0, "redundant_experts must be >= 0");
@@ -323,8 +324,19 @@ struct Runtime::Impl {
     };
     // Expert shards as a plan places them: the initial one, the live one
     // after [[elastic]] events (which change only the expert shards).
-    s.spawn_expert = [this](caf::actor_system& as, const Plan& plan, int replica, int index, bool await_restore) {
+    s.spawn_expert = [this, me](caf::actor_system& as, const Plan& plan, int replica, int index, bool await_restore) {
       const Placement& pl = plan.placement;
+      // Another process's shard (a placement change made on process 0) is
+      // spawned there, unless that process was lost: then here (device_for).
+      const int d = pl.expert_device[static_cast<size_t>(replica)][static_cast<size_t>(index)];
+      const int p = pl.device_process[static_cast<size_t>(d)];
+      if (p != me && cluster && !cluster->lost(p) && !((sh->lost_processes >> p) & 1u)) {
+        try {
+          return cluster->spawn_expert(p, plan, replica, index);
+        } catch (const std::exception&) {
+          if (!cluster->lost(p)) throw;  // lost meanwhile (it did not answer): here, as its other actors
+        }
+      }
       ExpertShardSpec spec;
       spec.replica = replica;
       spec.layer = pl.expert_ids[static_cast<size_t>(index)].first;
@@ -336,7 +348,6 @@ struct Runtime::Impl {
       spec.microbatches = plan.chunks;
       spec.start_step = sh->start_step;  // resumed (a respawn is restored to the running step after)
       spec.await_restore = await_restore;
-      const int d = pl.expert_device[static_cast<size_t>(replica)][static_cast<size_t>(index)];
       return placed(spawn_expert_shard(as, sh, device_for(d), spec), d);
     };
     s.on_restart = [this, user = o.on_restart](const RestartEvent& ev) {
@@ -348,6 +359,7 @@ struct Runtime::Impl {
     };
     // The coordinator first: actors report device errors to it from the start.
     if (place.coordinator_process() == me) s.peers.coordinator = spawn_coordinator(*sys, sh);
+    if (o.processes > 1) s.forget_remote = [this](const caf::actor& a) { if (cluster) cluster->forget(a); };
     try {
       if (o.processes > 1) cluster = std::make_unique<Cluster>(*sys, sh, place);  // a remote coordinator's handle
       spawn_local(place, me);
@@ -650,6 +662,16 @@ model::StepMetrics Runtime::step() {
                  [&](caf::error& e) { err = impl_->sys->render(e); });
     if (!err.empty())
       throw std::runtime_error("runtime: placement change before step " + std::to_string(scale->step) + " failed: " + err);
+    // The other processes' ranks and optimizer shards dispatch to the new
+    // shards from the next step on: they switch before it starts.
+    if (impl_->cluster) {
+      std::vector<std::vector<caf::actor>> table;
+      {
+        std::lock_guard<std::mutex> lock(impl_->sh->peers_mu);
+        table = impl_->sh->peers.experts;
+      }
+      impl_->cluster->publish_experts(*live_plan(*impl_->sh), table);
+    }
     scale->migration_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - m0).count();
     // Incremental: only the shards whose experts or device changed were replaced.
     const auto after = live_plan(*impl_->sh);

@@ -23,6 +23,7 @@
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,19 @@ class Supervisor {
   // Returns the new shards; `shards` gets the count before and after.
   std::vector<NewShard> shrink_experts(caf::event_based_actor* self, const Child& dead, uint64_t step,
                                          uint32_t attempt, std::pair<int, int>* shards);
+
+  // [experts] on_failure = "shrink" around a lost process (elastic.cpp;
+  // coordinator.cpp, on_process_lost): the slots of the expert shards in
+  // `lost` (children that lived on it) are removed from their MoE layers —
+  // each layer's experts there join a surviving neighbour, moe::
+  // remove_shard_bounds — and the smaller plan's shards are spawned here and
+  // restored as in shrink_experts. The plan keeps one shard count for every
+  // layer, so this needs every layer to have lost the same number of slots
+  // (over all replicas) and keep one: otherwise nothing changes, `why` says
+  // so, and the caller respawns the lost shards instead.
+  std::optional<std::vector<NewShard>> shrink_lost_experts(caf::event_based_actor* self, const std::vector<Child>& lost,
+                                                           uint64_t step, uint32_t attempt, std::pair<int, int>* shards,
+                                                           std::string* why);
 
   // Snapshots: a shard's post-update state of the running step; all of them
   // staged -> commit() when the step ends.
