@@ -35,6 +35,37 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// The first update's view of the batch: mean entropy and k3 KL to the
+// reference over the trained tokens.
+void first_update_metrics(RlStepMetrics& m, std::span<const double> mask, std::span<const double> logp,
+                          std::span<const double> logp_ref, std::span<const double> entropy) {
+  double es = 0.0, ks = 0.0, n = 0.0;
+  for (size_t k = 0; k < mask.size(); ++k) {
+    if (mask[k] <= 0) continue;
+    const double d = logp_ref[k] - logp[k];
+    es += entropy[k];
+    ks += std::exp(d) - d - 1.0;
+    n += 1.0;
+  }
+  m.entropy = n > 0 ? es / n : 0.0;
+  m.kl_ref = n > 0 ? ks / n : 0.0;
+}
+
+// An update's loss metrics (the last update's stand for the step).
+void loss_metrics(RlStepMetrics& m, const PolicyMetrics& pm) {
+  m.loss = pm.loss;
+  m.pg_loss = pm.pg_loss;
+  m.clip_low = pm.clip_low_fraction;
+  m.clip_high = pm.clip_high_fraction;
+  m.ratio_min = pm.ratio_min;
+  m.ratio_mean = pm.ratio_mean;
+  m.ratio_max = pm.ratio_max;
+  m.weight_min = pm.behaviour_weight_min;
+  m.weight_mean = pm.behaviour_weight_mean;
+  m.weight_max = pm.behaviour_weight_max;
+  m.approx_kl = pm.approx_kl;
+}
+
 }  // namespace
 
 std::unique_ptr<Task> make_task(const std::string& name, const model::DataConfig& data, uint64_t seed,
@@ -300,29 +331,8 @@ struct RlTrainer::Impl {
       policy_loss_backward(grad, in, rl.policy);
       for (size_t k = 0; k < T; ++k) coef[pos[k]] = static_cast<float>(grad[k]);
       head.backward(w, g, coef, 1.0);
-      if (u == 0) {
-        double es = 0.0, ks = 0.0, n = 0.0;
-        for (size_t k = 0; k < T; ++k) {
-          if (mask[k] <= 0) continue;
-          const double d = logp_ref[k] - logp[k];
-          es += entropy[k];
-          ks += std::exp(d) - d - 1.0;
-          n += 1.0;
-        }
-        m.entropy = n > 0 ? es / n : 0.0;
-        m.kl_ref = n > 0 ? ks / n : 0.0;
-      }
-      m.loss = pm.loss;
-      m.pg_loss = pm.pg_loss;
-      m.clip_low = pm.clip_low_fraction;
-      m.clip_high = pm.clip_high_fraction;
-      m.ratio_min = pm.ratio_min;
-      m.ratio_mean = pm.ratio_mean;
-      m.ratio_max = pm.ratio_max;
-      m.weight_min = pm.behaviour_weight_min;
-      m.weight_mean = pm.behaviour_weight_mean;
-      m.weight_max = pm.behaviour_weight_max;
-      m.approx_kl = pm.approx_kl;
+      if (u == 0) first_update_metrics(m, mask, logp, logp_ref, entropy);
+      loss_metrics(m, pm);
       m.aux_loss = f.aux_loss;
       optimizer_step(m, step * U + u, opt.steps * U, head.decoder().expert_load());
     }
@@ -379,29 +389,8 @@ struct RlTrainer::Impl {
       in.mask = sb.mask;
       in.offsets = sb.offsets;
       const PolicyMetrics pm = policy_loss_forward(in, rl.policy);
-      if (u == 0) {
-        double es = 0.0, ks = 0.0, n = 0.0;
-        for (size_t k = 0; k < T; ++k) {
-          if (sb.mask[k] <= 0) continue;
-          const double d = logp_ref[k] - logp[k];
-          es += entropy[k];
-          ks += std::exp(d) - d - 1.0;
-          n += 1.0;
-        }
-        m.entropy = n > 0 ? es / n : 0.0;
-        m.kl_ref = n > 0 ? ks / n : 0.0;
-      }
-      m.loss = pm.loss;
-      m.pg_loss = pm.pg_loss;
-      m.clip_low = pm.clip_low_fraction;
-      m.clip_high = pm.clip_high_fraction;
-      m.ratio_min = pm.ratio_min;
-      m.ratio_mean = pm.ratio_mean;
-      m.ratio_max = pm.ratio_max;
-      m.weight_min = pm.behaviour_weight_min;
-      m.weight_mean = pm.behaviour_weight_mean;
-      m.weight_max = pm.behaviour_weight_max;
-      m.approx_kl = pm.approx_kl;
+      if (u == 0) first_update_metrics(m, sb.mask, logp, logp_ref, entropy);
+      loss_metrics(m, pm);
       m.aux_loss = res.aux_loss;
       m.grad_norm = res.grad_norm;
       m.lr = res.lr;
