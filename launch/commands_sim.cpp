@@ -25,6 +25,13 @@ std::string fmt(const char* f, double x) {
   return buf;
 }
 
+// [a, b, ...] with %g, as the spec's lists are written.
+std::string list_text(const std::vector<double>& v) {
+  std::string out = "[";
+  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + fmt("%g", v[i]);
+  return out + "]";
+}
+
 int64_t mb_sequences(const Spec& s) {
   return s.data.batch_size / (s.topology.microbatches * s.topology.data_parallel);
 }
@@ -53,8 +60,12 @@ std::string cost_model_text(const Spec& s) {
   if (c.model == sim::CostModel::fixed)
     out += "F " + fmt("%g", c.forward_ms) + " ms, B " + fmt("%g", c.backward_ms) + " ms (full backward, W " +
            fmt("%g", c.weight_ms) + " ms of it) per micro-batch and stage";
-  else
+  else if (c.model == sim::CostModel::flops)
     out += fmt("%g", c.gflops) + " GFLOP/s and " + fmt("%g", c.gbps) + " GB/s per device (op time = max(FLOPs/rate, bytes/bandwidth))";
+  else
+    out += "per stage F " + list_text(c.stage_forward_ms) + " ms, B " + list_text(c.stage_backward_ms) +
+           " ms (full backward, W " + (c.stage_weight_ms.empty() ? std::string("none") : list_text(c.stage_weight_ms) + " ms") +
+           " of it) per micro-batch (troupe calibrate)";
   const int64_t bytes = sim::message_bytes(s.model, mb_sequences(s));
   out += "; link " + fmt("%g", c.link_latency_us) + " us latency, " +
          (c.link_gbps > 0 ? fmt("%g", c.link_gbps) + " GB/s" : std::string("unlimited bandwidth")) + " (a message is " +
