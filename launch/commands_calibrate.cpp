@@ -31,7 +31,6 @@
 #include <filesystem>
 #include <fstream>
 #include <atomic>
-#include <limits>
 #include <map>
 #include <thread>
 #include <spdlog/spdlog.h>
@@ -129,19 +128,28 @@ Measured measure(const Spec& spec, int copies, int64_t warmup, int64_t repeat, c
   auto now_ns = [] {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
   };
+  // The timed window opens when the last copy has finished its warm-up and
+  // closes when every copy has run `repeat` steps inside it; copies keep
+  // stepping until then, so every timed step had all copies busy.
   std::atomic<bool> stopped{false};
+  std::atomic<int> warmed{0}, ready{0};
+  std::atomic<int64_t> from{0}, to{0};
   std::vector<std::thread> threads;
   for (size_t k = 0; k < runs.size(); ++k)
     threads.emplace_back([&, k] {
       Copy& c = runs[k];
+      int64_t counted = 0;
       try {
-        for (int64_t i = 0; i < warmup + repeat && !stop.requested() && !stopped; ++i) {
+        for (int64_t i = 0; i < warmup + 100 * repeat && to == 0 && !stop.requested() && !stopped; ++i) {
           const int64_t t0 = now_ns();
           c.rt->step();
-          c.steps.emplace_back(t0, now_ns());
+          const int64_t t1 = now_ns();
+          c.steps.emplace_back(t0, t1);
           if (k == 0)
-            spdlog::info("calibrate ({} device(s) busy): step {}/{} ({}) {:.1f} ms", copies, i + 1, warmup + repeat,
-                         i < warmup ? "warm-up" : "timed", static_cast<double>(c.steps.back().second - t0) / 1e6);
+            spdlog::info("calibrate ({} device(s) busy): step {} ({}) {:.1f} ms", copies, i + 1,
+                         i < warmup ? "warm-up" : "timed", static_cast<double>(t1 - t0) / 1e6);
+          if (i + 1 == warmup && ++warmed == copies) from = now_ns();
+          if (from != 0 && t0 >= from && ++counted == repeat && ++ready == copies) to = now_ns();
         }
       } catch (...) {
         c.error = std::current_exception();
@@ -155,12 +163,7 @@ Measured measure(const Spec& spec, int copies, int64_t warmup, int64_t repeat, c
     interrupted = true;
     return {};
   }
-  // The window in which every copy was timing: after the last warm-up, before the first copy ended.
-  int64_t from = 0, to = std::numeric_limits<int64_t>::max();
-  for (const Copy& c : runs) {
-    from = std::max(from, c.steps.at(static_cast<size_t>(warmup)).first);  // the first timed step's start
-    to = std::min(to, c.steps.back().second);
-  }
+  if (to == 0) throw std::runtime_error("calibrate: the copies never had " + std::to_string(repeat) + " timed steps at once");
 
   Measured m;
   std::vector<std::vector<double>> fs(static_cast<size_t>(layout.num_stages)), bs(fs.size());
@@ -171,7 +174,7 @@ Measured measure(const Spec& spec, int copies, int64_t warmup, int64_t repeat, c
     const std::vector<runtime::DeviceTrace> traces = c.rt->device_traces();
     if (traces.size() != 1) throw std::logic_error("calibrate: expected one device, got " + std::to_string(traces.size()));
     for (const auto& [s0, s1] : c.steps) {
-      if (s0 < from || s1 > to) continue;
+      if (s0 < from || s1 > to) continue;  // outside the window: not every copy was busy
       std::map<std::pair<int, int>, double> this_step;
       double b = 0;
       int64_t prev_end = -1;
