@@ -79,6 +79,13 @@ def alone_table(table):
     return re.sub(r"(?m)^optimizer_ms = .*$", f"optimizer_ms = {m.group(3)}", t)
 
 
+def flops_table(table):
+    # The commented flops fit: "# flops fit (...): gflops = X, gbps = Y; ..."
+    m = re.search(r"# flops fit[^:]*: gflops = (\S+), gbps = ([^;]+);", table)
+    t = re.sub(r'(?m)^cost_model = .*$', f'cost_model = "flops"\ngflops = {m.group(1)}\ngbps = {m.group(2)}', table)
+    return re.sub(r"(?m)^stage_(forward|backward)_ms = .*\n", "", t)
+
+
 def trace_breakdown(path, warmup):
     # Per-op medians (F, B by stage) and per device and step: post-pipeline
     # busy time (exchange, optimizer, snapshot) and idle ("wait" spans).
@@ -128,6 +135,7 @@ def main():
                     table = open(tab).read()
                     pred = predict(troupe, spec, table, ov, work)
                     pred_alone = predict(troupe, spec, alone_table(table), ov, work)
+                    pred_flops = predict(troupe, spec, flops_table(table), ov, work)
                     out = os.path.join(work, f"real_{cfg}_{sched}_{rnd}")
                     trace = os.path.join(out, "trace.json")
                     run([troupe, "run", spec] + sets(ov + [f"run.steps={a.steps}", "run.eval_every=0", "run.eval_batches=1",
@@ -137,20 +145,22 @@ def main():
                     calib = {k: json.loads(re.search(rf"(?m)^{k} = (.*)$", table).group(1))
                              for k in ("stage_forward_ms", "stage_backward_ms", "optimizer_ms", "link_latency_us")}
                     row = {"config": cfg, "schedule": sched, "round": rnd, "predicted_ms": pred,
-                           "predicted_alone_ms": pred_alone, "measured_ms": real, "measured_steps_ms": st,
-                           "error": pred / real - 1.0, "error_alone": pred_alone / real - 1.0, "calibrated": calib,
+                           "predicted_alone_ms": pred_alone, "predicted_flops_ms": pred_flops, "measured_ms": real, "measured_steps_ms": st,
+                           "error": pred / real - 1.0, "error_alone": pred_alone / real - 1.0,
+                           "error_flops": pred_flops / real - 1.0, "calibrated": calib,
                            "real_trace": trace_breakdown(trace, 2), "seconds": time.time() - t0,
                            "load": open("/proc/loadavg").read().split()[:3]}
                     rows.append(row)
                     print(f"{cfg:10} {sched:8} round {rnd}: predicted {pred:7.1f} ms (alone {pred_alone:7.1f}), "
-                          f"measured {real:7.1f} ms, error {100 * row['error']:+5.1f}% (alone {100 * row['error_alone']:+5.1f}%), "
+                          f"measured {real:7.1f} ms, error {100 * row['error']:+5.1f}% (alone {100 * row['error_alone']:+5.1f}%, "
+                          f"flops {100 * row['error_flops']:+5.1f}%), "
                           f"load {' '.join(row['load'])}", flush=True)
     load_after = open("/proc/loadavg").read().split()[:3]
 
     print(f"\nsim calibration: predicted (troupe calibrate + sim) vs measured (troupe run) step time, 2 host devices, "
           f"medians over {a.rounds} round(s); load before {' '.join(load_before)}, after {' '.join(load_after)}")
     print(f"{'config':10} {'schedule':8} {'predicted ms':>12} {'measured ms':>11} {'error':>7} {'|error| max':>11} "
-          f"{'alone pred':>10} {'alone err':>9}")
+          f"{'alone pred':>10} {'alone err':>9} {'flops pred':>10} {'flops err':>9}")
     summary = []
     for cfg in a.configs.split(","):
         for sched in SPECS:
@@ -161,9 +171,13 @@ def main():
             ea = statistics.median(r["error_alone"] for r in rs)
             worst = max(abs(r["error"]) for r in rs)
             pa = statistics.median(r["predicted_alone_ms"] for r in rs)
+            pf = statistics.median(r["predicted_flops_ms"] for r in rs)
+            ef = statistics.median(r["error_flops"] for r in rs)
             summary.append({"config": cfg, "schedule": sched, "predicted_ms": p, "measured_ms": m, "median_error": e,
-                            "max_abs_error": worst, "predicted_alone_ms": pa, "median_error_alone": ea})
-            print(f"{cfg:10} {sched:8} {p:12.1f} {m:11.1f} {100 * e:+6.1f}% {100 * worst:10.1f}% {pa:10.1f} {100 * ea:+8.1f}%")
+                            "max_abs_error": worst, "predicted_alone_ms": pa, "median_error_alone": ea,
+                            "predicted_flops_ms": pf, "median_error_flops": ef})
+            print(f"{cfg:10} {sched:8} {p:12.1f} {m:11.1f} {100 * e:+6.1f}% {100 * worst:10.1f}% {pa:10.1f} {100 * ea:+8.1f}% "
+                  f"{pf:10.1f} {100 * ef:+8.1f}%")
     print("\nbreakdown (last round): calibrated op ms vs the same ops inside the real run's trace; per device and step:"
           " post-pipeline and idle ms")
     for r in rows:

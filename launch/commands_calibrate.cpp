@@ -283,8 +283,8 @@ std::string sim_table(const Spec& spec, const std::string& path, const Measured&
        "# as the spec has), on the real runtime.\n";
   t += "# alone (one device busy): stage_forward_ms = " + list_text(alone.f) + ", stage_backward_ms = " +
        list_text(alone.b) + ", optimizer_ms = " + round_sig(alone.optimizer) + "\n";
-  t += "# flops fit: " + fmt("%.4g", fit.gflops) + " GFLOP/s at a measured " + fmt("%.4g", fit.gbps) +
-       " GB/s copy bandwidth, worst op off by " + fmt("%.1f", 100.0 * fit.worst) + "%" +
+  t += "# flops fit (gbps: a measured copy; gflops: the stages' total time matched): gflops = " + round_sig(fit.gflops) +
+       ", gbps = " + round_sig(fit.gbps) + "; worst op off by " + fmt("%.1f", 100.0 * fit.worst) + "%" +
        (measured ? "" : ", so the flops model is written") + ".\n";
   t += "# optimizer_ms: gradient download, reduce, AdamW, copies and parameter load of the busiest device;\n";
   t += "# link_latency_us: median idle gap between two closures (one actor hop in one process).\n";
