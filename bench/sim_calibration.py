@@ -81,7 +81,7 @@ def alone_table(table):
 
 def flops_table(table):
     # The commented flops fit: "# flops fit (...): gflops = X, gbps = Y; ..."
-    m = re.search(r"# flops fit[^:]*: gflops = (\S+), gbps = ([^;]+);", table)
+    m = re.search(r"(?m)^# flops fit.*: gflops = (\S+), gbps = ([^;]+);", table)
     t = re.sub(r'(?m)^cost_model = .*$', f'cost_model = "flops"\ngflops = {m.group(1)}\ngbps = {m.group(2)}', table)
     return re.sub(r"(?m)^stage_(forward|backward)_ms = .*\n", "", t)
 

@@ -38,6 +38,7 @@
 #include "actors/sim/sim_costs.hpp"
 #include "launch/cli.hpp"
 #include "launch/signals.hpp"
+#include "launch/spec_keys.hpp"
 #include "launch/topology.hpp"
 
 namespace troupe::launch {
@@ -50,17 +51,12 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-std::string fmt(const char* f, double x) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, x);
+// A number as the table writes it: 6 significant digits, as %g (and so
+// `troupe validate`) prints it back.
+std::string round_sig(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", x);
   return buf;
-}
-
-// [a, b] in the spec's list syntax, %g as `troupe validate` and `troupe keys` print lists.
-std::string list_text(const std::vector<double>& v) {
-  std::string out = "[";
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + fmt("%g", v[i]);
-  return out + "]";
 }
 
 // Bytes per second of a large copy (read + write), the median of 5: the
@@ -263,8 +259,6 @@ FlopsFit fit_flops(const Spec& spec, const Measured& m, int64_t mb_sequences, do
   return fit;
 }
 
-std::string round_sig(double x) { return fmt("%.6g", x); }
-
 // The [sim] table (comments first), in the spec's syntax. `m` is what is
 // written; `alone` (the ops with one device busy) goes into the comments.
 std::string sim_table(const Spec& spec, const std::string& path, const Measured& m, const Measured& alone, int copies,
@@ -281,10 +275,10 @@ std::string sim_table(const Spec& spec, const std::string& path, const Measured&
   t += "# Medians of " + std::to_string(repeat) + " step(s) after " + std::to_string(warmup) + " warm-up step(s) of " +
        std::to_string(copies) + " copy(ies) of the pipeline on one device each, stepping at once (as many devices busy\n" +
        "# as the spec has), on the real runtime.\n";
-  t += "# alone (one device busy): stage_forward_ms = " + list_text(alone.f) + ", stage_backward_ms = " +
-       list_text(alone.b) + ", optimizer_ms = " + round_sig(alone.optimizer) + "\n";
+  t += "# alone (one device busy): stage_forward_ms = " + float_list_text(alone.f) + ", stage_backward_ms = " +
+       float_list_text(alone.b) + ", optimizer_ms = " + round_sig(alone.optimizer) + "\n";
   t += "# flops fit (gbps: a measured copy; gflops: the stages' total time matched): gflops = " + round_sig(fit.gflops) +
-       ", gbps = " + round_sig(fit.gbps) + "; worst op off by " + fmt("%.1f", 100.0 * fit.worst) + "%" +
+       ", gbps = " + round_sig(fit.gbps) + "; worst op off by " + round_sig(std::round(1000.0 * fit.worst) / 10.0) + "%" +
        (measured ? "" : ", so the flops model is written") + ".\n";
   t += "# optimizer_ms: gradient download, reduce, AdamW, copies and parameter load of the busiest device;\n";
   t += "# link_latency_us: median idle gap between two closures (one actor hop in one process).\n";
@@ -292,8 +286,8 @@ std::string sim_table(const Spec& spec, const std::string& path, const Measured&
   t += "[sim]\n";
   if (measured) {
     t += "cost_model = \"measured\"\n";
-    t += "stage_forward_ms = " + list_text(m.f) + "\n";
-    t += "stage_backward_ms = " + list_text(m.b) + "\n";
+    t += "stage_forward_ms = " + float_list_text(m.f) + "\n";
+    t += "stage_backward_ms = " + float_list_text(m.b) + "\n";
   } else {
     t += "cost_model = \"flops\"\n";
     t += "gflops = " + round_sig(fit.gflops) + "\n";

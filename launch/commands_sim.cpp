@@ -12,6 +12,7 @@
 
 #include "actors/sim/sim_faults.hpp"
 #include "launch/progress.hpp"
+#include "launch/spec_keys.hpp"
 #include "launch/topology.hpp"
 
 namespace troupe::launch {
@@ -23,13 +24,6 @@ std::string fmt(const char* f, double x) {
   char buf[64];
   std::snprintf(buf, sizeof buf, f, x);
   return buf;
-}
-
-// [a, b, ...] with %g, as the spec's lists are written.
-std::string list_text(const std::vector<double>& v) {
-  std::string out = "[";
-  for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + fmt("%g", v[i]);
-  return out + "]";
 }
 
 int64_t mb_sequences(const Spec& s) {
@@ -63,8 +57,8 @@ std::string cost_model_text(const Spec& s) {
   else if (c.model == sim::CostModel::flops)
     out += fmt("%g", c.gflops) + " GFLOP/s and " + fmt("%g", c.gbps) + " GB/s per device (op time = max(FLOPs/rate, bytes/bandwidth))";
   else
-    out += "per stage F " + list_text(c.stage_forward_ms) + " ms, B " + list_text(c.stage_backward_ms) +
-           " ms (full backward, W " + (c.stage_weight_ms.empty() ? std::string("none") : list_text(c.stage_weight_ms) + " ms") +
+    out += "per stage F " + float_list_text(c.stage_forward_ms) + " ms, B " + float_list_text(c.stage_backward_ms) +
+           " ms (full backward, W " + (c.stage_weight_ms.empty() ? std::string("none") : float_list_text(c.stage_weight_ms) + " ms") +
            " of it) per micro-batch (troupe calibrate)";
   const int64_t bytes = sim::message_bytes(s.model, mb_sequences(s));
   out += "; link " + fmt("%g", c.link_latency_us) + " us latency, " +

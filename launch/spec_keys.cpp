@@ -6,6 +6,7 @@
 #include "actors/cluster/interface_address.hpp"
 
 #include <cmath>
+#include <cstdio>
 #include <sstream>
 #include <stdexcept>
 
@@ -386,6 +387,16 @@ const std::vector<KeyDef>& spec_keys() {
   return keys;
 }
 
+std::string float_list_text(const std::vector<double>& values) {
+  std::string out = "[";
+  for (size_t i = 0; i < values.size(); ++i) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", values[i]);
+    out += (i ? ", " : "") + std::string(buf);
+  }
+  return out + "]";
+}
+
 std::string key_value_text(const KeyDef& def, Spec& spec) {
   void* p = def.field(spec);
   std::ostringstream os;
@@ -395,13 +406,7 @@ std::string key_value_text(const KeyDef& def, Spec& spec) {
     case KeyType::Bool: os << (*static_cast<bool*>(p) ? "true" : "false"); break;
     case KeyType::String: os << '"' << *static_cast<std::string*>(p) << '"'; break;
     case KeyType::Choice: os << '"' << def.choices.at(def.choice_index(p)) << '"'; break;
-    case KeyType::FloatList: {
-      const auto& v = *static_cast<std::vector<double>*>(p);
-      os << '[';
-      for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
-      os << ']';
-      break;
-    }
+    case KeyType::FloatList: os << float_list_text(*static_cast<std::vector<double>*>(p)); break;
   }
   return os.str();
 }

@@ -40,6 +40,8 @@ struct KeyDef {
 };
 
 const std::vector<KeyDef>& spec_keys();
+// A float list in the spec's syntax: "[1.5, 2]" (each value as %g prints it).
+std::string float_list_text(const std::vector<double>& values);
 // The current value of `def` in `spec`, rendered as TOML ("128", "\"host\"", "true").
 std::string key_value_text(const KeyDef& def, Spec& spec);
 

@@ -9,17 +9,7 @@ set -uo pipefail
 troupe=$1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-failures=0
-
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-expect_exit() {
-  local want=$1; shift
-  out=$("$@" 2>&1); local got=$?
-  [ "$got" -eq "$want" ] || fail "'$*' exited $got, expected $want; output:\n$out"
-}
-expect_output() {
-  grep -qF -- "$1" <<<"$out" || fail "expected '$1' in output of the last command; got:\n$out"
-}
+source "$(dirname "$0")/cli_test_lib.sh"
 # value KEY FILE: the right-hand side of `KEY = ...` in FILE.
 value() { sed -n "s/^$1 = //p" "$2"; }
 
@@ -135,8 +125,4 @@ sed 's/^cost_model = "measured"/cost_model = "fixed"/' "$work/sim.toml" > "$work
 expect_exit 3 "$troupe" validate "$work/fixed.toml"
 expect_output "$work/fixed.toml:$n:1: error: [sim] stage_forward_ms applies only to cost_model = \"measured\""
 
-if [ "$failures" -ne 0 ]; then
-  echo "$failures failure(s)"
-  exit 1
-fi
-echo "calibrate_test: all passed"
+finish calibrate_test
