@@ -33,8 +33,9 @@ usage:
   troupe import [SPEC] --checkpoint DIR --input FILE
                                     make a fresh checkpoint from safetensors weights
   troupe calibrate SPEC [--out FILE] [--repeat N] [--model flops|measured]
-                                    time the spec's per-stage ops on this machine (real runtime, one device, every
-                                    op alone) and print (and write) the [sim] table that makes its sim predict it
+                                    time the spec's per-stage ops on this machine (the real runtime: alone, then
+                                    with the spec's devices busy) and print (and write) the [sim] table that makes
+                                    its sim predict it
   troupe keygen DIR                 write a cluster key for [topology] auth_dir (DIR/cluster.pem, DIR/cluster.key;
                                     copy DIR to every host of a multi-host run)
   troupe keys                       print every spec key (Markdown table: key, type, default, meaning)
@@ -52,7 +53,7 @@ options:
   --log-level LEVEL         trace, debug, info, warn, error, off (overrides [log] level)
   --port N                  dashboard: the port on 127.0.0.1 (default: a free port, printed)
   --out FILE                calibrate: also write the [sim] table to FILE (temporary file + rename)
-  --repeat N                calibrate: timed steps after 2 warm-up steps (default 8; medians are taken)
+  --repeat N                calibrate: timed rounds after 2 warm-up rounds (default 8; medians are taken)
   --model M                 calibrate: the cost model to write, "flops" or "measured" (default: measured
                             unless the flops fit is within 5% on every op)
 
