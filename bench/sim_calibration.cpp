@@ -88,7 +88,7 @@ std::string map_text(const std::map<int, double>& m) {
 struct Row {
   std::string config, schedule;
   int round = 0;
-  double predicted = 0, predicted_alone = 0, predicted_flops = 0, measured = 0, best = 0;
+  double predicted = 0, predicted_alone = 0, predicted_flops = 0, measured = 0, measured_mean = 0, best = 0;
   std::vector<double> real_steps;
   Calibration cal;
   OpTimes real;  // the real runtime's own trace
@@ -163,12 +163,14 @@ int main(int argc, char** argv) {
           row.predicted_alone = predict(spec, calibrated_costs(row.cal, true, true));
           row.predicted_flops = predict(spec, calibrated_costs(row.cal, false));
           row.measured = median(row.real_steps);
+          row.measured_mean = 0;
+          for (double x : row.real_steps) row.measured_mean += x / static_cast<double>(row.real_steps.size());
           row.best = *std::min_element(row.real_steps.begin(), row.real_steps.end());
           row.load = load_average();
-          std::printf("%-10s %-8s round %d: predicted %7.1f ms (alone %7.1f, flops %7.1f), measured %7.1f ms (best %7.1f): "
-                      "error %+5.1f%% (alone %+5.1f%%, flops %+5.1f%%); load %s\n",
+          std::printf("%-10s %-8s round %d: predicted %7.1f ms (alone %7.1f, flops %7.1f), measured %7.1f ms (mean %7.1f, "
+                      "best %7.1f): error %+5.1f%% (alone %+5.1f%%, flops %+5.1f%%); load %s\n",
                       cfg.c_str(), sched_name.c_str(), rnd, row.predicted, row.predicted_alone, row.predicted_flops,
-                      row.measured, row.best, 100 * (row.predicted / row.measured - 1), 100 * (row.predicted_alone / row.measured - 1),
+                      row.measured, row.measured_mean, row.best, 100 * (row.predicted / row.measured - 1), 100 * (row.predicted_alone / row.measured - 1),
                       100 * (row.predicted_flops / row.measured - 1), row.load.c_str());
           std::fflush(stdout);
           rows.push_back(std::move(row));
@@ -208,7 +210,7 @@ int main(int argc, char** argv) {
       js << "    {\"config\": \"" << r.config << "\", \"schedule\": \"" << r.schedule << "\", \"round\": " << r.round
          << ", \"predicted_ms\": " << r.predicted << ", \"predicted_alone_ms\": " << r.predicted_alone
          << ", \"predicted_flops_ms\": " << r.predicted_flops << ", \"measured_ms\": " << r.measured
-         << ", \"best_ms\": " << r.best << ", \"error\": " << r.predicted / r.measured - 1
+         << ", \"mean_ms\": " << r.measured_mean << ", \"best_ms\": " << r.best << ", \"error\": " << r.predicted / r.measured - 1
          << ", \"real_steps_ms\": " << list(r.real_steps) << ", \"load\": \"" << r.load << "\""
          << ", \"calibrated\": {\"forward_ms\": " << list(r.cal.busy.f) << ", \"backward_ms\": " << list(r.cal.busy.b)
          << ", \"optimizer_ms\": " << r.cal.busy.optimizer << ", \"link_latency_us\": " << r.cal.busy.gap_us

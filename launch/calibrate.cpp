@@ -12,6 +12,7 @@
 #include <memory>
 #include <spdlog/spdlog.h>
 #include <thread>
+#include <tuple>
 
 #include "launch/spec_keys.hpp"
 #include "launch/topology.hpp"
@@ -24,6 +25,12 @@ double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const size_t n = v.size();
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0.0 : s / static_cast<double>(v.size());
 }
 
 int64_t now_ns() {
@@ -51,6 +58,32 @@ double copy_bandwidth() {
     a[static_cast<size_t>(i)] = b[n - 1 - static_cast<size_t>(i)];  // keep the copies observable
   }
   return 2.0 * static_cast<double>(n * sizeof(float)) / median(t);
+}
+
+// The phase (see OpTimes::post) of a post-pipeline closure; -1 for the others.
+int post_phase(runtime::TraceLabel::Kind k) {
+  using K = runtime::TraceLabel;
+  switch (k) {
+    case K::GradSend: return 0;
+    case K::Reduce: return 1;
+    case K::Update:
+    case K::ParamRead: return 2;
+    case K::Snapshot:
+    case K::ParamLoad: return 3;
+    default: return -1;
+  }
+}
+
+// post_by_device and optimizer from post.
+void summarize_post(OpTimes& m) {
+  m.post_by_device.clear();
+  std::map<int, double> phase_max;
+  for (const auto& [key, ms] : m.post) {
+    m.post_by_device[key.second] += ms;
+    phase_max[key.first] = std::max(phase_max[key.first], ms);
+  }
+  m.optimizer = 0;
+  for (const auto& [phase, ms] : phase_max) m.optimizer += ms;
 }
 
 // The runtime options of one calibration copy: every actor of the spec's
@@ -122,13 +155,12 @@ OpTimes measure(const Spec& spec, const runtime::Plan& placement, int copies, co
     out.f[s] = median(f);
     out.b[s] = median(b);
   }
-  for (auto& [d, ms] : out.post_by_device) {
+  for (auto& [key, ms] : out.post) {
     std::vector<double> v;
-    for (const OpTimes& p : per) v.push_back(p.post_by_device.at(d));
+    for (const OpTimes& p : per) v.push_back(p.post.count(key) ? p.post.at(key) : 0.0);
     ms = median(v);
   }
-  out.optimizer = 0;
-  for (const auto& [d, ms] : out.post_by_device) out.optimizer = std::max(out.optimizer, ms);
+  summarize_post(out);
   std::vector<double> gaps, walls;
   for (const OpTimes& p : per) gaps.push_back(p.gap_us), walls.push_back(p.step);
   out.gap_us = median(gaps);
@@ -179,11 +211,11 @@ OpTimes read_op_times(const std::vector<runtime::DeviceTrace>& traces,
       sched::make_layout(t.schedule, static_cast<int>(t.stages), static_cast<int>(t.microbatches)).num_stages;
   OpTimes m;
   std::vector<std::vector<double>> fs(static_cast<size_t>(num_stages)), bs(fs.size());
-  std::map<std::pair<int, int>, std::vector<double>> post;  // (0 rank / 1 shard, index) -> ms per step
+  std::map<std::tuple<int, int, int>, std::vector<double>> post;  // (0 rank / 1 shard, index, phase) -> ms per step
   std::map<int, std::vector<double>> busy;
   std::vector<double> gaps, wall;
   for (const auto& [s0, s1] : steps) {
-    std::map<std::pair<int, int>, double> this_step;
+    std::map<std::tuple<int, int, int>, double> this_step;  // (0 rank / 1 shard, index, phase)
     for (const runtime::DeviceTrace& dt : traces) {
       double b = 0;
       int64_t prev_end = -1;
@@ -199,10 +231,9 @@ OpTimes read_op_times(const std::vector<runtime::DeviceTrace>& traces,
           if (l.stage < 0 || l.stage >= num_stages) throw std::logic_error("calibrate: the trace names an unknown stage");
           (l.kind == K::Forward ? fs : bs)[static_cast<size_t>(l.stage)].push_back(ms);
           ++m.samples;
-        } else if (l.kind == K::GradSend || l.kind == K::ParamLoad) {
-          this_step[{0, l.owner}] += ms;
-        } else if (l.kind == K::Reduce || l.kind == K::Update || l.kind == K::Snapshot || l.kind == K::ParamRead) {
-          this_step[{1, l.owner}] += ms;
+        } else if (const int phase = post_phase(l.kind); phase >= 0) {
+          const int actor = l.kind == K::GradSend || l.kind == K::ParamLoad ? 0 : 1;  // rank or shard
+          this_step[{actor, l.owner, phase}] += ms;
         }
       }
       busy[dt.device].push_back(b);
@@ -214,16 +245,17 @@ OpTimes read_op_times(const std::vector<runtime::DeviceTrace>& traces,
   for (size_t s = 0; s < fs.size(); ++s) {
     if (fs[s].empty() || bs[s].empty())
       throw std::runtime_error("calibrate: stage " + std::to_string(s) + " ran no forward or backward in the timed steps");
-    m.f.push_back(median(fs[s]));
-    m.b.push_back(median(bs[s]));
+    m.f.push_back(mean(fs[s]));
+    m.b.push_back(mean(bs[s]));
   }
   for (const runtime::ActorPlan& a : placement.actors) {
     if (a.device < 0 || a.replica > 0) continue;
     const int kind = a.role == runtime::Role::Rank ? 0 : a.role == runtime::Role::Optimizer ? 1 : -1;
-    auto it = post.find({kind, a.index});
-    if (it != post.end()) m.post_by_device[a.device] += median(it->second);
+    for (int phase = 0; phase < 4; ++phase)
+      if (auto it = post.find({kind, a.index, phase}); it != post.end())
+        m.post[{phase, a.device}] += mean(it->second);
   }
-  for (const auto& [d, ms] : m.post_by_device) m.optimizer = std::max(m.optimizer, ms);
+  summarize_post(m);
   for (const auto& [d, v] : busy) m.busy_by_device[d] = median(v);
   m.gap_us = median(gaps);
   m.step = median(wall);
@@ -286,7 +318,7 @@ std::string sim_table(const Spec& spec, const std::string& path, const Calibrati
        std::to_string(spec.model.seq_len) + " tokens, backend " +
        (spec.topology.device_kind == DeviceKind::opencl ? "opencl" : "host") + ", " +
        std::to_string(spec.topology.threads_per_device) + " thread(s) per device.\n";
-  t += "# Medians of " + std::to_string(options.repeat) + " round(s) after " + std::to_string(options.warmup) +
+  t += "# Means (gaps: medians) of " + std::to_string(options.repeat) + " round(s) after " + std::to_string(options.warmup) +
        " warm-up round(s) of " + std::to_string(c.copies) +
        " copy(ies) of the pipeline, one device each, stepping at once (as many devices busy\n"
        "# as the spec has), on the real runtime.\n";
@@ -295,7 +327,8 @@ std::string sim_table(const Spec& spec, const std::string& path, const Calibrati
   t += "# flops fit (gbps: a measured copy; gflops: the stages' total time matched): gflops = " + round_sig(c.fit.gflops) +
        ", gbps = " + round_sig(c.fit.gbps) + "; worst op off by " + round_sig(std::round(1000.0 * c.fit.worst) / 10.0) +
        "%" + (measured ? "" : ", so the flops model is written") + ".\n";
-  t += "# optimizer_ms: gradient download, reduce, AdamW, copies and parameter load of the busiest device;\n";
+  t += "# optimizer_ms: after the pipeline, per phase (gradient download, reduce, AdamW, snapshot and parameter\n"
+       "# load) the busiest device of the spec's placement, summed (the phases wait for each other across devices);\n";
   t += "# link_latency_us: median idle gap between two closures (one actor hop in one process).\n";
   t += "# Use: a copy of the spec with [topology] device_kind = \"sim\", optimizer_shards = 1 and this table.\n";
   t += "[sim]\n";

@@ -9,11 +9,12 @@
 // with every actor on ONE device, step in lockstep rounds: first one copy
 // alone, then as many copies at once as the spec has devices (so the ops
 // share the cores, caches and memory bandwidth as in the real run). Per
-// stage: the median forward and full backward of a micro-batch (the runtime
+// stage: the mean forward and full backward of a micro-batch (the runtime
 // runs B and W as one backward: there is no weight part to measure). The
-// optimizer step is what runs after the pipeline (gradient download, reduce,
-// AdamW, the parameter and snapshot copies, the parameter load), summed per
-// device of the spec's placement, the busiest device taken; the link latency
+// optimizer step is what runs after the pipeline: per phase (gradient
+// download, reduce, AdamW, snapshot copies and parameter load) the busiest
+// device of the spec's placement, summed over the phases, since each phase
+// waits for the previous one on every device; the link latency
 // is the median idle gap between two closures (one actor hop in one process).
 #pragma once
 
@@ -34,8 +35,14 @@ namespace troupe::launch {
 // Op times of some steps of a runtime, in ms (F and B per micro-batch).
 struct OpTimes {
   std::vector<double> f, b;             // per stage: medians
-  std::map<int, double> post_by_device; // post-pipeline closures per step, per device of the spec's placement
-  double optimizer = 0.0;               // the busiest device's post_by_device
+  // Post-pipeline closures per step, per device of the spec's placement, in
+  // four phases that wait for each other across devices (a shard reduces
+  // once every rank's gradients are in; AdamW once every shard's norm is in):
+  // 0 gradient download (ranks), 1 reduce, 2 update, 3 snapshot and
+  // parameter load. Keyed (phase, device).
+  std::map<std::pair<int, int>, double> post;
+  std::map<int, double> post_by_device;  // the phases summed per device
+  double optimizer = 0.0;                // the post phases' critical path: sum over phases of the busiest device
   std::map<int, double> busy_by_device; // closures per step (median), per device of the trace
   double gap_us = 0.0;                  // median idle gap between two closures of a device
   double step = 0.0;                    // median wall time of a step
