@@ -31,6 +31,8 @@
 #include <string>
 #include <vector>
 
+#include <spdlog/spdlog.h>
+
 #include "actors/sim/sim_runtime.hpp"
 #include "kernels/blas_core.hpp"
 #include "launch/calibrate.hpp"
@@ -99,6 +101,7 @@ struct Row {
 
 int main(int argc, char** argv) {
   troupe::kernels::use_native_blas_kernels(argv);  // the kernels `troupe` runs
+  spdlog::set_level(spdlog::level::warn);           // the calibration's per-round lines
   std::string spec_dir, json = "bench_sim_calibration.json", configs = "quickstart,d256";
   int rounds = 1;
   int64_t repeat = 8;

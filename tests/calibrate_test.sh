@@ -107,6 +107,16 @@ expect_exit 3 "$troupe" calibrate "$work/tiny.toml" --set run.mode='"rl"' --set 
 expect_output "calibrate measures pipeline training steps"
 cmp -s "$work/t.toml" "$work/keep.toml" || fail "a failed calibrate changed the earlier table"
 
+# SIGINT stops it after the running round: exit 130, nothing written.
+"$troupe" calibrate "$work/tiny.toml" --repeat 1000 --out "$work/int.toml" > "$work/int.log" 2>&1 &
+pid=$!
+sleep 2
+kill -INT "$pid"
+wait "$pid"; rc=$?
+[ "$rc" -eq 130 ] || fail "calibrate after SIGINT exited $rc, expected 130: $(tail -3 "$work/int.log")"
+grep -qF "interrupted (SIGINT); nothing was written" "$work/int.log" || fail "no interruption message: $(tail -3 "$work/int.log")"
+[ -e "$work/int.toml" ] && fail "an interrupted calibrate wrote its table"
+
 # The measured cost model's rules (file:line:col).
 n=$(grep -n '^stage_forward_ms' "$work/sim.toml" | cut -d: -f1)
 expect_exit 3 "$troupe" validate "$work/sim.toml" --set 'sim.stage_forward_ms=[1, 2, 3]'
