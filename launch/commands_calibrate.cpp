@@ -90,7 +90,7 @@ int command_calibrate(const CliOptions& opt, const Spec& spec) {
 
   const OpTimes& a = c.alone;
   const OpTimes& m = c.busy;
-  std::printf("calibrate %s: %lld step(s) timed; one device alone: step %.1f ms (busy %.1f ms)\n", spec.source.c_str(),
+  std::printf("calibrate %s: %lld copy step(s) timed with all devices busy; one device alone: step %.1f ms (busy %.1f ms)\n", spec.source.c_str(),
               static_cast<long long>(m.steps), a.step, a.busy_by_device.empty() ? 0.0 : a.busy_by_device.begin()->second);
   const std::string fb = "F " + std::to_string(c.copies) + " busy", bb = "B " + std::to_string(c.copies) + " busy";
   std::printf("  %-6s %9s %9s %11s %11s %15s %15s\n", "stage", "F alone", "B alone", fb.c_str(), bb.c_str(),
