@@ -147,7 +147,7 @@ OpTimes measure(const Spec& spec, const runtime::Plan& placement, int copies, co
   std::vector<OpTimes> per;
   for (size_t k = 0; k < runs.size(); ++k) per.push_back(read_op_times(runs[k]->device_traces(), timed[k], spec, placement));
   if (per.size() == 1) return per[0];
-  // Pooled: medians of the copies' medians (each copy ran the same pipeline).
+  // Pooled: per figure, the median over the copies (each copy ran the same pipeline).
   OpTimes out = per[0];
   for (size_t s = 0; s < out.f.size(); ++s) {
     std::vector<double> f, b;

@@ -34,7 +34,7 @@ namespace troupe::launch {
 
 // Op times of some steps of a runtime, in ms (F and B per micro-batch).
 struct OpTimes {
-  std::vector<double> f, b;             // per stage: medians
+  std::vector<double> f, b;             // per stage: means (a step pays its slow ops too)
   // Post-pipeline closures per step, per device of the spec's placement, in
   // four phases that wait for each other across devices (a shard reduces
   // once every rank's gradients are in; AdamW once every shard's norm is in):
