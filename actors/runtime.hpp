@@ -26,6 +26,7 @@
 
 #include "actors/cluster/auth.hpp"
 #include "actors/cluster/process_loss.hpp"
+#include "actors/device/trace.hpp"
 #include "actors/schedule/schedule.hpp"
 #include "actors/supervision/chaos.hpp"
 #include "actors/supervision/elastic.hpp"
@@ -298,6 +299,10 @@ class Runtime final : public model::TrainingEngine {
   // to go idle and writes their events so far as Chrome trace JSON
   // (actors/device/trace.hpp). Throws std::logic_error when tracing is off.
   void write_trace(const std::string& path);
+  // The same events in memory, one entry per device of this process (what
+  // write_trace writes; `troupe calibrate` reads op times from them). Throws
+  // std::logic_error when tracing is off.
+  std::vector<DeviceTrace> device_traces();
   // Processes other than 0 of a multi-process run: serves this process's
   // actors until process 0 ends the run. Throws std::runtime_error when the
   // run ended in a failure (process 0 lost, or it reported a lost peer).

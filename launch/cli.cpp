@@ -32,6 +32,10 @@ usage:
                                     write the checkpoint's parameters as safetensors
   troupe import [SPEC] --checkpoint DIR --input FILE
                                     make a fresh checkpoint from safetensors weights
+  troupe calibrate SPEC [--out FILE] [--repeat N] [--model flops|measured]
+                                    time the spec's per-stage ops on this machine (the real runtime: alone, then
+                                    with the spec's devices busy) and print (and write) the [sim] table that makes
+                                    its sim predict it
   troupe keygen DIR                 write a cluster key for [topology] auth_dir (DIR/cluster.pem, DIR/cluster.key;
                                     copy DIR to every host of a multi-host run)
   troupe keys                       print every spec key (Markdown table: key, type, default, meaning)
@@ -48,6 +52,10 @@ options:
   --set SECTION.KEY=VALUE   override a spec key (repeatable), e.g. --set run.steps=20
   --log-level LEVEL         trace, debug, info, warn, error, off (overrides [log] level)
   --port N                  dashboard: the port on 127.0.0.1 (default: a free port, printed)
+  --out FILE                calibrate: also write the [sim] table to FILE (temporary file + rename)
+  --repeat N                calibrate: timed rounds after 2 warm-up rounds (default 8; medians are taken)
+  --model M                 calibrate: the cost model to write, "flops" or "measured" (default: measured
+                            unless the flops fit is within 5% on every op)
 
 exit codes:
   0    success
@@ -107,6 +115,23 @@ int run_cli(int argc, char** argv) {
       if (!need(a.c_str(), opt.prompt)) return usage_error("--prompt needs text");
     } else if (a == "--format") {
       if (!need(a.c_str(), opt.format)) return usage_error("--format needs a format");
+    } else if (a == "--out") {
+      if (!need(a.c_str(), opt.file)) return usage_error("--out needs a path");
+      opt.out_given = true;
+    } else if (a == "--model") {
+      if (!need(a.c_str(), opt.cost_model)) return usage_error("--model needs flops or measured");
+      if (opt.cost_model != "flops" && opt.cost_model != "measured")
+        return usage_error("--model " + opt.cost_model + ": expected flops or measured");
+    } else if (a == "--repeat") {
+      if (!need(a.c_str(), tmp)) return usage_error("--repeat needs a number");
+      size_t used = 0;
+      long long n = -1;
+      try {
+        n = std::stoll(tmp, &used);
+      } catch (const std::exception&) {
+      }
+      if (used != tmp.size() || n < 1 || n > 1000) return usage_error("--repeat " + tmp + ": expected 1..1000");
+      opt.repeat = n;
     } else if (a == "--output" || a == "--input") {
       if (!need(a.c_str(), opt.file)) return usage_error(a + " needs a path");
     } else if (a == "--port") {
@@ -147,7 +172,7 @@ int run_cli(int argc, char** argv) {
   }
 
   static const char* kCommands[] = {"run", "validate", "eval", "sample", "export", "import", "keys",
-                                    "keygen", "dashboard", "report", "plot"};
+                                    "keygen", "dashboard", "report", "plot", "calibrate"};
   bool known = false;
   for (const char* c : kCommands) known = known || opt.command == c;
   if (!known) return usage_error("unknown command '" + opt.command + "'");
@@ -169,6 +194,8 @@ int run_cli(int argc, char** argv) {
     return kExitOk;
   }
   if (opt.port != 0 && opt.command != "dashboard") return usage_error("--port is an option of dashboard only");
+  if ((opt.out_given || opt.repeat != 0 || !opt.cost_model.empty()) && opt.command != "calibrate")
+    return usage_error("--out, --repeat and --model are options of calibrate only");
   // Seeing runs: RUN_DIR arguments, no spec.
   if (opt.command == "dashboard") return command_dashboard(opt);
   if (opt.command == "report") return command_report(opt);
@@ -176,6 +203,7 @@ int run_cli(int argc, char** argv) {
   if (opt.positional.size() > 1) return usage_error("expected at most one SPEC, got " + std::to_string(opt.positional.size()));
   if (opt.command == "validate" && opt.positional.empty() && opt.overrides.empty())
     return usage_error("validate needs a SPEC file");
+  if (opt.command == "calibrate" && opt.positional.empty()) return usage_error("calibrate needs a SPEC file");
 
   Spec spec;
   try {
@@ -194,6 +222,7 @@ int run_cli(int argc, char** argv) {
   if (opt.command == "eval") return command_eval(opt, spec);
   if (opt.command == "sample") return command_sample(opt, spec);
   if (opt.command == "export") return command_export(opt, spec);
+  if (opt.command == "calibrate") return command_calibrate(opt, spec);
   return command_import(opt, spec);
 }
 

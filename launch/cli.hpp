@@ -31,6 +31,9 @@ struct CliOptions {
   std::string format;               // export: --format safetensors
   std::string file;                 // export: --output FILE, import: --input FILE
   int port = 0;                     // dashboard: --port N (0: any free port)
+  bool out_given = false;           // calibrate: --out FILE (in `file`)
+  int64_t repeat = 0;               // calibrate: --repeat N timed steps (0: the default)
+  std::string cost_model;           // calibrate: --model flops|measured ("": measured unless flops fits)
 };
 
 int run_cli(int argc, char** argv);
@@ -48,6 +51,7 @@ int command_eval(const CliOptions& options, const Spec& spec);
 int command_sample(const CliOptions& options, const Spec& spec);
 int command_export(const CliOptions& options, const Spec& spec);
 int command_import(const CliOptions& options, const Spec& spec);
+int command_calibrate(const CliOptions& options, const Spec& spec);  // launch/commands_calibrate.cpp
 // Seeing runs (no spec): the positional arguments are run directories.
 int command_dashboard(const CliOptions& options);  // launch/commands_dashboard.cpp
 int command_report(const CliOptions& options);     // launch/commands_report.cpp

@@ -12,6 +12,7 @@
 
 #include "actors/sim/sim_faults.hpp"
 #include "launch/progress.hpp"
+#include "launch/spec_keys.hpp"
 #include "launch/topology.hpp"
 
 namespace troupe::launch {
@@ -53,8 +54,12 @@ std::string cost_model_text(const Spec& s) {
   if (c.model == sim::CostModel::fixed)
     out += "F " + fmt("%g", c.forward_ms) + " ms, B " + fmt("%g", c.backward_ms) + " ms (full backward, W " +
            fmt("%g", c.weight_ms) + " ms of it) per micro-batch and stage";
-  else
+  else if (c.model == sim::CostModel::flops)
     out += fmt("%g", c.gflops) + " GFLOP/s and " + fmt("%g", c.gbps) + " GB/s per device (op time = max(FLOPs/rate, bytes/bandwidth))";
+  else
+    out += "per stage F " + float_list_text(c.stage_forward_ms) + " ms, B " + float_list_text(c.stage_backward_ms) +
+           " ms (full backward, W " + (c.stage_weight_ms.empty() ? std::string("none") : float_list_text(c.stage_weight_ms) + " ms") +
+           " of it) per micro-batch (troupe calibrate)";
   const int64_t bytes = sim::message_bytes(s.model, mb_sequences(s));
   out += "; link " + fmt("%g", c.link_latency_us) + " us latency, " +
          (c.link_gbps > 0 ? fmt("%g", c.link_gbps) + " GB/s" : std::string("unlimited bandwidth")) + " (a message is " +

@@ -482,6 +482,23 @@ class Parser {
         else *static_cast<std::string*>(field) = v;
         break;
       }
+      case KeyType::FloatList: {
+        const toml::array* arr = value.as_array();
+        if (!arr) return type_error(*def, value, p);
+        std::vector<double> xs;
+        for (const toml::node& e : *arr) {
+          double x;
+          if (auto f = e.as_floating_point()) x = f->get();
+          else if (auto i = e.as_integer()) x = static_cast<double>(i->get());
+          else return error(p, name + ": expected an array of numbers, got " + node_text(value));
+          if (!std::isfinite(x) || x < def->min || x > def->max)
+            return error(p, name + ": " + node_text(e) + " is out of range (allowed " + num_text(def->min) + " .. " +
+                                num_text(def->max) + ")");
+          xs.push_back(x);
+        }
+        *static_cast<std::vector<double>*>(field) = std::move(xs);
+        break;
+      }
     }
     set_[def->path()] = p;
   }
@@ -528,7 +545,7 @@ class Parser {
   }
   void type_error(const KeyDef& def, const toml::node& value, const Pos& p) {
     std::string msg = def.label() + ": expected " +
-                      (def.type == KeyType::Int ? "an " : "a ") + key_type_name(def.type) +
+                      (def.type == KeyType::Int || def.type == KeyType::FloatList ? "an " : "a ") + key_type_name(def.type) +
                       ", got " + node_type_name(value) + " " + node_text(value);
     if (def.type == KeyType::Int && value.is_floating_point()) msg += " (write it without a fraction)";
     if (value.is_string() && def.type != KeyType::String && def.type != KeyType::Choice) msg += " (remove the quotes)";
@@ -889,6 +906,37 @@ void check_ep_sim(const Spec& s, Parser& p) {
             "[experts] and [[elastic]] drive the actor runtime's expert shards; the sim model places by [sim] ep_rebalance_every" + why);
 }
 
+// cost_model = "measured": one forward and backward time per stage of the
+// schedule's layout (as `troupe calibrate` writes them), weights within them.
+void check_measured_costs(const Spec& s, Parser& p) {
+  const auto& c = s.sim;
+  const auto& t = s.topology;
+  int64_t stages = 0;
+  try {
+    stages = sched::make_layout(t.schedule, static_cast<int>(t.stages), static_cast<int>(t.microbatches)).num_stages;
+  } catch (const std::invalid_argument&) {
+    return;  // the topology rules report it
+  }
+  const std::string need = " must have one value per pipeline stage: " + std::to_string(stages) + " (schedule \"" +
+                           std::string(sched::to_string(t.schedule)) + "\", stages = " + std::to_string(t.stages) + ")";
+  auto count = [&](const char* key, const std::vector<double>& v, bool may_be_empty) {
+    if ((v.empty() && may_be_empty) || static_cast<int64_t>(v.size()) == stages) return true;
+    p.error(p.where(std::string("sim.") + key), std::string("[sim] ") + key + " has " + std::to_string(v.size()) +
+                                                     " value(s); with cost_model = \"measured\" it" + need);
+    return false;
+  };
+  count("stage_forward_ms", c.stage_forward_ms, false);
+  const bool b_ok = count("stage_backward_ms", c.stage_backward_ms, false);
+  if (!count("stage_weight_ms", c.stage_weight_ms, true) || !b_ok) return;
+  for (size_t i = 0; i < c.stage_weight_ms.size(); ++i)
+    if (c.stage_weight_ms[i] > c.stage_backward_ms[i]) {
+      p.error(p.where("sim.stage_weight_ms"), "[sim] stage_weight_ms[" + std::to_string(i) + "] = " + num_text(c.stage_weight_ms[i]) +
+                                                  " must be <= stage_backward_ms[" + std::to_string(i) + "] = " +
+                                                  num_text(c.stage_backward_ms[i]) + " (W is part of the full backward)");
+      return;
+    }
+}
+
 // Sim devices: one simulated device per pipeline rank of each replica, and
 // [sim] keys only where they mean something.
 void check_sim(const Spec& s, Parser& p) {
@@ -900,15 +948,19 @@ void check_sim(const Spec& s, Parser& p) {
                        device_kind_name(t.device_kind) + "\")");
     return;
   }
-  // A key of the other cost model would be ignored: say so instead.
-  const bool fixed = s.sim.model == sim::CostModel::fixed;
-  for (const char* key : {"forward_ms", "backward_ms", "weight_ms", "gflops", "gbps"}) {
-    const bool for_fixed = std::string(key).find("_ms") != std::string::npos;
-    if (for_fixed == fixed) continue;
+  // A key of another cost model would be ignored: say so instead.
+  const std::pair<const char*, sim::CostModel> model_keys[] = {
+      {"forward_ms", sim::CostModel::fixed},        {"backward_ms", sim::CostModel::fixed},
+      {"weight_ms", sim::CostModel::fixed},         {"gflops", sim::CostModel::flops},
+      {"gbps", sim::CostModel::flops},              {"stage_forward_ms", sim::CostModel::measured},
+      {"stage_backward_ms", sim::CostModel::measured}, {"stage_weight_ms", sim::CostModel::measured}};
+  for (const auto& [key, model] : model_keys) {
+    if (model == s.sim.model) continue;
     if (const Pos* at = p.set_at(std::string("sim.") + key))
-      p.error(*at, std::string("[sim] ") + key + " applies only to cost_model = \"" + (for_fixed ? "fixed" : "flops") +
+      p.error(*at, std::string("[sim] ") + key + " applies only to cost_model = \"" + sim::cost_model_name(model) +
                        "\" (this spec has cost_model = \"" + sim::cost_model_name(s.sim.model) + "\")");
   }
+  if (s.sim.model == sim::CostModel::measured) check_measured_costs(s, p);
   if (s.sim.weight_ms > s.sim.backward_ms)
     p.error(p.where("sim.weight_ms"), "[sim] weight_ms = " + num_text(s.sim.weight_ms) +
                                           " must be <= backward_ms = " + num_text(s.sim.backward_ms) +
@@ -1507,7 +1559,8 @@ std::string spec_keys_markdown() {
   os << "| key | type | default | meaning |\n|---|---|---|---|\n";
   for (const auto& d : spec_keys()) {
     std::string meaning = d.doc;
-    if ((d.type == KeyType::Int || d.type == KeyType::Float) && (std::isfinite(d.min) || std::isfinite(d.max)))
+    if ((d.type == KeyType::Int || d.type == KeyType::Float || d.type == KeyType::FloatList) &&
+        (std::isfinite(d.min) || std::isfinite(d.max)))
       meaning += " Range " + num_text(d.min) + " .. " + num_text(d.max) + ".";
     if (d.unsupported) meaning += " Some values are not supported yet; the validator says which.";
     std::string value = key_value_text(d, defaults);

@@ -6,6 +6,7 @@
 #include "actors/cluster/interface_address.hpp"
 
 #include <cmath>
+#include <cstdio>
 #include <sstream>
 #include <stdexcept>
 
@@ -47,6 +48,7 @@ const char* key_type_name(KeyType t) {
     case KeyType::Bool: return "boolean";
     case KeyType::String:
     case KeyType::Choice: return "string";
+    case KeyType::FloatList: return "array of floats";
   }
   return "?";
 }
@@ -238,12 +240,15 @@ std::vector<KeyDef> build_keys() {
          return "";
        }});
   // [sim]: sim devices (actors/sim/sim_costs.hpp, actors/sim/sim_runtime.hpp).
-  add({"sim", "cost_model", KeyType::Choice, F(sim.model), "Sim devices: \"fixed\" (forward_ms / backward_ms / weight_ms per micro-batch and stage) or \"flops\" (each stage's FLOPs and bytes from [model] and the micro-batch size, over gflops and gbps).", 0, 0, {} /* the enum's names: bind_choices */});
+  add({"sim", "cost_model", KeyType::Choice, F(sim.model), "Sim devices: \"fixed\" (forward_ms / backward_ms / weight_ms per micro-batch and stage), \"flops\" (each stage's FLOPs and bytes from [model] and the micro-batch size, over gflops and gbps) or \"measured\" (per-stage times, stage_forward_ms / stage_backward_ms / stage_weight_ms, as `troupe calibrate` writes them).", 0, 0, {} /* the enum's names: bind_choices */});
   add({"sim", "forward_ms", KeyType::Float, F(sim.forward_ms), "Sim, fixed: forward of one micro-batch at one stage, in ms.", 0, 1e6});
   add({"sim", "backward_ms", KeyType::Float, F(sim.backward_ms), "Sim, fixed: full backward (inputs + weights) of one micro-batch at one stage, in ms.", 0, 1e6});
   add({"sim", "weight_ms", KeyType::Float, F(sim.weight_ms), "Sim, fixed: the weight-gradient part of backward_ms (zb1p/dualpipe W ops; their B costs backward_ms - weight_ms); at most backward_ms.", 0, 1e6});
   add({"sim", "gflops", KeyType::Float, F(sim.gflops), "Sim, flops: device compute rate in GFLOP/s.", 1e-3, 1e9});
   add({"sim", "gbps", KeyType::Float, F(sim.gbps), "Sim, flops: device memory bandwidth in GB/s (op time = max(FLOPs / gflops, bytes / gbps)).", 1e-3, 1e9});
+  add({"sim", "stage_forward_ms", KeyType::FloatList, F(sim.stage_forward_ms), "Sim, measured: forward of one micro-batch at each pipeline stage, in ms, one value per stage of the schedule's layout (dualpipe: stages per direction).", 0, 1e6});
+  add({"sim", "stage_backward_ms", KeyType::FloatList, F(sim.stage_backward_ms), "Sim, measured: full backward (inputs + weights) of one micro-batch at each stage, in ms, one value per stage.", 0, 1e6});
+  add({"sim", "stage_weight_ms", KeyType::FloatList, F(sim.stage_weight_ms), "Sim, measured: the weight-gradient part of each stage's backward, in ms (each at most its stage_backward_ms); empty means none (the actor runtime runs the whole backward in B and W as a no-op).", 0, 1e6});
   add({"sim", "link_latency_us", KeyType::Float, F(sim.link_latency_us), "Sim: latency of every activation/gradient message between two devices, in microseconds.", 0, 1e9});
   add({"sim", "link_gbps", KeyType::Float, F(sim.link_gbps), "Sim: link bandwidth in GB/s (a message is tokens x d_model float32); 0 means unlimited.", 0, 1e9});
   add({"sim", "optimizer_ms", KeyType::Float, F(sim.optimizer_ms), "Sim: fixed time of the optimizer step after the pipeline drains, in ms; 0 leaves it out (the step time is then the pipeline's alone).", 0, 1e9});
@@ -374,7 +379,8 @@ void bind_choices(std::vector<KeyDef>& k) {
               runtime::expert_policy_name);
   bind_choice(k, "experts.on_failure", std::vector{runtime::ExpertOnFailure::stop, runtime::ExpertOnFailure::shrink},
               runtime::expert_on_failure_name);
-  bind_choice(k, "sim.cost_model", std::vector{sim::CostModel::fixed, sim::CostModel::flops}, sim::cost_model_name);
+  bind_choice(k, "sim.cost_model", std::vector{sim::CostModel::fixed, sim::CostModel::flops, sim::CostModel::measured},
+              sim::cost_model_name);
   for (const KeyDef& d : k)
     if (d.type == KeyType::Choice && !d.set_choice) throw std::logic_error("spec key table: " + d.path() + " has no enum");
 }
@@ -390,6 +396,16 @@ const std::vector<KeyDef>& spec_keys() {
   return keys;
 }
 
+std::string float_list_text(const std::vector<double>& values) {
+  std::string out = "[";
+  for (size_t i = 0; i < values.size(); ++i) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", values[i]);
+    out += (i ? ", " : "") + std::string(buf);
+  }
+  return out + "]";
+}
+
 std::string key_value_text(const KeyDef& def, Spec& spec) {
   void* p = def.field(spec);
   std::ostringstream os;
@@ -399,6 +415,7 @@ std::string key_value_text(const KeyDef& def, Spec& spec) {
     case KeyType::Bool: os << (*static_cast<bool*>(p) ? "true" : "false"); break;
     case KeyType::String: os << '"' << *static_cast<std::string*>(p) << '"'; break;
     case KeyType::Choice: os << '"' << def.choices.at(def.choice_index(p)) << '"'; break;
+    case KeyType::FloatList: os << float_list_text(*static_cast<std::vector<double>*>(p)); break;
   }
   return os.str();
 }

@@ -12,7 +12,8 @@
 namespace troupe::launch {
 
 // Choice: a string from `choices`, stored as the enum the row names.
-enum class KeyType { Int, Float, Bool, String, Choice };
+// FloatList: a TOML array of numbers (std::vector<double>), each in [min, max].
+enum class KeyType { Int, Float, Bool, String, Choice, FloatList };
 const char* key_type_name(KeyType t);
 
 struct KeyDef {
@@ -22,7 +23,7 @@ struct KeyDef {
   // Address of the typed field (int64_t, double, bool, std::string or an enum) in a Spec.
   std::function<void*(Spec&)> field;
   std::string doc;
-  double min = -std::numeric_limits<double>::infinity();  // Int/Float: inclusive range
+  double min = -std::numeric_limits<double>::infinity();  // Int/Float/FloatList: inclusive range
   double max = std::numeric_limits<double>::infinity();
   std::vector<std::string> choices;  // String: allowed values (empty = any); Choice: the enum's names
   // Non-empty result: why this value cannot run yet ("not supported yet: ...").
@@ -39,6 +40,8 @@ struct KeyDef {
 };
 
 const std::vector<KeyDef>& spec_keys();
+// A float list in the spec's syntax: "[1.5, 2]" (each value as %g prints it).
+std::string float_list_text(const std::vector<double>& values);
 // The current value of `def` in `spec`, rendered as TOML ("128", "\"host\"", "true").
 std::string key_value_text(const KeyDef& def, Spec& spec);
 

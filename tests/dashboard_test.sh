@@ -17,14 +17,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-expect_exit() {
-  local want=$1; shift
-  out=$("$@" 2>&1); local got=$?
-  [ "$got" -eq "$want" ] || fail "'$*' exited $got, expected $want; output:\n$out"
-}
-expect_output() { grep -qF -- "$1" <<<"$out" || fail "expected '$1' in output; got:\n$out"; }
+source "$(dirname "$0")/cli_test_lib.sh"  # failures, fail, expect_exit, expect_output
 
 chromium_bin=$(command -v chromium || command -v chromium-browser || true)
 if [ -z "$chromium_bin" ]; then

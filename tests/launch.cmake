@@ -33,3 +33,7 @@ set_tests_properties(dashboard_browser PROPERTIES LABELS "cli;dashboard" TIMEOUT
 # troupe as a package: install to a temporary prefix, build a consumer with find_package(troupe).
 add_test(NAME package_consumer COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/package_test.sh ${PROJECT_BINARY_DIR} ${PROJECT_SOURCE_DIR})
 set_tests_properties(package_consumer PROPERTIES LABELS "package" TIMEOUT 600)
+# `troupe calibrate` on a tiny model: the [sim] table validates, round-trips
+# and drives a sim run; bad input gets clear errors (no timing asserted).
+add_test(NAME calibrate_script COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/calibrate_test.sh $<TARGET_FILE:troupe>)
+set_tests_properties(calibrate_script PROPERTIES LABELS cli TIMEOUT 300)

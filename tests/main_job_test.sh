@@ -14,17 +14,7 @@ troupe=$1
 src=${2:-$(cd "$(dirname "$0")/.." && pwd)}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-failures=0
-
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-expect_exit() {
-  local want=$1; shift
-  out=$("$@" 2>&1); local got=$?
-  [ "$got" -eq "$want" ] || fail "'$*' exited $got, expected $want; output:\n$out"
-}
-expect_output() {
-  grep -qF -- "$1" <<<"$out" || fail "expected '$1' in output of the last command; got:\n$out"
-}
+source "$(dirname "$0")/cli_test_lib.sh"  # failures, fail, expect_exit, expect_output
 same_checkpoint() {  # DIR_A DIR_B WHAT: every file of A (sub-folders too, e.g. rl_versions/) equal in B, byte for byte
   [ -s "$1/params.f32.zst" ] || { fail "$3: no checkpoint in $1"; return; }
   local rel

@@ -9,17 +9,7 @@ set -uo pipefail
 troupe=$1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-failures=0
-
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-expect_exit() {
-  local want=$1; shift
-  out=$("$@" 2>&1); local got=$?
-  [ "$got" -eq "$want" ] || fail "'$*' exited $got, expected $want; output:\n$out"
-}
-expect_output() {
-  grep -qF -- "$1" <<<"$out" || fail "expected '$1' in output of the last command; got:\n$out"
-}
+source "$(dirname "$0")/cli_test_lib.sh"  # failures, fail, expect_exit, expect_output
 
 # A tiny model: pretrain 3 steps to get an init checkpoint.
 cat > "$work/model.toml" <<'TOML'

@@ -255,6 +255,39 @@ TEST(SimCosts, FlopsModelAddsUpToTheModelsTrainingFlops) {
   EXPECT_EQ(sim::stage_costs(fixed, c, 2, 3), std::vector<sim::StageCost>(3, sim::StageCost{1500000, 3000000, 1250000}));
   fixed.weight_ms = 4;
   EXPECT_THROW(sim::stage_costs(fixed, c, 2, 3), std::invalid_argument);
+  // Measured (troupe calibrate): each stage its own times; no weight list = no W part.
+  sim::CostConfig m;
+  m.model = sim::CostModel::measured;
+  m.stage_forward_ms = {1.5, 2.25};
+  m.stage_backward_ms = {3, 4.5};
+  EXPECT_EQ(sim::stage_costs(m, c, 2, 2),
+            (std::vector<sim::StageCost>{{1500000, 3000000, 0}, {2250000, 4500000, 0}}));
+  m.stage_weight_ms = {1, 2};
+  EXPECT_EQ(sim::stage_costs(m, c, 2, 2)[1], (sim::StageCost{2250000, 4500000, 2000000}));
+  EXPECT_THROW(sim::stage_costs(m, c, 2, 3), std::invalid_argument);  // 2 values, 3 stages
+  m.stage_weight_ms = {1, 5};                                         // W > B
+  EXPECT_THROW(sim::stage_costs(m, c, 2, 2), std::invalid_argument);
+  m.stage_weight_ms = {1};                                            // a weight list of the wrong length
+  EXPECT_THROW(sim::stage_costs(m, c, 2, 2), std::invalid_argument);
+}
+
+// The measured model on the actor sim: a 1F1B step on 2 devices with
+// unequal stages is the schedule's makespan over those stage times (F0 F0
+// ... on rank 0, the last stage's F+B back to back), plus the optimizer.
+TEST(SimActors, MeasuredCostsPerStage) {
+  model::ModelConfig c;
+  sim::CostConfig m;
+  m.model = sim::CostModel::measured;
+  m.stage_forward_ms = {1, 2};
+  m.stage_backward_ms = {3, 5};
+  sim::SimOptions o = actor_options(Case{Kind::one_f_one_b, 2, 4}, {}, 0);
+  o.stage_costs = sim::stage_costs(m, c, 1, 2);
+  const sim::SimResult r = sim::simulate(o);
+  ASSERT_TRUE(r.completed) << r.error;
+  EXPECT_EQ(r.busy[0], 4 * (1 + 3) * 1000000);
+  EXPECT_EQ(r.busy[1], 4 * (2 + 5) * 1000000);
+  // Stage 1 is the bottleneck: it waits for F0 once, then runs F1 B1 four times.
+  EXPECT_EQ(r.makespan, (1 + 4 * (2 + 5) + 3) * 1000000);
 }
 
 TEST(SimActors, FlopsCostsRunPerStage) {

@@ -118,6 +118,25 @@ std::vector<StageCost> stage_costs(const CostConfig& cost, const model::ModelCon
     const StageCost c{ms_to_ns(cost.forward_ms), ms_to_ns(cost.backward_ms), ms_to_ns(cost.weight_ms)};
     return std::vector<StageCost>(static_cast<size_t>(num_stages), c);
   }
+  if (cost.model == CostModel::measured) {
+    const size_t n = static_cast<size_t>(num_stages);
+    const auto& f = cost.stage_forward_ms;
+    const auto& b = cost.stage_backward_ms;
+    const auto& w = cost.stage_weight_ms;
+    if (f.size() != n || b.size() != n || (!w.empty() && w.size() != n))
+      throw std::invalid_argument("sim: measured costs need one forward and backward time per stage (" +
+                                  std::to_string(n) + " stages; got " + std::to_string(f.size()) + " and " +
+                                  std::to_string(b.size()) + ", weight " + std::to_string(w.size()) + ")");
+    std::vector<StageCost> out;
+    for (size_t i = 0; i < n; ++i) {
+      const double wi = w.empty() ? 0.0 : w[i];
+      if (!finite_nonneg(f[i]) || !finite_nonneg(b[i]) || !finite_nonneg(wi))
+        throw std::invalid_argument("sim: measured op times must be finite and >= 0");
+      if (wi > b[i]) throw std::invalid_argument("sim: a stage's weight time exceeds its backward time");
+      out.push_back(StageCost{ms_to_ns(f[i]), ms_to_ns(b[i]), ms_to_ns(wi)});
+    }
+    return out;
+  }
   if (!(cost.gflops > 0) || !(cost.gbps > 0) || !std::isfinite(cost.gflops) || !std::isfinite(cost.gbps))
     throw std::invalid_argument("sim: gflops and gbps must be finite and > 0");
   // GFLOP/s is FLOPs per ns and GB/s bytes per ns: the quotients are ns.

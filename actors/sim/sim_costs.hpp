@@ -3,7 +3,7 @@
 // nanoseconds, and how long a message takes on a link. Pure functions of the
 // model config; no CAF, no backend.
 //
-// Two models:
+// Three models:
 //   fixed  every stage costs the spec's forward / backward / weight times;
 //          `backward` is the FULL backward (inputs + weights) and `weight` its
 //          weight-gradient part, so a split B costs backward - weight (the
@@ -13,6 +13,12 @@
 //          roofline), computed separately for the forward, the input part
 //          and the weight part of the backward. FLOPs and bytes: see
 //          stage_work() in sim_costs.cpp.
+//   measured  each stage has its own forward / backward / weight times, as
+//          `troupe calibrate` measures them on a machine (launch/
+//          commands_calibrate.cpp): one value per stage of the schedule's
+//          layout. Used where one FLOP rate cannot fit the stages (the
+//          attention core, the loss and the copies run far below the GEMMs'
+//          rate; bench/RESULTS.md "Sim calibration").
 // An overlapped F&B op (DualPipe) costs F + B: the sim models no compute
 // overlap inside a device, only the schedule's ordering.
 #pragma once
@@ -33,8 +39,10 @@ struct StageCost {
   friend bool operator==(const StageCost&, const StageCost&) = default;
 };
 
-enum class CostModel : uint8_t { fixed, flops };  // "fixed", "flops"
-inline const char* cost_model_name(CostModel m) { return m == CostModel::fixed ? "fixed" : "flops"; }
+enum class CostModel : uint8_t { fixed, flops, measured };  // "fixed", "flops", "measured"
+inline const char* cost_model_name(CostModel m) {
+  return m == CostModel::fixed ? "fixed" : m == CostModel::flops ? "flops" : "measured";
+}
 
 // The [sim] section of a spec, in its units.
 struct CostConfig {
@@ -44,6 +52,9 @@ struct CostConfig {
   double weight_ms = 1.0;       // fixed: weight-gradient part of backward_ms
   double gflops = 100.0;        // flops: device compute rate (GFLOP/s = FLOPs per ns)
   double gbps = 20.0;           // flops: device memory bandwidth (GB/s = bytes per ns)
+  // measured: one value per pipeline stage (the layout's num_stages), ms;
+  // stage_weight_ms empty = no weight part (a split B costs the full backward).
+  std::vector<double> stage_forward_ms, stage_backward_ms, stage_weight_ms;
   double link_latency_us = 0.0; // every message between two devices
   double link_gbps = 0.0;       // link bandwidth; 0 = unlimited
   double optimizer_ms = 0.0;    // fixed optimizer step after the pipeline drains; 0 = not modelled
@@ -92,7 +103,8 @@ struct StageWork {
 // LM head and loss) for a micro-batch of `mb_sequences` sequences.
 std::vector<StageWork> stage_work(const model::ModelConfig& config, int64_t mb_sequences, int num_stages);
 
-// Per-stage costs under `cost` (fixed: the same for every stage).
+// Per-stage costs under `cost` (fixed: the same for every stage; measured:
+// the lists must have num_stages entries).
 // Throws std::invalid_argument for a cost config that makes no sense.
 std::vector<StageCost> stage_costs(const CostConfig& cost, const model::ModelConfig& config,
                                    int64_t mb_sequences, int num_stages);

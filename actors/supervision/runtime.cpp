@@ -919,7 +919,11 @@ uint32_t Runtime::inject_stale_messages() {
 }
 
 void Runtime::write_trace(const std::string& path) {
-  if (!impl_->tracing()) throw std::logic_error("Runtime::write_trace: tracing is off (set RuntimeOptions::trace)");
+  write_chrome_trace(path, device_traces(), impl_->sh->plan.sl.num_dirs > 1);
+}
+
+std::vector<DeviceTrace> Runtime::device_traces() {
+  if (!impl_->tracing()) throw std::logic_error("Runtime: tracing is off (set RuntimeOptions::trace or record_trace)");
   std::vector<DeviceTrace> traces;
   for (auto& d : impl_->devices) {
     if (!d) continue;  // another process's device
@@ -929,7 +933,7 @@ void Runtime::write_trace(const std::string& path) {
       if (a.device == d->id()) actors += (actors.empty() ? "" : ", ") + a.name;
     traces.push_back(DeviceTrace{d->id(), d->trace(), actors});
   }
-  write_chrome_trace(path, traces, impl_->sh->plan.sl.num_dirs > 1);
+  return traces;
 }
 
 const model::TrainingState& Runtime::current_state() {

@@ -1,0 +1,120 @@
+// `troupe calibrate SPEC [--out FILE] [--repeat N] [--model flops|measured]`:
+// measures the spec's per-stage op times on this machine (launch/
+// calibrate.hpp says how) and prints the [sim] table that makes a sim spec
+// ([topology] device_kind = "sim") predict the real runtime; --out also
+// writes it, through a temporary file and a rename. The flops model is
+// fitted too and its per-op error printed; cost_model = "measured" is written
+// unless the fit is within 5% on every op (or --model says otherwise).
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <spdlog/spdlog.h>
+
+#include "launch/calibrate.hpp"
+#include "launch/cli.hpp"
+#include "launch/signals.hpp"
+
+namespace troupe::launch {
+namespace {
+
+// Writes `text` to `path` through a temporary file in the same directory and
+// a rename, so a reader never sees half a table. Throws on failure.
+void write_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    if (!out) throw std::runtime_error("cannot write " + path + " (cannot create " + tmp + ": " + std::strerror(errno) + ")");
+    out << text;
+    out.flush();
+    if (!out) {
+      std::filesystem::remove(tmp);
+      throw std::runtime_error("cannot write " + tmp);
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    std::filesystem::remove(tmp);
+    throw std::runtime_error("cannot write " + path + ": " + ec.message());
+  }
+}
+
+// Checks, before any measuring, that `path` can be written (a probe file
+// next to it, removed again).
+void check_writable(const std::string& path) {
+  if (std::filesystem::is_directory(path)) throw std::runtime_error(path + " is a directory");
+  write_atomically(path + ".probe", "");
+  std::filesystem::remove(path + ".probe");
+}
+
+double pct(double predicted, double measured) { return 100.0 * (predicted / measured - 1.0); }
+
+}  // namespace
+
+int command_calibrate(const CliOptions& opt, const Spec& spec) {
+  if (const std::string why = calibrate_refusal(spec); !why.empty()) {
+    std::fprintf(stderr, "troupe calibrate: %s: %s\n", spec.source.c_str(), why.c_str());
+    return kExitBadSpec;
+  }
+  const std::string& out = opt.file;
+  try {
+    if (!out.empty()) check_writable(out);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "troupe calibrate: --out %s: %s\n", out.c_str(), e.what());
+    return kExitBadInput;
+  }
+  StopOnSignal stop;
+  CalibrateOptions co;
+  if (opt.repeat > 0) co.repeat = opt.repeat;
+  co.stop = stop.flag();
+  spdlog::info("calibrate {}: {} warm-up + {} timed round(s) with every op alone on one device, then with {} device(s) "
+               "busy at once, then a copy-bandwidth test", spec.source, co.warmup, co.repeat, spec.topology.devices);
+  Calibration c;
+  try {
+    c = calibrate(spec, co);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "troupe calibrate: %s\n", e.what());
+    return kExitRuntime;
+  }
+  if (c.interrupted || stop.requested()) {
+    std::fprintf(stderr, "troupe calibrate: interrupted (%s); nothing was written\n",
+                 stop.signal() == SIGTERM ? "SIGTERM" : "SIGINT");
+    return kExitInterrupted;
+  }
+  const bool measured = opt.cost_model == "measured" || (opt.cost_model.empty() && c.fit.worst > 0.05);
+
+  const OpTimes& a = c.alone;
+  const OpTimes& m = c.busy;
+  std::printf("calibrate %s: %lld copy step(s) timed with all devices busy; one device alone: step %.1f ms (busy %.1f ms)\n", spec.source.c_str(),
+              static_cast<long long>(m.steps), a.step, a.busy_by_device.empty() ? 0.0 : a.busy_by_device.begin()->second);
+  const std::string fb = "F " + std::to_string(c.copies) + " busy", bb = "B " + std::to_string(c.copies) + " busy";
+  std::printf("  %-6s %9s %9s %11s %11s %15s %15s\n", "stage", "F alone", "B alone", fb.c_str(), bb.c_str(),
+              "flops F (err)", "flops B (err)");
+  for (size_t s = 0; s < m.f.size(); ++s)
+    std::printf("  %-6zu %9.3f %9.3f %11.3f %11.3f %8.3f (%+4.0f%%) %8.3f (%+4.0f%%)\n", s, a.f[s], a.b[s], m.f[s], m.b[s],
+                c.fit.f[s], pct(c.fit.f[s], m.f[s]), c.fit.b[s], pct(c.fit.b[s], m.b[s]));
+  std::printf("  after the pipeline (ms), per device of the spec's placement, alone / %d busy:", c.copies);
+  for (const auto& [d, ms] : m.post_by_device)
+    std::printf(" device %d %.2f / %.2f", d, a.post_by_device.count(d) ? a.post_by_device.at(d) : 0.0, ms);
+  std::printf("\n  idle gap between closures (median): %.1f us\n\n", m.gap_us);
+  const std::string table = sim_table(spec, opt.positional.empty() ? spec.source : opt.positional[0], c, measured, co);
+  std::fputs(table.c_str(), stdout);
+  std::fflush(stdout);
+  if (!out.empty()) {
+    try {
+      write_atomically(out, table);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "troupe calibrate: %s\n", e.what());
+      return kExitRuntime;
+    }
+    std::fprintf(stderr, "troupe calibrate: wrote %s\n", out.c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace troupe::launch
