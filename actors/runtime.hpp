@@ -48,6 +48,7 @@ struct RescaleReport {
   int64_t bytes = 0;               // expert weights loaded into the new shards (all replicas)
   int spawned = 0, retired = 0;    // expert-shard actors
   bool policy = false;             // made by the eplb policy (else an [[elastic]] event)
+  bool threshold = false;          // eplb: tried between periodic rebalances (imbalance_threshold passed)
   int moved_experts = 0;           // eplb: experts that changed shard (all layers)
   std::vector<int64_t> bounds;     // eplb: the new boundaries, per MoE layer (expert_shards + 1 each)
   // eplb with redundant_experts: the new copies, flat (moe layer index,
@@ -111,6 +112,10 @@ struct RuntimeOptions {
   // eplb's input: per expert, avg = load_decay * avg + (1 - load_decay) *
   // the step's routed load; 0 = the last step's alone. In [0, 1).
   double load_decay = 0.8;
+  // eplb: between the periodic rebalances, one is also tried (gated as
+  // usual) after any step whose moving-average loads put a MoE layer's
+  // max/mean shard load above this; 0 = periodic only. 0 or >= 1.
+  double imbalance_threshold = 0.0;
   // eplb: at each rebalance at most this many copies per MoE layer, placed
   // by moving-average load so the busiest shard hands load to the least busy
   // through a shared expert with weighted row shares (moe::place_copies);

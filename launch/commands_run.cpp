@@ -116,6 +116,7 @@ class RestartMetrics : public model::TrainObserver {
         .add_raw("max_mean_load_before", list(r.imbalance_before))
         .add_raw("max_mean_load_after", list(r.imbalance_after))
         .add("neighbour_step_seconds", r.neighbour_seconds);
+    if (r.policy) j.add("trigger", std::string(r.threshold ? "imbalance_threshold" : "period"));
     if (!r.replicas.empty()) {  // [moe layer][expert] holders after the change (2: a second copy)
       std::string rep = "[";
       for (size_t l = 0; l < r.replicas.size(); ++l) {

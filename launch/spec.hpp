@@ -61,6 +61,7 @@ struct ExpertsConfig {
   double migration_cost_scale = 1.0;  // eplb's gate: x the measured migration cost
   int64_t redundant_experts = 0;      // eplb: copies per MoE layer (shared experts with row shares)
   double load_decay = 0.8;            // eplb: weight of the past in the moving average of the loads
+  double imbalance_threshold = 0.0;   // eplb: also rebalance when a layer's max/mean passes this (0 = never)
 };
 
 struct TopologyConfig {

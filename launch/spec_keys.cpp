@@ -213,6 +213,12 @@ std::vector<KeyDef> build_keys() {
                     ? "applies only to [experts] policy = \"eplb\""
                     : "";
        }});
+  add({"experts", "imbalance_threshold", KeyType::Float, F(experts.imbalance_threshold), "eplb: between the periodic rebalances, one is also tried (gated by gain against migration cost as usual) after a step whose moving-average loads put any MoE layer's max/mean shard load above this; 0 = periodic rebalances only; else >= 1. The rebalance line says which triggered it (\"trigger\").", 0, 1e6,
+       {}, [](const Spec& s) -> std::string {
+         if (s.experts.imbalance_threshold == 0.0) return "";
+         if (s.experts.policy != runtime::ExpertPolicy::eplb) return "applies only to [experts] policy = \"eplb\"";
+         return s.experts.imbalance_threshold < 1.0 ? "must be 0 (off) or >= 1 (max/mean is never below 1)" : "";
+       }});
   add({"experts", "migration_cost_scale", KeyType::Float, F(experts.migration_cost_scale), "eplb: a layer's moves are made only when their predicted gain over the next rebalance_every steps (its share of the recent step time, by its drop in busiest-shard load) beats their migration cost: the bytes its changed shards load x the seconds per byte measured on this run's past placement changes x this factor (1 = as measured; 0 = no cost; large = skip). The first move, before any migration was measured, is always made.", 0, 1e15,
        {}, [](const Spec& s) -> std::string {
          return s.experts.migration_cost_scale != 1.0 && s.experts.policy != runtime::ExpertPolicy::eplb

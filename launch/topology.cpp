@@ -66,6 +66,7 @@ runtime::RuntimeOptions base_options(const Spec& spec) {
   r.expert_policy = spec.experts.policy;
   r.rebalance_every = static_cast<int>(spec.experts.rebalance_every);
   r.load_decay = spec.experts.load_decay;
+  r.imbalance_threshold = spec.experts.imbalance_threshold;
   r.expert_on_failure = spec.experts.on_failure;
   r.migration_cost_scale = spec.experts.migration_cost_scale;
   r.redundant_experts = static_cast<int>(spec.experts.redundant_experts);

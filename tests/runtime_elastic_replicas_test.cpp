@@ -305,6 +305,33 @@ TEST(RuntimeReplicas, CopiesLowerTheMaxMeanLoad) {
   EXPECT_LT(after / made, a);
 }
 
+// imbalance_threshold: with the period longer than the run, a rebalance is
+// tried only after a step whose moving-average loads put a layer above the
+// threshold; the reports say so, and without a threshold none is tried.
+TEST(RuntimeReplicas, ImbalanceThresholdTriggersRebalancesBetweenPeriods) {
+  runtime::RuntimeOptions base = replica_options("1f1b", 1, 36);
+  base.train.model.n_experts = 8;
+  base.expert_shards = 4;
+  base.train.steps = 6;
+  base.expert_policy = runtime::ExpertPolicy::eplb;
+  base.rebalance_every = 100;  // never within the run
+  base.migration_cost_scale = 0;
+  base.redundant_experts = 3;
+  EXPECT_TRUE(run(base).rescales.empty());
+  runtime::RuntimeOptions o = base;
+  o.imbalance_threshold = 1.05;
+  const Outcome got = run(o);
+  ASSERT_FALSE(got.rescales.empty()) << "skewed loads (balance none, 8 experts on 4 shards) pass 1.05";
+  for (const runtime::RescaleReport& r : got.rescales) {
+    EXPECT_TRUE(r.policy && r.threshold) << r.str();
+    EXPECT_NE(r.str().find("imbalance threshold passed"), std::string::npos);
+    std::cout << "  " << r.str() << "\n";
+  }
+  expect_close(run(base), got, "threshold-triggered rebalances");
+  o.imbalance_threshold = 0.5;
+  expect_invalid(o, "imbalance_threshold must be 0 (off) or >= 1");
+}
+
 TEST(RuntimeReplicas, BadReplicaOptionsAreRejected) {
   runtime::RuntimeOptions o = replica_options("1f1b", 1, 35);
   o.redundant_experts = 1;

@@ -33,7 +33,8 @@ std::string RescaleReport::str() const {
     std::snprintf(gate, sizeof gate, "; gate: %s, %d layer(s) moved, %d skipped, predicted gain %.3f ms vs cost %.3f ms%s",
                   made ? "made" : "skipped", layers_moved, layers_skipped, 1e3 * predicted_gain_seconds,
                   1e3 * predicted_cost_seconds, cost_measured ? "" : " (no migration measured yet)");
-    out += " (eplb: " + std::to_string(moved_experts) + " expert(s) moved" + gate + ")";
+    out += std::string(" (eplb") + (threshold ? ", imbalance threshold passed" : "") + ": " +
+           std::to_string(moved_experts) + " expert(s) moved" + gate + ")";
   }
   auto list = [](const std::vector<double>& v) {
     std::string s;

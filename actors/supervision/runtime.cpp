@@ -127,6 +127,7 @@ void validate(const RuntimeOptions& o) {
   }
   require(o.redundant_experts >= 0, "redundant_experts must be >= 0");
   require(o.load_decay >= 0.0 && o.load_decay < 1.0, "load_decay must be in [0, 1)");
+  require(o.imbalance_threshold == 0.0 || o.imbalance_threshold >= 1.0, "imbalance_threshold must be 0 (off) or >= 1");
   if (o.redundant_experts > 0) {
     require(o.expert_policy == ExpertPolicy::eplb, "redundant_experts needs expert policy eplb (the copies follow its loads)");
     require(o.expert_shards >= 2, "redundant_experts needs expert_shards >= 2 (a copy lives on another shard)");
@@ -522,9 +523,21 @@ std::optional<RescaleReport> Runtime::Impl::plan_change(int64_t next) {
   caught_up = true;
   if (event || catch_up) return rep;  // the even split of the new count
   rep.new_shards = now->expert_shards;  // a rebalance keeps the count in force (after a shrink: fewer than `due`)
-  if (o.expert_policy != ExpertPolicy::eplb || o.rebalance_every <= 0 || steps_done == 0 ||
-      steps_done % o.rebalance_every != 0 || load_avg.empty() || now->expert_shards < 2)
+  if (o.expert_policy != ExpertPolicy::eplb || o.rebalance_every <= 0 || steps_done == 0 || load_avg.empty() ||
+      now->expert_shards < 2)
     return std::nullopt;
+  // Between periodic rebalances, a layer whose max/mean shard load under the
+  // moving average passed imbalance_threshold triggers one (still gated).
+  if (steps_done % o.rebalance_every != 0) {
+    bool over = false;
+    for (size_t li = 0; o.imbalance_threshold > 0 && li < now->moe_layers.size(); ++li) {
+      moe::Replication r{now->layer_copies[li], now->layer_shares[li]};
+      over = over || moe::replicated_imbalance(load_avg[static_cast<size_t>(now->moe_layers[li])], bounds_of(*now, li), r) >
+                         o.imbalance_threshold;
+    }
+    if (!over) return std::nullopt;
+    rep.threshold = true;
+  }
   // eplb: incremental moves by the moving average of the measured loads,
   // gated per layer: a layer's moves are made only when their predicted
   // gain over the next rebalance_every steps beats their migration cost.
