@@ -256,7 +256,7 @@ print("wall axis: last x", loss["x_last"], "s")
 PY
 
 # An RL run (fresh init, one device): the reward, KL and entropy panels hold its rl_step lines.
-expect_exit 0 "$troupe" run --set 'run.mode="rl"' --set data.target_pairs='""' --set rl.sync='"synchronous"' --set rl.max_staleness=0 --set run.name=rl --set run.out_dir="$work/rl" --set run.steps=3 \
+expect_exit 0 "$troupe" run --set 'run.mode="rl"' --set data.target_pairs='""' --set rl.sync='"synchronous"' --set rl.trainer='"single"' --set rl.max_staleness=0 --set run.name=rl --set run.out_dir="$work/rl" --set run.steps=3 \
   --set run.eval_every=0 --set model.d_model=32 --set model.n_layers=2 --set model.n_heads=2 --set model.seq_len=32 \
   --set model.n_experts=4 --set model.expert_hidden=32 --set data.digits=1 --set data.batch_size=4 \
   --set data.eval_problems=20 --set rl.prompts_per_step=2 --set rl.group_size=2 --set rl.max_new_tokens=4 \

@@ -148,12 +148,21 @@ TEST(Specs, DefaultIsTheTwoPhaseJob) {
   EXPECT_EQ(rl.rl.sync, troupe::rl::SyncMode::fixed_lag);
   EXPECT_EQ(rl.rl.max_staleness, 1);
   EXPECT_EQ(rl.rl.policy.kind, troupe::rl::LossKind::dapo);
-  // The RL topology: the spec's 2 devices (trainer 0, generator 1), one stage.
+  // The RL topology: rl.trainer = "actors" keeps phase 1's (the trainer is
+  // its DualPipe ranks, expert shards and optimizer shards on the spec's 2
+  // devices); with the single trainer actor it is one stage on device 0.
+  EXPECT_EQ(rl.rl_section.trainer, "actors");
   EXPECT_EQ(rl.topology.devices, 2);
-  EXPECT_EQ(rl.topology.stages, 1);
-  EXPECT_EQ(rl.topology.schedule, troupe::sched::Kind::sequential);
-  EXPECT_EQ(rl.topology.expert_shards, 1);
-  EXPECT_EQ(rl.topology.optimizer_shards, 1);
+  EXPECT_EQ(rl.topology.stages, 2);
+  EXPECT_EQ(rl.topology.schedule, troupe::sched::Kind::dualpipe);
+  EXPECT_EQ(rl.topology.expert_shards, 4);
+  EXPECT_EQ(rl.topology.optimizer_shards, 2);
+  const Spec single = rl_phase_spec(load_default_spec({{"rl.trainer", "\"single\""}}), "");
+  EXPECT_EQ(single.topology.devices, 2);
+  EXPECT_EQ(single.topology.stages, 1);
+  EXPECT_EQ(single.topology.schedule, troupe::sched::Kind::sequential);
+  EXPECT_EQ(single.topology.expert_shards, 1);
+  EXPECT_EQ(single.topology.optimizer_shards, 1);
   // Phase 1 alone is the same spec with run.mode = "pretrain": its [rl] is ignored.
   const Spec alone = load_default_spec({{"run.mode", "\"pretrain\""}});
   EXPECT_EQ(alone.run.mode, RunMode::pretrain);
