@@ -177,7 +177,9 @@ Replication place_copies(std::span<const double> loads, const std::vector<int64_
     if (pick < 0) break;
     auto& h = held[static_cast<size_t>(pick)];
     const double x = std::min({sum[hi] - mean, mean - sum[lo], h[hi]});
-    if (!(x > 0.0)) break;
+    // A move below the shares' grain would give the copy no rows: the shards
+    // are as balanced as shares can make them.
+    if (!(x > 0.0) || x < loads[static_cast<size_t>(pick)] / kShareTotal) break;
     h[hi] -= x;
     h[lo] += x;
     sum[hi] -= x;

@@ -39,8 +39,8 @@ namespace {
 
 class AdditionTask final : public Task {
  public:
-  AdditionTask(std::unique_ptr<model::DataSource> source, const VerifierOptions& verifier)
-      : source_(std::move(source)), verifier_(source_->eos_token(), verifier) {}
+  AdditionTask(std::unique_ptr<model::DataSource> source, const VerifierOptions& verifier, int64_t width)
+      : source_(std::move(source)), verifier_(source_->eos_token(), verifier), max_prompt_(2 * width + 3) {}
 
   std::string describe() const override { return "RL prompts of " + source_->describe(); }
 
@@ -61,10 +61,13 @@ class AdditionTask final : public Task {
 
   const Verifier& verifier() const override { return verifier_; }
   int32_t eos_token() const override { return source_->eos_token(); }
+  // "EOS a+b=" with operands of at most `width` written digits.
+  int64_t max_prompt_tokens() const override { return max_prompt_; }
 
  private:
   std::unique_ptr<model::DataSource> source_;
   RuleVerifier verifier_;
+  int64_t max_prompt_;
 };
 
 }  // namespace
@@ -74,7 +77,8 @@ std::unique_ptr<Task> make_addition_task(const model::DataConfig& data, uint64_t
   if (data.source != model::DataKind::addition && data.source != model::DataKind::addition_plain)
     throw std::runtime_error(std::string("rl: the addition task needs data.source = \"addition\" or \"addition_plain\", got \"") +
                              model::data_kind_name(data.source) + "\"");
-  return std::make_unique<AdditionTask>(model::make_data_source(data, seed), verifier);
+  return std::make_unique<AdditionTask>(model::make_data_source(data, seed), verifier,
+                                        data.width > 0 ? data.width : data.digits);
 }
 
 }  // namespace troupe::rl

@@ -67,6 +67,9 @@ class Task {
   virtual std::vector<Prompt> eval_prompts(int64_t n) const = 0;
   virtual const Verifier& verifier() const = 0;
   virtual int32_t eos_token() const = 0;
+  // The most tokens any training prompt has, or -1 when the task cannot say
+  // (the RL trainer on actors then sizes its fixed rows from a sample).
+  virtual int64_t max_prompt_tokens() const { return -1; }
 };
 
 // The built-in addition task (data.source "addition" or "addition_plain",

@@ -168,14 +168,16 @@ struct RlTrainer::Impl {
     }
   }
 
-  // Rows for an updater have one fixed length: the longest prompt of the
-  // first training prompts plus max_new_tokens, rounded up to 8, at most
-  // seq_len (train_on refuses a longer row).
+  // Rows for an updater have one fixed length: the task's longest prompt
+  // (when it cannot say, the longest of its first 1,024 training prompts)
+  // plus max_new_tokens, rounded up to 8, at most seq_len (train_on refuses
+  // a longer row).
   int64_t updater_row_length() const {
-    int64_t longest = 1;
-    for (int64_t i = 0; i < 64; ++i)
-      longest = std::max<int64_t>(longest, static_cast<int64_t>(task->train_prompt(i).tokens.size()));
-    return std::min<int64_t>(opt.model.seq_len, (longest + opt.rl.max_new_tokens + 7) / 8 * 8);
+    int64_t longest = task->max_prompt_tokens();
+    if (longest < 0)
+      for (int64_t i = 0; i < 1024; ++i)
+        longest = std::max<int64_t>(longest, static_cast<int64_t>(task->train_prompt(i).tokens.size()));
+    return std::min<int64_t>(opt.model.seq_len, (std::max<int64_t>(longest, 1) + opt.rl.max_new_tokens + 7) / 8 * 8);
   }
 
   // A policy head for rows of `len` tokens (prompt + completion): causal

@@ -163,6 +163,7 @@ std::optional<std::vector<Supervisor::NewShard>> Supervisor::shrink_lost_experts
   o.expert_shards = S - static_cast<int>(slots[0].size());
   o.expert_bounds.clear();
   o.expert_copies.clear();  // as shrink_experts: every expert keeps its home shard
+  o.expert_shares.clear();
   for (size_t li = 0; li < L; ++li) {
     std::vector<int64_t> b{0};
     for (const ExpertRange& r : now->layer_experts[li]) b.push_back(r.end);

@@ -199,9 +199,10 @@ void validate(const RuntimeOptions& o) {
     require(static_cast<int64_t>(o.start_state->params.size()) == P,
             "start_state has " + std::to_string(o.start_state->params.size()) + " parameters, the model " +
                 std::to_string(P));
-    require(o.start_state->adam_m.empty() || (static_cast<int64_t>(o.start_state->adam_m.size()) == P &&
-                                               o.start_state->adam_v.size() == o.start_state->adam_m.size()),
-            "start_state's AdamW moments must be empty or have one entry per parameter");
+    const auto& st = *o.start_state;
+    require((st.adam_m.empty() && st.adam_v.empty()) ||
+                (static_cast<int64_t>(st.adam_m.size()) == P && static_cast<int64_t>(st.adam_v.size()) == P),
+            "start_state's AdamW moments must both be empty or both have one entry per parameter");
     require(o.start_state->step >= 0, "start_state has a negative step");
   }
 }
