@@ -178,6 +178,17 @@ for f in params.f32.zst adam_m.f32.zst adam_v.f32.zst; do
   cmp -s "$work/act/checkpoint/$f" "$work/act_kill/checkpoint/$f" ||
     fail "the actors trainer with killed stage and expert shard differs from the fault-free run in $f"
 done
+# Stopped after 2 steps and resumed, the actors trainer ends with the
+# uninterrupted run's bytes (its AdamW moments come back from the optimizer
+# shards for the checkpoint and go back in as the runtime's start state).
+expect_exit 0 "$troupe" run "$work/rl.toml" "${act[@]}" --set checkpoint.every=2 --set run.out_dir="\"$work/act_full\""
+expect_exit 0 "$troupe" run "$work/rl.toml" "${act[@]}" --set checkpoint.every=2 --set run.steps=2 --set run.out_dir="\"$work/act_half\""
+expect_exit 0 "$troupe" run "$work/rl.toml" "${act[@]}" --set checkpoint.every=2 --set run.out_dir="\"$work/act_resumed\"" \
+  --set checkpoint.resume="\"$work/act_half/checkpoint\""
+for f in params.f32.zst adam_m.f32.zst adam_v.f32.zst; do
+  cmp -s "$work/act_full/checkpoint/$f" "$work/act_resumed/checkpoint/$f" ||
+    fail "the resumed actors-trainer run differs from the uninterrupted one in $f"
+done
 expect_exit 3 "$troupe" validate "$work/rl_act_kill.toml" "${act[@]}" --set rl.trainer='"single"'
 expect_output "is an actor of the trainer's runtime"
 expect_exit 3 "$troupe" validate "$work/rl.toml" "${act[@]}" --set topology.microbatches=3
