@@ -51,6 +51,22 @@ void first_update_metrics(RlStepMetrics& m, std::span<const double> mask, std::s
   m.kl_ref = n > 0 ? ks / n : 0.0;
 }
 
+// The policy loss's inputs for one update: the log-probs of this update's
+// forward, the proximal ones (the first update's), the reference's, and the
+// scored batch's behaviour log-probs, advantages, mask and sequences.
+PolicyTokens policy_tokens(std::span<const double> logp, std::span<const double> logp_prox,
+                           std::span<const double> logp_ref, const ScoredBatch& sb) {
+  PolicyTokens in;
+  in.logp = logp;
+  in.logp_prox = logp_prox;
+  in.logp_behav = sb.logp_behav;
+  in.logp_ref = logp_ref;
+  in.advantage = sb.advantage;
+  in.mask = sb.mask;
+  in.offsets = sb.offsets;
+  return in;
+}
+
 // An update's loss metrics (the last update's stand for the step).
 void loss_metrics(RlStepMetrics& m, const PolicyMetrics& pm) {
   m.loss = pm.loss;
@@ -321,14 +337,7 @@ struct RlTrainer::Impl {
         entropy[k] = f.entropy[pos[k]];
       }
       if (u == 0) logp_prox = logp;  // the policy that sampled, recomputed (PPO's "old" policy)
-      PolicyTokens in;
-      in.logp = logp;
-      in.logp_prox = logp_prox;
-      in.logp_behav = sb.logp_behav;
-      in.logp_ref = logp_ref;
-      in.advantage = sb.advantage;
-      in.mask = sb.mask;
-      in.offsets = sb.offsets;
+      const PolicyTokens in = policy_tokens(logp, logp_prox, logp_ref, sb);
       const PolicyMetrics pm = policy_loss_forward(in, rl.policy);
       policy_loss_backward(grad, in, rl.policy);
       for (size_t k = 0; k < T; ++k) coef[pos[k]] = static_cast<float>(grad[k]);
@@ -382,14 +391,7 @@ struct RlTrainer::Impl {
         entropy[k] = res.report[pos[k] * R + PolicyStageHead::kEntropy];
       }
       if (u == 0) logp_prox = logp;
-      PolicyTokens in;
-      in.logp = logp;
-      in.logp_prox = logp_prox;
-      in.logp_behav = sb.logp_behav;
-      in.logp_ref = logp_ref;
-      in.advantage = sb.advantage;
-      in.mask = sb.mask;
-      in.offsets = sb.offsets;
+      const PolicyTokens in = policy_tokens(logp, logp_prox, logp_ref, sb);
       const PolicyMetrics pm = policy_loss_forward(in, rl.policy);
       if (u == 0) first_update_metrics(m, sb.mask, logp, logp_ref, entropy);
       loss_metrics(m, pm);
