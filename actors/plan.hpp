@@ -31,6 +31,7 @@
 #include "actors/runtime.hpp"
 #include "actors/schedule/schedule.hpp"
 #include "model/params.hpp"
+#include "moe/placement.hpp"
 
 namespace troupe::runtime {
 
@@ -157,6 +158,8 @@ struct Plan {
   // number `copy` (of holders(layer, expert)) takes: moe::share_rows with
   // the expert's shares.
   std::pair<int64_t, int64_t> expert_rows(int layer, int64_t expert, int holders, int copy, int64_t rows) const;
+  // MoE layer index `li`'s copies and shares, as moe::place_copies gives them.
+  moe::Replication layer_replication(size_t li) const { return {layer_copies.at(li), layer_shares.at(li)}; }
   bool replicated() const;  // any copy in any layer
   // The producer index of expert shard `shard` of global layer `layer`; -1 when none.
   int expert_producer(int layer, int shard) const;

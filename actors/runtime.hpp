@@ -314,6 +314,9 @@ class Runtime final : public model::TrainingEngine {
   void serve();
 
  private:
+  // One optimizer step through the actors on the data the coordinator takes
+  // (loaded, or the batch step_on fed).
+  model::StepMetrics run_step();
   // state() after the last step, gathered once for an evaluation and a save.
   const model::TrainingState& current_state();
 

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "kernels/blas_core.hpp"
+#include "bench/random_fill.hpp"
 #include "kernels/backend.hpp"
 
 using namespace troupe::kernels;
@@ -101,14 +102,7 @@ Timing compare(const std::function<void()>& fa, const std::function<void()>& fb,
   return {median(ta), median(tb), median(ratio)};
 }
 
-std::vector<float> random_f32(size_t n, uint64_t seed) {
-  std::vector<float> v(n);
-  for (float& x : v) {
-    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-    x = static_cast<float>((seed >> 40) & 0xffff) / 65536.0f - 0.5f;
-  }
-  return v;
-}
+using troupe::bench::random_f32;
 
 // ---- GEMM ---------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@
 
 #include <sys/resource.h>
 
+#include "bench/random_fill.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/opencl_context.hpp"
 
@@ -77,14 +78,7 @@ Time time_call(const std::function<void()>& f, bool quick) {
   return {median(wall), median(cpu)};
 }
 
-std::vector<float> random_f32(size_t n, uint64_t seed) {
-  std::vector<float> v(n);
-  for (float& x : v) {
-    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-    x = static_cast<float>((seed >> 40) & 0xffff) / 65536.0f - 0.5f;
-  }
-  return v;
-}
+using troupe::bench::random_f32;
 
 struct Row {
   std::string op, shape;

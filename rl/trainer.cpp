@@ -316,36 +316,30 @@ struct RlTrainer::Impl {
       const model::PolicyForward& f = head.forward(ref_w, inputs, targets, temp);
       for (size_t k = 0; k < T; ++k) logp_ref[k] = f.logprobs[pos[k]];
     }
+    const int64_t U = rl.updates_per_batch;
     if (updater) {
       update_elsewhere(m, inputs, targets, pos, sb, logp_ref);
-      ++step;
-      m.train_seconds = seconds_since(tt);
-      m.train_tokens = N * S * rl.updates_per_batch;
-      m.train_tokens_per_s = m.train_seconds > 0 ? static_cast<double>(m.train_tokens) / m.train_seconds : 0.0;
-      m.step_seconds = seconds_since(t0) + m.gen_seconds + m.reward_seconds;
-      return m;
-    }
-
-    std::vector<double> logp(T), logp_prox, entropy(T), grad(T);
-    std::vector<float> coef(static_cast<size_t>(N * S), 0.0f);
-    const int64_t U = rl.updates_per_batch;
-    for (int64_t u = 0; u < U; ++u) {
-      be->fill(grads, 0.0f);
-      const model::PolicyForward& f = head.forward(w, inputs, targets, temp);
-      for (size_t k = 0; k < T; ++k) {
-        logp[k] = f.logprobs[pos[k]];
-        entropy[k] = f.entropy[pos[k]];
+    } else {
+      std::vector<double> logp(T), logp_prox, entropy(T), grad(T);
+      std::vector<float> coef(static_cast<size_t>(N * S), 0.0f);
+      for (int64_t u = 0; u < U; ++u) {
+        be->fill(grads, 0.0f);
+        const model::PolicyForward& f = head.forward(w, inputs, targets, temp);
+        for (size_t k = 0; k < T; ++k) {
+          logp[k] = f.logprobs[pos[k]];
+          entropy[k] = f.entropy[pos[k]];
+        }
+        if (u == 0) logp_prox = logp;  // the policy that sampled, recomputed (PPO's "old" policy)
+        const PolicyTokens in = policy_tokens(logp, logp_prox, logp_ref, sb);
+        const PolicyMetrics pm = policy_loss_forward(in, rl.policy);
+        policy_loss_backward(grad, in, rl.policy);
+        for (size_t k = 0; k < T; ++k) coef[pos[k]] = static_cast<float>(grad[k]);
+        head.backward(w, g, coef, 1.0);
+        if (u == 0) first_update_metrics(m, mask, logp, logp_ref, entropy);
+        loss_metrics(m, pm);
+        m.aux_loss = f.aux_loss;
+        optimizer_step(m, step * U + u, opt.steps * U, head.decoder().expert_load());
       }
-      if (u == 0) logp_prox = logp;  // the policy that sampled, recomputed (PPO's "old" policy)
-      const PolicyTokens in = policy_tokens(logp, logp_prox, logp_ref, sb);
-      const PolicyMetrics pm = policy_loss_forward(in, rl.policy);
-      policy_loss_backward(grad, in, rl.policy);
-      for (size_t k = 0; k < T; ++k) coef[pos[k]] = static_cast<float>(grad[k]);
-      head.backward(w, g, coef, 1.0);
-      if (u == 0) first_update_metrics(m, mask, logp, logp_ref, entropy);
-      loss_metrics(m, pm);
-      m.aux_loss = f.aux_loss;
-      optimizer_step(m, step * U + u, opt.steps * U, head.decoder().expert_load());
     }
     be->synchronize();
     m.train_seconds = seconds_since(tt);

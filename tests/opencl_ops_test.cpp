@@ -22,15 +22,7 @@ namespace {
 using Outs = std::vector<std::pair<std::string, std::vector<float>>>;
 using Case = std::function<Outs(Backend&)>;
 
-std::vector<float> randv(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::vector<float> v(n);
-  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
-  for (float& x : v) {
-    s ^= s << 13, s ^= s >> 7, s ^= s << 17;  // xorshift64
-    x = lo + (hi - lo) * static_cast<float>((s >> 11) * 0x1.0p-53);
-  }
-  return v;
-}
+using cltest::randv;
 
 Backend& host() {
   static std::unique_ptr<Backend> h = make_backend(BackendOptions{});

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/backend.hpp"
 
@@ -17,6 +18,17 @@
       << "expected to find \"" << (part) << "\" in:\n" << (text)
 
 namespace troupe::kernels::cltest {
+
+// n floats uniform in [lo, hi) from a xorshift64 stream seeded by `seed`.
+inline std::vector<float> randv(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
+  std::vector<float> v(n);
+  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+  for (float& x : v) {
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;  // xorshift64
+    x = lo + (hi - lo) * static_cast<float>((s >> 11) * 0x1.0p-53);
+  }
+  return v;
+}
 
 inline bool opencl_required() {
   const char* v = std::getenv("TROUPE_REQUIRE_OPENCL");

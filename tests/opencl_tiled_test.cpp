@@ -27,15 +27,7 @@ namespace {
 
 using ref::V;
 
-std::vector<float> randv(size_t n, uint64_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::vector<float> v(n);
-  uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
-  for (float& x : v) {
-    s ^= s << 13, s ^= s >> 7, s ^= s << 17;  // xorshift64
-    x = lo + (hi - lo) * static_cast<float>((s >> 11) * 0x1.0p-53);
-  }
-  return v;
-}
+using cltest::randv;
 
 V to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 

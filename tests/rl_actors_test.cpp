@@ -49,15 +49,7 @@ struct Recorder final : runtime::RlActorObserver {
   void on_restart(const runtime::RestartEvent& e) override { restarts.push_back(e); }
 };
 
-rl::RlTrainOptions small(int64_t steps) {
-  rl::RlTrainOptions o = tiny_options("moe");
-  o.steps = steps;
-  o.rl.policy.kl_coef = 0.01;
-  o.rl.prompts_per_step = 3;
-  o.rl.group_size = 4;
-  o.data.eval_problems = 4;
-  return o;
-}
+rl::RlTrainOptions small(int64_t steps) { return small_options(steps); }
 
 runtime::RlActorOptions decoupled(const rl::RlTrainOptions& base, int64_t eta, int generators, int rewards) {
   runtime::RlActorOptions a;

@@ -144,15 +144,10 @@ INSTANTIATE_TEST_SUITE_P(
                       HeadCase{rl::LossKind::decoupled_ppo, rl::Aggregation::seq_mean, 0.02, true},
                       HeadCase{rl::LossKind::decoupled_ppo, rl::Aggregation::token_mean, 0.0, false}));
 
-// A small RL run on the FirstToken task with the MoE model.
+// The actor tests' small RL run, with two optimizer updates per batch.
 rl::RlTrainOptions small(int64_t steps) {
-  rl::RlTrainOptions o = tiny_options("moe");
-  o.steps = steps;
-  o.rl.policy.kl_coef = 0.01;
-  o.rl.prompts_per_step = 3;
-  o.rl.group_size = 4;
+  rl::RlTrainOptions o = small_options(steps);
   o.rl.updates_per_batch = 2;
-  o.data.eval_problems = 4;
   return o;
 }
 

@@ -80,4 +80,16 @@ inline rl::RlTrainOptions tiny_options(const std::string& ffn) {
   return o;
 }
 
+// The small decoupled-RL run the actor tests share: the MoE model, 3
+// prompts x 4 completions per step, a KL term, 4 held-out problems.
+inline rl::RlTrainOptions small_options(int64_t steps) {
+  rl::RlTrainOptions o = tiny_options("moe");
+  o.steps = steps;
+  o.rl.policy.kl_coef = 0.01;
+  o.rl.prompts_per_step = 3;
+  o.rl.group_size = 4;
+  o.data.eval_problems = 4;
+  return o;
+}
+
 }  // namespace troupe::test

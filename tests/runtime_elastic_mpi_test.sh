@@ -31,10 +31,8 @@ mpirun=$2
 specs=$3
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+source "$(dirname "$0")/cli_test_lib.sh"  # failures, fail, expect_output
 mpi=("$mpirun" --allow-run-as-root --oversubscribe)
-expect_output() { grep -qF -- "$1" <<<"$out" || fail "expected '$1' in the output; got:\n$out"; }
 
 tiny=(--set model.d_model=32 --set model.n_layers=2 --set model.n_heads=2 --set model.expert_hidden=32
       --set model.seq_len=32 --set data.batch_size=8 --set data.eval_problems=20 --set run.eval_batches=1

@@ -233,15 +233,12 @@ void start_step(Self* self) {
     fed = sh.fed;
   }
   const int64_t columns = sh.opt.loss_head ? sh.opt.loss_head->columns() : 0;
-  model::Batch batch;
-  if (fed) {
-    batch.inputs = fed->inputs;
-    batch.targets = fed->targets;
-  } else {
-    batch = s.data->train_batch(static_cast<int64_t>(s.step), o.data.batch_size, S);
-  }
+  model::Batch loaded;
+  if (!fed) loaded = s.data->train_batch(static_cast<int64_t>(s.step), o.data.batch_size, S);
+  const std::vector<int32_t>& inputs = fed ? fed->inputs : loaded.inputs;
+  const std::vector<int32_t>& targets = fed ? fed->targets : loaded.targets;
   int64_t counted = 0;
-  for (int32_t t : batch.targets) counted += t >= 0;
+  for (int32_t t : targets) counted += t >= 0;
   s.loss_scale = counted > 0 ? 1.0 / static_cast<double>(counted) : 0.0;
   s.aux_scale = 1.0 / static_cast<double>(o.microbatches);
   s.losses.clear();
@@ -295,8 +292,8 @@ void start_step(Self* self) {
         t.setAttempt(s.attempt);
         const int64_t none[2] = {n, 0};  // [tokens, 0]: no hidden state, the first stage embeds the ids
         set_tensor_f32(b.initHidden(), none, {});
-        set_tensor_i32(b.initTokenIds(), shape, std::span<const int32_t>(batch.inputs.data() + g * n, static_cast<size_t>(n)));
-        set_tensor_i32(b.initTargets(), shape, std::span<const int32_t>(batch.targets.data() + g * n, static_cast<size_t>(n)));
+        set_tensor_i32(b.initTokenIds(), shape, std::span<const int32_t>(inputs.data() + g * n, static_cast<size_t>(n)));
+        set_tensor_i32(b.initTargets(), shape, std::span<const int32_t>(targets.data() + g * n, static_cast<size_t>(n)));
         if (fed) {
           const int64_t dshape[2] = {n, columns};
           set_tensor_f64(b.initTokenData(), dshape,

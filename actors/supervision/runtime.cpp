@@ -217,7 +217,6 @@ struct Runtime::Impl {
   std::unique_ptr<caf::actor_system> sys;
   std::unique_ptr<Cluster> cluster;  // processes > 1 (runtime_cluster.cpp)
   int64_t steps_done = 0;
-  bool fed_step = false;  // inside step_on (a loss head's runtime steps only there)
   std::shared_ptr<StaleReplay> stale;  // RuntimeOptions::replay_stale: the last step's messages
   // state() of step `cached_step`: an evaluation and a save after the same
   // step gather the shards' state once.
@@ -532,9 +531,8 @@ std::optional<RescaleReport> Runtime::Impl::plan_change(int64_t next) {
   if (steps_done % o.rebalance_every != 0) {
     bool over = false;
     for (size_t li = 0; o.imbalance_threshold > 0 && li < now->moe_layers.size(); ++li) {
-      moe::Replication r{now->layer_copies[li], now->layer_shares[li]};
-      over = over || moe::replicated_imbalance(load_avg[static_cast<size_t>(now->moe_layers[li])], bounds_of(*now, li), r) >
-                         o.imbalance_threshold;
+      over = over || moe::replicated_imbalance(load_avg[static_cast<size_t>(now->moe_layers[li])], bounds_of(*now, li),
+                                               now->layer_replication(li)) > o.imbalance_threshold;
     }
     if (!over) return std::nullopt;
     rep.threshold = true;
@@ -571,8 +569,7 @@ std::optional<RescaleReport> Runtime::Impl::plan_change(int64_t next) {
   for (size_t li = 0; li < L; ++li) {
     const std::vector<double>& avg = load_avg[static_cast<size_t>(now->moe_layers[li])];
     cur[li] = bounds_of(*now, li);
-    cur_copies[li].copies = now->layer_copies[li];
-    cur_copies[li].shares = now->layer_shares[li];
+    cur_copies[li] = now->layer_replication(li);
     cand[li] = moe::rebalance_bounds(avg, cur[li], now->expert_shards, &moves[li]);
     cand_copies[li] = moe::place_copies(avg, cand[li], o.redundant_experts);
     busiest_sum += busiest(avg, cur[li], cur_copies[li]);
@@ -638,12 +635,7 @@ model::StepMetrics Runtime::step_on(FedBatch batch) {
     impl_->sh->fed = std::make_shared<const FedBatch>(std::move(batch));
     impl_->sh->head_report.clear();
   }
-  impl_->fed_step = true;
-  struct Reset {
-    bool& b;
-    ~Reset() { b = false; }
-  } reset{impl_->fed_step};
-  return step();
+  return run_step();
 }
 
 std::vector<double> Runtime::head_report() const {
@@ -654,8 +646,12 @@ std::vector<double> Runtime::head_report() const {
 }
 
 model::StepMetrics Runtime::step() {
-  if (impl_->sh->opt.loss_head && !impl_->fed_step)
+  if (impl_->sh->opt.loss_head)
     throw std::logic_error("Runtime::step: a runtime with a loss head trains on fed batches (Runtime::step_on)");
+  return run_step();
+}
+
+model::StepMetrics Runtime::run_step() {
   const auto t0 = std::chrono::steady_clock::now();
   if (impl_->cluster) {
     if (impl_->sh->opt.comm->rank() != 0) throw std::logic_error("Runtime::step: only process 0 drives steps");
