@@ -84,6 +84,7 @@ Stage::Stage(kernels::Backend& be, const ModelConfig& c, int64_t batch, int64_t 
       s.logits = a.f32({T_, V_});
       s.losses = a.f32({T_});
     }
+    s.wg = std::make_unique<moe::WeightGrads>(a);  // storage taken at the slot's first B
     slots_.push_back(std::move(s));
   }
   dres_ = a.f32({T_, D_});
@@ -162,12 +163,17 @@ void Stage::prepare_hidden(Slot& s, std::span<const float> hidden,
 void Stage::start(Slot& s, Cursor::Phase phase) {
   if (s.cur.phase != Cursor::idle)
     throw std::logic_error("Stage: a pass starts on an activation slot whose previous pass is suspended");
+  if (s.wg->pending())  // a forward would overwrite the activations the W reads
+    throw std::logic_error("Stage: a pass starts on an activation slot whose weight pass (W) has not run");
   s.cur = Cursor{};
   s.cur.phase = phase;
 }
 
 void Stage::abandon_passes() {
-  for (Slot& s : slots_) s.cur = Cursor{};
+  for (Slot& s : slots_) {
+    s.cur = Cursor{};
+    s.wg->drop();
+  }
   backward_slot_ = -1;
 }
 
@@ -225,8 +231,8 @@ const MoeExchange* Stage::suspend(Slot& s, size_t li, bool backward) {
   c.ex.backward = backward;
   c.ex.plan = &m.plan();
   c.ex.moe = &m;
-  c.ex.in = backward ? moe_scratch_->dy : m.xs();
-  c.ex.out = backward ? moe_scratch_->dxs : m.expert_out();
+  c.ex.in = backward ? c.ms.dy : m.xs();
+  c.ex.out = backward ? c.ms.dxs : m.expert_out();
   c.ex.dout = backward ? dres_ : Tensor();
   return &c.ex;
 }
@@ -234,8 +240,8 @@ const MoeExchange* Stage::suspend(Slot& s, size_t li, bool backward) {
 void Stage::run_local_experts(Slot& s, const ModelWeights& w, const ModelWeights* g) {
   const size_t li = static_cast<size_t>(s.cur.ex.layer - lb_);
   moe::MoeLayer& m = *s.layers[li].moe;
-  if (g) m.run_experts_backward(be_, g->layers[static_cast<size_t>(s.cur.ex.layer)].moe.experts, *moe_scratch_,
-                                w.layers[static_cast<size_t>(s.cur.ex.layer)].moe.experts);
+  if (g) m.run_experts_backward(be_, g->layers[static_cast<size_t>(s.cur.ex.layer)].moe.experts, s.cur.ms,
+                                w.layers[static_cast<size_t>(s.cur.ex.layer)].moe.experts, s.cur.wg);
   else m.run_experts_forward(be_, w.layers[static_cast<size_t>(s.cur.ex.layer)].moe.experts);
 }
 
@@ -301,9 +307,25 @@ void Stage::backward(int64_t si, const ModelWeights& w, const ModelWeights& g,
     run_local_experts(s, w, &g);
 }
 
+void Stage::backward_input(int64_t si, const ModelWeights& w, const ModelWeights& g,
+                           std::span<const float> dout, double loss_scale, double aux_scale) {
+  Slot& s = slot(si);
+  for (auto* ex = begin_backward(si, w, g, dout, loss_scale, aux_scale, true); ex; ex = resume_backward(si, w, g))
+    run_local_experts(s, w, &g);
+}
+
+void Stage::backward_weights(int64_t si) {
+  Slot& s = slot(si);
+  if (s.cur.phase == Cursor::backward)
+    throw std::logic_error("Stage::backward_weights: the B pass of slot " + std::to_string(si) + " has not finished");
+  s.wg->run(be_);
+}
+
+bool Stage::weights_pending(int64_t si) const { return slot(si).wg->pending(); }
+
 const MoeExchange* Stage::begin_backward(int64_t si, const ModelWeights& w, const ModelWeights& g,
                                          std::span<const float> dout, double loss_scale,
-                                         double aux_scale) {
+                                         double aux_scale, bool defer_weights) {
   Slot& s = slot(si);
   if (backward_slot_ >= 0)
     throw std::logic_error("Stage::begin_backward on slot " + std::to_string(si) + " while the backward of slot " +
@@ -319,19 +341,27 @@ const MoeExchange* Stage::begin_backward(int64_t si, const ModelWeights& w, cons
   start(s, Cursor::backward);
   s.cur.layer = s.layers.size();
   s.cur.aux_scale = aux_scale;
+  moe::WeightGrads* wg = nullptr;
+  if (defer_weights) {
+    wg = s.wg.get();
+    wg->begin();
+  }
+  s.cur.wg = wg;
   const int64_t D = D_, T = T_;
   // dres_ carries d loss / d residual stream down the layers; every branch
   // adds its input gradient into it.
   if (last_) {
     // LM head and final norm. A custom loss head hands d total / d logits in;
     // else it is the cross-entropy's.
+    // dlogits is the LM head's dY: held when W is deferred.
+    const Tensor dlogits = moe::held(wg, dlogits_);
     if (!dout.empty()) {
-      be_.upload_f32(dlogits_, dout);
+      be_.upload_f32(dlogits, dout);
     } else {
-      be_.cross_entropy_backward_overwrite(dlogits_, s.logits, s.targets, -1, static_cast<float>(loss_scale));
+      be_.cross_entropy_backward_overwrite(dlogits, s.logits, s.targets, -1, static_cast<float>(loss_scale));
     }
-    be_.gemm(false, false, T, D, V_, 1.0f, dlogits_, w.lm_head, 0.0f, dxn_);
-    be_.gemm(true, false, V_, D, T, 1.0f, dlogits_, s.xf, 1.0f, g.lm_head);
+    be_.gemm(false, false, T, D, V_, 1.0f, dlogits, w.lm_head, 0.0f, dxn_);
+    moe::weight_gemm(be_, wg, true, false, V_, D, T, 1.0f, dlogits, s.xf, 1.0f, g.lm_head);
     be_.rmsnorm_backward_overwrite(dres_, g.norm, dxn_, s.res.back(), w.norm, s.rstdf);
   } else {
     be_.upload_f32(dres_, dout);
@@ -361,35 +391,44 @@ const MoeExchange* Stage::backward_steps(int64_t si, Slot& s, const ModelWeights
     if (c.at_experts) {  // resumed: the experts' input gradients are in place
       c.at_experts = false;
       backward_slot_ = -1;
-      A.moe->backward_end(be_, dxn_, G.moe, *moe_scratch_, A.xn2, W.moe, c.aux_scale);
+      A.moe->backward_end(be_, dxn_, G.moe, c.ms, A.xn2, W.moe, c.aux_scale, c.wg);
     } else {
       be_.fill(dxn_, 0.0f);
       if (is_moe_) {
-        A.moe->backward_begin(be_, dxn_, G.moe, *moe_scratch_, dres_, A.xn2, W.moe);
+        c.ms = *moe_scratch_;
+        if (c.wg) c.ms.dy = c.wg->hold(c.ms.dy);  // the experts' dY
+        A.moe->backward_begin(be_, dxn_, G.moe, c.ms, dres_, A.xn2, W.moe, c.wg);
         backward_slot_ = si;
         return suspend(s, li, true);
       }
-      moe::ffn_backward(be_, dxn_, G.dense, ddense_, dres_, A.xn2, A.dense, W.dense);
+      moe::ffn_backward(be_, dxn_, G.dense, ddense_, dres_, A.xn2, A.dense, W.dense, c.wg);
     }
     be_.rmsnorm_backward(dres_, G.ln2, dxn_, mid, W.ln2, A.rstd2);
-    // Attention block.
+    // Attention block. dres_ (the output projection's dY) runs on down the
+    // layers: a deferred W needs a copy; dq, dk, dv (the q/k/v projections'
+    // dY) are written where W finds them.
     be_.gemm(false, false, T, D, D, 1.0f, dres_, W.wo, 0.0f, datt_);
-    be_.gemm(true, false, D, D, T, 1.0f, dres_, A.att, 1.0f, G.wo);
+    moe::weight_gemm(be_, c.wg, true, false, D, D, T, 1.0f, moe::kept(be_, c.wg, dres_), A.att, 1.0f, G.wo);
+    const Tensor dq = moe::held(c.wg, dq_), dk = moe::held(c.wg, dk_), dv = moe::held(c.wg, dv_);
     // One contribution each: written, not added (no zeroing passes).
-    be_.attention_backward_overwrite(dq_rot_, dk_rot_, dv_, datt_.reshape(A.att.shape()), A.q, A.k,
+    be_.attention_backward_overwrite(dq_rot_, dk_rot_, dv, datt_.reshape(A.att.shape()), A.q, A.k,
                                      A.v, A.att, A.lse, scale);
-    be_.rope_backward_overwrite(dq_, dq_rot_, 0, theta);
-    be_.rope_backward_overwrite(dk_, dk_rot_, 0, theta);
-    be_.gemm(false, false, T, D, D, 1.0f, dq_, W.wq, 0.0f, dxn_);
-    be_.gemm(false, false, T, D, D, 1.0f, dk_, W.wk, 1.0f, dxn_);
-    be_.gemm(false, false, T, D, D, 1.0f, dv_, W.wv, 1.0f, dxn_);
-    be_.gemm(true, false, D, D, T, 1.0f, dq_, A.xn1, 1.0f, G.wq);
-    be_.gemm(true, false, D, D, T, 1.0f, dk_, A.xn1, 1.0f, G.wk);
-    be_.gemm(true, false, D, D, T, 1.0f, dv_, A.xn1, 1.0f, G.wv);
+    be_.rope_backward_overwrite(dq, dq_rot_, 0, theta);
+    be_.rope_backward_overwrite(dk, dk_rot_, 0, theta);
+    be_.gemm(false, false, T, D, D, 1.0f, dq, W.wq, 0.0f, dxn_);
+    be_.gemm(false, false, T, D, D, 1.0f, dk, W.wk, 1.0f, dxn_);
+    be_.gemm(false, false, T, D, D, 1.0f, dv, W.wv, 1.0f, dxn_);
+    moe::weight_gemm(be_, c.wg, true, false, D, D, T, 1.0f, dq, A.xn1, 1.0f, G.wq);
+    moe::weight_gemm(be_, c.wg, true, false, D, D, T, 1.0f, dk, A.xn1, 1.0f, G.wk);
+    moe::weight_gemm(be_, c.wg, true, false, D, D, T, 1.0f, dv, A.xn1, 1.0f, G.wv);
     be_.rmsnorm_backward(dres_, G.ln1, dxn_, x, W.ln1, A.rstd1);
   }
   c.phase = Cursor::idle;
-  if (first_) be_.embedding_backward(g.embed, dres_, s.ids);
+  if (first_) {
+    if (c.wg) c.wg->embedding_backward(g.embed, c.wg->keep(be_, dres_), s.ids);
+    else be_.embedding_backward(g.embed, dres_, s.ids);
+  }
+  c.wg = nullptr;
   return nullptr;
 }
 

@@ -17,6 +17,17 @@
 // order. Rule: at most ONE backward of a Stage is suspended at a time (its
 // gradient scratch is shared by the slots); forwards of other slots may run
 // meanwhile. Breaking the rule throws std::logic_error.
+//
+// B/W split (zero-bubble schedules): backward_input is the B pass, the
+// input gradients plus the cheap elementwise gains (RMSNorm weights); every
+// weight GEMM (dW += X^T dY: attention and FFN projections, router, experts,
+// LM head) and the embedding scatter are recorded with their operands
+// (moe/weight_grads.hpp: the dY tensors live in per-slot storage from the
+// arena, the X are the slot's activations) and backward_weights(slot) is
+// the W pass that runs them. B then W gives bitwise the gradients of
+// backward: the same ops on the same operands, and per gradient buffer the
+// same order. Between a slot's B and W other slots' F, B and W may run; the
+// slot itself takes no new pass until its W has run.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +40,7 @@
 #include "model/weights.hpp"
 #include "moe/arena.hpp"
 #include "moe/moe_layer.hpp"
+#include "moe/weight_grads.hpp"
 
 namespace troupe::model {
 
@@ -105,17 +117,29 @@ class Stage {
   // gradient buffer; only this stage's entries are touched).
   void backward(int64_t slot, const ModelWeights& w, const ModelWeights& grads,
                 std::span<const float> dout, double loss_scale, double aux_scale);
+  // The B pass of the split (see the top of this file): same arguments as
+  // backward; read_input_grad is valid after it, the weight gradients are
+  // pending until backward_weights(slot).
+  void backward_input(int64_t slot, const ModelWeights& w, const ModelWeights& grads,
+                      std::span<const float> dout, double loss_scale, double aux_scale);
+  // The W pass: the slot's pending weight gradients ACCUMULATE into the
+  // `grads` its B was given. Throws std::logic_error while the slot's B has
+  // not finished.
+  void backward_weights(int64_t slot);
+  // Whether the slot's B ran and its W has not.
+  bool weights_pending(int64_t slot) const;
   // Step-wise backward: same arguments as backward. Expert weight gradients
   // are NOT accumulated into `grads` (whoever computes the experts owns
   // them); everything else is. read_input_grad is valid once it returned
   // nullptr. Throws std::logic_error while another slot's backward is
-  // suspended.
+  // suspended. defer_weights: the pass is a B (backward_input), its weight
+  // gradients wait for backward_weights.
   const MoeExchange* begin_backward(int64_t slot, const ModelWeights& w, const ModelWeights& grads,
                                     std::span<const float> dout, double loss_scale,
-                                    double aux_scale);
+                                    double aux_scale, bool defer_weights = false);
   const MoeExchange* resume_backward(int64_t slot, const ModelWeights& w, const ModelWeights& grads);
-  // Drops every suspended pass (a discarded step: its experts never answer);
-  // every slot can start a new pass. Activations and gradients written so
+  // Drops every suspended pass (a discarded step: its experts never answer)
+  // and every pending W; every slot can start a new pass. Activations and gradients written so
   // far stay as they are (the caller zeroes the gradients it keeps).
   void abandon_passes();
 
@@ -146,6 +170,8 @@ class Stage {
     bool at_experts = false;  // suspended at layer's experts
     ForwardResult result;    // forward: accumulated so far / final
     double aux_scale = 0.0;  // backward
+    moe::WeightGrads* wg = nullptr;  // backward: where its weight gradients wait (B), nullptr = at once
+    moe::MoeScratch ms;      // backward: the MoE scratch of the layer at hand (dy held when deferring)
     MoeExchange ex;
   };
   struct Slot {
@@ -155,6 +181,7 @@ class Stage {
     std::vector<LayerActs> layers;
     kernels::Tensor xf, rstdf;        // [T,D], [T] (last stage)
     kernels::Tensor logits, losses;   // [T,V], [T] (last stage)
+    std::unique_ptr<moe::WeightGrads> wg;  // the slot's deferred weight gradients (B/W split)
   };
 
   int64_t check_targets(std::span<const int32_t> targets) const;  // counted tokens

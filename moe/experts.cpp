@@ -87,26 +87,26 @@ void experts_forward(kernels::Backend& be, const Tensor& y, const ExpertActs& ac
 void experts_backward(kernels::Backend& be, const Tensor& dxs, const ExpertWeights& dw,
                       const ExpertActs& scratch, const Tensor& dy, const Tensor& xs,
                       const ExpertActs& acts, const ExpertWeights& w,
-                      std::span<const int64_t> counts) {
+                      std::span<const int64_t> counts, WeightGrads* wg) {
   const GroupShape g = check_group(xs, w, counts);
   if (g.rows == 0) return;
   const int64_t N = g.rows;
   // Down projection: dact[rows,F] = dy Wd; dWd_i += dy_i^T act_i.
   be.gemm_grouped(false, false, 1.0f, dy, w.down, 0.0f, scratch.act,
                   make_groups(Kind::rows_x_w, counts, g.d, g.f));
-  const auto wgrad_down = make_groups(Kind::wgrad, counts, g.d, g.f);
-  be.gemm_grouped(true, false, 1.0f, dy, acts.act, 1.0f, dw.down, wgrad_down);
-  // SwiGLU: one contribution, so the rows are written, not added.
-  const Tensor dh_gate = scratch.h_gate.rows(0, N), dh_up = scratch.h_up.rows(0, N);
-  be.swiglu_backward_overwrite(dh_gate, dh_up, scratch.act.rows(0, N), acts.h_gate.rows(0, N),
+  weight_gemm_grouped(be, wg, true, false, 1.0f, dy, acts.act, 1.0f, dw.down, make_groups(Kind::wgrad, counts, g.d, g.f));
+  // SwiGLU: one contribution, so the rows are written, not added. dh_gate
+  // and dh_up are the gate/up projections' dY: held when W is deferred.
+  const Tensor h_gate = held(wg, scratch.h_gate), h_up = held(wg, scratch.h_up);
+  be.swiglu_backward_overwrite(h_gate.rows(0, N), h_up.rows(0, N), scratch.act.rows(0, N), acts.h_gate.rows(0, N),
                                acts.h_up.rows(0, N));
   // Gate/up projections: dxs = dh_gate Wg + dh_up Wu; dW_i += dh_i^T x_i.
   const auto dx_groups = make_groups(Kind::rows_x_w, counts, g.f, g.d);
-  be.gemm_grouped(false, false, 1.0f, scratch.h_gate, w.gate, 0.0f, dxs, dx_groups);
-  be.gemm_grouped(false, false, 1.0f, scratch.h_up, w.up, 1.0f, dxs, dx_groups);
+  be.gemm_grouped(false, false, 1.0f, h_gate, w.gate, 0.0f, dxs, dx_groups);
+  be.gemm_grouped(false, false, 1.0f, h_up, w.up, 1.0f, dxs, dx_groups);
   const auto wgrad_in = make_groups(Kind::wgrad, counts, g.f, g.d);
-  be.gemm_grouped(true, false, 1.0f, scratch.h_gate, xs, 1.0f, dw.gate, wgrad_in);
-  be.gemm_grouped(true, false, 1.0f, scratch.h_up, xs, 1.0f, dw.up, wgrad_in);
+  weight_gemm_grouped(be, wg, true, false, 1.0f, h_gate, xs, 1.0f, dw.gate, wgrad_in);
+  weight_gemm_grouped(be, wg, true, false, 1.0f, h_up, xs, 1.0f, dw.up, wgrad_in);
 }
 
 void ffn_forward(kernels::Backend& be, const Tensor& out, const ExpertActs& acts, const Tensor& x,
@@ -120,15 +120,17 @@ void ffn_forward(kernels::Backend& be, const Tensor& out, const ExpertActs& acts
 
 void ffn_backward(kernels::Backend& be, const Tensor& dx, const ExpertWeights& dw,
                   const ExpertActs& scratch, const Tensor& dout, const Tensor& x,
-                  const ExpertActs& acts, const ExpertWeights& w) {
+                  const ExpertActs& acts, const ExpertWeights& w, WeightGrads* wg) {
   const int64_t T = x.dim(0), D = x.dim(1), H = w.gate.dim(w.gate.rank() - 2);
   be.gemm(false, false, T, H, D, 1.0f, dout, w.down, 0.0f, scratch.act);  // dact
-  be.gemm(true, false, D, H, T, 1.0f, dout, acts.act, 1.0f, dw.down);
-  be.swiglu_backward_overwrite(scratch.h_gate, scratch.h_up, scratch.act, acts.h_gate, acts.h_up);
-  be.gemm(false, false, T, D, H, 1.0f, scratch.h_gate, w.gate, 1.0f, dx);
-  be.gemm(false, false, T, D, H, 1.0f, scratch.h_up, w.up, 1.0f, dx);
-  be.gemm(true, false, H, D, T, 1.0f, scratch.h_gate, x, 1.0f, dw.gate);
-  be.gemm(true, false, H, D, T, 1.0f, scratch.h_up, x, 1.0f, dw.up);
+  // dout is the caller's running residual gradient: a deferred W needs a copy.
+  weight_gemm(be, wg, true, false, D, H, T, 1.0f, kept(be, wg, dout), acts.act, 1.0f, dw.down);
+  const Tensor h_gate = held(wg, scratch.h_gate), h_up = held(wg, scratch.h_up);
+  be.swiglu_backward_overwrite(h_gate, h_up, scratch.act, acts.h_gate, acts.h_up);
+  be.gemm(false, false, T, D, H, 1.0f, h_gate, w.gate, 1.0f, dx);
+  be.gemm(false, false, T, D, H, 1.0f, h_up, w.up, 1.0f, dx);
+  weight_gemm(be, wg, true, false, H, D, T, 1.0f, h_gate, x, 1.0f, dw.gate);
+  weight_gemm(be, wg, true, false, H, D, T, 1.0f, h_up, x, 1.0f, dw.up);
 }
 
 }  // namespace troupe::moe

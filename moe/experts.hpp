@@ -12,6 +12,7 @@
 #include <span>
 
 #include "kernels/backend.hpp"
+#include "moe/weight_grads.hpp"
 
 namespace troupe::moe {
 
@@ -34,19 +35,24 @@ void experts_forward(kernels::Backend& be, const kernels::Tensor& y, const Exper
 
 // dxs[N,D] is OVERWRITTEN (it is the group's private input gradient, the
 // reply of an expert shard); dw accumulates. scratch: dact, dh_gate, dh_up [>=N,F].
+// wg: the weight gradients deferred there (weight_grads.hpp; dy must then
+// stay valid until they run), nullptr = at once.
 void experts_backward(kernels::Backend& be, const kernels::Tensor& dxs, const ExpertWeights& dw,
                       const ExpertActs& scratch, const kernels::Tensor& dy,
                       const kernels::Tensor& xs, const ExpertActs& acts,
-                      const ExpertWeights& w, std::span<const int64_t> counts);
+                      const ExpertWeights& w, std::span<const int64_t> counts, WeightGrads* wg = nullptr);
 
 // Dense SwiGLU FFN: out[T,D] += down(silu(gate x) * up x), weights gate/up
 // [H,D], down [D,H] (an ExpertWeights of one expert). acts are [T,H].
 void ffn_forward(kernels::Backend& be, const kernels::Tensor& out, const ExpertActs& acts,
                  const kernels::Tensor& x, const ExpertWeights& w);
-// dx[T,D] and dw accumulate; scratch [T,H] overwritten.
+// dx[T,D] and dw accumulate; scratch [T,H] overwritten. wg: the weight
+// gradients deferred there (x and acts must then stay valid until they run),
+// nullptr = at once.
 void ffn_backward(kernels::Backend& be, const kernels::Tensor& dx, const ExpertWeights& dw,
                   const ExpertActs& scratch, const kernels::Tensor& dout,
-                  const kernels::Tensor& x, const ExpertActs& acts, const ExpertWeights& w);
+                  const kernels::Tensor& x, const ExpertActs& acts, const ExpertWeights& w,
+                  WeightGrads* wg = nullptr);
 
 // Forward/backward FLOPs of one expert-group pass over N rows (for MFU).
 inline double swiglu_flops(int64_t rows, int64_t d, int64_t f) {

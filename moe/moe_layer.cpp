@@ -98,17 +98,17 @@ double MoeLayer::forward_end(kernels::Backend& be, const Tensor& out, const Tens
 
 void MoeLayer::backward(kernels::Backend& be, const Tensor& dx, const MoeWeights& dw,
                         MoeScratch& s, const Tensor& dout, const Tensor& x, const MoeWeights& w,
-                        double aux_scale) {
-  backward_begin(be, dx, dw, s, dout, x, w);
-  run_experts_backward(be, dw.experts, s, w.experts);
-  backward_end(be, dx, dw, s, x, w, aux_scale);
+                        double aux_scale, WeightGrads* wg) {
+  backward_begin(be, dx, dw, s, dout, x, w, wg);
+  run_experts_backward(be, dw.experts, s, w.experts, wg);
+  backward_end(be, dx, dw, s, x, w, aux_scale, wg);
 }
 
 void MoeLayer::backward_begin(kernels::Backend& be, const Tensor& dx, const MoeWeights& dw,
                               MoeScratch& s, const Tensor& dout, const Tensor& x,
-                              const MoeWeights& w) {
+                              const MoeWeights& w, WeightGrads* wg) {
   const int64_t N = plan_.rows();
-  if (opt_.shared_hidden > 0) ffn_backward(be, dx, dw.shared, s.dshared, dout, x, shared_acts_, w.shared);
+  if (opt_.shared_hidden > 0) ffn_backward(be, dx, dw.shared, s.dshared, dout, x, shared_acts_, w.shared, wg);
   be.fill(s.dweights, 0.0f);
   if (N > 0) {
     be.fill(s.dy.rows(0, N), 0.0f);  // rows >= N are never read or written
@@ -117,13 +117,14 @@ void MoeLayer::backward_begin(kernels::Backend& be, const Tensor& dx, const MoeW
 }
 
 void MoeLayer::run_experts_backward(kernels::Backend& be, const ExpertWeights& dw, MoeScratch& s,
-                                    const ExpertWeights& w) {
+                                    const ExpertWeights& w, WeightGrads* wg) {
   if (plan_.rows() > 0)
-    experts_backward(be, s.dxs, dw, s.dexp, s.dy, xs_, acts_, w, plan_counts(plan_));
+    experts_backward(be, s.dxs, dw, s.dexp, s.dy, xs_, acts_, w, plan_counts(plan_), wg);
 }
 
 void MoeLayer::backward_end(kernels::Backend& be, const Tensor& dx, const MoeWeights& dw,
-                            MoeScratch& s, const Tensor& x, const MoeWeights& w, double aux_scale) {
+                            MoeScratch& s, const Tensor& x, const MoeWeights& w, double aux_scale,
+                            WeightGrads* wg) {
   if (plan_.rows() > 0) be.sum_slots(dx, s.dxs, slots_);
   Tensor aux_row;
   if (opt_.balance == Balance::aux_loss) {
@@ -132,7 +133,7 @@ void MoeLayer::backward_end(kernels::Backend& be, const Tensor& dx, const MoeWei
     aux_row = s.aux_row;
   }
   router_backward(be, dx, dw.router, s.dprobs, s.dlogits, s.dweights, aux_row, weights_, ids_,
-                  probs_, x, w.router, opt_.renormalize());
+                  probs_, x, w.router, opt_.renormalize(), wg);
 }
 
 }  // namespace troupe::moe

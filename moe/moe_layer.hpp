@@ -40,6 +40,7 @@ struct MoeWeights {
 
 // Backward scratch, shared by every MoE layer of a decoder.
 struct MoeScratch {
+  MoeScratch() = default;
   MoeScratch(Arena& arena, const MoeOptions& o, int64_t tokens, int64_t d_model);
   kernels::Tensor dy, dxs;           // [T*k, D]
   ExpertActs dexp;                   // [T*k, F]
@@ -58,9 +59,12 @@ class MoeLayer {
   double forward(kernels::Backend& be, const kernels::Tensor& out, const kernels::Tensor& x,
                  const MoeWeights& w);
   // dx[T,D] and dw accumulate. aux_scale = d total / d aux of this microbatch.
+  // wg (here and in the halves below): the weight gradients deferred there
+  // (weight_grads.hpp), nullptr = at once; scratch.dy must then stay valid
+  // until they run (the caller holds it).
   void backward(kernels::Backend& be, const kernels::Tensor& dx, const MoeWeights& dw,
                 MoeScratch& scratch, const kernels::Tensor& dout, const kernels::Tensor& x,
-                const MoeWeights& w, double aux_scale);
+                const MoeWeights& w, double aux_scale, WeightGrads* wg = nullptr);
 
   // The same passes in halves around the expert compute (forward/backward
   // are begin, run_experts_*, end). forward_begin routes x, builds the plan
@@ -77,15 +81,15 @@ class MoeLayer {
   // scatters them into dx and runs the router backward.
   void backward_begin(kernels::Backend& be, const kernels::Tensor& dx, const MoeWeights& dw,
                       MoeScratch& scratch, const kernels::Tensor& dout, const kernels::Tensor& x,
-                      const MoeWeights& w);
+                      const MoeWeights& w, WeightGrads* wg = nullptr);
   void backward_end(kernels::Backend& be, const kernels::Tensor& dx, const MoeWeights& dw,
                     MoeScratch& scratch, const kernels::Tensor& x, const MoeWeights& w,
-                    double aux_scale);
+                    double aux_scale, WeightGrads* wg = nullptr);
   // All E experts computed here (between the halves): expert_out() from xs(),
   // and scratch.dxs from scratch.dy with dw accumulating.
   void run_experts_forward(kernels::Backend& be, const ExpertWeights& w);
   void run_experts_backward(kernels::Backend& be, const ExpertWeights& dw, MoeScratch& scratch,
-                            const ExpertWeights& w);
+                            const ExpertWeights& w, WeightGrads* wg = nullptr);
 
   const DispatchPlan& plan() const { return plan_; }
   const kernels::Tensor& xs() const { return xs_; }          // [T*k,D] gathered rows (first N)

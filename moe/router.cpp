@@ -21,15 +21,18 @@ void router_forward(kernels::Backend& be, const Tensor& weights, const Tensor& i
 void router_backward(kernels::Backend& be, const Tensor& dx, const Tensor& dw,
                      const Tensor& dprobs, const Tensor& dlogits, const Tensor& dweights,
                      const Tensor& aux_row, const Tensor& weights, const Tensor& ids,
-                     const Tensor& probs, const Tensor& x, const Tensor& w, bool renormalize) {
+                     const Tensor& probs, const Tensor& x, const Tensor& w, bool renormalize,
+                     WeightGrads* wg) {
   const int64_t T = x.dim(0), D = x.dim(1), E = w.dim(0);
   be.fill(dprobs, 0.0f);
   be.topk_backward(dprobs, dweights, weights, ids, probs, renormalize);
   if (aux_row.defined()) be.add_row(dprobs, aux_row, 1.0f);
-  be.softmax_backward_overwrite(dlogits, dprobs, probs);
+  // dlogits is the router projection's dY: held when W is deferred.
+  const Tensor dl = held(wg, dlogits);
+  be.softmax_backward_overwrite(dl, dprobs, probs);
   // dx[T,D] += dlogits[T,E] w[E,D]; dw[E,D] += dlogits^T x.
-  be.gemm(false, false, T, D, E, 1.0f, dlogits, w, 1.0f, dx);
-  be.gemm(true, false, E, D, T, 1.0f, dlogits, x, 1.0f, dw);
+  be.gemm(false, false, T, D, E, 1.0f, dl, w, 1.0f, dx);
+  weight_gemm(be, wg, true, false, E, D, T, 1.0f, dl, x, 1.0f, dw);
 }
 
 }  // namespace troupe::moe

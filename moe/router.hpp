@@ -5,6 +5,7 @@
 #pragma once
 
 #include "kernels/backend.hpp"
+#include "moe/weight_grads.hpp"
 
 namespace troupe::moe {
 
@@ -24,6 +25,6 @@ void router_backward(kernels::Backend& be, const kernels::Tensor& dx, const kern
                      const kernels::Tensor& dweights, const kernels::Tensor& aux_row,
                      const kernels::Tensor& weights, const kernels::Tensor& ids,
                      const kernels::Tensor& probs, const kernels::Tensor& x,
-                     const kernels::Tensor& w, bool renormalize);
+                     const kernels::Tensor& w, bool renormalize, WeightGrads* wg = nullptr);
 
 }  // namespace troupe::moe

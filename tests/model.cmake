@@ -14,6 +14,13 @@ if(TARGET troupe_model)
     LIBS troupe_model
     LABELS model)
 endif()
+if(TARGET troupe_model)
+  # The B/W split of the Stage backward against the unsplit backward.
+  troupe_add_gtest(model_stage_split_tests
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_stage_split_test.cpp
+    LIBS troupe_model
+    LABELS model)
+endif()
 if(TARGET troupe_moe)
   troupe_add_gtest(moe_tests
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/moe_dispatch_test.cpp

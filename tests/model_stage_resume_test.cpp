@@ -6,6 +6,8 @@
 // resumes. Loss, aux loss, stage outputs, input gradients and every
 // parameter gradient must equal the single-call path BITWISE: the same ops
 // run in the same order, and a grouped GEMM computes each expert on its own.
+// The `split` cases run the step-wise backward as a B (defer_weights) with
+// each micro-batch's W after the next micro-batch's B, as ZB-H1 does.
 #include <cstring>
 #include <map>
 #include <ostream>
@@ -34,6 +36,7 @@ struct Case {
   int64_t shared;
   int stages;
   int groups;
+  bool split = false;
 };
 
 void PrintTo(const Case& k, std::ostream* os) { *os << k.name; }
@@ -226,18 +229,24 @@ TEST_P(StageResume, ExpertGroupsMatchSingleCallBitwise) {
     }
   }
   EXPECT_EQ(suspensions, M * c.n_layers);  // every MoE layer of every micro-batch
-  for (int mb = 0; mb < M; ++mb)
+  for (int mb = 0; mb < M; ++mb) {
     for (int s = k.stages - 1; s >= 0; --s) {
       const bool last = s == k.stages - 1;
       const model::MoeExchange* ex = res[s]->begin_backward(
           mb, w, gs, last ? std::span<const float>() : std::span<const float>(res_din[mb * k.stages + s + 1]),
-          loss_scale, aux_scale);
+          loss_scale, aux_scale, k.split);
       for (; ex; ex = res[s]->resume_backward(mb, w, gs)) {
         EXPECT_TRUE(ex->backward);
         serve(*ex, mb);
       }
       if (s > 0) res[s]->read_input_grad(res_din[mb * k.stages + s]);
+      EXPECT_EQ(res[s]->weights_pending(mb), k.split);
     }
+    if (k.split && mb > 0)
+      for (int s = 0; s < k.stages; ++s) res[s]->backward_weights(mb - 1);
+  }
+  if (k.split)
+    for (int s = 0; s < k.stages; ++s) res[s]->backward_weights(M - 1);
 
   for (size_t i = 0; i < ref_r.size(); ++i) {
     EXPECT_EQ(res_r[i].loss_sum, ref_r[i].loss_sum) << i;
@@ -292,7 +301,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"aux_drop_shared_2stages_2groups", "aux_loss", 0.6, 1, 2, 2},
                       Case{"bias_2stages_4groups", "bias", 0.0, 0, 2, 4},
                       Case{"bias_drop_shared_1stage_2groups", "bias", 0.6, 1, 1, 2},
-                      Case{"none_drop_2stages_1group", "none", 0.6, 0, 2, 1}),
+                      Case{"none_drop_2stages_1group", "none", 0.6, 0, 2, 1},
+                      Case{"split_aux_drop_shared_2stages_2groups", "aux_loss", 0.6, 1, 2, 2, true},
+                      Case{"split_bias_shared_1stage_4groups", "bias", 0.0, 1, 1, 4, true}),
     [](const auto& info) { return info.param.name; });
 
 // The gradient scratch is shared by the slots: a second backward may not
