@@ -234,23 +234,29 @@ void check_trace(const std::string& path, const runtime::RuntimeOptions& o) {
     if (o.stages > 1) {
       EXPECT_GT(waits, 0) << "device " << d << ": a pipelined step always waits for messages somewhere";
     }
-    // The F/B events are rank d's op list, in order (rank d sits on device d).
+    // The F/B/W events are rank d's op list, in order (rank d sits on device
+    // d): a split B's weight pass is a W event of its own, after other ops.
     std::vector<std::string> want, got;
+    int splits = 0;
     for (const sched::Op& op : sched::make_schedule(kind, d, o.stages, static_cast<int>(o.train.microbatches))) {
       if (op.type == sched::OpType::F || op.type == sched::OpType::FB) want.push_back(chunk_name("F", op.f, chunked));
       if (op.type == sched::OpType::BW || op.type == sched::OpType::FB || op.type == sched::OpType::B)
         want.push_back(chunk_name("B", op.b, chunked));
+      if (op.type == sched::OpType::W) want.push_back(chunk_name("W", op.b, chunked));
+      splits += op.type == sched::OpType::B;
     }
-    int f = 0, b = 0;
+    int f = 0, b = 0, w = 0;
     for (const Event& e : ev) {
       if (e.name.rfind("F ", 0) == 0) ++f;
       if (e.name.rfind("B ", 0) == 0) ++b;
-      if (e.name[0] == 'F' || e.name[0] == 'B') got.push_back(e.name);
+      if (e.name.rfind("W ", 0) == 0) ++w;
+      if (e.name[0] == 'F' || e.name[0] == 'B' || e.name[0] == 'W') got.push_back(e.name);
     }
     EXPECT_EQ(got, want) << "device " << d;
     // Each stage copy a rank holds runs every micro-batch of its direction once.
     EXPECT_EQ(f, sl.mbs_per_dir * sl.num_dirs);
     EXPECT_EQ(b, sl.mbs_per_dir * sl.num_dirs);
+    EXPECT_EQ(w, splits);
     // The rank's gradients go out and the updated parameters come back.
     int grads = 0, loads = 0;
     for (const Event& e : ev) {
@@ -290,6 +296,42 @@ TEST(RuntimeTrace, TrainWritesDualPipeTrace) {
   runtime::train(o, quiet);
   check_trace(o.trace, o);
   std::filesystem::remove_all(std::filesystem::path(o.trace).parent_path());
+}
+
+// ZB-H1: the W's are real device work, deferred. On the last rank the W of
+// a micro-batch runs after the B of the next one, so the gradient message
+// that B(mb) sends at its end leaves before W(mb) starts; the first rank's
+// B(mb) consumed it. (With W still a no-op there would be no W events; with
+// B still the full backward the runtime equivalence test's bitwise check
+// would still pass but model_stage_split_tests would not.)
+TEST(RuntimeTrace, Zb1pDefersTheWeightPass) {
+  runtime::RuntimeOptions o = tiny("zb1p", 4);
+  o.record_trace = true;
+  const std::string path = temp_path("zb1p.json");
+  {
+    runtime::Runtime rt(o);
+    rt.step();
+    rt.write_trace(path);
+  }
+  check_trace(path, o);
+  std::map<int, std::string> tracks;
+  const auto events = read_trace(path, tracks, nullptr);
+  const auto& last = events.at(1);
+  auto index = [&](const std::string& name) {
+    for (size_t i = 0; i < last.size(); ++i)
+      if (last[i].name == name) return static_cast<int>(i);
+    ADD_FAILURE() << "no event " << name;
+    return -1;
+  };
+  int deferred = 0;
+  for (int mb = 0; mb + 1 < 4; ++mb) {
+    const int b = index("B mb" + std::to_string(mb) + " s1"), w = index("W mb" + std::to_string(mb) + " s1");
+    const int next_b = index("B mb" + std::to_string(mb + 1) + " s1");
+    EXPECT_LT(b, w);
+    deferred += next_b < w;  // another micro-batch's B between this B and its W
+  }
+  EXPECT_GT(deferred, 0);
+  std::filesystem::remove(path);
 }
 
 TEST(RuntimeTrace, OffUnlessAsked) {

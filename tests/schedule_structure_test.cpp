@@ -119,6 +119,29 @@ TEST(ScheduleStructure, EveryStageRunsEachMicrobatchOnceEachWay) {
       }
 }
 
+// The runtime runs W as the deferred weight pass of a split B (rank_actor):
+// its gradients stay bitwise those of the full backward only if, on every
+// stage, the weight gradients of the micro-batches are added in the order
+// their input passes ran (W's in B order, and no full backward of a later
+// micro-batch overtakes a pending W).
+TEST(ScheduleStructure, WeightPassesFollowTheInputPassOrderPerStage) {
+  for (Kind kind : kAllKinds)
+    for (int pp : kRanks)
+      for (int chunks : chunk_counts(kind, pp)) {
+        SCOPED_TRACE(std::string(to_string(kind)) + " pp=" + std::to_string(pp) +
+                     " C=" + std::to_string(chunks));
+        std::map<std::pair<int, int>, std::vector<int>> input, weight;  // (dir, stage) -> mbs in order
+        for (const auto& ops : make_all_schedules(kind, pp, chunks))
+          for (const Op& op : ops) {
+            const std::pair<int, int> at{op.b.dir, op.b.stage};
+            if (op.type == OpType::BW || op.type == OpType::FB || op.type == OpType::B) input[at].push_back(op.b.mb);
+            if (op.type == OpType::BW || op.type == OpType::FB || op.type == OpType::W) weight[at].push_back(op.b.mb);
+          }
+        ASSERT_FALSE(input.empty());
+        for (const auto& [at, mbs] : input) EXPECT_EQ(weight[at], mbs) << "dir " << at.first << " stage " << at.second;
+      }
+}
+
 TEST(ScheduleStructure, UnitCostRunHasNoDeadlockAndRunsEveryOp) {
   OpCosts unit;
   unit.f = unit.b = unit.fb = 1;

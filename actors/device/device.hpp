@@ -26,8 +26,9 @@ namespace troupe::runtime {
 // costs no allocation; actors/device/trace.cpp turns it into a name.
 struct TraceLabel {
   // Snapshot: an optimizer shard's copy of m and v for kill-and-replay.
+  // Weight: the W pass of a split backward (Backward is then its B).
   enum Kind : uint8_t { None, Forward, Backward, GradSend, ParamLoad, RankInit, Reduce, Update, ParamRead, ShardInit,
-                        Snapshot };
+                        Snapshot, Weight };
   Kind kind = None;
   int16_t mb = -1, stage = -1, chunk = -1;  // -1: not applicable
   int16_t owner = -1;                      // rank or shard index

@@ -19,6 +19,7 @@ const char* category(TraceLabel::Kind k) {
   switch (k) {
     case TraceLabel::Forward: return "forward";
     case TraceLabel::Backward: return "backward";
+    case TraceLabel::Weight: return "weight";
     case TraceLabel::GradSend:
     case TraceLabel::ParamLoad: return "exchange";
     case TraceLabel::Reduce:
@@ -52,6 +53,7 @@ std::string trace_event_name(const TraceLabel& l, bool chunked) {
   switch (l.kind) {
     case TraceLabel::Forward: return chunk("F");
     case TraceLabel::Backward: return chunk("B");
+    case TraceLabel::Weight: return chunk("W");
     case TraceLabel::GradSend: return "grads r" + own;
     case TraceLabel::ParamLoad: return "load params r" + own;
     case TraceLabel::RankInit: return "init r" + own;
@@ -101,7 +103,7 @@ void write_chrome_trace(const std::string& path, const std::vector<DeviceTrace>&
         out << ",\n{\"name\":\"" << trace_event_name(l, chunked) << "\",\"cat\":\"" << category(l.kind)
             << "\",\"ph\":\"X\",\"pid\":0,\"tid\":" << d.device << ",\"ts\":" << micros(e.start_ns - origin)
             << ",\"dur\":" << micros(e.end_ns - e.start_ns) << ",\"args\":{";
-        if (l.kind == TraceLabel::Forward || l.kind == TraceLabel::Backward)
+        if (l.kind == TraceLabel::Forward || l.kind == TraceLabel::Backward || l.kind == TraceLabel::Weight)
           out << "\"mb\":" << l.mb << ",\"stage\":" << l.stage << ",\"chunk\":" << l.chunk << ",\"rank\":" << l.owner;
         else
           out << (l.kind >= TraceLabel::Reduce ? "\"shard\":" : "\"rank\":") << l.owner;

@@ -20,6 +20,14 @@
 // runs, so gradients accumulate in schedule order). That is the
 // compute/communication overlap; the interleaved parts' math is independent,
 // so the order they interleave in does not change any result.
+//
+// B/W split (zb1p, dualpipe, dualpipev): a B op runs the input-gradient pass
+// (model::Stage::backward_input, or begin_backward deferring its weights)
+// and sends the gradient when it ends; the chunk's W op later runs the
+// weight pass (backward_weights). The slot stays taken until the W. A
+// schedule runs each stage's W's in the order of its B's, so every weight
+// gradient gets the same additions in the same order as with the full
+// backward (BW) at B.
 #include <algorithm>
 #include <functional>
 #include <map>
@@ -98,6 +106,7 @@ struct RankState {
   int parts = 0;                      // parts (F, B) of started ops still running
   int waiting_parts = 0;              // ... of them out at the experts
   int b_parts = 0;                    // ... of them backward
+  std::set<std::tuple<int, int, int>> bwd_running;  // (dir, stage, mb) of split B's still running (their W waits)
   std::set<std::tuple<int, int, int>> fwd_running;  // (dir, stage, mb) of forwards still running
   std::function<void()> deferred;     // without overlap: the B part, started when F ends
   std::map<PartKey, Part> waiting;    // passes out at the experts
@@ -281,14 +290,24 @@ Device::Work forward_work(Self* self, const sched::Chunk f, int slot, Envelope i
   };
 }
 
-// Backward of chunk b, experts inside the stage.
-Device::Work backward_work(Self* self, const sched::Chunk b, int slot, Envelope dout, double ls, double as) {
+// Backward of chunk b, experts inside the stage: the full backward, or
+// (split) its B, the input gradient sent as soon as it is known.
+Device::Work backward_work(Self* self, const sched::Chunk b, int slot, Envelope dout, double ls, double as,
+                           bool split) {
   const ChunkCtx x = chunk_ctx(self, b, slot, true);
-  return [x, dout, ls, as](kernels::Backend&) {
+  return [x, dout, ls, as, split](kernels::Backend&) {
     model::Stage& stage = *x.comp->stages.at({x.c.dir, x.c.stage});
     std::optional<Read<schemas::Gradients>> keep;
-    stage.backward(x.slot, x.comp->w, x.comp->g, backward_dout(x, dout, keep), ls, as);
+    if (split) stage.backward_input(x.slot, x.comp->w, x.comp->g, backward_dout(x, dout, keep), ls, as);
+    else stage.backward(x.slot, x.comp->w, x.comp->g, backward_dout(x, dout, keep), ls, as);
     finish_backward(x, stage);
+  };
+}
+
+// The W of chunk b: its weight gradients, deferred by its B, accumulate.
+Device::Work weight_work(Self* self, const sched::Chunk b, int slot) {
+  return [comp = self->state.comp, b, slot](kernels::Backend&) {
+    comp->stages.at({b.dir, b.stage})->backward_weights(slot);
   };
 }
 
@@ -368,6 +387,7 @@ void abort_to(Self* self, uint64_t step, uint32_t attempt) {
   st.backwards = 0;
   st.parts = st.waiting_parts = st.b_parts = 0;
   st.fwd_running.clear();
+  st.bwd_running.clear();
   st.deferred = nullptr;
   st.waiting.clear();
   st.slices_from.clear();
@@ -511,7 +531,8 @@ void run_step(Self* self, const PartKey key, const sched::Chunk c, int slot,
     auto& s = self->state;
     const bool bwd = std::get<3>(key);
     if (out->finished) {
-      if (bwd && s.sh->opt.overlap) s.free_slots[{c.dir, c.stage}].push_back(slot);  // see try_run
+      const bool split = s.bwd_running.erase({c.dir, c.stage, c.mb}) > 0;  // its W frees the slot
+      if (bwd && !split && s.sh->opt.overlap) s.free_slots[{c.dir, c.stage}].push_back(slot);  // see try_run
       if (!bwd) s.fwd_running.erase({c.dir, c.stage, c.mb});
       return part_done(self, bwd);
     }
@@ -614,11 +635,12 @@ void start_forward_parts(Self* self, const sched::Chunk f, int slot, Envelope in
   run_step(self, PartKey{f.dir, f.stage, f.mb, false}, f, slot, advance, finish);
 }
 
-void start_backward_parts(Self* self, const sched::Chunk b, int slot, Envelope dout, double ls, double as) {
+void start_backward_parts(Self* self, const sched::Chunk b, int slot, Envelope dout, double ls, double as,
+                          bool split) {
   const ChunkCtx x = chunk_ctx(self, b, slot, true);
-  auto advance = [x, dout, ls, as](model::Stage& stage) -> const model::MoeExchange* {
+  auto advance = [x, dout, ls, as, split](model::Stage& stage) -> const model::MoeExchange* {
     std::optional<Read<schemas::Gradients>> keep;
-    return stage.begin_backward(x.slot, x.comp->w, x.comp->g, backward_dout(x, dout, keep), ls, as);
+    return stage.begin_backward(x.slot, x.comp->w, x.comp->g, backward_dout(x, dout, keep), ls, as, split);
   };
   auto finish = [x](model::Stage& stage) { finish_backward(x, stage); };
   run_step(self, PartKey{b.dir, b.stage, b.mb, true}, b, slot, advance, finish);
@@ -645,13 +667,14 @@ void try_run(Self* self) {
     const sched::Op& op = st.ops[st.next];
     const int last = st.sh->plan.sl.num_stages - 1;
     const bool has_f = op.type == sched::OpType::F || op.type == sched::OpType::FB;
-    // B runs the full backward (inputs and weights) and W is then a no-op: the
-    // weight gradients are the same values, computed earlier than scheduled.
     const bool has_b = op.type == sched::OpType::BW || op.type == sched::OpType::FB ||
                        op.type == sched::OpType::B;
+    const bool split = op.type == sched::OpType::B;  // B of the B/W split: W comes later
+    const bool has_w = op.type == sched::OpType::W;
     if (st.parts > 0 && !(st.sh->plan.expert_parallel() && st.sh->opt.overlap && st.parts == st.waiting_parts &&
                           (!has_b || st.b_parts == 0)))
       return;
+    if (has_w && st.bwd_running.count({op.b.dir, op.b.stage, op.b.mb})) return;  // its B first
     if (has_f && !st.inbox.count(act_key(st, op.f))) return;
     if (has_b && op.b.stage < last && !st.inbox.count(grad_key(st, op.b))) return;
     if (has_b && st.fwd_running.count({op.b.dir, op.b.stage, op.b.mb})) return;  // its own forward first
@@ -686,27 +709,40 @@ void try_run(Self* self) {
       ++st.backwards;
       const StageId id{op.b.dir, op.b.stage};
       const int slot = st.slot_of[id].at(op.b.mb);
-      st.slot_of[id].erase(op.b.mb);
       // Ops start in order and one at a time: the device runs this backward
       // before any later forward reuses the slot. With overlap a later
       // forward may start while it waits for experts: the slot is freed when
-      // the backward has ended (start_backward_parts).
-      if (!early_free) st.free_slots[id].push_back(slot);
+      // the backward has ended (start_backward_parts). A split B keeps the
+      // slot for its W (the weight pass reads the slot's activations).
+      if (!split) {
+        st.slot_of[id].erase(op.b.mb);
+        if (!early_free) st.free_slots[id].push_back(slot);
+      } else if (st.sh->plan.expert_parallel()) {
+        st.bwd_running.insert({op.b.dir, op.b.stage, op.b.mb});
+      }
       ++st.parts;
       ++st.b_parts;
       if (st.sh->plan.expert_parallel() && has_f && !st.sh->opt.overlap)
-        st.deferred = [self, b = op.b, slot, dout, ls = st.loss_scale, as = st.aux_scale] {
-          start_backward_parts(self, b, slot, dout, ls, as);
+        st.deferred = [self, b = op.b, slot, dout, ls = st.loss_scale, as = st.aux_scale, split] {
+          start_backward_parts(self, b, slot, dout, ls, as, split);
         };
       else if (st.sh->plan.expert_parallel())
-        start_backward_parts(self, op.b, slot, std::move(dout), st.loss_scale, st.aux_scale);
-      else submit(self, *st.dev, backward_work(self, op.b, slot, std::move(dout), st.loss_scale, st.aux_scale),
+        start_backward_parts(self, op.b, slot, std::move(dout), st.loss_scale, st.aux_scale, split);
+      else submit(self, *st.dev, backward_work(self, op.b, slot, std::move(dout), st.loss_scale, st.aux_scale, split),
                   [self] { part_done(self, true); }, chunk_label(TraceLabel::Backward, op.b, st.rank));
     }
-    if (st.parts == before) {  // W: the backward already ran; a no-op keeps the device order
+    if (has_w) {
+      const StageId id{op.b.dir, op.b.stage};
+      const int slot = st.slot_of[id].at(op.b.mb);
+      st.slot_of[id].erase(op.b.mb);
+      // One closure, never suspended: nothing else starts while it runs, so
+      // the slot is free for any op after it.
+      st.free_slots[id].push_back(slot);
       ++st.parts;
-      submit(self, *st.dev, [](kernels::Backend&) {}, [self] { part_done(self, false); });
+      submit(self, *st.dev, weight_work(self, op.b, slot), [self] { part_done(self, false); },
+             chunk_label(TraceLabel::Weight, op.b, st.rank));
     }
+    if (st.parts == before) throw std::logic_error(st.name + ": an op with nothing to run");
   }
 }
 
@@ -726,7 +762,9 @@ caf::behavior rank_actor(Self* self, std::shared_ptr<const Shared> sh, Device* d
       const StageId id{op.f.dir, op.f.stage};
       peak[id] = std::max(peak[id], ++live[id]);
     }
-    if (op.type == sched::OpType::BW || op.type == sched::OpType::FB || op.type == sched::OpType::B)
+    // A slot is taken from the chunk's forward to its full backward, or,
+    // split, to its W.
+    if (op.type == sched::OpType::BW || op.type == sched::OpType::FB || op.type == sched::OpType::W)
       --live[{op.b.dir, op.b.stage}];
   }
   // With overlap, a forward may start while the previous op's backward (on
