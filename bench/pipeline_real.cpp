@@ -1,5 +1,6 @@
 // bench_pipeline_real: step time of the actor runtime (actors/runtime.hpp) on
-// this machine, quickstart model (model::ModelConfig defaults), addition data,
+// this machine (1 device sequential; 2 devices 1F1B, DualPipe, DualPipeV,
+// ZB-H1, ...), quickstart model (model::ModelConfig defaults), addition data,
 // batch 16, host backend, 1 OpenBLAS thread per device, against
 // model::Trainer on one device in the same run; runtime rows use one
 // optimizer shard per device. Every engine is built first,
@@ -12,10 +13,12 @@
 //   overhead  = (runtime sequential, 1 device) / trainer - 1: what the actors,
 //               envelopes and copies cost when nothing runs in parallel
 //   ceiling   = the best speedup the schedule allows as the runtime runs it:
-//               its op lists on actors/pipeline_sim with F = 1, B = 2 per
-//               stage, W = 0 (the runtime's B runs the whole backward, W is a
-//               no-op) and FB = F + B (F and B are not overlapped), no
-//               latency; ceiling = (sum of all op costs) / makespan.
+//               its op lists on actors/pipeline_sim with F = 1, a full
+//               backward BW = 2 per stage, split into B = 1 (input
+//               gradients) and W = 1 (weight gradients, deferred: the
+//               runtime runs them as separate ops) and FB = F + BW (F and B
+//               are not overlapped), no latency;
+//               ceiling = (sum of all op costs) / makespan.
 //   envelopes = pipeline Envelopes per step (activations + gradients) counted
 //               from the op lists the stage actors execute; "msgs" adds the
 //               rest of the protocol of actors/context.hpp (data,
@@ -93,7 +96,7 @@ void derive(Engine& e, int shards) {
   const int C = static_cast<int>(e.microbatches);
   const sched::Layout sl = sched::make_layout(kind, e.stages, C);
   const auto ops = sched::make_all_schedules(kind, e.stages, C);
-  const sched::OpCosts costs{.f = 1, .b = 2, .w = 0, .fb = 3, .latency = 0};
+  const sched::OpCosts costs{.f = 1, .b = 2, .w = 1, .fb = 3, .latency = 0};
   const sched::SimResult sim = sched::simulate(ops, costs);
   if (!sim.completed) throw std::runtime_error("simulation of " + e.name + " failed: " + sim.error + sim.deadlock);
   double work = 0;
@@ -190,6 +193,7 @@ int main(int argc, char** argv) {
         {"runtime 1f1b, 2 dev", "1f1b", 2, 2, 4, 2},
         {"runtime dualpipe, 2 dev", "dualpipe", 2, 2, 4, 2},
         {"runtime dualpipev, 2 dev", "dualpipev", 2, 2, 4, 2},
+        {"runtime zb1p, 2 dev", "zb1p", 2, 2, 4, 2},
         // Extra rows: the same 2-stage split on one device (the pipeline's
         // messages without the parallelism), 8 micro-batches (a higher
         // ceiling, smaller matmuls), and 1F1B with one optimizer shard (the

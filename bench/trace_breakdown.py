@@ -33,7 +33,7 @@ def breakdown(path):
     for e in events:
         per_dev[e["tid"]].append(e)
     print(f"{path}: {steps} steps, {span:.1f} ms per step (first to last closure)")
-    cats = ["forward", "backward", "exchange", "optimizer", "snapshot"]
+    cats = ["forward", "backward", "weight", "exchange", "optimizer", "snapshot"]
     print(f"  {'device':>6} " + " ".join(f"{c:>9}" for c in cats) + f" {'busy':>7} {'idle':>7}  (ms per step)")
     for dev, evs in sorted(per_dev.items()):
         by = collections.Counter()

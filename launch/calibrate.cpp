@@ -150,10 +150,14 @@ OpTimes measure(const Spec& spec, const runtime::Plan& placement, int copies, co
   // Pooled: per figure, the median over the copies (each copy ran the same pipeline).
   OpTimes out = per[0];
   for (size_t s = 0; s < out.f.size(); ++s) {
-    std::vector<double> f, b;
-    for (const OpTimes& p : per) f.push_back(p.f[s]), b.push_back(p.b[s]);
+    std::vector<double> f, b, w;
+    for (const OpTimes& p : per) {
+      f.push_back(p.f[s]), b.push_back(p.b[s]);
+      if (!p.w.empty()) w.push_back(p.w[s]);
+    }
     out.f[s] = median(f);
     out.b[s] = median(b);
+    if (!out.w.empty()) out.w[s] = median(w);
   }
   for (auto& [key, ms] : out.post) {
     std::vector<double> v;
@@ -210,12 +214,14 @@ OpTimes read_op_times(const std::vector<runtime::DeviceTrace>& traces,
   const int num_stages =
       sched::make_layout(t.schedule, static_cast<int>(t.stages), static_cast<int>(t.microbatches)).num_stages;
   OpTimes m;
-  std::vector<std::vector<double>> fs(static_cast<size_t>(num_stages)), bs(fs.size());
+  std::vector<std::vector<double>> fs(static_cast<size_t>(num_stages)), bs(fs.size()), ws(fs.size());
   std::map<std::tuple<int, int, int>, std::vector<double>> post;  // (0 rank / 1 shard, index, phase) -> ms per step
   std::map<int, std::vector<double>> busy;
   std::vector<double> gaps, wall;
   for (const auto& [s0, s1] : steps) {
     std::map<std::tuple<int, int, int>, double> this_step;  // (0 rank / 1 shard, index, phase)
+    // A chunk's backward: its B, plus its W when split. (stage, dir, mb) -> ms.
+    std::map<std::tuple<int, int, int>, double> chunk_b, chunk_w;
     for (const runtime::DeviceTrace& dt : traces) {
       double b = 0;
       int64_t prev_end = -1;
@@ -227,9 +233,10 @@ OpTimes read_op_times(const std::vector<runtime::DeviceTrace>& traces,
         prev_end = e.end_ns;
         const auto& l = e.label;
         using K = runtime::TraceLabel;
-        if (l.kind == K::Forward || l.kind == K::Backward) {
+        if (l.kind == K::Forward || l.kind == K::Backward || l.kind == K::Weight) {
           if (l.stage < 0 || l.stage >= num_stages) throw std::logic_error("calibrate: the trace names an unknown stage");
-          (l.kind == K::Forward ? fs : bs)[static_cast<size_t>(l.stage)].push_back(ms);
+          if (l.kind == K::Forward) fs[static_cast<size_t>(l.stage)].push_back(ms);
+          else (l.kind == K::Backward ? chunk_b : chunk_w)[{l.stage, l.chunk, l.mb}] += ms;
           ++m.samples;
         } else if (const int phase = post_phase(l.kind); phase >= 0) {
           const int actor = l.kind == K::GradSend || l.kind == K::ParamLoad ? 0 : 1;  // rank or shard
@@ -238,6 +245,11 @@ OpTimes read_op_times(const std::vector<runtime::DeviceTrace>& traces,
       }
       busy[dt.device].push_back(b);
     }
+    for (const auto& [c, ms] : chunk_b) {
+      auto wi = chunk_w.find(c);
+      bs[static_cast<size_t>(std::get<0>(c))].push_back(ms + (wi == chunk_w.end() ? 0.0 : wi->second));
+    }
+    for (const auto& [c, ms] : chunk_w) ws[static_cast<size_t>(std::get<0>(c))].push_back(ms);
     for (const auto& [k, v] : this_step) post[k].push_back(v);
     wall.push_back(static_cast<double>(s1 - s0) / 1e6);
     ++m.steps;
@@ -248,6 +260,12 @@ OpTimes read_op_times(const std::vector<runtime::DeviceTrace>& traces,
     m.f.push_back(mean(fs[s]));
     m.b.push_back(mean(bs[s]));
   }
+  // The weight part, when the schedule split backwards: a stage with no W
+  // in these steps gets 0 (its B's were all full backwards).
+  bool split = false;
+  for (const auto& v : ws) split |= !v.empty();
+  if (split)
+    for (size_t s = 0; s < ws.size(); ++s) m.w.push_back(ws[s].empty() ? 0.0 : std::min(mean(ws[s]), m.b[s]));
   for (const runtime::ActorPlan& a : placement.actors) {
     if (a.device < 0 || a.replica > 0) continue;
     const int kind = a.role == runtime::Role::Rank ? 0 : a.role == runtime::Role::Optimizer ? 1 : -1;
@@ -296,6 +314,7 @@ sim::CostConfig calibrated_costs(const Calibration& c, bool measured, bool alone
     s.model = sim::CostModel::measured;
     s.stage_forward_ms = m.f;
     s.stage_backward_ms = m.b;
+    s.stage_weight_ms = m.w;
   } else {
     s.model = sim::CostModel::flops;
     s.gflops = c.fit.gflops;
@@ -336,6 +355,7 @@ std::string sim_table(const Spec& spec, const std::string& path, const Calibrati
   if (measured) {
     t += "stage_forward_ms = " + float_list_text(s.stage_forward_ms) + "\n";
     t += "stage_backward_ms = " + float_list_text(s.stage_backward_ms) + "\n";
+    if (!s.stage_weight_ms.empty()) t += "stage_weight_ms = " + float_list_text(s.stage_weight_ms) + "\n";
   } else {
     t += "gflops = " + round_sig(s.gflops) + "\n";
     t += "gbps = " + round_sig(s.gbps) + "\n";

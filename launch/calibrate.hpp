@@ -9,8 +9,10 @@
 // with every actor on ONE device, step in lockstep rounds: first one copy
 // alone, then as many copies at once as the spec has devices (so the ops
 // share the cores, caches and memory bandwidth as in the real run). Per
-// stage: the mean forward and full backward of a micro-batch (the runtime
-// runs B and W as one backward: there is no weight part to measure). The
+// stage: the mean forward and full backward of a micro-batch (a chunk's B
+// plus its W where the schedule splits them) and, when the schedule splits
+// some backwards (zb1p, dualpipe, dualpipev), the mean W: the weight part the
+// sim's split B subtracts. The
 // optimizer step is what runs after the pipeline: per phase (gradient
 // download, reduce, AdamW, snapshot copies and parameter load) the busiest
 // device of the spec's placement, summed over the phases, since each phase
@@ -35,6 +37,7 @@ namespace troupe::launch {
 // Op times of some steps of a runtime, in ms (F and B per micro-batch).
 struct OpTimes {
   std::vector<double> f, b;             // per stage: means (a step pays its slow ops too)
+  std::vector<double> w;                // per stage: mean W (weight pass); empty when no backward was split
   // Post-pipeline closures per step, per device of the spec's placement, in
   // four phases that wait for each other across devices (a shard reduces
   // once every rank's gradients are in; AdamW once every shard's norm is in):

@@ -5,6 +5,7 @@ target_compile_definitions(launch_spec_test PRIVATE TROUPE_SOURCE_DIR="${PROJECT
 
 if(TARGET troupe_launch)
   troupe_add_gtest(launch_topology_test SOURCES launch_topology_test.cpp LIBS troupe_launch LABELS launch)
+  troupe_add_gtest(launch_calibrate_test SOURCES launch_calibrate_test.cpp LIBS troupe_launch LABELS launch)
 endif()
 
 # CLI: every shipped example spec validates through the real executable.
