@@ -3,7 +3,8 @@
 # `bench_pipeline_real --trace-dir DIR` writes (actors/trace.cpp): busy
 # milliseconds per step by category (forward, backward, exchange = gradient
 # download + parameter load, optimizer = reduce + update, snapshot = the
-# optimizer shards' m and v copies for kill-and-replay) and the idle rest.
+# optimizer shards' m and v copies for kill-and-replay; weight = the W
+# passes of split backwards) and the idle rest.
 # Steps are counted as the "update shard0" events; init is left out. The
 # bench steps its engines round-robin, so one engine's trace has long pauses:
 # its steps are the runs of closures with no pause over 50 ms across all
@@ -15,7 +16,9 @@ import sys
 
 
 def breakdown(path):
-    events = [e for e in json.load(open(path))["traceEvents"] if e.get("ph") == "X" and e["cat"] != "init"]
+    # "wait" events fill the gaps between closures (the device was idle): not work.
+    events = [e for e in json.load(open(path))["traceEvents"]
+              if e.get("ph") == "X" and e["cat"] not in ("init", "wait")]
     if not events:
         print(f"{path}: no events")
         return

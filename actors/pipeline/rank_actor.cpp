@@ -27,7 +27,10 @@
 // weight pass (backward_weights). The slot stays taken until the W. A
 // schedule runs each stage's W's in the order of its B's, so every weight
 // gradient gets the same additions in the same order as with the full
-// backward (BW) at B.
+// backward (BW) at B. A W that directly follows its own B in the op list
+// (ZB-H1's first rank, every rank's last micro-batch) defers nothing: that B
+// runs the full backward (bitwise the same as B then W, and cheaper: no
+// dY kept) and the W is empty.
 #include <algorithm>
 #include <functional>
 #include <map>
@@ -107,6 +110,7 @@ struct RankState {
   int waiting_parts = 0;              // ... of them out at the experts
   int b_parts = 0;                    // ... of them backward
   std::set<std::tuple<int, int, int>> bwd_running;  // (dir, stage, mb) of split B's still running (their W waits)
+  std::set<std::tuple<int, int, int>> fused_w;      // (dir, stage, mb) whose B ran the full backward: W is empty
   std::set<std::tuple<int, int, int>> fwd_running;  // (dir, stage, mb) of forwards still running
   std::function<void()> deferred;     // without overlap: the B part, started when F ends
   std::map<PartKey, Part> waiting;    // passes out at the experts
@@ -388,6 +392,7 @@ void abort_to(Self* self, uint64_t step, uint32_t attempt) {
   st.parts = st.waiting_parts = st.b_parts = 0;
   st.fwd_running.clear();
   st.bwd_running.clear();
+  st.fused_w.clear();
   st.deferred = nullptr;
   st.waiting.clear();
   st.slices_from.clear();
@@ -669,8 +674,15 @@ void try_run(Self* self) {
     const bool has_f = op.type == sched::OpType::F || op.type == sched::OpType::FB;
     const bool has_b = op.type == sched::OpType::BW || op.type == sched::OpType::FB ||
                        op.type == sched::OpType::B;
-    const bool split = op.type == sched::OpType::B;  // B of the B/W split: W comes later
+    // B of the B/W split, unless its W is the very next op (see the top).
+    const bool split = op.type == sched::OpType::B &&
+                       !(st.next + 1 < st.ops.size() && st.ops[st.next + 1].type == sched::OpType::W &&
+                         st.ops[st.next + 1].b == op.b);
     const bool has_w = op.type == sched::OpType::W;
+    if (has_w && st.fused_w.erase({op.b.dir, op.b.stage, op.b.mb})) {  // its B ran the full backward
+      ++st.next;
+      continue;
+    }
     if (st.parts > 0 && !(st.sh->plan.expert_parallel() && st.sh->opt.overlap && st.parts == st.waiting_parts &&
                           (!has_b || st.b_parts == 0)))
       return;
@@ -717,6 +729,7 @@ void try_run(Self* self) {
       if (!split) {
         st.slot_of[id].erase(op.b.mb);
         if (!early_free) st.free_slots[id].push_back(slot);
+        if (op.type == sched::OpType::B) st.fused_w.insert({op.b.dir, op.b.stage, op.b.mb});
       } else if (st.sh->plan.expert_parallel()) {
         st.bwd_running.insert({op.b.dir, op.b.stage, op.b.mb});
       }
