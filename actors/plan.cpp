@@ -161,12 +161,16 @@ uint32_t rank_messages(const Plan& p, int rank) {
     return 1 + moe * (1 + static_cast<uint32_t>(p.expert_shards));
   };
   uint32_t n = 2;  // (start) and the completion of the gradient send
-  for (const sched::Op& op : sched::make_schedule(p.sl.kind, rank, p.sl.num_ranks, p.chunks)) {
+  const auto ops = sched::make_schedule(p.sl.kind, rank, p.sl.num_ranks, p.chunks);
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const sched::Op& op = ops[i];
     const bool has_f = op.type == sched::OpType::F || op.type == sched::OpType::FB;
     const bool has_b = op.type == sched::OpType::BW || op.type == sched::OpType::FB || op.type == sched::OpType::B;
     if (has_f) n += 1 + part(op.f);  // its input activations and its pass
     if (has_b) n += part(op.b) + (op.b.stage < last ? 1 : 0);  // its pass and its output gradient
-    if (!has_f && !has_b) ++n;  // W: a no-op closure
+    // W: the weight pass's closure, none when it directly follows its own B
+    // (that B ran the full backward: actors/pipeline/rank_actor.cpp).
+    if (op.type == sched::OpType::W && !(i > 0 && ops[i - 1].type == sched::OpType::B && ops[i - 1].b == op.b)) ++n;
   }
   return n + 2 * static_cast<uint32_t>(p.num_shards());  // each slice and its load
 }
