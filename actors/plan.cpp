@@ -148,7 +148,7 @@ bool meets(const std::vector<Range>& owned, Range r) {
 }
 
 // Messages rank `a` handles in one step when nothing fails.
-uint32_t rank_messages(const Plan& p, int rank) {
+uint32_t rank_messages(const Plan& p, int rank, bool split_backward) {
   const int last = p.sl.num_stages - 1;
   // Each part (F or B) of an op is its own device closure; with expert
   // shards a pass also stops at each MoE layer of its stage (one closure
@@ -169,8 +169,10 @@ uint32_t rank_messages(const Plan& p, int rank) {
     if (has_f) n += 1 + part(op.f);  // its input activations and its pass
     if (has_b) n += part(op.b) + (op.b.stage < last ? 1 : 0);  // its pass and its output gradient
     // W: the weight pass's closure, none when it directly follows its own B
-    // (that B ran the full backward: actors/pipeline/rank_actor.cpp).
-    if (op.type == sched::OpType::W && !(i > 0 && ops[i - 1].type == sched::OpType::B && ops[i - 1].b == op.b)) ++n;
+    // or the split is off (that B ran the full backward: actors/pipeline/rank_actor.cpp).
+    if (op.type == sched::OpType::W && split_backward &&
+        !(i > 0 && ops[i - 1].type == sched::OpType::B && ops[i - 1].b == op.b))
+      ++n;
   }
   return n + 2 * static_cast<uint32_t>(p.num_shards());  // each slice and its load
 }
@@ -499,7 +501,7 @@ Plan make_plan(const RuntimeOptions& o) {
       a.process = pl.rank_process(r, k);
       a.stages = stages[static_cast<size_t>(k)];
       a.params = p.rank_owned[static_cast<size_t>(k)];
-      a.messages_per_step = rank_messages(p, k);
+      a.messages_per_step = rank_messages(p, k, o.split_backward);
       a.detail = rank_detail(p, a.stages, c.ffn == model::Ffn::moe && o.expert_shards == 0);
       p.actors.push_back(std::move(a));
     }

@@ -138,6 +138,10 @@ struct RuntimeOptions {
   bool overlap = true;
   std::string trace;                // Chrome trace file written by train(); empty: no tracing
   bool record_trace = false;        // record device events without train() writing them (tests)
+  // B/W split (zb1p, dualpipe, dualpipev): a B op runs the input-gradient
+  // pass and its W the deferred weight pass. false: every B runs the full
+  // backward and W is empty (the runtime before the split; for A/B benches).
+  bool split_backward = true;
   // Supervision (actors/supervision/supervisor.hpp): a rank or shard actor that goes down
   // is respawned on its device and the running step is replayed; more than
   // max_restarts restarts within restart_window steps fail the step.

@@ -32,6 +32,9 @@
 // contains SUBSTRING (for profiling one engine with perf); it prints the
 // table only (no summary, no JSON). --trace-dir records each runtime's device
 // trace and writes it as DIR/<engine>.json (Chrome trace, actors/device/trace.hpp).
+// The "no B/W split" rows run zb1p and dualpipe with
+// RuntimeOptions::split_backward = false (every B the full backward, W
+// empty), so the split's before/after is a same-run ratio.
 // --caf-stealing adds the first four runtime rows again on CAF's default
 // work-stealing scheduler (TROUPE_CAF_SCHEDULER=stealing, see
 // actors/transport/caf_scheduler.hpp), stepped in the same rounds: before/after in one
@@ -187,13 +190,17 @@ int main(int argc, char** argv) {
     }
     // One ZeRO-1 optimizer shard per device (as launch/specs/pipeline_1f1b.toml
     // does), so that the optimizer step is split over the devices.
-    struct Spec { std::string name, schedule; int stages, devices; int64_t mb; int shards; bool stealing = false; };
+    struct Spec { std::string name, schedule; int stages, devices; int64_t mb; int shards; bool stealing = false; bool split = true; };
     std::vector<Spec> specs = {
         {"runtime sequential, 1 dev", "sequential", 1, 1, 4, 1},
         {"runtime 1f1b, 2 dev", "1f1b", 2, 2, 4, 2},
         {"runtime dualpipe, 2 dev", "dualpipe", 2, 2, 4, 2},
         {"runtime dualpipev, 2 dev", "dualpipev", 2, 2, 4, 2},
         {"runtime zb1p, 2 dev", "zb1p", 2, 2, 4, 2},
+        // The same without the B/W split (B runs the full backward, W is
+        // empty: the runtime before the split), stepped in the same rounds.
+        {"runtime zb1p, 2 dev, no B/W split", "zb1p", 2, 2, 4, 2, false, false},
+        {"runtime dualpipe, 2 dev, no B/W split", "dualpipe", 2, 2, 4, 2, false, false},
         // Extra rows: the same 2-stage split on one device (the pipeline's
         // messages without the parallelism), 8 micro-batches (a higher
         // ceiling, smaller matmuls), and 1F1B with one optimizer shard (the
@@ -222,6 +229,7 @@ int main(int argc, char** argv) {
       o.devices = s.devices;
       o.optimizer_shards = s.shards;
       o.record_trace = !trace_dir.empty();
+      o.split_backward = s.split;
       Engine e;
       e.name = s.name;
       e.schedule = s.schedule;

@@ -339,6 +339,18 @@ TEST(RuntimeTrace, Zb1pDefersTheWeightPass) {
   }
   EXPECT_GT(deferred, 0);
   std::filesystem::remove(path);
+  // Split off: every B is the full backward, no W runs.
+  o.split_backward = false;
+  {
+    runtime::Runtime rt(o);
+    rt.step();
+    rt.write_trace(path);
+  }
+  int w = 0;
+  for (const auto& [tid, ev] : read_trace(path, tracks, nullptr))
+    for (const Event& e : ev) w += e.name.rfind("W ", 0) == 0;
+  EXPECT_EQ(w, 0);
+  std::filesystem::remove(path);
 }
 
 TEST(RuntimeTrace, OffUnlessAsked) {

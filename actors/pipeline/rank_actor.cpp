@@ -674,8 +674,9 @@ void try_run(Self* self) {
     const bool has_f = op.type == sched::OpType::F || op.type == sched::OpType::FB;
     const bool has_b = op.type == sched::OpType::BW || op.type == sched::OpType::FB ||
                        op.type == sched::OpType::B;
-    // B of the B/W split, unless its W is the very next op (see the top).
-    const bool split = op.type == sched::OpType::B &&
+    // B of the B/W split, unless its W is the very next op (see the top) or
+    // the split is off (RuntimeOptions::split_backward).
+    const bool split = op.type == sched::OpType::B && st.sh->opt.split_backward &&
                        !(st.next + 1 < st.ops.size() && st.ops[st.next + 1].type == sched::OpType::W &&
                          st.ops[st.next + 1].b == op.b);
     const bool has_w = op.type == sched::OpType::W;
