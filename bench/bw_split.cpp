@@ -101,6 +101,8 @@ int main(int argc, char** argv) {
   const std::span<const int32_t> targets = stages == 1 ? std::span<const int32_t>(tg) : std::span<const int32_t>();
   std::vector<double> full, b, wt;
   const std::string load0 = load_average();
+  const int64_t arena_unsplit = st.arena_elements();  // activations + backward scratch
+  int64_t arena_split = 0;                            // + the slot's kept dY (taken at its first B)
   for (int r = 0; r < rounds + 2; ++r) {  // 2 warm-up rounds
     st.forward_tokens(0, w, in, targets);
     pb.reset();
@@ -115,6 +117,7 @@ int main(int argc, char** argv) {
     const double t1 = now();
     st.backward_weights(0);
     const double t2 = now();
+    arena_split = st.arena_elements();
     if (r >= 2) take(split_ops);
     if (r < 2) continue;
     full.push_back(t_full);
@@ -136,6 +139,8 @@ int main(int argc, char** argv) {
   std::printf("%-28s %9.2f\n", "B + W", mbw);
   std::printf("\nW share of B + W: %.1f%%; split cost (B + W) / full - 1: %+.1f%%\n", 100.0 * mw / mbw,
               100.0 * (mbw / mf - 1.0));
+  std::printf("stage arena: %.1f MB, + %.1f MB of kept dY per slot with the split\n",
+              static_cast<double>(arena_unsplit) * 4e-6, static_cast<double>(arena_split - arena_unsplit) * 4e-6);
   if (profile) {
     std::printf("\n%-26s %10s %10s %8s %8s   (ms per pass, mean over the rounds)\n", "op", "full", "B + W", "calls",
                 "calls");

@@ -536,7 +536,7 @@ void run_step(Self* self, const PartKey key, const sched::Chunk c, int slot,
     auto& s = self->state;
     const bool bwd = std::get<3>(key);
     if (out->finished) {
-      const bool split = s.bwd_running.erase({c.dir, c.stage, c.mb}) > 0;  // its W frees the slot
+      const bool split = bwd && s.bwd_running.erase({c.dir, c.stage, c.mb}) > 0;  // its W frees the slot
       if (bwd && !split && s.sh->opt.overlap) s.free_slots[{c.dir, c.stage}].push_back(slot);  // see try_run
       if (!bwd) s.fwd_running.erase({c.dir, c.stage, c.mb});
       return part_done(self, bwd);
