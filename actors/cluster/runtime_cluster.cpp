@@ -87,6 +87,15 @@ std::atomic<bool> g_survived_loss{false};  // survived_process_loss()
 }  // namespace
 
 bool survived_process_loss() { return g_survived_loss.load(); }
+void note_survived_process_loss() { g_survived_loss = true; }
+
+std::string advertised_host(const std::string& interface) {
+  if (!interface.empty() && interface != "0.0.0.0" && interface != "::") return interface;
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "127.0.0.1";
+  return name;
+}
+
 
 // Processes found lost, shared by the directory and its Cluster (which must
 // not wait on them when it shuts down).
@@ -291,12 +300,6 @@ caf::behavior directory(Dir* self, std::shared_ptr<Shared> sh, std::shared_ptr<L
 
 // Where this process's peers reach it: the bound address, or the host name
 // when bound to every interface.
-std::string advertised_host(const std::string& interface) {
-  if (!interface.empty() && interface != "0.0.0.0" && interface != "::") return interface;
-  char name[256] = {};
-  if (::gethostname(name, sizeof(name) - 1) != 0) return "127.0.0.1";
-  return name;
-}
 
 caf::actor lookup(caf::actor_system& sys, const caf::actor& dir, const std::string& name,
                   std::chrono::milliseconds timeout, int process) {

@@ -25,6 +25,12 @@ namespace troupe::runtime {
 // o.auth is tls; null otherwise). Collective when a key is made for the run.
 std::shared_ptr<void> configure_cluster(caf::actor_system_config& cfg, const RuntimeOptions& o);
 
+// The host name or address a process advertises for `interface` (its own
+// host name when it binds every interface).
+std::string advertised_host(const std::string& interface);
+// Records that this process survived the loss of a peer (survived_process_loss()).
+void note_survived_process_loss();
+
 struct LostSet;
 
 class Cluster {
