@@ -29,17 +29,9 @@
 #include "actors/transport/tcp_nodelay.hpp"
 
 namespace troupe::runtime {
-namespace {
 
-// The fault the test hook asks for (kFaultEnv), if any.
-struct Fault {
-  std::string kind;  // "kill" or "hang"; empty: none
-  int process = -1;
-  int64_t step = -1;
-};
-
-Fault parse_fault() {
-  Fault f;
+ProcessFault parse_fault() {
+  ProcessFault f;
   const char* env = std::getenv(kFaultEnv);
   if (!env || !*env) return f;
   const std::string s(env);
@@ -58,6 +50,10 @@ Fault parse_fault() {
   }
   return f;
 }
+
+namespace {
+
+using Fault = ProcessFault;
 
 // The process faults of this run: the test hook's, then the spec's
 // [[faults]] on "process:P" (kill: SIGKILL, stop: SIGSTOP, as `hang`).

@@ -77,6 +77,8 @@ struct DriverState {
   bool ending = false;
   caf::error end_reason;
   std::set<caf::actor_addr> awaiting;
+  // Children seen going down and not replaced (a failed run's): not awaited at the end.
+  std::set<caf::actor_addr> gone;
 };
 
 int64_t eta_of(const DriverState& s) { return s.sh->opt->train.rl.max_staleness; }
@@ -292,6 +294,7 @@ caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_p
       return;
     }
     if (dm.reason == caf::exit_reason::user_shutdown) return;
+    s.gone.insert(dm.source);  // dead for good: a respawn gets a new address
     if (s.remote)
       for (size_t p = 1; p < s.remote->hosts.size(); ++p)
         if (s.remote->hosts[p].address() == dm.source) return note_process_lost(self, s, static_cast<int>(p));
@@ -313,8 +316,10 @@ caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_p
       return;
     }
     const bool missed_sync = generator && s.sync_kill[static_cast<size_t>(index)];
-    const int was_on = generator && s.remote ? s.remote->process_of(index) : 0;
-    const bool link_lost = was_on > 0 && dm.reason == caf::exit_reason::remote_link_unreachable;
+    // Only a proxy goes down with this reason: its process is gone (the
+    // host's own down may have said so already).
+    const bool link_lost = generator && s.remote && dm.reason == caf::exit_reason::remote_link_unreachable;
+    const int was_on = link_lost ? s.remote->generator_process[static_cast<size_t>(index)] : 0;
     if (link_lost) note_process_lost(self, s, was_on);
     if (link_lost && !s.sh->opt->processes.recover) return;
     if (generator) s.gens[static_cast<size_t>(index)] = spawn_generator(self, s, index);
@@ -347,6 +352,8 @@ caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_p
     for (auto& a : s.gens) s.awaiting.insert(a.address());
     for (auto& a : s.rewards) s.awaiting.insert(a.address());
     s.awaiting.insert(s.buffer.address());
+    for (const auto& a : s.gone) s.awaiting.erase(a);
+    if (s.awaiting.empty()) return self->quit(s.end_reason);
     for (auto& a : s.gens) self->send_exit(a, caf::exit_reason::user_shutdown);
     for (auto& a : s.rewards) self->send_exit(a, caf::exit_reason::user_shutdown);
     self->send_exit(s.buffer, caf::exit_reason::user_shutdown);

@@ -104,7 +104,10 @@ struct HostState {
 caf::behavior host_actor(caf::stateful_actor<HostState>* self, std::shared_ptr<const RlShared> sh,
                          std::shared_ptr<std::atomic<int>> outcome) {
   const size_t parameters = static_cast<size_t>(model::build_param_layout(sh->opt->train.model).total());
-  const int64_t kill_at = sh->opt->processes.kill_at_step;
+  // The spec's [[faults]] on this process, or the test hook's kill.
+  int64_t kill_at = sh->opt->processes.kill_at_step;
+  if (const ProcessFault f = parse_fault(); f.kind == "kill" && sh->opt->processes.comm && f.process == sh->opt->processes.comm->rank())
+    kill_at = f.step;
   self->set_down_handler([self, outcome](caf::down_msg& dm) {
     auto& s = self->state;
     if (dm.source != s.coordinator.address()) return;
