@@ -3,6 +3,7 @@
 // consume the generator in the same order; each pair sits side by side.
 #include "tests/messaging_samples.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
@@ -269,7 +270,8 @@ void fill(Message::Builder m, Envelope::Kind kind, Gen& g, uint32_t rows, uint32
       break;
     }
     case Message::RL_ROLLOUT: {
-      // r groups of 2 completions, each w tokens long.
+      // r groups of 2 completions, each max(1, w / 4) tokens long (under the
+      // bulk path's smallest slot at the sizes the bulk test uses).
       auto x = m.initRlRollout();
       x.setStep(static_cast<int64_t>(g.u32()));
       x.setVersion(static_cast<int64_t>(g.u32()));
@@ -286,9 +288,10 @@ void fill(Message::Builder m, Envelope::Kind kind, Gen& g, uint32_t rows, uint32
       }
       auto comps = x.initCompletions(static_cast<unsigned>(2 * r));
       for (unsigned i = 0; i < comps.size(); ++i) {
-        auto t = comps[i].initTokens(static_cast<unsigned>(w));
-        auto lp = comps[i].initLogprobs(static_cast<unsigned>(w));
-        auto v = comps[i].initVersions(static_cast<unsigned>(w));
+        const auto n = static_cast<unsigned>(std::max<int64_t>(1, w / 4));
+        auto t = comps[i].initTokens(n);
+        auto lp = comps[i].initLogprobs(n);
+        auto v = comps[i].initVersions(n);
         for (unsigned j = 0; j < t.size(); ++j) {
           t.set(j, static_cast<int32_t>(g.u32() % 50000));
           lp.set(j, g.f32());
@@ -467,7 +470,7 @@ void check(Checker& c, Message::Reader m, Envelope::Kind kind, Gen& g, uint32_t 
         auto t = comps[i].getTokens();
         auto lp = comps[i].getLogprobs();
         auto v = comps[i].getVersions();
-        c.eq("rlRollout.completions.tokens.size", t.size(), static_cast<unsigned>(w));
+        c.eq("rlRollout.completions.tokens.size", t.size(), static_cast<unsigned>(std::max<int64_t>(1, w / 4)));
         for (unsigned j = 0; j < t.size(); ++j) {
           c.eq("rlRollout.completions.tokens", t[j], static_cast<int32_t>(g.u32() % 50000));
           c.eq("rlRollout.completions.logprobs", lp[j], g.f32());
