@@ -79,16 +79,16 @@ TEST(RlWire, WeightsRoundTripBitwise) {
   for (size_t i = 0; i < p.size(); ++i) p[i] = std::ldexp(static_cast<float>(i) - 500.5f, static_cast<int>(i % 40) - 20);
   p[7] = -0.0f;
   p[8] = std::numeric_limits<float>::denorm_min();
-  const Weights w{17, std::make_shared<const std::vector<float>>(p)};
+  const Weights w = Weights::of(17, std::make_shared<const std::vector<float>>(p));
   auto back = rlwire::decode_weights(over_the_wire(rlwire::encode_weights(w)), p.size());
   ASSERT_TRUE(back) << caf::to_string(back.error());
   EXPECT_EQ(back->version, 17);
-  ASSERT_EQ(back->params->size(), p.size());
-  EXPECT_EQ(std::memcmp(back->params->data(), p.data(), p.size() * sizeof(float)), 0);
+  ASSERT_EQ(back->size, p.size());
+  EXPECT_EQ(std::memcmp(back->data.get(), p.data(), p.size() * sizeof(float)), 0);
 }
 
 TEST(RlWire, WeightsOfAnotherModelAreRefused) {
-  const Weights w{3, std::make_shared<const std::vector<float>>(std::vector<float>(10, 1.0f))};
+  const Weights w = Weights::of(3, std::make_shared<const std::vector<float>>(std::vector<float>(10, 1.0f)));
   auto back = rlwire::decode_weights(over_the_wire(rlwire::encode_weights(w)), 11);
   ASSERT_FALSE(back);
   EXPECT_NE(caf::to_string(back.error()).find("10 values for a model of 11 parameters"), std::string::npos)

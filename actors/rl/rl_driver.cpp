@@ -445,7 +445,7 @@ void trainer_actor(caf::blocking_actor* self, std::shared_ptr<const RlShared> sh
     auto publish_params = [&](int64_t version, std::shared_ptr<const std::vector<float>> params) {
       kept[version] = params;
       kept.erase(kept.begin(), kept.lower_bound(version - eta));
-      self->send(driver, rlmsg::publish_atom::value, rlmsg::Weights{version, std::move(params)});
+      self->send(driver, rlmsg::publish_atom::value, rlmsg::Weights::of(version, std::move(params)));
     };
     auto publish = [&](int64_t version) {
       publish_params(version, std::make_shared<const std::vector<float>>(tr.parameters()));

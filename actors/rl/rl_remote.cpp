@@ -197,11 +197,11 @@ caf::behavior generator_proxy(caf::event_based_actor* self_base, std::shared_ptr
           s.encode += enc;
           if (s.memcpy_seconds == 0.0) {
             // The baseline: a plain copy of the same bytes, fastest of 5.
-            std::vector<float> dst(w.params->size());
+            std::vector<float> dst(w.size);
             double best = 1e30;
             for (int i = 0; i < 5; ++i) {
               const auto tc = Clock::now();
-              std::memcpy(dst.data(), w.params->data(), dst.size() * sizeof(float));
+              std::memcpy(dst.data(), w.data.get(), dst.size() * sizeof(float));
               best = std::min(best, since(tc));
             }
             s.memcpy_seconds = best;

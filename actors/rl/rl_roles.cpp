@@ -67,9 +67,9 @@ caf::behavior generator_actor(caf::event_based_actor* self, std::shared_ptr<cons
   // Copies `w` in (the fence) and counts it against the running job.
   auto load = [st](const rlmsg::Weights& w) {
     const auto ts = Clock::now();
-    st->copy->load(*w.params, w.version);
+    st->copy->load(w.values(), w.version);
     st->out.sync_seconds += since(ts);
-    st->out.sync_bytes += static_cast<int64_t>(w.params->size() * sizeof(float));
+    st->out.sync_bytes += static_cast<int64_t>(w.size * sizeof(float));
     ++st->out.loads;
   };
   // Starts the next job once the weights it needs are in.

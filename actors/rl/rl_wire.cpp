@@ -15,7 +15,7 @@ caf::error bad(const std::string& what) { return make_error(envelope_errc::schem
 }  // namespace
 
 Envelope encode_weights(const rlmsg::Weights& w) {
-  const std::vector<float>& p = *w.params;
+  const std::span<const float> p = w.values();
   // One segment sized for the tensor: the bulk plane sends it in one piece.
   const auto words = static_cast<unsigned>(std::min<size_t>(p.size() / 2 + 64, size_t{1} << 28));
   return Envelope::build<schemas::RlWeights>(
@@ -33,10 +33,10 @@ caf::expected<rlmsg::Weights> decode_weights(const Envelope& env, size_t paramet
   if (v.size() != parameters)
     return bad("rlWeights.params: " + std::to_string(v.size()) + " values for a model of " + std::to_string(parameters) +
                " parameters");
-  rlmsg::Weights w;
-  w.version = (*r)->getVersion();
-  w.params = std::make_shared<const std::vector<float>>(v.begin(), v.end());
-  return w;
+  // No copy: the values stay in the received message (word-aligned), which
+  // the weights keep alive.
+  auto holder = std::make_shared<const Read<schemas::RlWeights>>(*r);
+  return rlmsg::Weights{(*r)->getVersion(), std::shared_ptr<const float>(holder, v.data()), v.size()};
 }
 
 Envelope encode_rollout(const rlmsg::Rollout& x) {
