@@ -13,6 +13,8 @@
 # - process 1 SIGKILLed at its first job of step 3 ([[faults]] target =
 #   "process:1", mpirun --enable-recovery): its generators restart on
 #   process 0, the run ends bitwise equal, nothing lost or trained twice;
+# - rl.trainer = "actors" on process 0 with the generator on process 1:
+#   bitwise the 1-process run;
 # - with process_loss = "fail" the same loss (TROUPE_TEST_FAULT) ends the
 #   run naming the process; mpirun with the wrong process count is refused.
 # usage: rl_mpi_test.sh TROUPE_BINARY MPIRUN
@@ -123,6 +125,18 @@ expect_output "process 1 lost; restarted on process 0"
 expect_output "1 generator process(es) lost"
 same_checkpoint "$work/lost" "a run that lost process 1"
 grep -q '"processes_lost":1' "$work/lost/metrics.jsonl" || fail "rl_actors_end does not count the lost process"
+
+# rl.trainer = "actors" (1F1B over devices 0-1 with 2 expert and 2
+# optimizer shards, on process 0) with the generator on device 2, process 1:
+# the same checkpoint as in one process.
+act=(--set rl.trainer='"actors"' --set topology.devices=3 --set topology.stages=2 --set topology.schedule='"1f1b"'
+     --set topology.microbatches=2 --set topology.expert_shards=2 --set topology.optimizer_shards=2 --set rl.generators=1)
+expect_exit 0 "$troupe" run "$work/rl.toml" "${act[@]}" --set run.out_dir="\"$work/act1\""
+expect_exit 0 "${mpi[@]}" -np 2 "$troupe" run "$work/rl.toml" "${act[@]}" "${two[@]}" --set run.out_dir="\"$work/act2\""
+expect_output "generator:0 (device 2, process 1)"
+for f in params.f32.zst adam_m.f32.zst adam_v.f32.zst; do
+  cmp -s "$work/act1/checkpoint/$f" "$work/act2/checkpoint/$f" || fail "trainer on actors: the generator on process 1 changed $f"
+done
 
 # process_loss = "fail": the same loss (the test hook's, as a spec with a
 # process fault and "fail" is refused) stops the run, naming the process.
