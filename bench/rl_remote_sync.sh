@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Weight sync to a generator on another process (issue 12, "Across
 # processes"): decoupled RL (fixed_lag, max_staleness 1) on the RL task's
-# model (launch/specs/rl_addition.toml, 3.4 M parameters = 13.7 MB per
+# model (launch/specs/rl_addition.toml, 3.48 M parameters = 13.9 MB per
 # version), trainer on device 0 / process 0, one generator on device 1:
 #   one_process   the generator in process 0 (weights by reference)
 #   shm           the generator on process 1 (mpirun -np 2); versions cross

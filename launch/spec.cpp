@@ -1250,9 +1250,6 @@ void convert_rl(Spec& s, Parser& p) {
                                  "stages = 1, schedule = \"sequential\", expert_shards = 1, optimizer_shards = 1, "
                                  "data_parallel = 1 (this spec has devices = " + v(s.topology.devices) + ", stages = " +
                                  v(s.topology.stages) + ", schedule = \"" + std::string(sched::to_string(s.topology.schedule)) + "\")");
-  if (c.sync == rl::SyncMode::latest && !s.checkpoint.resume.empty())
-    p.error(p.where("checkpoint.resume"), "[checkpoint] resume: a rl.sync = \"latest\" run does not resume (it is not "
-                                          "reproducible bit for bit); \"fixed_lag\" and the synchronous loop do");
   if (s.data.source != model::DataKind::addition && s.data.source != model::DataKind::addition_plain)
     p.error(p.where("data.source"), "[rl] task = \"" + r.task + "\" draws its problems from [data] source = \"addition\" or "
                                     "\"addition_plain\" (this spec has \"" + model::data_kind_name(s.data.source) + "\")");

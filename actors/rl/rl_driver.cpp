@@ -527,8 +527,6 @@ rl::RlSummary train_decoupled(const RlActorOptions& options, RlActorObserver& ob
   const rl::RlConfig& rl = options.train.rl;
   if (!rl::decoupled(rl.sync))
     throw std::invalid_argument("train_decoupled: rl.sync must be \"fixed_lag\" or \"latest\"");
-  if (!options.train.resume_from.empty() && rl.sync != rl::SyncMode::fixed_lag)
-    throw std::invalid_argument("train_decoupled: only fixed_lag runs resume (latest is not reproducible bit for bit)");
   for (const rl::ConfigProblem& p : rl::check_config(rl)) throw std::invalid_argument("rl." + p.key + ": " + p.message);
   for (const FaultSpec& f : options.faults) {
     bool gen = false;

@@ -121,7 +121,10 @@ caf::behavior host_actor(caf::stateful_actor<HostState>* self, std::shared_ptr<c
         self->state.coordinator = coordinator;
         self->monitor(coordinator);
       },
-      [self, sh, parameters, kill_at](rlmsg::spawn_atom, int index, int64_t incarnation, const caf::actor& proxy) {
+      [self, sh, parameters, kill_at](rlmsg::spawn_atom, int index, int64_t incarnation,
+                                      const caf::actor& proxy) -> caf::result<caf::actor> {
+        if (index < 0 || index >= sh->opt->train.rl.generators || incarnation < 0 || !proxy)
+          return caf::make_error(caf::sec::invalid_argument, "no generator:" + std::to_string(index) + " in this run");
         auto& s = self->state;
         s.outboxes.erase(std::remove_if(s.outboxes.begin(), s.outboxes.end(),
                                         [](const caf::actor& a) { return !a || a->getf(caf::abstract_actor::is_terminated_flag); }),
