@@ -131,6 +131,7 @@ caf::behavior generator_actor(caf::event_based_actor* self, std::shared_ptr<cons
             st->have.rbegin()->first > st->copy->version()) {
           load(st->have.rbegin()->second);
           ++st->out.switches;
+          if (sh->opt->train.rl.recompute_kv) st->copy->recompute();
         }
         const bool more = st->copy->decode();
         ++st->decodes;
