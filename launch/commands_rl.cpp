@@ -10,6 +10,7 @@
 #include <vector>
 #include <spdlog/spdlog.h>
 
+#include "actors/cluster/runtime_cluster.hpp"
 #include "actors/rl/rl_actors.hpp"
 #include "actors/rl/rl_plan.hpp"
 #include "actors/rl/runtime_policy.hpp"
@@ -199,40 +200,92 @@ static void write_rl_fault_summary(const std::vector<runtime::FaultSpec>& faults
                          .str());
 }
 
-// rl.sync = "fixed_lag" / "latest": the decoupled actors, then their summary.
-rl::RlSummary run_decoupled(const Spec& spec, rl::RlTrainOptions options, RlProgress& progress, MetricsWriter& metrics) {
-  const auto& r = spec.rl;
-  spdlog::info("decoupled online RL ({}, max_staleness {}): {} generator(s), {} reward actor(s), trainer on device 0",
-               rl::sync_mode_name(r.sync), r.max_staleness, r.generators, r.reward_actors);
-  for (const auto& a : runtime::rl_actor_plan(r, static_cast<int>(spec.topology.devices),
-                                                    rl_trainer_on_actors(spec) ? rl_trainer_devices(spec) : 0))
-    spdlog::info("  {} ({}): {}", a.name, a.device < 0 ? std::string("control") : "device " + std::to_string(a.device),
-                 a.detail);
+// Where generators run across processes, and the test hook of a lost one.
+runtime::RlProcesses rl_processes(const Spec& spec, const std::shared_ptr<runtime::ClusterComm>& comm) {
+  runtime::RlProcesses p;
+  if (!comm || comm->size() <= 1) return p;
+  p.comm = comm;
+  p.generator_process = rl_generator_processes(spec);
+  p.auth = spec.topology.auth;
+  p.auth_dir = spec.topology.auth_dir;
+  p.interface = spec.topology.interface;
+  p.peer_timeout = spec.topology.peer_timeout;
+  p.bulk_shm_bytes = spec.topology.bulk_shm_bytes;
+  p.recover = spec.topology.process_loss == runtime::ProcessLoss::recover;
+  for (const runtime::FaultSpec& f : spec.faults)
+    if (int q = 0; runtime::parse_process_target(f.target, q) && q == comm->rank()) p.kill_at_step = f.at_step;
+  return p;
+}
+
+// The decoupled run's options: the RL actors' faults ([[faults]] on
+// generator, reward and buffer targets, and [chaos]), and the trainer on the
+// actor runtime with its own faults when rl.trainer = "actors".
+runtime::RlActorOptions decoupled_options(const Spec& spec, rl::RlTrainOptions options,
+                                          const std::shared_ptr<runtime::ClusterComm>& comm, size_t* trainer_fault_count) {
   runtime::RlActorOptions ao;
   ao.train = std::move(options);
   std::vector<runtime::FaultSpec> trainer_faults;
-  for (const runtime::FaultSpec& f : spec.faults)
+  for (const runtime::FaultSpec& f : spec.faults) {
+    int q = 0;
+    if (runtime::parse_process_target(f.target, q)) continue;  // rl_processes
     (is_trainer_fault_target(f.target) ? trainer_faults : ao.faults).push_back(f);
+  }
+  if (trainer_fault_count) *trainer_fault_count = trainer_faults.size();
   if (rl_trainer_on_actors(spec)) {
     runtime::RuntimeOptions t = rl_trainer_runtime(spec);
     t.on_restart = [](const runtime::RestartEvent& e) {
       spdlog::warn("trainer: {} went down ({}) in optimizer update {}; restarted{}", e.actor, e.cause, e.step,
                    e.replayed ? ", the update replayed" : "");
     };
-    const runtime::Plan plan = runtime::make_plan(t);
-    spdlog::info("trainer on the actor runtime: {} stage rank(s) ({}), {} expert shard(s) per MoE layer, {} optimizer "
-                 "shard(s) on device(s) 0..{}; {} trainer fault(s)",
-                 t.stages, sched::to_string(t.schedule), t.expert_shards, t.optimizer_shards, t.devices - 1,
-                 trainer_faults.size());
     ao.train.make_updater = runtime::runtime_policy_updater(
         std::move(t), spec.rl.policy, spec.rl.temperature > 0 ? spec.rl.temperature : 1.0);
   }
   const std::vector<runtime::FaultSpec> chaos = chaos_faults(spec);  // [chaos]: generators and reward actors
   ao.faults.insert(ao.faults.end(), chaos.begin(), chaos.end());
+  ao.max_restarts = static_cast<int>(spec.run.max_restarts);
+  ao.processes = rl_processes(spec, comm);
+  return ao;
+}
+
+int serve_rl_generators(const Spec& spec, const std::shared_ptr<runtime::ClusterComm>& comm) {
+  StopOnSignal signals;  // mpirun forwards SIGINT/SIGTERM: process 0 ends the run, this one follows
+  try {
+    const runtime::RlActorOptions ao = decoupled_options(spec, rl_train_options(spec), comm, nullptr);
+    runtime::serve_generators(ao);
+    spdlog::debug("run ended by process 0");
+    return kExitOk;
+  } catch (const std::exception& e) {
+    spdlog::error("run failed: {}", e.what());
+    return kExitRuntime;
+  }
+}
+
+// rl.sync = "fixed_lag" / "latest": the decoupled actors, then their summary.
+rl::RlSummary run_decoupled(const Spec& spec, rl::RlTrainOptions options, RlProgress& progress, MetricsWriter& metrics,
+                            const std::shared_ptr<runtime::ClusterComm>& comm) {
+  const auto& r = spec.rl;
+  const int processes = comm ? comm->size() : 1;
+  spdlog::info("decoupled online RL ({}, max_staleness {}): {} generator(s), {} reward actor(s), trainer on device 0{}",
+               rl::sync_mode_name(r.sync), r.max_staleness, r.generators, r.reward_actors,
+               processes > 1 ? fmt::format("; {} process(es): generators on processes 1..{}", processes, processes - 1) : std::string());
+  const std::vector<int> gen_process = rl_generator_processes(spec);
+  for (const auto& a : runtime::rl_actor_plan(r, static_cast<int>(spec.topology.devices),
+                                                    rl_trainer_on_actors(spec) ? rl_trainer_devices(spec) : 0, gen_process))
+    spdlog::info("  {} ({}{}): {}", a.name, a.device < 0 ? std::string("control") : "device " + std::to_string(a.device),
+                 processes > 1 ? ", process " + std::to_string(a.process) : std::string(), a.detail);
+  size_t trainer_faults = 0;
+  runtime::RlActorOptions ao = decoupled_options(spec, std::move(options), comm, &trainer_faults);
+  if (rl_trainer_on_actors(spec)) {
+    const runtime::RuntimeOptions t = rl_trainer_runtime(spec);
+    spdlog::info("trainer on the actor runtime: {} stage rank(s) ({}), {} expert shard(s) per MoE layer, {} optimizer "
+                 "shard(s) on device(s) 0..{}; {} trainer fault(s)",
+                 t.stages, sched::to_string(t.schedule), t.expert_shards, t.optimizer_shards, t.devices - 1,
+                 trainer_faults);
+  }
+  const size_t chaos = chaos_faults(spec).size();
   if (!ao.faults.empty())
     spdlog::info("failure injection: {} fault(s) ({} from [chaos]) on the RL actors; at most {} restart(s) in the run",
-                 ao.faults.size(), chaos.size(), spec.run.max_restarts);
-  ao.max_restarts = static_cast<int>(spec.run.max_restarts);
+                 ao.faults.size(), chaos, spec.run.max_restarts);
   runtime::RlActorReport rep;
   const rl::RlSummary s = runtime::train_decoupled(ao, progress, &rep);
   if (!ao.faults.empty()) write_rl_fault_summary(ao.faults, rep, s.steps_done, metrics);
@@ -260,7 +313,28 @@ rl::RlSummary run_decoupled(const Spec& spec, rl::RlTrainOptions options, RlProg
                          .add("discarded", rep.ledger.discarded)
                          .add("double_trained", rep.ledger.double_trained)
                          .add("restarts", static_cast<int64_t>(rep.restarts.size()))
+                         .add("processes", static_cast<int64_t>(comm ? comm->size() : 1))
+                         .add("processes_lost", rep.processes_lost)
+                         .add("remote_syncs", rep.remote_syncs)
+                         .add("remote_sync_bytes", rep.remote_sync_bytes)
+                         .add("remote_sync_seconds", rep.remote_sync_seconds)
+                         .add("remote_encode_seconds", rep.remote_encode_seconds)
+                         .add("remote_decode_seconds", rep.remote_decode_seconds)
+                         .add("memcpy_seconds", rep.memcpy_seconds)
                          .str());
+  if (rep.remote_syncs > 0) {
+    // Per version sent to another process, against a memcpy of the same bytes in this run.
+    const double n = static_cast<double>(rep.remote_syncs);
+    const double bytes = static_cast<double>(rep.remote_sync_bytes) / n;
+    const double per = rep.remote_sync_seconds / n;
+    spdlog::info("weight sync across processes: {} version(s) of {:.1f} MB, {:.2f} ms each round trip ({:.2f} GB/s; encode "
+                 "{:.2f} ms, decode {:.2f} ms); a memcpy of the same bytes {:.2f} ms ({:.2f} GB/s): {:.2f}x its time",
+                 rep.remote_syncs, bytes / 1e6, 1e3 * per, bytes / per / 1e9, 1e3 * rep.remote_encode_seconds / n,
+                 1e3 * rep.remote_decode_seconds / n, 1e3 * rep.memcpy_seconds,
+                 rep.memcpy_seconds > 0 ? bytes / rep.memcpy_seconds / 1e9 : 0.0, rep.memcpy_seconds > 0 ? per / rep.memcpy_seconds : 0.0);
+  }
+  if (rep.processes_lost > 0)
+    spdlog::warn("{} generator process(es) lost; their generators went on on process 0", rep.processes_lost);
   spdlog::info("actors: generator idle {:.1f}%, trainer idle {:.1f}% of {:.2f} s; {} weight sync(s), {:.1f} MB in {:.3f} s "
                "({} retried, {} generator restart(s) for a missed deadline); "
                "ledger: {} groups admitted, {} trained, {} duplicate(s) dropped, {} discarded; {} restart(s)",
@@ -272,7 +346,7 @@ rl::RlSummary run_decoupled(const Spec& spec, rl::RlTrainOptions options, RlProg
 }
 
 int run_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, const StopOnSignal& signals,
-           rl::RlSummary* out) {
+           rl::RlSummary* out, const std::shared_ptr<runtime::ClusterComm>& comm) {
   const auto& r = spec.rl;
   spdlog::info("online RL ({}): task {}, {} prompts x {} completions per step, "
                "{} new tokens max, temperature {}, loss {}, init {}, reward {}",
@@ -284,7 +358,7 @@ int run_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, const 
   RlProgress progress(style, spec.run.steps, spec.log.progress_every, metrics);
   rl::RlTrainOptions options = rl_train_options(spec);
   options.stop = signals.flag();
-  const rl::RlSummary s = rl::decoupled(r.sync) ? run_decoupled(spec, options, progress, metrics)
+  const rl::RlSummary s = rl::decoupled(r.sync) ? run_decoupled(spec, options, progress, metrics, comm)
                                                              : rl::train(options, progress);
   if (out) *out = s;
   metrics.write_line(JsonObject()

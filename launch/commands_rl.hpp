@@ -23,8 +23,12 @@ rl::RlTrainOptions rl_train_options(const Spec& spec);
 // (kExitInterrupted when `signals` stopped it) and, when `out` is given, the
 // loop's summary; then the caller reports an interruption (how to continue
 // depends on it). Throws like rl::train.
+// `comm`: a multi-process run (decoupled RL with generators on processes > 0).
 int run_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, const StopOnSignal& signals,
-           rl::RlSummary* out = nullptr);
+           rl::RlSummary* out = nullptr, const std::shared_ptr<runtime::ClusterComm>& comm = nullptr);
+// A process > 0 of a decoupled RL run: hosts its generators until process 0
+// ends the run. Returns an ExitCode.
+int serve_rl_generators(const Spec& spec, const std::shared_ptr<runtime::ClusterComm>& comm);
 // run.mode = "pretrain" (launch/commands_run.cpp): the actor runtime or the
 // single-process trainer; `out` gets the summary. Returns an ExitCode.
 int run_pretrain(const Spec& spec, const std::shared_ptr<runtime::ClusterComm>& comm, MetricsWriter& metrics,

@@ -172,13 +172,17 @@ class MpiComm final : public runtime::ClusterComm {
   int rank_, size_;
 };
 
-// A process other than 0: no outputs, logs on stderr tagged with the process.
-int serve_process(const Spec& spec, runtime::RuntimeOptions ro) {
+// A process other than 0 has no outputs: its logs go to stderr tagged with the process.
+void tag_process_logs(const Spec& spec, int rank) {
   auto console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
   auto logger = std::make_shared<spdlog::logger>("troupe", console);
   logger->set_level(spdlog::level::from_str(spec.log.level));
-  logger->set_pattern("[%H:%M:%S.%e] [process " + std::to_string(ro.comm->rank()) + "] [%l] %v");
+  logger->set_pattern("[%H:%M:%S.%e] [process " + std::to_string(rank) + "] [%l] %v");
   spdlog::set_default_logger(logger);
+}
+
+int serve_process(const Spec& spec, runtime::RuntimeOptions ro) {
+  tag_process_logs(spec, ro.comm->rank());
   model::TrainObserver quiet;  // process 0 reports progress
   // mpirun forwards SIGINT/SIGTERM to every process: this one keeps serving
   // until process 0 has finished its step and ended the run.
@@ -362,6 +366,10 @@ int run_pretrain(const Spec& spec, const std::shared_ptr<runtime::ClusterComm>& 
 
 static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterComm>& comm) {
   if (comm && comm->rank() != 0) {
+    if (spec.run.mode == RunMode::rl) {
+      tag_process_logs(spec, comm->rank());
+      return serve_rl_generators(spec, comm);
+    }
     runtime::RuntimeOptions ro = runtime_options(spec);
     ro.comm = comm;
     return serve_process(spec, std::move(ro));
@@ -403,7 +411,7 @@ static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterC
     if (spec.topology.device_kind == DeviceKind::sim) return run_sim(spec, metrics);
     StopOnSignal signals;  // stop after the running step, save, exit 130
     // Online RL: the synchronous generate -> reward -> train loop (rl/trainer.hpp).
-    if (spec.run.mode == RunMode::rl) return run_rl(spec, metrics, style, signals);
+    if (spec.run.mode == RunMode::rl) return run_rl(spec, metrics, style, signals, nullptr, comm);
     if (spec.run.mode == RunMode::reward_model) return run_reward_model(spec, metrics, style, signals);
     if (spec.run.mode == RunMode::sft_rl) return run_sft_rl(spec, metrics, style, signals);
     return run_pretrain(spec, comm, metrics, style, signals);

@@ -48,19 +48,19 @@ std::string pct(double x) {
   return b;
 }
 
-// Phase 2 stopped. Synchronous and fixed_lag runs saved phase 2's checkpoint
-// and resume from it bit for bit; a latest run cannot be resumed, so the way
-// on is phase 2 again from phase 1's checkpoint.
+// Phase 2 stopped after some steps: its checkpoint continues it (bit for
+// bit for synchronous and fixed_lag runs; a latest run goes on under its
+// staleness bound). Before its first step the way on is phase 1's checkpoint.
 int report_rl_interrupted(const Spec& spec, const StopOnSignal& signals, const std::string& sft_dir, int64_t steps) {
   const char* name = signals.signal() == SIGTERM ? "SIGTERM" : "SIGINT";
-  if (steps > 0 && spec.rl_section.sync != rl::SyncMode::latest)
+  if (steps > 0)
     spdlog::warn("stopped by {} in phase 2 after {} RL step(s) of this run; checkpoint saved to {} (continue the job "
                  "with --set checkpoint.resume='\"{}\"')",
                  name, steps, spec.checkpoint_dir(), spec.checkpoint_dir());
   else
     spdlog::warn("stopped by {} in phase 2 after {} RL step(s); phase 1's checkpoint is {}. `troupe run` with --set "
                  "checkpoint.resume='\"{}\"' skips phase 1 and runs phase 2 {}",
-                 name, steps, sft_dir, sft_dir, steps > 0 ? "again from its start (rl.sync = \"latest\" does not resume)" : "");
+                 name, steps, sft_dir, sft_dir, "from its start");
   return kExitInterrupted;
 }
 

@@ -110,23 +110,37 @@ namespace {
 std::string format_rl_actors(const Spec& spec) {
   const auto& r = spec.rl;
   const int devices = static_cast<int>(spec.topology.devices);
-  const auto actors = runtime::rl_actor_plan(r, devices, rl_trainer_on_actors(spec) ? rl_trainer_devices(spec) : 0);
+  const int processes = static_cast<int>(spec.topology.processes);
+  const auto actors = runtime::rl_actor_plan(r, devices, rl_trainer_on_actors(spec) ? rl_trainer_devices(spec) : 0,
+                                             rl_generator_processes(spec));
   std::string out = "decoupled online RL (sync \"" + std::string(rl::sync_mode_name(r.sync)) + "\", max_staleness " +
                     std::to_string(r.max_staleness) +
                     "): " + std::to_string(devices) + " " + device_kind_name(spec.topology.device_kind) +
-                    " device(s), " + std::to_string(actors.size()) + " actors\nprocess 0\n";
+                    " device(s), " + std::to_string(actors.size()) + " actors" +
+                    (processes > 1 ? " on " + std::to_string(processes) + " processes (mpirun -np " + std::to_string(processes) +
+                                         "; weights and rollouts cross as Cap'n Proto envelopes)"
+                                   : std::string()) + "\n";
   size_t width = 0;
   for (const auto& a : actors) width = std::max(width, a.name.size());
   auto print = [&](const runtime::RlActorPlacement& a) {
     out += "    " + a.name + std::string(width + 2 - a.name.size(), ' ') + a.detail + "\n";
   };
-  out += "  control\n";
-  for (const auto& a : actors)
-    if (a.device < 0) print(a);
-  for (int d = 0; d < devices; ++d) {
-    out += "  device " + std::to_string(d) + " (" + device_kind_name(spec.topology.device_kind) + ")\n";
-    for (const auto& a : actors)
-      if (a.device == d) print(a);
+  const std::vector<int> dp = processes > 1 ? device_processes(spec) : std::vector<int>(static_cast<size_t>(devices), 0);
+  for (int q = 0; q < processes; ++q) {
+    out += "process " + std::to_string(q) + "\n";
+    if (q == 0) {
+      out += "  control\n";
+      for (const auto& a : actors)
+        if (a.device < 0) print(a);
+    }
+    for (int d = 0; d < devices; ++d) {
+      bool any = false;
+      for (const auto& a : actors) any = any || (a.device == d && a.process == q);
+      if (!any && !(q == 0 && dp[static_cast<size_t>(d)] == 0)) continue;
+      out += "  device " + std::to_string(d) + " (" + device_kind_name(spec.topology.device_kind) + ")\n";
+      for (const auto& a : actors)
+        if (a.device == d && a.process == q) print(a);
+    }
   }
   return out;
 }

@@ -813,6 +813,27 @@ void check_rl_faults(const Spec& s, Parser& p) {
       if (f.kind != runtime::FaultKind::kill)
         p.error(p.fault_where(i, "kind"), std::string("[[faults]] kind = \"") + runtime::fault_kind_name(f.kind) +
                                           "\" on rollout_buffer: the buffer takes kills only");
+    } else if (int proc = 0; runtime::parse_process_target(f.target, proc)) {
+      // A generator process lost: it SIGKILLs itself at its first job of
+      // at_step; its generators restart on process 0.
+      const int64_t n = s.topology.processes;
+      if (f.kind != runtime::FaultKind::kill)
+        p.error(p.fault_where(i, "kind"), std::string("[[faults]] kind = \"") + runtime::fault_kind_name(f.kind) +
+                                          "\" on " + f.target + ": in an RL run a process takes \"kill\" (SIGKILL)");
+      else if (f.at_message != 0)
+        p.error(p.fault_where(i, "at_message"), "[[faults]] at_message applies to actor kills; a generator process is "
+                                                "hit at its first job of at_step");
+      else if (n < 2 || proc < 1 || proc >= n)
+        p.error(p.fault_where(i, "target"), "[[faults]] target = \"" + f.target + "\": in an RL run only a generator "
+                                            "process can be lost, process 1.." + v(n - 1) + " ([topology] processes = " +
+                                            v(n) + ")");
+      else if (s.topology.process_loss != runtime::ProcessLoss::recover)
+        p.error(p.fault_where(i, "target"), "[[faults]] target = \"" + f.target + "\" with [topology] process_loss = "
+                                            "\"fail\": the run would just stop; set process_loss = \"recover\"");
+      if (f.at_step < 1 || f.at_step > s.run.steps)
+        p.error(p.fault_where(i, "at_step"), "[[faults]] at_step = " + v(f.at_step) + " is out of range (allowed 1 .. [run] steps = " +
+                                                v(s.run.steps) + ")");
+      continue;
     } else if (!runtime::parse_rl_fault_target(f.target, gen, index)) {
       p.error(p.fault_where(i, "target"), "[[faults]] target = \"" + f.target + "\" is not an actor of an RL run: write "
                                           "\"generator:K\", \"reward:K\" (\"reward_model:K\" with rl.reward = \"model\") "
@@ -1055,12 +1076,45 @@ void check_cross_fields(const Spec& s, Parser& p) {
   }
 }
 
-// The decoupled RL actors run in one process on [topology] devices; every
-// other topology degree stays at 1.
+// The decoupled RL actors run on [topology] devices (generators may sit on
+// other processes); every other topology degree stays at 1.
 bool rl_topology_ok(const Spec& s) {
   const auto& t = s.topology;
   return t.stages == 1 && t.schedule == sched::Kind::sequential && t.optimizer_shards == 1 && t.data_parallel == 1 &&
-         t.expert_shards == 1 && t.processes == 1;
+         t.expert_shards == 1;
+}
+
+// Decoupled RL on [topology] processes = N > 1: the trainer's devices are on
+// process 0 and every other process holds at least one generator.
+void check_rl_processes(const Spec& s, Parser& p) {
+  const int64_t n = s.topology.processes;
+  if (n <= 1 || s.topology.processes > s.topology.devices) return;  // the latter is reported on its key
+  auto v = [](int64_t x) { return std::to_string(x); };
+  if (s.topology.device_kind == DeviceKind::sim) return;
+  std::vector<int> dp;
+  try {
+    dp = device_processes(s);
+  } catch (const std::exception&) {
+    return;  // a bad device_processes: reported on its key
+  }
+  const int trainer = rl_trainer_devices(s);
+  for (int d = 0; d < trainer && d < static_cast<int>(dp.size()); ++d)
+    if (dp[static_cast<size_t>(d)] != 0) {
+      p.error(p.where("topology.processes"), "[topology] processes = " + v(n) + ": the RL trainer's device " + v(d) +
+                                                 " would be on process " + v(dp[static_cast<size_t>(d)]) + "; the trainer " +
+                                                 "runs on process 0 (its devices 0.." + v(trainer - 1) +
+                                                 "), generators on the others: add devices or set device_processes");
+      return;
+    }
+  const std::vector<int> gp = rl_generator_processes(s);
+  for (int64_t q = 1; q < n; ++q)
+    if (std::find(gp.begin(), gp.end(), static_cast<int>(q)) == gp.end()) {
+      p.error(p.where("topology.processes"), "[topology] processes = " + v(n) + ": process " + v(q) + " would hold no " +
+                                                 "generator (rl.generators = " + v(s.rl_section.generators) + " on devices " +
+                                                 v(trainer) + ".." + v(s.topology.devices - 1) + "); in decoupled RL the " +
+                                                 "processes after 0 hold generators only");
+      return;
+    }
 }
 
 // rl.trainer = "actors": decoupled RL whose policy update runs on the
@@ -1072,11 +1126,6 @@ void check_rl_trainer(const Spec& s, Parser& p) {
   if (!rl::decoupled(s.rl.sync)) {
     p.error(p.where("rl.trainer"), "[rl] trainer = \"actors\" trains the policy on the actor runtime beside generator and "
                                    "reward actors: it needs sync = \"fixed_lag\" or \"latest\"");
-    return;
-  }
-  if (s.topology.processes != 1) {
-    p.error(p.where("topology.processes"), "[rl] trainer = \"actors\" runs in one process for now ([topology] processes = " +
-                                               v(s.topology.processes) + ")");
     return;
   }
   const int trainer = rl_trainer_devices(s);
@@ -1138,6 +1187,7 @@ void convert_rl(Spec& s, Parser& p) {
   c.generators = r.generators;
   c.reward_actors = r.reward_actors;
   c.sync_deadline_ms = r.sync_deadline_ms;
+  c.recompute_kv = r.recompute_kv;
   c.rm_prompts = r.rm_prompts;
   c.rm_batch = r.rm_batch;
   c.rm_loss = r.rm_loss;
@@ -1186,10 +1236,13 @@ void convert_rl(Spec& s, Parser& p) {
                                            "which splits the devices: devices must be >= 2");
   } else if (r.trainer == "actors") {
     check_rl_trainer(s, p);
-  } else if (rl::decoupled(c.sync) && !rl_topology_ok(s))
-    p.error(p.where("run.mode"), "[run] mode = \"rl\" with sync = \"" + std::string(rl::sync_mode_name(c.sync)) + "\" runs its actors in one process on [topology] "
+    check_rl_processes(s, p);
+  } else if (rl::decoupled(c.sync) && rl_topology_ok(s)) {
+    check_rl_processes(s, p);
+  } else if (rl::decoupled(c.sync))
+    p.error(p.where("run.mode"), "[run] mode = \"rl\" with sync = \"" + std::string(rl::sync_mode_name(c.sync)) + "\" runs its actors on [topology] "
                                  "devices (the trainer on device 0, generators on the others); set stages = 1, schedule = "
-                                 "\"sequential\", expert_shards = 1, optimizer_shards = 1, data_parallel = 1, processes = 1 "
+                                 "\"sequential\", expert_shards = 1, optimizer_shards = 1, data_parallel = 1 "
                                  "(this spec has stages = " + v(s.topology.stages) + ", schedule = \"" +
                                  std::string(sched::to_string(s.topology.schedule)) + "\")");
   else if (!rl::decoupled(c.sync) && uses_runtime(s))
@@ -1198,9 +1251,6 @@ void convert_rl(Spec& s, Parser& p) {
                                  "stages = 1, schedule = \"sequential\", expert_shards = 1, optimizer_shards = 1, "
                                  "data_parallel = 1 (this spec has devices = " + v(s.topology.devices) + ", stages = " +
                                  v(s.topology.stages) + ", schedule = \"" + std::string(sched::to_string(s.topology.schedule)) + "\")");
-  if (c.sync == rl::SyncMode::latest && !s.checkpoint.resume.empty())
-    p.error(p.where("checkpoint.resume"), "[checkpoint] resume: a rl.sync = \"latest\" run does not resume (it is not "
-                                          "reproducible bit for bit); \"fixed_lag\" and the synchronous loop do");
   if (s.data.source != model::DataKind::addition && s.data.source != model::DataKind::addition_plain)
     p.error(p.where("data.source"), "[rl] task = \"" + r.task + "\" draws its problems from [data] source = \"addition\" or "
                                     "\"addition_plain\" (this spec has \"" + model::data_kind_name(s.data.source) + "\")");

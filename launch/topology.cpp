@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "actors/rl/rl_plan.hpp"
 #include "launch/train_options.hpp"
 
 namespace troupe::launch {
@@ -104,12 +105,35 @@ runtime::RuntimeOptions rl_trainer_runtime(const Spec& spec) {
   r.trace.clear();
   r.elastic.clear();
   r.faults.clear();
+  // The trainer's actors run in process 0; other processes hold generators.
+  r.processes = 1;
+  r.device_process.clear();
   for (runtime::FaultSpec f : spec.faults) {
     if (!is_trainer_fault_target(f.target)) continue;  // the RL actors' own
     f.at_step = (f.at_step - 1) * rl.updates_per_batch + 1;
     r.faults.push_back(f);
   }
   return r;
+}
+
+std::vector<int> device_processes(const Spec& spec) {
+  std::vector<int> out = device_process_list(spec);
+  if (!out.empty()) return out;
+  const int64_t d = spec.topology.devices, n = spec.topology.processes;
+  for (int64_t i = 0; i < d; ++i) out.push_back(static_cast<int>(i * n / std::max<int64_t>(d, 1)));
+  return out;
+}
+
+std::vector<int> rl_generator_processes(const Spec& spec) {
+  if (spec.topology.processes <= 1) return {};
+  const std::vector<int> dp = device_processes(spec);
+  const int devices = static_cast<int>(spec.topology.devices);
+  std::vector<int> out;
+  for (int64_t k = 0; k < spec.rl_section.generators; ++k) {
+    const int d = runtime::rl_generator_device(static_cast<int>(k), devices, rl_trainer_devices(spec));
+    out.push_back(d >= 0 && d < static_cast<int>(dp.size()) ? dp[static_cast<size_t>(d)] : 0);
+  }
+  return out;
 }
 
 runtime::RuntimeOptions runtime_options(const Spec& spec) {

@@ -31,6 +31,13 @@ runtime::RuntimeOptions runtime_options(const Spec& spec);
 bool rl_trainer_on_actors(const Spec& spec);
 int rl_trainer_devices(const Spec& spec);
 runtime::RuntimeOptions rl_trainer_runtime(const Spec& spec);
+// Decoupled RL on [topology] processes = N > 1: the process of each
+// generator (its device's process: contiguous blocks of devices per process,
+// or device_processes); empty for one process. The trainer (its runtime
+// included) and the control actors stay on process 0.
+std::vector<int> rl_generator_processes(const Spec& spec);
+// The process each device is on (one entry per device).
+std::vector<int> device_processes(const Spec& spec);
 // Whether a [[faults]] target names one of the trainer's runtime actors.
 bool is_trainer_fault_target(const std::string& target);
 

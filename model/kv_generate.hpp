@@ -73,6 +73,13 @@ class BatchGenerator {
   void start(const std::vector<std::vector<int32_t>>& prompts, std::span<SamplerRng> rngs,
              const GenerateOptions& options);
   bool step(const ModelWeights& w, int64_t version = 0);
+  // Recomputes the cached keys and values of every live sequence under `w`
+  // (all its tokens but the newest, which the next step feeds): after a
+  // weight switch at a fence, later tokens then attend to the new policy's
+  // view of the earlier ones, as a full recompute would (AReaL-style
+  // interruptible generation). The recorded tokens, log-probs and versions
+  // of earlier steps stay as sampled. A no-op before the prefill.
+  void recompute(const ModelWeights& w);
   // The completions of the generation (moved out; start begins a new one).
   std::vector<Completion> finish();
 

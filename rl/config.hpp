@@ -118,6 +118,9 @@ struct RlConfig {
   // decoupled: how long a generator has to confirm a weight publication; a
   // miss is retried once, a second miss restarts the generator.
   double sync_deadline_ms = 10000.0;
+  // latest: after taking a new version mid-rollout, recompute the KV cache of
+  // the tokens so far under it (false: keep the keys and values of the old one).
+  bool recompute_kv = true;
   // run.mode = "reward_model" (rl/rm_trainer.hpp): training prompts whose
   // group_size completions are labelled, and completions scored per
   // optimizer step (bradley_terry: rm_batch / 2 pairs, so rm_batch is even).

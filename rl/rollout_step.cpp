@@ -104,6 +104,11 @@ bool PolicyCopy::decode() {
   return gen_->step(w_, version_);
 }
 
+void PolicyCopy::recompute() {
+  if (!decoding_.live) throw std::logic_error("PolicyCopy::recompute: no generation in progress");
+  gen_->recompute(w_);
+}
+
 StepRollouts PolicyCopy::end(double seconds) {
   if (!decoding_.live) throw std::logic_error("PolicyCopy::end: no generation in progress");
   return end_step(decoding_, *gen_, seconds);

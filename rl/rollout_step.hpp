@@ -85,6 +85,9 @@ class PolicyCopy {
   // then end(). The bits equal sample() when no load() comes in between.
   void begin(const Task& task, const RlConfig& rl, uint64_t seed, int64_t step);
   bool decode();
+  // After a load() mid-generation: recompute the cached keys and values of
+  // the tokens so far under the loaded weights (model::BatchGenerator::recompute).
+  void recompute();
   bool generating() const { return decoding_.live; }
   StepRollouts end(double seconds);
 

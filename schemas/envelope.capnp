@@ -10,6 +10,7 @@ using Pipeline = import "pipeline.capnp";
 using Moe = import "moe.capnp";
 using Optimizer = import "optimizer.capnp";
 using Control = import "control.capnp";
+using Rl = import "rl.capnp";
 
 # Who sent a message and in what order (for logs, tracing and dedupe).
 struct Header {
@@ -33,5 +34,7 @@ struct Message {
     statusRequest @10 :Control.StatusRequest;  # anyone -> actor
     statusReply @11 :Control.StatusReply;      # actor -> requester
     errorReport @12 :Control.ErrorReport;      # actor -> supervisor/sender
+    rlWeights @13 :Rl.RlWeights;               # RL coordinator -> generator on another process
+    rlRollout @14 :Rl.RlRollout;               # generator on another process -> RL coordinator
   }
 }

@@ -25,26 +25,7 @@ same_checkpoint() {  # DIR_A DIR_B WHAT: every file of A (sub-folders too, e.g. 
 
 # The tiny model and task shared by every run: 1-digit addition split at the
 # units (pairs with both digits in 6..9 are RL's targets, never SFT's).
-cat > "$work/common.toml" <<'TOML'
-[model]
-d_model = 32
-n_layers = 2
-n_heads = 2
-seq_len = 32
-n_experts = 4
-expert_hidden = 32
-tie_embeddings = false
-[data]
-source = "addition"
-digits = 1
-batch_size = 4
-eval_problems = 20
-target_pairs = "6-9+6-9"
-target_column = 0
-[log]
-progress = "plain"
-progress_every = 1
-TOML
+tiny_model_toml "$work/common.toml" $'target_pairs = "6-9+6-9"\ntarget_column = 0\n[log]\nprogress = "plain"\nprogress_every = 1'
 # Phase 1 on the actor runtime as the default does it: DualPipe over 2
 # devices with expert-shard and optimizer-shard actors; phase 2 decoupled.
 cp "$work/common.toml" "$work/two.toml"
@@ -226,13 +207,17 @@ for k, v in a.items():
         continue
     assert b[k] == v, (k, v, b[k])
 PY
-# ... and nothing is left at its end; a phase-2 checkpoint without phase 1's
-# finished one, or of a "latest" run, is refused.
+# ... and nothing is left at its end; phase 2 goes on from its checkpoint
+# with more steps (here as a "latest" run); a phase-2 checkpoint without
+# phase 1's finished one is refused.
 expect_exit 3 "$troupe" validate "$work/two.toml" --set run.out_dir="\"$work/p2\"" --set checkpoint.resume="\"$work/p2/checkpoint\""
 expect_output "nothing is left to train (raise rl.steps to continue phase 2)"
-expect_exit 3 "$troupe" run "$work/two.toml" --set run.out_dir="\"$work/p2\"" --set checkpoint.resume="\"$work/p2/checkpoint\"" \
-  --set rl.steps=5 --set rl.sync='"latest"' --set rl.loss='"decoupled_ppo"'
-expect_output "run does not resume"
+cp -r "$work/p2" "$work/p2_latest"
+expect_exit 0 "$troupe" run "$work/two.toml" --set run.out_dir="\"$work/p2_latest\"" \
+  --set checkpoint.resume="\"$work/p2_latest/checkpoint\"" --set rl.steps=5 --set rl.sync='"latest"' --set rl.loss='"decoupled_ppo"'
+expect_output "step 5/5"
+grep -q '"type":"rl_actors_end","sync":"latest",.*"groups_trained":4,.*"double_trained":0' "$work/p2_latest/metrics.jsonl" ||
+  fail "phase 2 resumed as latest did not train RL steps 4-5 exactly once"
 mv "$work/p2/checkpoint_sft" "$work/p2/gone"
 expect_exit 4 "$troupe" run "$work/two.toml" --set run.out_dir="\"$work/p2\"" --set checkpoint.resume="\"$work/p2/checkpoint\"" --set rl.steps=5
 expect_output "resuming phase 2 needs phase 1's checkpoint"

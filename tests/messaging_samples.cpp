@@ -3,6 +3,7 @@
 // consume the generator in the same order; each pair sits side by side.
 #include "tests/messaging_samples.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
@@ -262,6 +263,47 @@ void fill(Message::Builder m, Envelope::Kind kind, Gen& g, uint32_t rows, uint32
       e.setFatal(g.bit());
       break;
     }
+    case Message::RL_WEIGHTS: {
+      auto x = m.initRlWeights();
+      x.setVersion(static_cast<int64_t>(g.u32()));
+      fill_f32(x.initParams(), g, {r * w});
+      break;
+    }
+    case Message::RL_ROLLOUT: {
+      // r groups of 2 completions, each max(1, w / 4) tokens long (under the
+      // bulk path's smallest slot at the sizes the bulk test uses).
+      auto x = m.initRlRollout();
+      x.setStep(static_cast<int64_t>(g.u32()));
+      x.setVersion(static_cast<int64_t>(g.u32()));
+      auto ids = x.initIds(static_cast<unsigned>(r));
+      auto prompts = x.initPrompts(static_cast<unsigned>(r));
+      for (unsigned i = 0; i < ids.size(); ++i) {
+        ids[i].setSeed(g.u64());
+        ids[i].setStep(static_cast<int64_t>(g.u32()));
+        ids[i].setIndex(static_cast<int64_t>(g.u32()));
+        prompts[i].setIndex(static_cast<int64_t>(g.u32()));
+        auto t = prompts[i].initTokens(3);
+        for (unsigned j = 0; j < 3; ++j) t.set(j, static_cast<int32_t>(g.u32() % 50000));
+        prompts[i].initAnswer(1).set(0, static_cast<int32_t>(g.u32() % 50000));
+      }
+      auto comps = x.initCompletions(static_cast<unsigned>(2 * r));
+      for (unsigned i = 0; i < comps.size(); ++i) {
+        const auto n = static_cast<unsigned>(std::max<int64_t>(1, w / 4));
+        auto t = comps[i].initTokens(n);
+        auto lp = comps[i].initLogprobs(n);
+        auto v = comps[i].initVersions(n);
+        for (unsigned j = 0; j < t.size(); ++j) {
+          t.set(j, static_cast<int32_t>(g.u32() % 50000));
+          lp.set(j, g.f32());
+          v.set(j, static_cast<int64_t>(g.u32()));
+        }
+        comps[i].setStop(static_cast<uint8_t>(g.u32() % 3));
+      }
+      x.setGenSeconds(g.f32());
+      x.setGenerator(g.u32());
+      x.setSyncBytes(static_cast<int64_t>(g.u32()));
+      break;
+    }
   }
 }
 
@@ -396,6 +438,49 @@ void check(Checker& c, Message::Reader m, Envelope::Kind kind, Gen& g, uint32_t 
       c.eq("errorReport.message", std::string(e.getMessage().cStr()), g.text(40));
       c.eq("errorReport.code", e.getCode(), g.u32());
       c.eq("errorReport.fatal", e.getFatal(), g.bit());
+      break;
+    }
+    case Message::RL_WEIGHTS: {
+      auto x = m.getRlWeights();
+      c.eq("rlWeights.version", x.getVersion(), static_cast<int64_t>(g.u32()));
+      check_f32(c, "rlWeights.params", x.getParams(), g, {r * w});
+      break;
+    }
+    case Message::RL_ROLLOUT: {
+      auto x = m.getRlRollout();
+      c.eq("rlRollout.step", x.getStep(), static_cast<int64_t>(g.u32()));
+      c.eq("rlRollout.version", x.getVersion(), static_cast<int64_t>(g.u32()));
+      auto ids = x.getIds();
+      auto prompts = x.getPrompts();
+      c.eq("rlRollout.ids.size", ids.size(), static_cast<unsigned>(r));
+      c.eq("rlRollout.prompts.size", prompts.size(), static_cast<unsigned>(r));
+      for (unsigned i = 0; i < ids.size() && i < prompts.size(); ++i) {
+        c.eq("rlRollout.ids.seed", ids[i].getSeed(), g.u64());
+        c.eq("rlRollout.ids.step", ids[i].getStep(), static_cast<int64_t>(g.u32()));
+        c.eq("rlRollout.ids.index", ids[i].getIndex(), static_cast<int64_t>(g.u32()));
+        c.eq("rlRollout.prompts.index", prompts[i].getIndex(), static_cast<int64_t>(g.u32()));
+        auto t = prompts[i].getTokens();
+        c.eq("rlRollout.prompts.tokens.size", t.size(), 3u);
+        for (unsigned j = 0; j < 3 && j < t.size(); ++j) c.eq("rlRollout.prompts.tokens", t[j], static_cast<int32_t>(g.u32() % 50000));
+        c.eq("rlRollout.prompts.answer", prompts[i].getAnswer()[0], static_cast<int32_t>(g.u32() % 50000));
+      }
+      auto comps = x.getCompletions();
+      c.eq("rlRollout.completions.size", comps.size(), static_cast<unsigned>(2 * r));
+      for (unsigned i = 0; i < comps.size(); ++i) {
+        auto t = comps[i].getTokens();
+        auto lp = comps[i].getLogprobs();
+        auto v = comps[i].getVersions();
+        c.eq("rlRollout.completions.tokens.size", t.size(), static_cast<unsigned>(std::max<int64_t>(1, w / 4)));
+        for (unsigned j = 0; j < t.size(); ++j) {
+          c.eq("rlRollout.completions.tokens", t[j], static_cast<int32_t>(g.u32() % 50000));
+          c.eq("rlRollout.completions.logprobs", lp[j], g.f32());
+          c.eq("rlRollout.completions.versions", v[j], static_cast<int64_t>(g.u32()));
+        }
+        c.eq("rlRollout.completions.stop", static_cast<unsigned>(comps[i].getStop()), g.u32() % 3);
+      }
+      c.eq("rlRollout.genSeconds", x.getGenSeconds(), static_cast<double>(g.f32()));
+      c.eq("rlRollout.generator", x.getGenerator(), g.u32());
+      c.eq("rlRollout.syncBytes", x.getSyncBytes(), static_cast<int64_t>(g.u32()));
       break;
     }
   }

@@ -330,6 +330,56 @@ TEST_P(KvTest, StepwiseRecordsVersionsAndEqualsGenerate) {
   }
 }
 
+// A switch with recompute: after 3 tokens under m1, recompute(m2) rebuilds
+// the cache, so every later token's recorded log-prob is m2's full
+// recompute of the whole sequence (the policy head) within 2e-5; without
+// recompute the cache still holds m1's keys and values and the log-probs
+// are off by more than 1e-3 somewhere (what the recompute is for).
+TEST_P(KvTest, RecomputeAfterASwitchEqualsFullRecomputeUnderNewWeights) {
+  kernels::Backend& be = *be_;
+  for (const Case& cs : cases()) {
+    SCOPED_TRACE(cs.name);
+    const ModelConfig& cfg = cs.cfg;
+    Model m1(be, cfg, 41), m2(be, cfg, 42);
+    const std::vector<std::vector<int32_t>> prompts{{5, 6}, {1, 2, 3, 4, 5, 6, 7}, {9}};
+    model::GenerateOptions o;
+    o.max_new_tokens = 10;
+    o.sampling.temperature = 0.8;
+    const int64_t S = cfg.seq_len, B = 3;
+    ModelConfig dropless = cfg;
+    dropless.capacity_factor = 0.0;
+    model::PolicyHead head(be, dropless, B);
+    double worst_with = 0.0, worst_without = 0.0;
+    for (bool with : {true, false}) {
+      model::BatchGenerator gen(be, cfg);
+      auto r = rngs_for({3, 4, 5});
+      gen.start(prompts, r, o);
+      for (int64_t k = 0;; ++k) {
+        if (k == 3 && with) gen.recompute(m2.w);
+        if (!gen.step(k < 3 ? m1.w : m2.w, k < 3 ? 0 : 1)) break;
+      }
+      const auto out = gen.finish();
+      std::vector<int32_t> in(static_cast<size_t>(B * S), 0), tg(in.size(), -1);
+      for (int64_t b = 0; b < B; ++b) {
+        std::vector<int32_t> row = prompts[b];
+        row.insert(row.end(), out[b].tokens.begin(), out[b].tokens.end());
+        std::copy(row.begin(), row.end(), in.begin() + b * S);
+        for (size_t t = prompts[b].size(); t < row.size(); ++t) tg[b * S + t - 1] = row[t];
+      }
+      const model::PolicyForward& f = head.forward(m2.w, in, tg, 0.8);
+      for (int64_t b = 0; b < B; ++b)
+        for (size_t i = 3; i < out[b].tokens.size(); ++i) {
+          ASSERT_EQ(out[b].versions[i], 1);
+          const size_t t = b * S + prompts[b].size() - 1 + i;
+          const double d = std::fabs(out[b].logprobs[i] - f.logprobs[t]) / (1.0 + std::fabs(f.logprobs[t]));
+          (with ? worst_with : worst_without) = std::max(with ? worst_with : worst_without, d);
+        }
+    }
+    EXPECT_LT(worst_with, 2e-5);
+    EXPECT_GT(worst_without, 1e-3);
+  }
+}
+
 TEST_P(KvTest, RejectsBadInput) {
   kernels::Backend& be = *be_;
   const ModelConfig cfg = kv_config("dense");

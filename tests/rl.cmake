@@ -53,3 +53,18 @@ if(TARGET troupe_runtime AND TARGET troupe_rl)
     LIBS troupe_runtime troupe_rl
     LABELS rl)
 endif()
+if(TARGET troupe AND MPIRUN_EXECUTABLE)
+  # Decoupled RL with generators on another process (tests/rl_mpi_test.sh):
+  # bitwise the 1-process run, with a killed remote generator, and after
+  # losing the generator process.
+  add_test(NAME rl_mpi COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/rl_mpi_test.sh $<TARGET_FILE:troupe> ${MPIRUN_EXECUTABLE})
+  set_tests_properties(rl_mpi PROPERTIES LABELS "mpi;rl" TIMEOUT 600)
+endif()
+if(TARGET troupe_runtime)
+  # The RL messages across processes: bitwise round trips and hostile input
+  # (tests/rl_wire_test.cpp).
+  troupe_add_gtest(rl_wire_tests
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/rl_wire_test.cpp
+    LIBS troupe_runtime
+    LABELS rl)
+endif()

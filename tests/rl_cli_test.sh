@@ -12,23 +12,7 @@ trap 'rm -rf "$work"' EXIT
 source "$(dirname "$0")/cli_test_lib.sh"  # failures, fail, expect_exit, expect_output
 
 # A tiny model: pretrain 3 steps to get an init checkpoint.
-cat > "$work/model.toml" <<'TOML'
-[model]
-d_model = 32
-n_layers = 2
-n_heads = 2
-seq_len = 32
-n_experts = 4
-expert_hidden = 32
-tie_embeddings = false
-[data]
-source = "addition"
-digits = 1
-batch_size = 4
-eval_problems = 20
-[log]
-progress = "off"
-TOML
+tiny_model_toml "$work/model.toml" $'[log]\nprogress = "off"'
 cp "$work/model.toml" "$work/pre.toml"
 printf '[run]\nsteps = 3\neval_every = 0\nout_dir = "%s/pre"\n' "$work" >> "$work/pre.toml"
 expect_exit 0 "$troupe" run "$work/pre.toml"
@@ -240,8 +224,29 @@ expect_output "decoupled online RL (sync \"latest\", max_staleness 1)"
 expect_output "takes new versions between decode steps"
 expect_exit 3 "$troupe" validate "$work/rl.toml" --set rl.sync='"latest"' --set topology.devices=2
 expect_output "needs loss = \"decoupled_ppo\""
-expect_exit 3 "$troupe" validate "$work/rl.toml" "${latest[@]}" --set checkpoint.resume="\"$work/lag1/checkpoint\""
-expect_output "does not resume"
+# latest resumes: with max_staleness 0 it is bitwise (latest eta 0 equals
+# fixed_lag eta 0), so a run stopped after 2 steps and resumed ends with the
+# uninterrupted run's bytes; with eta 1 the resumed steps train every group
+# once and no token is older than the bound.
+lat0=(--set rl.sync='"latest"' --set rl.loss='"decoupled_ppo"' --set rl.max_staleness=0 --set topology.devices=2
+      --set checkpoint.every=2)
+expect_exit 0 "$troupe" run "$work/rl.toml" "${lat0[@]}" --set run.out_dir="\"$work/lat0\""
+expect_exit 0 "$troupe" run "$work/rl.toml" "${lat0[@]}" --set run.steps=2 --set run.out_dir="\"$work/lat0_half\""
+expect_exit 0 "$troupe" run "$work/rl.toml" "${lat0[@]}" --set run.out_dir="\"$work/lat0_resumed\"" \
+  --set checkpoint.resume="\"$work/lat0_half/checkpoint\""
+for f in params.f32.zst adam_m.f32.zst adam_v.f32.zst; do
+  cmp -s "$work/lat0/checkpoint/$f" "$work/lat0_resumed/checkpoint/$f" ||
+    fail "resumed latest (eta 0) run differs from the uninterrupted one in $f"
+done
+expect_exit 0 "$troupe" run "$work/rl.toml" "${latest[@]}" --set checkpoint.every=2 --set run.steps=2 \
+  --set run.out_dir="\"$work/lat1_half\""
+expect_exit 0 "$troupe" run "$work/rl.toml" "${latest[@]}" --set run.out_dir="\"$work/lat1_resumed\"" \
+  --set checkpoint.resume="\"$work/lat1_half/checkpoint\""
+grep -q '"type":"rl_actors_end","sync":"latest",.*"groups_admitted":4,"groups_trained":4,.*"discarded":0,"double_trained":0' \
+  "$work/lat1_resumed/metrics.jsonl" || fail "resumed latest run: the ledger is not 4 admitted, 4 trained once, 0 discarded"
+grep '"type":"rl_actors"' "$work/lat1_resumed/metrics.jsonl" | grep -qE '"staleness":\{[^}]*"[2-9]"' &&
+  fail "resumed latest run trained a token more than max_staleness = 1 versions old"
+[ "$(grep -c '"type":"rl_step"' "$work/lat1_resumed/metrics.jsonl")" -eq 2 ] || fail "resumed latest run did not run steps 3-4"
 cp "$work/rl.toml" "$work/rl_drop.toml"
 printf '\n[[faults]]\nat_step = 2\ntarget = "generator:0"\nkind = "drop"\ncount = 100\n' >> "$work/rl_drop.toml"
 expect_exit 0 "$troupe" run "$work/rl_drop.toml" "${latest[@]}" --set run.out_dir="\"$work/latest\""

@@ -29,17 +29,9 @@
 #include "actors/transport/tcp_nodelay.hpp"
 
 namespace troupe::runtime {
-namespace {
 
-// The fault the test hook asks for (kFaultEnv), if any.
-struct Fault {
-  std::string kind;  // "kill" or "hang"; empty: none
-  int process = -1;
-  int64_t step = -1;
-};
-
-Fault parse_fault() {
-  Fault f;
+ProcessFault parse_fault() {
+  ProcessFault f;
   const char* env = std::getenv(kFaultEnv);
   if (!env || !*env) return f;
   const std::string s(env);
@@ -58,6 +50,10 @@ Fault parse_fault() {
   }
   return f;
 }
+
+namespace {
+
+using Fault = ProcessFault;
 
 // The process faults of this run: the test hook's, then the spec's
 // [[faults]] on "process:P" (kill: SIGKILL, stop: SIGSTOP, as `hang`).
@@ -87,6 +83,15 @@ std::atomic<bool> g_survived_loss{false};  // survived_process_loss()
 }  // namespace
 
 bool survived_process_loss() { return g_survived_loss.load(); }
+void note_survived_process_loss() { g_survived_loss = true; }
+
+std::string advertised_host(const std::string& interface) {
+  if (!interface.empty() && interface != "0.0.0.0" && interface != "::") return interface;
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) != 0) return "127.0.0.1";
+  return name;
+}
+
 
 // Processes found lost, shared by the directory and its Cluster (which must
 // not wait on them when it shuts down).
@@ -291,12 +296,6 @@ caf::behavior directory(Dir* self, std::shared_ptr<Shared> sh, std::shared_ptr<L
 
 // Where this process's peers reach it: the bound address, or the host name
 // when bound to every interface.
-std::string advertised_host(const std::string& interface) {
-  if (!interface.empty() && interface != "0.0.0.0" && interface != "::") return interface;
-  char name[256] = {};
-  if (::gethostname(name, sizeof(name) - 1) != 0) return "127.0.0.1";
-  return name;
-}
 
 caf::actor lookup(caf::actor_system& sys, const caf::actor& dir, const std::string& name,
                   std::chrono::milliseconds timeout, int process) {

@@ -49,12 +49,36 @@
 #include <string>
 #include <vector>
 
+#include "actors/cluster/auth.hpp"
 #include "actors/supervision/faults.hpp"
 #include "rl/group.hpp"
 #include "rl/trainer.hpp"
 
 
 namespace troupe::runtime {
+
+struct ClusterComm;  // actors/cluster/runtime_cluster.hpp
+
+// Generators on other processes (mpirun -np N, [topology] processes = N):
+// process 0 runs the coordinator, the buffer, the reward actors and the
+// trainer; generator K runs on generator_process[K]. Across processes the
+// weights and rollouts travel as Cap'n Proto envelopes (schemas/rl.capnp),
+// large ones through the bulk data plane (shared memory on one host). A
+// process that is lost takes its generators with it: they restart on
+// process 0 and their unadmitted steps are dealt again, so nothing is lost.
+struct RlProcesses {
+  std::shared_ptr<ClusterComm> comm;   // null: one process
+  std::vector<int> generator_process;  // [generator] its process; empty: all on process 0
+  ClusterAuth auth = ClusterAuth::tls;
+  std::string auth_dir;                // tls: the cluster key; "" = process 0 makes one for the run
+  std::string interface = "127.0.0.1";
+  double peer_timeout = 3.0;           // seconds without traffic before a peer process counts as lost
+  int64_t bulk_shm_bytes = 1 << 16;    // one host: envelopes this large go through shared memory (0 = never)
+  bool recover = true;                 // a lost process: its generators restart on process 0 (false: the run fails)
+  // Test hook: this process (> 0) SIGKILLs itself when it gets its first job
+  // of RL step `kill_at_step` (1-based; 0 = never).
+  int64_t kill_at_step = 0;
+};
 
 // Per-step figures of the decoupled run, besides rl::RlStepMetrics.
 struct RlActorStepMetrics {
@@ -97,6 +121,13 @@ struct RlActorReport {
   int64_t sync_retries = 0;        // syncs sent again after a missed deadline
   int64_t sync_restarts = 0;       // generators restarted after a second miss
   int64_t max_buffer_depth = 0;
+  // Weight syncs to generators on other processes, per version sent: the
+  // round trip (encode, transfer, decode, confirmation) and its parts, and a
+  // plain memcpy of the same bytes measured in the same run (the baseline).
+  int64_t remote_syncs = 0, remote_sync_bytes = 0;
+  double remote_sync_seconds = 0.0, remote_encode_seconds = 0.0, remote_decode_seconds = 0.0;
+  double memcpy_seconds = 0.0;     // one copy of one version's bytes (the fastest of 5)
+  int64_t processes_lost = 0;      // processes whose generators moved to process 0
   // Order of events at the coordinator, for checks of the fixed lag:
   // "deal s v" (step s dealt, to be sampled by version v) and "publish v".
   std::vector<std::string> events;
@@ -122,11 +153,17 @@ struct RlActorOptions {
   // older than s waits after its first decode step until a newer version
   // arrives, so the rollout deterministically spans a publication.
   bool hold_for_publication = false;
+  RlProcesses processes;
 };
 
 // Runs the decoupled loop to the end. Throws std::runtime_error when an actor
 // fails beyond the restart limit or the trainer throws (the message says
 // which); std::invalid_argument for bad options.
 rl::RlSummary train_decoupled(const RlActorOptions& options, RlActorObserver& observer, RlActorReport* report = nullptr);
+
+// A process > 0 of a multi-process run: hosts the generators process 0
+// places here until process 0 ends the run. Throws std::runtime_error when
+// the bring-up fails or process 0 is lost (the message says which).
+void serve_generators(const RlActorOptions& options);
 
 }  // namespace troupe::runtime

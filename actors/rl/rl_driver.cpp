@@ -9,8 +9,13 @@
 
 #include "actors/rl/rl_actors.hpp"
 #include "actors/rl/rl_messages.hpp"
+#include "actors/rl/rl_remote.hpp"
 #include "actors/supervision/fault_injector.hpp"
+#include "actors/supervision/keep_memory.hpp"
+#include "actors/cluster/runtime_cluster_internal.hpp"
 #include "actors/transport/caf_scheduler.hpp"
+#include "actors/transport/caf_types.hpp"
+#include "actors/transport/envelope_shm.hpp"
 #include "model/checkpoint.hpp"
 #include "rl/staleness.hpp"
 #include "rl/version_store.hpp"
@@ -66,10 +71,15 @@ struct DriverState {
   std::vector<int64_t> incarnation, last_sent;
   std::vector<std::map<int64_t, int>> unconfirmed;
   std::vector<char> sync_kill;
+  // Generators on other processes (null: all here), and the processes
+  // watched for loss.
+  std::shared_ptr<RemoteGenerators> remote;
   // The end of the run: the children whose down is still awaited.
   bool ending = false;
   caf::error end_reason;
   std::set<caf::actor_addr> awaiting;
+  // Children seen going down and not replaced (a failed run's): not awaited at the end.
+  std::set<caf::actor_addr> gone;
 };
 
 int64_t eta_of(const DriverState& s) { return s.sh->opt->train.rl.max_staleness; }
@@ -177,8 +187,24 @@ caf::actor spawn_generator(caf::event_based_actor* self, DriverState& s, int k) 
   s.last_sent[i] = -1;
   s.unconfirmed[i].clear();
   s.sync_kill[i] = 0;
+  if (s.remote && s.remote->process_of(k) > 0)
+    return self->spawn<caf::monitored>(generator_proxy, s.remote, k, s.incarnation[i], caf::actor_cast<caf::actor>(self));
   return self->spawn<caf::detached + caf::monitored>(generator_actor, s.sh, k, s.incarnation[i],
                                                      caf::actor_cast<caf::actor>(self));
+}
+
+// A generator process is lost (its host or a proxy found the link down):
+// its generators restart on process 0 from now on.
+void note_process_lost(caf::event_based_actor* self, DriverState& s, int process) {
+  if (!s.remote || process <= 0 || !s.remote->lost.insert(process).second) return;
+  if (!s.sh->opt->processes.recover) {
+    fail(self, s, "generator process " + std::to_string(process) + " was lost ([topology] process_loss = \"fail\")");
+    return;
+  }
+  note_survived_process_loss();
+  std::lock_guard<std::mutex> lock(s.ctx->mu);
+  ++s.ctx->report.processes_lost;
+  s.ctx->events.push_back("process lost " + std::to_string(process));
 }
 caf::actor spawn_reward(caf::event_based_actor* self, DriverState& s, int k) {
   return self->spawn<caf::detached + caf::monitored>(reward_actor, s.sh, k);
@@ -218,9 +244,14 @@ void respawn_buffer(caf::event_based_actor* self, DriverState& s, const caf::dow
 }
 
 caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_ptr<const RlShared> sh,
-                           std::shared_ptr<RunContext> ctx, std::shared_ptr<RlLedger> ledger) {
+                           std::shared_ptr<RunContext> ctx, std::shared_ptr<RlLedger> ledger,
+                           std::shared_ptr<RemoteGenerators> remote) {
   DriverState& s = self->state;
   s.sh = sh;
+  s.remote = remote;
+  if (remote)
+    for (auto& h : remote->hosts)
+      if (h) self->monitor(h);
   s.ctx = ctx;
   s.ledger = ledger;
   s.store = std::make_shared<BufferStore>();
@@ -264,6 +295,10 @@ caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_p
       return;
     }
     if (dm.reason == caf::exit_reason::user_shutdown) return;
+    s.gone.insert(dm.source);  // dead for good: a respawn gets a new address
+    if (s.remote)
+      for (size_t p = 1; p < s.remote->hosts.size(); ++p)
+        if (s.remote->hosts[p].address() == dm.source) return note_process_lost(self, s, static_cast<int>(p));
     bool generator = false;
     int index = -1;
     for (size_t k = 0; k < s.gens.size(); ++k)
@@ -282,6 +317,12 @@ caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_p
       return;
     }
     const bool missed_sync = generator && s.sync_kill[static_cast<size_t>(index)];
+    // Only a proxy goes down with this reason: its process is gone (the
+    // host's own down may have said so already).
+    const bool link_lost = generator && s.remote && dm.reason == caf::exit_reason::remote_link_unreachable;
+    const int was_on = link_lost ? s.remote->generator_process[static_cast<size_t>(index)] : 0;
+    if (link_lost) note_process_lost(self, s, was_on);
+    if (link_lost && !s.sh->opt->processes.recover) return;
     if (generator) s.gens[static_cast<size_t>(index)] = spawn_generator(self, s, index);
     else s.rewards[static_cast<size_t>(index)] = spawn_reward(self, s, index);
     const size_t n = generator ? s.gens.size() : s.rewards.size();
@@ -296,6 +337,7 @@ caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_p
     e.attempt = 1;
     e.actor = name;
     e.cause = missed_sync ? "weight sync deadline missed twice"
+              : link_lost ? "process " + std::to_string(was_on) + " lost; restarted on process 0"
               : dm.reason == caf::exit_reason::kill ? "killed" : caf::to_string(dm.reason);
     e.phase = first < 0 ? "idle" : "its in-flight steps dealt again from step " + std::to_string(first + 1);
     std::lock_guard<std::mutex> lock(s.ctx->mu);
@@ -311,6 +353,8 @@ caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_p
     for (auto& a : s.gens) s.awaiting.insert(a.address());
     for (auto& a : s.rewards) s.awaiting.insert(a.address());
     s.awaiting.insert(s.buffer.address());
+    for (const auto& a : s.gone) s.awaiting.erase(a);
+    if (s.awaiting.empty()) return self->quit(s.end_reason);
     for (auto& a : s.gens) self->send_exit(a, caf::exit_reason::user_shutdown);
     for (auto& a : s.rewards) self->send_exit(a, caf::exit_reason::user_shutdown);
     self->send_exit(s.buffer, caf::exit_reason::user_shutdown);
@@ -402,7 +446,7 @@ void trainer_actor(caf::blocking_actor* self, std::shared_ptr<const RlShared> sh
     auto publish_params = [&](int64_t version, std::shared_ptr<const std::vector<float>> params) {
       kept[version] = params;
       kept.erase(kept.begin(), kept.lower_bound(version - eta));
-      self->send(driver, rlmsg::publish_atom::value, rlmsg::Weights{version, std::move(params)});
+      self->send(driver, rlmsg::publish_atom::value, rlmsg::Weights::of(version, std::move(params)));
     };
     auto publish = [&](int64_t version) {
       publish_params(version, std::make_shared<const std::vector<float>>(tr.parameters()));
@@ -484,8 +528,6 @@ rl::RlSummary train_decoupled(const RlActorOptions& options, RlActorObserver& ob
   const rl::RlConfig& rl = options.train.rl;
   if (!rl::decoupled(rl.sync))
     throw std::invalid_argument("train_decoupled: rl.sync must be \"fixed_lag\" or \"latest\"");
-  if (!options.train.resume_from.empty() && rl.sync != rl::SyncMode::fixed_lag)
-    throw std::invalid_argument("train_decoupled: only fixed_lag runs resume (latest is not reproducible bit for bit)");
   for (const rl::ConfigProblem& p : rl::check_config(rl)) throw std::invalid_argument("rl." + p.key + ": " + p.message);
   for (const FaultSpec& f : options.faults) {
     bool gen = false;
@@ -525,18 +567,50 @@ rl::RlSummary train_decoupled(const RlActorOptions& options, RlActorObserver& ob
   ctx->observer = &observer;
   ctx->t0 = Clock::now();
   auto ledger = std::make_shared<RlLedger>();
+  keep_freed_memory();  // a policy version (~14 MB on the RL task) is made and freed every step
+  const bool multi = options.processes.comm && options.processes.comm->size() > 1;
+  std::shared_ptr<RemoteGenerators> remote;
   {
     caf::actor_system_config cfg;
+    register_caf_types(cfg);
     configure_scheduler(cfg);
+    std::shared_ptr<void> cluster_files;
+    if (multi) cluster_files = configure_rl_cluster(cfg, options.processes);
     caf::actor_system sys{cfg};
-    caf::actor driver = sys.spawn(driver_actor, sh, ctx, ledger);
+    // The hosts watch this actor: it lives until they were told the run ended.
+    caf::actor anchor;
+    if (multi) {
+      remote = connect_generator_hosts(sys, *sh);
+      anchor = sys.spawn([](caf::event_based_actor*) -> caf::behavior { return {[](int) {}}; });
+      for (auto& h : remote->hosts)
+        if (h) caf::anon_send(h, rlmsg::hello_atom::value, anchor);
+    }
+    caf::actor driver = sys.spawn(driver_actor, sh, ctx, ledger, remote);
     caf::actor trainer = sys.spawn(trainer_actor, sh, ctx, driver);
     caf::scoped_actor self{sys};
     self->wait_for(trainer);
     self->send_exit(driver, caf::exit_reason::user_shutdown);
+    if (multi) {
+      self->wait_for(driver);
+      shutdown_generator_hosts(sys, *remote, ctx->error.empty());
+      self->send_exit(anchor, caf::exit_reason::user_shutdown);
+    }
   }  // the system waits for every actor to finish
+  if (multi) {
+    set_bulk_shm_threshold(0);
+    bulk_shm_cleanup();
+  }
   if (!ctx->error.empty()) throw std::runtime_error(ctx->error);
   RlActorReport& rep = ctx->report;
+  if (remote) {
+    const RemoteSyncStats& st = *remote->stats;
+    rep.remote_syncs = st.syncs;
+    rep.remote_sync_bytes = st.bytes;
+    rep.remote_sync_seconds = st.round_trip;
+    rep.remote_encode_seconds = st.encode;
+    rep.remote_decode_seconds = st.decode;
+    rep.memcpy_seconds = st.memcpy_seconds;
+  }
   rep.wall_seconds = since(ctx->t0);
   rep.ledger = *ledger;
   rep.restarts = ctx->restarts;

@@ -31,6 +31,7 @@
 #include <map>
 #include <set>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "rl/rollout.hpp"
@@ -53,10 +54,19 @@ using synced_atom = caf::atom_constant<caf::atom("rl_synced")>;
 using deadline_atom = caf::atom_constant<caf::atom("rl_dline")>;
 using decode_atom = caf::atom_constant<caf::atom("rl_decode")>;
 
-// One published policy version (immutable once published).
+// One published policy version (immutable once published). `data` keeps
+// whatever owns the values alive: the trainer's vector in one process, the
+// received envelope (no copy) across processes.
 struct Weights {
   int64_t version = 0;
-  std::shared_ptr<const std::vector<float>> params;
+  std::shared_ptr<const float> data;
+  size_t size = 0;
+  std::span<const float> values() const { return {data.get(), size}; }
+  static Weights of(int64_t version, std::shared_ptr<const std::vector<float>> v) {
+    const size_t n = v->size();
+    const float* p = v->data();
+    return Weights{version, std::shared_ptr<const float>(std::move(v), p), n};
+  }
 };
 
 // A generator's result for one step, with what it cost.

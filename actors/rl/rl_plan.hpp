@@ -22,6 +22,7 @@ struct RlActorPlacement {
   std::string name;  // "rl_coordinator", "rollout_buffer", "trainer", "generator:K", "reward:K"
   int device = -1;   // -1: a control actor with no device
   std::string detail;
+  int process = 0;   // generators may sit on processes > 0; everything else is on process 0
 };
 
 // Generators go round-robin on the devices after the trainer's
@@ -34,7 +35,9 @@ inline int rl_generator_device(int generator, int devices, int trainer_devices =
 
 // runtime_devices: 0 = the trainer is one actor on device 0; n >= 1 = it
 // runs on the actor runtime's ranks and shards on devices 0..n-1.
-inline std::vector<RlActorPlacement> rl_actor_plan(const rl::RlConfig& c, int devices, int runtime_devices = 0) {
+// generator_process: the process of each generator (empty: all on process 0).
+inline std::vector<RlActorPlacement> rl_actor_plan(const rl::RlConfig& c, int devices, int runtime_devices = 0,
+                                                   const std::vector<int>& generator_process = {}) {
   const int trainer_devices = std::max(1, runtime_devices);
   std::vector<RlActorPlacement> out;
   const std::string eta = std::to_string(c.max_staleness);
@@ -56,7 +59,8 @@ inline std::vector<RlActorPlacement> rl_actor_plan(const rl::RlConfig& c, int de
     out.push_back({"generator:" + std::to_string(k), rl_generator_device(k, devices, trainer_devices),
                    "policy copy + version; samples " + std::to_string(c.prompts_per_step) + " x " +
                        std::to_string(c.group_size) + " completions per step (KV cache" +
-                       (latest ? "; takes new versions between decode steps)" : ")")});
+                       (latest ? "; takes new versions between decode steps)" : ")"),
+                   generator_process.empty() ? 0 : generator_process[static_cast<size_t>(k)]});
   for (int k = 0; k < c.reward_actors; ++k) {
     if (c.reward == rl::RewardSource::model)
       out.push_back({"reward_model:" + std::to_string(k), -1,

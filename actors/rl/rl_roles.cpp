@@ -67,9 +67,9 @@ caf::behavior generator_actor(caf::event_based_actor* self, std::shared_ptr<cons
   // Copies `w` in (the fence) and counts it against the running job.
   auto load = [st](const rlmsg::Weights& w) {
     const auto ts = Clock::now();
-    st->copy->load(*w.params, w.version);
+    st->copy->load(w.values(), w.version);
     st->out.sync_seconds += since(ts);
-    st->out.sync_bytes += static_cast<int64_t>(w.params->size() * sizeof(float));
+    st->out.sync_bytes += static_cast<int64_t>(w.size * sizeof(float));
     ++st->out.loads;
   };
   // Starts the next job once the weights it needs are in.
@@ -131,6 +131,7 @@ caf::behavior generator_actor(caf::event_based_actor* self, std::shared_ptr<cons
             st->have.rbegin()->first > st->copy->version()) {
           load(st->have.rbegin()->second);
           ++st->out.switches;
+          if (sh->opt->train.rl.recompute_kv) st->copy->recompute();
         }
         const bool more = st->copy->decode();
         ++st->decodes;

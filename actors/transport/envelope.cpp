@@ -222,6 +222,8 @@ const char* kind_name(Envelope::Kind k) {
     case schemas::Message::STATUS_REQUEST: return "statusRequest";
     case schemas::Message::STATUS_REPLY: return "statusReply";
     case schemas::Message::ERROR_REPORT: return "errorReport";
+    case schemas::Message::RL_WEIGHTS: return "rlWeights";
+    case schemas::Message::RL_ROLLOUT: return "rlRollout";
   }
   return "unknown";
 }

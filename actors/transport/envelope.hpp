@@ -271,10 +271,12 @@ TROUPE_ENVELOPE_PAYLOAD(Stop, STOP)
 TROUPE_ENVELOPE_PAYLOAD(StatusRequest, STATUS_REQUEST)
 TROUPE_ENVELOPE_PAYLOAD(StatusReply, STATUS_REPLY)
 TROUPE_ENVELOPE_PAYLOAD(ErrorReport, ERROR_REPORT)
+TROUPE_ENVELOPE_PAYLOAD(RlWeights, RL_WEIGHTS)
+TROUPE_ENVELOPE_PAYLOAD(RlRollout, RL_ROLLOUT)
 #undef TROUPE_ENVELOPE_PAYLOAD
 
 // The last kind this build knows (receivers reject larger discriminants).
-inline constexpr Envelope::Kind kLastKnownKind = schemas::Message::ERROR_REPORT;
+inline constexpr Envelope::Kind kLastKnownKind = schemas::Message::RL_ROLLOUT;
 
 // -- tensor helpers ---------------------------------------------------------------------
 

@@ -106,6 +106,33 @@ void check_tokens(bool present, schemas::Tensor::Reader t, int64_t tokens, const
     violate(what + ": shape " + shape_str(shape) + " != [" + std::to_string(tokens) + "]");
 }
 
+// A rollout's own consistency: one prompt per group id, a whole number of
+// completions per group, one log-prob and one version per completion token,
+// a known stop reason. What only the coordinator knows (group size, seed,
+// step, vocabulary, the admissible versions) is checked there (rl_wire.cpp).
+void check_rollout(schemas::RlRollout::Reader r) {
+  const auto ids = r.getIds();
+  const auto prompts = r.getPrompts();
+  const auto comps = r.getCompletions();
+  if (prompts.size() != ids.size())
+    violate("rlRollout.prompts: " + std::to_string(prompts.size()) + " prompts for " + std::to_string(ids.size()) + " group ids");
+  if (ids.size() == 0 ? comps.size() != 0 : comps.size() % ids.size() != 0)
+    violate("rlRollout.completions: " + std::to_string(comps.size()) + " completions are not a whole number per group (" +
+            std::to_string(ids.size()) + " groups)");
+  for (unsigned i = 0; i < prompts.size(); ++i) {
+    (void)prompts[i].getTokens();
+    (void)prompts[i].getAnswer();
+  }
+  for (unsigned i = 0; i < comps.size(); ++i) {
+    auto c = comps[i];
+    const size_t n = c.getTokens().size();
+    if (c.getLogprobs().size() != n || c.getVersions().size() != n)
+      violate("rlRollout.completions[" + std::to_string(i) + "]: " + std::to_string(n) + " tokens, " +
+              std::to_string(c.getLogprobs().size()) + " log-probs, " + std::to_string(c.getVersions().size()) + " versions");
+    if (c.getStop() > 2) violate("rlRollout.completions[" + std::to_string(i) + "].stop: unknown stop reason " + std::to_string(c.getStop()));
+  }
+}
+
 void check_payload(schemas::Message::Reader m) {
   (void)m.getHeader().getSeq();
   switch (m.which()) {
@@ -204,6 +231,15 @@ void check_payload(schemas::Message::Reader m) {
         violate("errorReport.kind: unknown kind " + std::to_string(static_cast<unsigned>(e.getKind())));
       return;
     }
+    case schemas::Message::RL_WEIGHTS: {
+      auto w = m.getRlWeights();
+      if (w.getVersion() < 0) violate("rlWeights.version: negative (" + std::to_string(w.getVersion()) + ")");
+      auto s = check_tensor(w.hasParams(), w.getParams(), "rlWeights.params", true);
+      expect_dtype(w.getParams(), DType::F32, "rlWeights.params");
+      if (s.size() != 1) violate("rlWeights.params: rank " + std::to_string(s.size()) + " != 1");
+      return;
+    }
+    case schemas::Message::RL_ROLLOUT: check_rollout(m.getRlRollout()); return;
   }
   // Not reached for known kinds: check_payload's caller rejects unknown ones first.
 }
