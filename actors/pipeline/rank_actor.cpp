@@ -28,9 +28,9 @@
 // schedule runs each stage's W's in the order of its B's, so every weight
 // gradient gets the same additions in the same order as with the full
 // backward (BW) at B. A W that directly follows its own B in the op list
-// (ZB-H1's first rank, every rank's last micro-batch) defers nothing: that B
-// runs the full backward (bitwise the same as B then W, and cheaper: no
-// dY kept) and the W is empty.
+// (e.g. every W of ZB-H1's first rank) defers nothing: that B runs the full
+// backward (bitwise the same as B then W, and cheaper: no dY kept) and the
+// W is empty.
 #include <algorithm>
 #include <functional>
 #include <map>
