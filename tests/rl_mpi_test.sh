@@ -13,6 +13,8 @@
 # - process 1 SIGKILLed at its first job of step 3 ([[faults]] target =
 #   "process:1", mpirun --enable-recovery): its generators restart on
 #   process 0, the run ends bitwise equal, nothing lost or trained twice;
+#   and a process none of whose generators gets a job of at_step is lost
+#   at its first job after it;
 # - rl.trainer = "actors" on process 0 with the generator on process 1:
 #   bitwise the 1-process run;
 # - with process_loss = "fail" the same loss (TROUPE_TEST_FAULT) ends the
@@ -125,6 +127,16 @@ expect_output "process 1 lost; restarted on process 0"
 expect_output "1 generator process(es) lost"
 same_checkpoint "$work/lost" "a run that lost process 1"
 grep -q '"processes_lost":1' "$work/lost/metrics.jsonl" || fail "rl_actors_end does not count the lost process"
+
+# A process whose generators get no job of at_step (3 devices: generator:0
+# on device 1 of process 0 takes step 3, generator:1 on process 1 steps 2
+# and 4): it is lost at its first job after it, not never.
+cp "$work/rl_lost.toml" "$work/rl_lost_later.toml"
+expect_exit 0 "${mpi[@]}" --enable-recovery -np 2 "$troupe" run "$work/rl_lost_later.toml" "${two[@]}" --set topology.devices=3 \
+  --set run.out_dir="\"$work/lost_later\""
+expect_output "process 1 lost; restarted on process 0"
+grep -q '"processes_lost":1' "$work/lost_later/metrics.jsonl" || fail "process 1 was not lost after at_step: its fault never fired"
+same_checkpoint "$work/lost_later" "a run that lost process 1 after at_step"
 
 # rl.trainer = "actors" (1F1B over devices 0-1 with 2 expert and 2
 # optimizer shards, on process 0) with the generator on device 2, process 1:

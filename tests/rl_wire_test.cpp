@@ -170,6 +170,8 @@ TEST(RlWire, HostileRolloutsAreRefusedByName) {
       {"positive log-prob", [](rl::StepRollouts& s, Rollout&) { s.completions[3].logprobs[0] = 0.5f; }, "is not finite and <= 0"},
       {"NaN log-prob", [](rl::StepRollouts& s, Rollout&) { s.completions[3].logprobs[0] = std::nanf(""); }, "is not finite and <= 0"},
       {"token from the future", [](rl::StepRollouts& s, Rollout&) { s.completions[1].versions[0] = 9; }, "token version 9 for step 5"},
+      {"row past the context", [](rl::StepRollouts& s, Rollout&) { s.prompts[1].tokens.assign(30, 1); },
+       "completions[3]: 30 prompt + 4 new tokens > seq_len 32"},
   };
   for (const Hostile& h : cases) {
     Rollout r = sample_rollout();

@@ -147,6 +147,12 @@ caf::expected<rlmsg::Rollout> decode_rollout(const Envelope& env, const RolloutB
     model::Completion x;
     if (static_cast<int64_t>(c.getTokens().size()) > b.max_new_tokens)
       return bad(where + ": " + std::to_string(c.getTokens().size()) + " tokens > max_new_tokens " + std::to_string(b.max_new_tokens));
+    // A generator stops at a full context: a longer row could not be
+    // trained on (the trainer would fail the whole run on it).
+    const size_t prompt = out->prompts[static_cast<size_t>(i / b.group_size)].tokens.size();
+    if (static_cast<int64_t>(prompt + c.getTokens().size()) > b.seq_len)
+      return bad(where + ": " + std::to_string(prompt) + " prompt + " + std::to_string(c.getTokens().size()) +
+                 " new tokens > seq_len " + std::to_string(b.seq_len));
     for (int32_t t : c.getTokens()) {
       if (!in_vocab(t)) return bad(where + ": token " + std::to_string(t) + " outside the vocabulary");
       x.tokens.push_back(t);
