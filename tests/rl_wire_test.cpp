@@ -10,6 +10,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/cluster/runtime_cluster_internal.hpp"
 #include "actors/rl/rl_wire.hpp"
 #include "schemas/rl.capnp.h"
 
@@ -225,6 +226,17 @@ TEST(RlWire, InconsistentRolloutsFailEnvelopeValidation) {
   auto damaged = Envelope::decode(frame.data(), frame.size());
   ASSERT_FALSE(damaged);
   EXPECT_TRUE(damaged_in_flight(damaged.error()));
+}
+
+// The envelopes take the shared-memory path only when every process,
+// process 0 included, is on one host: generators on another host than
+// process 0 (even all on one host of their own) get them over TCP.
+TEST(RlWire, SharedMemoryOnlyWithProcessZeroOnTheSameHost) {
+  using E = std::vector<std::pair<std::string, uint16_t>>;
+  EXPECT_TRUE(runtime::all_on_one_host(E{{"10.0.0.1", 0}, {"10.0.0.1", 4000}}));
+  EXPECT_TRUE(runtime::all_on_one_host(E{{"a", 0}, {"a", 1}, {"a", 2}}));
+  EXPECT_FALSE(runtime::all_on_one_host(E{{"10.0.0.1", 0}, {"10.0.0.2", 4000}}));
+  EXPECT_FALSE(runtime::all_on_one_host(E{{"a", 0}, {"b", 1}, {"b", 2}}));
 }
 
 }  // namespace

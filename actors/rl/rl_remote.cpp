@@ -253,11 +253,23 @@ std::shared_ptr<RemoteGenerators> connect_generator_hosts(caf::actor_system& sys
   out->timeout = bring_up_timeout(p);
   out->parameters = static_cast<size_t>(model::build_param_layout(sh.opt->train.model).total());
   out->bounds = rlwire::rollout_bounds(sh.opt->train.model, sh.opt->train.rl, sh.seed, sh.first_step, sh.steps);
-  // Process 0 publishes nothing: it connects to the others' hosts.
-  const auto endpoints = comm.exchange(advertised_host(p.interface), 0, true);
-  bool one_host = true;
-  for (size_t q = 1; q < endpoints.size(); ++q) one_host = one_host && endpoints[q].first == endpoints[1].first;
-  set_bulk_shm_threshold(one_host && p.bulk_shm_bytes > 0 ? static_cast<size_t>(p.bulk_shm_bytes) : 0);
+  // Process 0 publishes nothing: it connects to the others' hosts. It
+  // advertises its address as they do (a subnet resolved to its own), so
+  // that the shared-memory path is taken only when process 0 is on their host.
+  std::string me, why;
+  try {
+    me = advertised_host(resolve_interface(p.interface));
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  std::vector<std::pair<std::string, uint16_t>> endpoints;
+  try {
+    endpoints = comm.exchange(me, 0, why.empty());
+  } catch (...) {
+    if (!why.empty()) throw std::runtime_error("process 0: " + why);
+    throw;
+  }
+  set_bulk_shm_threshold(all_on_one_host(endpoints) && p.bulk_shm_bytes > 0 ? static_cast<size_t>(p.bulk_shm_bytes) : 0);
   out->hosts.resize(endpoints.size());
   std::string err;
   for (size_t q = 1; q < endpoints.size() && err.empty(); ++q) {
@@ -325,9 +337,7 @@ void serve_generators(const RlActorOptions& options) {
       if (!why.empty()) throw std::runtime_error("process " + std::to_string(me) + " cannot publish its generator host: " + why);
       throw;
     }
-    bool one_host = true;
-    for (size_t q = 1; q < endpoints.size(); ++q) one_host = one_host && endpoints[q].first == endpoints[1].first;
-    set_bulk_shm_threshold(one_host && p.bulk_shm_bytes > 0 ? static_cast<size_t>(p.bulk_shm_bytes) : 0);
+    set_bulk_shm_threshold(all_on_one_host(endpoints) && p.bulk_shm_bytes > 0 ? static_cast<size_t>(p.bulk_shm_bytes) : 0);
     if (!p.comm->all_ok(true)) {
       caf::anon_send_exit(host, caf::exit_reason::user_shutdown);
       throw std::runtime_error("process 0 could not connect to the generator hosts");
