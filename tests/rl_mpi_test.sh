@@ -14,7 +14,8 @@
 #   "process:1", mpirun --enable-recovery): its generators restart on
 #   process 0, the run ends bitwise equal, nothing lost or trained twice;
 #   and a process none of whose generators gets a job of at_step is lost
-#   at its first job after it;
+#   at its first job after it; a lost process holding more generators than
+#   max_restarts recovers all of them;
 # - rl.trainer = "actors" on process 0 with the generator on process 1:
 #   bitwise the 1-process run;
 # - with process_loss = "fail" the same loss (TROUPE_TEST_FAULT) ends the
@@ -137,6 +138,14 @@ expect_exit 0 "${mpi[@]}" --enable-recovery -np 2 "$troupe" run "$work/rl_lost_l
 expect_output "process 1 lost; restarted on process 0"
 grep -q '"processes_lost":1' "$work/lost_later/metrics.jsonl" || fail "process 1 was not lost after at_step: its fault never fired"
 same_checkpoint "$work/lost_later" "a run that lost process 1 after at_step"
+
+# A lost process holding more generators than run.max_restarts (4 > 1):
+# process_loss = "recover" moves them all to process 0, the budget is for
+# actors that fail.
+expect_exit 0 "${mpi[@]}" --enable-recovery -np 2 "$troupe" run "$work/rl_lost.toml" "${two[@]}" --set rl.generators=4 \
+  --set run.max_restarts=1 --set run.out_dir="\"$work/lost_many\""
+grep -q '"processes_lost":1' "$work/lost_many/metrics.jsonl" || fail "a lost process with 4 generators did not recover"
+same_checkpoint "$work/lost_many" "a run that lost process 1 with 4 generators"
 
 # rl.trainer = "actors" (1F1B over devices 0-1 with 2 expert and 2
 # optimizer shards, on process 0) with the generator on device 2, process 1:
