@@ -186,8 +186,9 @@ caf::actor spawn_generator(caf::event_based_actor* self, DriverState& s, int k) 
   s.last_sent[i] = -1;
   s.unconfirmed[i].clear();
   s.sync_kill[i] = 0;
-  if (s.remote && s.remote->process_of(k) > 0)
-    return self->spawn<caf::monitored>(generator_proxy, s.remote, k, s.incarnation[i], caf::actor_cast<caf::actor>(self));
+  if (const int process = s.remote ? s.remote->process_of(k) : 0; process > 0)
+    return self->spawn<caf::monitored>(generator_proxy, s.remote, k, process, s.incarnation[i],
+                                       caf::actor_cast<caf::actor>(self));
   return self->spawn<caf::detached + caf::monitored>(generator_actor, s.sh, k, s.incarnation[i],
                                                      caf::actor_cast<caf::actor>(self));
 }

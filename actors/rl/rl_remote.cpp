@@ -60,6 +60,11 @@ caf::behavior outbox_actor(caf::stateful_actor<OutboxState>* self, std::shared_p
   self->monitor(proxy);
   s.gen = self->spawn<caf::detached + caf::monitored>(generator_actor, sh, index, incarnation,
                                                       caf::actor_cast<caf::actor>(self));
+  // However the outbox ends (an exit from the host at the end of the run or
+  // when process 0 is lost may come before the proxy's down), its generator
+  // ends with it: a detached generator left behind would keep this process's
+  // actor system, and so the process, from ever finishing.
+  self->attach_functor([gen = s.gen](const caf::error&) { caf::anon_send_exit(gen, caf::exit_reason::kill); });
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& s = self->state;
     if (dm.source == s.gen.address()) return self->quit(dm.reason);  // the proxy sees the same reason
@@ -166,10 +171,9 @@ std::shared_ptr<void> configure_rl_cluster(caf::actor_system_config& cfg, const 
 }
 
 caf::behavior generator_proxy(caf::event_based_actor* self_base, std::shared_ptr<RemoteGenerators> remote, int index,
-                              int64_t incarnation, caf::actor driver) {
+                              int process, int64_t incarnation, caf::actor driver) {
   auto* self = self_base;
   auto st = std::make_shared<ProxyState>();
-  const int process = remote->process_of(index);
   auto forward = [self, st](caf::message m) {
     if (st->outbox) self->send(st->outbox, std::move(m));
     else st->queued.push_back(std::move(m));
