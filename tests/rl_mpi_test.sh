@@ -147,6 +147,20 @@ expect_exit 0 "${mpi[@]}" --enable-recovery -np 2 "$troupe" run "$work/rl_lost.t
 grep -q '"processes_lost":1' "$work/lost_many/metrics.jsonl" || fail "a lost process with 4 generators did not recover"
 same_checkpoint "$work/lost_many" "a run that lost process 1 with 4 generators"
 
+# latest with the buffer killed after storing a step it never confirmed:
+# the step is dealt again and, with long completions, sampled after the
+# trainer trained it (versions newer than the step). The ledger drops it as
+# a duplicate, as in one process; it is no bad rollout (before, the
+# generator restarted on it until the run gave up, most runs).
+cp "$work/rl.toml" "$work/rl_dup.toml"
+printf '\n[[faults]]\nat_step = 6\ntarget = "rollout_buffer"\nkind = "kill"\nat_message = 2\n' >> "$work/rl_dup.toml"
+expect_exit 0 "${mpi[@]}" -np 2 "$troupe" run "$work/rl_dup.toml" "${two[@]}" --set rl.sync='"latest"' --set rl.loss='"decoupled_ppo"' \
+  --set rl.max_staleness=1 --set rl.max_new_tokens=24 --set rl.generators=1 --set run.steps=12 --set run.eval_every=0 \
+  --set run.out_dir="\"$work/dup\""
+grep -q 'sent a bad rollout' <<<"$out" && fail "a duplicate latest rollout was refused as a bad one"
+grep -q '"type":"rl_actors_end".*"groups_admitted":24,"groups_trained":24,.*"double_trained":0' "$work/dup/metrics.jsonl" ||
+  fail "latest with a killed buffer: the ledger is not 24 groups admitted and trained once"
+
 # rl.trainer = "actors" (1F1B over devices 0-1 with 2 expert and 2
 # optimizer shards, on process 0) with the generator on device 2, process 1:
 # the same checkpoint as in one process.
