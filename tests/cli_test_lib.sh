@@ -19,3 +19,25 @@ finish() {
   fi
   echo "$1: all passed"
 }
+
+# The tiny MoE model and 1-digit addition data of the RL test scripts
+# (tiny_model_toml FILE [EXTRA_TOML_LINES]); [log] is left to the caller.
+tiny_model_toml() {
+  cat > "$1" <<'TOML'
+[model]
+d_model = 32
+n_layers = 2
+n_heads = 2
+seq_len = 32
+n_experts = 4
+expert_hidden = 32
+tie_embeddings = false
+[data]
+source = "addition"
+digits = 1
+batch_size = 4
+eval_problems = 20
+TOML
+  [ -n "${2:-}" ] && printf '%s\n' "$2" >> "$1"
+  return 0
+}

@@ -25,26 +25,7 @@ same_checkpoint() {  # DIR_A DIR_B WHAT: every file of A (sub-folders too, e.g. 
 
 # The tiny model and task shared by every run: 1-digit addition split at the
 # units (pairs with both digits in 6..9 are RL's targets, never SFT's).
-cat > "$work/common.toml" <<'TOML'
-[model]
-d_model = 32
-n_layers = 2
-n_heads = 2
-seq_len = 32
-n_experts = 4
-expert_hidden = 32
-tie_embeddings = false
-[data]
-source = "addition"
-digits = 1
-batch_size = 4
-eval_problems = 20
-target_pairs = "6-9+6-9"
-target_column = 0
-[log]
-progress = "plain"
-progress_every = 1
-TOML
+tiny_model_toml "$work/common.toml" $'target_pairs = "6-9+6-9"\ntarget_column = 0\n[log]\nprogress = "plain"\nprogress_every = 1'
 # Phase 1 on the actor runtime as the default does it: DualPipe over 2
 # devices with expert-shard and optimizer-shard actors; phase 2 decoupled.
 cp "$work/common.toml" "$work/two.toml"

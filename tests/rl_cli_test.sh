@@ -12,23 +12,7 @@ trap 'rm -rf "$work"' EXIT
 source "$(dirname "$0")/cli_test_lib.sh"  # failures, fail, expect_exit, expect_output
 
 # A tiny model: pretrain 3 steps to get an init checkpoint.
-cat > "$work/model.toml" <<'TOML'
-[model]
-d_model = 32
-n_layers = 2
-n_heads = 2
-seq_len = 32
-n_experts = 4
-expert_hidden = 32
-tie_embeddings = false
-[data]
-source = "addition"
-digits = 1
-batch_size = 4
-eval_problems = 20
-[log]
-progress = "off"
-TOML
+tiny_model_toml "$work/model.toml" $'[log]\nprogress = "off"'
 cp "$work/model.toml" "$work/pre.toml"
 printf '[run]\nsteps = 3\neval_every = 0\nout_dir = "%s/pre"\n' "$work" >> "$work/pre.toml"
 expect_exit 0 "$troupe" run "$work/pre.toml"

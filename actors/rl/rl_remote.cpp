@@ -18,6 +18,7 @@
 
 #include "actors/cluster/interface_address.hpp"
 #include "actors/cluster/runtime_cluster_internal.hpp"
+#include "actors/supervision/keep_memory.hpp"
 #include "actors/transport/caf_scheduler.hpp"
 #include "actors/transport/caf_types.hpp"
 #include "actors/transport/envelope_shm.hpp"
@@ -50,7 +51,7 @@ std::chrono::milliseconds bring_up_timeout(const RlProcesses& p) {
 // results, and goes down with it.
 struct OutboxState {
   caf::actor gen, proxy;
-  double decode_seconds = 0.0;  // of the last weights, reported with their confirmation
+  std::map<int64_t, double> decode_seconds;  // version -> its decode time, reported with its confirmation
 };
 
 caf::behavior outbox_actor(caf::stateful_actor<OutboxState>* self, std::shared_ptr<const RlShared> sh, int index,
@@ -83,7 +84,7 @@ caf::behavior outbox_actor(caf::stateful_actor<OutboxState>* self, std::shared_p
           std::fprintf(stderr, "troupe: weight sync dropped: %s\n", caf::to_string(w.error()).c_str());
           return;
         }
-        self->state.decode_seconds = since(t0);
+        self->state.decode_seconds[w->version] = since(t0);
         self->send(self->state.gen, rlmsg::sync_atom::value, std::move(*w));
       },
       [self, kill_at_step](rlmsg::job_atom a, int64_t step, int64_t version) {
@@ -96,7 +97,11 @@ caf::behavior outbox_actor(caf::stateful_actor<OutboxState>* self, std::shared_p
       [self](rlmsg::arm_atom a, uint32_t point) { self->send(self->state.gen, a, point); },
       [self](rlmsg::arm_drop_atom a, int64_t n) { self->send(self->state.gen, a, n); },
       [self](rlmsg::synced_atom a, int k, int64_t inc, int64_t v) {
-        self->send(self->state.proxy, a, k, inc, v, std::exchange(self->state.decode_seconds, 0.0));
+        auto& d = self->state.decode_seconds;
+        const auto it = d.find(v);
+        const double decode = it == d.end() ? 0.0 : it->second;
+        d.erase(d.begin(), d.upper_bound(v));
+        self->send(self->state.proxy, a, k, inc, v, decode);
       },
       [self](rlmsg::rollout_atom a, const rlmsg::Rollout& r) { self->send(self->state.proxy, a, rlwire::encode_rollout(r)); },
   };
@@ -314,6 +319,7 @@ void serve_generators(const RlActorOptions& options) {
   sh->steps = options.train.steps;
   auto outcome = std::make_shared<std::atomic<int>>(0);
   const int me = p.comm->rank();
+  keep_freed_memory();  // received versions (~14 MB) come and go every step
   {
     caf::actor_system_config cfg;
     register_caf_types(cfg);
