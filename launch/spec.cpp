@@ -815,14 +815,14 @@ void check_rl_faults(const Spec& s, Parser& p) {
                                           "\" on rollout_buffer: the buffer takes kills only");
     } else if (int proc = 0; runtime::parse_process_target(f.target, proc)) {
       // A generator process lost: it SIGKILLs itself at its first job of
-      // at_step; its generators restart on process 0.
+      // at_step or later; its generators restart on process 0.
       const int64_t n = s.topology.processes;
       if (f.kind != runtime::FaultKind::kill)
         p.error(p.fault_where(i, "kind"), std::string("[[faults]] kind = \"") + runtime::fault_kind_name(f.kind) +
                                           "\" on " + f.target + ": in an RL run a process takes \"kill\" (SIGKILL)");
       else if (f.at_message != 0)
         p.error(p.fault_where(i, "at_message"), "[[faults]] at_message applies to actor kills; a generator process is "
-                                                "hit at its first job of at_step");
+                                                "hit at its first job of at_step or later");
       else if (n < 2 || proc < 1 || proc >= n)
         p.error(p.fault_where(i, "target"), "[[faults]] target = \"" + f.target + "\": in an RL run only a generator "
                                             "process can be lost, process 1.." + v(n - 1) + " ([topology] processes = " +
@@ -1234,6 +1234,11 @@ void convert_rl(Spec& s, Parser& p) {
     if (s.topology.devices < 2)
       p.error(p.where("topology.devices"), "[run] mode = \"rl\" on sim devices compares synchronous and decoupled RL, "
                                            "which splits the devices: devices must be >= 2");
+    // The timing model runs in process 0 alone: processes after 0 would wait
+    // for generators that are never placed (mpirun would hang).
+    if (s.topology.processes > 1)
+      p.error(p.where("topology.processes"), "[topology] processes = " + v(s.topology.processes) + ": [run] mode = \"rl\" "
+                                             "on sim devices simulates every device in one process; set processes = 1");
   } else if (r.trainer == "actors") {
     check_rl_trainer(s, p);
     check_rl_processes(s, p);

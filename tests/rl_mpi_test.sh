@@ -13,6 +13,9 @@
 # - process 1 SIGKILLed at its first job of step 3 ([[faults]] target =
 #   "process:1", mpirun --enable-recovery): its generators restart on
 #   process 0, the run ends bitwise equal, nothing lost or trained twice;
+#   and a process none of whose generators gets a job of at_step is lost
+#   at its first job after it; a lost process holding more generators than
+#   max_restarts recovers all of them;
 # - rl.trainer = "actors" on process 0 with the generator on process 1:
 #   bitwise the 1-process run;
 # - with process_loss = "fail" the same loss (TROUPE_TEST_FAULT) ends the
@@ -109,6 +112,38 @@ expect_output "process 1 lost; restarted on process 0"
 expect_output "1 generator process(es) lost"
 same_checkpoint "$work/lost" "a run that lost process 1"
 grep -q '"processes_lost":1' "$work/lost/metrics.jsonl" || fail "rl_actors_end does not count the lost process"
+
+# A process whose generators get no job of at_step (3 devices: generator:0
+# on device 1 of process 0 takes step 3, generator:1 on process 1 steps 2
+# and 4): it is lost at its first job after it, not never.
+cp "$work/rl_lost.toml" "$work/rl_lost_later.toml"
+expect_exit 0 "${mpi[@]}" --enable-recovery -np 2 "$troupe" run "$work/rl_lost_later.toml" "${two[@]}" --set topology.devices=3 \
+  --set run.out_dir="\"$work/lost_later\""
+expect_output "process 1 lost; restarted on process 0"
+grep -q '"processes_lost":1' "$work/lost_later/metrics.jsonl" || fail "process 1 was not lost after at_step: its fault never fired"
+same_checkpoint "$work/lost_later" "a run that lost process 1 after at_step"
+
+# A lost process holding more generators than run.max_restarts (4 > 1):
+# process_loss = "recover" moves them all to process 0, the budget is for
+# actors that fail.
+expect_exit 0 "${mpi[@]}" --enable-recovery -np 2 "$troupe" run "$work/rl_lost.toml" "${two[@]}" --set rl.generators=4 \
+  --set run.max_restarts=1 --set run.out_dir="\"$work/lost_many\""
+grep -q '"processes_lost":1' "$work/lost_many/metrics.jsonl" || fail "a lost process with 4 generators did not recover"
+same_checkpoint "$work/lost_many" "a run that lost process 1 with 4 generators"
+
+# latest with the buffer killed after storing a step it never confirmed:
+# the step is dealt again and, with long completions, sampled after the
+# trainer trained it (versions newer than the step). The ledger drops it as
+# a duplicate, as in one process; it is no bad rollout (before, the
+# generator restarted on it until the run gave up, most runs).
+cp "$work/rl.toml" "$work/rl_dup.toml"
+printf '\n[[faults]]\nat_step = 6\ntarget = "rollout_buffer"\nkind = "kill"\nat_message = 2\n' >> "$work/rl_dup.toml"
+expect_exit 0 "${mpi[@]}" -np 2 "$troupe" run "$work/rl_dup.toml" "${two[@]}" --set rl.sync='"latest"' --set rl.loss='"decoupled_ppo"' \
+  --set rl.max_staleness=1 --set rl.max_new_tokens=24 --set rl.generators=1 --set run.steps=12 --set run.eval_every=0 \
+  --set run.out_dir="\"$work/dup\""
+grep -q 'sent a bad rollout' <<<"$out" && fail "a duplicate latest rollout was refused as a bad one"
+grep -q '"type":"rl_actors_end".*"groups_admitted":24,"groups_trained":24,.*"double_trained":0' "$work/dup/metrics.jsonl" ||
+  fail "latest with a killed buffer: the ledger is not 24 groups admitted and trained once"
 
 # rl.trainer = "actors" (1F1B over devices 0-1 with 2 expert and 2
 # optimizer shards, on process 0) with the generator on device 2, process 1:

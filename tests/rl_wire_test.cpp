@@ -10,6 +10,7 @@
 
 #include <caf/all.hpp>
 
+#include "actors/cluster/runtime_cluster_internal.hpp"
 #include "actors/rl/rl_wire.hpp"
 #include "schemas/rl.capnp.h"
 
@@ -147,7 +148,8 @@ struct Hostile {
 TEST(RlWire, HostileRolloutsAreRefusedByName) {
   const Hostile cases[] = {
       {"step past the run", [](rl::StepRollouts& s, Rollout&) { s.step = 10; }, "outside this run's steps"},
-      {"version newer than the step", [](rl::StepRollouts& s, Rollout&) { s.version = 6; }, "rlRollout.version: 6 for step 5"},
+      {"version past the run", [](rl::StepRollouts& s, Rollout&) { s.version = 11; },
+       "rlRollout.version: 11 outside this run's versions 0..10"},
       {"unknown generator", [](rl::StepRollouts&, Rollout& r) { r.generator = 2; }, "rlRollout.generator: 2"},
       {"another run's seed", [](rl::StepRollouts& s, Rollout&) { s.ids[1].seed = 7; }, "is not group 1 of step 5"},
       {"groups swapped", [](rl::StepRollouts& s, Rollout&) { std::swap(s.ids[0], s.ids[1]); }, "is not group 0 of step 5"},
@@ -169,7 +171,12 @@ TEST(RlWire, HostileRolloutsAreRefusedByName) {
        }, "5 tokens > max_new_tokens 4"},
       {"positive log-prob", [](rl::StepRollouts& s, Rollout&) { s.completions[3].logprobs[0] = 0.5f; }, "is not finite and <= 0"},
       {"NaN log-prob", [](rl::StepRollouts& s, Rollout&) { s.completions[3].logprobs[0] = std::nanf(""); }, "is not finite and <= 0"},
-      {"token from the future", [](rl::StepRollouts& s, Rollout&) { s.completions[1].versions[0] = 9; }, "token version 9 for step 5"},
+      {"token from past the run", [](rl::StepRollouts& s, Rollout&) { s.completions[1].versions[0] = 11; },
+       "token version 11 outside this run's versions 0..10"},
+      {"negative token version", [](rl::StepRollouts& s, Rollout&) { s.completions[1].versions[0] = -1; },
+       "token version -1 outside"},
+      {"row past the context", [](rl::StepRollouts& s, Rollout&) { s.prompts[1].tokens.assign(30, 1); },
+       "completions[3]: 30 prompt + 4 new tokens > seq_len 32"},
   };
   for (const Hostile& h : cases) {
     Rollout r = sample_rollout();
@@ -182,6 +189,22 @@ TEST(RlWire, HostileRolloutsAreRefusedByName) {
     EXPECT_NE(text.find(h.expect), std::string::npos) << h.name << ": " << text;
     EXPECT_EQ(envelope_error_code(back.error()), envelope_errc::schema_violation) << h.name;
   }
+}
+
+// latest: a step dealt again after the trainer trained it (a restarted
+// buffer) is sampled with versions newer than the step. It is a duplicate
+// for the ledger to drop, not a broken generator: refusing it here made the
+// generator restart, the step be dealt again, and the run fail.
+TEST(RlWire, DuplicateSampledAfterItsStepWasTrainedIsAccepted) {
+  Rollout r = sample_rollout();
+  auto s = std::make_shared<rl::StepRollouts>(*r.r);
+  s->version = 7;
+  for (model::Completion& c : s->completions) c.versions.assign(c.tokens.size(), 7);
+  r.r = s;
+  auto back = rlwire::decode_rollout(over_the_wire(rlwire::encode_rollout(r)), bounds());
+  ASSERT_TRUE(back) << caf::to_string(back.error());
+  EXPECT_EQ(back->r->version, 7);
+  EXPECT_EQ(back->r->completions[0].versions, std::vector<int64_t>{7});
 }
 
 // What the envelope's own validation refuses before the receiver looks:
@@ -223,6 +246,17 @@ TEST(RlWire, InconsistentRolloutsFailEnvelopeValidation) {
   auto damaged = Envelope::decode(frame.data(), frame.size());
   ASSERT_FALSE(damaged);
   EXPECT_TRUE(damaged_in_flight(damaged.error()));
+}
+
+// The envelopes take the shared-memory path only when every process,
+// process 0 included, is on one host: generators on another host than
+// process 0 (even all on one host of their own) get them over TCP.
+TEST(RlWire, SharedMemoryOnlyWithProcessZeroOnTheSameHost) {
+  using E = std::vector<std::pair<std::string, uint16_t>>;
+  EXPECT_TRUE(runtime::all_on_one_host(E{{"10.0.0.1", 0}, {"10.0.0.1", 4000}}));
+  EXPECT_TRUE(runtime::all_on_one_host(E{{"a", 0}, {"a", 1}, {"a", 2}}));
+  EXPECT_FALSE(runtime::all_on_one_host(E{{"10.0.0.1", 0}, {"10.0.0.2", 4000}}));
+  EXPECT_FALSE(runtime::all_on_one_host(E{{"a", 0}, {"b", 1}, {"b", 2}}));
 }
 
 }  // namespace

@@ -85,6 +85,12 @@ std::atomic<bool> g_survived_loss{false};  // survived_process_loss()
 bool survived_process_loss() { return g_survived_loss.load(); }
 void note_survived_process_loss() { g_survived_loss = true; }
 
+bool all_on_one_host(const std::vector<std::pair<std::string, uint16_t>>& endpoints) {
+  for (const auto& e : endpoints)
+    if (e.first != endpoints.front().first) return false;
+  return true;
+}
+
 std::string advertised_host(const std::string& interface) {
   if (!interface.empty() && interface != "0.0.0.0" && interface != "::") return interface;
   char name[256] = {};
@@ -394,8 +400,7 @@ void Cluster::bring_up() {
                tls ? "mutual TLS" : "plain, auth = \"none\"");
   // Every process on this host (same advertised address): large envelopes
   // may take the shared-memory path.
-  bool one_host = true;
-  for (const auto& e : endpoints) one_host = one_host && e.first == endpoints.front().first;
+  const bool one_host = all_on_one_host(endpoints);
   bulk_shm_ = one_host && o.bulk_shm_bytes > 0;
   set_bulk_shm_threshold(bulk_shm_ ? static_cast<size_t>(o.bulk_shm_bytes) : 0);
   // One connection per pair of processes: process p connects to every q < p

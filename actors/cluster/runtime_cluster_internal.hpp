@@ -7,8 +7,10 @@
 // process 0's runtime goes away, and serve() on the other processes.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <caf/all.hpp>
@@ -36,6 +38,9 @@ ProcessFault parse_fault();
 // The host name or address a process advertises for `interface` (its own
 // host name when it binds every interface).
 std::string advertised_host(const std::string& interface);
+// Whether every process advertised the same host (process 0's included):
+// only then may large envelopes take the shared-memory path.
+bool all_on_one_host(const std::vector<std::pair<std::string, uint16_t>>& endpoints);
 // Records that this process survived the loss of a peer (survived_process_loss()).
 void note_survived_process_loss();
 

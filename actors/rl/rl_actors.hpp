@@ -76,7 +76,7 @@ struct RlProcesses {
   int64_t bulk_shm_bytes = 1 << 16;    // one host: envelopes this large go through shared memory (0 = never)
   bool recover = true;                 // a lost process: its generators restart on process 0 (false: the run fails)
   // Test hook: this process (> 0) SIGKILLs itself when it gets its first job
-  // of RL step `kill_at_step` (1-based; 0 = never).
+  // of RL step `kill_at_step` or later (1-based; 0 = never).
   int64_t kill_at_step = 0;
 };
 

@@ -187,8 +187,9 @@ caf::actor spawn_generator(caf::event_based_actor* self, DriverState& s, int k) 
   s.last_sent[i] = -1;
   s.unconfirmed[i].clear();
   s.sync_kill[i] = 0;
-  if (s.remote && s.remote->process_of(k) > 0)
-    return self->spawn<caf::monitored>(generator_proxy, s.remote, k, s.incarnation[i], caf::actor_cast<caf::actor>(self));
+  if (const int process = s.remote ? s.remote->process_of(k) : 0; process > 0)
+    return self->spawn<caf::monitored>(generator_proxy, s.remote, k, process, s.incarnation[i],
+                                       caf::actor_cast<caf::actor>(self));
   return self->spawn<caf::detached + caf::monitored>(generator_actor, s.sh, k, s.incarnation[i],
                                                      caf::actor_cast<caf::actor>(self));
 }
@@ -311,15 +312,18 @@ caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_p
     }
     const std::string name = generator ? "generator:" + std::to_string(index)
                                        : rl_reward_actor_name(s.sh->opt->train.rl.reward == rl::RewardSource::model, index);
-    if (++s.restarts > s.sh->opt->max_restarts) {
+    // Only a proxy goes down with this reason: its process is gone (the
+    // host's own down may have said so already). process_loss governs that,
+    // not the restart budget: a process holding more generators than
+    // max_restarts must not fail a run that recovers from its loss (each
+    // generator moves to process 0 once, so this cannot repeat).
+    const bool link_lost = generator && s.remote && dm.reason == caf::exit_reason::remote_link_unreachable;
+    if (!link_lost && ++s.restarts > s.sh->opt->max_restarts) {
       fail(self, s, name + " went down (" + caf::to_string(dm.reason) + ") after " +
                         std::to_string(s.sh->opt->max_restarts) + " restarts in this run: giving up");
       return;
     }
     const bool missed_sync = generator && s.sync_kill[static_cast<size_t>(index)];
-    // Only a proxy goes down with this reason: its process is gone (the
-    // host's own down may have said so already).
-    const bool link_lost = generator && s.remote && dm.reason == caf::exit_reason::remote_link_unreachable;
     const int was_on = link_lost ? s.remote->generator_process[static_cast<size_t>(index)] : 0;
     if (link_lost) note_process_lost(self, s, was_on);
     if (link_lost && !s.sh->opt->processes.recover) return;

@@ -61,6 +61,11 @@ caf::behavior outbox_actor(caf::stateful_actor<OutboxState>* self, std::shared_p
   self->monitor(proxy);
   s.gen = self->spawn<caf::detached + caf::monitored>(generator_actor, sh, index, incarnation,
                                                       caf::actor_cast<caf::actor>(self));
+  // However the outbox ends (an exit from the host at the end of the run or
+  // when process 0 is lost may come before the proxy's down), its generator
+  // ends with it: a detached generator left behind would keep this process's
+  // actor system, and so the process, from ever finishing.
+  self->attach_functor([gen = s.gen](const caf::error&) { caf::anon_send_exit(gen, caf::exit_reason::kill); });
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& s = self->state;
     if (dm.source == s.gen.address()) return self->quit(dm.reason);  // the proxy sees the same reason
@@ -83,7 +88,10 @@ caf::behavior outbox_actor(caf::stateful_actor<OutboxState>* self, std::shared_p
         self->send(self->state.gen, rlmsg::sync_atom::value, std::move(*w));
       },
       [self, kill_at_step](rlmsg::job_atom a, int64_t step, int64_t version) {
-        if (kill_at_step > 0 && step + 1 == kill_at_step) ::raise(SIGKILL);  // test hook: a lost process
+        // A lost process ([[faults]] process:P, or the test hook): its first
+        // job of at_step or later, as the steps of at_step may all go to
+        // generators on other processes.
+        if (kill_at_step > 0 && step + 1 >= kill_at_step) ::raise(SIGKILL);
         self->send(self->state.gen, a, step, version);
       },
       [self](rlmsg::arm_atom a, uint32_t point) { self->send(self->state.gen, a, point); },
@@ -168,10 +176,9 @@ std::shared_ptr<void> configure_rl_cluster(caf::actor_system_config& cfg, const 
 }
 
 caf::behavior generator_proxy(caf::event_based_actor* self_base, std::shared_ptr<RemoteGenerators> remote, int index,
-                              int64_t incarnation, caf::actor driver) {
+                              int process, int64_t incarnation, caf::actor driver) {
   auto* self = self_base;
   auto st = std::make_shared<ProxyState>();
-  const int process = remote->process_of(index);
   auto forward = [self, st](caf::message m) {
     if (st->outbox) self->send(st->outbox, std::move(m));
     else st->queued.push_back(std::move(m));
@@ -255,11 +262,23 @@ std::shared_ptr<RemoteGenerators> connect_generator_hosts(caf::actor_system& sys
   out->timeout = bring_up_timeout(p);
   out->parameters = static_cast<size_t>(model::build_param_layout(sh.opt->train.model).total());
   out->bounds = rlwire::rollout_bounds(sh.opt->train.model, sh.opt->train.rl, sh.seed, sh.first_step, sh.steps);
-  // Process 0 publishes nothing: it connects to the others' hosts.
-  const auto endpoints = comm.exchange(advertised_host(p.interface), 0, true);
-  bool one_host = true;
-  for (size_t q = 1; q < endpoints.size(); ++q) one_host = one_host && endpoints[q].first == endpoints[1].first;
-  set_bulk_shm_threshold(one_host && p.bulk_shm_bytes > 0 ? static_cast<size_t>(p.bulk_shm_bytes) : 0);
+  // Process 0 publishes nothing: it connects to the others' hosts. It
+  // advertises its address as they do (a subnet resolved to its own), so
+  // that the shared-memory path is taken only when process 0 is on their host.
+  std::string me, why;
+  try {
+    me = advertised_host(resolve_interface(p.interface));
+  } catch (const std::exception& e) {
+    why = e.what();
+  }
+  std::vector<std::pair<std::string, uint16_t>> endpoints;
+  try {
+    endpoints = comm.exchange(me, 0, why.empty());
+  } catch (...) {
+    if (!why.empty()) throw std::runtime_error("process 0: " + why);
+    throw;
+  }
+  set_bulk_shm_threshold(all_on_one_host(endpoints) && p.bulk_shm_bytes > 0 ? static_cast<size_t>(p.bulk_shm_bytes) : 0);
   out->hosts.resize(endpoints.size());
   std::string err;
   for (size_t q = 1; q < endpoints.size() && err.empty(); ++q) {
@@ -328,9 +347,7 @@ void serve_generators(const RlActorOptions& options) {
       if (!why.empty()) throw std::runtime_error("process " + std::to_string(me) + " cannot publish its generator host: " + why);
       throw;
     }
-    bool one_host = true;
-    for (size_t q = 1; q < endpoints.size(); ++q) one_host = one_host && endpoints[q].first == endpoints[1].first;
-    set_bulk_shm_threshold(one_host && p.bulk_shm_bytes > 0 ? static_cast<size_t>(p.bulk_shm_bytes) : 0);
+    set_bulk_shm_threshold(all_on_one_host(endpoints) && p.bulk_shm_bytes > 0 ? static_cast<size_t>(p.bulk_shm_bytes) : 0);
     if (!p.comm->all_ok(true)) {
       caf::anon_send_exit(host, caf::exit_reason::user_shutdown);
       throw std::runtime_error("process 0 could not connect to the generator hosts");

@@ -54,7 +54,7 @@ struct RemoteSyncStats {
 struct RemoteGenerators {
   std::vector<caf::actor> hosts;       // [process]; hosts[0] is empty
   std::vector<int> generator_process;  // [generator]
-  std::set<int> lost;                  // processes found lost (their generators run on process 0)
+  std::set<int> lost;                  // processes found lost (their generators run on process 0); the coordinator's thread only
   std::shared_ptr<RemoteSyncStats> stats = std::make_shared<RemoteSyncStats>();
   std::chrono::milliseconds timeout{10000};
   size_t parameters = 0;
@@ -73,8 +73,10 @@ std::shared_ptr<RemoteGenerators> connect_generator_hosts(caf::actor_system& sys
 // Process 0, at the end: tells every host still there that the run ended.
 void shutdown_generator_hosts(caf::actor_system& sys, const RemoteGenerators& r, bool ok);
 
-// Process 0: the stand-in of generator `index` on its process.
+// Process 0: the stand-in of generator `index` on `process` (> 0; the
+// coordinator's process_of(index) when it spawned the proxy: the proxy does
+// not read `lost`, which only the coordinator's thread may touch).
 caf::behavior generator_proxy(caf::event_based_actor* self, std::shared_ptr<RemoteGenerators> remote, int index,
-                              int64_t incarnation, caf::actor driver);
+                              int process, int64_t incarnation, caf::actor driver);
 
 }  // namespace troupe::runtime

@@ -104,10 +104,15 @@ caf::expected<rlmsg::Rollout> decode_rollout(const Envelope& env, const RolloutB
   if (step < b.first_step || step >= b.steps)
     return bad("rlRollout.step: " + std::to_string(step) + " is outside this run's steps [" + std::to_string(b.first_step) +
                ", " + std::to_string(b.steps) + ")");
-  // Versions: none newer than the step (the trainer is at version step when
-  // it trains it) and none negative; admission checks the window.
-  if (m.getVersion() < 0 || m.getVersion() > step)
-    return bad("rlRollout.version: " + std::to_string(m.getVersion()) + " for step " + std::to_string(step));
+  // Versions: none negative and none past what the run can publish (its
+  // last step). Not "none past the step": in latest mode a step dealt again
+  // (a restarted buffer or reward actor) may be sampled after the trainer
+  // trained it, with newer versions; admission drops it as a duplicate
+  // before it checks the window, as for a generator in this process.
+  auto version_ok = [&](int64_t v) { return v >= 0 && v <= b.steps; };
+  if (!version_ok(m.getVersion()))
+    return bad("rlRollout.version: " + std::to_string(m.getVersion()) + " outside this run's versions 0.." +
+               std::to_string(b.steps));
   if (m.getGenerator() >= static_cast<uint32_t>(b.generators))
     return bad("rlRollout.generator: " + std::to_string(m.getGenerator()) + " (the run has " + std::to_string(b.generators) + ")");
   const auto ids = m.getIds();
@@ -147,6 +152,12 @@ caf::expected<rlmsg::Rollout> decode_rollout(const Envelope& env, const RolloutB
     model::Completion x;
     if (static_cast<int64_t>(c.getTokens().size()) > b.max_new_tokens)
       return bad(where + ": " + std::to_string(c.getTokens().size()) + " tokens > max_new_tokens " + std::to_string(b.max_new_tokens));
+    // A generator stops at a full context: a longer row could not be
+    // trained on (the trainer would fail the whole run on it).
+    const size_t prompt = out->prompts[static_cast<size_t>(i / b.group_size)].tokens.size();
+    if (static_cast<int64_t>(prompt + c.getTokens().size()) > b.seq_len)
+      return bad(where + ": " + std::to_string(prompt) + " prompt + " + std::to_string(c.getTokens().size()) +
+                 " new tokens > seq_len " + std::to_string(b.seq_len));
     for (int32_t t : c.getTokens()) {
       if (!in_vocab(t)) return bad(where + ": token " + std::to_string(t) + " outside the vocabulary");
       x.tokens.push_back(t);
@@ -156,7 +167,8 @@ caf::expected<rlmsg::Rollout> decode_rollout(const Envelope& env, const RolloutB
       x.logprobs.push_back(lp);
     }
     for (int64_t v : c.getVersions()) {
-      if (v < 0 || v > step) return bad(where + ": token version " + std::to_string(v) + " for step " + std::to_string(step));
+      if (!version_ok(v))
+        return bad(where + ": token version " + std::to_string(v) + " outside this run's versions 0.." + std::to_string(b.steps));
       x.versions.push_back(v);
     }
     x.stop = static_cast<model::StopReason>(c.getStop());
