@@ -11,7 +11,6 @@
 #include "actors/rl/rl_messages.hpp"
 #include "actors/rl/rl_remote.hpp"
 #include "actors/supervision/fault_injector.hpp"
-#include "actors/supervision/keep_memory.hpp"
 #include "actors/cluster/runtime_cluster_internal.hpp"
 #include "actors/transport/caf_scheduler.hpp"
 #include "actors/transport/caf_types.hpp"
@@ -571,7 +570,6 @@ rl::RlSummary train_decoupled(const RlActorOptions& options, RlActorObserver& ob
   ctx->observer = &observer;
   ctx->t0 = Clock::now();
   auto ledger = std::make_shared<RlLedger>();
-  keep_freed_memory();  // a policy version (~14 MB on the RL task) is made and freed every step
   const bool multi = options.processes.comm && options.processes.comm->size() > 1;
   std::shared_ptr<RemoteGenerators> remote;
   {

@@ -18,7 +18,6 @@
 
 #include "actors/cluster/interface_address.hpp"
 #include "actors/cluster/runtime_cluster_internal.hpp"
-#include "actors/supervision/keep_memory.hpp"
 #include "actors/transport/caf_scheduler.hpp"
 #include "actors/transport/caf_types.hpp"
 #include "actors/transport/envelope_shm.hpp"
@@ -319,7 +318,6 @@ void serve_generators(const RlActorOptions& options) {
   sh->steps = options.train.steps;
   auto outcome = std::make_shared<std::atomic<int>>(0);
   const int me = p.comm->rank();
-  keep_freed_memory();  // received versions (~14 MB) come and go every step
   {
     caf::actor_system_config cfg;
     register_caf_types(cfg);

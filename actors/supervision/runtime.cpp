@@ -3,7 +3,6 @@
 // coordinator first, then optimizer shards, pipeline ranks, expert shards),
 // asks the coordinator for steps, and tears it all down.
 #include "actors/runtime.hpp"
-#include "actors/supervision/keep_memory.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -37,8 +36,6 @@ void require(bool ok, const std::string& what) {
   if (!ok) throw std::invalid_argument("topology: " + what);
 }
 
-}  // namespace
-
 // Every step each optimizer shard builds three ParamSlices of its range (the
 // new parameters for the ranks; m and v for the kill-and-replay snapshot),
 // 14 MB each at the quickstart, and frees the previous step's. glibc's
@@ -52,8 +49,7 @@ void require(bool ok, const std::string& what) {
 // a 14 MB block freed every step makes happen, so the faults came back (sys
 // 19-22 ms per step of the sequential runtime on a quiet machine; 1.7 with
 // MALLOC_ARENA_MAX=1). So every thread allocates from the main arena.
-// Process-wide, set once a runtime is built (before its threads start);
-// decoupled RL sets it too (a 14 MB policy version per step).
+// Process-wide, set once a runtime is built (before its threads start).
 void keep_freed_memory() {
 #if defined(__GLIBC__)
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
@@ -61,6 +57,8 @@ void keep_freed_memory() {
   mallopt(M_ARENA_MAX, 1);
 #endif
 }
+
+}  // namespace
 
 void validate(const RuntimeOptions& o) {
   require(o.stages >= 1, "stages must be >= 1");
