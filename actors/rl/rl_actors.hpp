@@ -122,7 +122,7 @@ struct RlActorReport {
   int64_t sync_restarts = 0;       // generators restarted after a second miss
   int64_t max_buffer_depth = 0;
   // Weight syncs to generators on other processes, per version sent: the
-  // round trip (encode, transfer, decode, confirmation) and its parts, and a
+  // round trip (encode, transfer, decode, an acknowledgement back) and its parts, and a
   // plain memcpy of the same bytes measured in the same run (the baseline).
   int64_t remote_syncs = 0, remote_sync_bytes = 0;
   double remote_sync_seconds = 0.0, remote_encode_seconds = 0.0, remote_decode_seconds = 0.0;

@@ -50,7 +50,6 @@ std::chrono::milliseconds bring_up_timeout(const RlProcesses& p) {
 // results, and goes down with it.
 struct OutboxState {
   caf::actor gen, proxy;
-  std::map<int64_t, double> decode_seconds;  // version -> its decode time, reported with its confirmation
 };
 
 caf::behavior outbox_actor(caf::stateful_actor<OutboxState>* self, std::shared_ptr<const RlShared> sh, int index,
@@ -83,8 +82,11 @@ caf::behavior outbox_actor(caf::stateful_actor<OutboxState>* self, std::shared_p
           std::fprintf(stderr, "troupe: weight sync dropped: %s\n", caf::to_string(w.error()).c_str());
           return;
         }
-        self->state.decode_seconds[w->version] = since(t0);
+        const int64_t v = w->version;
         self->send(self->state.gen, rlmsg::sync_atom::value, std::move(*w));
+        // The transfer's end, for the proxy's round trip (the generator's own
+        // confirmation waits for its current decode step).
+        self->send(self->state.proxy, rlmsg::received_atom::value, v, since(t0));
       },
       [self, kill_at_step](rlmsg::job_atom a, int64_t step, int64_t version) {
         // A lost process ([[faults]] process:P, or the test hook): its first
@@ -95,13 +97,7 @@ caf::behavior outbox_actor(caf::stateful_actor<OutboxState>* self, std::shared_p
       },
       [self](rlmsg::arm_atom a, uint32_t point) { self->send(self->state.gen, a, point); },
       [self](rlmsg::arm_drop_atom a, int64_t n) { self->send(self->state.gen, a, n); },
-      [self](rlmsg::synced_atom a, int k, int64_t inc, int64_t v) {
-        auto& d = self->state.decode_seconds;
-        const auto it = d.find(v);
-        const double decode = it == d.end() ? 0.0 : it->second;
-        d.erase(d.begin(), d.upper_bound(v));
-        self->send(self->state.proxy, a, k, inc, v, decode);
-      },
+      [self](rlmsg::synced_atom a, int k, int64_t inc, int64_t v) { self->send(self->state.proxy, a, k, inc, v); },
       [self](rlmsg::rollout_atom a, const rlmsg::Rollout& r) { self->send(self->state.proxy, a, rlwire::encode_rollout(r)); },
   };
 }
@@ -227,7 +223,8 @@ caf::behavior generator_proxy(caf::event_based_actor* self_base, std::shared_ptr
       [forward](rlmsg::job_atom a, int64_t step, int64_t version) { forward(caf::make_message(a, step, version)); },
       [forward](rlmsg::arm_atom a, uint32_t point) { forward(caf::make_message(a, point)); },
       [forward](rlmsg::arm_drop_atom a, int64_t n) { forward(caf::make_message(a, n)); },
-      [self, remote, st, driver](rlmsg::synced_atom a, int k, int64_t inc, int64_t v, double decode) {
+      [self, driver](rlmsg::synced_atom a, int k, int64_t inc, int64_t v) { self->send(driver, a, k, inc, v); },
+      [remote, st](rlmsg::received_atom, int64_t v, double decode) {
         if (auto it = st->sent.find(v); it != st->sent.end()) {
           RemoteSyncStats& s = *remote->stats;
           std::lock_guard<std::mutex> lock(s.mu);
@@ -237,7 +234,6 @@ caf::behavior generator_proxy(caf::event_based_actor* self_base, std::shared_ptr
           s.decode += decode;
           st->sent.erase(it);
         }
-        self->send(driver, a, k, inc, v);
       },
       [self, remote, driver, index, process](rlmsg::rollout_atom a, const Envelope& env) {
         auto r = rlwire::decode_rollout(env, remote->bounds);

@@ -18,7 +18,8 @@
 //   coordinator -> host:p   (rl_hello, coordinator)      once, after connecting
 //   proxy -> host:p         (rl_spawn, k, incarnation, proxy) -> outbox handle
 //   proxy -> outbox         (rl_sync, Envelope RlWeights) | (rl_job, s, v) | (rl_arm, point) | (rl_armdrop, n)
-//   outbox -> proxy         (rl_synced, k, incarnation, v, decode seconds) | (rl_rollout, Envelope RlRollout)
+//   outbox -> proxy         (rl_rcvd, v, decode seconds) as a version arrives (the transfer's round trip);
+//                           (rl_synced, k, incarnation, v) the generator's confirmation | (rl_rollout, Envelope RlRollout)
 //   coordinator -> host:p   (rl_shut, ok) -> true          at the end of the run
 #pragma once
 
@@ -40,6 +41,7 @@ namespace rlmsg {
 using hello_atom = caf::atom_constant<caf::atom("rl_hello")>;
 using spawn_atom = caf::atom_constant<caf::atom("rl_spawn")>;
 using shut_atom = caf::atom_constant<caf::atom("rl_shut")>;
+using received_atom = caf::atom_constant<caf::atom("rl_rcvd")>;
 }  // namespace rlmsg
 
 // Weight syncs across processes (written by the proxies).
