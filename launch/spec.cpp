@@ -19,6 +19,7 @@
 #include "actors/schedule/schedule.hpp"
 #include "launch/phases.hpp"
 #include "launch/spec_keys.hpp"
+#include "actors/rl/rl_plan.hpp"
 #include "launch/topology.hpp"
 #include "model/checkpoint.hpp"
 #include "model/data.hpp"
@@ -1106,6 +1107,21 @@ void check_rl_processes(const Spec& s, Parser& p) {
                                                  "), generators on the others: add devices or set device_processes");
       return;
     }
+  // A version crosses as one envelope, and envelopes are bounded
+  // (DecodeLimits::max_message_bytes): a larger model could never sync.
+  int64_t params = 0;
+  try {
+    params = model::build_param_layout(s.model).total();
+  } catch (const std::exception&) {
+  }
+  const uint64_t limit = runtime::kRlMaxMessageBytes;
+  if (static_cast<uint64_t>(params) * sizeof(float) + (1u << 20) > limit) {
+    p.error(p.where("topology.processes"), "[topology] processes = " + v(n) + ": the model's " + v(params) +
+                                               " parameters (" + v(params * 4 / (1 << 20)) + " MiB per version) exceed " +
+                                               "the " + v(static_cast<int64_t>(limit >> 20)) + " MiB a message may carry, so "
+                                               "no weight sync could reach a generator on another process");
+    return;
+  }
   const std::vector<int> gp = rl_generator_processes(s);
   for (int64_t q = 1; q < n; ++q)
     if (std::find(gp.begin(), gp.end(), static_cast<int>(q)) == gp.end()) {

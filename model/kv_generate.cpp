@@ -139,8 +139,8 @@ void BatchGenerator::recompute(const ModelWeights& w) {
   if (!live_ || !prefilled_) return;
   const int64_t B = static_cast<int64_t>(prompts_.size()), C = cfg_.seq_len;
   // A prefill of each live sequence's tokens but its newest, at position 0,
-  // right-padded like the first prefill; finished sequences ride along with
-  // their prompt (their cache is dead).
+  // right-padded like the first prefill; finished sequences ride along as
+  // padding (their cache is dead; their prompt may not even fit the width).
   int64_t width = 8, longest = 0;
   for (int64_t b = 0; b < B; ++b)
     if (active_[static_cast<size_t>(b)]) longest = std::max<int64_t>(longest, len_[static_cast<size_t>(b)] - 1);
@@ -149,9 +149,9 @@ void BatchGenerator::recompute(const ModelWeights& w) {
   tokens_.assign(static_cast<size_t>(B * width), 0);
   for (int64_t b = 0; b < B; ++b) {
     const size_t i = static_cast<size_t>(b);
+    if (!active_[i]) continue;
     const auto& p = prompts_[i];
     std::copy(p.begin(), p.end(), tokens_.begin() + b * width);
-    if (!active_[i]) continue;
     const auto& t = out_[i].tokens;
     std::copy(t.begin(), t.end() - 1, tokens_.begin() + b * width + static_cast<int64_t>(p.size()));
   }

@@ -145,6 +145,37 @@ struct Hostile {
   const char* expect;
 };
 
+// The task the sample rollout's prompts come from (step 5, 2 prompts per
+// step: training prompts 10 and 11).
+class SampleTask final : public rl::Task {
+ public:
+  std::string describe() const override { return "sample"; }
+  rl::Prompt train_prompt(int64_t i) const override { return rl::Prompt{i, {1, 2, static_cast<int32_t>(3 + i - 10)}, {9, 12}}; }
+  std::vector<rl::Prompt> eval_prompts(int64_t) const override { return {}; }
+  const rl::Verifier& verifier() const override { throw std::logic_error("not scored here"); }
+  int32_t eos_token() const override { return 12; }
+};
+
+// With the task known, a prompt or answer other than the group's is refused:
+// the verifier would score against the answer the rollout carries.
+TEST(RlWire, PromptsMustBeTheTasksOwn) {
+  SampleTask task;
+  rlwire::RolloutBounds b = bounds();
+  b.task = &task;
+  EXPECT_TRUE(rlwire::decode_rollout(rlwire::encode_rollout(sample_rollout()), b));
+  for (int which = 0; which < 3; ++which) {
+    Rollout r = sample_rollout();
+    auto s = std::make_shared<rl::StepRollouts>(*r.r);
+    if (which == 0) s->prompts[1].answer = {8, 12};   // an easier answer
+    if (which == 1) s->prompts[0].tokens[2] = 7;      // another problem
+    if (which == 2) s->prompts[1].index = 3;          // another prompt's number
+    r.r = s;
+    auto back = rlwire::decode_rollout(rlwire::encode_rollout(r), b);
+    ASSERT_FALSE(back) << which;
+    EXPECT_NE(caf::to_string(back.error()).find("not the task's prompt"), std::string::npos) << caf::to_string(back.error());
+  }
+}
+
 TEST(RlWire, HostileRolloutsAreRefusedByName) {
   const Hostile cases[] = {
       {"step past the run", [](rl::StepRollouts& s, Rollout&) { s.step = 10; }, "outside this run's steps"},
@@ -177,6 +208,13 @@ TEST(RlWire, HostileRolloutsAreRefusedByName) {
        "token version -1 outside"},
       {"row past the context", [](rl::StepRollouts& s, Rollout&) { s.prompts[1].tokens.assign(30, 1); },
        "completions[3]: 30 prompt + 4 new tokens > seq_len 32"},
+      {"empty completion", [](rl::StepRollouts& s, Rollout&) {
+         s.completions[4].tokens.clear();
+         s.completions[4].logprobs.clear();
+         s.completions[4].versions.clear();
+       }, "completions[4]: no tokens"},
+      {"token older than the rollout", [](rl::StepRollouts& s, Rollout&) { s.completions[5].versions[0] = 3; },
+       "token version 3 older than the version 4 the rollout started with"},
   };
   for (const Hostile& h : cases) {
     Rollout r = sample_rollout();

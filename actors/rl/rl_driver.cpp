@@ -70,6 +70,7 @@ struct DriverState {
   std::vector<int64_t> incarnation, last_sent;
   std::vector<std::map<int64_t, int>> unconfirmed;
   std::vector<char> sync_kill;
+  std::vector<int> gen_process;  // [generator] the process its current incarnation runs on
   // Generators on other processes (null: all here), and the processes
   // watched for loss.
   std::shared_ptr<RemoteGenerators> remote;
@@ -181,12 +182,15 @@ caf::actor spawn_generator(caf::event_based_actor* self, DriverState& s, int k) 
     s.last_sent.resize(i + 1, -1);
     s.unconfirmed.resize(i + 1);
     s.sync_kill.resize(i + 1, 0);
+    s.gen_process.resize(i + 1, 0);
   }
   ++s.incarnation[i];
   s.last_sent[i] = -1;
   s.unconfirmed[i].clear();
   s.sync_kill[i] = 0;
-  if (const int process = s.remote ? s.remote->process_of(k) : 0; process > 0)
+  const int process = s.remote ? s.remote->process_of(k) : 0;
+  s.gen_process[i] = process;
+  if (process > 0)
     return self->spawn<caf::monitored>(generator_proxy, s.remote, k, process, s.incarnation[i],
                                        caf::actor_cast<caf::actor>(self));
   return self->spawn<caf::detached + caf::monitored>(generator_actor, s.sh, k, s.incarnation[i],
@@ -202,6 +206,10 @@ void note_process_lost(caf::event_based_actor* self, DriverState& s, int process
     return;
   }
   note_survived_process_loss();
+  // Its proxies go down now (one waiting for a spawn answer would otherwise
+  // wait out its request timeout); each restarts on process 0.
+  for (size_t k = 0; k < s.gens.size(); ++k)
+    if (s.gen_process[k] == process) self->send_exit(s.gens[k], caf::exit_reason::remote_link_unreachable);
   std::lock_guard<std::mutex> lock(s.ctx->mu);
   ++s.ctx->report.processes_lost;
   s.ctx->events.push_back("process lost " + std::to_string(process));
@@ -323,7 +331,7 @@ caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_p
       return;
     }
     const bool missed_sync = generator && s.sync_kill[static_cast<size_t>(index)];
-    const int was_on = link_lost ? s.remote->generator_process[static_cast<size_t>(index)] : 0;
+    const int was_on = link_lost ? s.gen_process[static_cast<size_t>(index)] : 0;
     if (link_lost) note_process_lost(self, s, was_on);
     if (link_lost && !s.sh->opt->processes.recover) return;
     if (generator) s.gens[static_cast<size_t>(index)] = spawn_generator(self, s, index);

@@ -25,6 +25,10 @@ struct RlActorPlacement {
   int process = 0;   // generators may sit on processes > 0; everything else is on process 0
 };
 
+// Across processes a policy version is one envelope, at most this long
+// (DecodeLimits::max_message_bytes; rl_wire.cpp checks they agree).
+inline constexpr uint64_t kRlMaxMessageBytes = 256ull << 20;
+
 // Generators go round-robin on the devices after the trainer's
 // (trainer_devices of them: 1, or the runtime's with rl.trainer = "actors"),
 // on the trainer's own when there are none.

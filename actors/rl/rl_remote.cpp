@@ -23,6 +23,7 @@
 #include "actors/transport/envelope_shm.hpp"
 #include "actors/transport/tcp_nodelay.hpp"
 #include "model/params.hpp"
+#include "rl/trainer.hpp"
 
 namespace troupe::runtime {
 
@@ -132,7 +133,9 @@ caf::behavior host_actor(caf::stateful_actor<HostState>* self, std::shared_ptr<c
       [self, sh, parameters, kill_at](rlmsg::spawn_atom, int index, int64_t incarnation,
                                       const caf::actor& proxy) -> caf::result<caf::actor> {
         if (index < 0 || index >= sh->opt->train.rl.generators || incarnation < 0 || !proxy)
-          return caf::make_error(caf::sec::invalid_argument, "no generator:" + std::to_string(index) + " in this run");
+          return caf::make_error(caf::sec::invalid_argument,
+                                 "this process has no generator:" + std::to_string(index) + " (rl.generators = " +
+                                     std::to_string(sh->opt->train.rl.generators) + " here): do all processes run the same spec?");
         auto& s = self->state;
         s.outboxes.erase(std::remove_if(s.outboxes.begin(), s.outboxes.end(),
                                         [](const caf::actor& a) { return !a || a->getf(caf::abstract_actor::is_terminated_flag); }),
@@ -193,8 +196,14 @@ caf::behavior generator_proxy(caf::event_based_actor* self_base, std::shared_ptr
           [self, process, index](caf::error& e) {
             std::fprintf(stderr, "troupe: generator:%d cannot start on process %d: %s\n", index, process,
                          self->system().render(e).c_str());
-            // A host that does not answer is treated like a lost process.
-            self->quit(caf::exit_reason::remote_link_unreachable);
+            // A host that does not answer (gone, or hung past the timeout)
+            // is treated like a lost process; one that refuses (e.g. a
+            // spec that differs between the processes) fails this proxy
+            // with its reason, which the coordinator's restarts and their
+            // budget then report.
+            const bool gone = e == caf::sec::request_timeout || e == caf::sec::request_receiver_down;
+            if (gone) self->quit(caf::exit_reason::remote_link_unreachable);
+            else self->quit(e);
           });
   return {
       [remote, st, forward](rlmsg::sync_atom, const rlmsg::Weights& w) {
@@ -237,6 +246,9 @@ caf::behavior generator_proxy(caf::event_based_actor* self_base, std::shared_ptr
       },
       [self, remote, driver, index, process](rlmsg::rollout_atom a, const Envelope& env) {
         auto r = rlwire::decode_rollout(env, remote->bounds);
+        if (r && r->generator != index)
+          r = make_error(envelope_errc::schema_violation, "rlRollout.generator: " + std::to_string(r->generator) +
+                                                              " from the proxy of generator:" + std::to_string(index));
         if (!r) {
           // A malformed rollout is the generator's failure: it is restarted
           // and its step dealt again (the ledger keeps it exactly once).
@@ -257,6 +269,9 @@ std::shared_ptr<RemoteGenerators> connect_generator_hosts(caf::actor_system& sys
   out->timeout = bring_up_timeout(p);
   out->parameters = static_cast<size_t>(model::build_param_layout(sh.opt->train.model).total());
   out->bounds = rlwire::rollout_bounds(sh.opt->train.model, sh.opt->train.rl, sh.seed, sh.first_step, sh.steps);
+  const rl::RlTrainOptions& o = sh.opt->train;
+  out->task = sh.opt->make_task ? sh.opt->make_task() : rl::make_task(o.rl.task, o.data, sh.seed, o.rl.verifier);
+  out->bounds.task = out->task.get();
   // Process 0 publishes nothing: it connects to the others' hosts. It
   // advertises its address as they do (a subnet resolved to its own), so
   // that the shared-memory path is taken only when process 0 is on their host.

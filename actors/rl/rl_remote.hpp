@@ -61,6 +61,7 @@ struct RemoteGenerators {
   std::chrono::milliseconds timeout{10000};
   size_t parameters = 0;
   rlwire::RolloutBounds bounds;
+  std::unique_ptr<rl::Task> task;  // the prompts rollouts must carry (bounds.task)
   // Where generator k runs now: its process, or 0 once that process is lost.
   int process_of(int k) const;
 };

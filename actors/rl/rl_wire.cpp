@@ -4,9 +4,12 @@
 #include <cmath>
 #include <string>
 
+#include "actors/rl/rl_plan.hpp"
 #include "schemas/rl.capnp.h"
 
 namespace troupe::runtime::rlwire {
+
+static_assert(kRlMaxMessageBytes == DecodeLimits{}.max_message_bytes, "the spec check's bound is the envelope's");
 
 namespace {
 
@@ -144,12 +147,19 @@ caf::expected<rlmsg::Rollout> decode_rollout(const Envelope& env, const RolloutB
       if (!in_vocab(t)) return bad("rlRollout.prompts[" + std::to_string(i) + "]: token " + std::to_string(t) + " outside the vocabulary");
     for (int32_t t : p.answer)
       if (!in_vocab(t)) return bad("rlRollout.prompts[" + std::to_string(i) + "].answer: token " + std::to_string(t) + " outside the vocabulary");
+    if (b.task) {
+      const rl::Prompt want = b.task->train_prompt(rl::prompt_index(id, b.prompts_per_step));
+      if (p.index != want.index || p.tokens != want.tokens || p.answer != want.answer)
+        return bad("rlRollout.prompts[" + std::to_string(i) + "]: not the task's prompt " + std::to_string(want.index) +
+                   " of group " + std::to_string(i) + " of step " + std::to_string(step));
+    }
     out->prompts.push_back(std::move(p));
   }
   for (unsigned i = 0; i < comps.size(); ++i) {
     const auto c = comps[i];
     const std::string where = "rlRollout.completions[" + std::to_string(i) + "]";
     model::Completion x;
+    if (c.getTokens().size() == 0) return bad(where + ": no tokens (a generator samples at least one)");
     if (static_cast<int64_t>(c.getTokens().size()) > b.max_new_tokens)
       return bad(where + ": " + std::to_string(c.getTokens().size()) + " tokens > max_new_tokens " + std::to_string(b.max_new_tokens));
     // A generator stops at a full context: a longer row could not be
@@ -169,6 +179,9 @@ caf::expected<rlmsg::Rollout> decode_rollout(const Envelope& env, const RolloutB
     for (int64_t v : c.getVersions()) {
       if (!version_ok(v))
         return bad(where + ": token version " + std::to_string(v) + " outside this run's versions 0.." + std::to_string(b.steps));
+      if (v < out->version)
+        return bad(where + ": token version " + std::to_string(v) + " older than the version " + std::to_string(out->version) +
+                   " the rollout started with");
       x.versions.push_back(v);
     }
     x.stop = static_cast<model::StopReason>(c.getStop());

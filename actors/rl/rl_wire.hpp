@@ -16,6 +16,7 @@
 #include "actors/transport/envelope.hpp"
 #include "model/config.hpp"
 #include "rl/config.hpp"
+#include "rl/task.hpp"
 
 namespace troupe::runtime::rlwire {
 
@@ -32,6 +33,10 @@ struct RolloutBounds {
   int64_t prompts_per_step = 0, group_size = 0, max_new_tokens = 0;
   int64_t vocab = 0, seq_len = 0;
   int generators = 0;
+  // When set, every prompt must be the task's training prompt of its group
+  // (index, tokens and answer): the verifier scores against the answer the
+  // rollout carries, so a wrong one would be trained on.
+  const rl::Task* task = nullptr;
 };
 RolloutBounds rollout_bounds(const model::ModelConfig& model, const rl::RlConfig& rl, uint64_t seed, int64_t first_step,
                              int64_t steps);
