@@ -1,6 +1,9 @@
 // Round trips of every Envelope kind through the bytes CAF would send between
 // processes, with every field checked; compression on and off; empty and
 // multi-segment envelopes; typed reads.
+#include <cstring>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include <caf/binary_serializer.hpp>
@@ -185,6 +188,59 @@ TEST(EnvelopeRoundTrip, BuildRejectsSchemaViolations) {
   auto r = env.read<schemas::Dispatch>();
   ASSERT_FALSE(r);
   EXPECT_EQ(envelope_error_code(r.error()), envelope_errc::schema_violation);
+}
+
+}  // namespace
+}  // namespace troupe
+
+namespace troupe {
+namespace {
+
+// build_blob leaves the blob's memory unzeroed (it is overwritten): the
+// encoded frame must equal build's byte for byte, padding included, for
+// odd and even blob lengths, on memory that held garbage before.
+TEST(EnvelopeBlob, EqualsTheZeroedBuildByteForByte) {
+  for (size_t count : {size_t{0}, size_t{1}, size_t{3}, size_t{1000}, size_t{4097}}) {
+    SCOPED_TRACE(count);
+    std::vector<float> v(count);
+    for (size_t i = 0; i < count; ++i) v[i] = static_cast<float>(i) * 0.5f - 7.0f;
+    auto fill = [&](schemas::ParamSlice::Builder b) {
+      b.setStep(9);
+      b.initRange().setCount(count);
+      auto t = b.initParams();
+      t.setDtype(schemas::DType::F32);
+      t.initShape(1).set(0, static_cast<int64_t>(count));
+      return t.initData(static_cast<unsigned>(count * sizeof(float)));
+    };
+    // Dirty the heap the blob builder is likely to reuse.
+    { std::vector<uint8_t> junk(count * 4 + 4096, 0xAB); }
+    const Envelope blob = Envelope::build_blob<schemas::ParamSlice>(count * sizeof(float), [&](auto b) {
+      auto d = fill(b);
+      if (count > 0) std::memcpy(d.begin(), v.data(), count * sizeof(float));
+      return d;
+    });
+    // The same one-segment layout (the head build_blob zeroes is 256 words).
+    const Envelope plain = Envelope::build<schemas::ParamSlice>([&](auto b) {
+      auto d = fill(b);
+      if (count > 0) std::memcpy(d.begin(), v.data(), count * sizeof(float));
+    }, static_cast<unsigned>(256 + (count * sizeof(float) + 7) / 8));
+    ASSERT_TRUE(blob.ok()) << caf::to_string(blob.error());
+    EXPECT_EQ(blob.encode(), plain.encode());
+  }
+}
+
+// The contract is checked: a blob that is not the last allocation gives an
+// invalid envelope, not one with unzeroed words inside.
+TEST(EnvelopeBlob, ABlobThatIsNotLastIsRefused) {
+  const Envelope e = Envelope::build_blob<schemas::ParamSlice>(64, [](schemas::ParamSlice::Builder b) {
+    auto t = b.initParams();
+    auto d = t.initData(64);
+    std::memset(d.begin(), 1, 64);
+    t.initShape(1).set(0, 16);  // allocated after the blob
+    return d;
+  });
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(envelope_error_code(e.error()), envelope_errc::schema_violation);
 }
 
 }  // namespace

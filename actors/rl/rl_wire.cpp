@@ -2,6 +2,7 @@
 #include "actors/rl/rl_wire.hpp"
 
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "actors/rl/rl_plan.hpp"
@@ -19,14 +20,18 @@ caf::error bad(const std::string& what) { return make_error(envelope_errc::schem
 
 Envelope encode_weights(const rlmsg::Weights& w) {
   const std::span<const float> p = w.values();
-  // One segment sized for the tensor: the bulk plane sends it in one piece.
-  const auto words = static_cast<unsigned>(std::min<size_t>(p.size() / 2 + 64, size_t{1} << 28));
-  return Envelope::build<schemas::RlWeights>(
-      [&](schemas::RlWeights::Builder b) {
-        b.setVersion(w.version);
-        set_tensor_f32(b.initParams(), std::vector<int64_t>{static_cast<int64_t>(p.size())}, p);
-      },
-      words);
+  // One segment sized for the tensor (the bulk plane sends it in one piece),
+  // whose bytes are copied in once, without zeroing them first.
+  const size_t bytes = p.size() * sizeof(float);
+  return Envelope::build_blob<schemas::RlWeights>(bytes, [&](schemas::RlWeights::Builder b) {
+    b.setVersion(w.version);
+    auto t = b.initParams();
+    t.setDtype(schemas::DType::F32);
+    t.initShape(1).set(0, static_cast<int64_t>(p.size()));
+    auto data = t.initData(static_cast<unsigned>(bytes));
+    if (bytes > 0) std::memcpy(data.begin(), p.data(), bytes);
+    return data;
+  });
 }
 
 caf::expected<rlmsg::Weights> decode_weights(const Envelope& env, size_t parameters) {

@@ -85,8 +85,41 @@ std::unique_ptr<capnp::MallocMessageBuilder> Envelope::new_builder(unsigned firs
   return std::make_unique<capnp::MallocMessageBuilder>(first_segment_words);
 }
 
-Envelope Envelope::finish(std::unique_ptr<capnp::MallocMessageBuilder> mb) {
+namespace {
+// Words zeroed at the start of a blob envelope's first segment: every struct
+// and list before the blob must fit (a ParamSlice or RlWeights header takes
+// under 40); finish_blob checks it.
+constexpr size_t kBlobHeadWords = 256;
+}  // namespace
+
+Envelope::BlobBuilder Envelope::new_blob_builder(size_t blob_bytes) {
+  BlobBuilder b;
+  b.words = kBlobHeadWords + (blob_bytes + 7) / 8;
+  b.first.reset(new capnp::word[b.words]);  // not zeroed: the blob overwrites it
+  std::memset(b.first.get(), 0, kBlobHeadWords * sizeof(capnp::word));
+  b.mb = std::make_unique<capnp::MallocMessageBuilder>(kj::arrayPtr(b.first.get(), b.words));
+  return b;
+}
+
+Envelope Envelope::finish_blob(BlobBuilder b, capnp::Data::Builder blob) {
+  if (blob.size() == 0) return finish(std::move(b.mb), std::move(b.first));  // nothing left unzeroed
+  const auto* base = reinterpret_cast<const uint8_t*>(b.first.get());
+  const auto* start = reinterpret_cast<const uint8_t*>(blob.begin());
+  const size_t at = static_cast<size_t>(start - base), n = blob.size();
+  auto segs = b.mb->getSegmentsForOutput();
+  const bool in_first = start >= base && at + n <= b.words * sizeof(capnp::word);
+  const size_t end_word = (at + n + 7) / 8;
+  if (!in_first || at > kBlobHeadWords * sizeof(capnp::word) || segs.size() != 1 || segs[0].size() != end_word)
+    return invalid(make_error(envelope_errc::schema_violation,
+                              "build_blob: the blob is not the last allocation of the message's zeroed first segment"));
+  // The padding after the blob, up to its word boundary, must read as zero.
+  std::memset(reinterpret_cast<uint8_t*>(b.first.get()) + at + n, 0, end_word * 8 - (at + n));
+  return finish(std::move(b.mb), std::move(b.first));
+}
+
+Envelope Envelope::finish(std::unique_ptr<capnp::MallocMessageBuilder> mb, std::unique_ptr<capnp::word[]> first) {
   auto d = std::make_shared<detail::EnvelopeData>();
+  d->first_segment = std::move(first);  // outlives the builder (declared before it)
   auto segs = mb->getSegmentsForOutput();
   d->segments.assign(segs.begin(), segs.end());
   d->flat_bytes = detail::segment_table_bytes(segs.size());
