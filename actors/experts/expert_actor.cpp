@@ -4,6 +4,7 @@
 // contract: actors/experts/expert_shard.hpp.
 #include "actors/experts/expert_shard.hpp"
 
+#include <cstring>
 #include <algorithm>
 #include <bit>
 #include <numeric>
@@ -171,17 +172,19 @@ void send_grads(Self* self) {
         const float* src = total.empty() ? nullptr : total.data() + base + (piece.offset - own.offset);
         std::vector<float> zeros;
         if (!src) zeros.assign(static_cast<size_t>(piece.count), 0.0f), src = zeros.data();
-        Envelope e = Envelope::build<schemas::GradSlice>([&](schemas::GradSlice::Builder b) {
+        const size_t bytes = static_cast<size_t>(piece.count) * sizeof(float);
+        Envelope e = Envelope::build_blob<schemas::GradSlice>(bytes, [&](schemas::GradSlice::Builder b) {
           b.setStep(step);
           b.setReplica(replica);
           b.setShard(static_cast<uint32_t>(sh_i));
           b.setStage(producer);
-          b.initRange().setOffset(static_cast<uint64_t>(piece.offset));
-          b.getRange().setCount(static_cast<uint64_t>(piece.count));
-          const int64_t shape[1] = {piece.count};
-          set_tensor_f32(b.initGrads(), shape, std::span<const float>(src, static_cast<size_t>(piece.count)));
           b.setMicrobatches(mbs);
           b.setAttempt(attempt);
+          b.initRange().setOffset(static_cast<uint64_t>(piece.offset));
+          b.getRange().setCount(static_cast<uint64_t>(piece.count));
+          auto data = init_tensor_f32_blob(b.initGrads(), piece.count);
+          if (bytes > 0) std::memcpy(data.begin(), src, bytes);
+          return data;
         });
         post(*sh, device, shard_of(*sh, sh_i), e);
       }

@@ -92,10 +92,7 @@ Envelope param_slice_of(kernels::Backend& be, const kernels::Tensor& t, uint64_t
         b.setShard(shard);
         b.initRange().setOffset(static_cast<uint64_t>(range.offset));
         b.getRange().setCount(static_cast<uint64_t>(range.count));
-        auto tb = b.initParams();
-        tb.setDtype(schemas::DType::F32);
-        tb.initShape(1).set(0, range.count);
-        auto data = tb.initData(static_cast<unsigned>(bytes));
+        auto data = init_tensor_f32_blob(b.initParams(), range.count);
         if (bytes > 0) be.download(data.begin(), t, bytes);
         return data;
       });

@@ -343,18 +343,20 @@ void send_grads(Self* self) {
       for (const Range& own : owned) {
         const Range piece = intersect(own, sh->plan.shard_ranges[s]);
         if (piece.count == 0) continue;
-        const std::vector<float> g = be.download_f32(comp->grads.view(piece.offset, {piece.count}));
-        Envelope e = Envelope::build<schemas::GradSlice>([&](schemas::GradSlice::Builder b) {
+        // Straight from the device into the message (one copy, no zeroing).
+        const size_t bytes = static_cast<size_t>(piece.count) * sizeof(float);
+        Envelope e = Envelope::build_blob<schemas::GradSlice>(bytes, [&](schemas::GradSlice::Builder b) {
           b.setStep(step);
           b.setReplica(static_cast<uint32_t>(replica));
           b.setShard(static_cast<uint32_t>(s));
           b.setStage(static_cast<uint32_t>(rank));
-          b.initRange().setOffset(static_cast<uint64_t>(piece.offset));
-          b.getRange().setCount(static_cast<uint64_t>(piece.count));
-          const int64_t shape[1] = {piece.count};
-          set_tensor_f32(b.initGrads(), shape, g);
           b.setMicrobatches(static_cast<uint32_t>(sh->plan.chunks));
           b.setAttempt(attempt);
+          b.initRange().setOffset(static_cast<uint64_t>(piece.offset));
+          b.getRange().setCount(static_cast<uint64_t>(piece.count));
+          auto data = init_tensor_f32_blob(b.initGrads(), piece.count);
+          be.download(data.begin(), comp->grads.view(piece.offset, {piece.count}), bytes);
+          return data;
         });
         post(*sh, device, shard_of(*sh, s), e);
       }

@@ -25,10 +25,7 @@ Envelope encode_weights(const rlmsg::Weights& w) {
   const size_t bytes = p.size() * sizeof(float);
   return Envelope::build_blob<schemas::RlWeights>(bytes, [&](schemas::RlWeights::Builder b) {
     b.setVersion(w.version);
-    auto t = b.initParams();
-    t.setDtype(schemas::DType::F32);
-    t.initShape(1).set(0, static_cast<int64_t>(p.size()));
-    auto data = t.initData(static_cast<unsigned>(bytes));
+    auto data = init_tensor_f32_blob(b.initParams(), static_cast<int64_t>(p.size()));
     if (bytes > 0) std::memcpy(data.begin(), p.data(), bytes);
     return data;
   });

@@ -295,6 +295,12 @@ void set_tensor(schemas::Tensor::Builder t, schemas::DType dt, std::span<const i
   if (!bytes.empty()) std::memcpy(data.begin(), bytes.data(), bytes.size());
 }
 
+capnp::Data::Builder init_tensor_f32_blob(schemas::Tensor::Builder t, int64_t n) {
+  t.setDtype(schemas::DType::F32);
+  t.initShape(1).set(0, n);
+  return t.initData(static_cast<unsigned>(static_cast<size_t>(n) * sizeof(float)));
+}
+
 void set_tensor_f32(schemas::Tensor::Builder t, std::span<const int64_t> shape, std::span<const float> v) {
   set_tensor(t, schemas::DType::F32, shape,
              {reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float)});

@@ -315,6 +315,10 @@ void set_tensor_i32(schemas::Tensor::Builder t, std::span<const int64_t> shape,
                     std::span<const int32_t> values);
 void set_tensor_f64(schemas::Tensor::Builder t, std::span<const int64_t> shape,
                     std::span<const double> values);
+// Makes `t` an f32 tensor of shape [n] and returns its data blob (n * 4
+// bytes, unwritten) for the caller to fill: the last allocation of a
+// build_blob message.
+capnp::Data::Builder init_tensor_f32_blob(schemas::Tensor::Builder t, int64_t n);
 // Zero-copy views of a validated tensor's elements (data is word-aligned in
 // the segment). Empty if the dtype does not match.
 std::span<const float> tensor_f32(schemas::Tensor::Reader t);
