@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_stats.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/blas_core.hpp"
 #include "model/params.hpp"
@@ -34,18 +35,9 @@ double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using troupe::bench::median;
 
-std::string load_average() {
-  std::ifstream f("/proc/loadavg");
-  std::string a, b, c;
-  if (!(f >> a >> b >> c)) return "unknown";
-  return a + " " + b + " " + c;
-}
+using troupe::bench::load_average;
 
 }  // namespace
 

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_stats.hpp"
 #include "kernels/blas_core.hpp"
 #include "actors/runtime.hpp"
 #include "model/trainer.hpp"
@@ -36,10 +37,7 @@ namespace {
 
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
-}
+using troupe::bench::median;
 
 struct Engine {
   std::string name;

@@ -53,6 +53,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_stats.hpp"
 #include "kernels/blas_core.hpp"
 #include "actors/schedule/pipeline_sim.hpp"
 #include "actors/runtime.hpp"
@@ -130,18 +131,9 @@ std::pair<double, double> cpu_times() {
   return {sec(u.ru_utime), sec(u.ru_stime)};
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using troupe::bench::median;
 
-std::string load_average() {
-  std::ifstream f("/proc/loadavg");
-  std::string a, b, c;
-  if (!(f >> a >> b >> c)) return "unknown";
-  return a + " " + b + " " + c;
-}
+using troupe::bench::load_average;
 
 }  // namespace
 

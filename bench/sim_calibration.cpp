@@ -33,6 +33,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "bench/bench_stats.hpp"
 #include "actors/sim/sim_runtime.hpp"
 #include "kernels/blas_core.hpp"
 #include "launch/calibrate.hpp"
@@ -44,11 +45,7 @@ using namespace troupe::launch;
 
 namespace {
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using troupe::bench::median;
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
