@@ -23,6 +23,7 @@
 #include "model/stage.hpp"
 #include "model/weights.hpp"
 #include "moe/experts.hpp"
+#include "tests/model_test_util.hpp"
 
 namespace troupe::test {
 namespace {
@@ -59,19 +60,6 @@ model::ModelConfig config_for(const Case& k) {
   c.tie_embeddings = false;
   c.init_std = 0.3;
   return c;
-}
-
-void make_tokens(std::vector<int32_t>& in, std::vector<int32_t>& tg, int64_t T, int64_t V, int mb) {
-  in.resize(static_cast<size_t>(T));
-  tg.resize(static_cast<size_t>(T));
-  for (int64_t t = 0; t < T; ++t) {
-    in[t] = static_cast<int32_t>((t * 7 + mb * 5 + 3) % V);
-    tg[t] = (t % 5 == 4) ? -1 : static_cast<int32_t>((t * 3 + mb * 11 + 1) % V);
-  }
-}
-
-bool bitwise_equal(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // The experts [e0, e1) of every MoE layer, computed apart from the stage
@@ -157,7 +145,7 @@ TEST_P(StageResume, ExpertGroupsMatchSingleCallBitwise) {
   const model::ModelWeights gr = model::bind_weights(lay, c, g_ref);
   const model::ModelWeights gs = model::bind_weights(lay, c, g_res);
   std::vector<std::vector<int32_t>> ins(M), tgs(M);
-  for (int mb = 0; mb < M; ++mb) make_tokens(ins[mb], tgs[mb], T, c.vocab_size, mb);
+  for (int mb = 0; mb < M; ++mb) pattern_tokens(ins[mb], tgs[mb], T, c.vocab_size, mb);
 
   const auto ranges = model::split_layers(c.n_layers, k.stages);
   auto make_stages = [&] {
@@ -320,7 +308,7 @@ TEST(StageResume, OneSuspendedBackwardAtATime) {
   const model::ModelWeights w = model::bind_weights(lay, c, params), g = model::bind_weights(lay, c, grads);
   model::Stage st(*be, c, 1, 0, c.n_layers, true, true, 2);
   std::vector<int32_t> in, tg;
-  make_tokens(in, tg, c.seq_len, c.vocab_size, 0);
+  pattern_tokens(in, tg, c.seq_len, c.vocab_size, 0);
   for (int slot = 0; slot < 2; ++slot) st.forward_tokens(slot, w, in, tg);
   EXPECT_THROW(st.resume_backward(0, w, g), std::logic_error);
   EXPECT_THROW(st.resume_forward(0, w), std::logic_error);

@@ -48,19 +48,6 @@ model::ModelConfig config_for(const Case& k) {
   return c;
 }
 
-void tokens(std::vector<int32_t>& in, std::vector<int32_t>& tg, int64_t T, int64_t V, int mb) {
-  in.resize(static_cast<size_t>(T));
-  tg.resize(static_cast<size_t>(T));
-  for (int64_t t = 0; t < T; ++t) {
-    in[t] = static_cast<int32_t>((t * 7 + mb * 5 + 3) % V);
-    tg[t] = (t % 5 == 4) ? -1 : static_cast<int32_t>((t * 3 + mb * 11 + 1) % V);
-  }
-}
-
-bool bitwise_equal(std::span<const float> a, std::span<const float> b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-
 // Entries whose gradient only W writes (weight GEMMs and the embedding
 // scatter); the RMSNorm gains are B's.
 bool w_only(const std::string& name) { return name.find("norm") == std::string::npos; }
@@ -80,7 +67,7 @@ TEST_P(StageSplit, BThenDeferredWMatchesUnsplitBitwise) {
   const model::ModelWeights w = model::bind_weights(lay, c, params);
   const model::ModelWeights gr = model::bind_weights(lay, c, g_ref), gs = model::bind_weights(lay, c, g_spl);
   std::vector<std::vector<int32_t>> ins(M), tgs(M);
-  for (int mb = 0; mb < M; ++mb) tokens(ins[mb], tgs[mb], T, V, mb);
+  for (int mb = 0; mb < M; ++mb) pattern_tokens(ins[mb], tgs[mb], T, V, mb);
   // A loss head's d total / d logits: any fixed values do.
   std::vector<std::vector<float>> head(M, std::vector<float>(static_cast<size_t>(T * V)));
   for (int mb = 0; mb < M; ++mb)
@@ -190,7 +177,7 @@ TEST(StageSplit, SlotProtocol) {
   const model::ModelWeights w = model::bind_weights(lay, c, params), g = model::bind_weights(lay, c, grads);
   model::Stage st(*be, c, 1, 0, c.n_layers, true, true, 2);
   std::vector<int32_t> in, tg;
-  tokens(in, tg, c.seq_len, c.vocab_size, 0);
+  pattern_tokens(in, tg, c.seq_len, c.vocab_size, 0);
   st.forward_tokens(0, w, in, tg);
   st.forward_tokens(1, w, in, tg);
   st.backward_input(0, w, g, {}, 1.0, 1.0);

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <span>
 #include <memory>
 #include <random>
 #include <string>
@@ -67,6 +69,22 @@ inline void random_tokens(std::vector<int32_t>& inputs, std::vector<int32_t>& ta
     inputs[t] = static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
     targets[t] = (t % 5 == 2) ? -1 : static_cast<int32_t>(rng() % static_cast<uint64_t>(vocab));
   }
+}
+
+// Token ids and targets of micro-batch `mb`, a fixed pattern (every fifth
+// target is -1, no loss), for the stage tests that compare two ways of
+// running the same passes.
+inline void pattern_tokens(std::vector<int32_t>& in, std::vector<int32_t>& tg, int64_t T, int64_t V, int mb) {
+  in.resize(static_cast<size_t>(T));
+  tg.resize(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) {
+    in[t] = static_cast<int32_t>((t * 7 + mb * 5 + 3) % V);
+    tg[t] = (t % 5 == 4) ? -1 : static_cast<int32_t>((t * 3 + mb * 11 + 1) % V);
+  }
+}
+
+inline bool bitwise_equal(std::span<const float> a, std::span<const float> b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 }  // namespace troupe::test

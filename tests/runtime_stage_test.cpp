@@ -15,6 +15,7 @@
 #include "model/params.hpp"
 #include "model/stage.hpp"
 #include "model/weights.hpp"
+#include "tests/model_test_util.hpp"
 
 namespace troupe::test {
 namespace {
@@ -36,20 +37,6 @@ model::ModelConfig small_config(const std::string& ffn, bool tied) {
   c.tie_embeddings = tied;
   c.init_std = 0.3;
   return c;
-}
-
-// Deterministic token ids and targets for micro-batch `mb`.
-void make_tokens(std::vector<int32_t>& in, std::vector<int32_t>& tg, int64_t T, int64_t V, int mb) {
-  in.resize(static_cast<size_t>(T));
-  tg.resize(static_cast<size_t>(T));
-  for (int64_t t = 0; t < T; ++t) {
-    in[t] = static_cast<int32_t>((t * 7 + mb * 5 + 3) % V);
-    tg[t] = (t % 5 == 4) ? -1 : static_cast<int32_t>((t * 3 + mb * 11 + 1) % V);
-  }
-}
-
-bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 struct Params {
@@ -75,7 +62,7 @@ TEST_P(StageSplit, MatchesDecoderBitwise) {
   const model::ModelWeights gp = model::bind_weights(L, c, g_pipe);
 
   std::vector<std::vector<int32_t>> ins(M), tgs(M);
-  for (int mb = 0; mb < M; ++mb) make_tokens(ins[mb], tgs[mb], T, c.vocab_size, mb);
+  for (int mb = 0; mb < M; ++mb) pattern_tokens(ins[mb], tgs[mb], T, c.vocab_size, mb);
 
   // Reference: forward + backward per micro-batch.
   model::Decoder dec(*be, c, batch);

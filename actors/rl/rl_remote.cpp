@@ -68,10 +68,9 @@ caf::behavior outbox_actor(caf::stateful_actor<OutboxState>* self, std::shared_p
   self->set_down_handler([self](caf::down_msg& dm) {
     auto& s = self->state;
     if (dm.source == s.gen.address()) return self->quit(dm.reason);  // the proxy sees the same reason
-    if (dm.source == s.proxy.address()) {  // restarted, the run ended, or process 0 is gone
-      self->send_exit(s.gen, caf::exit_reason::kill);
-      self->quit(caf::exit_reason::user_shutdown);
-    }
+    // The proxy restarted, the run ended, or process 0 is gone (the
+    // attached functor then ends the generator).
+    if (dm.source == s.proxy.address()) self->quit(caf::exit_reason::user_shutdown);
   });
   return {
       [self, parameters](rlmsg::sync_atom, const Envelope& env) {
@@ -173,9 +172,8 @@ std::shared_ptr<void> configure_rl_cluster(caf::actor_system_config& cfg, const 
   return configure_cluster(cfg, cluster_options(p));
 }
 
-caf::behavior generator_proxy(caf::event_based_actor* self_base, std::shared_ptr<RemoteGenerators> remote, int index,
+caf::behavior generator_proxy(caf::event_based_actor* self, std::shared_ptr<RemoteGenerators> remote, int index,
                               int process, int64_t incarnation, caf::actor driver) {
-  auto* self = self_base;
   auto st = std::make_shared<ProxyState>();
   auto forward = [self, st](caf::message m) {
     if (st->outbox) self->send(st->outbox, std::move(m));
@@ -210,21 +208,9 @@ caf::behavior generator_proxy(caf::event_based_actor* self_base, std::shared_ptr
         const auto t0 = Clock::now();
         Envelope env = rlwire::encode_weights(w);
         const double enc = since(t0);
-        RemoteSyncStats& s = *remote->stats;
         {
-          std::lock_guard<std::mutex> lock(s.mu);
-          s.encode += enc;
-          if (s.memcpy_seconds == 0.0) {
-            // The baseline: a plain copy of the same bytes, fastest of 5.
-            std::vector<float> dst(w.size);
-            double best = 1e30;
-            for (int i = 0; i < 5; ++i) {
-              const auto tc = Clock::now();
-              std::memcpy(dst.data(), w.data.get(), dst.size() * sizeof(float));
-              best = std::min(best, since(tc));
-            }
-            s.memcpy_seconds = best;
-          }
+          std::lock_guard<std::mutex> lock(remote->stats->mu);
+          remote->stats->encode += enc;
         }
         st->sent[w.version] = t0;
         forward(caf::make_message(rlmsg::sync_atom::value, std::move(env)));
@@ -268,6 +254,19 @@ std::shared_ptr<RemoteGenerators> connect_generator_hosts(caf::actor_system& sys
   out->generator_process = p.generator_process;
   out->timeout = bring_up_timeout(p);
   out->parameters = static_cast<size_t>(model::build_param_layout(sh.opt->train.model).total());
+  // The syncs' baseline, timed once here rather than on a sync's path: a
+  // plain copy of one version's bytes, the fastest of 5.
+  {
+    const std::vector<float> src(out->parameters, 1.0f);
+    std::vector<float> dst(out->parameters, 0.0f);
+    double best = 1e30;
+    for (int i = 0; i < 5; ++i) {
+      const auto tc = Clock::now();
+      std::memcpy(dst.data(), src.data(), src.size() * sizeof(float));
+      best = std::min(best, since(tc));
+    }
+    out->stats->memcpy_seconds = best;
+  }
   out->bounds = rlwire::rollout_bounds(sh.opt->train.model, sh.opt->train.rl, sh.seed, sh.first_step, sh.steps);
   const rl::RlTrainOptions& o = sh.opt->train;
   out->task = sh.opt->make_task ? sh.opt->make_task() : rl::make_task(o.rl.task, o.data, sh.seed, o.rl.verifier);

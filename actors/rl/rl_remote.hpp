@@ -49,7 +49,7 @@ struct RemoteSyncStats {
   std::mutex mu;
   int64_t syncs = 0, bytes = 0;
   double round_trip = 0.0, encode = 0.0, decode = 0.0;
-  double memcpy_seconds = 0.0;  // 0: not measured yet
+  double memcpy_seconds = 0.0;  // a plain copy of one version, timed at bring-up
 };
 
 // Process 0's view of the generator hosts.
