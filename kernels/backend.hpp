@@ -227,6 +227,18 @@ class Backend {
   //   p -= lr * (mhat / (sqrt(vhat) + eps) + wd * p)
   virtual void adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                      const AdamWParams& hp) = 0;
+  // The same update with the moments read from m_in/v_in and written to
+  // m_out/v_out (param still in place), bitwise what copying them first and
+  // updating in place gives; m_in/v_in are left as they were. The optimizer
+  // shard keeps the step-start moments as its kill-and-replay snapshot this
+  // way, without copying them. This default copies, then updates in place; the
+  // host backend does it in one pass.
+  virtual void adamw_to(const Tensor& param, const Tensor& grad, const Tensor& m_in, const Tensor& v_in,
+                        const Tensor& m_out, const Tensor& v_out, const AdamWParams& hp) {
+    copy(m_out, m_in);
+    copy(v_out, v_in);
+    adamw(param, grad, m_out, v_out, hp);
+  }
 };
 
 // Clips grads so that their global L2 norm is at most max_norm (no-op if

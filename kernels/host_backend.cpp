@@ -641,18 +641,26 @@ class HostBackend final : public Backend {
 
   void adamw(const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
              const AdamWParams& hp) override {
+    adamw_to(param, grad, m, v, m, v, hp);
+  }
+
+  // Out of place: one pass, the same operations as in place (bitwise).
+  void adamw_to(const Tensor& param, const Tensor& grad, const Tensor& m_in, const Tensor& v_in,
+                const Tensor& m_out, const Tensor& v_out, const AdamWParams& hp) override {
     const char* op = "adamw";
     const int64_t n = param.numel();
     expect_numel(op, "grad", grad, n, "numel of param");
-    expect_numel(op, "m", m, n, "numel of param");
-    expect_numel(op, "v", v, n, "numel of param");
+    expect_numel(op, "m", m_in, n, "numel of param");
+    expect_numel(op, "v", v_in, n, "numel of param");
+    expect_numel(op, "m_out", m_out, n, "numel of param");
+    expect_numel(op, "v_out", v_out, n, "numel of param");
     if (hp.step < 1) fail(op, "step must be >= 1 (1-based), got " + std::to_string(hp.step));
     const double s = static_cast<double>(hp.step);
     const double bc1 = 1.0 / (1.0 - std::pow(static_cast<double>(hp.beta1), s));
     const double bc2 = 1.0 / (1.0 - std::pow(static_cast<double>(hp.beta2), s));
-    host::adamw(F(op, "param", param), F(op, "grad", grad), F(op, "m", m), F(op, "v", v), n, hp.lr,
-                hp.beta1, hp.beta2, hp.eps, hp.weight_decay, static_cast<float>(bc1),
-                static_cast<float>(bc2), hp.grad_scale);
+    host::adamw(F(op, "param", param), F(op, "grad", grad), F(op, "m", m_in), F(op, "v", v_in),
+                F(op, "m_out", m_out), F(op, "v_out", v_out), n, hp.lr, hp.beta1, hp.beta2, hp.eps,
+                hp.weight_decay, static_cast<float>(bc1), static_cast<float>(bc2), hp.grad_scale);
   }
 
  private:

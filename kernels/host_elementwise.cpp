@@ -42,14 +42,16 @@ double squared_norm(const float* x, int64_t n) {
   return sum;
 }
 
-TROUPE_HOST_SIMD void adamw(float* param, const float* grad, float* m, float* v, int64_t n,
-                            float lr, float beta1, float beta2, float eps, float weight_decay,
-                            float bias_correction1, float bias_correction2, float grad_scale) {
+TROUPE_HOST_SIMD void adamw(float* param, const float* grad, const float* m_in, const float* v_in, float* m_out,
+                            float* v_out, int64_t n, float lr, float beta1, float beta2, float eps,
+                            float weight_decay, float bias_correction1, float bias_correction2, float grad_scale) {
   // bias_correction{1,2} = 1 / (1 - beta^step), computed once by the caller.
   // Three passes over chunks that stay in L1: without -fno-math-errno, std::sqrt
   // keeps an errno branch that stops a loop from vectorizing, so only the sqrt
   // pass is scalar and the moment and parameter updates vectorize. Same float
   // operations in the same order as a single fused loop: same results.
+  // m_out may be m_in (in place) or other memory (the optimizer shard keeps
+  // the step-start moments as its snapshot): the same operations either way.
   constexpr int64_t kChunk = 256;
   float denom[kChunk];
   const float a1 = 1.0f - beta1, a2 = 1.0f - beta2;
@@ -57,12 +59,14 @@ TROUPE_HOST_SIMD void adamw(float* param, const float* grad, float* m, float* v,
     const int64_t c = n - i0 < kChunk ? n - i0 : kChunk;
     float* p = param + i0;
     const float* g = grad + i0;
-    float* mc = m + i0;
-    float* vc = v + i0;
+    const float* mi = m_in + i0;
+    const float* vi = v_in + i0;
+    float* mc = m_out + i0;
+    float* vc = v_out + i0;
     for (int64_t i = 0; i < c; ++i) {
       const float gi = g[i] * grad_scale;  // as a separate scale pass would have left it
-      mc[i] = beta1 * mc[i] + a1 * gi;
-      vc[i] = beta2 * vc[i] + a2 * gi * gi;
+      mc[i] = beta1 * mi[i] + a1 * gi;
+      vc[i] = beta2 * vi[i] + a2 * gi * gi;
       denom[i] = vc[i] * bias_correction2;  // vhat
     }
     for (int64_t i = 0; i < c; ++i) denom[i] = std::sqrt(denom[i]) + eps;

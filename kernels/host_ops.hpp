@@ -164,8 +164,10 @@ void scale(float* x, float alpha, int64_t n);
 double squared_norm(const float* x, int64_t n);
 // Reads each gradient as grad[i] * grad_scale (the clip factor, 1 = none):
 // bitwise what scaling grad in place first gives, one pass fewer.
-void adamw(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
-           float beta2, float eps, float weight_decay, float bias_correction1,
+// The moments are read from m_in/v_in and written to m_out/v_out (the same
+// pointers for an in-place update).
+void adamw(float* param, const float* grad, const float* m_in, const float* v_in, float* m_out, float* v_out,
+           int64_t n, float lr, float beta1, float beta2, float eps, float weight_decay, float bias_correction1,
            float bias_correction2, float grad_scale);
 
 }  // namespace troupe::kernels::host

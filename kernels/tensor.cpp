@@ -67,4 +67,27 @@ int32_t* Tensor::i32() const {
   return static_cast<int32_t*>(p) + offset_;
 }
 
+namespace {
+
+class BorrowedHostBuffer final : public Buffer {
+ public:
+  BorrowedHostBuffer(void* data, size_t bytes, std::shared_ptr<const void> keep)
+      : data_(data), bytes_(bytes), keep_(std::move(keep)) {}
+  size_t bytes() const override { return bytes_; }
+  void* host_ptr() override { return data_; }
+
+ private:
+  void* data_;
+  size_t bytes_;
+  std::shared_ptr<const void> keep_;
+};
+
+}  // namespace
+
+Tensor borrow_host_f32(Backend* host_backend, float* data, int64_t n, std::shared_ptr<const void> keep) {
+  if (n < 0 || (n > 0 && data == nullptr)) throw std::invalid_argument("borrow_host_f32: no memory for " + std::to_string(n) + " floats");
+  return Tensor(std::make_shared<BorrowedHostBuffer>(data, static_cast<size_t>(n) * sizeof(float), std::move(keep)),
+                host_backend, {n}, DType::f32);
+}
+
 }  // namespace troupe::kernels

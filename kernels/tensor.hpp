@@ -70,4 +70,10 @@ class Tensor {
   int64_t numel_ = 0;
 };
 
+// A host-backend f32 tensor [n] over memory it does not own (a message's
+// tensor blob): `keep` keeps that memory alive as long as any view of the
+// tensor. Only for the host backend (other backends cannot address it), and
+// the caller decides who may write to it.
+Tensor borrow_host_f32(Backend* host_backend, float* data, int64_t n, std::shared_ptr<const void> keep);
+
 }  // namespace troupe::kernels

@@ -110,6 +110,41 @@ TEST_P(KernelsOptim, AdamWSeveralSteps) {
   EXPECT_THROW(be().adamw(x, be().zeros({3}), x, x, AdamWParams{}), std::invalid_argument);
 }
 
+// adamw_to (the optimizer shard's out-of-place update) gives bitwise what the
+// in-place update gives, at offsets and with a clip scale, leaves its input
+// moments as they were, and checks every size.
+TEST_P(KernelsOptim, AdamWToEqualsInPlaceBitwise) {
+  Rng rng(62);
+  for (int64_t n : {1, 255, 257, 4099}) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    const auto p0 = rng.f32(n), g = rng.f32(n), m0 = rng.f32(n, -0.1f, 0.1f), v0 = rng.f32(n, 0.0f, 0.2f);
+    AdamWParams hp;
+    hp.lr = 1e-2f;
+    hp.weight_decay = 0.1f;
+    hp.step = 3;
+    hp.grad_scale = 0.75f;
+    Tensor pa = be().from_f32({n}, p0), ma = be().from_f32({n}, m0), va = be().from_f32({n}, v0);
+    be().adamw(pa, be().from_f32({n}, g), ma, va, hp);
+    // Out of place, on views 3 elements into larger buffers.
+    auto pad = [&](const std::vector<float>& x) {
+      std::vector<float> y(static_cast<size_t>(n) + 5, 7.0f);
+      std::copy(x.begin(), x.end(), y.begin() + 3);
+      return be().from_f32({n + 5}, y).view(3, {n});
+    };
+    Tensor pb = pad(p0), mi = pad(m0), vi = pad(v0), mo = pad(std::vector<float>(static_cast<size_t>(n), -1.0f)),
+           vo = pad(std::vector<float>(static_cast<size_t>(n), -1.0f));
+    be().adamw_to(pb, pad(g), mi, vi, mo, vo, hp);
+    EXPECT_EQ(be().download_f32(pb), be().download_f32(pa));
+    EXPECT_EQ(be().download_f32(mo), be().download_f32(ma));
+    EXPECT_EQ(be().download_f32(vo), be().download_f32(va));
+    EXPECT_EQ(be().download_f32(mi), m0);
+    EXPECT_EQ(be().download_f32(vi), v0);
+    EXPECT_NE(be().download_f32(mo), m0);
+  }
+  Tensor x = be().zeros({4});
+  EXPECT_THROW(be().adamw_to(x, x, x, x, be().zeros({3}), x, AdamWParams{}), std::invalid_argument);
+}
+
 TROUPE_INSTANTIATE_BACKENDS(KernelsOptim);
 
 }  // namespace

@@ -14,6 +14,11 @@ if(TARGET troupe_runtime)
     LABELS runtime)
 endif()
 if(TARGET troupe_runtime)
+  troupe_add_gtest(runtime_slice_sum_tests
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/runtime_slice_sum_test.cpp
+    LIBS troupe_runtime
+    TIMEOUT 60
+    LABELS runtime)
   troupe_add_gtest(runtime_trace_tests
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/runtime_trace_test.cpp
     LIBS troupe_runtime

@@ -17,6 +17,7 @@
 #include <tuple>
 
 #include "actors/context.hpp"
+#include "actors/optimizer/slice_sum.hpp"
 #include "model/update_rules.hpp"
 #include "moe/balance.hpp"
 
@@ -41,7 +42,13 @@ struct BiasPiece {
 
 struct ShardCompute {
   kernels::Tensor params, grads, m, v;  // [n] each
-  std::vector<float> acc;               // [n] host reduction buffer
+  std::vector<float> acc;               // [n] host reduction buffer (device backends)
+  // Host backend: m and v are not updated in place. Each update writes the
+  // new moments straight into the snapshot messages it sends the supervisor
+  // (adamw_to), and m/v then borrow those messages' blobs, read-only, as the
+  // next update's input: the snapshot costs no copy, and the committed one
+  // is never written to (a replay restores from it as it was).
+  bool host = false;
 };
 
 struct ShardState {
@@ -98,6 +105,57 @@ Envelope param_slice_of(kernels::Backend& be, const kernels::Tensor& t, uint64_t
       });
 }
 
+// The sum of the gradient slices over the range, straight into `out`
+// [range] (slice_sum.hpp), in (replica, rank, offset) order.
+void sum_slices_into(float* out, Range range, const std::vector<Envelope>& slices) {
+  std::vector<GradPart> parts;
+  parts.reserve(slices.size());
+  for (const Envelope& e : slices) {
+    auto r = e.read<schemas::GradSlice>();
+    parts.push_back({static_cast<int64_t>((*r)->getRange().getOffset()) - range.offset, tensor_f32((*r)->getGrads())});
+  }
+  sum_parts_into(out, range.count, parts);
+}
+
+// Host backend: builds the snapshot's m and v ParamSlices for the update of
+// step `step` with `update(m_out, v_out)` writing the new moments straight
+// into their blobs, then makes comp.m / comp.v borrow those blobs (read-only
+// from now on) for the next update. Returns (m, v).
+template <class F>
+std::pair<Envelope, Envelope> build_moments(kernels::Backend& be, ShardCompute& comp, F&& update, uint64_t step,
+                                            uint32_t shard, Range range) {
+  const size_t bytes = static_cast<size_t>(range.count) * sizeof(float);
+  auto header = [&](schemas::ParamSlice::Builder b) {
+    b.setStep(step);
+    b.setShard(shard);
+    b.initRange().setOffset(static_cast<uint64_t>(range.offset));
+    b.getRange().setCount(static_cast<uint64_t>(range.count));
+    return init_tensor_f32_blob(b.initParams(), range.count);
+  };
+  Envelope v;
+  Envelope m = Envelope::build_blob<schemas::ParamSlice>(bytes, [&](schemas::ParamSlice::Builder mb) {
+    capnp::Data::Builder m_blob = header(mb);
+    v = Envelope::build_blob<schemas::ParamSlice>(bytes, [&](schemas::ParamSlice::Builder vb) {
+      capnp::Data::Builder v_blob = header(vb);
+      // Borrowed only while the messages are built (their memory is the
+      // builders' first segments, which the envelopes then own).
+      update(kernels::borrow_host_f32(&be, reinterpret_cast<float*>(m_blob.begin()), range.count, nullptr),
+             kernels::borrow_host_f32(&be, reinterpret_cast<float*>(v_blob.begin()), range.count, nullptr));
+      return v_blob;
+    });
+    return m_blob;
+  });
+  kernels::Tensor* dst[2] = {&comp.m, &comp.v};
+  const Envelope* src[2] = {&m, &v};
+  for (int i = 0; i < 2; ++i) {
+    auto r = src[i]->read<schemas::ParamSlice>();
+    if (!r) throw std::runtime_error("moments snapshot: " + to_string(r.error()));
+    const auto x = tensor_f32((*r)->getParams());
+    *dst[i] = kernels::borrow_host_f32(&be, const_cast<float*>(x.data()), static_cast<int64_t>(x.size()), src[i]->data());
+  }
+  return {std::move(m), std::move(v)};
+}
+
 void reduce(Self* self) {
   auto& st = self->state;
   st.reduced = true;
@@ -112,15 +170,19 @@ void reduce(Self* self) {
   caf::actor coord = st.sh->peers.coordinator;
   auto sh = st.sh;
   submit(self, *st.dev, [comp, slices = std::move(slices), range, step, attempt, shard, coord, sh, device = st.dev->id()](kernels::Backend& be) {
-    std::fill(comp->acc.begin(), comp->acc.end(), 0.0f);
-    for (const Envelope& e : slices) {
-      auto r = e.read<schemas::GradSlice>();
-      const int64_t off = static_cast<int64_t>((*r)->getRange().getOffset()) - range.offset;
-      const auto g = tensor_f32((*r)->getGrads());
-      float* a = comp->acc.data() + off;
-      for (size_t i = 0; i < g.size(); ++i) a[i] += g[i];
+    if (comp->host) {
+      sum_slices_into(comp->grads.f32(), range, slices);
+    } else {
+      std::fill(comp->acc.begin(), comp->acc.end(), 0.0f);
+      for (const Envelope& e : slices) {
+        auto r = e.read<schemas::GradSlice>();
+        const int64_t off = static_cast<int64_t>((*r)->getRange().getOffset()) - range.offset;
+        const auto g = tensor_f32((*r)->getGrads());
+        float* a = comp->acc.data() + off;
+        for (size_t i = 0; i < g.size(); ++i) a[i] += g[i];
+      }
+      be.upload_f32(comp->grads, comp->acc);
     }
-    be.upload_f32(comp->grads, comp->acc);
     const double sq = be.squared_norm(comp->grads);
     post(*sh, device, coord, rt::gnorm_atom_v, step, attempt, shard, sq);
   }, [] {}, owner_label(TraceLabel::Reduce, st.shard));
@@ -139,6 +201,8 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
     if (r.count == 0) continue;
     st.pieces.push_back({r.offset - st.range.offset, r.count, o.decay});
   }
+  // In offset order (the host update carries the moments between pieces over).
+  std::sort(st.pieces.begin(), st.pieces.end(), [](const OptPiece& a, const OptPiece& b) { return a.offset < b.offset; });
   if (sh->opt.train.model.ffn == model::Ffn::moe && sh->opt.train.model.balance == moe::Balance::bias)
     for (const model::ParamEntry& e : sh->layout.entries()) {
       if (e.tag.role != model::ParamRole::RouterBias) continue;
@@ -148,6 +212,7 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
       st.bias.push_back({layer, r.offset - e.offset, r.offset - st.range.offset, r.count});
     }
   st.comp = std::make_shared<ShardCompute>();
+  st.comp->host = dev->kind() == kernels::BackendKind::host;
   st.step = sh->start_step;  // resumed: AdamW's step count and the LR schedule go on from there
   auto slice = [&](const std::vector<float>& v) {
     return v.empty() ? std::vector<float>(static_cast<size_t>(st.range.count), 0.0f)
@@ -193,7 +258,12 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
             if (!r) throw std::runtime_error("bad snapshot: " + to_string(r.error()));
             const auto x = tensor_f32((*r)->getParams());
             if (static_cast<int64_t>(x.size()) != dst[i]->numel()) throw std::runtime_error("snapshot of the wrong size");
-            be.upload_f32(*dst[i], x);
+            // Host moments are only read from (the next update writes new
+            // messages), so they borrow the snapshot's memory.
+            if (comp->host && i > 0)
+              *dst[i] = kernels::borrow_host_f32(&be, const_cast<float*>(x.data()), static_cast<int64_t>(x.size()), src[i]->data());
+            else
+              be.upload_f32(*dst[i], x);
           }
         }, [] {}, owner_label(TraceLabel::ShardInit, s.shard));
       },
@@ -254,10 +324,36 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
         submit(self, *s.dev, [comp, pieces, optim, total, norm, range, shard, step, attempt, sh, snap, bias, loads, device = s.dev->id()](kernels::Backend& be) mutable {
           // The Trainer's rules (model/update_rules.hpp), with the global norm
           // (its clip factor is applied inside AdamW).
-          for (const OptPiece& p : pieces)
-            be.adamw(comp->params.view(p.offset, {p.count}), comp->grads.view(p.offset, {p.count}),
-                     comp->m.view(p.offset, {p.count}), comp->v.view(p.offset, {p.count}),
-                     model::adamw_params(optim, static_cast<int64_t>(step), total, p.decay, norm));
+          auto hp = [&](const OptPiece& p) {
+            return model::adamw_params(optim, static_cast<int64_t>(step), total, p.decay, norm);
+          };
+          if (comp->host) {
+            // The new moments go straight into the snapshot's m and v messages.
+            *snap = {Envelope{}, Envelope{}, Envelope{}};
+            std::tie((*snap)[1], (*snap)[2]) = build_moments(be, *comp, [&](const kernels::Tensor& m_out, const kernels::Tensor& v_out) {
+              for (const OptPiece& p : pieces)
+                be.adamw_to(comp->params.view(p.offset, {p.count}), comp->grads.view(p.offset, {p.count}),
+                            comp->m.view(p.offset, {p.count}), comp->v.view(p.offset, {p.count}),
+                            m_out.view(p.offset, {p.count}), v_out.view(p.offset, {p.count}), hp(p));
+              // Moments outside every AdamW piece (the router bias) carry over.
+              int64_t at = 0;
+              auto carry = [&](int64_t end) {
+                if (end > at) {
+                  be.copy(m_out.view(at, {end - at}), comp->m.view(at, {end - at}));
+                  be.copy(v_out.view(at, {end - at}), comp->v.view(at, {end - at}));
+                }
+              };
+              for (const OptPiece& p : pieces) {
+                carry(p.offset);
+                at = std::max(at, p.offset + p.count);
+              }
+              carry(range.count);
+            }, step, shard, range);
+          } else {
+            for (const OptPiece& p : pieces)
+              be.adamw(comp->params.view(p.offset, {p.count}), comp->grads.view(p.offset, {p.count}),
+                       comp->m.view(p.offset, {p.count}), comp->v.view(p.offset, {p.count}), hp(p));
+          }
           // Aux-loss-free balancing after the update, as model::Trainer does:
           // the layer's whole bias row through moe::update_router_bias.
           const auto& c = sh->opt.train.model;
@@ -272,7 +368,10 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
             be.upload(v, row.data() + b.first, static_cast<size_t>(b.count) * sizeof(float));
           }
           const Envelope e = param_slice_of(be, comp->params, step, shard, range, attempt);
-          *snap = {e};
+          if (comp->host)
+            (*snap)[0] = e;
+          else
+            *snap = {e};
           for (const caf::actor& r : all_ranks(*sh)) post(*sh, device, r, e);
           // Expert shards whose weights meet this range.
           const auto plan = live_plan(*sh);
@@ -288,6 +387,7 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
         // parameters are already on their way to the ranks, and the trace
         // shows what the snapshot costs.
         submit(self, *s.dev, [comp, snap, step, shard, range](kernels::Backend& be) {
+          if (comp->host) return;  // the update wrote them already
           snap->push_back(param_slice_of(be, comp->m, step, shard, range));
           snap->push_back(param_slice_of(be, comp->v, step, shard, range));
         }, [self, snap, step, attempt, shard] {
