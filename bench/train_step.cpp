@@ -144,6 +144,7 @@ std::vector<std::pair<std::string, bench::OpStat>> profile(const NamedConfig& nc
   for (auto& [name, s] : stats) {
     s.seconds /= reps;
     s.calls /= reps;
+    s.flops /= reps;
     *total += s.seconds;
   }
   std::vector<std::pair<std::string, bench::OpStat>> out(stats.begin(), stats.end());
@@ -219,15 +220,39 @@ int main(int argc, char** argv) {
       const auto ops = profile(nc, th, o, &total, &step_s);
       std::printf("\nprofile: %s, %d thread(s), one training step: %.1f ms, of which %.1f ms in backend ops\n",
                   nc.name.c_str(), th, step_s * 1e3, total * 1e3);
-      std::printf("  %-22s %8s %9s %7s\n", "op", "calls", "ms", "share");
+      // The sgemm peak of this thread count, measured with the rows above.
+      double peak = 0;
+      for (const Row& r : rows)
+        if (r.config == nc.name && r.threads == th) peak = r.peak_gflops;
+      std::printf("  %-22s %8s %9s %7s %8s %7s\n", "op", "calls", "ms", "share", "GF/s", "% peak");
+      double gemm_s = 0, gemm_flops = 0;
       for (const auto& [name, s] : ops) {
-        std::printf("  %-22s %8.0f %9.2f %6.1f%%\n", name.c_str(), s.calls, s.seconds * 1e3,
-                    100.0 * s.seconds / total);
+        std::printf("  %-22s %8.0f %9.2f %6.1f%%", name.c_str(), s.calls, s.seconds * 1e3, 100.0 * s.seconds / total);
+        if (s.flops > 0 && s.seconds > 0)
+          std::printf(" %8.1f %6.1f%%", s.flops / s.seconds / 1e9, 100.0 * s.flops / s.seconds / 1e9 / peak);
+        std::printf("\n");
+        if (s.flops > 0) {
+          gemm_s += s.seconds;
+          gemm_flops += s.flops;
+        }
         js << (first ? "" : ",\n") << "    {\"config\": \"" << nc.name << "\", \"threads\": " << th
            << ", \"op\": \"" << name << "\", \"calls\": " << s.calls << ", \"seconds\": " << s.seconds
-           << "}";
+           << ", \"flops\": " << s.flops << "}";
         first = false;
       }
+      // Where the MFU goes: the model's FLOPs of this step against the peak,
+      // the GEMMs' own rate, and what the MFU would be with either half
+      // of the step removed (the GEMMs at the sgemm peak; every other op
+      // and the host work between ops free).
+      const double model_flops = model::train_flops_per_token(nc.model) * static_cast<double>(nc.batch * nc.model.seq_len);
+      const double other_s = step_s - gemm_s;
+      std::printf("  MFU ledger (peak %.1f GF/s): this step %.1f%%; GEMMs %.1f%% of the step at %.1f%% of peak "
+                  "(%.2f of the model's %.2f GFLOP); other ops and host work %.1f ms\n",
+                  peak, 100.0 * model_flops / step_s / 1e9 / peak, 100.0 * gemm_s / step_s,
+                  100.0 * gemm_flops / gemm_s / 1e9 / peak, gemm_flops / 1e9, model_flops / 1e9, other_s * 1e3);
+      std::printf("  MFU with GEMMs at peak: %.1f%%; with everything but the GEMMs free: %.1f%%\n",
+                  100.0 * model_flops / (gemm_flops / (peak * 1e9) + other_s) / 1e9 / peak,
+                  100.0 * model_flops / gemm_s / 1e9 / peak);
     }
   }
   js << "\n  ]\n}\n";

@@ -1,6 +1,8 @@
 // ProfilingBackend (bench_train_step only): wraps a backend and adds up the
 // wall time and call count of every op, to show where a training step goes.
 // Host backends run ops synchronously, so per-call wall time is the op's cost.
+// GEMM calls also add up their FLOPs (2mnk per product), so the profile can
+// say how fast the GEMMs themselves ran against the sgemm peak.
 #pragma once
 
 #include <chrono>
@@ -15,6 +17,7 @@ namespace troupe::bench {
 struct OpStat {
   double calls = 0;
   double seconds = 0;
+  double flops = 0;  // GEMM ops only
 };
 
 class ProfilingBackend final : public kernels::Backend {
@@ -38,20 +41,23 @@ class ProfilingBackend final : public kernels::Backend {
             float be, const T& c) override {
     static const char* const names[] = {"gemm_NN", "gemm_NT", "gemm_TN", "gemm_TT"};
     time(names[ta * 2 + tb],
-         [&] { in_->gemm(ta, tb, m, n, k, al, a, b, be, c); });
+         [&] { in_->gemm(ta, tb, m, n, k, al, a, b, be, c); }, 2.0 * m * n * k);
   }
   void gemm_strided_batched(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float al, const T& a,
                             int64_t sa, const T& b, int64_t sb, float be, const T& c, int64_t sc,
                             int64_t batch) override {
     time("gemm_strided_batched",
-         [&] { in_->gemm_strided_batched(ta, tb, m, n, k, al, a, sa, b, sb, be, c, sc, batch); });
+         [&] { in_->gemm_strided_batched(ta, tb, m, n, k, al, a, sa, b, sb, be, c, sc, batch); },
+         2.0 * m * n * k * batch);
   }
   void gemm_grouped(bool ta, bool tb, float al, const T& a, const T& b, float be, const T& c,
                     std::span<const kernels::GemmGroup> g) override {
     static const char* const names[] = {"gemm_grouped_NN", "gemm_grouped_NT", "gemm_grouped_TN",
                                         "gemm_grouped_TT"};
+    double flops = 0;
+    for (const kernels::GemmGroup& x : g) flops += 2.0 * x.m * x.n * x.k;
     time(names[ta * 2 + tb],
-         [&] { in_->gemm_grouped(ta, tb, al, a, b, be, c, g); });
+         [&] { in_->gemm_grouped(ta, tb, al, a, b, be, c, g); }, flops);
   }
   void embedding_forward(const T& o, const T& t, const T& i) override { time("embedding_fwd", [&] { in_->embedding_forward(o, t, i); }); }
   void embedding_backward(const T& dt, const T& d, const T& i) override { time("embedding_bwd", [&] { in_->embedding_backward(dt, d, i); }); }
@@ -133,11 +139,12 @@ class ProfilingBackend final : public kernels::Backend {
 
  private:
   template <class F>
-  void time(const char* op, F&& f) {
+  void time(const char* op, F&& f, double flops = 0) {
     const auto t0 = std::chrono::steady_clock::now();
     f();
     OpStat& s = stats_[op];
     s.calls += 1;
+    s.flops += flops;
     s.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
   std::unique_ptr<kernels::Backend> in_;

@@ -273,14 +273,31 @@ class HostBackend final : public Backend {
     pool_.run(static_cast<int64_t>(work.size()), [&](int64_t i, int) { one(*work[i]); });
   }
 
+  // True when the groups can run concurrently: no two write overlapping
+  // elements of C, and no group writes elements any group reads from A or B.
+  // Compared by element ranges within the buffers, not by buffer identity:
+  // a model's activations (A and C) are views of one arena buffer.
   static bool independent(std::vector<const GemmGroup*> work, const Tensor& a, const Tensor& b,
                           const Tensor& c) {
-    if (a.buffer() == c.buffer() || b.buffer() == c.buffer()) return false;
-    std::sort(work.begin(), work.end(), [](const GemmGroup* x, const GemmGroup* y) {
-      return x->c_offset < y->c_offset;
-    });
-    for (size_t i = 1; i < work.size(); ++i)
-      if (work[i - 1]->c_offset + work[i - 1]->m * work[i - 1]->n > work[i]->c_offset) return false;
+    using Span = std::pair<int64_t, int64_t>;  // [begin, end) in elements of the buffer
+    std::vector<Span> writes;
+    for (const GemmGroup* g : work) writes.push_back({c.offset() + g->c_offset, c.offset() + g->c_offset + g->m * g->n});
+    std::sort(writes.begin(), writes.end());
+    for (size_t i = 1; i < writes.size(); ++i)
+      if (writes[i - 1].second > writes[i].first) return false;
+    // Does [begin, end) meet any write? (writes are sorted and disjoint)
+    auto meets_a_write = [&](int64_t begin, int64_t end) {
+      auto it = std::upper_bound(writes.begin(), writes.end(), Span{begin, std::numeric_limits<int64_t>::max()});
+      if (it != writes.begin() && std::prev(it)->second > begin) return true;
+      return it != writes.end() && it->first < end;
+    };
+    for (const auto& [t, is_a] : {std::pair<const Tensor*, bool>{&a, true}, {&b, false}}) {
+      if (t->buffer() != c.buffer()) continue;
+      for (const GemmGroup* g : work) {
+        const int64_t begin = t->offset() + (is_a ? g->a_offset : g->b_offset);
+        if (meets_a_write(begin, begin + g->k * (is_a ? g->m : g->n))) return false;
+      }
+    }
     return true;
   }
 

@@ -209,5 +209,63 @@ TEST(HostThreads, GroupedGemmWithOverlappingOutputsAccumulatesInOrder) {
   reset_blas_threads();
 }
 
+// A model's activations are views of one arena buffer: A and C of a grouped
+// GEMM in the same buffer, at disjoint ranges, still run one group per thread
+// (the bits of a 1-thread run, where OpenBLAS's 2-thread bits differ).
+TEST(HostThreads, GroupedGemmWithAAndCInOneBufferRunsConcurrently) {
+  const std::vector<int64_t> ms = {67, 129, 1, 300, 67};
+  const int64_t n = 129, k = 33;
+  Rng rng(93);
+  std::vector<GemmGroup> groups;
+  int64_t rows = 0;
+  for (size_t e = 0; e < ms.size(); ++e) rows += ms[e];
+  const int64_t c_at = rows * k + 5;  // C after A in the same buffer
+  int64_t r = 0;
+  for (size_t e = 0; e < ms.size(); ++e) {
+    groups.push_back({ms[e], n, k, r * k, static_cast<int64_t>(e) * k * n, c_at + r * n});
+    r += ms[e];
+  }
+  const auto buf = rng.f32(c_at + rows * n), bm = rng.f32(static_cast<int64_t>(ms.size()) * k * n);
+  auto run = [&](Backend& b) {
+    Tensor t = b.from_f32({static_cast<int64_t>(buf.size())}, buf);
+    b.gemm_grouped(false, true, 0.75f, t, b.from_f32({static_cast<int64_t>(bm.size())}, bm), 0.0f, t, groups);
+    return Results{b.download_f32(t)};
+  };
+  const Results two = on_host(2, run), one = on_host(1, run);
+  EXPECT_TRUE(bitwise_equal(two, one)) << "2 threads vs 1 thread";
+  std::vector<double> want = to_double(buf);
+  for (const GemmGroup& g : groups) {
+    const auto cg = ref::gemm(false, true, g.m, g.n, g.k, 0.75, to_double(buf), to_double(bm), 0.0, want,
+                              g.a_offset, g.b_offset, g.c_offset);
+    std::copy(cg.begin(), cg.end(), want.begin() + g.c_offset);
+  }
+  EXPECT_TRUE(near(two[0], want, Tol{1e-5, 1e-5}));
+  reset_blas_threads();
+}
+
+// A group that reads (as A) what an earlier group writes in the same buffer
+// sees the written values: such groups run in order.
+TEST(HostThreads, GroupedGemmReadingAnEarlierGroupsOutputRunsInOrder) {
+  const int64_t m = 24, n = 16, k = 16;  // n == k: group 0's output is group 1's input
+  Rng rng(94);
+  const auto buf = rng.f32(3 * m * k), bm = rng.f32(2 * k * n);
+  const std::vector<GemmGroup> groups{{m, n, k, 0, 0, m * k}, {m, n, k, m * k, k * n, 2 * m * k}};
+  std::vector<double> want = to_double(buf);
+  for (const GemmGroup& g : groups) {
+    const auto cg = ref::gemm(false, false, m, n, k, 0.75, want, to_double(bm), 0.0, want, g.a_offset, g.b_offset,
+                              g.c_offset);
+    std::copy(cg.begin(), cg.end(), want.begin() + g.c_offset);
+  }
+  auto run = [&](Backend& b) {
+    Tensor t = b.from_f32({static_cast<int64_t>(buf.size())}, buf);
+    b.gemm_grouped(false, false, 0.75f, t, b.from_f32({static_cast<int64_t>(bm.size())}, bm), 0.0f, t, groups);
+    return Results{b.download_f32(t)};
+  };
+  const Results two = on_host(2, run), one = on_host(1, run);
+  EXPECT_TRUE(near(two[0], want, Tol{1e-5, 1e-5}));
+  EXPECT_TRUE(bitwise_equal(two, one));
+  reset_blas_threads();
+}
+
 }  // namespace
 }  // namespace troupe::kernels::testing
