@@ -46,10 +46,10 @@ TROUPE_HOST_SIMD void adamw(float* param, const float* grad, const float* m_in, 
                             float* v_out, int64_t n, float lr, float beta1, float beta2, float eps,
                             float weight_decay, float bias_correction1, float bias_correction2, float grad_scale) {
   // bias_correction{1,2} = 1 / (1 - beta^step), computed once by the caller.
-  // Three passes over chunks that stay in L1: without -fno-math-errno, std::sqrt
-  // keeps an errno branch that stops a loop from vectorizing, so only the sqrt
-  // pass is scalar and the moment and parameter updates vectorize. Same float
-  // operations in the same order as a single fused loop: same results.
+  // Three passes over chunks that stay in L1, each of which vectorizes (this
+  // file is built with -fno-math-errno, kernels/CMakeLists.txt, so the sqrt
+  // pass does too). Same float operations in the same order as a single
+  // fused loop: same results.
   // m_out may be m_in (in place) or other memory (the optimizer shard keeps
   // the step-start moments as its snapshot): the same operations either way.
   constexpr int64_t kChunk = 256;
