@@ -91,8 +91,26 @@ void rope_table(std::vector<float>& cos_t, std::vector<float>& sin_t, int64_t S,
 template <bool Accumulate, bool ZeroPlus = false>
 void rope_apply(float* out, const float* x, float sign, int64_t B, int64_t S, int64_t H, int64_t hd,
                 int64_t pos_offset, float theta) {
-  std::vector<float> cos_t, sin_t;
-  rope_table(cos_t, sin_t, S, hd, pos_offset, theta);
+  // The last table this thread built, kept: a model's RoPE calls (every
+  // layer, forward and backward, every micro-batch) share one (S, hd,
+  // offset, theta), and the table's sin/cos in double cost more than
+  // applying it. Per thread, since devices run ops on their own threads.
+  struct Cached {
+    int64_t S = -1, hd = -1, pos_offset = -1;
+    float theta = 0.0f;
+    std::vector<float> cos_t, sin_t;
+  };
+  thread_local Cached table;
+  if (table.S != S || table.hd != hd || table.pos_offset != pos_offset || table.theta != theta) {
+    table.S = -1;  // invalid while rebuilt (rope_table may throw bad_alloc)
+    rope_table(table.cos_t, table.sin_t, S, hd, pos_offset, theta);
+    table.S = S;
+    table.hd = hd;
+    table.pos_offset = pos_offset;
+    table.theta = theta;
+  }
+  const std::vector<float>& cos_t = table.cos_t;
+  const std::vector<float>& sin_t = table.sin_t;
   const int64_t half = hd / 2;
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t s = 0; s < S; ++s) {

@@ -179,6 +179,27 @@ TEST_P(KernelsLayers, Rope) {
   }
 }
 
+// The host keeps the last sin/cos table per thread: calls that alternate
+// theta and the position offset at one shape must each get their own table.
+TEST_P(KernelsLayers, RopeAlternatingThetaAndOffset) {
+  const Shape shape{2, 5, 2, 8};
+  Rng rng(13);
+  const auto x = rng.f32(shape_numel(shape));
+  for (int round = 0; round < 2; ++round)
+    for (const auto& [theta, pos] : {std::pair<float, int64_t>{10000.0f, 0}, {500.0f, 0}, {500.0f, 7}, {10000.0f, 7}}) {
+      SCOPED_TRACE("theta=" + std::to_string(theta) + " pos=" + std::to_string(pos));
+      const V want = ref::rope_fwd(to_double(x), 2, 5, 2, 8, pos, theta);
+      check_op(
+          be(),
+          [&](Arena& a) -> Outputs {
+            Tensor o = a.out(shape);
+            a.be().rope_forward(o, a.in(shape, x), pos, theta);
+            return {{"out", a.get(o)}};
+          },
+          {want}, Tol{1e-5, 1e-5});
+    }
+}
+
 TEST_P(KernelsLayers, RopeRejectsOddHeadDim) {
   Tensor x = be().zeros({1, 2, 1, 3});
   EXPECT_THROW(be().rope_forward(x, x, 0, 10000.0f), std::invalid_argument);

@@ -252,11 +252,11 @@ class Envelope {
   struct BlobBuilder {
     std::unique_ptr<capnp::word[]> first;  // the first segment (head zeroed, blob area not)
     size_t words = 0;
-    std::unique_ptr<capnp::MallocMessageBuilder> mb;
+    std::unique_ptr<capnp::MessageBuilder> mb;  // a builder that never re-zeroes `first` (envelope.cpp)
   };
   static BlobBuilder new_blob_builder(size_t blob_bytes);
   static Envelope finish_blob(BlobBuilder b, capnp::Data::Builder blob);
-  static Envelope finish(std::unique_ptr<capnp::MallocMessageBuilder> mb, std::unique_ptr<capnp::word[]> first = nullptr);
+  static Envelope finish(std::unique_ptr<capnp::MessageBuilder> mb, std::unique_ptr<capnp::word[]> first = nullptr);
   // Checks state and kind; kind == nullopt accepts every kind.
   caf::expected<detail::Opened> open(std::optional<Kind> kind) const;
 

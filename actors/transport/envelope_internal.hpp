@@ -17,7 +17,7 @@ namespace troupe::detail {
 struct EnvelopeData {
   // Exactly one of these owns the segment memory (or neither: invalid with no body).
   std::unique_ptr<capnp::word[]> first_segment;          // build_blob: the builder's first segment (outlives it)
-  std::unique_ptr<capnp::MallocMessageBuilder> builder;  // built in this process
+  std::unique_ptr<capnp::MessageBuilder> builder;        // built in this process
   kj::Array<capnp::word> words;                          // received: frame or decompressed body
   std::vector<kj::ArrayPtr<const capnp::word>> segments; // views into the owner
   size_t flat_bytes = 0;                                 // segment table + segments
