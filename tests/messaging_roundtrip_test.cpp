@@ -243,5 +243,45 @@ TEST(EnvelopeBlob, ABlobThatIsNotLastIsRefused) {
   EXPECT_EQ(envelope_error_code(e.error()), envelope_errc::schema_violation);
 }
 
+// A dropped blob envelope's memory holds the next blob envelope of the same
+// size (the blob segment cache), byte for byte what a fresh build gives; an
+// envelope still held anywhere keeps its memory.
+TEST(EnvelopeBlob, ReusesTheMemoryOfADroppedEnvelope) {
+  auto make = [](size_t count, float base) {
+    return Envelope::build_blob<schemas::ParamSlice>(count * sizeof(float), [&](schemas::ParamSlice::Builder b) {
+      b.setStep(3);
+      b.initRange().setCount(count);
+      auto t = b.initParams();
+      t.setDtype(schemas::DType::F32);
+      t.initShape(1).set(0, static_cast<int64_t>(count));
+      auto d = t.initData(static_cast<unsigned>(count * sizeof(float)));
+      for (size_t i = 0; i < count; ++i) reinterpret_cast<float*>(d.begin())[i] = base + static_cast<float>(i);
+      return d;
+    });
+  };
+  auto blob_of = [](const Envelope& e) { return tensor_f32((*e.read<schemas::ParamSlice>())->getParams()); };
+  for (size_t count : {size_t{1}, size_t{1000}, size_t{4097}}) {
+    SCOPED_TRACE(count);
+    const std::vector<uint8_t> want = make(count, 5.0f).encode();
+    Envelope old = make(count, 100.0f);
+    const float* old_data = blob_of(old).data();
+    old = Envelope{};  // dropped: its segment goes to the cache
+    const Envelope reused = make(count, 5.0f);
+    ASSERT_TRUE(reused.ok()) << caf::to_string(reused.error());
+    EXPECT_EQ(blob_of(reused).data(), old_data) << "the memory was not reused";
+    EXPECT_EQ(reused.encode(), want);
+
+    // Held by a copy: its memory stays its own.
+    Envelope shared = make(count, 7.0f);
+    const Envelope copy = shared;
+    const auto before = copy.encode();
+    shared = Envelope{};
+    const Envelope fresh = make(count, 5.0f);
+    EXPECT_NE(blob_of(fresh).data(), blob_of(copy).data());
+    EXPECT_EQ(copy.encode(), before);
+    EXPECT_EQ(fresh.encode(), want);
+  }
+}
+
 }  // namespace
 }  // namespace troupe

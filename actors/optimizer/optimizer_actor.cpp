@@ -49,6 +49,7 @@ struct ShardCompute {
   // next update's input: the snapshot costs no copy, and the committed one
   // is never written to (a replay restores from it as it was).
   bool host = false;
+
 };
 
 struct ShardState {
@@ -117,6 +118,20 @@ void sum_slices_into(float* out, Range range, const std::vector<Envelope>& slice
   sum_parts_into(out, range.count, parts);
 }
 
+// Host backend: m and v borrow the blobs of envelopes `m` and `v` from now
+// on (read-only).
+void adopt_moments(kernels::Backend& be, ShardCompute& comp, const Envelope& m, const Envelope& v) {
+  kernels::Tensor* dst[2] = {&comp.m, &comp.v};
+  const Envelope* src[2] = {&m, &v};
+  for (int i = 0; i < 2; ++i) {
+    auto r = src[i]->read<schemas::ParamSlice>();
+    if (!r) throw std::runtime_error("moments snapshot: " + to_string(r.error()));
+    const auto x = tensor_f32((*r)->getParams());
+    if (static_cast<int64_t>(x.size()) != dst[i]->numel()) throw std::runtime_error("snapshot of the wrong size");
+    *dst[i] = kernels::borrow_host_f32(&be, const_cast<float*>(x.data()), static_cast<int64_t>(x.size()), src[i]->data());
+  }
+}
+
 // Host backend: builds the snapshot's m and v ParamSlices for the update of
 // step `step` with `update(m_out, v_out)` writing the new moments straight
 // into their blobs, then makes comp.m / comp.v borrow those blobs (read-only
@@ -145,14 +160,7 @@ std::pair<Envelope, Envelope> build_moments(kernels::Backend& be, ShardCompute& 
     });
     return m_blob;
   });
-  kernels::Tensor* dst[2] = {&comp.m, &comp.v};
-  const Envelope* src[2] = {&m, &v};
-  for (int i = 0; i < 2; ++i) {
-    auto r = src[i]->read<schemas::ParamSlice>();
-    if (!r) throw std::runtime_error("moments snapshot: " + to_string(r.error()));
-    const auto x = tensor_f32((*r)->getParams());
-    *dst[i] = kernels::borrow_host_f32(&be, const_cast<float*>(x.data()), static_cast<int64_t>(x.size()), src[i]->data());
-  }
+  adopt_moments(be, comp, m, v);
   return {std::move(m), std::move(v)};
 }
 
@@ -260,11 +268,10 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
             if (static_cast<int64_t>(x.size()) != dst[i]->numel()) throw std::runtime_error("snapshot of the wrong size");
             // Host moments are only read from (the next update writes new
             // messages), so they borrow the snapshot's memory.
-            if (comp->host && i > 0)
-              *dst[i] = kernels::borrow_host_f32(&be, const_cast<float*>(x.data()), static_cast<int64_t>(x.size()), src[i]->data());
-            else
-              be.upload_f32(*dst[i], x);
+            if (comp->host && i > 0) break;
+            be.upload_f32(*dst[i], x);
           }
+          if (comp->host) adopt_moments(be, *comp, m, v);
         }, [] {}, owner_label(TraceLabel::ShardInit, s.shard));
       },
       [self](const Envelope& e) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 #include <vector>
 
 #include <caf/actor_system.hpp>
@@ -93,6 +94,53 @@ namespace {
 // under 40); finish_blob checks it.
 constexpr size_t kBlobHeadWords = 256;
 
+// The first segments of dropped blob envelopes, kept for the next blob
+// envelope of the same size (newest first). Bounded: at most kCacheSegments
+// segments and kCacheBytes bytes; a larger segment is freed at once. Shared
+// by every thread of the process (a mutex; a few takes and gives per step).
+class BlobSegmentCache {
+ public:
+  static constexpr size_t kCacheSegments = 8;
+  static constexpr size_t kCacheBytes = size_t{256} << 20;
+
+  std::unique_ptr<capnp::word[]> take(size_t words) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = free_.size(); i-- > 0;)
+      if (free_[i].words == words) {
+        std::unique_ptr<capnp::word[]> p = std::move(free_[i].memory);
+        bytes_ -= words * sizeof(capnp::word);
+        free_.erase(free_.begin() + static_cast<std::ptrdiff_t>(i));
+        return p;
+      }
+    return nullptr;
+  }
+  void give(std::unique_ptr<capnp::word[]> p, size_t words) {
+    if (!p || words * sizeof(capnp::word) > kCacheBytes) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.push_back({std::move(p), words});
+    bytes_ += words * sizeof(capnp::word);
+    while (free_.size() > kCacheSegments || bytes_ > kCacheBytes) {  // the oldest go
+      bytes_ -= free_.front().words * sizeof(capnp::word);
+      free_.erase(free_.begin());
+    }
+  }
+
+ private:
+  struct Free {
+    std::unique_ptr<capnp::word[]> memory;
+    size_t words = 0;
+  };
+  std::mutex mu_;
+  std::vector<Free> free_;
+  size_t bytes_ = 0;
+};
+
+// Never destroyed: envelopes may be dropped during static destruction.
+BlobSegmentCache& blob_segments() {
+  static auto* cache = new BlobSegmentCache;
+  return *cache;
+}
+
 // The builder of a blob envelope. It hands out the caller's first segment
 // (its head zeroed, the blob written by the caller), like MallocMessageBuilder
 // given a first segment, but does not zero that segment again when it is
@@ -125,14 +173,16 @@ class BlobMessageBuilder final : public capnp::MessageBuilder {
 Envelope::BlobBuilder Envelope::new_blob_builder(size_t blob_bytes) {
   BlobBuilder b;
   b.words = kBlobHeadWords + (blob_bytes + 7) / 8;
-  b.first.reset(new capnp::word[b.words]);  // not zeroed: the blob overwrites it
+  b.first = blob_segments().take(b.words);
+  if (!b.first) b.first.reset(new capnp::word[b.words]);  // not zeroed: the blob overwrites it
   std::memset(b.first.get(), 0, kBlobHeadWords * sizeof(capnp::word));
   b.mb = std::make_unique<BlobMessageBuilder>(kj::arrayPtr(b.first.get(), b.words));
   return b;
 }
 
 Envelope Envelope::finish_blob(BlobBuilder b, capnp::Data::Builder blob) {
-  if (blob.size() == 0) return finish(std::move(b.mb), std::move(b.first));  // nothing left unzeroed
+  const size_t words = b.words;
+  if (blob.size() == 0) return finish(std::move(b.mb), std::move(b.first), words);  // nothing left unzeroed
   const auto* base = reinterpret_cast<const uint8_t*>(b.first.get());
   const auto* start = reinterpret_cast<const uint8_t*>(blob.begin());
   const size_t at = static_cast<size_t>(start - base), n = blob.size();
@@ -144,12 +194,21 @@ Envelope Envelope::finish_blob(BlobBuilder b, capnp::Data::Builder blob) {
                               "build_blob: the blob is not the last allocation of the message's zeroed first segment"));
   // The padding after the blob, up to its word boundary, must read as zero.
   std::memset(reinterpret_cast<uint8_t*>(b.first.get()) + at + n, 0, end_word * 8 - (at + n));
-  return finish(std::move(b.mb), std::move(b.first));
+  return finish(std::move(b.mb), std::move(b.first), words);
 }
 
-Envelope Envelope::finish(std::unique_ptr<capnp::MessageBuilder> mb, std::unique_ptr<capnp::word[]> first) {
+namespace detail {
+EnvelopeData::~EnvelopeData() {
+  builder.reset();  // it refers to first_segment
+  blob_segments().give(std::move(first_segment), first_segment_words);
+}
+}  // namespace detail
+
+Envelope Envelope::finish(std::unique_ptr<capnp::MessageBuilder> mb, std::unique_ptr<capnp::word[]> first,
+                          size_t first_words) {
   auto d = std::make_shared<detail::EnvelopeData>();
   d->first_segment = std::move(first);  // outlives the builder (declared before it)
+  d->first_segment_words = d->first_segment ? first_words : 0;
   auto segs = mb->getSegmentsForOutput();
   d->segments.assign(segs.begin(), segs.end());
   d->flat_bytes = detail::segment_table_bytes(segs.size());

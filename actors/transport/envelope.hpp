@@ -198,6 +198,12 @@ class Envelope {
   // blob would be overwritten anyway). The contract is checked: a blob that
   // is not the message's last allocation, or starts past the zeroed head,
   // gives an invalid envelope (schema_violation), never a corrupt one.
+  //
+  // The memory comes from the blob segment cache when a blob envelope of
+  // the same size was dropped lately (envelope.cpp): the optimizer's slices
+  // and snapshots have the same sizes every step, and memory that was in use
+  // a moment ago is still in the CPU's caches and mapped, a fresh block
+  // usually is neither.
   template <class S, class F>
   static Envelope build_blob(size_t blob_bytes, F&& fill) {
     BlobBuilder b = new_blob_builder(blob_bytes);
@@ -256,7 +262,8 @@ class Envelope {
   };
   static BlobBuilder new_blob_builder(size_t blob_bytes);
   static Envelope finish_blob(BlobBuilder b, capnp::Data::Builder blob);
-  static Envelope finish(std::unique_ptr<capnp::MessageBuilder> mb, std::unique_ptr<capnp::word[]> first = nullptr);
+  static Envelope finish(std::unique_ptr<capnp::MessageBuilder> mb, std::unique_ptr<capnp::word[]> first = nullptr,
+                         size_t first_words = 0);
   // Checks state and kind; kind == nullopt accepts every kind.
   caf::expected<detail::Opened> open(std::optional<Kind> kind) const;
 

@@ -15,8 +15,15 @@ namespace troupe::detail {
 // Never modified after construction; shared by every copy of an Envelope in
 // a process and read concurrently.
 struct EnvelopeData {
+  EnvelopeData() = default;
+  EnvelopeData(const EnvelopeData&) = delete;
+  EnvelopeData& operator=(const EnvelopeData&) = delete;
+  // Hands a build_blob segment to the blob segment cache (envelope.cpp).
+  ~EnvelopeData();
+
   // Exactly one of these owns the segment memory (or neither: invalid with no body).
   std::unique_ptr<capnp::word[]> first_segment;          // build_blob: the builder's first segment (outlives it)
+  size_t first_segment_words = 0;                        // its length
   std::unique_ptr<capnp::MessageBuilder> builder;        // built in this process
   kj::Array<capnp::word> words;                          // received: frame or decompressed body
   std::vector<kj::ArrayPtr<const capnp::word>> segments; // views into the owner
