@@ -1,11 +1,6 @@
 // Host elementwise kernels (fill, add, axpy, scale) and the optimizer kernels
 // (squared norm, AdamW): flat loops over contiguous floats.
 #include <cmath>
-#include <cstdint>
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 #include "kernels/host_ops.hpp"
 
@@ -47,33 +42,6 @@ double squared_norm(const float* x, int64_t n) {
   return sum;
 }
 
-namespace {
-
-// Writes c floats of a and b to ao and bo with non-temporal stores where
-// aligned: the out-of-place update's moments go to memory that is not read
-// again this step, so they bypass the cache instead of first reading every
-// line they overwrite (a third fewer memory passes for those two streams).
-inline void stream_pair(float* ao, float* bo, const float* a, const float* b, int64_t c) {
-  int64_t i = 0;
-  for (; i < c && (reinterpret_cast<uintptr_t>(ao + i) & 15) != 0; ++i) {
-    ao[i] = a[i];
-    bo[i] = b[i];
-  }
-#if defined(__x86_64__)
-  if ((reinterpret_cast<uintptr_t>(bo + i) & 15) == 0)
-    for (; i + 4 <= c; i += 4) {
-      _mm_stream_ps(ao + i, _mm_loadu_ps(a + i));
-      _mm_stream_ps(bo + i, _mm_loadu_ps(b + i));
-    }
-#endif
-  for (; i < c; ++i) {
-    ao[i] = a[i];
-    bo[i] = b[i];
-  }
-}
-
-}  // namespace
-
 TROUPE_HOST_SIMD void adamw(float* param, const float* grad, const float* m_in, const float* v_in, float* m_out,
                             float* v_out, int64_t n, float lr, float beta1, float beta2, float eps,
                             float weight_decay, float bias_correction1, float bias_correction2, float grad_scale) {
@@ -83,11 +51,9 @@ TROUPE_HOST_SIMD void adamw(float* param, const float* grad, const float* m_in, 
   // pass does too). Same float operations in the same order as a single
   // fused loop: same results.
   // m_out may be m_in (in place) or other memory (the optimizer shard keeps
-  // the step-start moments as its snapshot): then the new moments are
-  // computed into the chunk buffers and streamed out. Same results either way.
+  // the step-start moments as its snapshot): the same operations either way.
   constexpr int64_t kChunk = 256;
-  float denom[kChunk], m_new[kChunk], v_new[kChunk];
-  const bool in_place = m_out == m_in && v_out == v_in;
+  float denom[kChunk];
   const float a1 = 1.0f - beta1, a2 = 1.0f - beta2;
   for (int64_t i0 = 0; i0 < n; i0 += kChunk) {
     const int64_t c = n - i0 < kChunk ? n - i0 : kChunk;
@@ -95,8 +61,8 @@ TROUPE_HOST_SIMD void adamw(float* param, const float* grad, const float* m_in, 
     const float* g = grad + i0;
     const float* mi = m_in + i0;
     const float* vi = v_in + i0;
-    float* mc = in_place ? m_out + i0 : m_new;
-    float* vc = in_place ? v_out + i0 : v_new;
+    float* mc = m_out + i0;
+    float* vc = v_out + i0;
     for (int64_t i = 0; i < c; ++i) {
       const float gi = g[i] * grad_scale;  // as a separate scale pass would have left it
       mc[i] = beta1 * mi[i] + a1 * gi;
@@ -106,11 +72,7 @@ TROUPE_HOST_SIMD void adamw(float* param, const float* grad, const float* m_in, 
     for (int64_t i = 0; i < c; ++i) denom[i] = std::sqrt(denom[i]) + eps;
     for (int64_t i = 0; i < c; ++i)
       p[i] -= lr * ((mc[i] * bias_correction1) / denom[i] + weight_decay * p[i]);
-    if (!in_place) stream_pair(m_out + i0, v_out + i0, m_new, v_new, c);
   }
-#if defined(__x86_64__)
-  if (!in_place) _mm_sfence();  // the streamed stores are weakly ordered: done before the message is sent
-#endif
 }
 
 }  // namespace troupe::kernels::host
