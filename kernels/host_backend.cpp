@@ -178,7 +178,8 @@ class HostBackend final : public Backend {
 
   // ---- elementwise ----
   void fill(const Tensor& x, float value) override {
-    host::fill(F("fill", "x", x), value, x.numel());
+    float* px = F("fill", "x", x);
+    split(x.numel(), [&](int64_t b, int64_t e) { host::fill(px + b, value, e - b); });
   }
 
   void copy(const Tensor& dst, const Tensor& src) override {
@@ -360,7 +361,12 @@ class HostBackend final : public Backend {
     const char* op = "rope_forward";
     const Heads s = rope_shape(op, x, theta);
     expect_shape(op, "out", out, x, "x");
-    host::rope_forward(F(op, "out", out), F(op, "x", x), s.B, s.S, s.H, s.hd, pos_offset, theta);
+    float* po = F(op, "out", out);
+    const float* px = F(op, "x", x);
+    const int64_t seq = s.S * s.H * s.hd;
+    split_batches(s.B, seq, [&](int64_t b, int64_t e) {
+      host::rope_forward(po + b * seq, px + b * seq, e - b, s.S, s.H, s.hd, pos_offset, theta);
+    });
   }
 
   void rope_backward(const Tensor& dx, const Tensor& dout, int64_t pos_offset,
@@ -376,8 +382,12 @@ class HostBackend final : public Backend {
     const char* op = "rope_backward";
     const Heads s = rope_shape(op, dout, theta);
     expect_shape(op, "dx", dx, dout, "dout");
-    host::rope_backward(F(op, "dx", dx), F(op, "dout", dout), s.B, s.S, s.H, s.hd, pos_offset,
-                        theta, accumulate);
+    float* pdx = F(op, "dx", dx);
+    const float* pd = F(op, "dout", dout);
+    const int64_t seq = s.S * s.H * s.hd;
+    split_batches(s.B, seq, [&](int64_t b, int64_t e) {
+      host::rope_backward(pdx + b * seq, pd + b * seq, e - b, s.S, s.H, s.hd, pos_offset, theta, accumulate);
+    });
   }
 
   // ---- attention ----
@@ -467,21 +477,29 @@ class HostBackend final : public Backend {
   // ---- activations ----
   void silu_forward(const Tensor& out, const Tensor& x) override {
     expect_numel("silu_forward", "out", out, x.numel(), "numel of x");
-    host::silu_forward(F("silu_forward", "out", out), F("silu_forward", "x", x), x.numel());
+    float* po = F("silu_forward", "out", out);
+    const float* px = F("silu_forward", "x", x);
+    split(x.numel(), [&](int64_t b, int64_t e) { host::silu_forward(po + b, px + b, e - b); });
   }
 
   void silu_backward(const Tensor& dx, const Tensor& dout, const Tensor& x) override {
     const char* op = "silu_backward";
     expect_numel(op, "dx", dx, x.numel(), "numel of x");
     expect_numel(op, "dout", dout, x.numel(), "numel of x");
-    host::silu_backward(F(op, "dx", dx), F(op, "dout", dout), F(op, "x", x), x.numel());
+    float* pdx = F(op, "dx", dx);
+    const float* pd = F(op, "dout", dout);
+    const float* px = F(op, "x", x);
+    split(x.numel(), [&](int64_t b, int64_t e) { host::silu_backward(pdx + b, pd + b, px + b, e - b); });
   }
 
   void swiglu_forward(const Tensor& out, const Tensor& gate, const Tensor& up) override {
     const char* op = "swiglu_forward";
     expect_numel(op, "up", up, gate.numel(), "numel of gate");
     expect_numel(op, "out", out, gate.numel(), "numel of gate");
-    host::swiglu_forward(F(op, "out", out), F(op, "gate", gate), F(op, "up", up), gate.numel());
+    float* po = F(op, "out", out);
+    const float* pg = F(op, "gate", gate);
+    const float* pu = F(op, "up", up);
+    split(gate.numel(), [&](int64_t b, int64_t e) { host::swiglu_forward(po + b, pg + b, pu + b, e - b); });
   }
 
   void swiglu_backward(const Tensor& dgate, const Tensor& dup, const Tensor& dout,
@@ -500,8 +518,14 @@ class HostBackend final : public Backend {
     expect_numel(op, "dout", dout, n, "numel of gate");
     expect_numel(op, "dgate", dgate, n, "numel of gate");
     expect_numel(op, "dup", dup, n, "numel of gate");
-    host::swiglu_backward(F(op, "dgate", dgate), F(op, "dup", dup), F(op, "dout", dout),
-                          F(op, "gate", gate), F(op, "up", up), n, accumulate);
+    float* pdg = F(op, "dgate", dgate);
+    float* pdu = F(op, "dup", dup);
+    const float* pd = F(op, "dout", dout);
+    const float* pg = F(op, "gate", gate);
+    const float* pu = F(op, "up", up);
+    split(n, [&](int64_t b, int64_t e) {
+      host::swiglu_backward(pdg + b, pdu + b, pd + b, pg + b, pu + b, e - b, accumulate);
+    });
   }
 
   // ---- loss ----
@@ -675,12 +699,45 @@ class HostBackend final : public Backend {
     const double s = static_cast<double>(hp.step);
     const double bc1 = 1.0 / (1.0 - std::pow(static_cast<double>(hp.beta1), s));
     const double bc2 = 1.0 / (1.0 - std::pow(static_cast<double>(hp.beta2), s));
-    host::adamw(F(op, "param", param), F(op, "grad", grad), F(op, "m", m_in), F(op, "v", v_in),
-                F(op, "m_out", m_out), F(op, "v_out", v_out), n, hp.lr, hp.beta1, hp.beta2, hp.eps,
-                hp.weight_decay, static_cast<float>(bc1), static_cast<float>(bc2), hp.grad_scale);
+    float* pp = F(op, "param", param);
+    const float* pg = F(op, "grad", grad);
+    const float* pm = F(op, "m", m_in);
+    const float* pv = F(op, "v", v_in);
+    float* pmo = F(op, "m_out", m_out);
+    float* pvo = F(op, "v_out", v_out);
+    split(n, [&](int64_t b, int64_t e) {
+      host::adamw(pp + b, pg + b, pm + b, pv + b, pmo + b, pvo + b, e - b, hp.lr, hp.beta1, hp.beta2, hp.eps,
+                  hp.weight_decay, static_cast<float>(bc1), static_cast<float>(bc2), hp.grad_scale);
+    });
   }
 
  private:
+  // Elementwise ops on a device with several threads: fn(begin, end) over
+  // [0, n) in one contiguous part per pool thread, when every part has at
+  // least kMinPart elements (waking the threads costs tens of microseconds).
+  // Every element is computed by the same code whatever part it falls in
+  // (no reductions, no contraction), so the bits do not depend on the split.
+  static constexpr int64_t kMinPart = int64_t{1} << 15;
+  template <class Fn>
+  void split(int64_t n, Fn&& fn) {
+    const int64_t parts = std::min<int64_t>(pool_.size(), n / kMinPart);
+    if (parts < 2) {
+      fn(0, n);
+      return;
+    }
+    pool_.run(parts, [&](int64_t i, int) { fn(n * i / parts, n * (i + 1) / parts); });
+  }
+  // The same over whole sequences (RoPE's positions restart per sequence).
+  template <class Fn>
+  void split_batches(int64_t batches, int64_t per_batch, Fn&& fn) {
+    const int64_t parts = std::min<int64_t>({pool_.size(), batches, batches * per_batch / kMinPart});
+    if (parts < 2) {
+      fn(0, batches);
+      return;
+    }
+    pool_.run(parts, [&](int64_t i, int) { fn(batches * i / parts, batches * (i + 1) / parts); });
+  }
+
   static Heads rope_shape(const char* op, const Tensor& x, float theta) {
     const Heads s = heads(op, "x", x);
     if (s.hd % 2 != 0) fail(op, "head dim of " + desc(x) + " must be even");

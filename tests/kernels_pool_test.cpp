@@ -267,5 +267,58 @@ TEST(HostThreads, GroupedGemmReadingAnEarlierGroupsOutputRunsInOrder) {
   reset_blas_threads();
 }
 
+// The elementwise ops a 2-thread host backend splits across its threads
+// (fill, SiLU, SwiGLU, AdamW, RoPE; large enough to split) give the bits of a
+// 1-thread one, in place and accumulating alike.
+TEST(HostThreads, ElementwiseOpsSameBitsOnOneAndTwoThreads) {
+  const int64_t n = 3 * (int64_t{1} << 15) + 77;  // three parts' worth, odd tail
+  Rng rng(95);
+  const auto a = rng.f32(n), b = rng.f32(n), c = rng.f32(n), d = rng.f32(n, 0.0f, 0.5f);
+  const int64_t B = 6, S = 128, H = 4, hd = 32;  // RoPE: 6 sequences of 16384 floats
+  const auto x = rng.f32(B * S * H * hd), y = rng.f32(B * S * H * hd);
+  auto run = [&](Backend& be) {
+    Results out;
+    Tensor t = be.from_f32({n}, a);
+    be.fill(t.view(5, {n - 9}), 0.25f);
+    out.push_back(be.download_f32(t));
+    Tensor s = be.empty({n});
+    be.silu_forward(s, be.from_f32({n}, a));
+    out.push_back(be.download_f32(s));
+    Tensor ds = be.from_f32({n}, c);
+    be.silu_backward(ds, be.from_f32({n}, b), be.from_f32({n}, a));
+    out.push_back(be.download_f32(ds));
+    Tensor o = be.empty({n});
+    be.swiglu_forward(o, be.from_f32({n}, a), be.from_f32({n}, b));
+    out.push_back(be.download_f32(o));
+    Tensor dg = be.from_f32({n}, c), du = be.from_f32({n}, d);
+    be.swiglu_backward(dg, du, be.from_f32({n}, c), be.from_f32({n}, a), be.from_f32({n}, b));
+    out.push_back(be.download_f32(dg));
+    out.push_back(be.download_f32(du));
+    be.swiglu_backward_overwrite(dg, du, be.from_f32({n}, b), be.from_f32({n}, a), be.from_f32({n}, c));
+    out.push_back(be.download_f32(dg));
+    out.push_back(be.download_f32(du));
+    AdamWParams hp;
+    hp.step = 2;
+    hp.weight_decay = 0.1f;
+    hp.grad_scale = 0.5f;
+    Tensor p = be.from_f32({n}, a), m = be.from_f32({n}, b), v = be.from_f32({n}, d);
+    be.adamw(p, be.from_f32({n}, c), m, v, hp);
+    Tensor mo = be.empty({n}), vo = be.empty({n});
+    be.adamw_to(p, be.from_f32({n}, a), m, v, mo, vo, hp);
+    for (const Tensor* r : {&p, &m, &v, &mo, &vo}) out.push_back(be.download_f32(*r));
+    const Shape shape{B, S, H, hd};
+    Tensor r = be.empty(shape);
+    be.rope_forward(r, be.from_f32(shape, x), 3, 10000.0f);
+    out.push_back(be.download_f32(r));
+    Tensor dr = be.from_f32(shape, y);
+    be.rope_backward(dr, be.from_f32(shape, x), 3, 10000.0f);
+    out.push_back(be.download_f32(dr));
+    return out;
+  };
+  const Results two = on_host(2, run), one = on_host(1, run);
+  EXPECT_TRUE(bitwise_equal(two, one));
+  reset_blas_threads();
+}
+
 }  // namespace
 }  // namespace troupe::kernels::testing
