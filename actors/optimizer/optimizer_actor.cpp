@@ -42,6 +42,7 @@ struct BiasPiece {
 
 struct ShardCompute {
   kernels::Tensor params, grads, m, v;  // [n] each
+  kernels::Tensor own_grads;            // host: the buffer grads is when it borrows no slice
   std::vector<float> acc;               // [n] host reduction buffer (device backends)
   // Host backend: m and v are not updated in place. Each update writes the
   // new moments straight into the snapshot messages it sends the supervisor
@@ -179,7 +180,22 @@ void reduce(Self* self) {
   auto sh = st.sh;
   submit(self, *st.dev, [comp, slices = std::move(slices), range, step, attempt, shard, coord, sh, device = st.dev->id()](kernels::Backend& be) {
     if (comp->host) {
-      sum_slices_into(comp->grads.f32(), range, slices);
+      // One slice over the whole range (one producer, e.g. a single rank):
+      // the update reads the gradients from the message itself.
+      const Envelope* whole = nullptr;
+      if (slices.size() == 1) {
+        auto r = slices[0].read<schemas::GradSlice>();
+        if (static_cast<int64_t>((*r)->getRange().getOffset()) == range.offset &&
+            static_cast<int64_t>(tensor_f32((*r)->getGrads()).size()) == range.count)
+          whole = &slices[0];
+      }
+      if (whole != nullptr) {
+        const auto g = tensor_f32((*whole->read<schemas::GradSlice>())->getGrads());
+        comp->grads = kernels::borrow_host_f32(&be, const_cast<float*>(g.data()), range.count, whole->data());
+      } else {
+        comp->grads = comp->own_grads;
+        sum_slices_into(comp->grads.f32(), range, slices);
+      }
     } else {
       std::fill(comp->acc.begin(), comp->acc.end(), 0.0f);
       for (const Envelope& e : slices) {
@@ -233,6 +249,7 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
   submit(self, *dev, [comp, range, init](kernels::Backend& be) {
     comp->params = be.from_f32({range.count}, (*init)[0]);
     comp->grads = be.zeros({range.count});
+    comp->own_grads = comp->grads;
     comp->m = be.from_f32({range.count}, (*init)[1]);
     comp->v = be.from_f32({range.count}, (*init)[2]);
     comp->acc.assign(static_cast<size_t>(range.count), 0.0f);
