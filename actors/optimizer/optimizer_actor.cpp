@@ -50,7 +50,6 @@ struct ShardCompute {
   // next update's input: the snapshot costs no copy, and the committed one
   // is never written to (a replay restores from it as it was).
   bool host = false;
-
 };
 
 struct ShardState {
