@@ -42,7 +42,7 @@ using troupe::bench::load_average;
 }  // namespace
 
 int main(int argc, char** argv) {
-  kernels::use_native_blas_kernels(argv);
+  kernels::configure_openblas(argv);
   int rounds = 20, stages = 1;
   bool profile = false;
   for (int i = 1; i < argc; ++i) {

@@ -432,7 +432,7 @@ bool parse(int argc, char** argv, Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  troupe::kernels::use_native_blas_kernels(argv);  // OpenBLAS's fast kernels, as `troupe` runs them
+  troupe::kernels::configure_openblas(argv);  // OpenBLAS's fast kernels, as `troupe` runs them
   Options o;
   if (!parse(argc, argv, o)) return 2;
   // Quickstart: 16 x 128 tokens, d_model 128, 8 experts top-2, expert hidden 256,

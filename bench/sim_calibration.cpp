@@ -97,7 +97,7 @@ struct Row {
 }  // namespace
 
 int main(int argc, char** argv) {
-  troupe::kernels::use_native_blas_kernels(argv);  // the kernels `troupe` runs
+  troupe::kernels::configure_openblas(argv);  // the kernels `troupe` runs
   spdlog::set_level(spdlog::level::warn);           // the calibration's per-round lines
   std::string spec_dir, json = "bench_sim_calibration.json", configs = "quickstart,d256";
   int rounds = 1;

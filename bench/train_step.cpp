@@ -156,7 +156,7 @@ std::vector<std::pair<std::string, bench::OpStat>> profile(const NamedConfig& nc
 }  // namespace
 
 int main(int argc, char** argv) {
-  troupe::kernels::use_native_blas_kernels(argv);  // OpenBLAS's fast kernels, as `troupe` runs them
+  troupe::kernels::configure_openblas(argv);  // OpenBLAS's fast kernels, as `troupe` runs them
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];

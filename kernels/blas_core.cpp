@@ -31,11 +31,17 @@ const char* better_core() {
 
 }  // namespace
 
-void use_native_blas_kernels(char** argv) {
-  const char* core = better_core();
-  if (core == nullptr) return;
-  ::setenv("OPENBLAS_CORETYPE", core, 1);  // also stops a second re-exec
-  ::execv("/proc/self/exe", argv);         // returns only on failure
+void configure_openblas(char** argv) {
+  bool again = false;
+  if (const char* core = better_core()) {
+    ::setenv("OPENBLAS_CORETYPE", core, 1);  // also stops a second re-exec
+    again = true;
+  }
+  if (std::getenv("OPENBLAS_THREAD_TIMEOUT") == nullptr) {
+    ::setenv("OPENBLAS_THREAD_TIMEOUT", kOpenblasThreadTimeout, 1);
+    again = true;
+  }
+  if (again) ::execv("/proc/self/exe", argv);  // returns only on failure
 }
 
 }  // namespace troupe::kernels

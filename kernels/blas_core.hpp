@@ -13,11 +13,19 @@ namespace troupe::kernels {
 // The core type OpenBLAS picked for this process ("SkylakeX", "Prescott", ...).
 std::string blas_core();
 
-// When OpenBLAS fell back to Prescott although the CPU has AVX-512 (its
-// SkylakeX kernels) or AVX2 and FMA (Haswell), and OPENBLAS_CORETYPE is not
-// set (a user's own choice is left alone): sets it and re-executes this
-// program with `argv`. Returns only when nothing was to be done or the exec
-// failed (then the process goes on with what loaded).
-void use_native_blas_kernels(char** argv);
+// OpenBLAS reads its settings when it loads, so they are set here and this
+// program re-executed with `argv`, once, at most:
+// - OPENBLAS_CORETYPE when OpenBLAS fell back to Prescott although the CPU
+//   has AVX-512 (its SkylakeX kernels) or AVX2 and FMA (Haswell);
+// - OPENBLAS_THREAD_TIMEOUT = kOpenblasThreadTimeout: OpenBLAS's idle worker
+//   threads otherwise spin (calling sched_yield) for ~2^28 cycles after each
+//   multi-threaded call, on the cores the host backend's own threads
+//   (HostPool: grouped GEMMs, attention, elementwise ops) then run on.
+// A variable the user set is left alone. Returns only when nothing was to
+// be done or the exec failed (then the process goes on with what loaded).
+void configure_openblas(char** argv);
+// log2 of the cycles an idle OpenBLAS thread spins before it sleeps (4 is
+// OpenBLAS's minimum).
+inline constexpr const char* kOpenblasThreadTimeout = "4";
 
 }  // namespace troupe::kernels

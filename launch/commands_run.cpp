@@ -10,6 +10,7 @@
 #include <csignal>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <mutex>
 #include <spdlog/sinks/basic_file_sink.h>
@@ -403,6 +404,8 @@ static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterC
                              .add("steps", spec.run.steps)
                              .add("parameters", topo.parameters)
                              .add("openblas_core", blas_core)
+                             // What configure_openblas set (or the user did): idle OpenBLAS threads' spin.
+                             .add("openblas_thread_timeout", std::string(std::getenv("OPENBLAS_THREAD_TIMEOUT") ? std::getenv("OPENBLAS_THREAD_TIMEOUT") : ""))
                              .str());
       // The actor tree for `troupe dashboard` (sim runs have no actors).
       if (spec.topology.device_kind != DeviceKind::sim) metrics.write_line(plan_line(spec, topo));

@@ -1,11 +1,11 @@
-// Entry point of the `troupe` executable. Before anything else it undoes
-// OpenBLAS's fallback to its slow SSE3 kernels on CPUs it does not know, by
-// running itself again once with OPENBLAS_CORETYPE set (kernels/blas_core.hpp);
-// the run log's first line names the kernels in use.
+// Entry point of the `troupe` executable. Before anything else it sets what
+// OpenBLAS reads when it loads (kernels/blas_core.hpp: its kernels where it
+// fell back to the slow SSE3 ones, and how long its idle threads spin) by
+// running itself again once; the run log's first line names the kernels in use.
 #include "kernels/blas_core.hpp"
 #include "launch/cli.hpp"
 
 int main(int argc, char** argv) {
-  troupe::kernels::use_native_blas_kernels(argv);
+  troupe::kernels::configure_openblas(argv);
   return troupe::launch::run_cli(argc, argv);
 }

@@ -8,6 +8,7 @@ src=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 source "$(dirname "$0")/cli_test_lib.sh"  # failures, fail, expect_exit, expect_output
+unset OPENBLAS_THREAD_TIMEOUT  # the check of troupe's own setting below wants it unset
 
 expect_exit 0 "$troupe" --help
 expect_output "exit codes:"
@@ -116,6 +117,11 @@ expect_output "step 6/6"
 expect_output "exact-match"
 [ "$(grep -c '"type":"step"' "$work/a/metrics.jsonl")" -eq 6 ] || fail "metrics.jsonl should hold 6 step lines"
 grep -q '"type":"end"' "$work/a/metrics.jsonl" || fail "metrics.jsonl has no end line"
+# troupe sets OPENBLAS_THREAD_TIMEOUT for itself (its idle BLAS threads would
+# spin on the cores its own threads use), and leaves a user's value alone.
+grep -q '"openblas_thread_timeout":"4"' "$work/a/metrics.jsonl" || fail "start line: OPENBLAS_THREAD_TIMEOUT is not 4"
+expect_exit 0 env OPENBLAS_THREAD_TIMEOUT=9 "$troupe" run "${tiny[@]}" --set run.steps=1 --set run.out_dir="$work/timeout9"
+grep -q '"openblas_thread_timeout":"9"' "$work/timeout9/metrics.jsonl" || fail "a user's OPENBLAS_THREAD_TIMEOUT was not kept"
 [ -f "$work/a/troupe.log" ] || fail "no troupe.log"
 expect_exit 0 "$troupe" eval "${tiny[@]}" --set run.out_dir="$work/a"
 expect_output "(step 6)"
