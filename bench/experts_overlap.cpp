@@ -48,7 +48,7 @@ struct Engine {
 }  // namespace
 
 int main(int argc, char** argv) {
-  troupe::kernels::configure_openblas(argv);  // OpenBLAS's fast kernels, as `troupe` runs them
+  troupe::kernels::configure_openblas(argv);  // OpenBLAS set up as `troupe` runs it
   int steps = 10, warmup = 2;
   std::string json = "bench_experts_overlap.json";
   for (int i = 1; i < argc; ++i) {

@@ -109,7 +109,7 @@ double median_of(int n, F&& f) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  troupe::kernels::configure_openblas(argv);  // OpenBLAS's fast kernels, as `troupe` runs them
+  troupe::kernels::configure_openblas(argv);  // OpenBLAS set up as `troupe` runs it
   int64_t steps = 100;
   std::string json;
   for (int i = 1; i < argc; ++i) {

@@ -48,7 +48,7 @@ struct Row {
 }  // namespace
 
 int main(int argc, char** argv) {
-  troupe::kernels::configure_openblas(argv);  // OpenBLAS's fast kernels, as `troupe` runs them
+  troupe::kernels::configure_openblas(argv);  // OpenBLAS set up as `troupe` runs it
   kernels::BackendOptions bo;
   int64_t batch = 16, max_new = 64;
   int reps = 2;

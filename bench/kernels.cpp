@@ -432,7 +432,7 @@ bool parse(int argc, char** argv, Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  troupe::kernels::configure_openblas(argv);  // OpenBLAS's fast kernels, as `troupe` runs them
+  troupe::kernels::configure_openblas(argv);  // OpenBLAS set up as `troupe` runs it
   Options o;
   if (!parse(argc, argv, o)) return 2;
   // Quickstart: 16 x 128 tokens, d_model 128, 8 experts top-2, expert hidden 256,

@@ -438,7 +438,7 @@ void print(const char* title, const std::vector<Row>& rows, int stages, bool mpi
 }  // namespace
 
 int main(int argc, char** argv) {
-  troupe::kernels::configure_openblas(argv);  // OpenBLAS's fast kernels, as `troupe` runs them
+  troupe::kernels::configure_openblas(argv);  // OpenBLAS set up as `troupe` runs it
   std::string json_path;
   for (int i = 1; i < argc; ++i)
     if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json_path = argv[++i];

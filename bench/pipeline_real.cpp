@@ -138,7 +138,7 @@ using troupe::bench::load_average;
 }  // namespace
 
 int main(int argc, char** argv) {
-  troupe::kernels::configure_openblas(argv);  // OpenBLAS's fast kernels, as `troupe` runs them
+  troupe::kernels::configure_openblas(argv);  // OpenBLAS set up as `troupe` runs it
   int steps = 10, warmup = 2;
   std::string json = "bench_pipeline_real.json";
   std::string only, trace_dir;

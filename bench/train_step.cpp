@@ -156,7 +156,7 @@ std::vector<std::pair<std::string, bench::OpStat>> profile(const NamedConfig& nc
 }  // namespace
 
 int main(int argc, char** argv) {
-  troupe::kernels::configure_openblas(argv);  // OpenBLAS's fast kernels, as `troupe` runs them
+  troupe::kernels::configure_openblas(argv);  // OpenBLAS set up as `troupe` runs it
   Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];

@@ -364,9 +364,9 @@ class HostBackend final : public Backend {
     float* po = F(op, "out", out);
     const float* px = F(op, "x", x);
     const int64_t seq = s.S * s.H * s.hd;
-    split_batches(s.B, seq, [&](int64_t b, int64_t e) {
+    split(s.B, [&](int64_t b, int64_t e) {
       host::rope_forward(po + b * seq, px + b * seq, e - b, s.S, s.H, s.hd, pos_offset, theta);
-    });
+    }, seq);
   }
 
   void rope_backward(const Tensor& dx, const Tensor& dout, int64_t pos_offset,
@@ -385,9 +385,9 @@ class HostBackend final : public Backend {
     float* pdx = F(op, "dx", dx);
     const float* pd = F(op, "dout", dout);
     const int64_t seq = s.S * s.H * s.hd;
-    split_batches(s.B, seq, [&](int64_t b, int64_t e) {
+    split(s.B, [&](int64_t b, int64_t e) {
       host::rope_backward(pdx + b * seq, pd + b * seq, e - b, s.S, s.H, s.hd, pos_offset, theta, accumulate);
-    });
+    }, seq);
   }
 
   // ---- attention ----
@@ -713,29 +713,21 @@ class HostBackend final : public Backend {
 
  private:
   // Elementwise ops on a device with several threads: fn(begin, end) over
-  // [0, n) in one contiguous part per pool thread, when every part has at
-  // least kMinPart elements (waking the threads costs tens of microseconds).
-  // Every element is computed by the same code whatever part it falls in
-  // (no reductions, no contraction), so the bits do not depend on the split.
+  // [0, items) in one contiguous part per pool thread, when every part holds
+  // at least kMinPart elements (item_size elements per item; RoPE splits by
+  // whole sequences, whose positions restart). Waking the threads costs tens
+  // of microseconds. Every element is computed by the same code whatever part
+  // it falls in (no reductions, no contraction), so the bits do not depend on
+  // the split.
   static constexpr int64_t kMinPart = int64_t{1} << 15;
   template <class Fn>
-  void split(int64_t n, Fn&& fn) {
-    const int64_t parts = std::min<int64_t>(pool_.size(), n / kMinPart);
+  void split(int64_t items, Fn&& fn, int64_t item_size = 1) {
+    const int64_t parts = std::min<int64_t>({pool_.size(), items, items * item_size / kMinPart});
     if (parts < 2) {
-      fn(0, n);
+      fn(0, items);
       return;
     }
-    pool_.run(parts, [&](int64_t i, int) { fn(n * i / parts, n * (i + 1) / parts); });
-  }
-  // The same over whole sequences (RoPE's positions restart per sequence).
-  template <class Fn>
-  void split_batches(int64_t batches, int64_t per_batch, Fn&& fn) {
-    const int64_t parts = std::min<int64_t>({pool_.size(), batches, batches * per_batch / kMinPart});
-    if (parts < 2) {
-      fn(0, batches);
-      return;
-    }
-    pool_.run(parts, [&](int64_t i, int) { fn(batches * i / parts, batches * (i + 1) / parts); });
+    pool_.run(parts, [&](int64_t i, int) { fn(items * i / parts, items * (i + 1) / parts); });
   }
 
   static Heads rope_shape(const char* op, const Tensor& x, float theta) {

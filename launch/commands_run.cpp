@@ -387,6 +387,9 @@ static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterC
   const runtime::Plan topo = resolve_topology(spec);
   // The kernels OpenBLAS uses (kernels/blas_core.hpp: a fallback to Prescott is undone where the CPU allows).
   const std::string blas_core = kernels::blas_core();
+  // What configure_openblas set (or the user did): how long idle OpenBLAS threads spin.
+  const char* timeout_env = std::getenv("OPENBLAS_THREAD_TIMEOUT");
+  const std::string blas_thread_timeout = timeout_env ? timeout_env : "";
   spdlog::info("run '{}' from {}: {} parameters, {} steps, {} device(s) ({}), output in {}; OpenBLAS kernels {}",
                spec.run.name, spec.source, topo.parameters, spec.run.steps, spec.topology.devices,
                device_kind_name(spec.topology.device_kind), out_dir, blas_core);
@@ -404,8 +407,7 @@ static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterC
                              .add("steps", spec.run.steps)
                              .add("parameters", topo.parameters)
                              .add("openblas_core", blas_core)
-                             // What configure_openblas set (or the user did): idle OpenBLAS threads' spin.
-                             .add("openblas_thread_timeout", std::string(std::getenv("OPENBLAS_THREAD_TIMEOUT") ? std::getenv("OPENBLAS_THREAD_TIMEOUT") : ""))
+                             .add("openblas_thread_timeout", blas_thread_timeout)
                              .str());
       // The actor tree for `troupe dashboard` (sim runs have no actors).
       if (spec.topology.device_kind != DeviceKind::sim) metrics.write_line(plan_line(spec, topo));

@@ -38,34 +38,12 @@ Tensor WeightGrads::keep(kernels::Backend& be, const Tensor& t) {
 
 void WeightGrads::gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const Tensor& a,
                        const Tensor& b, float beta, const Tensor& c) {
-  Op op;
-  op.kind = Kind::gemm;
-  op.ta = ta;
-  op.tb = tb;
-  op.m = m;
-  op.n = n;
-  op.k = k;
-  op.alpha = alpha;
-  op.beta = beta;
-  op.a = a;
-  op.b = b;
-  op.c = c;
-  ops_.push_back(std::move(op));
+  ops_.push_back(Op{Kind::gemm, ta, tb, m, n, k, alpha, beta, a, b, c, {}});
 }
 
 void WeightGrads::gemm_grouped(bool ta, bool tb, float alpha, const Tensor& a, const Tensor& b, float beta,
                                const Tensor& c, std::vector<kernels::GemmGroup> groups) {
-  Op op;
-  op.kind = Kind::grouped;
-  op.ta = ta;
-  op.tb = tb;
-  op.alpha = alpha;
-  op.beta = beta;
-  op.a = a;
-  op.b = b;
-  op.c = c;
-  op.groups = std::move(groups);
-  ops_.push_back(std::move(op));
+  ops_.push_back(Op{Kind::grouped, ta, tb, 0, 0, 0, alpha, beta, a, b, c, std::move(groups)});
 }
 
 void WeightGrads::embedding_backward(const Tensor& dtable, const Tensor& dout, const Tensor& ids) {

@@ -181,17 +181,15 @@ void reduce(Self* self) {
     if (comp->host) {
       // One slice over the whole range (one producer, e.g. a single rank):
       // the update reads the gradients from the message itself.
-      const Envelope* whole = nullptr;
+      bool whole = false;
       if (slices.size() == 1) {
         auto r = slices[0].read<schemas::GradSlice>();
-        if (static_cast<int64_t>((*r)->getRange().getOffset()) == range.offset &&
-            static_cast<int64_t>(tensor_f32((*r)->getGrads()).size()) == range.count)
-          whole = &slices[0];
+        const auto g = tensor_f32((*r)->getGrads());
+        whole = static_cast<int64_t>((*r)->getRange().getOffset()) == range.offset &&
+                static_cast<int64_t>(g.size()) == range.count;
+        if (whole) comp->grads = kernels::borrow_host_f32(&be, const_cast<float*>(g.data()), range.count, slices[0].data());
       }
-      if (whole != nullptr) {
-        const auto g = tensor_f32((*whole->read<schemas::GradSlice>())->getGrads());
-        comp->grads = kernels::borrow_host_f32(&be, const_cast<float*>(g.data()), range.count, whole->data());
-      } else {
+      if (!whole) {
         comp->grads = comp->own_grads;
         sum_slices_into(comp->grads.f32(), range, slices);
       }
@@ -283,9 +281,8 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
             const auto x = tensor_f32((*r)->getParams());
             if (static_cast<int64_t>(x.size()) != dst[i]->numel()) throw std::runtime_error("snapshot of the wrong size");
             // Host moments are only read from (the next update writes new
-            // messages), so they borrow the snapshot's memory.
-            if (comp->host && i > 0) break;
-            be.upload_f32(*dst[i], x);
+            // messages), so they borrow the snapshot's memory (below).
+            if (!comp->host || i == 0) be.upload_f32(*dst[i], x);
           }
           if (comp->host) adopt_moments(be, *comp, m, v);
         }, [] {}, owner_label(TraceLabel::ShardInit, s.shard));
