@@ -187,11 +187,15 @@ void bench_gemm(Backend& be, int threads, const GemmShape& s, const Options& o,
   const float* pa = host ? a.f32() : ha.data();
   const float* pb = host ? b.f32() : hb.data();
   float* pc = host ? c.f32() : hc.data();
+  // At the backend's thread count: OpenBLAS's own threading (the backend runs
+  // it single-threaded and splits over its own threads).
   std::function<void()> run_raw = [&] {
+    openblas_set_num_threads(threads);
     for (const GemmGroup& g : s.groups)
       cblas_sgemm(CblasRowMajor, s.ta ? CblasTrans : CblasNoTrans, s.tb ? CblasTrans : CblasNoTrans,
                   g.m, g.n, g.k, 1.0f, pa + g.a_offset, s.ta ? g.m : g.k, pb + g.b_offset,
                   s.tb ? g.k : g.n, 0.0f, pc + g.c_offset, g.n);
+    openblas_set_num_threads(1);
   };
   const Timing t = compare(run_backend, run_raw, o);
   rows.push_back(

@@ -59,8 +59,11 @@ std::vector<NamedConfig> configs() {
   return {q, d};
 }
 
-// Best cblas_sgemm GFLOP/s over square sizes, median of a few repetitions.
-double sgemm_peak_gflops(bool quick) {
+// Best cblas_sgemm GFLOP/s over square sizes, median of a few repetitions, on
+// `threads` OpenBLAS threads (troupe's backend runs OpenBLAS single-threaded
+// and splits GEMMs over its own threads; the peak is OpenBLAS's own).
+double sgemm_peak_gflops(int threads, bool quick) {
+  openblas_set_num_threads(threads);
   double best = 0.0;
   for (int n : {256, 512, 1024}) {
     std::vector<float> a(static_cast<size_t>(n) * n, 0.5f), b(a), c(a.size());
@@ -77,6 +80,7 @@ double sgemm_peak_gflops(bool quick) {
     std::sort(t.begin(), t.end());
     best = std::max(best, 2.0 * n * n * n / t[t.size() / 2] / 1e9);
   }
+  openblas_set_num_threads(1);  // as the host backend runs it
   return best;
 }
 
@@ -114,7 +118,7 @@ Row measure(const NamedConfig& nc, int threads, const Options& o) {
   r.best_tokens_per_s = tokens / r.best_step_s;
   r.flops_per_token = model::train_flops_per_token(nc.model);
   r.model_gflops = r.flops_per_token * r.tokens_per_s / 1e9;
-  r.peak_gflops = sgemm_peak_gflops(o.quick);  // after the run: same thread count, warm
+  r.peak_gflops = sgemm_peak_gflops(threads, o.quick);  // after the run: same thread count, warm
   r.mfu = r.model_gflops / r.peak_gflops;
   return r;
 }

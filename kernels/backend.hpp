@@ -257,8 +257,8 @@ OpenclDeviceType parse_opencl_device_type(const std::string& name);
 
 struct BackendOptions {
   BackendKind kind = BackendKind::host;
-  int threads = 1;            // host: OpenBLAS threads (process-wide in OpenBLAS:
-                              // the last host backend created sets it)
+  int threads = 1;            // host: the backend's threads (OpenBLAS itself runs
+                              // single-threaded; the result does not depend on this)
   int platform = -1;          // opencl: platform index (-1: first with a device of `device_type`)
   int device = 0;             // opencl: device index on that platform
   OpenclDeviceType device_type = OpenclDeviceType::any;  // opencl

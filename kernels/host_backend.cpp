@@ -1,7 +1,8 @@
 // HostBackend: the Backend for plain CPU memory. It owns 64-byte aligned
 // buffers, checks every op's shapes, dtypes and index ranges (throwing
 // std::invalid_argument naming the op and the shapes), then calls the raw
-// kernels of kernels/host_ops.hpp. GEMM goes to OpenBLAS; the rest is C++.
+// kernels of kernels/host_ops.hpp. GEMM goes to OpenBLAS (single-threaded; the
+// backend's own threads split it), the rest is C++.
 #include "kernels/host_backend.hpp"
 
 #include <cblas.h>
@@ -145,8 +146,12 @@ Heads heads(const char* op, const char* name, const Tensor& t) {
 class HostBackend final : public Backend {
  public:
   explicit HostBackend(const BackendOptions& options) : pool_(checked_threads(options.threads)) {
-    // OpenBLAS's thread count is process-wide: the last backend created sets it.
-    openblas_set_num_threads(options.threads);
+    // OpenBLAS runs single-threaded, always: its count is process-wide, so a
+    // device that changed it would change the thread count, and with it the
+    // bits, of another device's GEMM in flight. The backend's own threads
+    // split large GEMMs instead (host::sgemm_rows). Every backend sets the
+    // same value, so none races another.
+    openblas_set_num_threads(1);
   }
 
   static int checked_threads(int threads) {
@@ -215,8 +220,8 @@ class HostBackend final : public Backend {
     expect_numel(op, "a", a, m * k, "m*k");
     expect_numel(op, "b", b, k * n, "k*n");
     expect_numel(op, "c", c, m * n, "m*n");
-    host::sgemm(ta, tb, m, n, k, alpha, F(op, "a", a), ta ? m : k, F(op, "b", b), tb ? k : n, beta,
-                F(op, "c", c), n);
+    host::sgemm_rows(pool_, ta, tb, m, n, k, alpha, F(op, "a", a), ta ? m : k, F(op, "b", b), tb ? k : n, beta,
+                     F(op, "c", c), n);
   }
 
   void gemm_strided_batched(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
@@ -756,7 +761,8 @@ class HostBackend final : public Backend {
     return ps;
   }
 
-  // The backend's threads for grouped GEMM groups and attention heads.
+  // The backend's threads: row blocks of a GEMM, grouped GEMM groups, attention
+  // heads, parts of elementwise ops.
   host::HostPool pool_;
 };
 

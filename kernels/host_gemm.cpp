@@ -1,10 +1,12 @@
 // Host GEMM: a thin row-major wrapper over OpenBLAS cblas_sgemm. It adds only
-// the cases BLAS refuses (a zero dimension), so its speed is cblas_sgemm's.
+// the cases BLAS refuses (a zero dimension), so its speed is cblas_sgemm's,
+// and the split of a large GEMM across a device's threads (sgemm_rows).
 #include <cblas.h>
 
 #include <algorithm>
 
 #include "kernels/host_ops.hpp"
+#include "kernels/host_pool.hpp"
 
 namespace troupe::kernels::host {
 
@@ -29,6 +31,25 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
               static_cast<blasint>(k), alpha, a, static_cast<blasint>(std::max<int64_t>(lda, 1)), b,
               static_cast<blasint>(std::max<int64_t>(ldb, 1)), beta, c,
               static_cast<blasint>(std::max<int64_t>(ldc, 1)));
+}
+
+void sgemm_rows(HostPool& pool, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  const int64_t flops = m * n * k;
+  const int64_t parts = std::min<int64_t>({pool.size(), m / kGemmRowAlign, flops / kGemmMinPartFlops});
+  if (parts < 2) {
+    sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  // Whole blocks of kGemmRowAlign rows per part; the last part takes the rest.
+  const int64_t per = (m / parts + kGemmRowAlign - 1) / kGemmRowAlign * kGemmRowAlign;
+  pool.run(parts, [&](int64_t i, int) {
+    const int64_t r0 = std::min(m, i * per), r1 = std::min(m, r0 + per);
+    if (r0 == r1) return;
+    // Rows r0.. of op(A): row r0 of A, or column r0 of A^T.
+    const float* ap = trans_a ? a + r0 : a + r0 * lda;
+    sgemm(trans_a, trans_b, r1 - r0, n, k, alpha, ap, lda, b, ldb, beta, c + r0 * ldc, ldc);
+  });
 }
 
 }  // namespace troupe::kernels::host

@@ -97,6 +97,24 @@ inline float fast_exp(float x) {
 void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
            int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
+// The same GEMM split across `pool`'s threads by rows of C, each part one
+// single-threaded OpenBLAS call. OpenBLAS always runs single-threaded in
+// troupe (HostBackend): its own threading makes an element's bits depend on
+// the thread count (Haswell kernels: 580 of 600 shapes differ between 1 and
+// 2 threads) and its count is process-wide, so another device could change it
+// mid-call. A split at a multiple of kGemmRowAlign rows gives every element
+// the bits of the unsplit call (the Haswell sgemm kernel computes C in blocks
+// of 12 rows of row-major C; Prescott and Sandybridge in 4 or 8): the result
+// does not depend on the thread count (KernelsGemm.RowSplitKeepsBits checks
+// it under whichever kernels are loaded). SkylakeX's small-matrix kernels are
+// the exception: a part may fall under their size limit.
+inline constexpr int64_t kGemmRowAlign = 48;
+// Below this many multiply-adds per part, waking a thread costs more than it
+// saves (bench_kernels).
+inline constexpr int64_t kGemmMinPartFlops = int64_t{1} << 20;
+void sgemm_rows(HostPool& pool, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
 // ---- attention (host_attention.cpp) ---------------------------------------------------
 // q, k, v, out: [B,S,H,hd]; lse: [B,H,S]. The (batch, head) pairs run as items
 // of `pool` (host_pool.hpp); the result does not depend on the pool's size.

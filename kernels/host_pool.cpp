@@ -3,8 +3,6 @@
 // counter, and the caller works alongside them, then waits for the stragglers.
 #include "kernels/host_pool.hpp"
 
-#include <cblas.h>
-
 #include <atomic>
 #include <condition_variable>
 #include <exception>
@@ -76,7 +74,6 @@ void HostPool::run(int64_t n, const std::function<void(int64_t, int)>& body) {
     for (int64_t i = 0; i < n; ++i) body(i, 0);
     return;
   }
-  openblas_set_num_threads(1);
   {
     std::lock_guard<std::mutex> lk(s.mu);
     s.body = &body;
@@ -95,7 +92,6 @@ void HostPool::run(int64_t n, const std::function<void(int64_t, int)>& body) {
     error = s.error;
     s.body = nullptr;
   }
-  openblas_set_num_threads(size_);
   s.in_use.store(false);
   if (error) std::rethrow_exception(error);
 }

@@ -1,13 +1,13 @@
 // HostPool: the host backend's own team of threads for work that splits into
 // independent items (the groups of a grouped GEMM, the (batch, head) pairs of
-// attention). Small GEMMs split poorly across OpenBLAS threads; one item per
-// thread with single-threaded BLAS keeps every core busy instead.
+// attention, the row blocks of one large GEMM). OpenBLAS runs single-threaded
+// in troupe (HostBackend), so an item's GEMMs give the bits of a 1-thread run,
+// at any pool size.
 //
 // Determinism: an item is computed wholly by one thread and its result does
 // not depend on which one (per-thread scratch is indexed by `worker` and fully
 // written before it is read), so the output is the same bits whatever the
-// schedule. Inside a region OpenBLAS runs single-threaded, so an item's GEMMs
-// give the bits of a 1-thread run, at any pool size.
+// schedule.
 #pragma once
 
 #include <cstdint>
@@ -30,9 +30,9 @@ class HostPool {
   // done; worker in [0, size()) names the thread (the caller is 0). Items are
   // handed out in index order to whichever thread is free, so list the
   // costliest first. With one thread, or n < 2, it is a plain loop on the
-  // caller and OpenBLAS keeps its thread count. Otherwise OpenBLAS is set to
-  // one thread for the region and back to size() threads after it (OpenBLAS's
-  // count is process-wide, as BackendOptions::threads says). The first
+  // caller. It never touches OpenBLAS's thread count: that count is
+  // process-wide, and changing it here changed the bits of another device's
+  // GEMM in flight (bench/RESULTS.md "Same bits on every CPU"). The first
   // exception thrown by a body is rethrown here after every item has run.
   // A call made while another runs on the same pool (from another thread, or
   // from a body) is a plain loop on its own caller.

@@ -4,13 +4,13 @@
 #include "launch/cli.hpp"
 
 #include <cmath>
-
 #include <cstdio>
 #include <cstring>
 #include <iostream>
 #include <spdlog/spdlog.h>
 
 #include "actors/cluster/cluster_tls.hpp"
+#include "kernels/blas_core.hpp"
 #include "launch/spec.hpp"
 
 #ifndef TROUPE_VERSION
@@ -214,6 +214,10 @@ int run_cli(int argc, char** argv) {
     std::fprintf(stderr, "troupe: %zu problem(s) in the spec; nothing was run\n", e.diagnostics().size());
     return kExitBadSpec;
   }
+  // OpenBLAS's kernel family is fixed as the library loads: a spec that asks
+  // for another than the one loaded runs this command again (nothing has been
+  // done yet; mpirun's processes each do the same, before MPI starts).
+  kernels::select_host_kernels(spec.topology.host_kernels, argv);
   if (!opt.log_level.empty()) spec.log.level = opt.log_level;
   spdlog::set_level(spdlog::level::from_str(spec.log.level));
 

@@ -385,14 +385,18 @@ static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterC
   }
   setup_logging(spec, out_dir);
   const runtime::Plan topo = resolve_topology(spec);
-  // The kernels OpenBLAS uses (kernels/blas_core.hpp: a fallback to Prescott is undone where the CPU allows).
+  // The kernels OpenBLAS uses (kernels/blas_core.hpp: troupe's portable family unless the spec or the user chose).
   const std::string blas_core = kernels::blas_core();
+  bool off_portable = false;
+  const std::string blas_family = kernels::describe_host_kernels(spec.topology.host_kernels, &off_portable);
   // What configure_openblas set (or the user did): how long idle OpenBLAS threads spin.
   const char* timeout_env = std::getenv("OPENBLAS_THREAD_TIMEOUT");
   const std::string blas_thread_timeout = timeout_env ? timeout_env : "";
   spdlog::info("run '{}' from {}: {} parameters, {} steps, {} device(s) ({}), output in {}; OpenBLAS kernels {}",
                spec.run.name, spec.source, topo.parameters, spec.run.steps, spec.topology.devices,
-               device_kind_name(spec.topology.device_kind), out_dir, blas_core);
+               device_kind_name(spec.topology.device_kind), out_dir, blas_family);
+  if (off_portable && spec.topology.device_kind == DeviceKind::host)
+    spdlog::warn("[topology] host_kernels = \"portable\", but OpenBLAS runs {}", blas_family);
 
   MetricsWriter metrics;
   const ProgressStyle style = resolve_progress(spec.log.progress);
@@ -407,6 +411,7 @@ static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterC
                              .add("steps", spec.run.steps)
                              .add("parameters", topo.parameters)
                              .add("openblas_core", blas_core)
+                             .add("host_kernels", std::string(kernels::host_kernels_name(spec.topology.host_kernels)))
                              .add("openblas_thread_timeout", blas_thread_timeout)
                              .str());
       // The actor tree for `troupe dashboard` (sim runs have no actors).

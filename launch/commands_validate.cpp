@@ -10,6 +10,7 @@
 #include "actors/cluster/cluster_tls.hpp"
 #include "actors/rl/rl_plan.hpp"
 
+#include "kernels/blas_core.hpp"
 #include "launch/cli.hpp"
 #include "launch/phases.hpp"
 #include "launch/sim_plan.hpp"
@@ -242,6 +243,8 @@ void describe(const Spec& spec) {
     std::printf("runs on the actor runtime (one process; the experts run inside the stage actors)\n");
   else
     std::printf("single device: runs in the single-process trainer, with the same math as the actor runtime\n");
+  if (spec.topology.device_kind == DeviceKind::host)
+    std::printf("host kernels: OpenBLAS %s\n", kernels::describe_host_kernels(spec.topology.host_kernels).c_str());
   print_faults(spec);
 }
 

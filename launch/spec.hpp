@@ -20,6 +20,7 @@
 #include "actors/supervision/elastic.hpp"
 #include "actors/supervision/faults.hpp"
 #include "kernels/backend.hpp"
+#include "kernels/blas_core.hpp"
 #include "model/config.hpp"
 #include "rl/config.hpp"
 
@@ -67,7 +68,8 @@ struct ExpertsConfig {
 struct TopologyConfig {
   int64_t devices = 1;                  // devices (threads / GPU queues) in the whole run
   DeviceKind device_kind = DeviceKind::host;
-  int64_t threads_per_device = 1;       // host: OpenBLAS threads per device
+  int64_t threads_per_device = 1;       // host: the backend's threads per device
+  kernels::HostKernels host_kernels = kernels::HostKernels::portable;  // OpenBLAS's family (kernels/blas_core.hpp)
   int64_t opencl_platform = -1;         // opencl: platform index, -1 = first usable
   int64_t opencl_device = 0;            // opencl: device index on the platform
   kernels::OpenclDeviceType opencl_device_type = kernels::OpenclDeviceType::any;  // opencl

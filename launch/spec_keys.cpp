@@ -143,7 +143,8 @@ std::vector<KeyDef> build_keys() {
          if (s.topology.optimizer_shards > 1) return "sim devices model the optimizer step as one fixed cost ([sim] optimizer_ms); set optimizer_shards = 1";
          return "";
        }});
-  add({"topology", "threads_per_device", KeyType::Int, F(topology.threads_per_device), "Host devices: threads per device (OpenBLAS's, and the host backend's own for grouped GEMM groups and attention heads).", 1, 1024});
+  add({"topology", "threads_per_device", KeyType::Int, F(topology.threads_per_device), "Host devices: threads per device (the host backend's own: row blocks of large GEMMs, grouped GEMM groups, attention heads, elementwise parts; OpenBLAS itself runs single-threaded). The result is the same bits for every value.", 1, 1024});
+  add({"topology", "host_kernels", KeyType::Choice, F(topology.host_kernels), "OpenBLAS's kernel family on host devices: \"portable\" (its Haswell kernels: the same checkpoint bytes on every x86-64 CPU with AVX2 and FMA, Intel or AMD) or \"native\" (the fastest this CPU runs: SkylakeX's AVX-512 kernels where present; faster, but the bits are this CPU family's). An OPENBLAS_CORETYPE set in the environment overrides both.", 0, 0, {} /* the enum's names: bind_choices */});
   add({"topology", "opencl_platform", KeyType::Int, F(topology.opencl_platform), "OpenCL platform index; -1 picks the first platform with a matching device.", -1, 64});
   add({"topology", "opencl_device", KeyType::Int, F(topology.opencl_device), "OpenCL device index on the platform.", 0, 64});
   add({"topology", "opencl_device_type", KeyType::Choice, F(topology.opencl_device_type), "OpenCL device type to look for: \"any\", \"gpu\" or \"cpu\".", 0, 0, {} /* the enum's names: bind_choices */});
@@ -365,6 +366,7 @@ void bind_choices(std::vector<KeyDef>& k) {
        model::data_kind_name);
   bind_choice(k, "optim.schedule", std::vector{model::LrSchedule::cosine, model::LrSchedule::constant}, model::lr_schedule_name);
   bind_choice(k, "topology.device_kind", std::vector{DeviceKind::host, DeviceKind::opencl, DeviceKind::sim}, device_kind_name);
+  bind_choice(k, "topology.host_kernels", std::vector{kernels::HostKernels::portable, kernels::HostKernels::native}, kernels::host_kernels_name);
   bind_choice(k, "topology.opencl_device_type",
        std::vector{kernels::OpenclDeviceType::any, kernels::OpenclDeviceType::gpu, kernels::OpenclDeviceType::cpu},
        kernels::opencl_device_type_name);

@@ -21,10 +21,30 @@ struct Slot {
   std::string error;
 };
 
+std::map<std::string, Slot>& backend_cache() {
+  static std::map<std::string, Slot> cache;
+  return cache;
+}
+
+// The cached backends go before main returns. Left to the exit handlers, the
+// OpenCL backend's destructor waited (clFinish) on work a test had enqueued
+// without waiting for it, and PoCL then compiled that kernel with LLVM's
+// static pass registry already destroyed (it was created after the cache, so
+// its exit handler ran first): "Failed to create kernel compiler pass
+// inline-kernels" and an abort after PASSED. Seen under parallel ctest, when
+// PoCL's compile had not finished by exit; every time with a cold PoCL cache
+// (POCL_CACHE_DIR=$(mktemp -d)).
+class ReleaseBackends : public ::testing::Environment {
+ public:
+  void TearDown() override { backend_cache().clear(); }
+};
+[[maybe_unused]] ::testing::Environment* const kReleaseBackends =
+    ::testing::AddGlobalTestEnvironment(new ReleaseBackends);
+
 }  // namespace
 
 Backend* backend_or_null(const std::string& name, std::string* why) {
-  static std::map<std::string, Slot> cache;
+  auto& cache = backend_cache();
   auto it = cache.find(name);
   if (it == cache.end()) {
     Slot s;

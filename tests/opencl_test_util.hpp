@@ -35,24 +35,43 @@ inline bool opencl_required() {
   return v && std::string(v) == "1";
 }
 
+struct SharedOpencl {
+  std::unique_ptr<Backend> be;
+  std::string error;
+  bool tried = false;
+};
+inline SharedOpencl& shared_opencl_state() {
+  static SharedOpencl s;
+  return s;
+}
+
 // The shared backend, or nullptr with the reason in *why.
 inline Backend* shared_opencl(std::string* why) {
-  static std::unique_ptr<Backend> be;
-  static std::string error;
-  static bool tried = false;
-  if (!tried) {
-    tried = true;
+  SharedOpencl& s = shared_opencl_state();
+  if (!s.tried) {
+    s.tried = true;
     try {
       BackendOptions o;
       o.kind = kernels::BackendKind::opencl;
-      be = make_backend(o);
+      s.be = make_backend(o);
     } catch (const std::exception& e) {
-      error = e.what();
+      s.error = e.what();
     }
   }
-  *why = error;
-  return be.get();
+  *why = s.error;
+  return s.be.get();
 }
+
+// The shared backend goes before main returns, while PoCL's LLVM is whole:
+// left to the exit handlers, its destructor's clFinish could make PoCL compile
+// a pending kernel after LLVM's statics were destroyed, and abort
+// (tests/kernels_harness.cpp, ReleaseBackends).
+class ReleaseSharedOpencl : public ::testing::Environment {
+ public:
+  void TearDown() override { shared_opencl_state().be.reset(); }
+};
+inline ::testing::Environment* const kReleaseSharedOpencl =
+    ::testing::AddGlobalTestEnvironment(new ReleaseSharedOpencl);
 
 // In a TEST body: TROUPE_REQUIRE_OPENCL_BACKEND(be); declares Backend& be or skips/fails.
 #define TROUPE_REQUIRE_OPENCL_BACKEND(var)                                            \
