@@ -1,10 +1,11 @@
 // The host backend's threads (kernels/host_pool.hpp): HostPool hands out every
 // item once and rethrows a body's exception; a 2-thread host backend, which
-// runs grouped GEMM groups and attention heads concurrently with one BLAS
-// thread each, gives the same bits as a 1-thread one (at shapes where
-// OpenBLAS's own results differ between 1 and 2 threads, e.g. 67x129x33), the
-// float64 reference's values, and the same bits on every run; grouped GEMMs
-// whose outputs overlap still accumulate in order.
+// runs grouped GEMM groups, attention heads and the row blocks of a large GEMM
+// concurrently with single-threaded BLAS, gives the same bits as a 1-thread
+// one (at shapes where OpenBLAS's own results differ between 1 and 2 threads,
+// e.g. 67x129x33), the float64 reference's values, and the same bits on every
+// run, also while another device's backend computes at the same time; grouped
+// GEMMs whose outputs overlap still accumulate in order.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -14,6 +15,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/host_pool.hpp"
@@ -25,18 +27,13 @@ namespace {
 
 using Results = std::vector<std::vector<float>>;
 
-// Runs `fn` on a fresh host backend with `threads` threads, created just
-// before (OpenBLAS's thread count is process-wide: the newest backend sets it).
+// Runs `fn` on a fresh host backend with `threads` threads.
 Results on_host(int threads, const std::function<Results(Backend&)>& fn) {
   BackendOptions o;
   o.threads = threads;
   std::unique_ptr<Backend> b = make_backend(o);
   return fn(*b);
 }
-
-// Leaves OpenBLAS at 1 thread for the tests that follow (they use the
-// harness's 1-thread host backend).
-void reset_blas_threads() { on_host(1, [](Backend&) { return Results{}; }); }
 
 bool bitwise_equal(const Results& a, const Results& b) {
   if (a.size() != b.size()) return false;
@@ -62,7 +59,6 @@ TEST(HostPool, RunsEveryItemOnceOnEveryThreadCount) {
       EXPECT_EQ(bad_worker.load(), 0);
     }
   }
-  reset_blas_threads();
 }
 
 TEST(HostPool, RethrowsAfterEveryItemRan) {
@@ -79,7 +75,6 @@ TEST(HostPool, RethrowsAfterEveryItemRan) {
   std::atomic<int> again{0};
   pool.run(8, [&](int64_t, int) { ++again; });
   EXPECT_EQ(again.load(), 8);
-  reset_blas_threads();
 }
 
 TEST(HostPool, NestedRunIsAPlainLoopOnItsCaller) {
@@ -93,7 +88,6 @@ TEST(HostPool, NestedRunIsAPlainLoopOnItsCaller) {
     (void)outer;
   });
   for (auto& h : hits) EXPECT_EQ(h.load(), 1);
-  reset_blas_threads();
 }
 
 // Attention forward + backward (overwrite and accumulate) at odd sizes: more
@@ -146,7 +140,6 @@ TEST(HostThreads, AttentionSameBitsOnOneAndTwoThreadsAndMatchesReference) {
     EXPECT_TRUE(near(two[3], dk, bwd)) << "dk";
     EXPECT_TRUE(near(two[4], dv, bwd)) << "dv";
   }
-  reset_blas_threads();
 }
 
 // Grouped GEMM with per-group shapes where OpenBLAS's 1- and 2-thread results
@@ -187,7 +180,6 @@ TEST(HostThreads, GroupedGemmSameBitsOnOneAndTwoThreadsAndMatchesReference) {
     }
     EXPECT_TRUE(near(two[0], want, Tol{1e-5, 1e-5}));
   }
-  reset_blas_threads();
 }
 
 TEST(HostThreads, GroupedGemmWithOverlappingOutputsAccumulatesInOrder) {
@@ -206,7 +198,6 @@ TEST(HostThreads, GroupedGemmWithOverlappingOutputsAccumulatesInOrder) {
   const Results two = on_host(2, run), one = on_host(1, run);
   EXPECT_TRUE(near(two[0], want, Tol{1e-5, 1e-5}));
   EXPECT_TRUE(bitwise_equal(two, one));
-  reset_blas_threads();
 }
 
 // A model's activations are views of one arena buffer: A and C of a grouped
@@ -240,7 +231,6 @@ TEST(HostThreads, GroupedGemmWithAAndCInOneBufferRunsConcurrently) {
     std::copy(cg.begin(), cg.end(), want.begin() + g.c_offset);
   }
   EXPECT_TRUE(near(two[0], want, Tol{1e-5, 1e-5}));
-  reset_blas_threads();
 }
 
 // A group that reads (as A) what an earlier group writes in the same buffer
@@ -264,7 +254,6 @@ TEST(HostThreads, GroupedGemmReadingAnEarlierGroupsOutputRunsInOrder) {
   const Results two = on_host(2, run), one = on_host(1, run);
   EXPECT_TRUE(near(two[0], want, Tol{1e-5, 1e-5}));
   EXPECT_TRUE(bitwise_equal(two, one));
-  reset_blas_threads();
 }
 
 // The elementwise ops a 2-thread host backend splits across its threads
@@ -317,7 +306,71 @@ TEST(HostThreads, ElementwiseOpsSameBitsOnOneAndTwoThreads) {
   };
   const Results two = on_host(2, run), one = on_host(1, run);
   EXPECT_TRUE(bitwise_equal(two, one));
-  reset_blas_threads();
+}
+
+// One GEMM large enough to be split by rows over the backend's threads
+// (host::sgemm_rows), every transpose, beta 0 and 0.5.
+Results one_gemm(Backend& b, bool ta, bool tb, float beta, int64_t m, int64_t n, int64_t k,
+                 const std::vector<float>& a, const std::vector<float>& bm, const std::vector<float>& c0) {
+  Tensor c = b.from_f32({m, n}, c0);
+  b.gemm(ta, tb, m, n, k, 0.75f, b.from_f32({m * k}, a), b.from_f32({k * n}, bm), beta, c);
+  return {b.download_f32(c)};
+}
+
+TEST(HostThreads, GemmSameBitsOnOneTwoAndThreeThreadsAndMatchesReference) {
+  // 701 rows: 14 whole blocks of 48 and a ragged end; 8.7M multiply-adds, so
+  // 2 and 3 threads each get a part.
+  const int64_t m = 701, n = 97, k = 129;
+  Rng rng(92);
+  for (int t = 0; t < 4; ++t) {
+    const bool ta = t & 1, tb = t & 2;
+    const float beta = t == 3 ? 0.5f : 0.0f;
+    SCOPED_TRACE("ta=" + std::to_string(ta) + " tb=" + std::to_string(tb));
+    const auto a = rng.f32(m * k), bm = rng.f32(k * n), c0 = rng.f32(m * n);
+    auto run = [&](Backend& b) { return one_gemm(b, ta, tb, beta, m, n, k, a, bm, c0); };
+    const Results one = on_host(1, run), two = on_host(2, run), three = on_host(3, run);
+    EXPECT_TRUE(bitwise_equal(one, two)) << "2 threads vs 1 thread";
+    EXPECT_TRUE(bitwise_equal(one, three)) << "3 threads vs 1 thread";
+    const auto want = ref::gemm(ta, tb, m, n, k, 0.75, to_double(a), to_double(bm), beta, to_double(c0));
+    EXPECT_TRUE(near(two[0], want, Tol{1e-5, 1e-5}));
+  }
+}
+
+// Two devices computing at once, each a 2-thread backend on its own thread:
+// every result has the bits it has when computed alone. The pool used to set
+// OpenBLAS's process-wide thread count to 1 for each region and back after
+// it, which changed the count, and under the Haswell kernels the bits, of the
+// other device's GEMM in flight (the bitwise matrix runs this test under each
+// kernel family).
+TEST(HostThreads, ConcurrentDevicesKeepTheirBits) {
+  const int64_t m = 480, n = 96, k = 200;
+  Rng rng(93);
+  const auto a = rng.f32(m * k), bm = rng.f32(k * n), c0 = rng.f32(m * n);
+  const std::vector<int64_t> ms = {120, 67, 200, 93};
+  std::vector<GemmGroup> groups;
+  int64_t rows = 0;
+  for (size_t e = 0; e < ms.size(); ++e) {
+    groups.push_back({ms[e], n, k, rows * k, static_cast<int64_t>(e) * k * n, rows * n});
+    rows += ms[e];
+  }
+  const auto ga = rng.f32(rows * k), gb = rng.f32(ms.size() * k * n), gc = rng.f32(rows * n);
+  // Device 0 runs large GEMMs (split over its threads), device 1 grouped
+  // GEMMs (a pool region each), 100 times each, at the same time.
+  auto gemm = [&](Backend& b) { return one_gemm(b, false, true, 0.0f, m, n, k, a, bm, c0); };
+  auto group = [&](Backend& b) { return grouped(b, false, false, 0.0f, groups, ga, gb, gc); };
+  const Results gemm_alone = on_host(2, gemm), group_alone = on_host(2, group);
+  std::atomic<int> differ{0};
+  auto device = [&](const std::function<Results(Backend&)>& work, const Results& alone) {
+    BackendOptions o;
+    o.threads = 2;
+    std::unique_ptr<Backend> b = make_backend(o);
+    for (int i = 0; i < 100; ++i)
+      if (!bitwise_equal(work(*b), alone)) ++differ;
+  };
+  std::thread d0(device, gemm, std::cref(gemm_alone)), d1(device, group, std::cref(group_alone));
+  d0.join();
+  d1.join();
+  EXPECT_EQ(differ.load(), 0) << "of 200 results computed while another device ran";
 }
 
 }  // namespace
