@@ -43,6 +43,25 @@ install_missing() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
 }
 
+# Which kernel families the bitwise matrix covered (tests/bitwise_matrix.sh
+# leaves one line per cell: family, threads, test, outcome).
+bitwise_summary() {
+  local dir=$1 family
+  [ -d "$dir" ] || return 0
+  echo "bitwise matrix: tests that compare bits, run under each OpenBLAS kernel family:"
+  for family in Prescott Haswell SkylakeX; do
+    cat "$dir"/*."$family".t* 2>/dev/null | awk -F'\t' -v fam="$family" '
+      { n++; if ($4 == "passed") p++; else if ($4 ~ /^skipped/) { s++; why = $4 } else f++
+        if ($2 != "0") t[$2] = 1 }
+      END {
+        if (!n) exit
+        th = ""; for (k in t) th = th (th == "" ? "" : ",") k
+        printf "  %-9s %d passed, %d failed, %d skipped%s%s\n", fam, p, f, s,
+               (s ? " " why : ""), (th != "" ? "; threads per device " th : "")
+      }'
+  done
+}
+
 BUILD_DIR=${BUILD_DIR:-build}
 JOBS=${JOBS:-$(nproc)}
 
@@ -65,7 +84,11 @@ case "$cmd" in
     # OpenCL cases must run (PoCL is installed above), not skip.
     export TROUPE_REQUIRE_OPENCL=1
     cd "$BUILD_DIR"
-    exec ctest --output-on-failure -j "$JOBS" "$@" ;;
+    rm -rf Testing/bitwise  # the bitwise matrix's cells write their outcome here
+    rc=0
+    ctest --output-on-failure -j "$JOBS" "$@" || rc=$?
+    bitwise_summary Testing/bitwise
+    exit $rc ;;
   -h|--help|help)
     sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//' ;;
   *)

@@ -41,8 +41,10 @@ void sgemm_rows(HostPool& pool, bool trans_a, bool trans_b, int64_t m, int64_t n
     sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
-  // Whole blocks of kGemmRowAlign rows per part; the last part takes the rest.
-  const int64_t per = (m / parts + kGemmRowAlign - 1) / kGemmRowAlign * kGemmRowAlign;
+  // Whole blocks of kGemmRowAlign rows per part (m / parts rounded up to a
+  // block), so the parts cover all m rows; the last one may be short or empty.
+  const int64_t blocks = (m + kGemmRowAlign - 1) / kGemmRowAlign;
+  const int64_t per = (blocks + parts - 1) / parts * kGemmRowAlign;
   pool.run(parts, [&](int64_t i, int) {
     const int64_t r0 = std::min(m, i * per), r1 = std::min(m, r0 + per);
     if (r0 == r1) return;

@@ -105,10 +105,12 @@ void sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float al
 // mid-call. A split at a multiple of kGemmRowAlign rows gives every element
 // the bits of the unsplit call (the Haswell sgemm kernel computes C in blocks
 // of 12 rows of row-major C; Prescott and Sandybridge in 4 or 8): the result
-// does not depend on the thread count (KernelsGemm.RowSplitKeepsBits checks
-// it under whichever kernels are loaded). SkylakeX's small-matrix kernels are
-// the exception: a part may fall under their size limit.
-inline constexpr int64_t kGemmRowAlign = 48;
+// does not depend on the thread count (HostThreads.GemmSameBitsOnOneTwoAnd-
+// ThreeThreads checks it under each family in the bitwise matrix; a probe of
+// 420 shapes x 4 transposes found no exception for Haswell, Prescott and
+// Sandybridge). SkylakeX's small-matrix kernels may be one: a part can fall
+// under their size limit (5 of 420 shapes differed there).
+inline constexpr int64_t kGemmRowAlign = 12;
 // Below this many multiply-adds per part, waking a thread costs more than it
 // saves (bench_kernels).
 inline constexpr int64_t kGemmMinPartFlops = int64_t{1} << 20;

@@ -18,3 +18,8 @@ troupe_add_gtest(kernels_tests
   LIBS troupe_kernels
   TIMEOUT 300
   LABELS kernels)
+# The host backend's same-bits tests (threads, concurrent devices, repeated
+# runs, GEMM) under each kernel family: the bitwise matrix (tests/CMakeLists.txt).
+troupe_add_bitwise(kernels_bitwise LABELS kernels
+  COMMAND $<TARGET_FILE:kernels_tests>
+          --gtest_filter=HostThreads.*:HostPool.*:Backends/KernelsDeterminism.*/host:Backends/KernelsGemm.*/host)

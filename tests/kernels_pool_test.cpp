@@ -318,14 +318,16 @@ Results one_gemm(Backend& b, bool ta, bool tb, float beta, int64_t m, int64_t n,
 }
 
 TEST(HostThreads, GemmSameBitsOnOneTwoAndThreeThreadsAndMatchesReference) {
-  // 701 rows: 14 whole blocks of 48 and a ragged end; 8.7M multiply-adds, so
-  // 2 and 3 threads each get a part.
-  const int64_t m = 701, n = 97, k = 129;
+  // 701 rows: whole blocks of 12 and a ragged end, 8.7M multiply-adds, so 2
+  // and 3 threads each get a part; 241 rows: 2 parts of 10 blocks and 1 row
+  // (every row must be computed); 128 rows: a weight gradient's d_model.
+  const int64_t n = 97, k = 129;
   Rng rng(92);
+  for (int64_t m : {701, 241, 128})
   for (int t = 0; t < 4; ++t) {
     const bool ta = t & 1, tb = t & 2;
     const float beta = t == 3 ? 0.5f : 0.0f;
-    SCOPED_TRACE("ta=" + std::to_string(ta) + " tb=" + std::to_string(tb));
+    SCOPED_TRACE("m=" + std::to_string(m) + " ta=" + std::to_string(ta) + " tb=" + std::to_string(tb));
     const auto a = rng.f32(m * k), bm = rng.f32(k * n), c0 = rng.f32(m * n);
     auto run = [&](Backend& b) { return one_gemm(b, ta, tb, beta, m, n, k, a, bm, c0); };
     const Results one = on_host(1, run), two = on_host(2, run), three = on_host(3, run);

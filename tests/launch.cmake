@@ -25,8 +25,13 @@ endforeach()
 add_test(NAME cli_validate_elastic_placement COMMAND troupe validate ${PROJECT_SOURCE_DIR}/launch/specs/elastic_experts.toml)
 set_tests_properties(cli_validate_elastic_placement PROPERTIES LABELS cli
   PASS_REGULAR_EXPRESSION "expert shards 4 -> 8 per MoE layer[^\n]*\nexpert placement, steps 31..40: 8 expert shard[(]s[)] per MoE layer\n    expert:0/0 +experts 0..0 on device 0")
-add_test(NAME cli_script COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli_test.sh $<TARGET_FILE:troupe> ${PROJECT_SOURCE_DIR})
-set_tests_properties(cli_script PROPERTIES LABELS cli TIMEOUT 900)
+troupe_add_bitwise(cli_script THREADS 1 2 TIMEOUT 900 LABELS cli
+  COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/cli_test.sh $<TARGET_FILE:troupe> ${PROJECT_SOURCE_DIR})
+# troupe's choice of kernel family: the default equals the forced portable
+# family, `native` the forced fastest one, and the bits do not depend on the
+# threads per device.
+add_test(NAME kernel_family_script COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/kernel_family_test.sh $<TARGET_FILE:troupe>)
+set_tests_properties(kernel_family_script PROPERTIES LABELS "bitwise;cli" TIMEOUT 600)
 # `troupe dashboard` / `report` / `plot` on real short runs, in headless
 # Chromium (skipped, exit 77, only when Chromium is absent).
 add_test(NAME dashboard_browser COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/dashboard_test.sh $<TARGET_FILE:troupe> ${PROJECT_SOURCE_DIR})

@@ -20,12 +20,12 @@ if(TARGET troupe_rl)
     LABELS rl)
 endif()
 if(TARGET troupe)
-  add_test(NAME rl_cli_script COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/rl_cli_test.sh $<TARGET_FILE:troupe> ${PROJECT_SOURCE_DIR})
-  set_tests_properties(rl_cli_script PROPERTIES TIMEOUT 600 LABELS rl)
+  troupe_add_bitwise(rl_cli_script LABELS rl
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/rl_cli_test.sh $<TARGET_FILE:troupe> ${PROJECT_SOURCE_DIR})
   # run.mode = "sft_rl" (the built-in default's two-phase job): each phase
   # equals its standalone run bit for bit, the summary, resume.
-  add_test(NAME main_job_script COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/main_job_test.sh $<TARGET_FILE:troupe> ${PROJECT_SOURCE_DIR})
-  set_tests_properties(main_job_script PROPERTIES TIMEOUT 600 LABELS rl)
+  troupe_add_bitwise(main_job_script LABELS rl
+    COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/main_job_test.sh $<TARGET_FILE:troupe> ${PROJECT_SOURCE_DIR})
 endif()
 if(TARGET troupe_runtime AND TARGET troupe_rl)
   # Decoupled RL on actors: fixed-lag equivalence, determinism, staleness and
@@ -57,8 +57,8 @@ if(TARGET troupe AND MPIRUN_EXECUTABLE)
   # Decoupled RL with generators on another process (tests/rl_mpi_test.sh):
   # bitwise the 1-process run, with a killed remote generator, and after
   # losing the generator process.
-  add_test(NAME rl_mpi COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/rl_mpi_test.sh $<TARGET_FILE:troupe> ${MPIRUN_EXECUTABLE})
-  set_tests_properties(rl_mpi PROPERTIES LABELS "mpi;rl" TIMEOUT 600)
+  troupe_add_bitwise(rl_mpi LABELS mpi rl
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/rl_mpi_test.sh $<TARGET_FILE:troupe> ${MPIRUN_EXECUTABLE})
 endif()
 if(TARGET troupe_runtime)
   # The RL messages across processes: bitwise round trips and hostile input

@@ -74,6 +74,9 @@ if(TARGET troupe_runtime)
     LIBS troupe_runtime
     TIMEOUT 120
     LABELS runtime)
+  # Both, whole, in the bitwise matrix (kernel families x threads per device).
+  troupe_add_bitwise(runtime_fault_tests THREADS 1 2 LABELS runtime COMMAND $<TARGET_FILE:runtime_fault_tests>)
+  troupe_add_bitwise(runtime_chaos_tests THREADS 1 2 LABELS runtime COMMAND $<TARGET_FILE:runtime_chaos_tests>)
   # Elastic experts: scale events against static placement, bitwise.
   troupe_add_gtest(runtime_elastic_tests
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/runtime_elastic_test.cpp

@@ -39,7 +39,7 @@ tiny=(--set model.d_model=32 --set model.n_layers=2 --set model.n_heads=2 --set 
       --set log.progress=plain --set run.steps=4 --set topology.peer_timeout=2
       --set run.mode='"pretrain"' --set data.target_pairs='""' --set model.tie_embeddings=false
       --set optim.warmup_steps=20 --set 'optim.schedule="cosine"' --set topology.stages=2
-      --set topology.threads_per_device=2)
+      --set topology.threads_per_device="${TROUPE_TEST_THREADS:-2}")
 one_f1b=(--set topology.devices=2 --set topology.schedule='"1f1b"' --set topology.microbatches=2
          --set topology.expert_shards=2 --set topology.optimizer_shards=1)
 dualpipe=(--set topology.devices=2 --set topology.schedule='"dualpipe"' --set topology.microbatches=4

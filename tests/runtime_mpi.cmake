@@ -2,10 +2,9 @@
 # identical checkpoints to the single-process runtime, lost/hung process
 # reports, world-size checks.
 if(TARGET troupe AND MPIRUN_EXECUTABLE)
-  add_test(NAME runtime_mpi
+  troupe_add_bitwise(runtime_mpi THREADS 1 2 LABELS mpi runtime
     COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/runtime_mpi_test.sh $<TARGET_FILE:troupe> ${MPIRUN_EXECUTABLE}
             $<TARGET_FILE:tls_rogue_client>)
-  set_tests_properties(runtime_mpi PROPERTIES LABELS "mpi;runtime" TIMEOUT 600)
   # Surviving the loss of process 1 of 2 (process kill / stop from the spec).
   add_test(NAME runtime_procloss
     COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/runtime_procloss_test.sh $<TARGET_FILE:troupe> ${MPIRUN_EXECUTABLE})
@@ -69,8 +68,7 @@ target_link_libraries(tls_rogue_client PRIVATE troupe_runtime)
 # (tests/runtime_elastic_mpi_test.sh): the same checkpoint as static placement
 # and as one process.
 if(TARGET troupe AND MPIRUN_EXECUTABLE)
-  add_test(NAME runtime_elastic_mpi
+  troupe_add_bitwise(runtime_elastic_mpi THREADS 1 2 LABELS mpi runtime
     COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/runtime_elastic_mpi_test.sh $<TARGET_FILE:troupe> ${MPIRUN_EXECUTABLE}
             ${PROJECT_SOURCE_DIR}/launch/specs)
-  set_tests_properties(runtime_elastic_mpi PROPERTIES LABELS "mpi;runtime" TIMEOUT 600)
 endif()

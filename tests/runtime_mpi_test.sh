@@ -46,7 +46,7 @@ tiny=(--set model.d_model=32 --set model.n_layers=2 --set model.n_heads=2 --set 
       --set model.tie_embeddings=true --set optim.warmup_steps=20 --set 'optim.schedule="cosine"'
       --set topology.devices=1 --set topology.stages=1 --set 'topology.schedule="sequential"'
       --set topology.microbatches=1 --set topology.expert_shards=1 --set topology.optimizer_shards=1
-      --set topology.threads_per_device=2)
+      --set topology.threads_per_device="${TROUPE_TEST_THREADS:-2}")
 val_of() { grep '"type":"end"' "$1/metrics.jsonl" | grep -o '"final_val_loss":[^,}]*'; }
 
 # same_run NAME ARGS...: one process, then 2 under mpirun (plus "${extra2[@]}");

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -41,6 +42,8 @@ inline runtime::RuntimeOptions tiny_moe_options(uint64_t seed, int64_t steps) {
   t.optim.grad_clip = 0.5;  // small, so the clipping path runs
   t.eval_every = 0;
   t.seed = seed;
+  // The bitwise matrix (tests/bitwise_matrix.sh) runs these tests with 1 and 2 threads per device.
+  if (const char* threads = std::getenv("TROUPE_TEST_THREADS")) t.backend.threads = std::atoi(threads);
   return o;
 }
 

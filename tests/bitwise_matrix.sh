@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# One cell of the bitwise matrix: runs a bitwise test under one OpenBLAS
+# kernel family (OPENBLAS_CORETYPE) and, where the test takes it, one count of
+# threads per device (TROUPE_TEST_THREADS, read by the test scripts and
+# tests/runtime_test_options.hpp). A family this CPU cannot execute is a skip
+# (exit 77), never a pass. Each cell leaves a line in RECORD_DIR for the
+# summary `./setup.sh test` prints.
+# usage: bitwise_matrix.sh FAMILY THREADS RECORD_DIR NAME -- COMMAND...  (THREADS 0: the test's own)
+set -u
+family=$1 threads=$2 records=$3 name=$4
+shift 4
+[ "${1:-}" = "--" ] && shift
+cell="$family t$threads"
+[ "$threads" = 0 ] && cell="$family"
+record() {
+  mkdir -p "$records"
+  printf '%s\t%s\t%s\t%s\n' "$family" "$threads" "$name" "$1" > "$records/$name.$family.t$threads"
+}
+case $family in
+  Prescott) need="pni" ;;                                       # SSE3
+  Haswell) need="avx2 fma" ;;
+  SkylakeX) need="avx512f avx512bw avx512dq avx512vl avx512cd" ;;
+  *) echo "bitwise_matrix.sh: unknown kernel family $family" >&2; exit 2 ;;
+esac
+flags=$(grep -m1 '^flags' /proc/cpuinfo)
+for f in $need; do
+  if ! grep -qw "$f" <<<"$flags"; then
+    record "skipped (this CPU lacks $f)"
+    echo "skipped: $family kernels need $f, which this CPU lacks"
+    exit 77
+  fi
+done
+export OPENBLAS_CORETYPE=$family
+[ "$threads" = 0 ] || export TROUPE_TEST_THREADS=$threads
+echo "bitwise matrix cell: $name under OpenBLAS $cell"
+"$@"
+rc=$?
+if [ $rc -eq 0 ]; then record passed; else record "FAILED (exit $rc)"; fi
+exit $rc
