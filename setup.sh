@@ -51,11 +51,11 @@ bitwise_summary() {
   echo "bitwise matrix: tests that compare bits, run under each OpenBLAS kernel family:"
   for family in Prescott Haswell SkylakeX; do
     cat "$dir"/*."$family".t* 2>/dev/null | awk -F'\t' -v fam="$family" '
-      { n++; if ($4 == "passed") p++; else if ($4 ~ /^skipped/) { s++; why = $4 } else f++
+      { n++; if ($4 == "passed") p++; else if ($4 ~ /^skipped/) { s++; why = substr($4, 9) } else f++
         if ($2 != "0") t[$2] = 1 }
       END {
         if (!n) exit
-        th = ""; for (k in t) th = th (th == "" ? "" : ",") k
+        th = ""; for (k = 1; k <= 1024; k++) if (k in t) th = th (th == "" ? "" : ",") k
         printf "  %-9s %d passed, %d failed, %d skipped%s%s\n", fam, p, f, s,
                (s ? " " why : ""), (th != "" ? "; threads per device " th : "")
       }'

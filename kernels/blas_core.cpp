@@ -103,6 +103,8 @@ std::string describe_host_kernels(HostKernels k, bool* warning) {
     if (off_portable) why += "; not the portable family (" + portable + "): bits may differ from other CPUs'";
   } else if (k == HostKernels::portable) {
     why = "portable: the same bits on every x86-64 CPU with AVX2 and FMA";
+  } else if (core == portable) {
+    why = "native: on this CPU the portable family, the same bits on every x86-64 CPU with AVX2 and FMA";
   } else {
     why = "native: this CPU's fastest; bits may differ from the portable family's";
   }
