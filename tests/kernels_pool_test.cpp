@@ -144,6 +144,18 @@ TEST(HostThreads, AttentionSameBitsOnOneAndTwoThreadsAndMatchesReference) {
 
 // Grouped GEMM with per-group shapes where OpenBLAS's 1- and 2-thread results
 // differ; each group then runs on one thread with one BLAS thread.
+// One group per entry of `ms` (its rows), each with its own k x n matrix of
+// B; A's and C's rows stacked in order. *rows: the total.
+std::vector<GemmGroup> stacked_groups(const std::vector<int64_t>& ms, int64_t n, int64_t k, int64_t* rows) {
+  std::vector<GemmGroup> groups;
+  *rows = 0;
+  for (size_t e = 0; e < ms.size(); ++e) {
+    groups.push_back({ms[e], n, k, *rows * k, static_cast<int64_t>(e) * k * n, *rows * n});
+    *rows += ms[e];
+  }
+  return groups;
+}
+
 Results grouped(Backend& b, bool ta, bool tb, float beta, const std::vector<GemmGroup>& groups,
                 const std::vector<float>& a, const std::vector<float>& bm,
                 const std::vector<float>& c0) {
@@ -161,12 +173,8 @@ TEST(HostThreads, GroupedGemmSameBitsOnOneAndTwoThreadsAndMatchesReference) {
     const bool ta = t & 1, tb = t & 2;
     const float beta = t == 3 ? 0.5f : 0.0f;
     SCOPED_TRACE("ta=" + std::to_string(ta) + " tb=" + std::to_string(tb));
-    std::vector<GemmGroup> groups;
     int64_t rows = 0;
-    for (size_t e = 0; e < ms.size(); ++e) {
-      groups.push_back({ms[e], n, k, rows * k, static_cast<int64_t>(e) * k * n, rows * n});
-      rows += ms[e];
-    }
+    const std::vector<GemmGroup> groups = stacked_groups(ms, n, k, &rows);
     const auto a = rng.f32(rows * k), bm = rng.f32(ms.size() * k * n), c0 = rng.f32(rows * n);
     auto run = [&](Backend& b) { return grouped(b, ta, tb, beta, groups, a, bm, c0); };
     const Results two = on_host(2, run), two_again = on_host(2, run), one = on_host(1, run);
@@ -349,12 +357,8 @@ TEST(HostThreads, ConcurrentDevicesKeepTheirBits) {
   Rng rng(93);
   const auto a = rng.f32(m * k), bm = rng.f32(k * n), c0 = rng.f32(m * n);
   const std::vector<int64_t> ms = {120, 67, 200, 93};
-  std::vector<GemmGroup> groups;
   int64_t rows = 0;
-  for (size_t e = 0; e < ms.size(); ++e) {
-    groups.push_back({ms[e], n, k, rows * k, static_cast<int64_t>(e) * k * n, rows * n});
-    rows += ms[e];
-  }
+  const std::vector<GemmGroup> groups = stacked_groups(ms, n, k, &rows);
   const auto ga = rng.f32(rows * k), gb = rng.f32(ms.size() * k * n), gc = rng.f32(rows * n);
   // Device 0 runs large GEMMs (split over its threads), device 1 grouped
   // GEMMs (a pool region each), 100 times each, at the same time.
