@@ -57,6 +57,11 @@ options:
   --model M                 calibrate: the cost model to write, "flops" or "measured" (default: measured
                             unless the flops fit is within 5% on every op)
 
+environment:
+  OPENBLAS_CORETYPE         OpenBLAS's kernel family; unset, troupe chooses it: the portable one (Haswell: the
+                            same bits on every x86-64 CPU with AVX2 and FMA), or the CPU's fastest with
+                            --set topology.host_kernels='"native"'. A value you set is kept and named in the log.
+
 exit codes:
   0    success
   1    the run failed (backend error, I/O failure, training diverged)
