@@ -5,10 +5,12 @@
 // Intel or AMD, so the same spec and seed give the same checkpoint bytes on
 // all of them. `topology.host_kernels = "native"` takes the fastest family the
 // CPU runs (SkylakeX's AVX-512 kernels where present; bench/RESULTS.md "Same
-// bits on every CPU" has the cost). troupe's own host kernels are plain
-// x86-64 code (no -march, -ffp-contract=off); the libm functions they call
-// (log, exp, pow, sin, cos) are glibc's, which runs its FMA variants on every
-// CPU with AVX2 and FMA. So OpenBLAS's family is the only choice there is.
+// bits on every CPU" has the cost). troupe's own host kernels are built
+// without -march and with -ffp-contract=off; the AVX2 clones of the vectorized
+// ones give the bits of the baseline ones (kernels/host_ops.hpp), and every CPU
+// with AVX2 runs the same clone. The libm functions they call (log, exp, pow,
+// sin, cos) are glibc's, which runs its FMA variants on every CPU with AVX2
+// and FMA. So OpenBLAS's family is the only choice there is.
 //
 // OpenBLAS reads OPENBLAS_CORETYPE only as the library loads, hence the
 // re-exec. A value the user set is left alone (and named in the run log).
