@@ -16,20 +16,15 @@ record() {
   mkdir -p "$records"
   printf '%s\t%s\t%s\t%s\n' "$family" "$threads" "$name" "$1" > "$records/$name.$family.t$threads"
 }
-case $family in
-  Prescott) need="pni" ;;                                       # SSE3
-  Haswell) need="avx2 fma" ;;
-  SkylakeX) need="avx512f avx512bw avx512dq avx512vl avx512cd" ;;
-  *) echo "bitwise_matrix.sh: unknown kernel family $family" >&2; exit 2 ;;
-esac
-flags=$(grep -m1 '^flags' /proc/cpuinfo)
-for f in $need; do
-  if ! grep -qw "$f" <<<"$flags"; then
-    record "skipped (this CPU lacks $f)"
-    echo "skipped: $family kernels need $f, which this CPU lacks"
-    exit 77
-  fi
-done
+source "$(dirname "$0")/cli_test_lib.sh"  # family_flags, cpu_lacks
+need=$(family_flags "$family") || { echo "bitwise_matrix.sh: unknown kernel family $family" >&2; exit 2; }
+# shellcheck disable=SC2086  # the flags are words
+missing=$(cpu_lacks $need)
+if [ -n "$missing" ]; then
+  record "skipped (this CPU lacks $missing)"
+  echo "skipped: $family kernels need $missing, which this CPU lacks"
+  exit 77
+fi
 export OPENBLAS_CORETYPE=$family
 [ "$threads" = 0 ] || export TROUPE_TEST_THREADS=$threads
 echo "bitwise matrix cell: $name under OpenBLAS $cell"

@@ -41,3 +41,22 @@ TOML
   [ -n "${2:-}" ] && printf '%s\n' "$2" >> "$1"
   return 0
 }
+
+# The CPU flags an OpenBLAS kernel family needs (family_flags FAMILY; fails on
+# an unknown family), and the first of FLAGS... this CPU lacks (cpu_lacks
+# FLAGS...; prints nothing when it has them all).
+family_flags() {
+  case $1 in
+    Prescott) echo pni ;;  # SSE3
+    Haswell) echo avx2 fma ;;
+    SkylakeX) echo avx512f avx512bw avx512dq avx512vl avx512cd ;;
+    *) return 1 ;;
+  esac
+}
+cpu_lacks() {
+  local flags f
+  flags=$(grep -m1 '^flags' /proc/cpuinfo)
+  for f in "$@"; do
+    grep -qw "$f" <<<"$flags" || { echo "$f"; return 0; }
+  done
+}

@@ -16,14 +16,12 @@ trap 'rm -rf "$work"' EXIT
 source "$(dirname "$0")/cli_test_lib.sh"  # failures, fail, expect_exit, expect_output, finish
 unset OPENBLAS_CORETYPE TROUPE_OPENBLAS_CORETYPE
 
-flags=$(grep -m1 '^flags' /proc/cpuinfo)
-for f in avx2 fma; do
-  grep -qw "$f" <<<"$flags" || { echo "skipped: this CPU lacks $f, so the portable family cannot run"; exit 77; }
-done
+# shellcheck disable=SC2046  # the flags are words
+missing=$(cpu_lacks $(family_flags Haswell))
+[ -z "$missing" ] || { echo "skipped: this CPU lacks $missing, so the portable family cannot run"; exit 77; }
 native=Haswell
-avx512=1
-for f in avx512f avx512bw avx512dq avx512vl avx512cd; do grep -qw "$f" <<<"$flags" || avx512=0; done
-[ $avx512 = 1 ] && native=SkylakeX
+# shellcheck disable=SC2046
+[ -z "$(cpu_lacks $(family_flags SkylakeX))" ] && native=SkylakeX
 
 run=(--set log.progress=plain --set run.mode='"pretrain"' --set data.target_pairs='""' --set run.eval_batches=1
      --set data.eval_problems=20 --set model.tie_embeddings=false --set optim.warmup_steps=20 --set run.steps=2
