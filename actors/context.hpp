@@ -73,6 +73,7 @@
 #include "actors/supervision/fault_injector.hpp"
 #include "actors/supervision/interposer.hpp"
 #include "actors/runtime.hpp"
+#include "actors/test_hooks.hpp"
 #include "actors/schedule/schedule.hpp"
 #include "model/params.hpp"
 
@@ -96,6 +97,7 @@ struct Peers {
 // The coordinator is never replaced and is read directly.
 struct Shared {
   RuntimeOptions opt;
+  std::shared_ptr<const TestHooks> hooks;  // test_hooks.hpp: null outside tests
   model::ParamLayout layout;
   // The topology (actors/plan.hpp): schedule layout, stage layers, every
   // actor's ranges, names, placement and per-step message counts, as the

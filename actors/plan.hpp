@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "actors/cluster/placement.hpp"
-#include "actors/runtime.hpp"
+#include "actors/options.hpp"
 #include "actors/schedule/schedule.hpp"
 #include "model/params.hpp"
 #include "moe/placement.hpp"
@@ -72,7 +72,7 @@ std::array<Range, 3> expert_param_ranges(const model::ParamLayout& layout, const
 std::vector<Range> expert_set_ranges(const model::ParamLayout& layout, const model::ModelConfig& c, int layer,
                                      const std::vector<int64_t>& experts);
 
-// Role (actors/supervision/faults.hpp): Coordinator, Optimizer, Rank, Expert.
+// Role (actors/names.hpp): Coordinator, Optimizer, Rank, Expert.
 // "coordinator", "optimizer", "stage" (a pipeline rank), "expert".
 const char* role_name(Role role);
 

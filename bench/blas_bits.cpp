@@ -1,6 +1,6 @@
 // bench_blas_bits: what decides the bits of OpenBLAS's sgemm under the kernel
 // family this process loaded (OPENBLAS_CORETYPE), the measurements behind
-// troupe's host GEMM (kernels/host_ops.hpp, sgemm_rows) and bench/RESULTS.md
+// troupe's host GEMM (kernels/host_ops.hpp, sgemm_rows) and bench/results/same_bits.md
 // "Same bits on every CPU":
 //   1. 1 vs 2 OpenBLAS threads: on how many shapes the results differ;
 //   2. a 1-thread call split by rows into parts at a multiple of R rows (R =

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Static expert placement against the eplb policy on the real machine
-# (bench/RESULTS.md "Elastic experts II"): launch/specs/elastic_experts.toml
+# (bench/results/experts.md): launch/specs/elastic_experts.toml
 # without its [[elastic]] events, 4 expert shards per MoE layer, 30 steps,
 # balance = "none"; static and eplb (rebalance_every 5, the migration-cost
 # gate on) run A/B interleaved ROUNDS times, then bench/elastic_summary.py

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Detection time and MTTR of losing process 1 of a 2-process run (README
+# Detection time and MTTR of losing process 1 of a 2-process run (docs/faults.md
 # "Losing a process"): for kind kill and stop, REPS runs each of a small
 # 2-stage 1F1B spec with process 1 hit at step 3; prints, per run, the
 # detection time (from the start of the step the loss hit to process 0

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Colocated synchronous RL against decoupled fixed-lag RL on 2 devices, on
-# the RL task of launch/specs/rl_addition.toml (README "Online RL"; results
-# in bench/RESULTS.md "Decoupled RL"). Runs, from the SFT starting point:
+# the RL task of launch/specs/rl_addition.toml (docs/rl.md; results
+# in bench/results/decoupled_rl.md). Runs, from the SFT starting point:
 #   sync     rl.sync = "synchronous": one device with both cores
 #            (threads_per_device = 2): generation, then training, both cores each
 #   eta0     rl.sync = "fixed_lag", max_staleness 0: trainer on device 0, one

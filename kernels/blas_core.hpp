@@ -4,7 +4,7 @@
 // Haswell kernels: AVX2 + FMA), the same on every x86-64 CPU that has them,
 // Intel or AMD, so the same spec and seed give the same checkpoint bytes on
 // all of them. `topology.host_kernels = "native"` takes the fastest family the
-// CPU runs (SkylakeX's AVX-512 kernels where present; bench/RESULTS.md "Same
+// CPU runs (SkylakeX's AVX-512 kernels where present; bench/results/same_bits.md "Same
 // bits on every CPU" has the cost). troupe's own host kernels are built
 // without -march and with -ffp-contract=off; the AVX2 clones of the vectorized
 // ones give the bits of the baseline ones (kernels/host_ops.hpp), and every CPU

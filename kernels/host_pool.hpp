@@ -32,7 +32,7 @@ class HostPool {
   // costliest first. With one thread, or n < 2, it is a plain loop on the
   // caller. It never touches OpenBLAS's thread count: that count is
   // process-wide, and changing it here changed the bits of another device's
-  // GEMM in flight (bench/RESULTS.md "Same bits on every CPU"). The first
+  // GEMM in flight (bench/results/same_bits.md). The first
   // exception thrown by a body is rethrown here after every item has run.
   // A call made while another runs on the same pool (from another thread, or
   // from a body) is a plain loop on its own caller.

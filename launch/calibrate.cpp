@@ -14,7 +14,7 @@
 #include <thread>
 #include <tuple>
 
-#include "launch/spec_keys.hpp"
+#include "launch/spec/keys.hpp"
 #include "launch/topology.hpp"
 
 namespace troupe::launch {
@@ -290,7 +290,7 @@ std::string calibrate_refusal(const Spec& spec) {
            "\": calibrate measures pipeline training steps (mode = \"pretrain\")";
   if (t.expert_shards > 1)
     return "[topology] expert_shards = " + std::to_string(t.expert_shards) +
-           ": expert-parallel sims use the flops model (README \"Sim devices\"); calibrate the spec with expert_shards = 1";
+           ": expert-parallel sims use the flops model (docs/sim.md); calibrate the spec with expert_shards = 1";
   if (t.processes > 1) return "[topology] processes > 1: calibrate runs in one process";
   return "";
 }

@@ -30,7 +30,7 @@
 
 #include "actors/runtime.hpp"
 #include "actors/sim/sim_costs.hpp"
-#include "launch/spec.hpp"
+#include "launch/spec/spec.hpp"
 
 namespace troupe::launch {
 

@@ -11,7 +11,7 @@
 
 #include "actors/cluster/cluster_tls.hpp"
 #include "kernels/blas_core.hpp"
-#include "launch/spec.hpp"
+#include "launch/spec/spec.hpp"
 
 #ifndef TROUPE_VERSION
 #define TROUPE_VERSION "0.0.0"

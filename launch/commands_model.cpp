@@ -7,7 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "launch/cli.hpp"
-#include "launch/spec_keys.hpp"
+#include "launch/spec/keys.hpp"
 #include "launch/train_options.hpp"
 #include "model/checkpoint.hpp"
 #include "model/generate.hpp"

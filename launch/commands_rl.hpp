@@ -6,7 +6,7 @@
 
 #include "launch/progress.hpp"
 #include "launch/signals.hpp"
-#include "launch/spec.hpp"
+#include "launch/spec/spec.hpp"
 #include "rl/trainer.hpp"
 
 namespace troupe::model {

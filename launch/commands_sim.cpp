@@ -12,7 +12,7 @@
 
 #include "actors/sim/sim_faults.hpp"
 #include "launch/progress.hpp"
-#include "launch/spec_keys.hpp"
+#include "launch/spec/keys.hpp"
 #include "launch/topology.hpp"
 
 namespace troupe::launch {

@@ -9,7 +9,7 @@
 
 #include <string>
 
-#include "launch/spec.hpp"
+#include "launch/spec/spec.hpp"
 
 namespace troupe::launch {
 

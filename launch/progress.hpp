@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <string>
 
-#include "launch/spec.hpp"
+#include "launch/spec/spec.hpp"
 #include "model/trainer.hpp"
 
 namespace troupe::launch {

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "actors/sim/sim_runtime.hpp"
-#include "launch/spec.hpp"
+#include "launch/spec/spec.hpp"
 
 namespace troupe::launch {
 

@@ -12,7 +12,7 @@
 
 #include "actors/plan.hpp"
 #include "actors/runtime.hpp"
-#include "launch/spec.hpp"
+#include "launch/spec/spec.hpp"
 
 namespace troupe::launch {
 

@@ -2,7 +2,7 @@
 // run, eval and sample).
 #pragma once
 
-#include "launch/spec.hpp"
+#include "launch/spec/spec.hpp"
 #include "model/trainer.hpp"
 
 namespace troupe::launch {

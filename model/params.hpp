@@ -1,7 +1,7 @@
 // ParamLayout: every model parameter is a named view into ONE flat float32
 // buffer. Optimizer shards own ranges of it, gradients use the same layout,
 // and a checkpoint or safetensors export is one pass over the entries.
-// Names follow Hugging Face conventions (documented in the README) so exported
+// Names follow Hugging Face conventions (documented in docs/architecture.md) so exported
 // weights load in PyTorch tooling; matrices are stored [out, in] like
 // torch.nn.Linear.weight.
 #pragma once

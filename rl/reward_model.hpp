@@ -1,4 +1,4 @@
-// The learned reward model (README "Online RL", learned reward model): the
+// The learned reward model (docs/rl.md, "Learned reward model"): the
 // decoder itself, read as a binary classifier of (prompt, completion).
 //
 // Scalar head without new decoder code: a row is prompt + completion + a

@@ -1,5 +1,5 @@
 // Pairs for the reward model's Bradley–Terry loss (rl.rm_loss =
-// "bradley_terry"; README "Learned reward model"): within one prompt's group
+// "bradley_terry"; docs/rl.md "Learned reward model"): within one prompt's group
 // of labelled completions, each completion the verifier accepts against each
 // one it rejects. A group that is all right or all wrong gives no pair (and
 // is counted, because a pairwise RM learns nothing from it). The pair set is

@@ -93,7 +93,7 @@ expect_output "stage:0"
 expect_output "optimizer:0"
 expect_output "device 0 (host)"
 
-# keys prints the table the README carries.
+# keys prints the table docs/spec.md carries.
 expect_exit 0 "$troupe" keys
 expect_output '| `model.d_model` | integer | `128` |'
 

@@ -1,6 +1,6 @@
 // Spec parsing and validation: the bad-spec corpus (tests/bad_specs/*.toml,
 // each naming the line and message it must produce), the shipped example
-// specs, overrides, and the README's key reference.
+// specs, overrides, and the key reference in docs/spec.md.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -8,8 +8,8 @@
 #include <sstream>
 
 #include "launch/phases.hpp"
-#include "launch/spec.hpp"
-#include "launch/spec_keys.hpp"
+#include "launch/spec/spec.hpp"
+#include "launch/spec/keys.hpp"
 #include "model/data.hpp"
 
 namespace fs = std::filesystem;
@@ -113,7 +113,7 @@ TEST(Specs, DefaultSpecIsTheQuickstart) {
   EXPECT_EQ(s.data.batch_size, 16);
   EXPECT_EQ(s.out_dir(), "runs/quickstart");
   EXPECT_EQ(s.checkpoint_dir(), "runs/quickstart/checkpoint");
-  // The addition recipe measured in bench/RESULTS.md ("Addition task").
+  // The addition recipe measured in bench/results/sft.md.
   EXPECT_FALSE(s.model.tie_embeddings);
   EXPECT_DOUBLE_EQ(s.optim.lr, 1e-3);
   EXPECT_EQ(s.optim.warmup_steps, 100);
@@ -256,17 +256,20 @@ TEST(Specs, EditDistance) {
   EXPECT_EQ(edit_distance("lr", "lr"), 0u);
 }
 
-TEST(Docs, ReadmeKeyTableMatchesTheParser) {
-  const std::string readme = read_file(fs::path(TROUPE_SOURCE_DIR) / "README.md");
+// The key reference in docs/spec.md is `troupe keys`'s output, pasted between
+// the keys:begin / keys:end markers.
+TEST(Docs, SpecKeyTableMatchesTheParser) {
+  const std::string doc = read_file(fs::path(TROUPE_SOURCE_DIR) / "docs" / "spec.md");
   const std::string table = spec_keys_markdown();
-  const auto begin = readme.find("<!-- keys:begin");
-  const auto end = readme.find("<!-- keys:end -->");
-  ASSERT_NE(begin, std::string::npos);
-  ASSERT_NE(end, std::string::npos);
-  const auto body = readme.find('\n', begin) + 1;
-  EXPECT_EQ(readme.substr(body, end - body), table) << "regenerate the README table with `troupe keys`";
+  const auto begin = doc.find("<!-- keys:begin");
+  const auto end = doc.find("<!-- keys:end -->");
+  ASSERT_NE(begin, std::string::npos) << "docs/spec.md has no <!-- keys:begin marker";
+  ASSERT_NE(end, std::string::npos) << "docs/spec.md has no <!-- keys:end --> marker";
+  const auto body = doc.find('\n', begin) + 1;
+  EXPECT_EQ(doc.substr(body, end - body), table) << "regenerate the table in docs/spec.md with `troupe keys`";
   for (const auto& path : spec_key_paths()) {
-    EXPECT_NE(readme.find("`" + path + "`"), std::string::npos) << path << " is not in README.md";
+    EXPECT_NE(doc.find("`" + path + "`"), std::string::npos)
+        << path << " is not in docs/spec.md: regenerate the table in docs/spec.md with `troupe keys`";
     EXPECT_NE(table.find("`" + path + "`"), std::string::npos) << path;
   }
 }

@@ -58,7 +58,8 @@ if(TARGET troupe AND MPIRUN_EXECUTABLE)
   # bitwise the 1-process run, with a killed remote generator, and after
   # losing the generator process.
   troupe_add_bitwise(rl_mpi LABELS mpi rl
-    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/rl_mpi_test.sh $<TARGET_FILE:troupe> ${MPIRUN_EXECUTABLE})
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/rl_mpi_test.sh $<TARGET_FILE:troupe> ${MPIRUN_EXECUTABLE}
+            $<TARGET_FILE:troupe_with_hooks>)
 endif()
 if(TARGET troupe_runtime)
   # The RL messages across processes: bitwise round trips and hostile input

@@ -25,6 +25,7 @@
 #include <filesystem>
 
 #include "actors/rl/rl_actors.hpp"
+#include "actors/test_hooks.hpp"
 #include "actors/supervision/chaos.hpp"
 #include "rl/rm_trainer.hpp"
 #include "tests/rl_test_util.hpp"
@@ -202,12 +203,14 @@ TEST(RlActors, LatestKeepsEveryTokenWithinTheStalenessBound) {
 }
 
 TEST(RlActors, LatestRolloutSpanningAPublicationCarriesTwoVersions) {
-  // The test seam holds a generator after its first decode step of step s
+  // The test hook holds a generator after its first decode step of step s
   // (started with version s - 1) until version s is published; the rest of
   // the rollout is then sampled by the new weights, taken at the fence.
   const rl::RlTrainOptions o = small(4);
   runtime::RlActorOptions a = latest(o, 1, 1, 1);
-  a.hold_for_publication = true;
+  runtime::TestHooks hooks;
+  hooks.hold_for_publication = true;
+  runtime::ScopedTestHooks installed(hooks);
   const auto r = run(a);
   const auto again = run(a);
   ASSERT_EQ(r->rec.actor_steps.size(), static_cast<size_t>(o.steps));
@@ -221,7 +224,7 @@ TEST(RlActors, LatestRolloutSpanningAPublicationCarriesTwoVersions) {
   }
   expect_within_bound(r->rec.actor_steps, 1);
   expect_exactly_once(r->rep, o);
-  // The seam fixes the interleaving, and with it the result.
+  // The hook fixes the interleaving, and with it the result.
   EXPECT_EQ(r->rep.parameters, again->rep.parameters);
 }
 
@@ -237,12 +240,14 @@ TEST_P(RlActorSyncDeadline, LostSyncIsRetriedThenRestartedAndNothingHangs) {
   const SyncCase c = GetParam();
   const rl::RlTrainOptions o = small(4);
   const bool lat = c.mode == rl::SyncMode::latest;
-  // latest: one generator held mid-rollout for the next version (the seam),
-  // so the lost sync is one it needs; a later version cannot stand in for it.
+  // latest: one generator held mid-rollout for the next version (the test
+  // hook), so the lost sync is one it needs; a later version cannot stand in for it.
   const std::string target = lat ? "generator:0" : "generator:1";
+  runtime::TestHooks hooks;
+  hooks.hold_for_publication = lat;
+  runtime::ScopedTestHooks installed(hooks);
   auto make = [&] {
     runtime::RlActorOptions a = lat ? latest(o, 1, 1, 1) : decoupled(o, 1, 2, 1);
-    a.hold_for_publication = lat;
     a.train.rl.sync_deadline_ms = 400;
     return a;
   };

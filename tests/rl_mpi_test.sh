@@ -20,10 +20,11 @@
 #   bitwise the 1-process run;
 # - with process_loss = "fail" the same loss (TROUPE_TEST_FAULT) ends the
 #   run naming the process; mpirun with the wrong process count is refused.
-# usage: rl_mpi_test.sh TROUPE_BINARY MPIRUN
+# usage: rl_mpi_test.sh TROUPE_BINARY MPIRUN TROUPE_WITH_HOOKS
 set -uo pipefail
 troupe=$1
 mpirun=$2
+hooked=$3  # troupe with the test hooks of TROUPE_TEST_FAULT (tests/troupe_with_hooks.cpp)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 source "$(dirname "$0")/cli_test_lib.sh"  # failures, fail, expect_exit, expect_output
@@ -161,7 +162,7 @@ done
 
 # process_loss = "fail": the same loss (the test hook's, as a spec with a
 # process fault and "fail" is refused) stops the run, naming the process.
-TROUPE_TEST_FAULT=kill:1:3 "${mpi[@]}" --enable-recovery -x TROUPE_TEST_FAULT -np 2 "$troupe" run "$work/rl.toml" "${two[@]}" \
+TROUPE_TEST_FAULT=kill:1:3 "${mpi[@]}" --enable-recovery -x TROUPE_TEST_FAULT -np 2 "$hooked" run "$work/rl.toml" "${two[@]}" \
   --set topology.process_loss='"fail"' --set run.out_dir="\"$work/lost_fail\"" > "$work/out.txt" 2>&1
 grep -q 'run failed: generator process 1 was lost' "$work/out.txt" || fail "process_loss = fail did not name the lost process"
 [ -f "$work/lost_fail/checkpoint/manifest.bin" ] && fail "a failed run wrote a final checkpoint"

@@ -143,14 +143,20 @@ TEST(RuntimeElasticShrink, BetweenStepsThenEventThenLastShardStops) {
 // placement change fails cleanly; with "shrink" its slot goes while the
 // event is still loading (4 -> 3) and the run is still bitwise equal.
 TEST(RuntimeElasticShrink, KillWhileLoadingIsRetried) {
+  // Runs `o` with the test hook killing expert:1/3 the first `times` times it loads.
+  auto run_killing = [](const runtime::RuntimeOptions& o, int times) {
+    runtime::TestHooks hooks;
+    hooks.kill_while_loading = "expert:1/3";
+    hooks.kill_while_loading_times = times;
+    runtime::ScopedTestHooks installed(hooks);
+    return run(o);
+  };
   for (const std::string schedule : {"1f1b", "dualpipe"}) {
     const runtime::RuntimeOptions base = options(schedule, 1, 2, 33);
     const Outcome ref = run(base);
     runtime::RuntimeOptions o = base;
     o.elastic = {{2, 4}, {4, 1}};
-    o.kill_while_loading = "expert:1/3";
-    o.kill_while_loading_times = 1;
-    const Outcome got = run(o);
+    const Outcome got = run_killing(o, 1);
     expect_bitwise_equal(ref, got, schedule + " kill while loading, retried");
     EXPECT_EQ(got.shards, (std::vector<int>{2, 4, 4, 1, 1}));
     ASSERT_EQ(got.restarts.size(), 1u);
@@ -159,21 +165,18 @@ TEST(RuntimeElasticShrink, KillWhileLoadingIsRetried) {
     EXPECT_NE(got.restarts[0].phase.find("loading its weights"), std::string::npos) << got.restarts[0].phase;
     ASSERT_EQ(got.rescales.size(), 2u);
     // The retried shard's weights count once: the bytes of a clean event.
-    runtime::RuntimeOptions clean = o;
-    clean.kill_while_loading_times = 0;
-    const Outcome no_kill = run(clean);
+    const Outcome no_kill = run_killing(o, 0);
     EXPECT_EQ(got.rescales[0].bytes, no_kill.rescales[0].bytes);
 
-    runtime::RuntimeOptions twice = o;
-    twice.kill_while_loading_times = 2;  // 2 restarts > max_restarts_expert = 1
+    runtime::RuntimeOptions twice = o;  // 2 restarts > max_restarts_expert = 1
     try {
-      run(twice);
+      run_killing(twice, 2);
       ADD_FAILURE() << schedule << ": a shard that never loads did not fail the run";
     } catch (const std::runtime_error& e) {
       EXPECT_NE(std::string(e.what()).find("placement change before step 2 failed"), std::string::npos) << e.what();
     }
     twice.expert_on_failure = runtime::ExpertOnFailure::shrink;
-    const Outcome shrunk = run(twice);
+    const Outcome shrunk = run_killing(twice, 2);
     expect_bitwise_equal(ref, shrunk, schedule + " kill while loading past the budget, shrunk");
     EXPECT_EQ(shrunk.shards, (std::vector<int>{2, 3, 3, 1, 1}));
     ASSERT_EQ(shrunk.restarts.size(), 2u);

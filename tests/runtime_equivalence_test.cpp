@@ -93,7 +93,7 @@ TEST_P(RuntimeEquivalence, MatchesTrainer) {
     }
     EXPECT_LE(std::sqrt(diff / ref_norm), 1e-5) << "worst element difference " << worst;
   }
-  EXPECT_EQ(rt.dropped_messages(), 0u);
+  EXPECT_EQ(runtime::testing::dropped_messages(rt), 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -50,7 +50,7 @@ Outcome run(const runtime::RuntimeOptions& o) {
   }
   out.state = rt.state();
   out.restarts = rt.restarts();
-  out.dropped = rt.dropped_messages();
+  out.dropped = runtime::testing::dropped_messages(rt);
   out.damaged = rt.damaged_messages();
   out.slow = rt.slowdown();
   out.loads = rt.expert_load();
@@ -537,8 +537,10 @@ TEST(RuntimeFaults, DuplicatedMessagesAreDropped) {
     EXPECT_EQ(ref.dropped, 0u) << schedule;
     for (const std::string target : {"", "stage:1", "optimizer:0"}) {
       runtime::RuntimeOptions o = options(schedule, 8);
-      o.duplicate_sends = true;
       if (!target.empty()) o.faults.push_back({2, target, runtime::FaultKind::kill, 0});
+      runtime::TestHooks hooks;
+      hooks.duplicate_sends = true;
+      runtime::ScopedTestHooks installed(hooks);
       const Outcome got = run(o);
       const std::string what = schedule + " duplicates" + (target.empty() ? "" : ", kill " + target);
       EXPECT_EQ(got.restarts.size(), target.empty() ? 0u : 1u) << what;
@@ -563,8 +565,10 @@ TEST(RuntimeFaults, DuplicatedMessagesAreDroppedWithExpertShards) {
     EXPECT_EQ(ref.dropped, 0u) << schedule;
     for (const std::string& target : {std::string(), std::string("expert:1/0")}) {
       runtime::RuntimeOptions o = base;
-      o.duplicate_sends = true;
       if (!target.empty()) o.faults.push_back({2, target, runtime::FaultKind::kill, 0});
+      runtime::TestHooks hooks;
+      hooks.duplicate_sends = true;
+      runtime::ScopedTestHooks installed(hooks);
       const Outcome got = run(o);
       const std::string what = schedule + " expert shards, duplicates" + (target.empty() ? "" : ", kill " + target);
       EXPECT_EQ(got.restarts.size(), target.empty() ? 0u : 1u) << what;
@@ -580,7 +584,9 @@ TEST(RuntimeFaults, StaleMessagesAreDroppedAndCounted) {
     runtime::RuntimeOptions o = options(schedule, 3);
     o.expert_shards = shards;  // 2: the expert shards get stale parameter slices too
     const Outcome ref = run(o);
-    o.replay_stale = true;     // the seam keeps each step's messages for inject_stale_messages()
+    runtime::TestHooks hooks;
+    hooks.replay_stale = true;  // the seam keeps each step's messages for inject_stale_messages()
+    runtime::ScopedTestHooks installed(hooks);
     runtime::Runtime rt(o);
     Outcome got;
     auto step = [&] {
@@ -589,12 +595,12 @@ TEST(RuntimeFaults, StaleMessagesAreDroppedAndCounted) {
       got.norms.push_back(m.grad_norm);
     };
     step();
-    const uint64_t before = rt.dropped_messages();
-    const uint32_t sent = rt.inject_stale_messages();
+    const uint64_t before = runtime::testing::dropped_messages(rt);
+    const uint32_t sent = runtime::testing::inject_stale_messages(rt);
     EXPECT_GT(sent, 0u);
     step();  // every receiver has handled them now
     step();
-    EXPECT_GE(rt.dropped_messages(), before + sent) << schedule << " expert_shards " << shards;
+    EXPECT_GE(runtime::testing::dropped_messages(rt), before + sent) << schedule << " expert_shards " << shards;
     got.state = rt.state();
     expect_bitwise_equal(ref, got, schedule + " with stale messages");
   }

@@ -1,10 +1,16 @@
 # The actor runtime across processes, under mpirun (tests/runtime_mpi_test.sh):
 # identical checkpoints to the single-process runtime, lost/hung process
 # reports, world-size checks.
+# troupe_with_hooks: the real CLI plus the test hooks of TROUPE_TEST_FAULT
+# (a process that kills or stops itself), which production never reads.
+if(TARGET troupe_launch)
+  add_executable(troupe_with_hooks ${CMAKE_CURRENT_LIST_DIR}/troupe_with_hooks.cpp)
+  target_link_libraries(troupe_with_hooks PRIVATE troupe_launch)
+endif()
 if(TARGET troupe AND MPIRUN_EXECUTABLE)
   troupe_add_bitwise(runtime_mpi THREADS 1 2 LABELS mpi runtime
     COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/runtime_mpi_test.sh $<TARGET_FILE:troupe> ${MPIRUN_EXECUTABLE}
-            $<TARGET_FILE:tls_rogue_client>)
+            $<TARGET_FILE:tls_rogue_client> $<TARGET_FILE:troupe_with_hooks>)
   # Surviving the loss of process 1 of 2 (process kill / stop from the spec).
   add_test(NAME runtime_procloss
     COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/runtime_procloss_test.sh $<TARGET_FILE:troupe> ${MPIRUN_EXECUTABLE})

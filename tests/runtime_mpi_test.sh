@@ -9,7 +9,8 @@
 #   spec, and so are every step's loss, aux loss, grad norm and the validation loss;
 # - a DualPipe expert run resumed from its step-2 checkpoint on 2 processes
 #   ends with the one-process run's checkpoint, byte for byte;
-# - a process that SIGKILLs itself at step 3 (test hook TROUPE_TEST_FAULT),
+# - a process that SIGKILLs itself at step 3 (test hook TROUPE_TEST_FAULT, read by
+#   tests/troupe_with_hooks.cpp only),
 #   and one that hangs (SIGSTOP): process 0 names the lost process and its
 #   actors and the run ends non-zero, well before the backstop timeout;
 # - process 0 lost (killed or hung): the other process says so and exits non-zero;
@@ -21,11 +22,12 @@
 #   same checkpoint; a rogue knocking on both processes' ports during a run
 #   (TLS with a key of its own, then CAF's plain protocol) is refused and the
 #   run ends with the same checkpoint as without the knocks.
-# usage: runtime_mpi_test.sh TROUPE_BINARY MPIRUN ROGUE_CLIENT
+# usage: runtime_mpi_test.sh TROUPE_BINARY MPIRUN ROGUE_CLIENT TROUPE_WITH_HOOKS
 set -uo pipefail
 troupe=$1
 mpirun=$2
 rogue=$3
+hooked=$4  # troupe with the test hooks of TROUPE_TEST_FAULT (tests/troupe_with_hooks.cpp)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 failures=0
@@ -122,7 +124,7 @@ pipe=(--set topology.devices=2 --set topology.stages=2 --set topology.schedule='
 start=$(date +%s)
 out=$(TROUPE_TEST_FAULT=kill:1:3 timeout 120 "${mpi[@]}" --enable-recovery -np 2 bash -c \
       '"$@"; rc=$?; echo "rank $OMPI_COMM_WORLD_RANK exit $rc"; exit $rc' _ \
-      "$troupe" run "${tiny[@]}" "${pipe[@]}" --set run.out_dir="$work/kill" 2>&1)
+      "$hooked" run "${tiny[@]}" "${pipe[@]}" --set run.out_dir="$work/kill" 2>&1)
 elapsed=$(( $(date +%s) - start ))
 expect_output "test fault: kill at step 3"
 expect_output "process 1 lost"
@@ -134,7 +136,7 @@ grep -q "exiting now" <<<"$out" && fail "kill: process 0 needed the backstop to 
 [ "$elapsed" -lt 60 ] || fail "kill: took ${elapsed}s"
 
 # Process 1 hangs at step 3 (SIGSTOP): found by the connection timeout.
-out=$(TROUPE_TEST_FAULT=hang:1:3 timeout 120 "${mpi[@]}" -np 2 "$troupe" run "${tiny[@]}" "${pipe[@]}" \
+out=$(TROUPE_TEST_FAULT=hang:1:3 timeout 120 "${mpi[@]}" -np 2 "$hooked" run "${tiny[@]}" "${pipe[@]}" \
       --set run.out_dir="$work/hang" 2>&1); rc=$?
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "hang: mpirun exited $rc, expected a non-zero code other than the timeout's"
 expect_output "process 1 lost"
@@ -145,13 +147,13 @@ grep -q "exiting now" <<<"$out" && fail "hang: process 0 needed the backstop to 
 # Process 0 dies: process 1 notices and exits non-zero on its own.
 out=$(TROUPE_TEST_FAULT=kill:0:3 timeout 120 "${mpi[@]}" --enable-recovery -np 2 bash -c \
       '"$@"; rc=$?; echo "rank $OMPI_COMM_WORLD_RANK exit $rc"; exit $rc' _ \
-      "$troupe" run "${tiny[@]}" "${pipe[@]}" --set run.out_dir="$work/kill0" 2>&1)
+      "$hooked" run "${tiny[@]}" "${pipe[@]}" --set run.out_dir="$work/kill0" 2>&1)
 expect_output "process 0 lost"
 expect_output "its actors are gone: coordinator, optimizer:0, stage:0"
 expect_output "rank 1 exit 1"
 
 # Process 0 hangs: process 1 finds it by the connection timeout and ends the job.
-out=$(TROUPE_TEST_FAULT=hang:0:3 timeout 120 "${mpi[@]}" -np 2 "$troupe" run "${tiny[@]}" "${pipe[@]}" \
+out=$(TROUPE_TEST_FAULT=hang:0:3 timeout 120 "${mpi[@]}" -np 2 "$hooked" run "${tiny[@]}" "${pipe[@]}" \
       --set run.out_dir="$work/hang0" 2>&1); rc=$?
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "hang of process 0: mpirun exited $rc"
 expect_output "process 0 lost"

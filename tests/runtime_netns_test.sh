@@ -5,7 +5,7 @@
 # Nothing runs on loopback between them and the shared-memory bulk path is
 # off (the processes advertise different addresses), so every Envelope
 # crosses the veth link over TCP with mutual TLS (a key from `troupe keygen`,
-# as the README prescribes for several hosts).
+# as docs/processes.md prescribes for several hosts).
 # - 1F1B, and DualPipe with 4 expert shards (Dispatch/Combine between the
 #   hosts), each process binding to its own address through
 #   `[topology] interface = "SUBNET/24"`: the checkpoint is byte-identical
@@ -165,7 +165,7 @@ expect_checkpoint "$work/knock-1" "$work/part-2" "partitioned run"
 echo "partition: 1.5 s without a link at step 10; the 300-step run took $(awk -v a="$part_start" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b - a}') s"
 
 # The one-host launch that keeps mpirun's wildcard listeners off the network
-# (README "Across processes"): the job in a network namespace that has only
+# (docs/processes.md): the job in a network namespace that has only
 # loopback, where 0.0.0.0 reaches nothing else. Same checkpoint as one process.
 [ "$(ip -n "$ns_lo" -o link show | wc -l)" -eq 1 ] || fail "the loopback-only namespace has other links"
 out=$(ip netns exec "$ns_lo" timeout 180 "$mpirun" --allow-run-as-root --oversubscribe -np 2 --mca btl self,vader \

@@ -23,43 +23,22 @@
 
 #include "actors/cluster/cluster_tls.hpp"
 #include "actors/cluster/interface_address.hpp"
-#include "actors/supervision/faults.hpp"
+#include "actors/names.hpp"
 #include "actors/transport/caf_middleman.hpp"
 #include "actors/transport/envelope_shm.hpp"
 #include "actors/transport/tcp_nodelay.hpp"
 
 namespace troupe::runtime {
 
-ProcessFault parse_fault() {
-  ProcessFault f;
-  const char* env = std::getenv(kFaultEnv);
-  if (!env || !*env) return f;
-  const std::string s(env);
-  const auto a = s.find(':'), b = s.find(':', a == std::string::npos ? a : a + 1);
-  try {
-    if (a == std::string::npos || b == std::string::npos) throw std::invalid_argument(s);
-    f.kind = s.substr(0, a);
-    f.process = std::stoi(s.substr(a + 1, b - a - 1));
-    f.step = std::stoll(s.substr(b + 1));
-  } catch (const std::exception&) {
-    f.kind.clear();
-  }
-  if (f.kind != "kill" && f.kind != "hang") {
-    std::fprintf(stderr, "troupe: ignoring %s=%s (expected kill:PROCESS:STEP or hang:PROCESS:STEP)\n", kFaultEnv, env);
-    f.kind.clear();
-  }
-  return f;
-}
-
 namespace {
 
 using Fault = ProcessFault;
 
-// The process faults of this run: the test hook's, then the spec's
-// [[faults]] on "process:P" (kill: SIGKILL, stop: SIGSTOP, as `hang`).
-std::vector<Fault> process_faults(const RuntimeOptions& o) {
+// The process faults of this run: the test hook's (test_hooks.hpp), then the
+// spec's [[faults]] on "process:P" (kill: SIGKILL, stop: SIGSTOP, as `hang`).
+std::vector<Fault> process_faults(const RuntimeOptions& o, const TestHooks* hooks) {
   std::vector<Fault> out;
-  if (Fault f = parse_fault(); !f.kind.empty()) out.push_back(f);
+  if (hooks && !hooks->process_fault.kind.empty()) out.push_back(hooks->process_fault);
   for (const FaultSpec& spec : o.faults) {
     Fault f;
     if (!parse_process_target(spec.target, f.process)) continue;
@@ -356,7 +335,7 @@ Cluster::Cluster(caf::actor_system& sys, std::shared_ptr<Shared> sh, Placement p
   timeout_ = std::chrono::milliseconds(static_cast<int64_t>(o.peer_timeout * 3000.0) + 10000);
   const auto grace = std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(2.0 * o.peer_timeout + 10.0));
   lost_ = std::make_shared<LostSet>();
-  dir_ = sys_.spawn(directory, sh_, lost_, me_, place_, caf::timespan{grace}, process_faults(o),
+  dir_ = sys_.spawn(directory, sh_, lost_, me_, place_, caf::timespan{grace}, process_faults(o, sh_->hooks.get()),
                     o.processes == 2 && o.process_loss == ProcessLoss::recover);
   try {
     bring_up();

@@ -52,9 +52,4 @@ struct ClusterComm {
 // 4.1 --enable-recovery, now and then). Process-wide, like the MPI world.
 bool survived_process_loss();
 
-// Test hook, read from the environment variable TROUPE_TEST_FAULT on every
-// process: "kill:P:S" makes process P SIGKILL itself as step S starts, and
-// "hang:P:S" makes it SIGSTOP itself (a hung rank). Unset: no fault.
-inline constexpr const char* kFaultEnv = "TROUPE_TEST_FAULT";
-
 }  // namespace troupe::runtime

@@ -27,14 +27,6 @@ namespace troupe::runtime {
 // o.auth is tls; null otherwise). Collective when a key is made for the run.
 std::shared_ptr<void> configure_cluster(caf::actor_system_config& cfg, const RuntimeOptions& o);
 
-// The fault the test hook asks for (kFaultEnv "kill:P:S" / "hang:P:S"), if any.
-struct ProcessFault {
-  std::string kind;  // "kill" or "hang"; empty: none
-  int process = -1;
-  int64_t step = -1;
-};
-ProcessFault parse_fault();
-
 // The host name or address a process advertises for `interface` (its own
 // host name when it binds every interface).
 std::string advertised_host(const std::string& interface);

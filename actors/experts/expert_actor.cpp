@@ -55,6 +55,7 @@ struct XState {
   std::string name;
   Tickets tickets;
   std::shared_ptr<XCompute> comp;
+  bool kill_on_load = false;  // TestHooks::kill_while_loading armed it (coordinator.cpp, request_load)
   uint64_t step = 0;
   uint32_t attempt = 0;
   bool waiting_params = false;               // grads sent, ParamSlices pending
@@ -435,6 +436,8 @@ caf::behavior expert_actor(Self* self, std::shared_ptr<const Shared> sh, Device*
         run_ticket(self->state.tickets, ticket);
       },
       [self](rt::arm_atom, uint64_t, uint32_t k) { self->state.kill.left = k; },
+      // Test hook kill_while_loading: die when next asked for the loaded weights.
+      [self](rt::arm_atom, rt::rescale_atom) { self->state.kill_on_load = true; },
       [self](rt::restore_atom, uint64_t step, uint32_t attempt) { abort_to(self, step, attempt); },
       // One optimizer shard's slice of the parameters the restored step
       // starts from (the supervisor's snapshot, so trusted): the part in the
@@ -496,8 +499,11 @@ caf::behavior expert_actor(Self* self, std::shared_ptr<const Shared> sh, Device*
       // coordinator's test of a shard lost while loading.
       [self](rt::rescale_atom) -> caf::result<uint64_t> {
         auto& s = self->state;
-        if (kill_switch_fires(self, "loading its weights"))
+        if (s.kill_on_load) {
+          caf::anon_send(s.sh->peers.coordinator, rt::fault_atom_v, s.name, std::string("loading its weights"));
+          self->quit(caf::exit_reason::kill);
           return caf::make_error(caf::sec::runtime_error, std::string("killed while loading"));
+        }
         auto rp = self->make_response_promise<uint64_t>();
         uint64_t bytes = 0;
         for (const Range& r : s.ranges) bytes += static_cast<uint64_t>(r.count) * sizeof(float);

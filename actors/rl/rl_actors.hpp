@@ -50,7 +50,7 @@
 #include <vector>
 
 #include "actors/cluster/auth.hpp"
-#include "actors/supervision/faults.hpp"
+#include "actors/names.hpp"
 #include "rl/group.hpp"
 #include "rl/trainer.hpp"
 
@@ -75,8 +75,9 @@ struct RlProcesses {
   double peer_timeout = 3.0;           // seconds without traffic before a peer process counts as lost
   int64_t bulk_shm_bytes = 1 << 16;    // one host: envelopes this large go through shared memory (0 = never)
   bool recover = true;                 // a lost process: its generators restart on process 0 (false: the run fails)
-  // Test hook: this process (> 0) SIGKILLs itself when it gets its first job
-  // of RL step `kill_at_step` or later (1-based; 0 = never).
+  // [[faults]] kind "kill" on "process:P" (launch/commands_rl.cpp): this
+  // process (> 0) SIGKILLs itself when it gets its first job of RL step
+  // `kill_at_step` or later (1-based; 0 = never).
   int64_t kill_at_step = 0;
 };
 
@@ -149,10 +150,6 @@ struct RlActorOptions {
   // (its next `count` weight syncs are lost).
   std::vector<FaultSpec> faults;
   int max_restarts = 16;          // more restarts in one run fail it
-  // Test seam (latest only): a generator that started step s with a version
-  // older than s waits after its first decode step until a newer version
-  // arrives, so the rollout deterministically spans a publication.
-  bool hold_for_publication = false;
   RlProcesses processes;
 };
 

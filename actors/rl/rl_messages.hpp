@@ -2,7 +2,7 @@
 // stay in one process, so payloads travel by reference: a shared pointer to
 // an immutable value (weights of one version, a step's rollouts, their
 // scores), never copied or encoded. Across processes they would need a Cap'n
-// Proto schema; that is not built (README "Online RL").
+// Proto schema; that is not built (docs/rl.md).
 //
 // Protocol (step s, generator k = s % K, reward actor r = s % R, eta =
 // max_staleness, v0 = max(0, s - eta)):
@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "rl/rollout.hpp"
+#include "actors/test_hooks.hpp"
 #include "rl/rollout_step.hpp"
 
 namespace troupe::runtime::rlmsg {
@@ -114,6 +115,7 @@ struct BufferStore {
 // The options every actor reads (immutable after start).
 struct RlShared {
   const RlActorOptions* opt = nullptr;
+  std::shared_ptr<const TestHooks> hooks = current_test_hooks();  // test_hooks.hpp: null outside tests
   uint64_t seed = 0;
   int64_t steps = 0;
   // Resume: the first step to run (the checkpoint's) and the older versions

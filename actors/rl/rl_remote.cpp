@@ -112,10 +112,11 @@ struct HostState {
 caf::behavior host_actor(caf::stateful_actor<HostState>* self, std::shared_ptr<const RlShared> sh,
                          std::shared_ptr<std::atomic<int>> outcome) {
   const size_t parameters = static_cast<size_t>(model::build_param_layout(sh->opt->train.model).total());
-  // The spec's [[faults]] on this process, or the test hook's kill.
+  // The spec's [[faults]] on this process, or the test hook's kill (test_hooks.hpp).
   int64_t kill_at = sh->opt->processes.kill_at_step;
-  if (const ProcessFault f = parse_fault(); f.kind == "kill" && sh->opt->processes.comm && f.process == sh->opt->processes.comm->rank())
-    kill_at = f.step;
+  if (const TestHooks* h = sh->hooks.get(); h && h->process_fault.kind == "kill" && sh->opt->processes.comm &&
+                                            h->process_fault.process == sh->opt->processes.comm->rank())
+    kill_at = h->process_fault.step;
   self->set_down_handler([self, outcome](caf::down_msg& dm) {
     auto& s = self->state;
     if (dm.source != s.coordinator.address()) return;

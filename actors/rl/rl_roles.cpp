@@ -124,9 +124,9 @@ caf::behavior generator_actor(caf::event_based_actor* self, std::shared_ptr<cons
       [self, st, sh, driver, latest, load, try_start](rlmsg::decode_atom) {
         // The fence: between two decode steps. latest takes the newest
         // version received since the last one; fixed_lag never switches
-        // inside a rollout. (The test seam pins the first decode step to the
+        // inside a rollout. (The test hook hold_for_publication pins the first decode step to the
         // version the rollout started with.)
-        const bool seam = latest && sh->opt->hold_for_publication;
+        const bool seam = latest && sh->hooks && sh->hooks->hold_for_publication;
         if (latest && !(seam && st->decodes == 0) && !st->have.empty() &&
             st->have.rbegin()->first > st->copy->version()) {
           load(st->have.rbegin()->second);
@@ -138,7 +138,7 @@ caf::behavior generator_actor(caf::event_based_actor* self, std::shared_ptr<cons
         if (more && seam && st->decodes == 1 &&
             st->copy->version() < st->running.step &&
             (st->have.empty() || st->have.rbegin()->first <= st->copy->version())) {
-          st->holding = true;  // resumed by the next sync (test seam, see RlActorOptions)
+          st->holding = true;  // resumed by the next sync (test hook, see TestHooks)
           return;
         }
         if (more) return self->send(self, rlmsg::decode_atom::value);

@@ -18,7 +18,7 @@
 //          commands_calibrate.cpp): one value per stage of the schedule's
 //          layout. Used where one FLOP rate cannot fit the stages (the
 //          attention core, the loss and the copies run far below the GEMMs'
-//          rate; bench/RESULTS.md "Sim calibration").
+//          rate; bench/results/calibrate.md).
 // An overlapped F&B op (DualPipe) costs F + B: the sim models no compute
 // overlap inside a device, only the schedule's ordering.
 #pragma once

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "actors/supervision/faults.hpp"
+#include "actors/names.hpp"
 
 namespace troupe::runtime {
 

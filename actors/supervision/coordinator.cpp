@@ -70,7 +70,7 @@ struct CoordState {
     uint64_t bytes = 0;
   };
   std::shared_ptr<Loading> loading;
-  int kill_loading_left = -1;  // RuntimeOptions::kill_while_loading_times not yet spent (-1: not read yet)
+  int kill_loading_left = -1;  // TestHooks::kill_while_loading_times not yet spent (-1: not read yet)
 };
 
 // Under the summary's lock (Runtime::fault_summary reads it from another thread).
@@ -308,15 +308,15 @@ void start_step(Self* self) {
 
 // Asks the new expert shard `a` in slot (replica, producer) of the pending
 // placement change for its loaded bytes; the answer comes once its restore
-// (queued before) is on its device. The test switch kill_while_loading arms
-// it to die on that request.
+// (queued before) is on its device. The test hook kill_while_loading arms
+// it to die on that request (and on nothing else it handles before).
 void request_load(Self* self, const caf::actor& a, int replica, int producer) {
   auto& s = self->state;
-  const auto& o = s.sh->opt;
-  if (s.kill_loading_left < 0) s.kill_loading_left = o.kill_while_loading_times;
-  if (s.kill_loading_left > 0 && live_plan(*s.sh)->expert(replica, producer).name == o.kill_while_loading) {
+  const TestHooks* hooks = s.sh->hooks.get();
+  if (s.kill_loading_left < 0) s.kill_loading_left = hooks ? hooks->kill_while_loading_times : 0;
+  if (s.kill_loading_left > 0 && live_plan(*s.sh)->expert(replica, producer).name == hooks->kill_while_loading) {
     --s.kill_loading_left;
-    self->send(a, rt::arm_atom_v, s.step, uint32_t{1});
+    self->send(a, rt::arm_atom_v, rt::rescale_atom_v);
   }
   const auto w = s.loading;
   const auto slot = std::make_pair(replica, producer);

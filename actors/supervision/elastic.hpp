@@ -1,4 +1,4 @@
-// One [[elastic]] scale event, the value the spec parser (launch/spec.cpp)
+// One [[elastic]] scale event, the value the spec parser (launch/spec/)
 // and the runtime (RuntimeOptions::elastic, actors/supervision/elastic.cpp)
 // share. Plain data: no CAF.
 #pragma once

@@ -21,7 +21,7 @@
 #include <tuple>
 #include <vector>
 
-#include "actors/supervision/faults.hpp"
+#include "actors/names.hpp"
 #include "actors/supervision/interposer.hpp"
 
 namespace troupe::runtime {

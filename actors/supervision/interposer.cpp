@@ -93,12 +93,12 @@ void StaleReplay::forward(int from_device, const caf::actor& to, caf::message ms
   else caf::anon_send(to, std::move(msg));
 }
 
-Interposers make_interposer(const RuntimeOptions& o, int first_moe_layer) {
+Interposers make_interposer(const RuntimeOptions& o, const TestHooks* hooks, int first_moe_layer) {
   Interposers out;
-  if (o.duplicate_sends) out.chain = duplicate_sends();
-  if (o.corrupt_combine && first_moe_layer >= 0)
+  if (hooks && hooks->duplicate_sends) out.chain = duplicate_sends();
+  if (hooks && hooks->corrupt_combine && first_moe_layer >= 0)
     out.chain = corrupt_first_combine(static_cast<uint32_t>(first_moe_layer), 0, std::move(out.chain));
-  if (o.replay_stale) out.chain = out.stale = std::make_shared<StaleReplay>(std::move(out.chain));
+  if (hooks && hooks->replay_stale) out.chain = out.stale = std::make_shared<StaleReplay>(std::move(out.chain));
   const bool any = std::any_of(o.faults.begin(), o.faults.end(), [](const FaultSpec& f) { return on_messages(f.kind); });
   if (any) out.chain = out.injector = std::make_shared<FaultInjector>(std::move(out.chain));
   return out;

@@ -3,8 +3,8 @@
 // interposer, post() hands the message to it instead of sending it, and the
 // interposer decides what reaches the receiver: the message, the message
 // twice, nothing, or a changed message. Production runs have none (post() is
-// a plain send), so no actor carries a test branch. The test switches
-// RuntimeOptions::duplicate_sends, corrupt_combine and replay_stale install
+// a plain send), so no actor carries a test branch. The test hooks
+// TestHooks::duplicate_sends, corrupt_combine and replay_stale install
 // the interposers below (make_interposer), and so do the [[faults]] kinds on
 // messages (drop, duplicate, delay, pause, corrupt: fault_injector.hpp).
 // Include only from actors/ and tests (CAF).
@@ -17,6 +17,8 @@
 #include <vector>
 
 #include <caf/all.hpp>
+
+#include "actors/test_hooks.hpp"
 
 namespace troupe::runtime {
 
@@ -44,7 +46,7 @@ std::shared_ptr<Interposer> corrupt_first_combine(uint32_t layer, uint32_t shard
 
 // Passes every message on and keeps it: replay() sends the kept ones again,
 // to the same receivers, as stale traffic of a finished step that every
-// receiver must drop and count (Runtime::inject_stale_messages); forget()
+// receiver must drop and count (testing::inject_stale_messages); forget()
 // drops what was kept (the runtime calls it when a step starts, so what is
 // kept is the last step's messages).
 class StaleReplay final : public Interposer {
@@ -76,6 +78,6 @@ struct Interposers {
   std::shared_ptr<StaleReplay> stale;
   std::shared_ptr<FaultInjector> injector;  // [[faults]] on messages in flight; null without any
 };
-Interposers make_interposer(const RuntimeOptions& o, int first_moe_layer);
+Interposers make_interposer(const RuntimeOptions& o, const TestHooks* hooks, int first_moe_layer);
 
 }  // namespace troupe::runtime

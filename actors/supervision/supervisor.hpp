@@ -49,7 +49,7 @@ class Supervisor {
   // The children living on another node than `here`, in a fixed order
   // (role, replica, index): what a lost process held.
   std::vector<Child> children_off(const caf::node_id& here) const;
-  // What `strategy` restarts besides `failed` (faults.hpp, Strategy), in
+  // What `strategy` restarts besides `failed` (actors/names.hpp, Strategy), in
   // start order, with their current handles: nothing for one_for_one.
   std::vector<std::pair<Child, caf::actor>> siblings(const Child& failed, Strategy strategy) const;
 

@@ -8,7 +8,7 @@
 // direction. With 0 the multiplexer thread that read the bytes deserializes
 // them itself. bench_messaging, 2 processes on one host: 1 KiB round trip
 // ~320 -> ~240 us alone, ~185 -> ~155 us on top of the work-sharing scheduler
-// (bench/RESULTS.md, "Cross-process data plane II").
+// (bench/results/messaging.md).
 //
 // TROUPE_CAF_MM_WORKERS=N restores a worker pool (N=1 is CAF's default here),
 // for before/after measurements. Heartbeats and timeouts are set by the

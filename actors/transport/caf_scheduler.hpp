@@ -7,7 +7,7 @@
 // threads and the actors only hand work around (a few dozen messages per
 // step), so each worker goes idle after every message and spends ~25 ms
 // waking up 20,000 times a second: 4 such threads take CPU from the device
-// threads on a 2-core machine (measured in bench/RESULTS.md, "Pipeline
+// threads on a 2-core machine (measured in bench/results/pipeline_runtime.md, "Pipeline
 // runtime (real)"). The work-sharing policy blocks idle workers on a
 // condition variable instead; 2 workers are enough for actors that never
 // compute.

@@ -121,7 +121,7 @@ inline constexpr size_t kCompressThreshold = 64 * 1024;
 // How frames are written. On the CAF path they come from the sending actor
 // system's config entries "troupe.envelope.compress-threshold" (bytes;
 // default 64 KiB; negative = never compress: on loopback zstd costs more than
-// it saves, see bench/RESULTS.md) and "troupe.envelope.zstd-level" (default
+// it saves, see bench/results/messaging.md) and "troupe.envelope.zstd-level" (default
 // 1), written by set_encode_options().
 struct EncodeOptions {
   size_t compress_threshold = kCompressThreshold;  // compress bodies longer than this...

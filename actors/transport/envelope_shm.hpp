@@ -5,7 +5,7 @@
 // any received frame) and hands the slot back when the Envelope is gone.
 // Actor semantics do not change: the record is an ordinary message on the
 // same connection, so ordering, monitors and failure detection are CAF's.
-// Measured in bench_messaging (bench/RESULTS.md, "Messaging").
+// Measured in bench_messaging (bench/results/messaging.md).
 //
 // Off unless set_bulk_shm_threshold() gave a threshold (the multi-process
 // runtime does when every process is on one host). Not for use outside the

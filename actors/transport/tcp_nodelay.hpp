@@ -5,7 +5,7 @@
 // connections it accepts) and after connecting to a peer. Idempotent; other
 // sockets (Unix, UDP) are left alone.
 //
-// Measured (bench_messaging, bench/RESULTS.md, "Cross-process data plane
+// Measured (bench_messaging, bench/results/messaging.md, "Cross-process data plane
 // II"): no change to a request/response round trip, where each side has
 // nothing unacknowledged in flight when it writes, so Nagle never holds a
 // write back. It is set anyway for back-to-back small messages to one peer,

@@ -1,6 +1,8 @@
-// Failure injection and restart reports of the actor runtime (CAF-free, so
-// the spec parser can use it): which actor a [[faults]] entry names, when it
-// is killed, and what the supervisor reports when it restarts one.
+// The names of a run's actors and what can happen to them (CAF-free, so the
+// spec parser can use it): roles and targets ("stage:1", "expert:0/1",
+// "generator:0", "process:1"), the [[faults]] vocabulary (which actor an
+// entry names, when it is killed), and what the supervisor reports when it
+// restarts one.
 //
 // A kill happens "at a seeded point inside the step": at the start of step
 // `at_step` (1-based, as progress lines count steps; its first attempt) the coordinator arms the target with a count k;

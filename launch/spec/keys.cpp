@@ -1,7 +1,7 @@
 // The launch-spec key table (one row per key). Parsing, validation, the
-// README's key reference and `troupe keys` are all driven from here, so a key
+// key reference (docs/spec.md) and `troupe keys` are all driven from here, so a key
 // is documented exactly where it is defined.
-#include "launch/spec_keys.hpp"
+#include "launch/spec/keys.hpp"
 
 #include "actors/cluster/interface_address.hpp"
 
@@ -69,7 +69,7 @@ std::vector<KeyDef> build_keys() {
 
   // [run]
   add({"run", "name", KeyType::String, F(run.name), "Run name; the default output directory is runs/<name>."});
-  add({"run", "mode", KeyType::Choice, F(run.mode), "What the run does: \"pretrain\" (next-token training), \"rl\" (online RL post-training), \"reward_model\" (trains a learned reward model on the [rl] task's completions labelled by its verifier; README \"Learned reward model\") or \"sft_rl\" (two phases: pretrain as [run]/[optim]/[topology] say, then RL as [rl] says from phase 1's checkpoint, with a before/after table of both tasks; README \"The main job\").",
+  add({"run", "mode", KeyType::Choice, F(run.mode), "What the run does: \"pretrain\" (next-token training), \"rl\" (online RL post-training), \"reward_model\" (trains a learned reward model on the [rl] task's completions labelled by its verifier; docs/rl.md) or \"sft_rl\" (two phases: pretrain as [run]/[optim]/[topology] say, then RL as [rl] says from phase 1's checkpoint, with a before/after table of both tasks; README \"The main job\").",
        0, 0, {} /* the enum's names: bind_choices */});
   add({"run", "seed", KeyType::Int, F(run.seed), "Seed for initialisation, data order and sampling; same seed and spec give the same run.", 0, 9.2e18});
   add({"run", "steps", KeyType::Int, F(run.steps), "Optimizer steps to train.", 1, kBig});
@@ -208,7 +208,7 @@ std::vector<KeyDef> build_keys() {
                     ? "applies only to [experts] policy = \"eplb\""
                     : "";
        }});
-  add({"experts", "load_decay", KeyType::Float, F(experts.load_decay), "eplb: the policy places by a moving average of each expert's routed load, avg = load_decay x avg + (1 - load_decay) x the last step's; 0 = the last step's loads alone (follows a drifting router best; bench/RESULTS.md \"Elastic experts V\"), closer to 1 = smoother.", 0, 0.999,
+  add({"experts", "load_decay", KeyType::Float, F(experts.load_decay), "eplb: the policy places by a moving average of each expert's routed load, avg = load_decay x avg + (1 - load_decay) x the last step's; 0 = the last step's loads alone (follows a drifting router best; bench/results/experts.md), closer to 1 = smoother.", 0, 0.999,
        {}, [](const Spec& s) -> std::string {
          return s.experts.load_decay != 0.8 && s.experts.policy != runtime::ExpertPolicy::eplb
                     ? "applies only to [experts] policy = \"eplb\""

@@ -217,7 +217,7 @@ struct Runtime::Impl {
   std::unique_ptr<caf::actor_system> sys;
   std::unique_ptr<Cluster> cluster;  // processes > 1 (runtime_cluster.cpp)
   int64_t steps_done = 0;
-  std::shared_ptr<StaleReplay> stale;  // RuntimeOptions::replay_stale: the last step's messages
+  std::shared_ptr<StaleReplay> stale;  // TestHooks::replay_stale: the last step's messages
   // state() of step `cached_step`: an evaluation and a save after the same
   // step gather the shards' state once.
   std::optional<model::TrainingState> cached;
@@ -274,8 +274,9 @@ struct Runtime::Impl {
     s.layout = model::build_param_layout(t.model);
     s.plan = make_plan(o);
     s.live = std::make_shared<const Plan>(s.plan);
-    // Test switches (duplicate_sends, corrupt_combine, replay_stale) act through the seam only.
-    Interposers seam = make_interposer(o, s.plan.moe_layers.empty() ? -1 : s.plan.moe_layers.front());
+    // Test hooks (duplicate_sends, corrupt_combine, replay_stale) act through the seam only.
+    s.hooks = current_test_hooks();
+    Interposers seam = make_interposer(o, s.hooks.get(), s.plan.moe_layers.empty() ? -1 : s.plan.moe_layers.front());
     s.interposer = std::move(seam.chain);
     s.injector = std::move(seam.injector);
     stale = std::move(seam.stale);
@@ -831,7 +832,8 @@ std::vector<std::string> Runtime::actor_names() {
   return out;
 }
 
-uint64_t Runtime::dropped_messages() {
+uint64_t testing::dropped_messages(Runtime& rt) {
+  auto& impl_ = rt.impl_;
   uint64_t total = 0;
   caf::scoped_actor self{*impl_->sys};
   std::vector<caf::actor> actors{impl_->sh->peers.coordinator};
@@ -922,8 +924,9 @@ void Runtime::kill(const std::string& target) {
   if (!err.empty()) throw std::runtime_error("runtime: kill " + target + ": " + err);
 }
 
-uint32_t Runtime::inject_stale_messages() {
-  if (!impl_->stale) throw std::logic_error("Runtime::inject_stale_messages: needs RuntimeOptions::replay_stale");
+uint32_t testing::inject_stale_messages(Runtime& rt) {
+  auto& impl_ = rt.impl_;
+  if (!impl_->stale) throw std::logic_error("testing::inject_stale_messages: needs TestHooks::replay_stale");
   if (impl_->steps_done == 0) return 0;
   return impl_->stale->replay();
 }

@@ -1,8 +1,8 @@
 // Launch spec: the typed form of a TOML launch file, and its parser/validator.
 //
-// Every key lives in one table (launch/spec_keys.cpp) that drives parsing,
+// Every key lives in one table (launch/spec/keys.cpp) that drives parsing,
 // type and range checks, did-you-mean suggestions, "not supported yet"
-// rejections and the README's key reference (`troupe keys`). Validation
+// rejections and the key reference in docs/spec.md (`troupe keys`). Validation
 // collects every problem it finds, each with file:line:col, so a user can fix
 // a spec in one pass.
 #pragma once
@@ -18,7 +18,7 @@
 #include "actors/schedule/schedule.hpp"
 #include "actors/sim/sim_costs.hpp"
 #include "actors/supervision/elastic.hpp"
-#include "actors/supervision/faults.hpp"
+#include "actors/names.hpp"
 #include "kernels/backend.hpp"
 #include "kernels/blas_core.hpp"
 #include "model/config.hpp"
@@ -26,7 +26,7 @@
 
 namespace troupe::launch {
 
-// Enum-like spec values, converted once by the key table (spec_keys.cpp);
+// Enum-like spec values, converted once by the key table (spec/keys.cpp);
 // *_name gives the spec's spelling. The enums of other layers: model::Ffn,
 // moe::Balance, model::LrSchedule, model::DataKind, sched::Kind,
 // kernels::OpenclDeviceType, sim::CostModel, runtime::FaultKind.
@@ -104,8 +104,8 @@ struct LogConfig {
 };
 
 // One [[faults]] entry: a fault injected into one actor in one step
-// (actor runtime only; kinds and keys in actors/supervision/faults.hpp).
-using FaultConfig = runtime::FaultSpec;  // one type: the runtime's (actors/supervision/faults.hpp)
+// (actor runtime only; kinds and keys in actors/names.hpp).
+using FaultConfig = runtime::FaultSpec;  // one type: the runtime's (actors/names.hpp)
 
 // One [[elastic]] entry: from step at_step on, expert_shards expert-shard
 // actors per MoE layer (actors/supervision/elastic.hpp).
@@ -238,7 +238,7 @@ Spec load_spec_text(const std::string& text, const std::string& source_name,
 const std::string& default_spec_text();
 Spec load_default_spec(const std::vector<Override>& overrides = {});
 
-// The key reference as a Markdown table (README) — one row per key.
+// The key reference as a Markdown table (docs/spec.md) — one row per key.
 std::string spec_keys_markdown();
 // Every "section.key" the parser knows, in table order.
 std::vector<std::string> spec_key_paths();

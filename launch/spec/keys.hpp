@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "launch/spec.hpp"
+#include "launch/spec/spec.hpp"
 
 namespace troupe::launch {
 

@@ -1,0 +1,203 @@
+// The spec checks of [model], [data], [topology] against each other, the
+// schedule's rules, [[elastic]] events and the checkpoint directory.
+#include "launch/spec/parser.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "actors/names.hpp"
+#include "actors/schedule/schedule.hpp"
+#include "launch/phases.hpp"
+#include "launch/spec/keys.hpp"
+#include "actors/rl/rl_plan.hpp"
+#include "launch/topology.hpp"
+#include "model/checkpoint.hpp"
+#include "model/data.hpp"
+#include "model/params.hpp"
+#include "rl/task.hpp"
+
+
+namespace troupe::launch::spec_detail {
+
+// The runtime's schedule rules, from the schedule library itself (one source
+// of truth): each replica runs `microbatches` chunks through `stages` ranks.
+void check_schedule(const Spec& s, SpecSites& p) {
+  const auto& t = s.topology;
+  auto v = [](int64_t x) { return std::to_string(x); };
+  const std::string sched_name(sched::to_string(t.schedule));
+  sched::Layout layout;
+  try {
+    layout = sched::make_layout(t.schedule, static_cast<int>(t.stages), static_cast<int>(t.microbatches));
+  } catch (const std::invalid_argument& e) {
+    p.error(p.where("topology.microbatches"), "[topology] microbatches = " + v(t.microbatches) + " does not fit schedule = \"" +
+                                                 sched_name + "\" with stages = " + v(t.stages) + ": " + e.what());
+    return;
+  }
+  if (layout.num_stages > s.model.n_layers && t.stages <= s.model.n_layers)  // else the stages rule fired
+    p.error(p.where("topology.stages"), "[topology] schedule = \"" + sched_name + "\" with stages = " + v(t.stages) + " cuts the model into " +
+                                            v(layout.num_stages) + " stages, more than [model] n_layers = " + v(s.model.n_layers));
+}
+
+// Rules that involve more than one key. Each message names the keys and values.
+void check_cross_fields(const Spec& s, SpecSites& p) {
+  const auto& m = s.model;
+  const auto& t = s.topology;
+  auto v = [](int64_t x) { return std::to_string(x); };
+  if (m.d_model % m.n_heads != 0)
+    p.error(p.where("model.n_heads"), "[model] n_heads = " + v(m.n_heads) + " must divide d_model = " + v(m.d_model));
+  else if ((m.d_model / m.n_heads) % 2 != 0)
+    p.error(p.where("model.n_heads"), "[model] head size d_model/n_heads = " + v(m.d_model / m.n_heads) + " must be even (RoPE rotates pairs)");
+  if (m.ffn == model::Ffn::moe && m.top_k > m.n_experts)
+    p.error(p.where("model.top_k"), "[model] top_k = " + v(m.top_k) + " must be <= n_experts = " + v(m.n_experts));
+  if (m.ffn == model::Ffn::moe && m.balance == moe::Balance::bias && m.bias_update_rate <= 0)
+    p.error(p.where("model.bias_update_rate"), "[model] balance = \"bias\" needs bias_update_rate > 0");
+  if (t.stages > m.n_layers)
+    p.error(p.where("topology.stages"), "[topology] stages = " + v(t.stages) + " must be <= [model] n_layers = " + v(m.n_layers));
+  if ((t.schedule == sched::Kind::dualpipe || t.schedule == sched::Kind::dualpipev) && t.stages % 2 != 0)
+    p.error(p.where("topology.schedule"), "[topology] schedule = \"" + std::string(sched::to_string(t.schedule)) + "\" needs an even number of stages, got stages = " + v(t.stages));
+  else if (uses_runtime(s))
+    check_schedule(s, p);
+  const int64_t per_step = t.microbatches * t.data_parallel;
+  if (s.data.batch_size % per_step != 0)
+    p.error(p.where("data.batch_size"), "[data] batch_size = " + v(s.data.batch_size) +
+                                          " must be divisible by [topology] microbatches * data_parallel = " + v(per_step));
+  if (m.ffn == model::Ffn::moe && t.expert_shards > m.n_experts)
+    p.error(p.where("topology.expert_shards"), "[topology] expert_shards = " + v(t.expert_shards) + " must be <= [model] n_experts = " + v(m.n_experts));
+  if (m.ffn == model::Ffn::dense && t.expert_shards > 1)
+    p.error(p.where("topology.expert_shards"), "[topology] expert_shards = " + v(t.expert_shards) + " needs [model] ffn = \"moe\"");
+  if (t.processes > t.devices)
+    p.error(p.where("topology.processes"), "[topology] processes = " + v(t.processes) + " must be <= devices = " + v(t.devices));
+  else if (!t.device_processes.empty()) {
+    try {
+      device_process_list(s);
+    } catch (const std::invalid_argument& e) {
+      p.error(p.where("topology.device_processes"), "[topology] device_processes = \"" + t.device_processes + "\": " + e.what());
+    }
+  }
+  if (!t.auth_dir.empty() && t.auth == runtime::ClusterAuth::none)
+    p.error(p.where("topology.auth_dir"), "[topology] auth_dir is the key of auth = \"tls\", but auth = \"none\"");
+  if (t.stages * t.data_parallel > t.devices)
+    p.error(p.where("topology.devices"), "[topology] devices = " + v(t.devices) + " is fewer than stages * data_parallel = " + v(t.stages * t.data_parallel));
+  if (uses_runtime(s) && t.optimizer_shards > 1) {
+    int64_t params = 0;
+    try {
+      params = model::build_param_layout(m).total();
+    } catch (const std::exception&) {
+      params = 0;  // the model's own problems are reported above
+    }
+    if (params > 0 && t.optimizer_shards > params)
+      p.error(p.where("topology.optimizer_shards"), "[topology] optimizer_shards = " + v(t.optimizer_shards) +
+                                                        " is more than the model's " + v(params) + " parameters");
+  }
+  check_sim(s, p);
+  if (s.data.source == model::DataKind::text && s.data.path.empty())
+    p.error(p.where("data.source"), "[data] source = \"text\" needs [data] path (the text file to train on)");
+  if (s.data.source == model::DataKind::text && m.vocab_size < 256)
+    p.error(p.where("model.vocab_size"), "[model] vocab_size = " + v(m.vocab_size) + " is too small for byte-level text (needs 256)");
+  if (s.data.source != model::DataKind::text && !s.data.path.empty())
+    p.error(p.where("data.path"), "[data] path is only used with source = \"text\"");
+  if (s.data.width != 0 && s.data.source != model::DataKind::addition)
+    p.error(p.where("data.width"), "[data] width = " + v(s.data.width) + " needs source = \"addition\" (the padded format), got source = \"" + model::data_kind_name(s.data.source) + "\"");
+  else if (s.data.width != 0 && s.data.width < s.data.digits)
+    p.error(p.where("data.width"), "[data] width = " + v(s.data.width) + " must be >= digits = " + v(s.data.digits) + " (or 0, meaning digits)");
+  if (!s.data.target_pairs.empty()) {
+    if (s.data.source == model::DataKind::text) {
+      p.error(p.where("data.target_pairs"), "[data] target_pairs needs source = \"addition\" or \"addition_plain\", got source = \"text\"");
+    } else {
+      try {
+        (void)model::parse_addition_target(s.data.target_pairs, s.data.target_column);
+        if (s.data.target_column >= s.data.digits)
+          p.error(p.where("data.target_column"), "[data] target_column = " + v(s.data.target_column) + " must be below digits = " + v(s.data.digits) + " (column 0 is the units)");
+      } catch (const std::invalid_argument& e) {
+        p.error(p.where("data.target_pairs"), std::string("[data] ") + e.what());
+      }
+    }
+  }
+}
+
+// [[elastic]] against the rest of the spec: a run with expert-shard actors
+// (in one process or several: a new shard is spawned on the process its
+// device belongs to), steps inside the run and increasing, shard counts the
+// experts can be split into.
+void check_elastic(const Spec& s, SpecSites& p) {
+  auto v = [](int64_t x) { return std::to_string(x); };
+  int64_t prev = 0;
+  for (size_t i = 0; i < s.elastic.size(); ++i) {
+    if (!p.elastic_ok(i)) continue;  // reported while parsing
+    const ElasticConfig& e = s.elastic[i];
+    if (!uses_runtime(s) || s.model.ffn != model::Ffn::moe || s.topology.expert_shards < 2) {
+      p.error(p.elastic_where(i, ""), "[[elastic]] scale events need expert-shard actors: the actor runtime, [model] ffn = "
+                                     "\"moe\" and [topology] expert_shards >= 2 (expert_shards = " +
+                                         v(s.topology.expert_shards) + "; 1 keeps the experts inside the stages)");
+      continue;
+    }
+    if (e.at_step < 1 || e.at_step > s.run.steps)
+      p.error(p.elastic_where(i, "at_step"), "[[elastic]] at_step = " + v(e.at_step) + " is out of range (allowed 1 .. [run] steps = " +
+                                                v(s.run.steps) + ")");
+    else if (e.at_step <= prev)
+      p.error(p.elastic_where(i, "at_step"), "[[elastic]] at_step = " + v(e.at_step) +
+                                                " must be greater than the previous event's at_step = " + v(prev) +
+                                                " (events in step order, one per step)");
+    if (e.expert_shards < 1 || e.expert_shards > s.model.n_experts)
+      p.error(p.elastic_where(i, "expert_shards"), "[[elastic]] expert_shards = " + v(e.expert_shards) +
+                                                      " is out of range (allowed 1 .. [model] n_experts = " +
+                                                      v(s.model.n_experts) + "; a shard holds at least one expert)");
+    prev = std::max(prev, e.at_step);
+  }
+}
+
+// The checkpoint directory is checked before anything runs: a save into a
+// regular file, or into a non-empty directory that is not a checkpoint (which
+// save_checkpoint never replaces), would fail only at the end of the run.
+void check_checkpoint_dir(const Spec& s, SpecSites& p) {
+  if (s.topology.device_kind == DeviceKind::sim) return;  // a sim run saves nothing
+  namespace fs = std::filesystem;
+  const std::string dir = s.checkpoint_dir();
+  const char* key = s.checkpoint.dir.empty() ? "run.out_dir" : "checkpoint.dir";
+  std::error_code ec;
+  const auto st = fs::status(dir, ec);
+  if (ec || !fs::exists(st)) return;  // created by the first save
+  if (!fs::is_directory(st)) {
+    p.error(p.where(key), "checkpoint directory " + dir + " exists and is not a directory; the run's checkpoint "
+                          "could not be saved there (set [checkpoint] dir to a new or checkpoint directory)");
+    return;
+  }
+  if (!fs::is_empty(dir, ec) && !ec && !model::checkpoint_exists(dir))
+    p.error(p.where(key), "checkpoint directory " + dir + " is a non-empty directory that holds no checkpoint; the "
+                          "run would not overwrite it and would lose its final save (set [checkpoint] dir elsewhere)");
+}
+
+void check_supported(Spec& s, SpecSites& p) {
+  for (const auto& def : spec_keys()) {
+    if (!def.unsupported) continue;
+    if (std::string why = def.unsupported(s); !why.empty())
+      p.error(p.where(def.path()), def.label() + " = " + key_value_text(def, s) + ": " + why);
+  }
+}
+
+// The data source must be buildable (file present, long enough, sequences fit)
+// and its tokens must fit the model's vocabulary.
+void check_data(const Spec& s, SpecSites& p) {
+  const std::string key = s.data.source == model::DataKind::text ? "data.path" : "data.source";
+  try {
+    const auto source = model::make_data_source(s.data, static_cast<uint64_t>(s.run.seed), s.model.seq_len);
+    if (source->vocab_size() > s.model.vocab_size)
+      p.error(p.where("model.vocab_size"), "[model] vocab_size = " + std::to_string(s.model.vocab_size) +
+                                               " is smaller than the data's vocabulary (" +
+                                               std::to_string(source->vocab_size()) + " tokens, " +
+                                               source->describe() + ")");
+  } catch (const std::exception& e) {
+    p.error(p.where(key), "[data] " + std::string(e.what()));
+  }
+}
+
+}  // namespace troupe::launch::spec_detail
