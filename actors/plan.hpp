@@ -1,5 +1,5 @@
 // The topology plan: one value, computed once from validated runtime options
-// (launch/topology.cpp maps a spec onto them), that names every actor of a
+// (launch/run_plan.cpp maps a spec onto them), that names every actor of a
 // run and says where it lives and what it owns. `troupe validate` prints it,
 // the runtime spawns from it, the supervisor names its children and draws
 // kill points from its message counts, the optimizer shards count expected

@@ -38,7 +38,7 @@
 #include "kernels/blas_core.hpp"
 #include "launch/calibrate.hpp"
 #include "launch/sim_plan.hpp"
-#include "launch/topology.hpp"
+#include "launch/run_plan.hpp"
 
 using namespace troupe;
 using namespace troupe::launch;

@@ -15,7 +15,7 @@
 #include <tuple>
 
 #include "launch/spec/keys.hpp"
-#include "launch/topology.hpp"
+#include "launch/run_plan.hpp"
 
 namespace troupe::launch {
 namespace {

@@ -1,7 +1,7 @@
 // Sim calibration: what the spec's pipeline ops cost on this machine, read
 // from the real actor runtime's device trace, and the [sim] table that makes
 // a sim spec predict the real runtime. `troupe calibrate`
-// (launch/commands_calibrate.cpp) prints and writes the table;
+// (launch/commands/calibrate.cpp) prints and writes the table;
 // bench/sim_calibration.cpp compares its predictions with real runs.
 //
 // How: copies of the spec's pipeline (its model, stages, schedule,

@@ -51,10 +51,10 @@ int command_eval(const CliOptions& options, const Spec& spec);
 int command_sample(const CliOptions& options, const Spec& spec);
 int command_export(const CliOptions& options, const Spec& spec);
 int command_import(const CliOptions& options, const Spec& spec);
-int command_calibrate(const CliOptions& options, const Spec& spec);  // launch/commands_calibrate.cpp
+int command_calibrate(const CliOptions& options, const Spec& spec);  // launch/commands/calibrate.cpp
 // Seeing runs (no spec): the positional arguments are run directories.
-int command_dashboard(const CliOptions& options);  // launch/commands_dashboard.cpp
-int command_report(const CliOptions& options);     // launch/commands_report.cpp
-int command_plot(const CliOptions& options);       // launch/commands_report.cpp
+int command_dashboard(const CliOptions& options);  // launch/commands/dashboard.cpp
+int command_report(const CliOptions& options);     // launch/commands/report.cpp
+int command_plot(const CliOptions& options);       // launch/commands/report.cpp
 
 }  // namespace troupe::launch

@@ -25,12 +25,12 @@ std::string format_sim_plan(const Spec& spec);
 // trace ([log] trace). Throws std::runtime_error when the simulation fails.
 int run_sim(const Spec& spec, MetricsWriter& metrics);
 
-// run.mode = "rl" on sim devices (launch/commands_rl_sim.cpp, actors/sim/rl_sim.hpp):
+// run.mode = "rl" on sim devices (launch/commands/rl_sim.cpp, actors/sim/rl_sim.hpp):
 // what validate prints, and run's comparison of synchronous and decoupled RL.
 std::string format_rl_sim_plan(const Spec& spec);
 int run_rl_sim(const Spec& spec, MetricsWriter& metrics);
 
-// [topology] expert_shards > 1 on sim devices (launch/commands_ep_sim.cpp,
+// [topology] expert_shards > 1 on sim devices (launch/commands/ep_sim.cpp,
 // actors/sim/ep_sim.hpp): what validate prints, and run's comparison of
 // static, eplb and perfectly balanced expert placement.
 std::string format_ep_sim_plan(const Spec& spec);

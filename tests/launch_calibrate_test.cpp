@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "launch/calibrate.hpp"
-#include "launch/topology.hpp"
+#include "launch/run_plan.hpp"
 
 namespace troupe::launch {
 namespace {

@@ -7,7 +7,7 @@
 #include <set>
 
 #include "actors/runtime.hpp"
-#include "launch/topology.hpp"
+#include "launch/run_plan.hpp"
 #include "model/params.hpp"
 
 using namespace troupe::launch;

@@ -1,7 +1,7 @@
 // Placement: which process and which device every runtime actor lives on.
 // A pure function of the topology (no CAF, no devices), shared by the runtime
 // (which spawns only its own process's actors) and by `troupe validate`
-// (launch/topology.cpp), so the listing and the run agree.
+// (launch/run_plan.cpp), so the listing and the run agree.
 //
 // Default rules: devices are split into contiguous blocks over the processes
 // (device d on process d * processes / devices); pipeline rank k of replica r

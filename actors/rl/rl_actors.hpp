@@ -75,7 +75,7 @@ struct RlProcesses {
   double peer_timeout = 3.0;           // seconds without traffic before a peer process counts as lost
   int64_t bulk_shm_bytes = 1 << 16;    // one host: envelopes this large go through shared memory (0 = never)
   bool recover = true;                 // a lost process: its generators restart on process 0 (false: the run fails)
-  // [[faults]] kind "kill" on "process:P" (launch/commands_rl.cpp): this
+  // [[faults]] kind "kill" on "process:P" (launch/commands/rl.cpp): this
   // process (> 0) SIGKILLs itself when it gets its first job of RL step
   // `kill_at_step` or later (1-based; 0 = never).
   int64_t kill_at_step = 0;

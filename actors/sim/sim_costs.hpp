@@ -15,7 +15,7 @@
 //          stage_work() in sim_costs.cpp.
 //   measured  each stage has its own forward / backward / weight times, as
 //          `troupe calibrate` measures them on a machine (launch/
-//          commands_calibrate.cpp): one value per stage of the schedule's
+//          commands/calibrate.cpp): one value per stage of the schedule's
 //          layout. Used where one FLOP rate cannot fit the stages (the
 //          attention core, the loss and the copies run far below the GEMMs'
 //          rate; bench/results/calibrate.md).

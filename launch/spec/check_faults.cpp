@@ -19,7 +19,7 @@
 #include "launch/phases.hpp"
 #include "launch/spec/keys.hpp"
 #include "actors/rl/rl_plan.hpp"
-#include "launch/topology.hpp"
+#include "launch/run_plan.hpp"
 #include "model/checkpoint.hpp"
 #include "model/data.hpp"
 #include "model/params.hpp"
@@ -171,9 +171,7 @@ void check_faults(const Spec& s, SpecSites& p) {
     std::optional<runtime::Plan> at_step;
     if (plan && t->role == runtime::Role::Expert && !s.elastic.empty()) {
       try {
-        runtime::RuntimeOptions ro = runtime_options(s);
-        ro.expert_shards = runtime::expert_shards_at(ro, f.at_step);
-        at_step = runtime::make_plan(ro);
+        at_step = plan_at_step(s, f.at_step);
       } catch (const std::exception&) {  // a bad event: reported on its keys
       }
     }

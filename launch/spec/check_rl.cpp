@@ -19,7 +19,7 @@
 #include "launch/phases.hpp"
 #include "launch/spec/keys.hpp"
 #include "actors/rl/rl_plan.hpp"
-#include "launch/topology.hpp"
+#include "launch/run_plan.hpp"
 #include "model/checkpoint.hpp"
 #include "model/data.hpp"
 #include "model/params.hpp"
@@ -111,7 +111,7 @@ void check_rl_trainer(const Spec& s, SpecSites& p) {
   // The trainer's actors a [[faults]] entry names must exist in its plan.
   std::optional<runtime::Plan> plan;
   try {
-    plan = runtime::make_plan(rl_trainer_runtime(s));
+    plan = rl_trainer_plan(s);
   } catch (const std::exception&) {  // a bad topology: reported on its own keys
     return;
   }

@@ -21,7 +21,7 @@
 #include "launch/phases.hpp"
 #include "launch/spec/keys.hpp"
 #include "actors/rl/rl_plan.hpp"
-#include "launch/topology.hpp"
+#include "launch/run_plan.hpp"
 #include "model/checkpoint.hpp"
 #include "model/data.hpp"
 #include "model/params.hpp"

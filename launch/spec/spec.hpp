@@ -196,7 +196,7 @@ struct Spec {
 bool uses_runtime(const Spec& spec);
 
 // Sim devices with [topology] expert_shards > 1: the expert-parallel model
-// (actors/sim/ep_sim.hpp, launch/commands_ep_sim.cpp), not the pipeline one.
+// (actors/sim/ep_sim.hpp, launch/commands/ep_sim.cpp), not the pipeline one.
 bool is_ep_sim(const Spec& spec);
 
 // [topology] device_processes as numbers, one per device ("0,1,1" -> {0,1,1});

@@ -1,10 +1,11 @@
-// run.mode = "rl" inside `troupe run` (launch/commands_rl.cpp).
+// run.mode = "rl" inside `troupe run` (launch/commands/rl.cpp).
 #pragma once
 
 #include <memory>
 #include <string>
 
-#include "launch/progress.hpp"
+#include "launch/observe/progress.hpp"
+#include "launch/run_plan.hpp"
 #include "launch/signals.hpp"
 #include "launch/spec/spec.hpp"
 #include "rl/trainer.hpp"
@@ -29,15 +30,16 @@ int run_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, const 
 // A process > 0 of a decoupled RL run: hosts its generators until process 0
 // ends the run. Returns an ExitCode.
 int serve_rl_generators(const Spec& spec, const std::shared_ptr<runtime::ClusterComm>& comm);
-// run.mode = "pretrain" (launch/commands_run.cpp): the actor runtime or the
-// single-process trainer; `out` gets the summary. Returns an ExitCode.
-int run_pretrain(const Spec& spec, const std::shared_ptr<runtime::ClusterComm>& comm, MetricsWriter& metrics,
+// run.mode = "pretrain" (launch/commands/run.cpp): the actor runtime (as
+// `plan`, make_run_plan(spec), says) or the single-process trainer; `out`
+// gets the summary. Returns an ExitCode.
+int run_pretrain(const Spec& spec, const RunPlan& plan, const std::shared_ptr<runtime::ClusterComm>& comm, MetricsWriter& metrics,
                  ProgressStyle style, const StopOnSignal& signals, model::TrainSummary* out = nullptr);
-// run.mode = "sft_rl" (launch/commands_sft_rl.cpp): phase 1 (run_pretrain),
+// run.mode = "sft_rl" (launch/commands/sft_rl.cpp): phase 1 (run_pretrain),
 // phase 2 (run_rl) from phase 1's checkpoint, then the before/after table of
 // both tasks. Returns an ExitCode.
 int run_sft_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, const StopOnSignal& signals);
-// run.mode = "reward_model" (launch/commands_rm.cpp): trains the learned
+// run.mode = "reward_model" (launch/commands/rm.cpp): trains the learned
 // reward model; returns an ExitCode.
 int run_reward_model(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, const StopOnSignal& signals);
 // Logs where an interrupted run saved its checkpoint; returns kExitInterrupted.

@@ -18,8 +18,8 @@
 #include <sstream>
 
 #include "launch/cli.hpp"
-#include "launch/run_dir.hpp"
-#include "launch/web_page.hpp"
+#include "launch/observe/run_dir.hpp"
+#include "launch/observe/web_page.hpp"
 
 extern char** environ;
 

@@ -1,7 +1,8 @@
-// Topology of a spec: maps it onto the runtime's options and lists the plan
-// the runtime computes from them (actors/plan.cpp holds every rule: layer
-// split, stages per rank, expert and optimizer ranges, placement, names).
-#include "launch/topology.hpp"
+// The run plan of a spec (run_plan.hpp): maps it onto the runtime's options
+// and the plans the runtime computes from them (actors/plan.cpp holds every
+// rule: layer split, stages per rank, expert and optimizer ranges, placement,
+// names), and lists them.
+#include "launch/run_plan.hpp"
 
 #include <algorithm>
 #include <sstream>
@@ -40,6 +41,9 @@ model::TrainOptions train_options(const Spec& spec) {
 }
 
 namespace {
+
+// launch's one call of the plan rule.
+runtime::Plan plan_of(const runtime::RuntimeOptions& o) { return runtime::make_plan(o); }
 
 // Everything but the [chaos] faults (which need the plan this gives).
 runtime::RuntimeOptions base_options(const Spec& spec) {
@@ -143,7 +147,10 @@ runtime::RuntimeOptions runtime_options(const Spec& spec) {
   return r;
 }
 
-std::vector<runtime::FaultSpec> chaos_faults(const Spec& spec) {
+namespace {
+
+// chaos_faults on `plan`, the plan of base_options(spec) (made when needed).
+std::vector<runtime::FaultSpec> chaos_faults_on(const Spec& spec, const runtime::Plan* plan) {
   if (spec.chaos.mean_steps_between_faults <= 0) return {};
   // A decoupled RL run: the nemesis aims at its generators and reward actors.
   if (spec.run.mode == RunMode::rl) {
@@ -163,8 +170,34 @@ std::vector<runtime::FaultSpec> chaos_faults(const Spec& spec) {
     c.roles.erase(std::remove(c.roles.begin(), c.roles.end(), runtime::Role::Expert), c.roles.end());
     if (c.roles.empty()) return {};
   }
-  return runtime::chaos_schedule(c, runtime::make_plan(r), spec.run.steps, r.faults);
+  return runtime::chaos_schedule(c, plan ? *plan : plan_of(r), spec.run.steps, r.faults);
 }
+
+}  // namespace
+
+std::vector<runtime::FaultSpec> chaos_faults(const Spec& spec) { return chaos_faults_on(spec, nullptr); }
+
+RunPlan make_run_plan(const Spec& spec) {
+  RunPlan rp;
+  rp.runtime = base_options(spec);
+  rp.plan = plan_of(rp.runtime);
+  rp.chaos = chaos_faults_on(spec, &rp.plan);
+  rp.runtime.faults.insert(rp.runtime.faults.end(), rp.chaos.begin(), rp.chaos.end());
+  if (rl_trainer_on_actors(spec)) {
+    rp.rl_trainer = rl_trainer_runtime(spec);
+    rp.rl_trainer_plan = plan_of(*rp.rl_trainer);
+  }
+  rp.generator_process = rl_generator_processes(spec);
+  return rp;
+}
+
+runtime::Plan plan_at_step(const Spec& spec, int64_t step) {
+  runtime::RuntimeOptions ro = base_options(spec);
+  ro.expert_shards = runtime::expert_shards_at(ro, step);
+  return plan_of(ro);
+}
+
+runtime::Plan rl_trainer_plan(const Spec& spec) { return plan_of(rl_trainer_runtime(spec)); }
 
 runtime::ChaosOptions chaos_options(const Spec& spec) {
   runtime::ChaosOptions c;
@@ -206,7 +239,7 @@ std::vector<std::pair<int64_t, int64_t>> split_even(int64_t n, int64_t parts) {
   return out;
 }
 
-runtime::Plan resolve_topology(const Spec& spec) { return runtime::make_plan(base_options(spec)); }
+runtime::Plan resolve_topology(const Spec& spec) { return plan_of(base_options(spec)); }
 
 std::string format_topology(const Spec& spec, const runtime::Plan& plan) {
   const auto& t = spec.topology;
@@ -259,7 +292,7 @@ std::string format_elastic(const Spec& spec) {
   // The expert shards of one plan: shard -> experts -> device, replica-major.
   auto placement = [&](int shards, int64_t from, int64_t to) {
     ro.expert_shards = shards;
-    const runtime::Plan plan = runtime::make_plan(ro);
+    const runtime::Plan plan = plan_of(ro);
     os << "expert placement, steps " << from << ".." << to << ": " << shards << " expert shard(s) per MoE layer\n";
     size_t width = 0;
     for (const auto& a : plan.actors) width = std::max(width, a.name.size());

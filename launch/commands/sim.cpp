@@ -11,9 +11,9 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/sim/sim_faults.hpp"
-#include "launch/progress.hpp"
+#include "launch/observe/progress.hpp"
 #include "launch/spec/keys.hpp"
-#include "launch/topology.hpp"
+#include "launch/run_plan.hpp"
 
 namespace troupe::launch {
 namespace {

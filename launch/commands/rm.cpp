@@ -10,7 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "launch/cli.hpp"
-#include "launch/commands_rl.hpp"
+#include "launch/commands/rl.hpp"
 #include "rl/rm_trainer.hpp"
 
 namespace troupe::launch {

@@ -1,7 +1,7 @@
 // Reading run directories for the dashboard, report and plot commands
-// (launch/run_dir.hpp). Read-only; JSON lines are parsed with nlohmann-json
+// (launch/observe/run_dir.hpp). Read-only; JSON lines are parsed with nlohmann-json
 // (Debian's nlohmann-json3-dev), and only here.
-#include "launch/run_dir.hpp"
+#include "launch/observe/run_dir.hpp"
 
 #include <cmath>
 #include <filesystem>

@@ -22,11 +22,11 @@
 #include "actors/cluster/runtime_cluster.hpp"
 #include "launch/mpi_bootstrap.hpp"
 #include "launch/cli.hpp"
-#include "launch/commands_rl.hpp"
-#include "launch/progress.hpp"
+#include "launch/commands/rl.hpp"
+#include "launch/observe/progress.hpp"
 #include "launch/signals.hpp"
 #include "launch/sim_plan.hpp"
-#include "launch/topology.hpp"
+#include "launch/run_plan.hpp"
 #include "launch/train_options.hpp"
 #include "model/checkpoint.hpp"
 
@@ -284,7 +284,7 @@ int command_run(const CliOptions&, const Spec& spec) {
 // Pretraining (run.mode = "pretrain", and phase 1 of "sft_rl"): the actor
 // runtime or the single-process trainer, with progress and metrics lines.
 // Returns an ExitCode; throws on failure (run_process maps the exception).
-int run_pretrain(const Spec& spec, const std::shared_ptr<runtime::ClusterComm>& comm, MetricsWriter& metrics,
+int run_pretrain(const Spec& spec, const RunPlan& plan, const std::shared_ptr<runtime::ClusterComm>& comm, MetricsWriter& metrics,
                  ProgressStyle style, const StopOnSignal& signals, model::TrainSummary* out) {
   ProgressObserver progress(style, spec.run.steps, spec.log.progress_every, &metrics);
   model::TrainSummary summary;
@@ -295,7 +295,7 @@ int run_pretrain(const Spec& spec, const std::shared_ptr<runtime::ClusterComm>& 
                  sched::to_string(t.schedule), t.stages, t.data_parallel, t.microbatches, t.expert_shards, t.optimizer_shards,
                  t.devices, t.processes);
     RestartMetrics observer(progress, metrics);
-    runtime::RuntimeOptions ro = runtime_options(spec);
+    runtime::RuntimeOptions ro = plan.runtime;
     ro.comm = comm;
     ro.train.stop = signals.flag();
     ro.on_restart = [&observer](const runtime::RestartEvent& ev) { observer.record(ev); };
@@ -371,7 +371,7 @@ static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterC
       tag_process_logs(spec, comm->rank());
       return serve_rl_generators(spec, comm);
     }
-    runtime::RuntimeOptions ro = runtime_options(spec);
+    runtime::RuntimeOptions ro = make_run_plan(spec).runtime;
     ro.comm = comm;
     return serve_process(spec, std::move(ro));
   }
@@ -384,7 +384,8 @@ static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterC
     return kExitRuntime;
   }
   setup_logging(spec, out_dir);
-  const runtime::Plan topo = resolve_topology(spec);
+  const RunPlan plan = make_run_plan(spec);  // the spec, translated once for everything below
+  const runtime::Plan& topo = plan.plan;
   // The kernels OpenBLAS uses (kernels/blas_core.hpp: troupe's portable family unless the spec or the user chose).
   const std::string blas_core = kernels::blas_core();
   bool off_portable = false;
@@ -417,14 +418,14 @@ static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterC
       // The actor tree for `troupe dashboard` (sim runs have no actors).
       if (spec.topology.device_kind != DeviceKind::sim) metrics.write_line(plan_line(spec, topo));
     }
-    // Sim devices: timings on a virtual clock, no math (launch/commands_sim.cpp).
+    // Sim devices: timings on a virtual clock, no math (launch/commands/sim.cpp).
     if (spec.topology.device_kind == DeviceKind::sim) return run_sim(spec, metrics);
     StopOnSignal signals;  // stop after the running step, save, exit 130
     // Online RL: the synchronous generate -> reward -> train loop (rl/trainer.hpp).
     if (spec.run.mode == RunMode::rl) return run_rl(spec, metrics, style, signals, nullptr, comm);
     if (spec.run.mode == RunMode::reward_model) return run_reward_model(spec, metrics, style, signals);
     if (spec.run.mode == RunMode::sft_rl) return run_sft_rl(spec, metrics, style, signals);
-    return run_pretrain(spec, comm, metrics, style, signals);
+    return run_pretrain(spec, plan, comm, metrics, style, signals);
   } catch (const model::CheckpointError& e) {
     spdlog::error("{}", e.what());
     return kExitBadInput;

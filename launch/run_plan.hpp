@@ -1,20 +1,41 @@
-// Topology of a validated spec: the runtime options it maps onto and their
-// plan (actors/plan.hpp: every actor with its name, role, device, process
-// and ranges), and the listing `troupe validate` prints. No actors are
-// created here; the runtime spawns exactly the plan's actors under the same
-// names.
+// The run plan of a validated spec: the runtime options it maps onto, their
+// topology plan (actors/plan.hpp: every actor with its name, role, device,
+// process and ranges), the faults [chaos] draws, the RL trainer's runtime and
+// where generators run; built once per command (make_run_plan) and read by
+// validate, run, rl and calibrate. Every plan launch/ needs is made here
+// (plan_of in run_plan.cpp is launch's one call of runtime::make_plan). Also
+// the listings `troupe validate` prints. No actors are created here; the
+// runtime spawns exactly the plan's actors under the same names.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "actors/plan.hpp"
-#include "actors/runtime.hpp"
+#include "actors/options.hpp"
 #include "launch/spec/spec.hpp"
 
 namespace troupe::launch {
+
+// A spec, translated once for the runtime.
+struct RunPlan {
+  // Pretraining on the actor runtime: the [topology], [run] supervision,
+  // [experts], [[faults]] and [[elastic]] keys, plus [chaos]'s faults.
+  runtime::RuntimeOptions runtime;
+  runtime::Plan plan;                     // the topology plan of `runtime` (what validate lists, the runtime spawns)
+  std::vector<runtime::FaultSpec> chaos;  // what [chaos] draws (for training, also in runtime.faults)
+  // Decoupled RL with rl.trainer = "actors": the trainer's runtime and plan.
+  std::optional<runtime::RuntimeOptions> rl_trainer;
+  std::optional<runtime::Plan> rl_trainer_plan;
+  std::vector<int> generator_process;     // decoupled RL across processes: each generator's process
+};
+
+// Throws std::invalid_argument for a topology the runtime rejects (a loaded
+// spec has had every such problem reported on its keys).
+RunPlan make_run_plan(const Spec& spec);
 
 // The runtime's view of the spec. The spec counts microbatches per replica;
 // the runtime counts them over all replicas. [topology] expert_shards = 1
@@ -51,8 +72,12 @@ std::vector<runtime::FaultSpec> chaos_faults(const Spec& spec);
 // Layers [begin, end) of each of `parts` contiguous, as-equal-as-possible chunks.
 std::vector<std::pair<int64_t, int64_t>> split_even(int64_t n, int64_t parts);
 
-// The plan of runtime_options(spec).
+// The plan of runtime_options(spec) (the spec checks' question; commands read RunPlan::plan).
 runtime::Plan resolve_topology(const Spec& spec);
+// The plan in force during 1-based step `step` ([[elastic]] events change the expert shards).
+runtime::Plan plan_at_step(const Spec& spec, int64_t step);
+// The plan of rl_trainer_runtime(spec).
+runtime::Plan rl_trainer_plan(const Spec& spec);
 // Human-readable listing, grouped by process and device.
 std::string format_topology(const Spec& spec, const runtime::Plan& plan);
 // With [[elastic]] events: the expert placement (shard -> experts -> device)

@@ -1,5 +1,5 @@
 // The HTML page shared by `troupe dashboard` (live) and `troupe report`
-// (self-contained): launch/web/dashboard.html and dashboard.js, embedded at
+// (self-contained): launch/observe/web/dashboard.html and dashboard.js, embedded at
 // build time, with the chart libraries of Debian's libjs-dygraphs and
 // libjs-d3 linked (live) or inlined (report).
 #pragma once
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "launch/run_dir.hpp"
+#include "launch/observe/run_dir.hpp"
 
 namespace troupe::launch {
 

@@ -15,8 +15,8 @@
 #include "actors/rl/rl_plan.hpp"
 #include "actors/rl/runtime_policy.hpp"
 #include "launch/cli.hpp"
-#include "launch/commands_rl.hpp"
-#include "launch/topology.hpp"
+#include "launch/commands/rl.hpp"
+#include "launch/run_plan.hpp"
 #include "launch/train_options.hpp"
 #include "rl/trainer.hpp"
 
@@ -201,11 +201,11 @@ static void write_rl_fault_summary(const std::vector<runtime::FaultSpec>& faults
 }
 
 // Where generators run across processes, and the test hook of a lost one.
-runtime::RlProcesses rl_processes(const Spec& spec, const std::shared_ptr<runtime::ClusterComm>& comm) {
+runtime::RlProcesses rl_processes(const Spec& spec, const RunPlan& plan, const std::shared_ptr<runtime::ClusterComm>& comm) {
   runtime::RlProcesses p;
   if (!comm || comm->size() <= 1) return p;
   p.comm = comm;
-  p.generator_process = rl_generator_processes(spec);
+  p.generator_process = plan.generator_process;
   p.auth = spec.topology.auth;
   p.auth_dir = spec.topology.auth_dir;
   p.interface = spec.topology.interface;
@@ -220,7 +220,7 @@ runtime::RlProcesses rl_processes(const Spec& spec, const std::shared_ptr<runtim
 // The decoupled run's options: the RL actors' faults ([[faults]] on
 // generator, reward and buffer targets, and [chaos]), and the trainer on the
 // actor runtime with its own faults when rl.trainer = "actors".
-runtime::RlActorOptions decoupled_options(const Spec& spec, rl::RlTrainOptions options,
+runtime::RlActorOptions decoupled_options(const Spec& spec, const RunPlan& plan, rl::RlTrainOptions options,
                                           const std::shared_ptr<runtime::ClusterComm>& comm, size_t* trainer_fault_count) {
   runtime::RlActorOptions ao;
   ao.train = std::move(options);
@@ -231,8 +231,8 @@ runtime::RlActorOptions decoupled_options(const Spec& spec, rl::RlTrainOptions o
     (is_trainer_fault_target(f.target) ? trainer_faults : ao.faults).push_back(f);
   }
   if (trainer_fault_count) *trainer_fault_count = trainer_faults.size();
-  if (rl_trainer_on_actors(spec)) {
-    runtime::RuntimeOptions t = rl_trainer_runtime(spec);
+  if (plan.rl_trainer) {
+    runtime::RuntimeOptions t = *plan.rl_trainer;
     t.on_restart = [](const runtime::RestartEvent& e) {
       spdlog::warn("trainer: {} went down ({}) in optimizer update {}; restarted{}", e.actor, e.cause, e.step,
                    e.replayed ? ", the update replayed" : "");
@@ -240,17 +240,16 @@ runtime::RlActorOptions decoupled_options(const Spec& spec, rl::RlTrainOptions o
     ao.train.make_updater = runtime::runtime_policy_updater(
         std::move(t), spec.rl.policy, spec.rl.temperature > 0 ? spec.rl.temperature : 1.0);
   }
-  const std::vector<runtime::FaultSpec> chaos = chaos_faults(spec);  // [chaos]: generators and reward actors
-  ao.faults.insert(ao.faults.end(), chaos.begin(), chaos.end());
+  ao.faults.insert(ao.faults.end(), plan.chaos.begin(), plan.chaos.end());  // [chaos]: generators and reward actors
   ao.max_restarts = static_cast<int>(spec.run.max_restarts);
-  ao.processes = rl_processes(spec, comm);
+  ao.processes = rl_processes(spec, plan, comm);
   return ao;
 }
 
 int serve_rl_generators(const Spec& spec, const std::shared_ptr<runtime::ClusterComm>& comm) {
   StopOnSignal signals;  // mpirun forwards SIGINT/SIGTERM: process 0 ends the run, this one follows
   try {
-    const runtime::RlActorOptions ao = decoupled_options(spec, rl_train_options(spec), comm, nullptr);
+    const runtime::RlActorOptions ao = decoupled_options(spec, make_run_plan(spec), rl_train_options(spec), comm, nullptr);
     runtime::serve_generators(ao);
     spdlog::debug("run ended by process 0");
     return kExitOk;
@@ -268,21 +267,21 @@ rl::RlSummary run_decoupled(const Spec& spec, rl::RlTrainOptions options, RlProg
   spdlog::info("decoupled online RL ({}, max_staleness {}): {} generator(s), {} reward actor(s), trainer on device 0{}",
                rl::sync_mode_name(r.sync), r.max_staleness, r.generators, r.reward_actors,
                processes > 1 ? fmt::format("; {} process(es): generators on processes 1..{}", processes, processes - 1) : std::string());
-  const std::vector<int> gen_process = rl_generator_processes(spec);
+  const RunPlan plan = make_run_plan(spec);
   for (const auto& a : runtime::rl_actor_plan(r, static_cast<int>(spec.topology.devices),
-                                                    rl_trainer_on_actors(spec) ? rl_trainer_devices(spec) : 0, gen_process))
+                                                    rl_trainer_on_actors(spec) ? rl_trainer_devices(spec) : 0, plan.generator_process))
     spdlog::info("  {} ({}{}): {}", a.name, a.device < 0 ? std::string("control") : "device " + std::to_string(a.device),
                  processes > 1 ? ", process " + std::to_string(a.process) : std::string(), a.detail);
   size_t trainer_faults = 0;
-  runtime::RlActorOptions ao = decoupled_options(spec, std::move(options), comm, &trainer_faults);
-  if (rl_trainer_on_actors(spec)) {
-    const runtime::RuntimeOptions t = rl_trainer_runtime(spec);
+  runtime::RlActorOptions ao = decoupled_options(spec, plan, std::move(options), comm, &trainer_faults);
+  if (plan.rl_trainer) {
+    const runtime::RuntimeOptions& t = *plan.rl_trainer;
     spdlog::info("trainer on the actor runtime: {} stage rank(s) ({}), {} expert shard(s) per MoE layer, {} optimizer "
                  "shard(s) on device(s) 0..{}; {} trainer fault(s)",
                  t.stages, sched::to_string(t.schedule), t.expert_shards, t.optimizer_shards, t.devices - 1,
                  trainer_faults);
   }
-  const size_t chaos = chaos_faults(spec).size();
+  const size_t chaos = plan.chaos.size();
   if (!ao.faults.empty())
     spdlog::info("failure injection: {} fault(s) ({} from [chaos]) on the RL actors; at most {} restart(s) in the run",
                  ao.faults.size(), chaos, spec.run.max_restarts);

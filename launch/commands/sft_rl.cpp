@@ -13,7 +13,7 @@
 #include <spdlog/spdlog.h>
 
 #include "launch/cli.hpp"
-#include "launch/commands_rl.hpp"
+#include "launch/commands/rl.hpp"
 #include "launch/phases.hpp"
 #include "model/checkpoint.hpp"
 #include "rl/task.hpp"
@@ -115,7 +115,7 @@ int run_sft_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, co
     spdlog::info("phase 1/2: SFT, {} steps on the actor runtime (the pretraining run of this spec; {}), saving to {}",
                  spec.run.steps, split, sft_dir);
     model::TrainSummary ts;
-    const int rc = run_pretrain(sft, nullptr, metrics, style, signals, &ts);
+    const int rc = run_pretrain(sft, make_run_plan(sft), nullptr, metrics, style, signals, &ts);
     if (rc != kExitOk) return rc;  // an interruption was reported with phase 1's resume hint
     const double s1 = seconds_since(t1);
     spdlog::info("phase 1/2 done: {} steps in {:.1f} s ({:.2f} steps/s)", ts.steps_done, s1,

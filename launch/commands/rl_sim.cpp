@@ -6,7 +6,7 @@
 
 #include "actors/sim/rl_sim.hpp"
 #include "actors/sim/sim_costs.hpp"
-#include "launch/progress.hpp"
+#include "launch/observe/progress.hpp"
 #include "launch/sim_plan.hpp"
 
 namespace troupe::launch {

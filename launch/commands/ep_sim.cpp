@@ -7,7 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "actors/sim/ep_sim.hpp"
-#include "launch/progress.hpp"
+#include "launch/observe/progress.hpp"
 #include "launch/sim_plan.hpp"
 
 namespace troupe::launch {

@@ -1,17 +1,17 @@
-// Assembles the dashboard page (launch/web_page.hpp) from the embedded
+// Assembles the dashboard page (launch/observe/web_page.hpp) from the embedded
 // template and app script.
-#include "launch/web_page.hpp"
+#include "launch/observe/web_page.hpp"
 
 #include <chrono>
 #include <ctime>
 #include <stdexcept>
 
-#include "launch/progress.hpp"
+#include "launch/observe/progress.hpp"
 
 namespace troupe::launch {
 
-extern const char* const kDashboardHtml;  // launch/web/dashboard.html
-extern const char* const kDashboardJs;    // launch/web/dashboard.js
+extern const char* const kDashboardHtml;  // launch/observe/web/dashboard.html
+extern const char* const kDashboardJs;    // launch/observe/web/dashboard.js
 
 namespace {
 

@@ -1,5 +1,5 @@
 // `troupe dashboard RUN_DIR... [--port N]`: a read-only web page on
-// 127.0.0.1 that follows runs live (launch/web/dashboard.js polls the /api
+// 127.0.0.1 that follows runs live (launch/observe/web/dashboard.js polls the /api
 // routes below). cpp-httplib (Debian's libcpp-httplib-dev) is the server;
 // this is the only file that includes it. SIGINT/SIGTERM stop it cleanly.
 #include <httplib.h>
@@ -15,9 +15,9 @@
 #include <thread>
 
 #include "launch/cli.hpp"
-#include "launch/progress.hpp"
-#include "launch/run_dir.hpp"
-#include "launch/web_page.hpp"
+#include "launch/observe/progress.hpp"
+#include "launch/observe/run_dir.hpp"
+#include "launch/observe/web_page.hpp"
 
 namespace troupe::launch {
 

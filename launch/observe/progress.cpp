@@ -1,5 +1,5 @@
 // Progress display and metrics lines for `troupe run` (see progress.hpp).
-#include "launch/progress.hpp"
+#include "launch/observe/progress.hpp"
 
 #include <algorithm>
 #include <cerrno>

@@ -14,7 +14,7 @@
 #include "launch/cli.hpp"
 #include "launch/phases.hpp"
 #include "launch/sim_plan.hpp"
-#include "launch/topology.hpp"
+#include "launch/run_plan.hpp"
 #include "model/checkpoint.hpp"
 
 namespace troupe::launch {
@@ -108,12 +108,12 @@ namespace {
 
 // The decoupled RL actors by control / device, as format_topology lists the
 // pipeline's (actors/rl/rl_plan.hpp places them).
-std::string format_rl_actors(const Spec& spec) {
+std::string format_rl_actors(const Spec& spec, const RunPlan& rp) {
   const auto& r = spec.rl;
   const int devices = static_cast<int>(spec.topology.devices);
   const int processes = static_cast<int>(spec.topology.processes);
   const auto actors = runtime::rl_actor_plan(r, devices, rl_trainer_on_actors(spec) ? rl_trainer_devices(spec) : 0,
-                                             rl_generator_processes(spec));
+                                             rp.generator_process);
   std::string out = "decoupled online RL (sync \"" + std::string(rl::sync_mode_name(r.sync)) + "\", max_staleness " +
                     std::to_string(r.max_staleness) +
                     "): " + std::to_string(devices) + " " + device_kind_name(spec.topology.device_kind) +
@@ -151,8 +151,7 @@ std::string format_rl_actors(const Spec& spec) {
 namespace {
 
 // The faults the run would inject: the spec's own, then the [chaos] schedule.
-void print_faults(const Spec& spec) {
-  const std::vector<runtime::FaultSpec> chaos = chaos_faults(spec);
+void print_faults(const Spec& spec, const std::vector<runtime::FaultSpec>& chaos) {
   if (spec.faults.empty() && chaos.empty()) return;
   std::map<std::string, int> per_kind;
   for (const auto& f : chaos) ++per_kind[runtime::fault_kind_name(f.kind)];
@@ -166,14 +165,15 @@ void print_faults(const Spec& spec) {
 
 // What a run of `spec` (one phase) would build, after the "ok" line.
 void describe(const Spec& spec) {
+  const RunPlan rp = make_run_plan(spec);
   if (spec.run.mode == RunMode::rl && rl::decoupled(spec.rl.sync)) {
     const auto& r = spec.rl;
-    std::printf("%s", format_rl_actors(spec).c_str());
+    std::printf("%s", format_rl_actors(spec, rp).c_str());
     if (rl_trainer_on_actors(spec))  // the trainer's own actors, as a pretraining run lists them
       std::printf("the trainer's actors (rl.trainer = \"actors\"; its faults hit RL step s at optimizer update "
                   "(s - 1) x %lld + 1):\n%s",
                   static_cast<long long>(spec.rl.updates_per_batch),
-                  format_topology(spec, runtime::make_plan(rl_trainer_runtime(spec))).c_str());
+                  format_topology(spec, *rp.rl_trainer_plan).c_str());
     std::printf("each step samples %lld prompts x %lld completions (KV cache, temperature %g, top_p %g, at most %lld new "
                 "tokens) by policy version %smax(0, step - %lld), scores them with the %s task's rule verifier and trains "
                 "with loss \"%s\" (%lld update(s) per batch) in the trainer actor; policy from %s\n",
@@ -183,7 +183,7 @@ void describe(const Spec& spec) {
                 static_cast<long long>(r.max_staleness), r.task.c_str(),
                 rl::loss_kind_name(r.policy.kind), static_cast<long long>(r.updates_per_batch),
                 r.init.empty() ? "a fresh initialisation" : r.init.c_str());
-    print_faults(spec);
+    print_faults(spec, rp.chaos);
     return;
   }
   if (spec.run.mode == RunMode::reward_model) {  // one process, no actors: nothing to place
@@ -206,8 +206,7 @@ void describe(const Spec& spec) {
                 device_kind_name(spec.topology.device_kind), static_cast<long long>(spec.topology.threads_per_device));
     return;
   }
-  const runtime::Plan topo = resolve_topology(spec);
-  std::printf("%s", format_topology(spec, topo).c_str());
+  std::printf("%s", format_topology(spec, rp.plan).c_str());
   std::printf("%s", format_elastic(spec).c_str());
   if (spec.run.mode == RunMode::rl) {
     const auto& r = spec.rl;
@@ -245,7 +244,7 @@ void describe(const Spec& spec) {
     std::printf("single device: runs in the single-process trainer, with the same math as the actor runtime\n");
   if (spec.topology.device_kind == DeviceKind::host)
     std::printf("host kernels: OpenBLAS %s\n", kernels::describe_host_kernels(spec.topology.host_kernels).c_str());
-  print_faults(spec);
+  print_faults(spec, rp.chaos);
 }
 
 // run.mode = "sft_rl": both phases, each as its own run would print it.
