@@ -34,6 +34,12 @@ if(TARGET troupe_runtime AND TARGET troupe_rl)
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/rl_actors_test.cpp
     LIBS troupe_runtime troupe_rl
     LABELS rl)
+  # The rollout buffer's admission and the generator's sync fence, message
+  # by message on CAF's deterministic test coordinator (tests/rl_protocol_test.cpp).
+  troupe_add_gtest(rl_protocol_tests
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/rl_protocol_test.cpp
+    LIBS troupe_runtime troupe_rl
+    LABELS rl)
 endif()
 if(TARGET troupe_rl)
   # The learned reward model: BCE and head gradients against float64
