@@ -267,6 +267,38 @@ void submit(caf::stateful_actor<State>* self, Device& dev, Device::Work work,
       label);
 }
 
+// (restore, ParamSlice) from the supervisor's snapshot, for a rank or an
+// expert shard: on the actor's device, uploads the part of the slice that
+// falls in `ranges` (the flat parameter ranges the actor holds, laid out back
+// to back in comp->params), or with no ranges (a rank, whose slices come in
+// its own coordinates) the whole slice at its offset. comp->params is only
+// read on the device: it may still be being made there. A malformed slice is
+// reported to the coordinator.
+template <class State, class Compute>
+void restore_params(caf::stateful_actor<State>* self, const Envelope& e, std::shared_ptr<Compute> comp,
+                    std::vector<Range> ranges, TraceLabel label) {
+  auto& s = self->state;
+  auto p = e.read<schemas::ParamSlice>();
+  if (!p) {
+    caf::anon_send(s.sh->peers.coordinator, rt::fail_atom_v, s.name + ": bad restore slice: " + to_string(p.error()));
+    return;
+  }
+  const Range got{static_cast<int64_t>((*p)->getRange().getOffset()), static_cast<int64_t>((*p)->getRange().getCount())};
+  submit(self, *s.dev, [comp, e, ranges = std::move(ranges), got](kernels::Backend& be) {
+    auto r = e.read<schemas::ParamSlice>();
+    const auto v = tensor_f32((*r)->getParams());
+    if (ranges.empty()) return be.upload_f32(comp->params.view(got.offset, {got.count}), v);
+    int64_t base = 0;
+    for (const Range& own : ranges) {
+      const Range piece = intersect(own, got);
+      if (piece.count > 0)
+        be.upload_f32(comp->params.view(base + piece.offset - own.offset, {piece.count}),
+                      v.subspan(static_cast<size_t>(piece.offset - got.offset), static_cast<size_t>(piece.count)));
+      base += own.count;
+    }
+  }, [] {}, label);
+}
+
 // Trace label of a pipeline chunk's compute.
 inline TraceLabel chunk_label(TraceLabel::Kind kind, const sched::Chunk& c, int rank) {
   TraceLabel l;

@@ -4,6 +4,8 @@
 // asks the coordinator for steps, and tears it all down.
 #include "actors/runtime.hpp"
 
+#include "actors/degrees.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <deque>
@@ -60,7 +62,11 @@ void keep_freed_memory() {
 
 }  // namespace
 
-void validate(const RuntimeOptions& o) {
+namespace {
+
+// validate(o), returning the plan it checked the faults against: the
+// runtime's plan, made once at bring-up.
+Plan validated_plan(const RuntimeOptions& o) {
   require(o.stages >= 1, "stages must be >= 1");
   require(o.devices >= 1, "devices must be >= 1");
   require(o.optimizer_shards >= 1, "optimizer_shards must be >= 1");
@@ -69,29 +75,31 @@ void validate(const RuntimeOptions& o) {
   require(t.microbatches >= 1 && t.microbatches % o.data_parallel == 0,
           "microbatches (" + std::to_string(t.microbatches) + ") must be a multiple of data_parallel (" +
               std::to_string(o.data_parallel) + ")");
-  require(t.data.batch_size % t.microbatches == 0,
-          "batch_size (" + std::to_string(t.data.batch_size) + ") must be a multiple of microbatches (" +
-              std::to_string(t.microbatches) + ")");
   require(o.expert_shards >= 0, "expert_shards must be >= 0");
-  if (o.expert_shards > 0) {
-    require(t.model.ffn == model::Ffn::moe, "expert_shards > 0 needs a MoE model (ffn = \"moe\")");
-    require(o.expert_shards <= t.model.n_experts,
-            "expert_shards (" + std::to_string(o.expert_shards) + ") must be <= n_experts (" +
-                std::to_string(t.model.n_experts) + ")");
-  }
+  require(o.processes >= 1, "processes must be >= 1");
+  // The degree rules, shared with the spec checks (degrees.hpp).
+  Degrees d;
+  d.schedule = o.schedule;
+  d.stages = o.stages;
+  d.devices = o.devices;
+  d.microbatches = t.microbatches / o.data_parallel;
+  d.data_parallel = o.data_parallel;
+  d.optimizer_shards = o.optimizer_shards;
+  d.expert_shards = o.expert_shards > 0 ? o.expert_shards : 1;
+  d.expert_actors = o.expert_shards > 0;
+  d.processes = o.processes;
+  d.batch_size = t.data.batch_size;
+  if (const auto problems = degree_problems(d, t.model); !problems.empty())
+    throw std::invalid_argument(problems.front().message);
   require(t.checkpoint_every >= 0, "checkpoint_every must be >= 0");
   require(t.steps >= 0, "steps must be >= 0");
   require(t.optim.lr > 0.0, "lr must be positive");
-  const sched::Layout sl = sched::make_layout(o.schedule, o.stages, static_cast<int>(t.microbatches / o.data_parallel));
-  model::split_layers(t.model.n_layers, sl.num_stages);  // throws when there are too few layers
   const int64_t P = model::build_param_layout(t.model).total();
-  require(o.optimizer_shards <= P, "more optimizer shards than parameters");
   require(o.max_restarts >= 0, "max_restarts must be >= 0");
   require(o.restart_window >= 1, "restart_window must be >= 1");
   require(o.restart_period >= 0, "restart_period must be >= 0");
   require(o.max_restarts_stage >= -1 && o.max_restarts_optimizer >= -1 && o.max_restarts_expert >= -1,
           "per-role max_restarts must be >= -1 (-1: none of its own)");
-  require(o.processes >= 1 && o.processes <= o.devices, "processes must be in [1, devices]");
   require(o.processes == 1 || (o.comm && o.comm->size() == o.processes),
           "processes = " + std::to_string(o.processes) + " needs a launcher with as many processes (mpirun -np " +
               std::to_string(o.processes) + ")");
@@ -205,7 +213,12 @@ void validate(const RuntimeOptions& o) {
             "start_state's AdamW moments must both be empty or both have one entry per parameter");
     require(o.start_state->step >= 0, "start_state has a negative step");
   }
+  return plan;
 }
+
+}  // namespace
+
+void validate(const RuntimeOptions& o) { (void)validated_plan(o); }
 
 struct Runtime::Impl {
   // Declared first so they are destroyed last: every buffer the actors hold
@@ -265,14 +278,14 @@ struct Runtime::Impl {
   }
 
   explicit Impl(const RuntimeOptions& o) {
-    validate(o);
+    Plan plan = validated_plan(o);
     keep_freed_memory();
     sh = std::make_shared<Shared>();
     Shared& s = *sh;
     s.opt = o;
     const auto& t = o.train;
     s.layout = model::build_param_layout(t.model);
-    s.plan = make_plan(o);
+    s.plan = std::move(plan);
     s.live = std::make_shared<const Plan>(s.plan);
     // Test hooks (duplicate_sends, corrupt_combine, replay_stale) act through the seam only.
     s.hooks = current_test_hooks();

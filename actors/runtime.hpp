@@ -5,7 +5,7 @@
 // model::Trainer's (same init, data order, loss scaling, AdamW, LR schedule,
 // clipping); see context.hpp for the message protocol.
 //
-// Equivalence with model::Trainer (tests/runtime_equivalence_test.cpp):
+// Equivalence with model::Trainer (tests/actors/runtime_equivalence_test.cpp):
 //   bitwise  when every gradient element receives its additions in the same
 //            order as in the Trainer: schedule sequential or 1f1b, one
 //            optimizer shard, data_parallel = 1, untied embeddings (with

@@ -5,8 +5,8 @@
 #   find_package(troupe REQUIRED)
 #   target_link_libraries(app PRIVATE troupe::model troupe::rl)
 # (with `project(app C CXX)`: Cap'n Proto's config needs C). Tested by
-# tests/package_test.sh, which installs to a temporary prefix and builds
-# tests/package_consumer/ against it.
+# tests/launch/package_test.sh, which installs to a temporary prefix and builds
+# tests/launch/package_consumer/ against it.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 

@@ -4,7 +4,7 @@
 // 1's checkpoint. Each phase is an ordinary Spec derived here, once, so that
 // validation, `troupe validate`, `troupe run` and the tests all read the
 // same two specs, and each phase equals the standalone run of its spec bit
-// for bit (tests/main_job_test.sh).
+// for bit (tests/rl/main_job_test.sh).
 #pragma once
 
 #include <string>

@@ -17,16 +17,14 @@ uint64_t mix64(uint64_t x) {  // splitmix64 finalizer
 
 constexpr uint64_t kSamplerSalt = 0x726c'7361'6d70'6c65ull;
 
-std::string str(int64_t x) { return std::to_string(x); }
-
 }  // namespace
 
 int64_t prompt_index(const GroupId& id, int64_t prompts_per_step) {
-  if (prompts_per_step < 1) throw std::invalid_argument("rl: prompts_per_step must be >= 1, got " + str(prompts_per_step));
-  if (id.step < 0) throw std::invalid_argument("rl: a group's step must be >= 0, got " + str(id.step));
+  if (prompts_per_step < 1) throw std::invalid_argument("rl: prompts_per_step must be >= 1, got " + std::to_string(prompts_per_step));
+  if (id.step < 0) throw std::invalid_argument("rl: a group's step must be >= 0, got " + std::to_string(id.step));
   if (id.index < 0 || id.index >= prompts_per_step)
-    throw std::invalid_argument("rl: group index " + str(id.index) + " is outside 0 .. prompts_per_step - 1 = " +
-                                str(prompts_per_step - 1));
+    throw std::invalid_argument("rl: group index " + std::to_string(id.index) + " is outside 0 .. prompts_per_step - 1 = " +
+                                std::to_string(prompts_per_step - 1));
   return id.step * prompts_per_step + id.index;
 }
 
@@ -40,19 +38,19 @@ uint64_t sampler_seed(const GroupId& id, int64_t member) {
 
 GroupStats group_advantages(std::span<double> advantages, std::span<uint8_t> keep, std::span<const double> rewards,
                             int64_t group_size, const AdvantageOptions& options) {
-  if (group_size < 1) throw std::invalid_argument("rl: group_size must be >= 1, got " + str(group_size));
+  if (group_size < 1) throw std::invalid_argument("rl: group_size must be >= 1, got " + std::to_string(group_size));
   const auto n = static_cast<int64_t>(rewards.size());
   if (n % group_size != 0)
-    throw std::invalid_argument("rl: " + str(n) + " rewards are not whole groups of " + str(group_size));
+    throw std::invalid_argument("rl: " + std::to_string(n) + " rewards are not whole groups of " + std::to_string(group_size));
   const int64_t groups = n / group_size;
   if (static_cast<int64_t>(advantages.size()) != n || static_cast<int64_t>(keep.size()) != groups)
-    throw std::invalid_argument("rl: group_advantages needs advantages[" + str(n) + "] and keep[" + str(groups) +
-                                "], got " + str(static_cast<int64_t>(advantages.size())) + " and " +
-                                str(static_cast<int64_t>(keep.size())));
+    throw std::invalid_argument("rl: group_advantages needs advantages[" + std::to_string(n) + "] and keep[" + std::to_string(groups) +
+                                "], got " + std::to_string(static_cast<int64_t>(advantages.size())) + " and " +
+                                std::to_string(static_cast<int64_t>(keep.size())));
   if (!(options.std_eps > 0)) throw std::invalid_argument("rl: std_eps must be > 0");
   for (int64_t i = 0; i < n; ++i)
     if (!std::isfinite(rewards[static_cast<size_t>(i)]))
-      throw std::invalid_argument("rl: reward " + str(i) + " is not finite");
+      throw std::invalid_argument("rl: reward " + std::to_string(i) + " is not finite");
 
   GroupStats st;
   st.groups = groups;
@@ -92,22 +90,22 @@ GroupStats group_advantages(std::span<double> advantages, std::span<uint8_t> kee
 
 void check_offsets(std::span<const int64_t> offsets, int64_t tokens) {
   if (offsets.empty()) throw std::invalid_argument("rl: offsets needs at least one entry (offsets[0] = 0)");
-  if (offsets.front() != 0) throw std::invalid_argument("rl: offsets[0] must be 0, got " + str(offsets.front()));
+  if (offsets.front() != 0) throw std::invalid_argument("rl: offsets[0] must be 0, got " + std::to_string(offsets.front()));
   for (size_t s = 1; s < offsets.size(); ++s)
     if (offsets[s] < offsets[s - 1])
-      throw std::invalid_argument("rl: offsets must be non-decreasing, but offsets[" + str(static_cast<int64_t>(s)) +
-                                  "] = " + str(offsets[s]) + " < offsets[" + str(static_cast<int64_t>(s - 1)) +
-                                  "] = " + str(offsets[s - 1]));
+      throw std::invalid_argument("rl: offsets must be non-decreasing, but offsets[" + std::to_string(static_cast<int64_t>(s)) +
+                                  "] = " + std::to_string(offsets[s]) + " < offsets[" + std::to_string(static_cast<int64_t>(s - 1)) +
+                                  "] = " + std::to_string(offsets[s - 1]));
   if (offsets.back() != tokens)
-    throw std::invalid_argument("rl: offsets end at " + str(offsets.back()) + " but there are " + str(tokens) +
+    throw std::invalid_argument("rl: offsets end at " + std::to_string(offsets.back()) + " but there are " + std::to_string(tokens) +
                                 " tokens");
 }
 
 void expand_to_tokens(std::span<double> out, std::span<const double> per_sequence, std::span<const int64_t> offsets) {
   check_offsets(offsets, static_cast<int64_t>(out.size()));
   if (per_sequence.size() + 1 != offsets.size())
-    throw std::invalid_argument("rl: " + str(static_cast<int64_t>(per_sequence.size())) + " sequence values for " +
-                                str(static_cast<int64_t>(offsets.size()) - 1) + " sequences");
+    throw std::invalid_argument("rl: " + std::to_string(static_cast<int64_t>(per_sequence.size())) + " sequence values for " +
+                                std::to_string(static_cast<int64_t>(offsets.size()) - 1) + " sequences");
   for (size_t s = 0; s + 1 < offsets.size(); ++s)
     for (int64_t t = offsets[s]; t < offsets[s + 1]; ++t) out[static_cast<size_t>(t)] = per_sequence[s];
 }

@@ -15,8 +15,6 @@
 namespace troupe::rl {
 namespace {
 
-std::string str(int64_t x) { return std::to_string(x); }
-
 // One token's contribution l_t and dl_t/dlogp_t, plus what the metrics need.
 struct Term {
   double loss = 0.0;   // l_t = -w o + kl_coef k3
@@ -72,7 +70,7 @@ void check_inputs(const PolicyTokens& in, const PolicyLossOptions& o) {
     if (optional && s.empty()) return;
     if (static_cast<int64_t>(s.size()) != n)
       throw std::invalid_argument(std::string("rl: policy loss: ") + name + " has " +
-                                  str(static_cast<int64_t>(s.size())) + " tokens, logp has " + str(n));
+                                  std::to_string(static_cast<int64_t>(s.size())) + " tokens, logp has " + std::to_string(n));
   };
   if (o.kind == LossKind::decoupled_ppo && (in.logp_prox.empty() || in.logp_behav.empty()))
     throw std::invalid_argument("rl: policy loss: decoupled_ppo needs both logp_prox and logp_behav");
@@ -88,11 +86,11 @@ void check_inputs(const PolicyTokens& in, const PolicyLossOptions& o) {
   for (int64_t t = 0; t < n; ++t) {
     const auto i = static_cast<size_t>(t);
     if (!(in.mask[i] >= 0 && std::isfinite(in.mask[i])))
-      throw std::invalid_argument("rl: policy loss: mask of token " + str(t) + " must be finite and >= 0");
+      throw std::invalid_argument("rl: policy loss: mask of token " + std::to_string(t) + " must be finite and >= 0");
     if (in.mask[i] == 0) continue;
     auto finite = [&](std::span<const double> s, const char* name) {
       if (!s.empty() && !std::isfinite(s[i]))
-        throw std::invalid_argument(std::string("rl: policy loss: ") + name + " of token " + str(t) +
+        throw std::invalid_argument(std::string("rl: policy loss: ") + name + " of token " + std::to_string(t) +
                                     " is not finite (its mask is " + std::to_string(in.mask[i]) + ")");
     };
     finite(in.logp, "logp");
@@ -110,8 +108,8 @@ void aggregation_weights(std::span<double> c, std::span<const double> mask, std:
   const auto n = static_cast<int64_t>(mask.size());
   check_offsets(offsets, n);
   if (static_cast<int64_t>(c.size()) != n)
-    throw std::invalid_argument("rl: aggregation weights: c has " + str(static_cast<int64_t>(c.size())) +
-                                " entries for " + str(n) + " tokens");
+    throw std::invalid_argument("rl: aggregation weights: c has " + std::to_string(static_cast<int64_t>(c.size())) +
+                                " entries for " + std::to_string(n) + " tokens");
   std::fill(c.begin(), c.end(), 0.0);
   const size_t seqs = offsets.size() - 1;
   switch (aggregation) {
@@ -153,8 +151,8 @@ void aggregation_weights(std::span<double> c, std::span<const double> mask, std:
 double aggregate(std::span<const double> values, std::span<const double> mask, std::span<const int64_t> offsets,
                  Aggregation aggregation, double constant_norm) {
   if (values.size() != mask.size())
-    throw std::invalid_argument("rl: aggregate: " + str(static_cast<int64_t>(values.size())) + " values for " +
-                                str(static_cast<int64_t>(mask.size())) + " mask entries");
+    throw std::invalid_argument("rl: aggregate: " + std::to_string(static_cast<int64_t>(values.size())) + " values for " +
+                                std::to_string(static_cast<int64_t>(mask.size())) + " mask entries");
   std::vector<double> c(values.size());
   aggregation_weights(c, mask, offsets, aggregation, constant_norm);
   double sum = 0.0;
@@ -213,8 +211,8 @@ void policy_loss_backward(std::span<double> grad_logp, const PolicyTokens& in, c
   check_inputs(in, o);
   if (grad_logp.size() != in.logp.size())
     throw std::invalid_argument("rl: policy loss backward: grad_logp has " +
-                                str(static_cast<int64_t>(grad_logp.size())) + " entries for " +
-                                str(static_cast<int64_t>(in.logp.size())) + " tokens");
+                                std::to_string(static_cast<int64_t>(grad_logp.size())) + " entries for " +
+                                std::to_string(static_cast<int64_t>(in.logp.size())) + " tokens");
   aggregation_weights(grad_logp, in.mask, in.offsets, o.aggregation, o.constant_norm);  // c_t, then times dl_t
   for (size_t t = 0; t < in.logp.size(); ++t)
     if (in.mask[t] != 0) grad_logp[t] *= term_at(in, o, t).dloss;

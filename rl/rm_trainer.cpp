@@ -18,15 +18,16 @@
 #include "moe/balance.hpp"
 #include "rl/group.hpp"
 #include "rl/task.hpp"
+#include "model/clock.hpp"
 
 namespace troupe::rl {
 
 using kernels::Tensor;
-using Clock = std::chrono::steady_clock;
+using model::Clock;
+using model::seconds_since;
 
 namespace {
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Salts of the two data sets' sampler seeds ("RMtr", "RMho"): neither can meet
 // an RL step's seeds, whose step field is >= 0 with the run's own seed.

@@ -6,20 +6,15 @@
 #include <string>
 
 namespace troupe::rl {
-namespace {
-
-std::string str(int64_t x) { return std::to_string(x); }
-
-}  // namespace
 
 ScoredBatch score_groups(const Task& task, std::span<const Prompt> prompts, std::span<const Completion> completions,
                          int64_t group_size, const AdvantageOptions& options) {
-  if (group_size < 1) throw std::invalid_argument("rl: group_size must be >= 1, got " + str(group_size));
+  if (group_size < 1) throw std::invalid_argument("rl: group_size must be >= 1, got " + std::to_string(group_size));
   const auto groups = static_cast<int64_t>(prompts.size());
   const auto n = static_cast<int64_t>(completions.size());
   if (n != groups * group_size)
-    throw std::invalid_argument("rl: " + str(groups) + " prompts with group_size " + str(group_size) + " need " +
-                                str(groups * group_size) + " completions, got " + str(n));
+    throw std::invalid_argument("rl: " + std::to_string(groups) + " prompts with group_size " + std::to_string(group_size) + " need " +
+                                std::to_string(groups * group_size) + " completions, got " + std::to_string(n));
   ScoredBatch b;
   b.groups = groups;
   b.group_size = group_size;
@@ -35,9 +30,9 @@ ScoredBatch score_groups(const Task& task, std::span<const Prompt> prompts, std:
       const auto i = static_cast<size_t>(g * group_size + k);
       const Completion& c = completions[i];
       if (c.logp_behav.size() != c.tokens.size())
-        throw std::invalid_argument("rl: completion " + str(static_cast<int64_t>(i)) + " has " +
-                                    str(static_cast<int64_t>(c.tokens.size())) + " tokens but " +
-                                    str(static_cast<int64_t>(c.logp_behav.size())) + " behaviour log-probs");
+        throw std::invalid_argument("rl: completion " + std::to_string(static_cast<int64_t>(i)) + " has " +
+                                    std::to_string(static_cast<int64_t>(c.tokens.size())) + " tokens but " +
+                                    std::to_string(static_cast<int64_t>(c.logp_behav.size())) + " behaviour log-probs");
       b.verdicts[i] = task.verifier().score(prompts[static_cast<size_t>(g)], c.tokens);
       b.rewards[i] = b.verdicts[i].reward;
       correct += b.verdicts[i].correct ? 1 : 0;
@@ -75,8 +70,8 @@ ScoredBatch score_groups(const Task& task, std::span<const Prompt> prompts, std:
 
 double pass_at_k(int64_t n, int64_t c, int64_t k) {
   if (!(c >= 0 && c <= n && k >= 1 && k <= n))
-    throw std::invalid_argument("rl: pass@k needs 0 <= c <= n and 1 <= k <= n, got n " + str(n) + ", c " + str(c) +
-                                ", k " + str(k));
+    throw std::invalid_argument("rl: pass@k needs 0 <= c <= n and 1 <= k <= n, got n " + std::to_string(n) + ", c " + std::to_string(c) +
+                                ", k " + std::to_string(k));
   if (n - c < k) return 1.0;  // every k-subset holds a correct sample
   // C(n-c, k) / C(n, k) = prod_{i = n-c+1}^{n} (1 - k / i), computed stably.
   double miss = 1.0;

@@ -23,17 +23,16 @@
 #include "rl/rollout.hpp"
 #include "rl/rollout_step.hpp"
 #include "rl/task.hpp"
+#include "model/clock.hpp"
 
 namespace troupe::rl {
 
 using kernels::Tensor;
-using Clock = std::chrono::steady_clock;
+using model::Clock;
+using model::seconds_since;
 
 namespace {
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 // The first update's view of the batch: mean entropy and k3 KL to the
 // reference over the trained tokens.

@@ -2,7 +2,7 @@
 # One cell of the bitwise matrix: runs a bitwise test under one OpenBLAS
 # kernel family (OPENBLAS_CORETYPE) and, where the test takes it, one count of
 # threads per device (TROUPE_TEST_THREADS, read by the test scripts and
-# tests/runtime_test_options.hpp). A family this CPU cannot execute is a skip
+# tests/actors/runtime_test_options.hpp). A family this CPU cannot execute is a skip
 # (exit 77), never a pass. Each cell leaves a line in RECORD_DIR for the
 # summary `./setup.sh test` prints.
 # usage: bitwise_matrix.sh FAMILY THREADS RECORD_DIR NAME -- COMMAND...  (THREADS 0: the test's own)

@@ -5,9 +5,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <ostream>
 #include <limits>
 #include <stdexcept>
-#include <unistd.h>
+
+#include "model/atomic_file.hpp"
 
 namespace troupe::runtime {
 
@@ -73,13 +75,7 @@ void write_chrome_trace(const std::string& path, const std::vector<DeviceTrace>&
     for (const TraceEvent& e : d.events) origin = std::min(origin, e.start_ns);
   if (origin == std::numeric_limits<int64_t>::max()) origin = 0;
 
-  const std::filesystem::path target(path);
-  std::error_code ec;
-  if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path(), ec);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) throw std::runtime_error("cannot write trace file " + tmp);
+  model::write_file_atomically(path, [&](std::ostream& out) {
     out << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
     out << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{\"name\":\"troupe runtime\"}}";
     for (const DeviceTrace& d : devices) {
@@ -111,19 +107,7 @@ void write_chrome_trace(const std::string& path, const std::vector<DeviceTrace>&
       }
     }
     out << "\n]}\n";
-    out.flush();
-    if (!out) {
-      out.close();
-      std::filesystem::remove(tmp, ec);
-      throw std::runtime_error("cannot write trace file " + tmp);
-    }
-  }
-  std::filesystem::rename(tmp, target, ec);
-  if (ec) {
-    std::error_code ignore;
-    std::filesystem::remove(tmp, ignore);
-    throw std::runtime_error("cannot rename trace file " + tmp + " to " + path + ": " + ec.message());
-  }
+  }, /*make_parents=*/true);
 }
 
 }  // namespace troupe::runtime

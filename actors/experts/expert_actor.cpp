@@ -444,26 +444,7 @@ caf::behavior expert_actor(Self* self, std::shared_ptr<const Shared> sh, Device*
       // owned ranges is loaded.
       [self](rt::restore_atom, const Envelope& e) {
         auto& s = self->state;
-        auto p = e.read<schemas::ParamSlice>();
-        if (!p) {
-          caf::anon_send(s.sh->peers.coordinator, rt::fail_atom_v, s.name + ": bad restore slice: " + to_string(p.error()));
-          return;
-        }
-        const Range got{static_cast<int64_t>((*p)->getRange().getOffset()), static_cast<int64_t>((*p)->getRange().getCount())};
-        auto comp = s.comp;
-        const auto ranges = s.ranges;
-        submit(self, *s.dev, [comp, e, ranges, got](kernels::Backend& be) {
-          auto r = e.read<schemas::ParamSlice>();
-          const auto v = tensor_f32((*r)->getParams());
-          int64_t base = 0;
-          for (const Range& own : ranges) {
-            const Range piece = intersect(own, got);
-            if (piece.count > 0)
-              be.upload_f32(comp->params.view(base + piece.offset - own.offset, {piece.count}),
-                            v.subspan(static_cast<size_t>(piece.offset - got.offset), static_cast<size_t>(piece.count)));
-            base += own.count;
-          }
-        }, [] {}, owner_label(TraceLabel::ParamLoad, s.spec.producer));
+        restore_params(self, e, s.comp, s.ranges, owner_label(TraceLabel::ParamLoad, s.spec.producer));
       },
       [self](const Envelope& e) {
         auto& s = self->state;

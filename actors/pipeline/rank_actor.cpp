@@ -836,17 +836,7 @@ caf::behavior rank_actor(Self* self, std::shared_ptr<const Shared> sh, Device* d
       // (sent by the supervisor from its snapshot, so trusted).
       [self](rt::restore_atom, const Envelope& e) {
         auto& s = self->state;
-        auto p = e.read<schemas::ParamSlice>();
-        if (!p) {
-          caf::anon_send(s.sh->peers.coordinator, rt::fail_atom_v, s.name + ": bad restore slice: " + to_string(p.error()));
-          return;
-        }
-        const Range r{static_cast<int64_t>((*p)->getRange().getOffset()), static_cast<int64_t>((*p)->getRange().getCount())};
-        auto comp = s.comp;
-        submit(self, *s.dev, [comp, e, r](kernels::Backend& be) {
-          auto rd = e.read<schemas::ParamSlice>();
-          be.upload_f32(comp->params.view(r.offset, {r.count}), tensor_f32((*rd)->getParams()));
-        }, [] {}, owner_label(TraceLabel::ParamLoad, s.rank));
+        restore_params(self, e, s.comp, {}, owner_label(TraceLabel::ParamLoad, s.rank));  // its own coordinates
       },
       [self](const Envelope& e) {
         auto& s = self->state;

@@ -19,14 +19,15 @@
 #include "rl/staleness.hpp"
 #include "rl/version_store.hpp"
 #include "rl/task.hpp"
+#include "model/clock.hpp"
 
 namespace troupe::runtime {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using model::Clock;
+using model::seconds_since;
 
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // What the coordinator and the trainer share with the facade. The
 // coordinator writes `restarts`, `events` and `error` under `mu`; the trainer
@@ -485,7 +486,7 @@ void trainer_actor(caf::blocking_actor* self, std::shared_ptr<const RlShared> sh
         std::lock_guard<std::mutex> lock(ctx->mu);
         throw std::runtime_error(ctx->error);
       }
-      const double wait = since(tw);
+      const double wait = seconds_since(tw);
       const rl::RlStepMetrics m = tr.train_on(*got.rollout.r, *got.scored, got.reward_seconds);
       publish(step + 1);
       RlActorStepMetrics am;
@@ -512,7 +513,7 @@ void trainer_actor(caf::blocking_actor* self, std::shared_ptr<const RlShared> sh
       rep.weight_sync_bytes += got.rollout.sync_bytes;
       rep.weight_syncs += got.rollout.loads;
       rep.max_buffer_depth = std::max(rep.max_buffer_depth, depth);
-      const double wall = since(ctx->t0);
+      const double wall = seconds_since(ctx->t0);
       const double gens = static_cast<double>(o.train.rl.generators);
       am.trainer_idle = wall > 0 ? rep.trainer_wait_seconds / wall : 0.0;
       am.generator_idle = wall > 0 ? std::max(0.0, 1.0 - gen_busy / (gens * wall)) : 0.0;
@@ -621,7 +622,7 @@ rl::RlSummary train_decoupled(const RlActorOptions& options, RlActorObserver& ob
     rep.remote_decode_seconds = st.decode;
     rep.memcpy_seconds = st.memcpy_seconds;
   }
-  rep.wall_seconds = since(ctx->t0);
+  rep.wall_seconds = seconds_since(ctx->t0);
   rep.ledger = *ledger;
   rep.restarts = ctx->restarts;
   rep.events = ctx->events;

@@ -24,14 +24,15 @@
 #include "actors/transport/tcp_nodelay.hpp"
 #include "model/params.hpp"
 #include "rl/trainer.hpp"
+#include "model/clock.hpp"
 
 namespace troupe::runtime {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using model::Clock;
+using model::seconds_since;
 
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 RuntimeOptions cluster_options(const RlProcesses& p) {
   RuntimeOptions o;
@@ -86,7 +87,7 @@ caf::behavior outbox_actor(caf::stateful_actor<OutboxState>* self, std::shared_p
         self->send(self->state.gen, rlmsg::sync_atom::value, std::move(*w));
         // The transfer's end, for the proxy's round trip (the generator's own
         // confirmation waits for its current decode step).
-        self->send(self->state.proxy, rlmsg::received_atom::value, v, since(t0));
+        self->send(self->state.proxy, rlmsg::received_atom::value, v, seconds_since(t0));
       },
       [self, kill_at_step](rlmsg::job_atom a, int64_t step, int64_t version) {
         // A lost process ([[faults]] process:P, or the test hook): its first
@@ -208,7 +209,7 @@ caf::behavior generator_proxy(caf::event_based_actor* self, std::shared_ptr<Remo
       [remote, st, forward](rlmsg::sync_atom, const rlmsg::Weights& w) {
         const auto t0 = Clock::now();
         Envelope env = rlwire::encode_weights(w);
-        const double enc = since(t0);
+        const double enc = seconds_since(t0);
         {
           std::lock_guard<std::mutex> lock(remote->stats->mu);
           remote->stats->encode += enc;
@@ -226,7 +227,7 @@ caf::behavior generator_proxy(caf::event_based_actor* self, std::shared_ptr<Remo
           std::lock_guard<std::mutex> lock(s.mu);
           ++s.syncs;
           s.bytes += static_cast<int64_t>(remote->parameters * sizeof(float));
-          s.round_trip += since(it->second);
+          s.round_trip += seconds_since(it->second);
           s.decode += decode;
           st->sent.erase(it);
         }
@@ -264,7 +265,7 @@ std::shared_ptr<RemoteGenerators> connect_generator_hosts(caf::actor_system& sys
     for (int i = 0; i < 5; ++i) {
       const auto tc = Clock::now();
       std::memcpy(dst.data(), src.data(), src.size() * sizeof(float));
-      best = std::min(best, since(tc));
+      best = std::min(best, seconds_since(tc));
     }
     out->stats->memcpy_seconds = best;
   }

@@ -10,14 +10,15 @@
 #include "rl/rm_reward.hpp"
 #include "rl/staleness.hpp"
 #include "rl/task.hpp"
+#include "model/clock.hpp"
 
 namespace troupe::runtime {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using model::Clock;
+using model::seconds_since;
 
-double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 std::unique_ptr<rl::Task> task_for(const RlShared& sh) {
   const rl::RlTrainOptions& o = sh.opt->train;
@@ -68,7 +69,7 @@ caf::behavior generator_actor(caf::event_based_actor* self, std::shared_ptr<cons
   auto load = [st](const rlmsg::Weights& w) {
     const auto ts = Clock::now();
     st->copy->load(w.values(), w.version);
-    st->out.sync_seconds += since(ts);
+    st->out.sync_seconds += seconds_since(ts);
     st->out.sync_bytes += static_cast<int64_t>(w.size * sizeof(float));
     ++st->out.loads;
   };
@@ -142,8 +143,8 @@ caf::behavior generator_actor(caf::event_based_actor* self, std::shared_ptr<cons
           return;
         }
         if (more) return self->send(self, rlmsg::decode_atom::value);
-        st->out.r = std::make_shared<const rl::StepRollouts>(st->copy->end(since(st->t0)));
-        st->out.busy_seconds = since(st->t0);
+        st->out.r = std::make_shared<const rl::StepRollouts>(st->copy->end(seconds_since(st->t0)));
+        st->out.busy_seconds = seconds_since(st->t0);
         st->idle_since = Clock::now();
         const uint32_t kill = st->running.kill;
         if (kill == 2) return self->quit(caf::exit_reason::kill);  // the work is lost with the actor
@@ -183,7 +184,7 @@ caf::behavior reward_actor(caf::event_based_actor* self, std::shared_ptr<const R
         out.rollout = r;
         out.scored = std::make_shared<const rl::ScoredBatch>(
             st->rm ? st->rm->score_step(sh->opt->train.rl, *r.r) : rl::score_step(*st->task, sh->opt->train.rl, *r.r));
-        out.reward_seconds = since(t0);
+        out.reward_seconds = seconds_since(t0);
         if (kill == 2) return self->quit(caf::exit_reason::kill);
         self->send(buffer, rlmsg::admit_atom::value, std::move(out));
         if (kill == 3) self->quit(caf::exit_reason::kill);

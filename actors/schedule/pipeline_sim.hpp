@@ -20,7 +20,7 @@
 // every rank, ZB-H1 (PP-1)(F+B-2W) (B = full backward), and DualPipe's
 // figure is (PP/2-1)(F&B+B-3W). Ranks whose op mix differs (DualPipe runs
 // more overlapped pairs on some ranks) have different busy times, so the
-// result keeps bubble per rank; see tests/schedule_bubble_test.cpp for which
+// result keeps bubble per rank; see tests/actors/schedule_bubble_test.cpp for which
 // rank each formula describes.
 #pragma once
 

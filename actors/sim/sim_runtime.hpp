@@ -21,7 +21,7 @@
 // messages, never on the order in which CAF delivers them or on thread
 // scheduling: the same options give the same timeline, bit for bit.
 // These are the rules of the discrete-event simulator actors/pipeline_sim,
-// which shares no code with this one: tests/runtime_sim_test.cpp checks that
+// which shares no code with this one: tests/actors/runtime_sim_test.cpp checks that
 // both give the same step time and per-device busy time.
 //
 // No CAF in this header.

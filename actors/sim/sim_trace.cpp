@@ -3,10 +3,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <ostream>
 #include <stdexcept>
-#include <unistd.h>
 
 #include "actors/sim/sim_runtime.hpp"
+#include "model/atomic_file.hpp"
 
 namespace troupe::sim {
 namespace {
@@ -45,7 +46,7 @@ Named name_of(const Span& s, bool dirs) {
   return {"op", "other"};
 }
 
-void event(std::ofstream& out, const std::string& name, const char* cat, int tid, int64_t start, int64_t end) {
+void event(std::ostream& out, const std::string& name, const char* cat, int tid, int64_t start, int64_t end) {
   out << ",\n{\"name\":\"" << name << "\",\"cat\":\"" << cat << "\",\"ph\":\"X\",\"pid\":0,\"tid\":" << tid
       << ",\"ts\":" << micros(start) << ",\"dur\":" << micros(end - start) << "}";
 }
@@ -56,13 +57,7 @@ void write_sim_trace(const std::string& path, const SimOptions& o, const SimResu
                      const std::vector<std::string>& device_actors) {
   if (res.timeline.empty()) throw std::runtime_error("sim trace: no timeline was recorded (set record_timeline)");
   const bool dirs = o.kind == sched::Kind::dualpipe;
-  const std::filesystem::path target(path);
-  std::error_code ec;
-  if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path(), ec);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) throw std::runtime_error("cannot write trace file " + tmp);
+  model::write_file_atomically(path, [&](std::ostream& out) {
     out << "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n";
     out << "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{\"name\":\"troupe sim (virtual time)\"}}";
     for (size_t d = 0; d < res.timeline.size(); ++d) {
@@ -92,19 +87,7 @@ void write_sim_trace(const std::string& path, const SimOptions& o, const SimResu
       }
     }
     out << "\n]}\n";
-    out.flush();
-    if (!out) {
-      out.close();
-      std::filesystem::remove(tmp, ec);
-      throw std::runtime_error("cannot write trace file " + tmp);
-    }
-  }
-  std::filesystem::rename(tmp, target, ec);
-  if (ec) {
-    std::error_code ignore;
-    std::filesystem::remove(tmp, ignore);
-    throw std::runtime_error("cannot rename trace file " + tmp + " to " + path + ": " + ec.message());
-  }
+  }, /*make_parents=*/true);
 }
 
 }  // namespace troupe::sim

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <spdlog/spdlog.h>
 
+#include "model/atomic_file.hpp"
 #include "launch/calibrate.hpp"
 #include "launch/cli.hpp"
 #include "launch/signals.hpp"
@@ -22,33 +23,11 @@
 namespace troupe::launch {
 namespace {
 
-// Writes `text` to `path` through a temporary file in the same directory and
-// a rename, so a reader never sees half a table. Throws on failure.
-void write_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    if (!out) throw std::runtime_error("cannot write " + path + " (cannot create " + tmp + ": " + std::strerror(errno) + ")");
-    out << text;
-    out.flush();
-    if (!out) {
-      std::filesystem::remove(tmp);
-      throw std::runtime_error("cannot write " + tmp);
-    }
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    std::filesystem::remove(tmp);
-    throw std::runtime_error("cannot write " + path + ": " + ec.message());
-  }
-}
-
 // Checks, before any measuring, that `path` can be written (a probe file
 // next to it, removed again).
 void check_writable(const std::string& path) {
   if (std::filesystem::is_directory(path)) throw std::runtime_error(path + " is a directory");
-  write_atomically(path + ".probe", "");
+  model::write_file_atomically(path + ".probe", "");
   std::filesystem::remove(path + ".probe");
 }
 
@@ -107,7 +86,7 @@ int command_calibrate(const CliOptions& opt, const Spec& spec) {
   std::fflush(stdout);
   if (!out.empty()) {
     try {
-      write_atomically(out, table);
+      model::write_file_atomically(out, table);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "troupe calibrate: %s\n", e.what());
       return kExitRuntime;

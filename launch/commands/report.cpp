@@ -17,6 +17,7 @@
 #include <functional>
 #include <sstream>
 
+#include "model/atomic_file.hpp"
 #include "launch/cli.hpp"
 #include "launch/observe/run_dir.hpp"
 #include "launch/observe/web_page.hpp"
@@ -33,17 +34,14 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// Writes `text` to `path` through a temporary file in the same directory.
+// Writes `text` to `path` whole or not at all (model/atomic_file.hpp).
 bool write_file(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp" + std::to_string(getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    if (!out || !out.write(text.data(), static_cast<std::streamsize>(text.size()))) return false;
+  try {
+    model::write_file_atomically(path, text);
+    return true;
+  } catch (const std::exception&) {
+    return false;
   }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) fs::remove(tmp, ec);
-  return !ec;
 }
 
 // Run directories and --output, or an exit code.

@@ -18,14 +18,15 @@
 #include "model/checkpoint.hpp"
 #include "rl/task.hpp"
 #include "rl/trainer.hpp"
+#include "model/clock.hpp"
 
 namespace troupe::launch {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using model::Clock;
+using model::seconds_since;
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 // Held-out exact match of the checkpoint in `dir` on the problems SFT was
 // trained on: the held-out problems on the SFT side of the split (every

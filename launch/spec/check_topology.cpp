@@ -2,6 +2,8 @@
 // schedule's rules, [[elastic]] events and the checkpoint directory.
 #include "launch/spec/parser.hpp"
 
+#include "actors/degrees.hpp"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -28,23 +30,34 @@
 
 namespace troupe::launch::spec_detail {
 
-// The runtime's schedule rules, from the schedule library itself (one source
-// of truth): each replica runs `microbatches` chunks through `stages` ranks.
-void check_schedule(const Spec& s, SpecSites& p) {
+// The topology's degrees against the model and the batch: the rules
+// runtime::validate applies too (actors/degrees.hpp), each reported at its key.
+void check_degrees(const Spec& s, SpecSites& p) {
   const auto& t = s.topology;
-  auto v = [](int64_t x) { return std::to_string(x); };
-  const std::string sched_name(sched::to_string(t.schedule));
-  sched::Layout layout;
-  try {
-    layout = sched::make_layout(t.schedule, static_cast<int>(t.stages), static_cast<int>(t.microbatches));
-  } catch (const std::invalid_argument& e) {
-    p.error(p.where("topology.microbatches"), "[topology] microbatches = " + v(t.microbatches) + " does not fit schedule = \"" +
-                                                 sched_name + "\" with stages = " + v(t.stages) + ": " + e.what());
-    return;
+  runtime::Degrees d;
+  d.schedule = t.schedule;
+  d.stages = t.stages;
+  d.devices = t.devices;
+  d.microbatches = t.microbatches;
+  d.data_parallel = t.data_parallel;
+  d.optimizer_shards = t.optimizer_shards;
+  d.expert_shards = t.expert_shards;
+  d.expert_actors = t.expert_shards > 1;
+  d.processes = t.processes;
+  d.batch_size = s.data.batch_size;
+  for (const runtime::DegreeProblem& x : runtime::degree_problems(d, s.model)) {
+    const char* key = "topology.stages";
+    switch (x.key) {
+      case runtime::DegreeKey::stages: key = "topology.stages"; break;
+      case runtime::DegreeKey::schedule: key = "topology.schedule"; break;
+      case runtime::DegreeKey::microbatches: key = "topology.microbatches"; break;
+      case runtime::DegreeKey::batch_size: key = "data.batch_size"; break;
+      case runtime::DegreeKey::expert_shards: key = "topology.expert_shards"; break;
+      case runtime::DegreeKey::processes: key = "topology.processes"; break;
+      case runtime::DegreeKey::optimizer_shards: key = "topology.optimizer_shards"; break;
+    }
+    p.error(p.where(key), x.message);
   }
-  if (layout.num_stages > s.model.n_layers && t.stages <= s.model.n_layers)  // else the stages rule fired
-    p.error(p.where("topology.stages"), "[topology] schedule = \"" + sched_name + "\" with stages = " + v(t.stages) + " cuts the model into " +
-                                            v(layout.num_stages) + " stages, more than [model] n_layers = " + v(s.model.n_layers));
 }
 
 // Rules that involve more than one key. Each message names the keys and values.
@@ -60,23 +73,8 @@ void check_cross_fields(const Spec& s, SpecSites& p) {
     p.error(p.where("model.top_k"), "[model] top_k = " + v(m.top_k) + " must be <= n_experts = " + v(m.n_experts));
   if (m.ffn == model::Ffn::moe && m.balance == moe::Balance::bias && m.bias_update_rate <= 0)
     p.error(p.where("model.bias_update_rate"), "[model] balance = \"bias\" needs bias_update_rate > 0");
-  if (t.stages > m.n_layers)
-    p.error(p.where("topology.stages"), "[topology] stages = " + v(t.stages) + " must be <= [model] n_layers = " + v(m.n_layers));
-  if ((t.schedule == sched::Kind::dualpipe || t.schedule == sched::Kind::dualpipev) && t.stages % 2 != 0)
-    p.error(p.where("topology.schedule"), "[topology] schedule = \"" + std::string(sched::to_string(t.schedule)) + "\" needs an even number of stages, got stages = " + v(t.stages));
-  else if (uses_runtime(s))
-    check_schedule(s, p);
-  const int64_t per_step = t.microbatches * t.data_parallel;
-  if (s.data.batch_size % per_step != 0)
-    p.error(p.where("data.batch_size"), "[data] batch_size = " + v(s.data.batch_size) +
-                                          " must be divisible by [topology] microbatches * data_parallel = " + v(per_step));
-  if (m.ffn == model::Ffn::moe && t.expert_shards > m.n_experts)
-    p.error(p.where("topology.expert_shards"), "[topology] expert_shards = " + v(t.expert_shards) + " must be <= [model] n_experts = " + v(m.n_experts));
-  if (m.ffn == model::Ffn::dense && t.expert_shards > 1)
-    p.error(p.where("topology.expert_shards"), "[topology] expert_shards = " + v(t.expert_shards) + " needs [model] ffn = \"moe\"");
-  if (t.processes > t.devices)
-    p.error(p.where("topology.processes"), "[topology] processes = " + v(t.processes) + " must be <= devices = " + v(t.devices));
-  else if (!t.device_processes.empty()) {
+  check_degrees(s, p);
+  if (t.processes <= t.devices && !t.device_processes.empty()) {
     try {
       device_process_list(s);
     } catch (const std::invalid_argument& e) {
@@ -85,19 +83,9 @@ void check_cross_fields(const Spec& s, SpecSites& p) {
   }
   if (!t.auth_dir.empty() && t.auth == runtime::ClusterAuth::none)
     p.error(p.where("topology.auth_dir"), "[topology] auth_dir is the key of auth = \"tls\", but auth = \"none\"");
+  // troupe's placement policy (the runtime could share a device): one device per pipeline rank.
   if (t.stages * t.data_parallel > t.devices)
     p.error(p.where("topology.devices"), "[topology] devices = " + v(t.devices) + " is fewer than stages * data_parallel = " + v(t.stages * t.data_parallel));
-  if (uses_runtime(s) && t.optimizer_shards > 1) {
-    int64_t params = 0;
-    try {
-      params = model::build_param_layout(m).total();
-    } catch (const std::exception&) {
-      params = 0;  // the model's own problems are reported above
-    }
-    if (params > 0 && t.optimizer_shards > params)
-      p.error(p.where("topology.optimizer_shards"), "[topology] optimizer_shards = " + v(t.optimizer_shards) +
-                                                        " is more than the model's " + v(params) + " parameters");
-  }
   check_sim(s, p);
   if (s.data.source == model::DataKind::text && s.data.path.empty())
     p.error(p.where("data.source"), "[data] source = \"text\" needs [data] path (the text file to train on)");

@@ -68,7 +68,7 @@ Spec load(const std::string* text, const std::string& source, const std::vector<
           const std::filesystem::path& base_dir);
 
 // check_topology.cpp
-void check_schedule(const Spec& s, SpecSites& p);
+void check_degrees(const Spec& s, SpecSites& p);
 void check_cross_fields(const Spec& s, SpecSites& p);
 void check_elastic(const Spec& s, SpecSites& p);
 void check_checkpoint_dir(const Spec& s, SpecSites& p);

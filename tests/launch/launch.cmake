@@ -1,0 +1,45 @@
+# Tests of launch/: spec parsing and validation (incl. the bad-spec corpus in
+# tests/launch/bad_specs/), topology resolution, and the `troupe` CLI end to end.
+troupe_add_gtest(launch_spec_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/launch_spec_test.cpp LIBS troupe_spec LABELS launch)
+target_compile_definitions(launch_spec_test PRIVATE TROUPE_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+
+if(TARGET troupe_launch)
+  troupe_add_gtest(launch_topology_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/launch_topology_test.cpp LIBS troupe_launch LABELS launch)
+  troupe_add_gtest(launch_calibrate_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/launch_calibrate_test.cpp LIBS troupe_launch LABELS launch)
+endif()
+
+# CLI: every shipped example spec validates through the real executable.
+file(GLOB TROUPE_EXAMPLE_SPECS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/launch/specs/*.toml)
+foreach(spec IN LISTS TROUPE_EXAMPLE_SPECS)
+  get_filename_component(spec_name ${spec} NAME_WE)
+  # rl_addition and rm_addition start from the checkpoint rl_addition's header
+  # says how to make: tests/rl/rl_cli_test.sh validates both against one (and
+  # without one: exit 4).
+  if(spec_name STREQUAL "rl_addition" OR spec_name STREQUAL "rm_addition")
+    continue()
+  endif()
+  add_test(NAME cli_validate_${spec_name} COMMAND troupe validate ${spec})
+  set_tests_properties(cli_validate_${spec_name} PROPERTIES LABELS cli PASS_REGULAR_EXPRESSION "ok")
+endforeach()
+# [[elastic]]: validate prints the expert placement before and after each event.
+add_test(NAME cli_validate_elastic_placement COMMAND troupe validate ${PROJECT_SOURCE_DIR}/launch/specs/elastic_experts.toml)
+set_tests_properties(cli_validate_elastic_placement PROPERTIES LABELS cli
+  PASS_REGULAR_EXPRESSION "expert shards 4 -> 8 per MoE layer[^\n]*\nexpert placement, steps 31..40: 8 expert shard[(]s[)] per MoE layer\n    expert:0/0 +experts 0..0 on device 0")
+troupe_add_bitwise(cli_script THREADS 1 2 TIMEOUT 900 LABELS cli
+  COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/cli_test.sh $<TARGET_FILE:troupe> ${PROJECT_SOURCE_DIR})
+# troupe's choice of kernel family: the default equals the forced portable
+# family, `native` the forced fastest one, and the bits do not depend on the
+# threads per device.
+add_test(NAME kernel_family_script COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/kernel_family_test.sh $<TARGET_FILE:troupe>)
+set_tests_properties(kernel_family_script PROPERTIES LABELS "bitwise;cli" TIMEOUT 600 SKIP_RETURN_CODE 77)
+# `troupe dashboard` / `report` / `plot` on real short runs, in headless
+# Chromium (skipped, exit 77, only when Chromium is absent).
+add_test(NAME dashboard_browser COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/dashboard_test.sh $<TARGET_FILE:troupe> ${PROJECT_SOURCE_DIR})
+set_tests_properties(dashboard_browser PROPERTIES LABELS "cli;dashboard" TIMEOUT 600 SKIP_RETURN_CODE 77)
+# troupe as a package: install to a temporary prefix, build a consumer with find_package(troupe).
+add_test(NAME package_consumer COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/package_test.sh ${PROJECT_BINARY_DIR} ${PROJECT_SOURCE_DIR})
+set_tests_properties(package_consumer PROPERTIES LABELS "package" TIMEOUT 600)
+# `troupe calibrate` on a tiny model: the [sim] table validates, round-trips
+# and drives a sim run; bad input gets clear errors (no timing asserted).
+add_test(NAME calibrate_script COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/calibrate_test.sh $<TARGET_FILE:troupe>)
+set_tests_properties(calibrate_script PROPERTIES LABELS cli TIMEOUT 300)
