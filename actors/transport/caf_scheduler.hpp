@@ -1,4 +1,4 @@
-// CAF scheduler settings for the real runtime (actors/supervision/runtime.cpp).
+// CAF scheduler settings for the real runtime (actors/runtime.cpp).
 //
 // Why not CAF 0.17's defaults: its work-stealing policy starts
 // max(cores, 4) worker threads, and an idle worker polls its queue (100
