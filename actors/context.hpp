@@ -215,13 +215,20 @@ struct KillSwitch {
   uint32_t left = 0;  // messages until death; 0 = not armed
 };
 
+// An injected kill: tells the coordinator where in the step the actor was
+// (its restart report names the phase), then dies with exit_reason::kill.
+template <class State>
+void die_injected(caf::stateful_actor<State>* self, const std::string& phase) {
+  caf::anon_send(self->state.sh->peers.coordinator, rt::fault_atom_v, self->state.name, phase);
+  self->quit(caf::exit_reason::kill);
+}
+
 // Call first in every step-message handler; true: the actor is now quitting.
 template <class State>
 bool kill_switch_fires(caf::stateful_actor<State>* self, const std::string& phase) {
   auto& ks = self->state.kill;
   if (ks.left == 0 || --ks.left > 0) return false;
-  caf::anon_send(self->state.sh->peers.coordinator, rt::fault_atom_v, self->state.name, phase);
-  self->quit(caf::exit_reason::kill);
+  die_injected(self, phase);
   return true;
 }
 

@@ -481,8 +481,7 @@ caf::behavior expert_actor(Self* self, std::shared_ptr<const Shared> sh, Device*
       [self](rt::rescale_atom) -> caf::result<uint64_t> {
         auto& s = self->state;
         if (s.kill_on_load) {
-          caf::anon_send(s.sh->peers.coordinator, rt::fault_atom_v, s.name, std::string("loading its weights"));
-          self->quit(caf::exit_reason::kill);
+          die_injected(self, "loading its weights");
           return caf::make_error(caf::sec::runtime_error, std::string("killed while loading"));
         }
         auto rp = self->make_response_promise<uint64_t>();

@@ -260,14 +260,13 @@ int serve_rl_generators(const Spec& spec, const std::shared_ptr<runtime::Cluster
 }
 
 // rl.sync = "fixed_lag" / "latest": the decoupled actors, then their summary.
-rl::RlSummary run_decoupled(const Spec& spec, rl::RlTrainOptions options, RlProgress& progress, MetricsWriter& metrics,
-                            const std::shared_ptr<runtime::ClusterComm>& comm) {
+rl::RlSummary run_decoupled(const Spec& spec, const RunPlan& plan, rl::RlTrainOptions options, RlProgress& progress,
+                            MetricsWriter& metrics, const std::shared_ptr<runtime::ClusterComm>& comm) {
   const auto& r = spec.rl;
   const int processes = comm ? comm->size() : 1;
   spdlog::info("decoupled online RL ({}, max_staleness {}): {} generator(s), {} reward actor(s), trainer on device 0{}",
                rl::sync_mode_name(r.sync), r.max_staleness, r.generators, r.reward_actors,
                processes > 1 ? fmt::format("; {} process(es): generators on processes 1..{}", processes, processes - 1) : std::string());
-  const RunPlan plan = make_run_plan(spec);
   for (const auto& a : runtime::rl_actor_plan(r, static_cast<int>(spec.topology.devices),
                                                     rl_trainer_on_actors(spec) ? rl_trainer_devices(spec) : 0, plan.generator_process))
     spdlog::info("  {} ({}{}): {}", a.name, a.device < 0 ? std::string("control") : "device " + std::to_string(a.device),
@@ -344,7 +343,7 @@ rl::RlSummary run_decoupled(const Spec& spec, rl::RlTrainOptions options, RlProg
   return s;
 }
 
-int run_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, const StopOnSignal& signals,
+int run_rl(const Spec& spec, const RunPlan& plan, MetricsWriter& metrics, ProgressStyle style, const StopOnSignal& signals,
            rl::RlSummary* out, const std::shared_ptr<runtime::ClusterComm>& comm) {
   const auto& r = spec.rl;
   spdlog::info("online RL ({}): task {}, {} prompts x {} completions per step, "
@@ -357,7 +356,7 @@ int run_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, const 
   RlProgress progress(style, spec.run.steps, spec.log.progress_every, metrics);
   rl::RlTrainOptions options = rl_train_options(spec);
   options.stop = signals.flag();
-  const rl::RlSummary s = rl::decoupled(r.sync) ? run_decoupled(spec, options, progress, metrics, comm)
+  const rl::RlSummary s = rl::decoupled(r.sync) ? run_decoupled(spec, plan, options, progress, metrics, comm)
                                                              : rl::train(options, progress);
   if (out) *out = s;
   metrics.write_line(JsonObject()

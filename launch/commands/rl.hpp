@@ -25,7 +25,8 @@ rl::RlTrainOptions rl_train_options(const Spec& spec);
 // loop's summary; then the caller reports an interruption (how to continue
 // depends on it). Throws like rl::train.
 // `comm`: a multi-process run (decoupled RL with generators on processes > 0).
-int run_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, const StopOnSignal& signals,
+// `plan` is make_run_plan(spec).
+int run_rl(const Spec& spec, const RunPlan& plan, MetricsWriter& metrics, ProgressStyle style, const StopOnSignal& signals,
            rl::RlSummary* out = nullptr, const std::shared_ptr<runtime::ClusterComm>& comm = nullptr);
 // A process > 0 of a decoupled RL run: hosts its generators until process 0
 // ends the run. Returns an ExitCode.

@@ -422,7 +422,7 @@ static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterC
     if (spec.topology.device_kind == DeviceKind::sim) return run_sim(spec, metrics);
     StopOnSignal signals;  // stop after the running step, save, exit 130
     // Online RL: the synchronous generate -> reward -> train loop (rl/trainer.hpp).
-    if (spec.run.mode == RunMode::rl) return run_rl(spec, metrics, style, signals, nullptr, comm);
+    if (spec.run.mode == RunMode::rl) return run_rl(spec, plan, metrics, style, signals, nullptr, comm);
     if (spec.run.mode == RunMode::reward_model) return run_reward_model(spec, metrics, style, signals);
     if (spec.run.mode == RunMode::sft_rl) return run_sft_rl(spec, metrics, style, signals);
     return run_pretrain(spec, plan, comm, metrics, style, signals);

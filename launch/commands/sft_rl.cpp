@@ -145,7 +145,7 @@ int run_sft_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, co
                resume_rl ? ", resumed from " + spec.checkpoint.resume : std::string(), rl_spec.optim.lr,
                rl_spec.optim.warmup_steps, rl_spec.checkpoint_dir());
   rl::RlSummary rs;
-  const int rc = run_rl(rl_spec, metrics, style, signals, &rs);
+  const int rc = run_rl(rl_spec, make_run_plan(rl_spec), metrics, style, signals, &rs);
   if (rc == kExitInterrupted) return report_rl_interrupted(spec, signals, init, rs.steps_done);
   if (resume_rl) rs.first_eval = target_before;
   if (rc != kExitOk) return rc;
