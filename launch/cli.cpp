@@ -68,7 +68,7 @@ exit codes:
   2    bad command line
   3    invalid spec (every problem is printed as file:line:col: error: ...)
   4    a checkpoint or input file is missing or corrupt
-  130  interrupted (SIGINT/SIGTERM: run stops after the running step and saves a checkpoint to resume from)
+  130  interrupted (SIGINT/SIGTERM/SIGHUP/SIGQUIT: run stops after the running step and saves a checkpoint to resume from)
 )";
 
 static int usage_error(const std::string& message) {

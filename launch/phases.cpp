@@ -63,13 +63,7 @@ Spec rl_phase_spec(const Spec& spec, const std::string& init) {
 
 std::string sft_side_pairs(const Spec& spec) {
   if (spec.data.target_pairs.empty() || spec.data.target_column < 0) return "";
-  const model::AdditionTarget t = model::parse_addition_target(spec.data.target_pairs, spec.data.target_column);
-  std::string out;
-  for (int x = 0; x < 10; ++x)
-    for (int y = x; y < 10; ++y)
-      if (!t.pair[static_cast<size_t>(x * 10 + y)])
-        out += (out.empty() ? "" : ", ") + std::to_string(x) + "+" + std::to_string(y);
-  return out;
+  return model::complement_pairs(spec.data.target_pairs, spec.data.target_column);
 }
 
 }  // namespace troupe::launch

@@ -1,7 +1,9 @@
-// SIGINT / SIGTERM for long-running commands: the first signal asks the run
-// to stop (the training loop finishes the running step, saves a checkpoint
-// and returns; `troupe run` then exits 130), a second one ends the process
-// at once (the default action), so a stuck run can still be killed.
+// SIGINT / SIGTERM / SIGHUP (a closed terminal or ssh session) / SIGQUIT for
+// long-running commands: the first signal asks the run to stop (the training
+// loop finishes the running step, saves a checkpoint and returns; `troupe
+// run` then exits 130), a second one ends the process at once (the default
+// action), so a stuck run can still be killed; only a checkpoint being
+// written is finished first, so none is left half-saved.
 #pragma once
 
 #include <atomic>
@@ -20,5 +22,8 @@ class StopOnSignal {
   bool requested() const { return flag()->load(); }
   int signal() const;  // the signal that arrived (0: none)
 };
+
+// "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT" (others: "a signal").
+const char* signal_name(int sig);
 
 }  // namespace troupe::launch

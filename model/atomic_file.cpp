@@ -3,7 +3,9 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -11,8 +13,34 @@
 
 namespace troupe::model {
 
+namespace {
+std::atomic<int> g_writes{0};
+std::atomic<int> g_deferred{0};
+}  // namespace
+
+UninterruptedWrite::UninterruptedWrite() { g_writes.fetch_add(1); }
+
+UninterruptedWrite::~UninterruptedWrite() {
+  if (g_writes.fetch_sub(1) != 1) return;
+  const int sig = g_deferred.exchange(0);
+  if (sig == 0) return;
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigaction(sig, &dfl, nullptr);
+  ::raise(sig);
+}
+
+bool defer_termination(int sig) {
+  if (g_writes.load() == 0) return false;
+  g_deferred.store(sig);
+  // The write may have ended between the two loads: then nobody raises it.
+  return g_writes.load() != 0;
+}
+
 void write_file_atomically(const std::string& path, const std::function<void(std::ostream&)>& write,
                            bool make_parents) {
+  const UninterruptedWrite whole;
   namespace fs = std::filesystem;
   const fs::path target(path);
   std::error_code ec;

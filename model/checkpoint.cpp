@@ -3,6 +3,8 @@
 // the atomic directory swap. See model/checkpoint.hpp for the on-disk layout.
 #include "model/checkpoint.hpp"
 
+#include "model/atomic_file.hpp"
+
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -518,6 +520,7 @@ bool checkpoint_exists(const std::string& dir) {
 }
 
 void save_checkpoint(const std::string& dir, const TrainingState& state, const ParamLayout& layout) {
+  const UninterruptedWrite whole;  // a second Ctrl-C ends the process after the save, not inside it
   const fs::path target = normalize(dir);
   const int64_t total = layout.total();
   if (static_cast<int64_t>(state.params.size()) != total)

@@ -149,4 +149,11 @@ struct AdditionTarget {
 // is wrong: not a digit pair, or all 55 pairs (training would have nothing left).
 AdditionTarget parse_addition_target(const std::string& pairs, int64_t column);
 
+// The pairs of the split's column that are NOT in `pairs`, written as
+// parse_addition_target accepts them ("0+0, 0+1, ..."): with them as
+// target_pairs, train_problem() and eval_problems() yield the problems the
+// split's training rows do show (the SFT side). Empty when `pairs` is no
+// split. Throws std::invalid_argument as parse_addition_target does.
+std::string complement_pairs(const std::string& pairs, int64_t column);
+
 }  // namespace troupe::model

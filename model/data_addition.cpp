@@ -385,6 +385,17 @@ AdditionTarget parse_addition_target(const std::string& pairs, int64_t column) {
   return t;
 }
 
+std::string complement_pairs(const std::string& pairs, int64_t column) {
+  const AdditionTarget t = parse_addition_target(pairs, column);
+  if (!t.any()) return "";
+  std::string out;
+  for (int x = 0; x < 10; ++x)
+    for (int y = x; y < 10; ++y)
+      if (!t.pair[static_cast<size_t>(x * 10 + y)])
+        out += (out.empty() ? "" : ", ") + std::to_string(x) + "+" + std::to_string(y);
+  return out;
+}
+
 bool addition_held_out(int64_t a, int64_t b) {
   const auto lo = static_cast<uint64_t>(std::min(a, b)), hi = static_cast<uint64_t>(std::max(a, b));
   return mix64(mix64(lo ^ kHeldOutSalt) + hi) % 10 == 0;

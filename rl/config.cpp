@@ -156,6 +156,9 @@ std::vector<ConfigProblem> check_config(const RlConfig& c) {
                               " must be in [0, 1) (a partly right answer must earn less than an exact one)");
   if (!(c.verifier.format_penalty >= 0 && std::isfinite(c.verifier.format_penalty)))
     bad("format_penalty", "format_penalty = " + num(c.verifier.format_penalty) + " must be >= 0");
+  if (!(c.sft_fraction >= 0 && c.sft_fraction < 1))
+    bad("sft_fraction", "sft_fraction = " + num(c.sft_fraction) +
+                            " must be in [0, 1) (the share of RL prompts drawn from the SFT side of the split)");
   if (c.reward == RewardSource::model && c.reward_model.empty())
     bad("reward_model", "reward = \"model\" needs reward_model, the checkpoint of a run.mode = \"reward_model\" run");
   if (c.sync == SyncMode::latest && c.policy.kind != LossKind::decoupled_ppo)

@@ -111,6 +111,11 @@ struct RlConfig {
   double temperature = 1.0;       // sampling temperature (> 0); the loss's log-probs use the same one
   double top_p = 1.0;             // nucleus sampling mass in (0, 1]
   int64_t updates_per_batch = 1;  // optimizer steps per sampled batch (PPO epochs)
+  // Retention: this share of the training prompts comes from the SFT side of
+  // the task's target split (the problems SFT did train on), rewarded by the
+  // same verifier, so RL keeps being paid for what SFT taught (rl/task.hpp,
+  // make_task). 0 = target problems only. In [0, 1); needs a target split.
+  double sft_fraction = 0.0;
   SyncMode sync = SyncMode::synchronous;
   int64_t max_staleness = 0;  // decoupled: eta, fixed_lag: the version lag of every rollout, latest: its bound (0 = on-policy)
   int64_t generators = 1;     // decoupled: generator actors (RL steps are dealt to them round-robin)

@@ -106,7 +106,7 @@ struct RmTrainer::Impl {
     } else {
       init = model::init_params(layout, o.model, o.seed);
     }
-    if (!task) task = make_task(o.rl.task, o.data, o.seed, o.rl.verifier);
+    if (!task) task = make_task(o.rl, o.data, o.seed);
     be = kernels::make_backend(o.backend);
     const int64_t P = layout.total();
     params = be->from_f32({P}, init);

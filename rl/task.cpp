@@ -2,6 +2,7 @@
 #include "rl/task.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 #include "model/data.hpp"
@@ -70,7 +71,66 @@ class AdditionTask final : public Task {
   int64_t max_prompt_;
 };
 
+class MixedTask final : public Task {
+ public:
+  MixedTask(std::unique_ptr<Task> main, std::unique_ptr<Task> side, double fraction)
+      : main_(std::move(main)), side_(std::move(side)), f_(fraction) {}
+
+  std::string describe() const override {
+    return main_->describe() + ", " + std::to_string(static_cast<int>(f_ * 100.0 + 0.5)) + "% of them from " +
+           side_->describe();
+  }
+
+  Prompt train_prompt(int64_t index) const override {
+    if (index < 0) throw std::invalid_argument("rl: train_prompt needs index >= 0, got " + std::to_string(index));
+    const int64_t before = sides_before(index);  // side prompts among indices 0 .. index - 1
+    const bool side = sides_before(index + 1) > before;
+    Prompt p = side ? side_->train_prompt(before) : main_->train_prompt(index - before);
+    p.index = index;
+    return p;
+  }
+
+  std::vector<Prompt> eval_prompts(int64_t n) const override { return main_->eval_prompts(n); }
+  const Verifier& verifier() const override { return main_->verifier(); }
+  int32_t eos_token() const override { return main_->eos_token(); }
+  int64_t max_prompt_tokens() const override {
+    const int64_t a = main_->max_prompt_tokens(), b = side_->max_prompt_tokens();
+    return a < 0 || b < 0 ? -1 : std::max(a, b);
+  }
+
+ private:
+  // floor(n f): how many of the indices 0 .. n - 1 go to the side task.
+  int64_t sides_before(int64_t n) const {
+    return static_cast<int64_t>(std::floor(static_cast<double>(n) * f_));
+  }
+
+  std::unique_ptr<Task> main_, side_;
+  double f_;
+};
+
 }  // namespace
+
+std::unique_ptr<Task> make_mixed_task(std::unique_ptr<Task> main, std::unique_ptr<Task> side, double fraction) {
+  if (!main || !side) throw std::invalid_argument("rl: a mixed task needs both tasks");
+  if (!(fraction >= 0 && fraction < 1))
+    throw std::invalid_argument("rl: the side task's share must be in [0, 1), got " + std::to_string(fraction));
+  if (main->eos_token() != side->eos_token())
+    throw std::invalid_argument("rl: a mixed task's two tasks must share their EOS token");
+  return std::make_unique<MixedTask>(std::move(main), std::move(side), fraction);
+}
+
+std::unique_ptr<Task> make_sft_side_task(const model::DataConfig& data, uint64_t seed,
+                                         const VerifierOptions& verifier) {
+  if (data.target_pairs.empty() || data.target_column < 0) return nullptr;
+  model::DataConfig side = data;
+  try {
+    side.target_pairs = model::complement_pairs(data.target_pairs, data.target_column);
+  } catch (const std::invalid_argument& e) {
+    throw std::runtime_error(std::string("data: ") + e.what());
+  }
+  if (side.target_pairs.empty()) return nullptr;
+  return make_addition_task(side, seed, verifier);
+}
 
 std::unique_ptr<Task> make_addition_task(const model::DataConfig& data, uint64_t seed,
                                          const VerifierOptions& verifier) {

@@ -81,4 +81,19 @@ class Task {
 std::unique_ptr<Task> make_addition_task(const model::DataConfig& data, uint64_t seed,
                                          const VerifierOptions& verifier);
 
+// The addition task on the other side of data's target split: the problems
+// SFT rows do show (training prompts) and their held-out problems
+// (evaluation). Null when data has no split at one column (target_pairs
+// empty or target_column -1), where there is no other side.
+std::unique_ptr<Task> make_sft_side_task(const model::DataConfig& data, uint64_t seed,
+                                         const VerifierOptions& verifier);
+
+// Training prompts from two tasks: a share `fraction` in [0, 1) of the
+// prompt indices from `side`, the rest from `main`, spread evenly (index i
+// goes to `side` when floor((i + 1) f) > floor(i f), so any window of n
+// consecutive indices holds floor(n f) or ceil(n f) of them), each task
+// seeing its own indices 0, 1, 2, ... so no prompt repeats. Evaluation,
+// verifier and EOS are `main`'s. A pure function of the index, as Task asks.
+std::unique_ptr<Task> make_mixed_task(std::unique_ptr<Task> main, std::unique_ptr<Task> side, double fraction);
+
 }  // namespace troupe::rl

@@ -35,19 +35,33 @@ namespace {
 
 
 // The first update's view of the batch: mean entropy and k3 KL to the
-// reference over the trained tokens.
+// reference over the trained tokens, with what tells a real excursion of the
+// policy from an estimator artefact: the largest single token's k3, the k1
+// estimate (mean log pi - log ref, light-tailed) and k3 reweighted by
+// pi / mu (self-normalised), which corrects for tokens sampled by an older
+// behaviour policy mu.
 void first_update_metrics(RlStepMetrics& m, std::span<const double> mask, std::span<const double> logp,
-                          std::span<const double> logp_ref, std::span<const double> entropy) {
-  double es = 0.0, ks = 0.0, n = 0.0;
+                          std::span<const double> logp_ref, std::span<const double> logp_behav,
+                          std::span<const double> entropy) {
+  double es = 0.0, ks = 0.0, k1 = 0.0, kmax = 0.0, n = 0.0, isw = 0.0, isk = 0.0;
   for (size_t k = 0; k < mask.size(); ++k) {
     if (mask[k] <= 0) continue;
     const double d = logp_ref[k] - logp[k];
+    const double k3 = std::exp(d) - d - 1.0;
     es += entropy[k];
-    ks += std::exp(d) - d - 1.0;
+    ks += k3;
+    k1 -= d;
+    kmax = std::max(kmax, k3);
     n += 1.0;
+    const double w = logp_behav.empty() ? 1.0 : std::exp(std::min(logp[k] - logp_behav[k], 50.0));
+    isw += w;
+    isk += w * k3;
   }
   m.entropy = n > 0 ? es / n : 0.0;
   m.kl_ref = n > 0 ? ks / n : 0.0;
+  m.kl_ref_max = kmax;
+  m.kl_ref_k1 = n > 0 ? k1 / n : 0.0;
+  m.kl_ref_weighted = isw > 0 ? isk / isw : 0.0;
 }
 
 // The policy loss's inputs for one update: the log-probs of this update's
@@ -83,16 +97,23 @@ void loss_metrics(RlStepMetrics& m, const PolicyMetrics& pm) {
 
 }  // namespace
 
-std::unique_ptr<Task> make_task(const std::string& name, const model::DataConfig& data, uint64_t seed,
-                                const VerifierOptions& verifier) {
-  if (name == "addition") return make_addition_task(data, seed, verifier);
-  throw std::invalid_argument("rl.task: unknown task \"" + name + "\" (expected \"addition\")");
+std::unique_ptr<Task> make_task(const RlConfig& rl, const model::DataConfig& data, uint64_t seed) {
+  if (rl.task != "addition")
+    throw std::invalid_argument("rl.task: unknown task \"" + rl.task + "\" (expected \"addition\")");
+  std::unique_ptr<Task> task = make_addition_task(data, seed, rl.verifier);
+  if (rl.sft_fraction <= 0) return task;
+  std::unique_ptr<Task> side = make_sft_side_task(data, seed, rl.verifier);
+  if (!side)
+    throw std::invalid_argument("rl.sft_fraction: drawing prompts from the SFT side needs a target split "
+                                "(data.target_pairs at one column, data.target_column >= 0)");
+  return make_mixed_task(std::move(task), std::move(side), rl.sft_fraction);
 }
 
 struct RlTrainer::Impl {
   RlTrainOptions opt;
   uint64_t seed = 0;
   std::unique_ptr<Task> task;
+  std::unique_ptr<Task> sft_side;  // evaluation of the split's other side, or null
   std::unique_ptr<kernels::Backend> be;
   model::ParamLayout layout;
   Tensor params, ref_params, grads, adam_m, adam_v;
@@ -140,7 +161,8 @@ struct RlTrainer::Impl {
       m0 = std::move(st.adam_m);
       v0 = std::move(st.adam_v);
     }
-    if (!task) task = make_task(o.rl.task, o.data, seed, o.rl.verifier);
+    if (!task) task = make_task(o.rl, o.data, seed);
+    if (o.data.eval_problems > 0) sft_side = make_sft_side_task(o.data, seed, o.rl.verifier);
     be = kernels::make_backend(o.backend);
     params = be->from_f32({P}, start);
     ref_params = be->from_f32({P}, init);
@@ -334,7 +356,7 @@ struct RlTrainer::Impl {
         policy_loss_backward(grad, in, rl.policy);
         for (size_t k = 0; k < T; ++k) coef[pos[k]] = static_cast<float>(grad[k]);
         head.backward(w, g, coef, 1.0);
-        if (u == 0) first_update_metrics(m, mask, logp, logp_ref, entropy);
+        if (u == 0) first_update_metrics(m, mask, logp, logp_ref, sb.logp_behav, entropy);
         loss_metrics(m, pm);
         m.aux_loss = f.aux_loss;
         optimizer_step(m, step * U + u, opt.steps * U, head.decoder().expert_load());
@@ -386,7 +408,7 @@ struct RlTrainer::Impl {
       if (u == 0) logp_prox = logp;
       const PolicyTokens in = policy_tokens(logp, logp_prox, logp_ref, sb);
       const PolicyMetrics pm = policy_loss_forward(in, rl.policy);
-      if (u == 0) first_update_metrics(m, sb.mask, logp, logp_ref, entropy);
+      if (u == 0) first_update_metrics(m, sb.mask, logp, logp_ref, sb.logp_behav, entropy);
       loss_metrics(m, pm);
       m.aux_loss = res.aux_loss;
       m.grad_norm = res.grad_norm;
@@ -407,13 +429,16 @@ struct RlTrainer::Impl {
     }
   }
 
-  RlEvalMetrics run_eval() {
-    const auto t0 = Clock::now();
-    RlEvalMetrics e;
-    e.step = step;
-    const std::vector<Prompt> probs = task->eval_prompts(opt.data.eval_problems);
+  // Greedy exact match and mean reward, and pass@k at the run's temperature,
+  // of `t`'s first eval_problems held-out problems.
+  struct SplitScore {
+    int64_t problems = 0;
+    double exact_match = 0.0, mean_reward = 0.0, pass_at_k = 0.0;
+  };
+  SplitScore score_split(const Task& t) {
+    SplitScore e;
+    const std::vector<Prompt> probs = t.eval_prompts(opt.data.eval_problems);
     e.problems = static_cast<int64_t>(probs.size());
-    e.k = opt.rl.group_size;
     if (probs.empty()) return e;
     constexpr int64_t kChunk = 128;  // sequences per generator batch
     // Greedy: exact match and mean reward.
@@ -426,7 +451,7 @@ struct RlTrainer::Impl {
       for (size_t i = 0; i < n; ++i) ps.push_back(probs[at + i].tokens);
       const auto comps = gen->generate(w, ps, std::span<model::SamplerRng>(rngs), generate_options(0.0));
       for (size_t i = 0; i < n; ++i) {
-        const Verdict v = task->verifier().score(probs[at + i], comps[i].tokens);
+        const Verdict v = t.verifier().score(probs[at + i], comps[i].tokens);
         exact += v.correct;
         reward += v.reward;
       }
@@ -435,7 +460,7 @@ struct RlTrainer::Impl {
     e.mean_reward = reward / static_cast<double>(probs.size());
     // pass@k: k samples per problem at the run's temperature, with seeds that
     // depend on the problem only, so evaluations compare across runs and steps.
-    const int64_t K = e.k;
+    const int64_t K = opt.rl.group_size;
     std::vector<uint8_t> solved(probs.size(), 0);
     const int64_t per_chunk = std::max<int64_t>(1, kChunk / K);
     for (size_t at = 0; at < probs.size(); at += static_cast<size_t>(per_chunk)) {
@@ -451,11 +476,31 @@ struct RlTrainer::Impl {
       const auto comps = gen->generate(w, ps, std::span<model::SamplerRng>(rngs), generate_options(temp));
       for (size_t i = 0; i < n; ++i)
         for (int64_t k = 0; k < K; ++k)
-          if (task->verifier().score(probs[at + i], comps[i * K + k].tokens).correct) solved[at + i] = 1;
+          if (t.verifier().score(probs[at + i], comps[i * K + k].tokens).correct) solved[at + i] = 1;
     }
     int64_t pass = 0;
-    for (uint8_t s : solved) pass += s;
+    for (uint8_t x : solved) pass += x;
     e.pass_at_k = static_cast<double>(pass) / static_cast<double>(probs.size());
+    return e;
+  }
+
+  RlEvalMetrics run_eval() {
+    const auto t0 = Clock::now();
+    RlEvalMetrics e;
+    e.step = step;
+    e.k = opt.rl.group_size;
+    const SplitScore target = score_split(*task);
+    e.problems = target.problems;
+    e.exact_match = target.exact_match;
+    e.mean_reward = target.mean_reward;
+    e.pass_at_k = target.pass_at_k;
+    if (sft_side) {
+      const SplitScore side = score_split(*sft_side);
+      e.sft_problems = side.problems;
+      e.sft_exact_match = side.exact_match;
+      e.sft_mean_reward = side.mean_reward;
+      e.sft_pass_at_k = side.pass_at_k;
+    }
     e.seconds = seconds_since(t0);
     return e;
   }

@@ -59,6 +59,9 @@ struct RlStepMetrics {
   int64_t groups = 0, zero_variance_groups = 0;
   double zero_variance_share = 0.0;
   double kl_ref = 0.0;                // mean k3 estimate of KL(policy || reference) over trained tokens
+  double kl_ref_max = 0.0;            // the largest one token's k3 (the k3 tail: one token can carry the mean)
+  double kl_ref_k1 = 0.0;             // mean log pi - log ref over trained tokens (k1: unbiased, light-tailed)
+  double kl_ref_weighted = 0.0;       // k3 weighted by pi / mu, self-normalised (the behaviour policy's lag corrected)
   double entropy = 0.0;               // mean per-token entropy of the policy over trained tokens
   double clip_low = 0.0, clip_high = 0.0;
   double ratio_min = 0.0, ratio_mean = 0.0, ratio_max = 0.0;
@@ -79,6 +82,11 @@ struct RlEvalMetrics {
   double mean_reward = 0.0;   // greedy decoding, the verifier's reward
   int64_t k = 0;              // group_size
   double pass_at_k = 0.0;     // share of problems with >= 1 exact completion among k samples
+  // The same scores on the SFT side of the data's target split (the held-out
+  // problems SFT trained on: rl/task.hpp make_sft_side_task), so forgetting
+  // shows while RL runs. sft_problems = 0 when the data has no such split.
+  int64_t sft_problems = 0;
+  double sft_exact_match = 0.0, sft_mean_reward = 0.0, sft_pass_at_k = 0.0;
   double seconds = 0.0;
 };
 
@@ -140,9 +148,10 @@ RlSummary run_rl_loop(RlTrainer& trainer, const RlTrainOptions& options, RlObser
                       const std::function<RlStepMetrics()>& step_fn,
                       const std::function<void(const std::string&)>& after_save = {});
 
-// The built-in task named by rl.task ("addition") over `data`; throws
-// std::invalid_argument for another name.
-std::unique_ptr<Task> make_task(const std::string& name, const model::DataConfig& data, uint64_t seed,
-                                const VerifierOptions& verifier);
+// The built-in task named by rl.task ("addition") over `data`, scored by
+// rl.verifier, with rl.sft_fraction of its training prompts from the SFT side
+// of the split (make_mixed_task). Throws std::invalid_argument for another
+// name, or an sft_fraction > 0 without a target split at one column.
+std::unique_ptr<Task> make_task(const RlConfig& rl, const model::DataConfig& data, uint64_t seed);
 
 }  // namespace troupe::rl

@@ -271,7 +271,7 @@ std::shared_ptr<RemoteGenerators> connect_generator_hosts(caf::actor_system& sys
   }
   out->bounds = rlwire::rollout_bounds(sh.opt->train.model, sh.opt->train.rl, sh.seed, sh.first_step, sh.steps);
   const rl::RlTrainOptions& o = sh.opt->train;
-  out->task = sh.opt->make_task ? sh.opt->make_task() : rl::make_task(o.rl.task, o.data, sh.seed, o.rl.verifier);
+  out->task = sh.opt->make_task ? sh.opt->make_task() : rl::make_task(o.rl, o.data, sh.seed);
   out->bounds.task = out->task.get();
   // Process 0 publishes nothing: it connects to the others' hosts. It
   // advertises its address as they do (a subnet resolved to its own), so

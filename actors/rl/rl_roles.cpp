@@ -22,7 +22,7 @@ using model::seconds_since;
 
 std::unique_ptr<rl::Task> task_for(const RlShared& sh) {
   const rl::RlTrainOptions& o = sh.opt->train;
-  return sh.opt->make_task ? sh.opt->make_task() : rl::make_task(o.rl.task, o.data, sh.seed, o.rl.verifier);
+  return sh.opt->make_task ? sh.opt->make_task() : rl::make_task(o.rl, o.data, sh.seed);
 }
 
 // An exception in a handler ends the actor with its text as the exit reason,

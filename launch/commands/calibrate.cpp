@@ -62,7 +62,7 @@ int command_calibrate(const CliOptions& opt, const Spec& spec) {
   }
   if (c.interrupted || stop.requested()) {
     std::fprintf(stderr, "troupe calibrate: interrupted (%s); nothing was written\n",
-                 stop.signal() == SIGTERM ? "SIGTERM" : "SIGINT");
+                 signal_name(stop.signal()));
     return kExitInterrupted;
   }
   const bool measured = opt.cost_model == "measured" || (opt.cost_model.empty() && c.fit.worst > 0.05);

@@ -1,7 +1,9 @@
 // `troupe dashboard RUN_DIR... [--port N]`: a read-only web page on
 // 127.0.0.1 that follows runs live (launch/observe/web/dashboard.js polls the /api
 // routes below). cpp-httplib (Debian's libcpp-httplib-dev) is the server;
-// this is the only file that includes it. SIGINT/SIGTERM stop it cleanly.
+// this is the only file that includes it. SIGINT/SIGTERM/SIGHUP/SIGQUIT stop it
+// cleanly. It answers only requests whose Host is a loopback name of its port
+// and serves from disk only files inside the run directories.
 #include <httplib.h>
 #include <signal.h>
 #include <unistd.h>
@@ -18,6 +20,7 @@
 #include "launch/observe/progress.hpp"
 #include "launch/observe/run_dir.hpp"
 #include "launch/observe/web_page.hpp"
+#include "launch/signals.hpp"
 
 namespace troupe::launch {
 
@@ -29,6 +32,17 @@ int g_stop_pipe[2] = {-1, -1};
 extern "C" void on_stop_signal(int sig) {
   const unsigned char s = static_cast<unsigned char>(sig);
   (void)!write(g_stop_pipe[1], &s, 1);  // async-signal-safe
+}
+
+constexpr size_t kWorkers = 64;
+constexpr int kBacklog = 512;
+
+// The Host header of a request to this server: a loopback name and our port.
+bool host_allowed(const std::string& host, int port) {
+  const std::string p = ":" + std::to_string(port);
+  for (const char* name : {"127.0.0.1", "localhost", "[::1]"})
+    if (host == name + p) return true;
+  return false;
 }
 
 // The run a request names (?run=K), or -1.
@@ -96,6 +110,7 @@ void routes(httplib::Server& svr, const std::vector<RunDir>& runs, const std::st
     const int i = run_index(req, runs.size());
     if (i < 0) return void(res.status = 404);
     const std::string path = trace_path(runs[static_cast<size_t>(i)]);
+    // (Only ever a regular file inside the run directory: trace_path checks.)
     const std::string key = path.empty() ? "" : file_key(path);
     if (key.empty()) return void(res.status = 404);
     if (req.has_param("key") && req.get_param_value("key") == key) return void(res.status = 204);
@@ -144,18 +159,36 @@ int command_dashboard(const CliOptions& opt) {
   struct sigaction sa {};
   sa.sa_handler = on_stop_signal;
   sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaction(sig, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
   httplib::Server svr;
+  // A half-open connection gives up its worker after 2 s without a request
+  // byte, and 64 workers serve at once: 50 stalled clients leave room for
+  // the page. (httplib 0.11's keep-alive timeout, when set, also drops fresh
+  // connections early; its default, 5 s, is kept.)
+  svr.set_read_timeout(2, 0);
+  svr.set_write_timeout(5, 0);
+  svr.new_task_queue = [] { return new httplib::ThreadPool(kWorkers); };
   // No SO_REUSEPORT (httplib's default): a port another server holds is an error, not shared.
-  svr.set_socket_options([](socket_t sock) {
+  socket_t listening = INVALID_SOCKET;
+  svr.set_socket_options([&listening](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    listening = sock;
   });
   routes(svr, runs, page);
   int port = opt.port;
+  // DNS rebinding: a page from another origin that resolves its own name to
+  // 127.0.0.1 sends its own Host; only the loopback names of this port pass.
+  svr.set_pre_routing_handler([&port](const httplib::Request& req, httplib::Response& res) {
+    if (host_allowed(req.get_header_value("Host"), port)) return httplib::Server::HandlerResponse::Unhandled;
+    res.status = 403;
+    res.set_content("troupe dashboard: Host must be 127.0.0.1:" + std::to_string(port) + ", localhost:" +
+                        std::to_string(port) + " or [::1]:" + std::to_string(port) + "\n",
+                    "text/plain");
+    return httplib::Server::HandlerResponse::Handled;
+  });
   if (port > 0) {
     if (!svr.bind_to_port(kHost, port)) {
       std::fprintf(stderr, "troupe: dashboard: cannot listen on %s:%d (port in use?); pick another with --port\n", kHost,
@@ -169,6 +202,10 @@ int command_dashboard(const CliOptions& opt) {
       return kExitRuntime;
     }
   }
+  // httplib listens with a backlog of 5: a burst of connections (50 stalled
+  // clients) overflows it and the kernel drops some. A second listen() on
+  // the bound socket raises the backlog.
+  if (listening != INVALID_SOCKET) ::listen(listening, kBacklog);
   std::printf("troupe dashboard: following %zu run(s) at http://%s:%d/ (read-only; Ctrl-C stops)\n", runs.size(), kHost,
               port);
   for (const auto& r : runs) std::printf("  %s  %s\n", r.name.c_str(), r.path.c_str());
@@ -192,7 +229,7 @@ int command_dashboard(const CliOptions& opt) {
   }
   waiter.join();
   if (caught) {
-    std::printf("troupe dashboard: stopped (%s)\n", caught == SIGINT ? "SIGINT" : "SIGTERM");
+    std::printf("troupe dashboard: stopped (%s)\n", signal_name(caught));
     return kExitOk;
   }
   std::fprintf(stderr, "troupe: dashboard: the server stopped unexpectedly\n");

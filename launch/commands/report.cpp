@@ -83,17 +83,28 @@ struct Panel {
   bool image = false;
 };
 
-// The series `column` (3 = loss, ...) of every run that has data, as one plot command.
+// One column of a data file drawn for every run that has it; a second
+// column of the same file (the SFT task beside the RL target) is dashed.
+struct Column {
+  int column;
+  std::string suffix;  // after the run's name in the key
+  std::function<bool(const RunSeries&)> has;
+};
+std::string overlay(const std::vector<RunSeries>& series, const std::string& dir, const char* file,
+                    const std::vector<Column>& columns) {
+  std::string cmd;
+  for (size_t i = 0; i < series.size(); ++i)
+    for (size_t k = 0; k < columns.size(); ++k) {
+      if (!columns[k].has(series[i])) continue;
+      cmd += std::string(cmd.empty() ? "plot " : ", ") + gp_quote(dir + "/run" + std::to_string(i) + "." + file) +
+             " using 1:" + std::to_string(columns[k].column) + " with linespoints pt 7 ps 0.4 lc " +
+             std::to_string(i + 1) + (k > 0 ? " dt 2" : "") + " title " + gp_quote(series[i].name + columns[k].suffix);
+    }
+  return cmd;
+}
 std::string overlay(const std::vector<RunSeries>& series, const std::string& dir, const char* file, int column,
                     const std::function<bool(const RunSeries&)>& has) {
-  std::string cmd;
-  for (size_t i = 0; i < series.size(); ++i) {
-    if (!has(series[i])) continue;
-    cmd += std::string(cmd.empty() ? "plot " : ", ") + gp_quote(dir + "/run" + std::to_string(i) + "." + file) +
-           " using 1:" + std::to_string(column) + " with linespoints pt 7 ps 0.4 lc " + std::to_string(i + 1) +
-           " title " + gp_quote(series[i].name);
-  }
-  return cmd;
+  return overlay(series, dir, file, {Column{column, "", has}});
 }
 
 // Runs gnuplot on `script`; its messages (warnings about flat ranges, ...) go
@@ -159,7 +170,8 @@ int command_plot(const CliOptions& opt) {
   for (size_t i = 0; i < series.size(); ++i) {
     const RunSeries& s = series[i];
     const std::string base = dir + "/run" + std::to_string(i);
-    std::ofstream steps(base + ".steps"), evals(base + ".evals"), rl(base + ".rl");
+    std::ofstream steps(base + ".steps"), evals(base + ".evals"), rl(base + ".rl"), rl_evals(base + ".rl_evals");
+    for (const auto& p : s.rl_evals) rl_evals << p.step << ' ' << num(p.wall) << ' ' << num(p.target) << ' ' << num(p.sft_task) << '\n';
     for (const auto& p : s.steps) steps << p.step << ' ' << num(p.wall) << ' ' << num(p.loss) << ' ' << num(p.shard_imbalance) << '\n';
     for (const auto& p : s.evals) evals << p.step << ' ' << num(p.wall) << ' ' << num(p.val_loss) << ' ' << num(p.exact_match) << '\n';
     for (const auto& p : s.rl) rl << p.step << ' ' << num(p.wall) << ' ' << num(p.reward) << ' ' << num(p.kl) << ' ' << num(p.entropy) << '\n';
@@ -174,7 +186,13 @@ int command_plot(const CliOptions& opt) {
   auto has_imb = [&](const RunSeries& s) { return finite_in(s.steps, [](const auto& p) { return p.shard_imbalance; }); };
   if (any(has_loss)) panels.push_back({"Training loss", "step", "loss", overlay(series, dir, "steps", 3, has_loss)});
   if (any(has_val)) panels.push_back({"Validation loss", "step", "loss", overlay(series, dir, "evals", 3, has_val)});
-  if (any(has_em)) panels.push_back({"Held-out exact match", "step", "%", overlay(series, dir, "evals", 4, has_em)});
+  auto has_rl_em = [&](const RunSeries& s) { return finite_in(s.rl_evals, [](const auto& p) { return p.target; }); };
+  auto has_rl_sft = [&](const RunSeries& s) { return finite_in(s.rl_evals, [](const auto& p) { return p.sft_task; }); };
+  if (any(has_em))
+    panels.push_back({"Held-out exact match, pretraining / SFT evaluations", "step", "%", overlay(series, dir, "evals", 4, has_em)});
+  if (any(has_rl_em))
+    panels.push_back({"RL held-out exact match: target (solid), SFT task (dashed)", "RL step", "%",
+                      overlay(series, dir, "rl_evals", {{3, ": RL target", has_rl_em}, {4, ": SFT task", has_rl_sft}})});
   if (any(has_rl)) {
     panels.push_back({"RL reward (mean)", "step", "reward", overlay(series, dir, "rl", 3, has_rl)});
     panels.push_back({"RL KL to the reference", "step", "KL", overlay(series, dir, "rl", 4, has_rl)});

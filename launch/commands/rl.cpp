@@ -69,6 +69,9 @@ class RlProgress final : public runtime::RlActorObserver {
                               .add("zero_variance_groups", m.zero_variance_groups)
                               .add("zero_variance_share", m.zero_variance_share)
                               .add("kl_ref", m.kl_ref)
+                              .add("kl_ref_max", m.kl_ref_max)
+                              .add("kl_ref_k1", m.kl_ref_k1)
+                              .add("kl_ref_weighted", m.kl_ref_weighted)
                               .add("entropy", m.entropy)
                               .add("clip_low", m.clip_low)
                               .add("clip_high", m.clip_high)
@@ -131,21 +134,29 @@ class RlProgress final : public runtime::RlActorObserver {
   }
 
   void on_eval(const rl::RlEvalMetrics& e) override {
-    if (metrics_.is_open())
-      metrics_.write_line(JsonObject()
-                              .add("type", std::string("rl_eval"))
-                              .add("step", e.step)
-                              .add("problems", e.problems)
-                              .add("exact_match", e.exact_match)
-                              .add("mean_reward", e.mean_reward)
-                              .add("k", e.k)
-                              .add("pass_at_k", e.pass_at_k)
-                              .add("seconds", e.seconds)
-                              .add("wall_seconds", wall())
-                              .str());
+    if (metrics_.is_open()) {
+      JsonObject j;
+      j.add("type", std::string("rl_eval"))
+          .add("step", e.step)
+          .add("problems", e.problems)
+          .add("exact_match", e.exact_match)
+          .add("mean_reward", e.mean_reward)
+          .add("k", e.k)
+          .add("pass_at_k", e.pass_at_k);
+      if (e.sft_problems > 0)
+        j.add("sft_problems", e.sft_problems)
+            .add("sft_exact_match", e.sft_exact_match)
+            .add("sft_mean_reward", e.sft_mean_reward)
+            .add("sft_pass_at_k", e.sft_pass_at_k);
+      metrics_.write_line(j.add("seconds", e.seconds).add("wall_seconds", wall()).str());
+    }
     spdlog::info("rl eval step {}: held-out exact match {:.1f}% (greedy), pass@{} {:.1f}%, mean reward {:.3f} "
-                 "({} problems)",
-                 e.step, 100.0 * e.exact_match, e.k, 100.0 * e.pass_at_k, e.mean_reward, e.problems);
+                 "({} problems){}",
+                 e.step, 100.0 * e.exact_match, e.k, 100.0 * e.pass_at_k, e.mean_reward, e.problems,
+                 e.sft_problems > 0 ? fmt::format("; SFT side {:.1f}% (pass@{} {:.1f}%, {} problems)",
+                                                  100.0 * e.sft_exact_match, e.k, 100.0 * e.sft_pass_at_k,
+                                                  e.sft_problems)
+                                    : std::string());
   }
 
   void on_checkpoint(int64_t step, const std::string& dir) override {

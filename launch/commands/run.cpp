@@ -213,7 +213,7 @@ static void setup_logging(const Spec& spec, const std::string& out_dir) {
 static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterComm>& comm);
 
 int report_interrupted(const Spec& spec, const StopOnSignal& signals, int64_t steps_done) {
-  const char* name = signals.signal() == SIGTERM ? "SIGTERM" : "SIGINT";
+  const char* name = signal_name(signals.signal());
   spdlog::warn("stopped by {} after {} step(s) of this run; checkpoint saved to {} (continue with --set "
                "checkpoint.resume='\"{}\"')",
                name, steps_done, spec.checkpoint_dir(), spec.checkpoint_dir());

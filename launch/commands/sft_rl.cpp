@@ -28,20 +28,6 @@ using model::Clock;
 using model::seconds_since;
 
 
-// Held-out exact match of the checkpoint in `dir` on the problems SFT was
-// trained on: the held-out problems on the SFT side of the split (every
-// held-out problem when the spec has no split at one column), scored by the
-// RL evaluator exactly as phase 2 scores the target side (the same prompts
-// format, greedy exact match and pass@group_size): it is phase 2's first
-// evaluation with data.target_pairs set to the SFT side and rl.init = dir.
-rl::RlEvalMetrics sft_side_eval(const Spec& spec, const std::string& dir) {
-  rl::RlTrainOptions o = rl_train_options(rl_phase_spec(spec, dir));
-  o.data.target_pairs = sft_side_pairs(spec);
-  o.checkpoint_dir.clear();
-  rl::RlTrainer trainer(o);
-  return trainer.evaluate();
-}
-
 std::string pct(double x) {
   if (!std::isfinite(x)) return "-";
   char b[32];
@@ -53,7 +39,7 @@ std::string pct(double x) {
 // bit for synchronous and fixed_lag runs; a latest run goes on under its
 // staleness bound). Before its first step the way on is phase 1's checkpoint.
 int report_rl_interrupted(const Spec& spec, const StopOnSignal& signals, const std::string& sft_dir, int64_t steps) {
-  const char* name = signals.signal() == SIGTERM ? "SIGTERM" : "SIGINT";
+  const char* name = signal_name(signals.signal());
   if (steps > 0)
     spdlog::warn("stopped by {} in phase 2 after {} RL step(s) of this run; checkpoint saved to {} (continue the job "
                  "with --set checkpoint.resume='\"{}\"')",
@@ -65,10 +51,10 @@ int report_rl_interrupted(const Spec& spec, const StopOnSignal& signals, const s
   return kExitInterrupted;
 }
 
-// The RL target's held-out figures of phase 1's checkpoint, as phase 2's
-// first evaluation gives them: needed when phase 2 is resumed, whose run
-// starts past step 0 and so does not evaluate its init.
-rl::RlEvalMetrics target_eval(const Spec& spec, const std::string& dir) {
+// Phase 1's checkpoint scored as phase 2's first evaluation scores it (the
+// RL target and the SFT side of the split): needed when phase 2 is resumed,
+// whose run starts past step 0 and so does not evaluate its init.
+rl::RlEvalMetrics init_eval(const Spec& spec, const std::string& dir) {
   rl::RlTrainOptions o = rl_train_options(rl_phase_spec(spec, dir));
   o.checkpoint_dir.clear();
   o.resume_from.clear();
@@ -124,10 +110,9 @@ int run_sft_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, co
   }
   const double sft_seconds = seconds_since(t1);
   const auto te = Clock::now();
-  const rl::RlEvalMetrics sft_before = sft_side_eval(spec, init);
   // A resumed phase 2 does not evaluate its init: score phase 1's checkpoint
-  // on the target here, as phase 2's first evaluation would have.
-  const rl::RlEvalMetrics target_before = resume_rl ? target_eval(spec, init) : rl::RlEvalMetrics{};
+  // here, as phase 2's first evaluation would have.
+  const rl::RlEvalMetrics resumed_before = resume_rl ? init_eval(spec, init) : rl::RlEvalMetrics{};
   double eval_seconds = seconds_since(te);
   if (signals.requested()) return report_rl_interrupted(spec, signals, init, 0);
 
@@ -147,32 +132,42 @@ int run_sft_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, co
   rl::RlSummary rs;
   const int rc = run_rl(rl_spec, make_run_plan(rl_spec), metrics, style, signals, &rs);
   if (rc == kExitInterrupted) return report_rl_interrupted(spec, signals, init, rs.steps_done);
-  if (resume_rl) rs.first_eval = target_before;
+  if (resume_rl) rs.first_eval = resumed_before;
   if (rc != kExitOk) return rc;
   const double rl_seconds = seconds_since(t2);
   spdlog::info("phase 2/2 done: {} RL steps in {:.1f} s ({:.2f} steps/s)", rs.steps_done, rl_seconds,
                rl_seconds > 0 ? static_cast<double>(rs.steps_done) / rl_seconds : 0.0);
-  const auto te2 = Clock::now();
-  const rl::RlEvalMetrics sft_after = sft_side_eval(spec, rl_spec.checkpoint_dir());
-  eval_seconds += seconds_since(te2);
+  // Phase 2 scores both sides of the split at each evaluation: its first is
+  // phase 1's checkpoint, its last the job's end. Without a split both rows
+  // are every held-out problem, the target's own scores.
+  const auto side = [](const rl::RlEvalMetrics& e) {
+    if (e.sft_problems == 0) return e;
+    rl::RlEvalMetrics s = e;
+    s.problems = e.sft_problems;
+    s.exact_match = e.sft_exact_match;
+    s.mean_reward = e.sft_mean_reward;
+    s.pass_at_k = e.sft_pass_at_k;
+    return s;
+  };
+  const rl::RlEvalMetrics sft_before = side(rs.first_eval), sft_after = side(rs.last_eval);
 
   // The table: both tasks after each phase (after SFT = before RL).
   const bool by_side = !sft_side_pairs(spec).empty();
   const std::string sft_rows = by_side ? "SFT task: held-out, off the target split" : "SFT task: every held-out problem";
   const std::string target_rows = spec.data.target_pairs.empty() ? "RL target: every held-out problem"
                                                                  : "RL target: held-out target problems";
-  std::string table = "summary: held-out exact match (greedy)        problems  after SFT  after RL\n";
-  char line[256];
-  std::snprintf(line, sizeof line, "  %-42s %8lld  %9s  %8s  (pass@%lld %s -> %s)\n", sft_rows.c_str(),
-                static_cast<long long>(sft_after.problems), pct(sft_before.exact_match).c_str(),
-                pct(sft_after.exact_match).c_str(), static_cast<long long>(sft_after.k), pct(sft_before.pass_at_k).c_str(),
-                pct(sft_after.pass_at_k).c_str());
-  table += line;
-  std::snprintf(line, sizeof line, "  %-42s %8lld  %9s  %8s  (pass@%lld %s -> %s)\n", target_rows.c_str(),
-                static_cast<long long>(rs.last_eval.problems), pct(rs.first_eval.exact_match).c_str(),
-                pct(rs.last_eval.exact_match).c_str(), static_cast<long long>(rs.last_eval.k),
-                pct(rs.first_eval.pass_at_k).c_str(), pct(rs.last_eval.pass_at_k).c_str());
-  table += line;
+  std::string table = "summary (seed " + std::to_string(spec.run.seed) +
+                      "): held-out exact match (greedy)  problems  after SFT  after RL   change\n";
+  char line[320];
+  const auto row = [&](const std::string& name, const rl::RlEvalMetrics& before, const rl::RlEvalMetrics& after) {
+    std::snprintf(line, sizeof line, "  %-42s %8lld  %9s  %8s  %+6.1f pt  (pass@%lld %s -> %s)\n", name.c_str(),
+                  static_cast<long long>(after.problems), pct(before.exact_match).c_str(),
+                  pct(after.exact_match).c_str(), 100.0 * (after.exact_match - before.exact_match),
+                  static_cast<long long>(after.k), pct(before.pass_at_k).c_str(), pct(after.pass_at_k).c_str());
+    table += line;
+  };
+  row(sft_rows, sft_before, sft_after);
+  row(target_rows, rs.first_eval, rs.last_eval);
   std::snprintf(line, sizeof line, "  %s; SFT %lld steps in %.0f s, RL %lld steps in %.0f s, evaluations %.0f s\n",
                 split.c_str(), static_cast<long long>(skip_sft ? 0 : spec.run.steps), skip_sft ? 0.0 : sft_seconds,
                 static_cast<long long>(rs.steps_done), rl_seconds, eval_seconds);
@@ -183,6 +178,7 @@ int run_sft_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, co
                pct(sft_after.exact_match), pct(rs.first_eval.exact_match), pct(rs.last_eval.exact_match));
   metrics.write_line(JsonObject()
                          .add("type", std::string("summary"))
+                         .add("seed", spec.run.seed)
                          .add("sft_steps", skip_sft ? int64_t{0} : spec.run.steps)
                          .add("rl_steps", rs.steps_done)
                          .add("sft_task_problems", sft_after.problems)

@@ -151,6 +151,16 @@ std::string format_rl_actors(const Spec& spec, const RunPlan& rp) {
 namespace {
 
 // The faults the run would inject: the spec's own, then the [chaos] schedule.
+// rl.sft_fraction: which prompts each step draws, as the task mixes them.
+void print_prompt_mix(const Spec& spec) {
+  const double f = spec.rl.sft_fraction;
+  if (f <= 0) return;
+  std::printf("prompts: %.0f%% from the SFT side of the split (rl.sft_fraction = %g: problems SFT trained on, "
+              "same verifier), the rest target problems; about %.1f of the %lld per step\n",
+              100.0 * f, f, f * static_cast<double>(spec.rl.prompts_per_step),
+              static_cast<long long>(spec.rl.prompts_per_step));
+}
+
 void print_faults(const Spec& spec, const std::vector<runtime::FaultSpec>& chaos) {
   if (spec.faults.empty() && chaos.empty()) return;
   std::map<std::string, int> per_kind;
@@ -183,6 +193,7 @@ void describe(const Spec& spec) {
                 static_cast<long long>(r.max_staleness), r.task.c_str(),
                 rl::loss_kind_name(r.policy.kind), static_cast<long long>(r.updates_per_batch),
                 r.init.empty() ? "a fresh initialisation" : r.init.c_str());
+    print_prompt_mix(spec);
     print_faults(spec, rp.chaos);
     return;
   }
@@ -220,6 +231,7 @@ void describe(const Spec& spec) {
                      : "the " + r.task + " task's rule verifier").c_str(),
                 rl::loss_kind_name(r.policy.kind),
                 static_cast<long long>(r.updates_per_batch), r.init.empty() ? "a fresh initialisation" : r.init.c_str());
+    print_prompt_mix(spec);
   }
   // Say which engine runs it: a single-device sequential spec runs in the
   // single-process trainer (the same math, no actors needed).

@@ -3,6 +3,7 @@
 // (Debian's nlohmann-json3-dev), and only here.
 #include "launch/observe/run_dir.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -21,8 +22,16 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 std::string metrics_file(const RunDir& r) { return r.path + "/metrics.jsonl"; }
 
+// Only regular files are opened: a FIFO (or a device) in a run directory
+// would block open() or read() forever.
+bool regular_file(const std::string& path) {
+  std::error_code ec;
+  return fs::is_regular_file(path, ec);
+}
+
 // The first line of metrics.jsonl whose "type" is `type`, parsed; null when none.
 json first_line_of_type(const RunDir& r, const std::string& type, int max_lines = 8) {
+  if (!regular_file(metrics_file(r))) return nullptr;
   std::ifstream in(metrics_file(r));
   std::string line;
   for (int i = 0; i < max_lines && std::getline(in, line); ++i) {
@@ -48,6 +57,10 @@ RunDir open_run_dir(const std::string& given) {
   if (!fs::is_directory(st)) throw RunDirError(given + ": is not a directory (expected a run directory, e.g. runs/<name>)");
   if (!fs::exists(path + "/metrics.jsonl", ec) && !fs::exists(path + "/troupe.log", ec))
     throw RunDirError(given + ": not a run directory (it holds neither metrics.jsonl nor troupe.log)");
+  for (const char* name : {"/metrics.jsonl", "/troupe.log"})
+    if (fs::exists(fs::symlink_status(path + name, ec)) && !regular_file(path + name))
+      throw RunDirError(given + name + ": is not a regular file (a FIFO, a device or a directory cannot be read as "
+                                       "a run's output)");
   RunDir r{path, fs::path(path).filename().string()};
   if (r.name.empty() || r.name == ".") r.name = fs::absolute(path, ec).filename().string();
   const json start = first_line_of_type(r, "start", 1);
@@ -72,7 +85,7 @@ MetricsChunk read_metrics(const RunDir& run, uint64_t from, uint64_t max_bytes) 
   MetricsChunk c;
   std::error_code ec;
   const auto size = fs::file_size(metrics_file(run), ec);
-  if (ec) {
+  if (ec || !regular_file(metrics_file(run))) {
     // No metrics yet is not "gone" while the directory is there (the run may start writing).
     c.gone = !fs::is_directory(run.path, ec);
     c.next = from;
@@ -95,7 +108,7 @@ std::optional<std::string> read_log_tail(const RunDir& run, uint64_t max_bytes) 
   const std::string path = run.path + "/troupe.log";
   std::error_code ec;
   const auto size = fs::file_size(path, ec);
-  if (ec) return std::nullopt;
+  if (ec || !regular_file(path)) return std::nullopt;
   std::ifstream in(path, std::ios::binary);
   const uint64_t from = size > max_bytes ? size - max_bytes : 0;
   in.seekg(static_cast<std::streamoff>(from));
@@ -109,27 +122,40 @@ std::optional<std::string> read_log_tail(const RunDir& run, uint64_t max_bytes) 
   return text;
 }
 
+bool inside_run_dir(const RunDir& run, const std::string& path) {
+  std::error_code ec;
+  const fs::path dir = fs::canonical(run.path, ec);
+  if (ec) return false;
+  const fs::path file = fs::canonical(path, ec);  // symlinks resolved
+  if (ec || !fs::is_regular_file(file, ec)) return false;
+  const auto [d, f] = std::mismatch(dir.begin(), dir.end(), file.begin(), file.end());
+  return d == dir.end() && f != file.end();
+}
+
 std::string trace_path(const RunDir& run) {
   std::error_code ec;
   const json plan = first_line_of_type(run, "plan");
+  std::string found;
   if (plan.is_object() && plan.contains("trace") && plan["trace"].is_string()) {
     const std::string t = plan["trace"].get<std::string>();
     // A relative path is relative to where the run started; the dashboard may
     // run elsewhere, so look next to metrics.jsonl too.
-    if (!t.empty() && (fs::exists(t, ec) || fs::path(t).is_absolute())) return t;
-    if (!t.empty()) {
+    if (!t.empty() && (fs::exists(t, ec) || fs::path(t).is_absolute())) found = t;
+    if (!t.empty() && found.empty()) {
       const std::string beside = run.path + "/" + fs::path(t).filename().string();
-      if (fs::exists(beside, ec)) return beside;
+      if (fs::exists(beside, ec)) found = beside;
     }
   }
-  const std::string local = run.path + "/trace.json";
-  return fs::exists(local, ec) ? local : "";
+  if (found.empty()) found = run.path + "/trace.json";
+  // Whatever metrics.jsonl names, only a regular file inside the run
+  // directory is read (and served by the dashboard).
+  return inside_run_dir(run, found) ? found : "";
 }
 
 std::optional<std::string> read_whole_file(const std::string& path, uint64_t max_bytes) {
   std::error_code ec;
   const auto size = fs::file_size(path, ec);
-  if (ec || size > max_bytes) return std::nullopt;
+  if (ec || size > max_bytes || !regular_file(path)) return std::nullopt;
   std::ifstream in(path, std::ios::binary);
   if (!in) return std::nullopt;
   std::string text(size, '\0');
@@ -178,7 +204,7 @@ RunSeries load_series(const RunDir& run) {
       advance();
       s.rl.push_back({step, wall, number(j, "reward_mean"), number(j, "kl_ref"), number(j, "entropy")});
     } else if (type == "rl_eval") {
-      s.evals.push_back({step, wall_of(), kNaN, 100.0 * number(j, "exact_match")});
+      s.rl_evals.push_back({step, wall_of(), 100.0 * number(j, "exact_match"), 100.0 * number(j, "sft_exact_match")});
     }
   }
   return s;

@@ -39,8 +39,14 @@ MetricsChunk read_metrics(const RunDir& run, uint64_t from, uint64_t max_bytes =
 // The last `max_bytes` of troupe.log, from a line start; nullopt when there is none.
 std::optional<std::string> read_log_tail(const RunDir& run, uint64_t max_bytes);
 
+// True when `path` is a regular file inside the run's directory once every
+// symlink is resolved: all the dashboard serves from disk, whatever a
+// run's metrics.jsonl names.
+bool inside_run_dir(const RunDir& run, const std::string& path);
+
 // The trace file of the run: the "trace" of its plan line, else <dir>/trace.json
-// when that exists; "" when there is none.
+// when that exists; "" when there is none, or when it is not a regular file
+// inside the run directory (inside_run_dir).
 std::string trace_path(const RunDir& run);
 
 // A whole file; nullopt when it cannot be read.
@@ -52,9 +58,13 @@ struct RunSeries {
   struct Step { int64_t step; double wall, loss, shard_imbalance; };
   struct Eval { int64_t step; double wall, val_loss, exact_match; };
   struct Rl { int64_t step; double wall, reward, kl, entropy; };
+  // An RL evaluation: exact match (%) on the RL target and on the SFT side of
+  // the split (NaN without one).
+  struct RlEval { int64_t step; double wall, target, sft_task; };
   std::vector<Step> steps;
-  std::vector<Eval> evals;
+  std::vector<Eval> evals;  // pretraining (SFT) evaluations
   std::vector<Rl> rl;
+  std::vector<RlEval> rl_evals;
   // [step][layer][expert] token counts (steps with an expert_load only), and their step numbers.
   std::vector<std::vector<std::vector<double>>> expert_load;
   std::vector<int64_t> expert_load_steps;

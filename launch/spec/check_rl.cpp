@@ -24,6 +24,7 @@
 #include "model/data.hpp"
 #include "model/params.hpp"
 #include "rl/task.hpp"
+#include "rl/trainer.hpp"
 
 
 namespace troupe::launch::spec_detail {
@@ -141,6 +142,7 @@ void convert_rl(Spec& s, SpecSites& p) {
   c.temperature = r.temperature;
   c.top_p = r.top_p;
   c.updates_per_batch = r.updates_per_batch;
+  c.sft_fraction = r.sft_fraction;
   if (r.clip_low >= 0) c.policy.clip_low = r.clip_low;
   if (r.clip_high >= 0) c.policy.clip_high = r.clip_high;
   if (r.behaviour_weight_cap >= 0) c.policy.behaviour_weight_cap = r.behaviour_weight_cap;
@@ -194,6 +196,17 @@ void convert_rl(Spec& s, SpecSites& p) {
   }
   for (const rl::ConfigProblem& prob : rl::check_config(c))
     p.error(p.where("rl." + prob.key), "[rl] " + prob.key + ": " + prob.message);
+  if (r.sft_fraction > 0) {
+    if (s.run.mode == RunMode::reward_model)
+      p.error(p.where("rl.sft_fraction"), "[rl] sft_fraction applies to RL runs (run.mode = \"rl\" or \"sft_rl\"); a "
+                                          "reward-model run labels its own prompts");
+    else if (s.data.target_pairs.empty() || s.data.target_column < 0)
+      p.error(p.where("rl.sft_fraction"), "[rl] sft_fraction = " + num_text(r.sft_fraction) +
+                                              " draws RL prompts from the SFT side of a target split, and this spec has "
+                                              "none: set [data] target_pairs and a target_column >= 0 (this spec has "
+                                              "target_pairs = \"" + s.data.target_pairs + "\", target_column = " +
+                                              v(s.data.target_column) + ")");
+  }
   if (s.run.mode == RunMode::reward_model) {
     // placement checked above
   } else if (s.topology.device_kind == DeviceKind::sim) {
@@ -237,7 +250,7 @@ void check_rl_inputs(const Spec& s, SpecSites& p) {
   const RlSection& r = s.rl_section;
   auto v = [](int64_t x) { return std::to_string(x); };
   try {
-    const auto task = rl::make_addition_task(s.data, static_cast<uint64_t>(s.run.seed), s.rl.verifier);
+    const auto task = rl::make_task(s.rl, s.data, static_cast<uint64_t>(s.run.seed));
     const rl::Prompt probe = task->train_prompt(0);
     const int64_t prompt = static_cast<int64_t>(probe.tokens.size()), answer = static_cast<int64_t>(probe.answer.size());
     if (prompt + r.max_new_tokens > s.model.seq_len)

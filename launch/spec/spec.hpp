@@ -128,6 +128,7 @@ struct RlSection {
   double kl_coef = 0.0;
   double behaviour_weight_cap = -1.0; // < 0: the loss's preset
   int64_t updates_per_batch = 1;
+  double sft_fraction = 0.0;          // share of RL prompts from the SFT side of the split (retention)
   std::string advantage_std = "auto"; // "auto" (the loss's preset), "on", "off"
   std::string dynamic_sampling = "auto";  // "auto", "on", "off": drop zero-variance groups
   double partial_credit = 0.0;

@@ -208,6 +208,25 @@ signal_run() {
 signal_run INT
 signal_run TERM --set topology.devices=2 --set topology.stages=2 --set 'topology.schedule="1f1b"' \
   --set model.tie_embeddings=false
+# A closed terminal or ssh session (SIGHUP) and SIGQUIT stop a run the same way.
+signal_run HUP
+signal_run QUIT
+
+# A second SIGINT soon after the first ends the process, but never inside a
+# checkpoint being written: no temporary directory is left, and what the
+# checkpoint directory holds loads.
+for delay in 0.005 0.01 0.02 0.03 0.05 0.08; do
+  dir="$work/twice_$delay"
+  "$troupe" run "${tiny[@]}" --set run.steps=400 --set run.eval_every=0 --set run.out_dir="$dir" > "$dir.log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 600); do grep -q '"type":"step","step":2,' "$dir/metrics.jsonl" 2>/dev/null && break; sleep 0.1; done
+  kill -INT "$pid"; sleep "$delay"; kill -INT "$pid" 2>/dev/null
+  wait "$pid"
+  ls -d "$dir"/checkpoint.tmp* "$dir"/checkpoint.old* >/dev/null 2>&1 && fail "second SIGINT after ${delay} s: a temporary checkpoint directory was left behind"
+  if [ -e "$dir/checkpoint" ]; then
+    expect_exit 0 "$troupe" eval "${tiny[@]}" --set run.out_dir="$dir"
+  fi
+done
 
 # A corrupt checkpoint is rejected with exit 4, naming the file.
 printf 'xx' | dd of="$work/a/checkpoint/params.f32.zst" bs=1 seek=40 conv=notrunc 2>/dev/null

@@ -226,6 +226,61 @@ else
   [ "$code" = 404 ] || fail "an unknown run should answer 404, got $code"
   code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "${url}api/metrics?run=0")
   [ "$code" -ge 400 ] || fail "the dashboard is read-only; POST answered $code"
+  # DNS rebinding: a Host that is not a loopback name of this port is refused.
+  code=$(curl -s -o /dev/null -w '%{http_code}' -H "Host: evil.example:$port" "${url}api/runs")
+  [ "$code" = 403 ] || fail "a foreign Host header should answer 403, got $code"
+  code=$(curl -s -o /dev/null -w '%{http_code}' -H "Host: localhost:$port" "${url}api/runs")
+  [ "$code" = 200 ] || fail "Host localhost:$port should be served, got $code"
+  code=$(curl -s -o /dev/null -w '%{http_code}' -H "Host: 127.0.0.1:1" "${url}js/d3/d3.min.js")
+  [ "$code" = 403 ] || fail "another port in Host should answer 403 (static files too), got $code"
+  # A trace named outside the run directory (an edited plan line, or a
+  # symlink out of it) is not served.
+  printf 'secret\n' > "$work/outside.json"
+  set_trace() {  # set_trace FILE: run B's plan line names FILE as its trace
+    "$py" - "$work/b/metrics.jsonl" "$1" <<'PY'
+import json, sys
+lines = open(sys.argv[1]).read().splitlines()
+for i, l in enumerate(lines):
+    j = json.loads(l)
+    if j.get("type") == "plan":
+        j["trace"] = sys.argv[2]
+        lines[i] = json.dumps(j)
+        break
+else:
+    sys.exit("run B has no plan line")
+open(sys.argv[1], "w").write("\n".join(lines) + "\n")
+PY
+  }
+  set_trace "$work/outside.json" || fail "test setup: run B has no plan line to edit"
+  code=$(curl -s -o "$work/leak" -w '%{http_code}' "${url}api/trace?run=1")
+  [ "$code" != 200 ] && ! grep -q secret "$work/leak" || fail "a trace outside the run directory was served ($code)"
+  ln -sf "$work/outside.json" "$work/b/trace_link.json"
+  set_trace "$work/b/trace_link.json"
+  code=$(curl -s -o "$work/leak" -w '%{http_code}' "${url}api/trace?run=1")
+  [ "$code" != 200 ] && ! grep -q secret "$work/leak" || fail "a symlink out of the run directory was served ($code)"
+  # 50 half-open connections (connected, no request) do not starve the page:
+  # it is answered while every one of them is still waiting (before the
+  # server's read timeout closes any), not after they time out. (No
+  # wall-clock bound is asserted; the time is printed.)
+  "$py" - "$port" <<'PY' || fail "50 half-open connections starved the dashboard (see above)"
+import errno, socket, sys, time, urllib.request
+port = int(sys.argv[1])
+held = [socket.create_connection(("127.0.0.1", port)) for _ in range(50)]
+t0 = time.time()
+body = urllib.request.urlopen(f"http://127.0.0.1:{port}/api/runs", timeout=30).read()
+took = time.time() - t0
+def still_open(s):
+    s.setblocking(False)
+    try:
+        return s.recv(1, socket.MSG_PEEK) != b""  # b"": the server closed it
+    except BlockingIOError:
+        return True
+closed = sum(not still_open(s) for s in held)
+for s in held: s.close()
+if b'"id":0' not in body: sys.exit(f"unexpected answer {body[:80]!r}")
+if closed: sys.exit(f"the request was answered only after the server dropped {closed} of the 50 half-open connections ({took:.2f} s)")
+print(f"answered in {took * 1000:.0f} ms with 50 half-open connections held")
+PY
   # SIGTERM stops it cleanly.
   kill -TERM "$dash_pid"
   for _ in $(seq 50); do kill -0 "$dash_pid" 2>/dev/null || break; sleep 0.1; done
@@ -236,6 +291,14 @@ else
   fi
   dash_pid=""
 fi
+
+# A FIFO as a run's metrics.jsonl is refused at once, not opened (which would block).
+mkdir "$work/fifo" && mkfifo "$work/fifo/metrics.jsonl"
+for cmd in "dashboard $work/fifo" "report $work/fifo --output $work/fifo.html" "plot $work/fifo --output $work/fifo.png"; do
+  # shellcheck disable=SC2086
+  expect_exit 4 timeout 20 "$troupe" $cmd
+  expect_output "metrics.jsonl: is not a regular file"
+done
 
 # The report: one self-contained file (no external scripts), the same charts.
 expect_exit 0 "$troupe" report "$work/a" "$work/b" --output "$work/report.html"
@@ -256,7 +319,7 @@ print("wall axis: last x", loss["x_last"], "s")
 PY
 
 # An RL run (fresh init, one device): the reward, KL and entropy panels hold its rl_step lines.
-expect_exit 0 "$troupe" run --set 'run.mode="rl"' --set data.target_pairs='""' --set rl.sync='"synchronous"' --set rl.trainer='"single"' --set rl.max_staleness=0 --set run.name=rl --set run.out_dir="$work/rl" --set run.steps=3 \
+expect_exit 0 "$troupe" run --set 'run.mode="rl"' --set data.target_pairs='"6-9+6-9"' --set data.target_column=0 --set rl.sync='"synchronous"' --set rl.trainer='"single"' --set rl.max_staleness=0 --set run.name=rl --set run.out_dir="$work/rl" --set run.steps=3 \
   --set run.eval_every=0 --set model.d_model=32 --set model.n_layers=2 --set model.n_heads=2 --set model.seq_len=32 \
   --set model.n_experts=4 --set model.expert_hidden=32 --set data.digits=1 --set data.batch_size=4 \
   --set data.eval_problems=20 --set rl.prompts_per_step=2 --set rl.group_size=2 --set rl.max_new_tokens=4 \
@@ -274,6 +337,14 @@ for chart, key in (("reward", "reward_mean"), ("kl", "kl_ref"), ("entropy", "ent
     if s.get("points") != len(rl) or abs(s.get("last", 1e99) - rl[-1][key]) > 1e-9 * max(1, abs(rl[-1][key])):
         bad.append(f"{chart}: {s} vs {len(rl)} rl_step lines, last {rl[-1][key]}")
 if len(rl) != 3: bad.append(f"expected 3 rl_step lines, got {len(rl)}")
+# The RL evaluations: one line per split (the target, the SFT side), on the RL step axis.
+ev = [json.loads(l) for l in open(sys.argv[2]) if '"type":"rl_eval"' in l]
+em = state["charts"].get("rl_exact_match", {"series": []})["series"]
+want = [("rl: RL target", "exact_match"), ("rl: SFT task", "sft_exact_match")]
+if [s["label"] for s in em] != [w[0] for w in want]: bad.append(f"rl_exact_match series {em}")
+for s, (label, key) in zip(em, want):
+    if s["points"] != len(ev) or abs(s["last"] - 100 * ev[-1][key]) > 1e-9: bad.append(f"{label}: {s} vs {len(ev)} rl_eval lines, last {ev[-1][key]}")
+if len(ev) != 2 or "exact_match" in state["charts"]: bad.append(f"{len(ev)} rl_eval lines; pretraining chart {state['charts'].get('exact_match')}")
 if bad: sys.exit("; ".join(bad))
 print("rl: page state matches metrics.jsonl:", json.dumps(state["charts"]["reward"]))
 PY
@@ -286,7 +357,9 @@ for want in '<svg' 'Training loss' 'Validation loss' 'runA' 'runB' 'Expert load,
   grep -qF "$want" "$work/plot.svg" || fail "plot.svg lacks '$want'"
 done
 expect_exit 0 "$troupe" plot "$work/rl" --output "$work/rl.svg"
-grep -qF 'RL reward (mean)' "$work/rl.svg" || fail "the RL plot lacks its reward panel"
+for want in 'RL reward (mean)' 'RL held-out exact match: target (solid), SFT task (dashed)' 'rl: RL target' 'rl: SFT task'; do
+  grep -qF "$want" "$work/rl.svg" || fail "the RL plot lacks '$want'"
+done
 expect_exit 2 "$troupe" plot "$work/a" --output "$work/plot.txt"
 expect_output "expected a .png or .svg file"
 

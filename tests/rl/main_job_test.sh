@@ -84,6 +84,16 @@ expect_exit 3 "$troupe" validate "$work/two.toml" --set rl.group_size=1
 expect_output "[rl] group_size: group_size = 1"
 expect_exit 3 "$troupe" validate "$work/two.toml" --set topology.microbatches=3
 expect_output "[topology]"
+# rl.sft_fraction (retention): validated with the file's line, needs a split.
+expect_exit 0 "$troupe" validate "$work/two.toml" --set rl.sft_fraction=0.5
+expect_output "prompts: 50% from the SFT side of the split (rl.sft_fraction = 0.5"
+sed 's/^target_pairs = .*/target_pairs = ""/' "$work/two.toml" > "$work/nosplit.toml"
+printf 'sft_fraction = 0.25\n' >> "$work/nosplit.toml"
+line=$(grep -n '^sft_fraction' "$work/nosplit.toml" | cut -d: -f1)
+expect_exit 3 "$troupe" validate "$work/nosplit.toml"
+expect_output "$work/nosplit.toml:$line:1: error: [rl] sft_fraction = 0.25 draws RL prompts from the SFT side of a target split"
+expect_exit 3 "$troupe" validate "$work/two.toml" --set rl.sft_fraction=1
+expect_output "error: [rl] sft_fraction = 1 is out of range"
 
 # The two-phase run.
 expect_exit 0 "$troupe" run "$work/two.toml"
@@ -91,14 +101,14 @@ expect_output "phase 1/2: SFT, 4 steps"
 expect_output "step 4/4"
 expect_output "phase 2/2: RL, 3 steps from $work/two/checkpoint_sft"
 expect_output "rl step 3/3"
-expect_output "summary: held-out exact match (greedy)"
-grep -qE "^  SFT task: held-out, off the target split +20 +[0-9.]+% +[0-9.]+%  \(pass@4 " <<<"$out" || fail "no SFT task row in:\n$out"
-grep -qE "^  RL target: held-out target problems +20 +[0-9.]+% +[0-9.]+%  \(pass@4 " <<<"$out" || fail "no RL target row in:\n$out"
+expect_output "summary (seed 1): held-out exact match (greedy)"
+grep -qE "^  SFT task: held-out, off the target split +20 +[0-9.]+% +[0-9.]+% +[-+][0-9.]+ pt  \(pass@4 " <<<"$out" || fail "no SFT task row in:\n$out"
+grep -qE "^  RL target: held-out target problems +20 +[0-9.]+% +[0-9.]+% +[-+][0-9.]+ pt  \(pass@4 " <<<"$out" || fail "no RL target row in:\n$out"
 m="$work/two/metrics.jsonl"
 [ "$(grep -c '"type":"phase"' "$m")" -eq 2 ] || fail "metrics.jsonl should hold 2 phase lines"
 [ "$(grep -c '"type":"step"' "$m")" -eq 4 ] || fail "metrics.jsonl should hold 4 SFT step lines"
 [ "$(grep -c '"type":"rl_step"' "$m")" -eq 3 ] || fail "metrics.jsonl should hold 3 rl_step lines"
-grep -q '"type":"summary","sft_steps":4,"rl_steps":3,"sft_task_problems":20,' "$m" || fail "no summary line for 4 + 3 steps"
+grep -q '"type":"summary","seed":1,"sft_steps":4,"rl_steps":3,"sft_task_problems":20,' "$m" || fail "no summary line for 4 + 3 steps"
 
 # (a) Phase 1 is the standalone SFT run of the same spec, bit for bit.
 expect_exit 0 "$troupe" run "$work/two.toml" --set run.mode='"pretrain"' --set run.out_dir="\"$work/sft_alone\""
@@ -157,6 +167,12 @@ assert [e["exact_match"] for e in evals] == [e["exact_match"] for e in alone], (
 for k in ("sft_task_before", "sft_task_after", "target_before", "target_after"):
     assert 0.0 <= summ[k] <= 1.0, (k, summ)
 assert summ["target_problems"] == 20 and summ["sft_task_problems"] == 20, summ
+# Phase 2 scores the SFT side at every evaluation too (forgetting while it
+# happens): its first and last are the summary's SFT-task figures.
+assert all(e["sft_problems"] == 20 for e in evals), evals
+assert summ["sft_task_before"] == evals[0]["sft_exact_match"], (summ, evals[0])
+assert summ["sft_task_after"] == evals[-1]["sft_exact_match"], (summ, evals[-1])
+assert summ["sft_task_mean_reward_after"] == evals[-1]["sft_mean_reward"], (summ, evals[-1])
 PY
 for which in before:checkpoint_sft after:checkpoint; do
   expect_exit 0 "$troupe" run "$work/rl_alone.toml" --set data.target_pairs='"0-5+0-9"' --set run.steps=1 \

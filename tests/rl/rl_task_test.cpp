@@ -11,6 +11,7 @@
 
 #include "model/data.hpp"
 #include "rl/task.hpp"
+#include "rl/trainer.hpp"
 
 using namespace troupe;
 using namespace troupe::rl;
@@ -515,4 +516,70 @@ TEST(RlAdditionTarget, AnyColumnHidesThePairsEverywhere) {
   for (const Prompt& p : task->eval_prompts(200))
     EXPECT_TRUE(any_column(number_at(p.tokens, 1, 3, false), number_at(p.tokens, 5, 3, false)));
   EXPECT_NE(src->describe().find("at any column"), std::string::npos) << src->describe();
+}
+
+// ---- Retention: RL prompts partly from the SFT side (rl.sft_fraction) ----
+
+TEST(RlSftSide, ComplementPairsAreTheOtherSideOfTheSplit) {
+  EXPECT_EQ(model::complement_pairs("", 2), "");
+  const std::string side = model::complement_pairs("6-9+6-9", 2);
+  const model::AdditionTarget t = model::parse_addition_target("6-9+6-9", 2);
+  const model::AdditionTarget c = model::parse_addition_target(side, 2);
+  for (size_t i = 0; i < 100; ++i) EXPECT_NE(t.pair[i], c.pair[i]) << "pair " << i / 10 << "+" << i % 10;
+}
+
+TEST(RlSftSide, SideTaskPromptsAndEvaluationAreTheProblemsSftSees) {
+  EXPECT_EQ(make_sft_side_task(addition(3), 1, {}), nullptr) << "no split, no other side";
+  EXPECT_EQ(make_sft_side_task(split3("6-9+6-9", -1), 1, {}), nullptr) << "any-column splits have no one other side";
+  const auto side = make_sft_side_task(split3(), 11, {});
+  ASSERT_NE(side, nullptr);
+  for (int64_t i = 0; i < 500; ++i) {
+    const Prompt p = side->train_prompt(i);
+    const int64_t a = number_at(p.tokens, 1, 3, false), b = number_at(p.tokens, 5, 3, false);
+    EXPECT_FALSE(is_target_ref(a, b)) << a << "+" << b << " is a target problem";
+    EXPECT_FALSE(model::addition_held_out(a, b)) << a << "+" << b << " is held out";
+  }
+  for (const Prompt& p : side->eval_prompts(200)) {
+    const int64_t a = number_at(p.tokens, 1, 3, false), b = number_at(p.tokens, 5, 3, false);
+    EXPECT_FALSE(is_target_ref(a, b));
+    EXPECT_TRUE(model::addition_held_out(a, b));
+  }
+}
+
+TEST(RlSftSide, MixedTaskSpreadsTheShareEvenlyAndRepeatsNoPrompt) {
+  RlConfig rl;
+  rl.sft_fraction = 0.25;
+  const auto mixed = make_task(rl, split3(), 11);
+  const auto target = make_addition_task(split3(), 11, {});
+  const auto side = make_sft_side_task(split3(), 11, {});
+  int64_t from_side = 0, from_target = 0;
+  std::set<std::vector<int32_t>> seen;
+  for (int64_t step = 0; step < 20; ++step) {
+    int64_t in_step = 0;
+    for (int64_t g = 0; g < 32; ++g) {
+      const int64_t i = step * 32 + g;
+      const Prompt p = mixed->train_prompt(i);
+      EXPECT_EQ(p.index, i);
+      const int64_t a = number_at(p.tokens, 1, 3, false), b = number_at(p.tokens, 5, 3, false);
+      // Each prompt is the next unused one of its own task, in order.
+      if (is_target_ref(a, b)) {
+        EXPECT_EQ(p.tokens, target->train_prompt(from_target++).tokens);
+      } else {
+        EXPECT_EQ(p.tokens, side->train_prompt(from_side++).tokens);
+        ++in_step;
+      }
+      EXPECT_EQ(number_at(p.answer, 0, 4, true), a + b);
+      seen.insert(p.tokens);
+    }
+    EXPECT_EQ(in_step, 8) << "step " << step << ": a quarter of 32 prompts from the SFT side";
+  }
+  EXPECT_GT(seen.size(), 600u) << "prompts are drawn, not repeated";
+  EXPECT_EQ(mixed->eval_prompts(50)[7].tokens, target->eval_prompts(50)[7].tokens) << "evaluation stays the target's";
+  rl.sft_fraction = 0.0;
+  EXPECT_EQ(make_task(rl, split3(), 11)->train_prompt(5).tokens, target->train_prompt(5).tokens);
+  rl.sft_fraction = 0.3;
+  EXPECT_THROW(make_task(rl, addition(3), 11), std::invalid_argument) << "no split to draw the SFT side from";
+  EXPECT_THROW(make_mixed_task(make_addition_task(split3(), 1, {}), nullptr, 0.3), std::invalid_argument);
+  EXPECT_THROW(make_mixed_task(make_addition_task(split3(), 1, {}), make_sft_side_task(split3(), 1, {}), 1.0),
+               std::invalid_argument);
 }

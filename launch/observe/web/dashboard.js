@@ -48,18 +48,30 @@
 
   // ---- line charts (dygraphs), runs overlaid ----------------------------
   const num = (v) => (typeof v === 'number' && isFinite(v) ? v : null);
+  // Each chart draws one line per run and series (`series`: a label suffix
+  // and the run's points); most charts have one series per run.
+  const one = (pts) => [{ suffix: '', pts }];
   const LINE_CHARTS = [
-    { id: 'loss', panel: 'p-loss', always: true, pts: (r) => r.steps.map((s) => [s, num(s.loss)]) },
-    { id: 'val_loss', panel: 'p-val', always: true, pts: (r) => r.evals.map((e) => [e, num(e.val_loss)]) },
-    { id: 'exact_match', panel: 'p-em', always: true,
-      pts: (r) => r.evals.filter((e) => num(e.accuracy) != null).map((e) => [e, 100 * e.accuracy])
-        .concat(r.rlEvals.map((e) => [e, num(e.exact_match) == null ? null : 100 * e.exact_match])) },
-    { id: 'reward', panel: 'p-reward', pts: (r) => r.rl.map((s) => [s, num(s.reward_mean)]) },
-    { id: 'kl', panel: 'p-kl', pts: (r) => r.rl.map((s) => [s, num(s.kl_ref)]) },
-    { id: 'entropy', panel: 'p-entropy', pts: (r) => r.rl.map((s) => [s, num(s.entropy)]) },
+    { id: 'loss', panel: 'p-loss', always: true, series: one((r) => r.steps.map((s) => [s, num(s.loss)])) },
+    { id: 'val_loss', panel: 'p-val', always: true, series: one((r) => r.evals.map((e) => [e, num(e.val_loss)])) },
+    // Pretraining (SFT) evaluations; an RL run's are on the next chart, on
+    // its own step axis, one line per split.
+    { id: 'exact_match', panel: 'p-em',
+      series: one((r) => r.evals.filter((e) => num(e.accuracy) != null).map((e) => [e, 100 * e.accuracy])) },
+    { id: 'rl_exact_match', panel: 'p-rl-em',
+      series: [{ suffix: ': RL target', pts: (r) => r.rlEvals.map((e) => [e, num(e.exact_match) == null ? null : 100 * e.exact_match]) },
+               { suffix: ': SFT task', pts: (r) => r.rlEvals.filter((e) => num(e.sft_exact_match) != null)
+                 .map((e) => [e, 100 * e.sft_exact_match]) }] },
+    { id: 'reward', panel: 'p-reward', series: one((r) => r.rl.map((s) => [s, num(s.reward_mean)])) },
+    // k3 (solid) has a heavy tail: one rarely sampled token can carry a
+    // step's mean; k1 (dashed) is the light-tailed estimate beside it.
+    { id: 'kl', panel: 'p-kl',
+      series: [{ suffix: '', pts: (r) => r.rl.map((s) => [s, num(s.kl_ref)]) },
+               { suffix: ': k1', pts: (r) => r.rl.filter((s) => num(s.kl_ref_k1) != null).map((s) => [s, s.kl_ref_k1]) }] },
+    { id: 'entropy', panel: 'p-entropy', series: one((r) => r.rl.map((s) => [s, num(s.entropy)])) },
     { id: 'shard_imbalance', panel: 'p-imbalance',
-      pts: (r) => r.steps.filter((s) => Array.isArray(s.shard_load) && s.shard_load.some((l) => l.length > 1))
-        .map((s) => [s, num(s.shard_imbalance)]) },
+      series: one((r) => r.steps.filter((s) => Array.isArray(s.shard_load) && s.shard_load.some((l) => l.length > 1))
+        .map((s) => [s, num(s.shard_imbalance)])) },
   ];
 
   // One table for all runs: x, then one column per run (null where a run has no point).
@@ -77,14 +89,23 @@
   function drawLineCharts() {
     const xkey = state.xaxis;
     for (const def of LINE_CHARTS) {
-      const perRun = state.runs.map((r) => def.pts(r).map(([rec, v]) => [xkey === 'step' ? rec.step : rec._wall, v]));
+      // Lines: run-major, then series; a series no run has is left out.
+      const lines = [];
+      state.runs.forEach((r, i) => def.series.forEach((sr, k) => {
+        const pts = sr.pts(r).map(([rec, v]) => [xkey === 'step' ? rec.step : rec._wall, v]);
+        if (pts.some(([, v]) => v != null) || (k === 0 && def.series.length === 1))
+          lines.push({ label: r.name + sr.suffix, color: COLORS[i % COLORS.length], dashed: k > 0, pts });
+      }));
+      const perRun = lines.map((l) => l.pts);
       const table = mergedTable(perRun);
       const panel = document.getElementById(def.panel);
       const has = table.length > 0;
       panel.hidden = !has && !def.always;
       const div = document.getElementById('c-' + def.id);
-      const labels = [xkey === 'step' ? 'step' : 'wall time (s)'].concat(state.runs.map((r) => r.name));
-      const opts = { labels, file: table, colors: state.runs.map((_, i) => COLORS[i % COLORS.length]),
+      const labels = [xkey === 'step' ? 'step' : 'wall time (s)'].concat(lines.map((l) => l.label));
+      const series = {};
+      lines.forEach((l) => { if (l.dashed) series[l.label] = { strokePattern: [7, 3] }; });
+      const opts = { labels, file: table, colors: lines.map((l) => l.color), series,
                      xlabel: labels[0], connectSeparatedPoints: true, drawPoints: table.length < 60,
                      legend: 'always', labelsSeparateLines: false, strokeWidth: 1.5 };
       let g = state.charts[def.id];
