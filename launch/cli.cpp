@@ -223,6 +223,7 @@ int run_cli(int argc, char** argv) {
   // for another than the one loaded runs this command again (nothing has been
   // done yet; mpirun's processes each do the same, before MPI starts).
   kernels::select_host_kernels(spec.topology.host_kernels, argv);
+  for (const auto& w : spec.warnings) std::fprintf(stderr, "%s\n", w.str().c_str());
   if (!opt.log_level.empty()) spec.log.level = opt.log_level;
   spdlog::set_level(spdlog::level::from_str(spec.log.level));
 

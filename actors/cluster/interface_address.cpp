@@ -3,7 +3,10 @@
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
+#include <netdb.h>
 #include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
@@ -41,6 +44,34 @@ std::string interface_subnet_error(const std::string& interface) {
   if (!is_subnet_shaped(interface)) return "";
   Subnet s;
   return parse_subnet(interface, s);
+}
+
+std::string interface_error(const std::string& interface) {
+  if (interface.empty())
+    return "an empty interface would bind every interface, IPv4 and IPv6; write \"0.0.0.0\" to mean that, or name "
+           "an address of this host (\"127.0.0.1\", the default, for one host) or a subnet (\"10.77.0.0/24\")";
+  if (is_subnet_shaped(interface)) return interface_subnet_error(interface);
+  if (interface == "0.0.0.0") return "";
+  // A name or an address: it must resolve, and one of its addresses must be
+  // this host's (a socket binds to it), as CAF's bind will need at run time.
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (const int rc = ::getaddrinfo(interface.c_str(), nullptr, &hints, &found); rc != 0)
+    return "'" + interface + "' is neither an address nor a name this host resolves (" + ::gai_strerror(rc) +
+           "); expected an address of this host, \"0.0.0.0\" or a subnet";
+  bool bound = false;
+  for (addrinfo* a = found; a && !bound; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, SOCK_STREAM, 0);
+    if (fd < 0) continue;
+    bound = ::bind(fd, a->ai_addr, a->ai_addrlen) == 0;  // port 0: any free port
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  if (!bound)
+    return "'" + interface + "' is not an address of this host (nothing can bind to it); name one of its own "
+           "addresses, \"0.0.0.0\" or a subnet";
+  return "";
 }
 
 std::string resolve_interface(const std::string& interface) {

@@ -14,6 +14,12 @@ namespace troupe::runtime {
 // otherwise what is wrong with it (for the spec's error).
 std::string interface_subnet_error(const std::string& interface);
 
+// "" when `interface` can be used on this host: "0.0.0.0", a well-formed
+// subnet, or a name or address one of whose addresses a socket here can bind
+// to. Otherwise why not (an empty string is refused: it would bind every
+// interface, IPv4 and IPv6, without saying so).
+std::string interface_error(const std::string& interface);
+
 // The address to bind to and advertise: `interface` itself unless it is a
 // subnet, else this host's IPv4 address inside it. Throws naming the subnet
 // and the addresses this host has when none of them is inside.

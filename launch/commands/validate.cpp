@@ -85,7 +85,17 @@ int check_input_checkpoints(const Spec& spec) {
   if (!spec.checkpoint.resume.empty()) {
     int64_t step = 0;
     try {
-      step = model::load_checkpoint(spec.checkpoint.resume).step;
+      const model::TrainingState st = model::load_checkpoint(spec.checkpoint.resume);
+      step = st.step;
+      // Another model's checkpoint cannot continue this run: say so now, as a
+      // spec error, rather than as a layout mismatch once the run loads it.
+      if (const std::string diff = model::config_difference(spec.model, st.config); !diff.empty()) {
+        std::fprintf(stderr,
+                     "troupe: %s: [checkpoint] resume = \"%s\": the checkpoint's model differs from [model] (%s; "
+                     "[model] first, the checkpoint second)\n",
+                     spec.source.c_str(), spec.checkpoint.resume.c_str(), diff.c_str());
+        return kExitBadSpec;
+      }
     } catch (const model::CheckpointError& e) {
       std::fprintf(stderr, "troupe: %s: [checkpoint] resume: %s\n", spec.source.c_str(), e.what());
       return kExitBadInput;

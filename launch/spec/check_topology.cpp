@@ -2,6 +2,9 @@
 // schedule's rules, [[elastic]] events and the checkpoint directory.
 #include "launch/spec/parser.hpp"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "actors/degrees.hpp"
 
 #include <algorithm>
@@ -146,6 +149,23 @@ void check_elastic(const Spec& s, SpecSites& p) {
 // The checkpoint directory is checked before anything runs: a save into a
 // regular file, or into a non-empty directory that is not a checkpoint (which
 // save_checkpoint never replaces), would fail only at the end of the run.
+// Why directory `dir` (which does not exist) could not be created, or "":
+// its nearest existing ancestor must be a directory in which a directory
+// can be made (probed by making and removing one).
+std::string uncreatable_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path at = fs::absolute(dir, ec);
+  if (ec) return ec.message();
+  while (at.has_parent_path() && at != at.parent_path() && !fs::exists(fs::symlink_status(at, ec)))
+    at = at.parent_path();
+  if (!fs::is_directory(at, ec)) return at.string() + " is not a directory";
+  const fs::path probe = at / (".troupe-probe-" + std::to_string(::getpid()));
+  if (::mkdir(probe.c_str(), 0700) != 0) return "cannot make a directory in " + at.string() + " (" + std::strerror(errno) + ")";
+  ::rmdir(probe.c_str());
+  return "";
+}
+
 void check_checkpoint_dir(const Spec& s, SpecSites& p) {
   if (s.topology.device_kind == DeviceKind::sim) return;  // a sim run saves nothing
   namespace fs = std::filesystem;
@@ -153,7 +173,14 @@ void check_checkpoint_dir(const Spec& s, SpecSites& p) {
   const char* key = s.checkpoint.dir.empty() ? "run.out_dir" : "checkpoint.dir";
   std::error_code ec;
   const auto st = fs::status(dir, ec);
-  if (ec || !fs::exists(st)) return;  // created by the first save
+  if (ec || !fs::exists(st)) {
+    // Created by the first save, after all the training: make sure now that
+    // it can be, at the nearest part of the path that exists.
+    if (const std::string why = uncreatable_dir(dir); !why.empty())
+      p.error(p.where(key), "checkpoint directory " + dir + " cannot be created: " + why +
+                                "; the run would train and then lose its checkpoint (set [checkpoint] dir elsewhere)");
+    return;
+  }
   if (!fs::is_directory(st)) {
     p.error(p.where(key), "checkpoint directory " + dir + " exists and is not a directory; the run's checkpoint "
                           "could not be saved there (set [checkpoint] dir to a new or checkpoint directory)");
@@ -186,6 +213,38 @@ void check_data(const Spec& s, SpecSites& p) {
   } catch (const std::exception& e) {
     p.error(p.where(key), "[data] " + std::string(e.what()));
   }
+}
+
+}  // namespace troupe::launch::spec_detail
+
+namespace troupe::launch::spec_detail {
+
+void check_warnings(const Spec& s, SpecSites& p, bool from_file) {
+  const auto v = [](int64_t x) { return std::to_string(x); };
+  if (from_file && p.keys_set_in_file(s.source) == 0)
+    p.warn(Pos{s.source, 0, 0}, "the spec file sets no key: every value is its default, a " +
+                                    std::string(run_mode_name(s.run.mode)) + " run of the key defaults (`troupe keys` "
+                                    "lists them; `troupe run` with no SPEC runs the built-in default job)");
+  // A warmup longer than the run: the LR climbs linearly the whole time and
+  // ends at steps / warmup of the configured value.
+  const auto warmup = [&](int64_t warm, int64_t steps, const char* warm_key, const char* steps_key) {
+    if (warm > steps && steps > 0)
+      p.warn(p.where(warm_key), std::string(warm_key) + " = " + v(warm) + " is longer than the run (" + steps_key +
+                                    " = " + v(steps) + "): the learning rate never reaches its value (it ends at " +
+                                    v(100 * steps / warm) + "% of it)");
+  };
+  if (s.run.mode == RunMode::sft_rl) {
+    warmup(s.optim.warmup_steps, s.run.steps, "optim.warmup_steps", "run.steps");
+    warmup(s.rl_section.warmup_steps, s.rl_section.steps, "rl.warmup_steps", "rl.steps");
+  } else {
+    warmup(s.optim.warmup_steps, s.run.steps, "optim.warmup_steps", "run.steps");
+  }
+  if (s.topology.processes > 1 && s.topology.interface == "0.0.0.0")
+    p.warn(p.where("topology.interface"),
+           std::string("topology.interface = \"0.0.0.0\" listens on every interface of each host") +
+               (s.topology.auth == runtime::ClusterAuth::none
+                    ? "; with auth = \"none\" anyone who reaches the ports can talk to the actors"
+                    : " (auth = \"tls\": only holders of the cluster key are let in)"));
 }
 
 }  // namespace troupe::launch::spec_detail

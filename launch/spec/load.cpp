@@ -22,7 +22,7 @@ std::string Diagnostic::str() const {
   std::ostringstream os;
   os << file;
   if (line > 0) os << ':' << line << ':' << column;
-  os << ": error: " << message;
+  os << (warning ? ": warning: " : ": error: ") << message;
   return os.str();
 }
 

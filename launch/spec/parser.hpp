@@ -28,6 +28,9 @@ class SpecSites {
   explicit SpecSites(Spec& spec) : spec_(spec) {}
 
   void error(const Pos& p, std::string message);
+  void warn(const Pos& p, std::string message);  // into Spec::warnings; the spec still loads
+  // Keys the spec file itself set (not --set overrides).
+  size_t keys_set_in_file(const std::string& file) const;
   std::vector<Diagnostic>& diagnostics() { return diags_; }
   // run.mode as the spec file wrote it, before --set overrides: a two-phase
   // file ("sft_rl") may be run as its phase 1 alone with --set run.mode="pretrain".
@@ -74,6 +77,7 @@ void check_elastic(const Spec& s, SpecSites& p);
 void check_checkpoint_dir(const Spec& s, SpecSites& p);
 void check_supported(Spec& s, SpecSites& p);
 void check_data(const Spec& s, SpecSites& p);
+void check_warnings(const Spec& s, SpecSites& p, bool from_file);
 // check_faults.cpp
 void check_faults(const Spec& s, SpecSites& p);
 void check_rl_faults(const Spec& s, SpecSites& p);

@@ -10,6 +10,12 @@ void SpecSites::error(const Pos& p, std::string message) {
   diags_.push_back({p.file, p.line, p.column, std::move(message)});
 }
 
+void SpecSites::warn(const Pos& p, std::string message) {
+  for (const Diagnostic& d : spec_.warnings)
+    if (d.message == message && d.line == p.line && d.file == p.file) return;
+  spec_.warnings.push_back({p.file, p.line, p.column, std::move(message), true});
+}
+
 Pos SpecSites::elastic_where(size_t index, const std::string& key) const {
   if (auto it = elastic_pos_.find({index, key}); it != elastic_pos_.end()) return it->second;
   if (auto it = elastic_pos_.find({index, ""}); it != elastic_pos_.end()) return it->second;
@@ -37,6 +43,12 @@ const Pos* SpecSites::first_set_with_prefix(const std::string& prefix) const {
 const Pos* SpecSites::set_at(const std::string& path) const {
   auto it = set_.find(path);
   return it == set_.end() ? nullptr : &it->second;
+}
+
+size_t SpecSites::keys_set_in_file(const std::string& file) const {
+  size_t n = 0;
+  for (const auto& [path, pos] : set_) n += pos.file == file ? 1 : 0;
+  return n + fault_pos_.size() + elastic_pos_.size();
 }
 
 Pos SpecSites::where(const std::string& path) const {

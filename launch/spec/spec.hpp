@@ -185,6 +185,10 @@ struct Spec {
   std::vector<ElasticConfig> elastic;  // [[elastic]], in file order
   RlSection rl_section;  // [rl] as written
   rl::RlConfig rl;       // [rl] converted (presets applied); valid after parsing
+  // What the spec allows but a user most likely did not mean (an LR warmup
+  // longer than the run, a port open on every interface, an empty file);
+  // every command prints them before it runs.
+  std::vector<struct Diagnostic> warnings;
 
   std::string out_dir() const;         // run.out_dir or runs/<name>
   std::string checkpoint_dir() const;  // checkpoint.dir or <out_dir>/checkpoint
@@ -212,7 +216,8 @@ struct Diagnostic {
   int line = 0;
   int column = 0;
   std::string message;
-  std::string str() const;  // "file:line:col: error: message"
+  bool warning = false;     // a warning (Spec::warnings), not an error
+  std::string str() const;  // "file:line:col: error: message" ("warning:" for a warning)
 };
 
 class SpecError : public std::runtime_error {

@@ -159,11 +159,12 @@ out=$(TROUPE_TEST_FAULT=hang:0:3 timeout 120 "${mpi[@]}" -np 2 "$hooked" run "${
 expect_output "process 0 lost"
 grep -q "exiting now" <<<"$out" && fail "hang of process 0: process 1 needed the backstop to exit:\n$out"
 
-# An interface no process can bind: every process stops with an error, no hang.
+# An interface no process can bind: every process stops with the spec error
+# validate gives (before any actor starts), no hang.
 out=$(timeout 60 "${mpi[@]}" -np 2 "$troupe" run "${tiny[@]}" "${pipe[@]}" --set topology.interface='"10.255.255.1"' \
       --set run.out_dir="$work/if" 2>&1); rc=$?
 [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] || fail "unbindable interface: mpirun exited $rc"
-expect_output "cannot publish its directory on 10.255.255.1"
+expect_output "'10.255.255.1' is not an address of this host"
 
 # World size must equal [topology] processes.
 out=$(timeout 60 "${mpi[@]}" -np 2 "$troupe" run "${tiny[@]}" --set topology.devices=2 --set topology.stages=2 \

@@ -27,6 +27,10 @@ set_tests_properties(cli_validate_elastic_placement PROPERTIES LABELS cli
   PASS_REGULAR_EXPRESSION "expert shards 4 -> 8 per MoE layer[^\n]*\nexpert placement, steps 31..40: 8 expert shard[(]s[)] per MoE layer\n    expert:0/0 +experts 0..0 on device 0")
 troupe_add_bitwise(cli_script THREADS 1 2 TIMEOUT 900 LABELS cli
   COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/cli_test.sh $<TARGET_FILE:troupe> ${PROJECT_SOURCE_DIR})
+# validate says what run will say: the same exit status and message for each
+# spec a run would reject, before any training.
+add_test(NAME validate_run_agreement COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/validate_run_test.sh $<TARGET_FILE:troupe>)
+set_tests_properties(validate_run_agreement PROPERTIES LABELS cli TIMEOUT 300)
 # troupe's choice of kernel family: the default equals the forced portable
 # family, `native` the forced fastest one, and the bits do not depend on the
 # threads per device.
