@@ -485,6 +485,7 @@ Spec load(const std::string* text, const std::string& source, const std::vector<
       if (parser.diagnostics().size() == problems_before_data) check_rl_inputs(spec, parser);
     }
   }
+  if (parser.diagnostics().empty()) check_memory(spec, parser);
   check_warnings(spec, parser, text != nullptr);
   auto& ds = parser.diagnostics();
   // The two phases of an sft_rl spec are checked alike: report a problem once.

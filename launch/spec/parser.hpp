@@ -78,6 +78,8 @@ void check_checkpoint_dir(const Spec& s, SpecSites& p);
 void check_supported(Spec& s, SpecSites& p);
 void check_data(const Spec& s, SpecSites& p);
 void check_warnings(const Spec& s, SpecSites& p, bool from_file);
+// memory.cpp
+void check_memory(const Spec& s, SpecSites& p);
 // check_faults.cpp
 void check_faults(const Spec& s, SpecSites& p);
 void check_rl_faults(const Spec& s, SpecSites& p);

@@ -51,6 +51,7 @@ struct RunConfig {
   int64_t max_restarts_stage = -1, max_restarts_optimizer = -1, max_restarts_expert = -1;  // per-role budgets (-1: none)
   runtime::Strategy supervision = runtime::Strategy::one_for_one;  // restart strategy
   double step_deadline = 0.0;     // seconds before an unfinished step is replayed; 0 = adaptive
+  double memory_limit = 0.0;      // GiB a run may need (launch/spec/memory.cpp's estimate); 0 = this machine's memory
 };
 
 // [experts]: automatic placement of the experts on their expert-shard
@@ -193,6 +194,21 @@ struct Spec {
   std::string out_dir() const;         // run.out_dir or runs/<name>
   std::string checkpoint_dir() const;  // checkpoint.dir or <out_dir>/checkpoint
 };
+
+// The memory a spec needs, in bytes, by part (launch/spec/memory.cpp): an
+// estimate from the big float32 buffers, before anything runs. `troupe
+// validate` prints it; a spec whose estimate exceeds run.memory_limit (or
+// this machine's memory) is refused.
+struct MemoryEstimate {
+  double weights = 0.0;      // parameters and gradients
+  double optimizer = 0.0;    // AdamW moments
+  double activations = 0.0;  // a pretraining step's, kept for the backward
+  double rl = 0.0;           // RL: reference and generator copies, KV cache, the policy update
+  double total() const;
+  std::string describe() const;  // "about 1.2 GiB (weights and gradients ..., ...)"
+};
+MemoryEstimate estimate_memory(const Spec& spec);
+double machine_memory_bytes();  // MemTotal, 0 when unknown
 
 // True when the spec's topology goes beyond one device running the whole
 // model sequentially (devices, stages, schedule, optimizer_shards or

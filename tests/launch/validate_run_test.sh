@@ -49,6 +49,13 @@ agree 3 "'8.8.8.8' is not an address of this host" --set topology.interface='"8.
 agree 3 "an empty interface would bind every interface" --set topology.interface='""'
 expect_exit 0 "$troupe" validate "${tiny[@]}" --set topology.interface='"localhost"'
 
+# More memory than the machine (or run.memory_limit) has: refused with the
+# estimate, by both; validate prints the estimate of a spec that fits.
+agree 3 "the run needs about" --set run.memory_limit=0.001
+agree 3 "RL rollouts, KV cache and policy update" --set run.mode='"rl"' --set rl.group_size=1000000
+expect_exit 0 "$troupe" validate "${tiny[@]}"
+expect_output "memory: about "
+
 # Warnings: both commands print them, and the spec still runs.
 expect_exit 0 "$troupe" validate "${tiny[@]}" --set optim.warmup_steps=500
 expect_output "warning: optim.warmup_steps = 500 is longer than the run (run.steps = 3)"
