@@ -22,6 +22,8 @@
 #include <filesystem>
 #include <fstream>
 #include <atomic>
+#include <chrono>
+#include <mutex>
 #include <memory>
 #include <sstream>
 #include <stdexcept>
@@ -243,9 +245,31 @@ int after_handshake(SSL* s, int rc, const char* side) {
   last_refused = s;
   char text[256] = "the peer closed the connection";
   if (const unsigned long e = ERR_peek_error(); e != 0) ERR_error_string_n(e, text, sizeof(text));
-  g_refused.fetch_add(1);
-  std::fprintf(stderr, "troupe[pid %d]: refused a connection %s %s: TLS handshake failed (%s)\n",
-               static_cast<int>(::getpid()), side, peer_of(s).c_str(), text);
+  const uint64_t n = g_refused.fetch_add(1) + 1;
+  // A probe or a scan knocks hundreds of times: the first few refusals are
+  // logged one by one, then one line per interval with their count.
+  constexpr uint64_t kLoggedOneByOne = 5;
+  constexpr auto kInterval = std::chrono::seconds(10);
+  static std::mutex mu;
+  static std::chrono::steady_clock::time_point last_summary;
+  static uint64_t summarised = kLoggedOneByOne;
+  const std::string peer = peer_of(s);
+  if (n <= kLoggedOneByOne) {
+    std::fprintf(stderr, "troupe[pid %d]: refused a connection %s %s: TLS handshake failed (%s)%s\n",
+                 static_cast<int>(::getpid()), side, peer.c_str(), text,
+                 n == kLoggedOneByOne ? "; further refusals are counted, one line per 10 s" : "");
+    return rc;
+  }
+  const std::lock_guard<std::mutex> lock(mu);
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_summary >= kInterval) {
+    std::fprintf(stderr, "troupe[pid %d]: refused %llu more connection(s) (TLS handshake failed; the last %s %s), "
+                         "%llu in all\n",
+                 static_cast<int>(::getpid()), static_cast<unsigned long long>(n - summarised), side, peer.c_str(),
+                 static_cast<unsigned long long>(n));
+    summarised = n;
+    last_summary = now;
+  }
   return rc;
 }
 

@@ -229,7 +229,22 @@ for port in $ports; do
   [ "$rc" -eq 0 ] || fail "knock on port $port: rogue exit $rc (1: got through, 3: the run had ended) after $try knock(s):\n$out"
   grep -q "refused" <<<"$out" || fail "knock on port $port: no refusal reported:\n$out"
 done
+# A probe that knocks again and again: the log gets the first few refusals
+# one by one, then a count per interval, not a line per knock.
+first_port=${ports%% *}
+for _ in $(seq 12); do kill -0 "$run_pid" 2>/dev/null && "$rogue" "$first_port" >/dev/null 2>&1; done
 wait "$run_pid" || fail "knock: the 2-process run failed:\n$(cat "$work/knock.log")"
+python3 - "$work/knock.log" <<'PY' || fail "knock: refusals were not rate-limited (see above)"
+import collections, re, sys
+one, summary = collections.Counter(), collections.Counter()
+for line in open(sys.argv[1]):
+    m = re.match(r"troupe\[pid (\d+)\]: refused (a connection|(\d+) more connection)", line)
+    if m: (one if m.group(2) == "a connection" else summary)[m.group(1)] += 1
+for pid, n in one.items():
+    if n > 5: sys.exit(f"pid {pid}: {n} refusals logged one by one (at most 5)")
+    if n == 5 and summary[pid] == 0: sys.exit(f"pid {pid}: refusals beyond the first 5 were not counted")
+print("refusal lines per process:", dict(one), "count lines:", dict(summary))
+PY
 grep -q "refused a connection from 127.0.0.1:[0-9]*: TLS handshake failed" "$work/knock.log" ||
   fail "knock: the refusals were not logged:\n$(cat "$work/knock.log")"
 grep -qF "step 300/300" "$work/knock.log" || fail "knock: the run did not reach step 300:\n$(cat "$work/knock.log")"
