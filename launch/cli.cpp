@@ -3,6 +3,8 @@
 // command reports spec problems the same way.
 #include "launch/cli.hpp"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -36,6 +38,10 @@ usage:
                                     time the spec's per-stage ops on this machine (the real runtime: alone, then
                                     with the spec's devices busy) and print (and write) the [sim] table that makes
                                     its sim predict it
+  troupe launch [-np N] [SPEC] [options]
+                                    a multi-process run on this host: mpirun with the flags troupe needs, Ctrl-C /
+                                    SIGTERM / SIGHUP forwarded to process 0 (it stops after its step with a
+                                    checkpoint), and process 0's exit status returned (0, 130, 1, 3, 4)
   troupe keygen DIR                 write a cluster key for [topology] auth_dir (DIR/cluster.pem, DIR/cluster.key;
                                     copy DIR to every host of a multi-host run)
   troupe keys                       print every spec key (Markdown table: key, type, default, meaning)
@@ -137,6 +143,16 @@ int run_cli(int argc, char** argv) {
       }
       if (used != tmp.size() || n < 1 || n > 1000) return usage_error("--repeat " + tmp + ": expected 1..1000");
       opt.repeat = n;
+    } else if (a == "-np" || a == "--np") {
+      if (!need(a.c_str(), tmp)) return usage_error(a + " needs a number of processes");
+      size_t used = 0;
+      long long n = -1;
+      try {
+        n = std::stoll(tmp, &used);
+      } catch (const std::exception&) {
+      }
+      if (used != tmp.size() || n < 1 || n > 4096) return usage_error(a + " " + tmp + ": expected 1..4096");
+      opt.np = n;
     } else if (a == "--output" || a == "--input") {
       if (!need(a.c_str(), opt.file)) return usage_error(a + " needs a path");
     } else if (a == "--port") {
@@ -177,7 +193,7 @@ int run_cli(int argc, char** argv) {
   }
 
   static const char* kCommands[] = {"run", "validate", "eval", "sample", "export", "import", "keys",
-                                    "keygen", "dashboard", "report", "plot", "calibrate"};
+                                    "keygen", "dashboard", "report", "plot", "calibrate", "launch"};
   bool known = false;
   for (const char* c : kCommands) known = known || opt.command == c;
   if (!known) return usage_error("unknown command '" + opt.command + "'");
@@ -228,7 +244,17 @@ int run_cli(int argc, char** argv) {
   spdlog::set_level(spdlog::level::from_str(spec.log.level));
 
   if (opt.command == "validate") return command_validate(opt, spec);
-  if (opt.command == "run") return command_run(opt, spec);
+  if (opt.command == "run") {
+    launch_report_start();
+    const int rc = command_run(opt, spec);
+    launch_report_exit(rc);
+    return rc;
+  }
+  if (opt.command == "launch") {
+    char self[4096] = {};
+    const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+    return command_launch(opt, spec, n > 0 ? self : argv[0]);
+  }
   if (opt.command == "eval") return command_eval(opt, spec);
   if (opt.command == "sample") return command_sample(opt, spec);
   if (opt.command == "export") return command_export(opt, spec);

@@ -34,6 +34,7 @@ struct CliOptions {
   bool out_given = false;           // calibrate: --out FILE (in `file`)
   int64_t repeat = 0;               // calibrate: --repeat N timed steps (0: the default)
   std::string cost_model;           // calibrate: --model flops|measured ("": measured unless flops fits)
+  int64_t np = 0;                   // launch: -np N processes (0: the spec's topology.processes)
 };
 
 int run_cli(int argc, char** argv);
@@ -47,6 +48,14 @@ int check_input_checkpoints(const Spec& spec);
 // Command implementations (launch/commands_*.cpp). Each returns an ExitCode.
 int command_validate(const CliOptions& options, const Spec& spec);
 int command_run(const CliOptions& options, const Spec& spec);
+// `troupe launch`: mpirun with the right flags, signals forwarded to process
+// 0, process 0's status returned (commands/launch.cpp). `self` is this
+// executable's path.
+int command_launch(const CliOptions& options, const Spec& spec, const char* self);
+// Under `troupe launch`, process 0 reports its pid when it starts and its
+// exit status when it ends (no-ops otherwise).
+void launch_report_start();
+void launch_report_exit(int status);
 int command_eval(const CliOptions& options, const Spec& spec);
 int command_sample(const CliOptions& options, const Spec& spec);
 int command_export(const CliOptions& options, const Spec& spec);

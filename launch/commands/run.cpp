@@ -263,6 +263,7 @@ int command_run(const CliOptions&, const Spec& spec) {
   std::shared_ptr<runtime::ClusterComm> comm;
   if (world > 1) comm = std::make_shared<MpiComm>(*session);
   const int rc = run_process(spec, comm);
+  launch_report_exit(rc);  // `troupe launch` returns process 0's own status
   // A peer process was lost and survived: no MPI call any more, not even
   // MPI_Finalize (it can wait forever on the dead peer), so end here.
   if (world > 1 && runtime::survived_process_loss()) {
