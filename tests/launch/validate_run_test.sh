@@ -52,7 +52,7 @@ expect_exit 0 "$troupe" validate "${tiny[@]}" --set topology.interface='"localho
 # More memory than the machine (or run.memory_limit) has: refused with the
 # estimate, by both; validate prints the estimate of a spec that fits.
 agree 3 "the run needs about" --set run.memory_limit=0.001
-agree 3 "RL rollouts, KV cache and policy update" --set run.mode='"rl"' --set rl.group_size=1000000
+agree 3 "RL rollouts, KV cache and policy update" --set run.mode='"rl"' --set rl.group_size=1000000 --set rl.sft_fraction=0
 expect_exit 0 "$troupe" validate "${tiny[@]}"
 expect_output "memory: about "
 
