@@ -168,9 +168,9 @@ int run_sft_rl(const Spec& spec, MetricsWriter& metrics, ProgressStyle style, co
   };
   row(sft_rows, sft_before, sft_after);
   row(target_rows, rs.first_eval, rs.last_eval);
-  std::snprintf(line, sizeof line, "  %s; SFT %lld steps in %.0f s, RL %lld steps in %.0f s, evaluations %.0f s\n",
+  std::snprintf(line, sizeof line, "  %s; SFT %lld steps in %.0f s, RL %lld steps in %.0f s (with its evaluations)\n",
                 split.c_str(), static_cast<long long>(skip_sft ? 0 : spec.run.steps), skip_sft ? 0.0 : sft_seconds,
-                static_cast<long long>(rs.steps_done), rl_seconds, eval_seconds);
+                static_cast<long long>(rs.steps_done), rl_seconds + eval_seconds);
   table += line;
   std::printf("%s", table.c_str());
   std::fflush(stdout);

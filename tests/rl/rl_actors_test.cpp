@@ -131,6 +131,43 @@ TEST(RlActors, FixedLagZeroEqualsSynchronousLoop) {
   }
 }
 
+// rl.sft_fraction through the actors: the generators and the trainer each
+// build the mixed task from the options (no test task here), so eta = 0
+// still equals the synchronous loop bit for bit; the mix changes what is
+// trained, and every evaluation scores the SFT side of the split too.
+TEST(RlActors, SftSidePromptsThroughTheActorsEqualTheSynchronousLoop) {
+  rl::RlTrainOptions o = small(3);
+  o.data.source = model::DataKind::addition;
+  o.data.digits = 1;
+  o.data.target_pairs = "6-9+6-9";
+  o.data.target_column = 0;
+  o.rl.prompts_per_step = 4;
+  o.rl.sft_fraction = 0.5;
+  const auto sync_run = [](const rl::RlTrainOptions& opt, Recorder& rec, rl::RlEvalMetrics& first) {
+    rl::RlTrainer tr(opt);
+    first = tr.evaluate();
+    rec.on_eval(first);
+    for (int64_t i = 0; i < opt.steps; ++i) rec.on_step(tr.step());
+    rec.on_eval(tr.evaluate());
+    return tr.parameters();
+  };
+  Recorder sync;
+  rl::RlEvalMetrics first;
+  const std::vector<float> sync_params = sync_run(o, sync, first);
+  EXPECT_EQ(first.problems, 4);
+  EXPECT_EQ(first.sft_problems, 4) << "the SFT side is scored at every evaluation";
+  runtime::RlActorOptions a = decoupled(o, 0, 2, 1);
+  a.make_task = nullptr;  // every actor builds rl::make_task(options)
+  const auto r = run(a);
+  EXPECT_EQ(r->rec.steps, sync.steps);
+  EXPECT_EQ(r->rep.parameters, sync_params) << "eta = 0 with the mixed task must equal the synchronous loop";
+  EXPECT_EQ(r->rec.evals, sync.evals);
+  expect_exactly_once(r->rep, o);
+  Recorder unmixed;
+  o.rl.sft_fraction = 0.0;
+  EXPECT_NE(sync_run(o, unmixed, first), sync_params) << "the SFT-side prompts must change the training";
+}
+
 TEST(RlActors, FixedLagIsDeterministicAndExactlyStale) {
   const rl::RlTrainOptions o = small(5);
   std::vector<float> on_policy = run(decoupled(o, 0, 1, 1))->rep.parameters;
