@@ -45,8 +45,11 @@ for sig in INT HUP; do
 done
 # Process 0 killed outright: mpirun (with recovery) exits 0; the launcher does not.
 start_long killed
-pid0=""
-for _ in $(seq 100); do pid0=$(cat /tmp/troupe-launch-*/pid 2>/dev/null | head -1); [ -n "$pid0" ] && break; sleep 0.1; done
+pid0=""  # rank 0 of this run: its environment says so
+for p in $(pgrep -f "$work/killed"); do
+  tr '\0' '\n' < "/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=0" && { pid0=$p; break; }
+done
+[ -n "$pid0" ] || fail "could not find process 0 of the launched run"
 [ -n "$pid0" ] && kill -9 "$pid0"
 wait "$pid"; rc=$?
 [ "$rc" -eq 1 ] || fail "process 0 killed: launcher exit $rc, expected 1:\n$(tail -5 "$work/killed.out")"
