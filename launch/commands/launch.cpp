@@ -10,12 +10,12 @@
 // killed process 0 gives 0). Process 0 reports its pid and status through
 // files in a private directory named by TROUPE_LAUNCH_DIR (launch_report_*).
 #include <signal.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
