@@ -117,26 +117,23 @@ def s(cxs):
     return out
 
 
-def children(c):
+def _visit_all(c, recurse):
     out = []
 
     def visit(child, parent, data):
         out.append(child)
-        return 1  # continue
+        return 2 if recurse else 1  # CXChildVisit_Recurse / _Continue
 
     lib.clang_visitChildren(c, VISITOR(visit), None)
     return out
+
+
+def children(c):
+    return _visit_all(c, recurse=False)
 
 
 def descendants(c):
-    out = []
-
-    def visit(child, parent, data):
-        out.append(child)
-        return 2  # recurse
-
-    lib.clang_visitChildren(c, VISITOR(visit), None)
-    return out
+    return _visit_all(c, recurse=True)
 
 
 _file_cache = {}

@@ -324,9 +324,8 @@ int command_validate(const CliOptions&, const Spec& spec) {
   std::printf("%s: ok\n", spec.source.c_str());
   if (spec.run.mode == RunMode::sft_rl) describe_sft_rl(spec);
   else describe(spec);
-  const double limit = spec.run.memory_limit > 0 ? spec.run.memory_limit * 1024.0 * 1024 * 1024 : machine_memory_bytes();
   std::printf("memory: %s, of %.3g GiB (%s)\n", estimate_memory(spec).describe().c_str(),
-              limit / (1024.0 * 1024 * 1024), spec.run.memory_limit > 0 ? "run.memory_limit" : "this machine");
+              memory_limit_bytes(spec) / (1024.0 * 1024 * 1024), spec.run.memory_limit > 0 ? "run.memory_limit" : "this machine");
   return kExitOk;
 }
 

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "model/params.hpp"
+#include "rl/task.hpp"
 
 namespace troupe::launch {
 
@@ -74,10 +75,10 @@ MemoryEstimate estimate_memory(const Spec& s) {
     const rl::RlConfig& r = s.rl;
     const double rows = static_cast<double>(std::max<int64_t>(1, r.prompts_per_step)) *
                         static_cast<double>(std::max<int64_t>(1, r.group_size));
-    // Rows are the prompt (at most 2 x width + 3 tokens for addition) plus
-    // the completion, within seq_len.
-    const int64_t width = s.data.width > 0 ? s.data.width : s.data.digits;
-    const int64_t len = std::min<int64_t>(m.seq_len, 2 * width + 3 + r.max_new_tokens + 1);
+    // Rows are the task's longest prompt plus the completion, within seq_len
+    // (RL runs are validated to have the addition task before this runs).
+    const int64_t prompt = rl::make_addition_task(s.data, static_cast<uint64_t>(s.run.seed), r.verifier)->max_prompt_tokens();
+    const int64_t len = std::min<int64_t>(m.seq_len, std::max<int64_t>(prompt, 1) + r.max_new_tokens + 1);
     const double copies = 1.0 + (rl::decoupled(r.sync) ? static_cast<double>(r.generators) : 0.0);  // reference, generators
     const double kv = rows * static_cast<double>(m.n_layers) * 2.0 * static_cast<double>(len) *
                       static_cast<double>(m.d_model);
@@ -85,6 +86,10 @@ MemoryEstimate estimate_memory(const Spec& s) {
     e.rl = kFloat * (copies * P + kv + update);
   }
   return e;
+}
+
+double memory_limit_bytes(const Spec& s) {
+  return s.run.memory_limit > 0 ? s.run.memory_limit * 1024.0 * 1024 * 1024 : machine_memory_bytes();
 }
 
 // Physical memory of this machine in bytes (MemTotal), or 0 when unknown.
@@ -105,7 +110,7 @@ void check_memory(const Spec& s, SpecSites& p) {
   if (s.topology.device_kind == DeviceKind::sim) return;  // the sim allocates no model
   const MemoryEstimate e = estimate_memory(s);
   const bool limited = s.run.memory_limit > 0;
-  const double limit = limited ? s.run.memory_limit * 1024.0 * 1024 * 1024 : machine_memory_bytes();
+  const double limit = memory_limit_bytes(s);
   if (limit <= 0 || e.total() <= limit) return;
   const std::string where = limited ? "run.memory_limit = " + num_text(s.run.memory_limit) + " GiB"
                                     : "this machine's " + std::to_string(static_cast<long long>(limit / (1024.0 * 1024 * 1024) + 0.5)) +

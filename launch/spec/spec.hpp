@@ -209,6 +209,7 @@ struct MemoryEstimate {
 };
 MemoryEstimate estimate_memory(const Spec& spec);
 double machine_memory_bytes();  // MemTotal, 0 when unknown
+double memory_limit_bytes(const Spec& spec);  // run.memory_limit, else the machine's
 
 // True when the spec's topology goes beyond one device running the whole
 // model sequentially (devices, stages, schedule, optimizer_shards or
