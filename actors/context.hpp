@@ -142,11 +142,18 @@ struct Shared {
   // What the faults cost so far (Runtime::fault_summary); the coordinator writes it.
   mutable std::mutex stats_mu;
   mutable FaultSummary stats;
+  // When the run last did something, and whether a device has work (one
+  // process; null across processes): the coordinator's adaptive message
+  // deadline reads it (actors/device/activity.hpp).
+  std::shared_ptr<ActivityClock> activity;
   // The test seam on step messages (actors/supervision/interposer.hpp); null in production.
   std::shared_ptr<Interposer> interposer;
   // Faults on messages in flight ([[faults]] drop/duplicate/delay/pause), part
   // of the interposer chain; null when the run has none.
   std::shared_ptr<FaultInjector> injector;
+  // Finds a lost step message by the gap it leaves in its receiver's
+  // numbers (interposer.hpp); part of the chain when it has an injector.
+  std::shared_ptr<LossDetector> loss;
   // With a loss head (RuntimeOptions::loss_head): the batch of the next step
   // (Runtime::step_on sets it, the coordinator reads it at every attempt),
   // and the last finished step's head report, [global micro-batch] in order
@@ -204,7 +211,8 @@ inline constexpr int kNoDevice = -1;
 // the messages that cross between a cut-off device and the rest.
 template <class... Ts>
 void post(const Shared& sh, int from_device, const caf::actor& to, const Ts&... xs) {
-  if (sh.interposer) sh.interposer->send(from_device, to, caf::make_message(xs...));
+  if (sh.activity) sh.activity->event();
+  if (sh.interposer) sh.interposer->send(from_device, to, caf::make_message(xs...), Link{});
   else caf::anon_send(to, xs...);
 }
 

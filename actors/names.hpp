@@ -251,6 +251,7 @@ struct RestartEvent {
   bool replayed = false;  // the running step was discarded and is run again
   bool deadline = false;  // no actor died: the step missed its deadline (actor: what it waited for)
   bool damaged = false;   // no actor died: `actor` dropped a message damaged in flight (cause: why)
+  bool gap = false;       // no actor died: a message was lost, seen by a sequence gap (actor: what the step waited for)
   // [experts] on_failure = "shrink": `actor` broke its restart budget and
   // its slot was removed instead of restarting it (expert shards per MoE
   // layer shards_before -> shards_after).
@@ -267,6 +268,9 @@ struct RestartEvent {
              (replayed ? ", step replayed, attempt " + std::to_string(attempt) : ", between steps");
     if (damaged)
       return "step " + std::to_string(step) + " lost a message (" + actor + " dropped it as damaged: " + cause +
+             "): step replayed, attempt " + std::to_string(attempt);
+    if (gap)
+      return "step " + std::to_string(step) + " lost a message (" + cause + "; waiting for " + actor +
              "): step replayed, attempt " + std::to_string(attempt);
     if (deadline)
       return "step " + std::to_string(step) + " missed its deadline (" + cause + "; waiting for " + actor +

@@ -18,6 +18,7 @@
 #include "actors/schedule/schedule.hpp"
 #include "actors/supervision/chaos.hpp"
 #include "actors/supervision/elastic.hpp"
+#include "actors/supervision/suspicion.hpp"
 #include "model/checkpoint.hpp"
 #include "model/loss_head.hpp"
 #include "model/trainer.hpp"
@@ -152,9 +153,24 @@ struct RuntimeOptions {
   // A step that has not finished this many seconds after it started (a lost
   // message, a frozen actor) is discarded and replayed; more than
   // max_restarts replays of one step fail the run naming what it waited for.
-  // 0: max(3 s, 4 x the slowest step so far), 120 s for the first step (OpenCL kernels may compile) (in
-  // one process; across processes 0 means none: peer_timeout covers them).
+  // 0: adaptive (in one process; across processes 0 means none: peer_timeout
+  // covers them). Two deadlines learn from the run (suspicion.hpp):
+  //  - the message deadline: the run is silent (no step message posted, no
+  //    device with work) for longer than message_suspicion allows, learnt
+  //    from the longest silence of each fault-free step; a lost message or a
+  //    frozen actor shows as silence within a few of the run's message gaps;
+  //  - the step deadline: the attempt is older than step_suspicion allows,
+  //    learnt from the fault-free steps' lengths (what silence cannot see:
+  //    a device that computes forever).
+  // Until they have samples: no message deadline on the first step, then 2 x
+  // the slowest step so far; a step deadline of 120 s on the first step
+  // (OpenCL kernels may compile), then max(3 s, 4 x the slowest step). Each
+  // replay of a step on a deadline doubles that deadline for its next attempt
+  // (a long pause or partition is waited out, not replayed forever); message
+  // deadline replays do not count against max_restarts, step deadline ones do.
   double step_deadline = 0.0;
+  SuspicionOptions message_suspicion{256, 8, 8.0, 0.25, 2.0, 0.005, 0.0};
+  SuspicionOptions step_suspicion{256, 8, 8.0, 0.25, 4.0, 1.0, 0.0};
   std::function<void(const RestartEvent&)> on_restart;  // called on the coordinator's thread
   // train() ends (or fails) with the fault summary (chaos.hpp) of the run.
   std::function<void(const FaultSummary&)> on_fault_summary;
@@ -164,6 +180,13 @@ struct RuntimeOptions {
   int processes = 1;
   std::string interface = "127.0.0.1";  // address CAF ports bind to
   double peer_timeout = 3.0;            // seconds without traffic before a peer counts as lost
+  // Sooner than that, process 0 suspects a process whose heartbeats (every
+  // heartbeat_interval seconds) stop for longer than peer_suspicion allows,
+  // learnt from the gaps between the heartbeats it has seen (suspicion.hpp);
+  // at most peer_timeout. A stopped process is then found in well under a
+  // second; CAF's own heartbeat and peer_timeout remain the backstop.
+  double heartbeat_interval = 0.05;
+  SuspicionOptions peer_suspicion{256, 2, 8.0, 0.25, 3.0, 0.5, 0.0};
   ProcessLoss process_loss = ProcessLoss::recover;  // 2 processes: restart process 1's actors on process 0
   // Between processes: mutual TLS with one cluster key (cluster_tls.hpp), read
   // from auth_dir, or made by process 0 and sent over MPI when auth_dir is "".

@@ -289,9 +289,20 @@ struct Runtime::Impl {
     s.live = std::make_shared<const Plan>(s.plan);
     // Test hooks (duplicate_sends, corrupt_combine, replay_stale) act through the seam only.
     s.hooks = current_test_hooks();
-    Interposers seam = make_interposer(o, s.hooks.get(), s.plan.moe_layers.empty() ? -1 : s.plan.moe_layers.front());
+    // A gap goes to the coordinator (the Shared outlives its interposers).
+    auto on_gap = [&s](uint64_t epoch) {
+      caf::actor coordinator;
+      {
+        std::lock_guard<std::mutex> lock(s.peers_mu);
+        coordinator = s.peers.coordinator;
+      }
+      if (coordinator) caf::anon_send(coordinator, rt::gap_atom_v, epoch);
+    };
+    Interposers seam =
+        make_interposer(o, s.hooks.get(), s.plan.moe_layers.empty() ? -1 : s.plan.moe_layers.front(), on_gap);
     s.interposer = std::move(seam.chain);
     s.injector = std::move(seam.injector);
+    s.loss = std::move(seam.loss);
     stale = std::move(seam.stale);
     if (!t.resume_from.empty()) {
       resume(s);
@@ -320,6 +331,10 @@ struct Runtime::Impl {
       for (auto& d : devices)
         if (d) d->enable_trace(4096);
     for (auto& d : devices) s.devices.push_back(d.get());
+    if (o.processes == 1) {  // the adaptive message deadline (coordinator.cpp) watches one process's activity
+      s.activity = std::make_shared<ActivityClock>();
+      for (auto& d : devices) d->watch_activity(s.activity);
+    }
 
     cfg = std::make_unique<caf::actor_system_config>();
     register_caf_types(*cfg);

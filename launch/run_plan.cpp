@@ -78,6 +78,7 @@ runtime::RuntimeOptions base_options(const Spec& spec) {
   r.processes = static_cast<int>(spec.topology.processes);
   r.interface = spec.topology.interface;
   r.peer_timeout = spec.topology.peer_timeout;
+  r.peer_suspicion.floor = spec.topology.heartbeat_pause;
   r.process_loss = spec.topology.process_loss;
   r.auth = spec.topology.auth;
   r.auth_dir = spec.topology.auth_dir;

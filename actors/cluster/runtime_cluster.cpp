@@ -24,6 +24,7 @@
 #include "actors/cluster/cluster_tls.hpp"
 #include "actors/cluster/interface_address.hpp"
 #include "actors/names.hpp"
+#include "actors/supervision/suspicion.hpp"
 #include "actors/transport/caf_middleman.hpp"
 #include "actors/transport/envelope_shm.hpp"
 #include "actors/transport/tcp_nodelay.hpp"
@@ -111,6 +112,16 @@ struct DirState {
   caf::actor waiter;                                        // processes > 0: serve()'s scoped actor
   caf::message event;                                       // shutdown or lost, kept until a waiter asks
   bool closing = false, failed = false;
+  // Heartbeats (RuntimeOptions::heartbeat_interval): a process p > 0 sends
+  // them to beat_to (process 0's directory); process 0 learns each
+  // process's gaps and suspects one whose heartbeats stop.
+  caf::actor beat_to;
+  struct Beats {
+    std::chrono::steady_clock::time_point last;
+    Suspicion gaps;
+  };
+  std::map<int, Beats> beats;
+  bool checking = false;
 };
 
 using Dir = caf::stateful_actor<DirState>;
@@ -121,25 +132,22 @@ void notify(Dir* self, caf::message m) {
   if (s.waiter) self->send(s.waiter, std::move(m));
 }
 
-// A watched remote actor went down outside a shutdown: its process is lost.
-void on_down(Dir* self, const caf::down_msg& dm) {
+// Process p is lost: `how` it was found, `noticed` at which of its actors
+// (or by its heartbeats).
+void lose_process(Dir* self, int p, std::string how, const std::string& noticed) {
   auto& s = self->state;
-  auto it = s.watched.find(dm.source);
-  if (it == s.watched.end()) return;
-  const int p = it->second.first;
   const bool known = s.lost->has(p);
   s.lost->add(p);
   if (s.closing || s.failed) return;
   if (s.me == 0 && p != 0 && s.recover) {
     if (known) return;  // one report per lost process
     g_survived_loss = true;
-    // Dead, or hung (a stopped process is found by the heartbeat timeout):
-    // make sure it is dead, so a stopped one cannot come back half-way with
+    // Dead, or hung (a stopped process is found by its heartbeats): make
+    // sure it is dead, so a stopped one cannot come back half-way with
     // messages of an abandoned step. Its pid means something only here.
-    std::string how = self->system().render(dm.reason);
     if (auto pid = s.pids.find(p); pid != s.pids.end() && s.one_host && ::kill(pid->second, SIGKILL) == 0)
       how += "; SIGKILLed pid " + std::to_string(pid->second);
-    const std::string what = "process " + std::to_string(p) + " lost (" + how + ", noticed at " + it->second.second + ")";
+    const std::string what = "process " + std::to_string(p) + " lost (" + how + ", noticed at " + noticed + ")";
     std::fprintf(stderr, "troupe[process 0]: %s; recovering its actors on process 0: %s\n", what.c_str(),
                  join(s.place.actors_on(p)).c_str());
     if (s.coordinator) self->send(s.coordinator, rt::lost_atom_v, what);
@@ -148,14 +156,45 @@ void on_down(Dir* self, const caf::down_msg& dm) {
   // Processes > 0 leave lost siblings to process 0, which ends the run.
   if (s.me != 0 && p != 0) return;
   s.failed = true;
-  const std::string what = "process " + std::to_string(p) + " lost (" + self->system().render(dm.reason) +
-                           ", noticed at " + it->second.second + "); its actors are gone: " +
-                           join(s.place.actors_on(p));
+  const std::string what = "process " + std::to_string(p) + " lost (" + how + ", noticed at " + noticed +
+                           "); its actors are gone: " + join(s.place.actors_on(p));
   std::fprintf(stderr, "troupe[process %d]: %s\n", s.me, what.c_str());
   if (s.me == 0 && s.coordinator) self->send(s.coordinator, rt::fail_atom_v, what);
   notify(self, caf::make_message(rt::lost_atom_v, what));
   // Backstop: the process must end even if some request never returns.
   self->delayed_send(self, s.grace, rt::abort_atom_v, what);
+}
+
+// A watched remote actor went down outside a shutdown: its process is lost.
+void on_down(Dir* self, const caf::down_msg& dm) {
+  auto& s = self->state;
+  auto it = s.watched.find(dm.source);
+  if (it == s.watched.end()) return;
+  lose_process(self, it->second.first, self->system().render(dm.reason), it->second.second);
+}
+
+// Process 0, every half heartbeat interval: has a process's silence grown
+// past what its heartbeat gaps so far allow (phi-accrual)?
+void check_heartbeats(Dir* self) {
+  auto& s = self->state;
+  if (s.closing || s.failed) {
+    s.checking = false;
+    return;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& [p, b] : s.beats) {
+    if (s.lost->has(p) || !b.gaps.ready()) continue;
+    const double silent = std::chrono::duration<double>(now - b.last).count();
+    const double limit = b.gaps.deadline();
+    if (silent < limit) continue;
+    char how[160];
+    std::snprintf(how, sizeof how, "no heartbeat for %.0f ms; adaptive deadline %.0f ms after %zu heartbeat gaps of %.0f ms mean",
+                  1e3 * silent, 1e3 * limit, b.gaps.samples(), 1e3 * b.gaps.mean());
+    lose_process(self, p, how, "its heartbeats");
+  }
+  const double interval = s.sh->opt.heartbeat_interval;
+  self->delayed_send(self, std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(interval / 2)),
+                     rt::beat_atom_v, rt::tick_atom_v);
 }
 
 // Makes (on this process) the plan of the expert layout `x`.
@@ -270,6 +309,44 @@ caf::behavior directory(Dir* self, std::shared_ptr<Shared> sh, std::shared_ptr<L
         self->state.pids[process] = pid;
         self->state.one_host = one_host;
       },
+      // Heartbeats. A process p > 0 starts sending them to `to` (process 0's directory) ...
+      [self](rt::beat_atom, const caf::actor& to) {
+        self->state.beat_to = to;
+        self->send(self, rt::beat_atom_v);
+      },
+      // ... and sends one every heartbeat_interval until it closes.
+      [self](rt::beat_atom) {
+        auto& s = self->state;
+        if (s.closing || !s.beat_to) return;
+        self->send(s.beat_to, rt::beat_atom_v, static_cast<int32_t>(s.me));
+        self->delayed_send(self, std::chrono::duration_cast<caf::timespan>(std::chrono::duration<double>(s.sh->opt.heartbeat_interval)),
+                           rt::beat_atom_v);
+      },
+      // Process 0: one from process `from`.
+      [self](rt::beat_atom, int32_t from) {
+        auto& s = self->state;
+        const auto now = std::chrono::steady_clock::now();
+        auto it = s.beats.find(from);
+        if (it == s.beats.end()) {
+          SuspicionOptions o = s.sh->opt.peer_suspicion;
+          o.ceiling = o.ceiling > 0 ? std::min(o.ceiling, s.sh->opt.peer_timeout) : s.sh->opt.peer_timeout;
+          // Seeded as Akka seeds its detector (first-heartbeat-estimate):
+          // two gaps of the interval -+ a quarter, so it judges from the first
+          // heartbeat on; real gaps soon outweigh them.
+          Suspicion gaps(o);
+          gaps.observe(0.75 * s.sh->opt.heartbeat_interval);
+          gaps.observe(1.25 * s.sh->opt.heartbeat_interval);
+          s.beats.emplace(from, DirState::Beats{now, std::move(gaps)});
+        } else {
+          it->second.gaps.observe(std::chrono::duration<double>(now - it->second.last).count());
+          it->second.last = now;
+        }
+        if (!s.checking) {
+          s.checking = true;
+          check_heartbeats(self);
+        }
+      },
+      [self](rt::beat_atom, rt::tick_atom) { check_heartbeats(self); },
       [self](rt::abort_atom, const std::string& what) {
         std::fprintf(stderr, "troupe[process %d]: %s; still running %.0f s later, exiting now\n", self->state.me,
                      what.c_str(), std::chrono::duration<double>(self->state.grace).count());
@@ -441,6 +518,7 @@ void Cluster::bring_up() {
   if (me_ != 0) {
     sh_->peers.coordinator = lookup(sys_, dirs_[0], "coordinator", timeout_, 0);
     caf::anon_send(dir_, rt::watch_atom_v, int32_t{0}, std::string("coordinator"), sh_->peers.coordinator);
+    caf::anon_send(dir_, rt::beat_atom_v, dirs_[0]);  // heartbeats to process 0
   }
 }
 

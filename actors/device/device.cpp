@@ -55,9 +55,15 @@ void Device::submit(Work work, OnError on_error, TraceLabel label) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (stop_) throw std::logic_error("Device::submit after shutdown");
+    if (activity_) activity_->work_queued();
     queue_.push_back(Item{std::move(work), std::move(on_error), label});
   }
   cv_.notify_one();
+}
+
+void Device::watch_activity(std::shared_ptr<ActivityClock> clock) {
+  std::lock_guard<std::mutex> lk(mu_);
+  activity_ = std::move(clock);
 }
 
 void Device::drain() {
@@ -141,6 +147,7 @@ void Device::loop() {
       if (record) events_.push_back(TraceEvent{item.label, t0, t1});
       running_ = false;
       ++completed_;
+      if (activity_) activity_->work_done();
     }
     idle_cv_.notify_all();
   }

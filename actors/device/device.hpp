@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "actors/device/activity.hpp"
 #include "kernels/backend.hpp"
 
 namespace troupe::runtime {
@@ -77,6 +78,10 @@ class Device {
   uint64_t slowed() const;
   double slowed_seconds() const;
 
+  // Reports queued and finished closures to `clock` (the run's activity
+  // clock, actors/device/activity.hpp). Call before the first submit.
+  void watch_activity(std::shared_ptr<ActivityClock> clock);
+
   // Blocks until every closure submitted so far has run (tests, shutdown).
   void drain();
   // Closures run since start.
@@ -101,6 +106,7 @@ class Device {
   bool stop_ = false, running_ = false;
   uint64_t completed_ = 0;
   double slow_factor_ = 1.0;
+  std::shared_ptr<ActivityClock> activity_;
   std::chrono::steady_clock::time_point slow_until_{};
   uint64_t slowed_ = 0;
   double slowed_seconds_ = 0.0;

@@ -73,6 +73,7 @@ struct RlProcesses {
   std::string auth_dir;                // tls: the cluster key; "" = process 0 makes one for the run
   std::string interface = "127.0.0.1";
   double peer_timeout = 3.0;           // seconds without traffic before a peer process counts as lost
+  double heartbeat_pause = 0.5;        // the least heartbeat silence taken for a process's loss (RuntimeOptions::peer_suspicion)
   int64_t bulk_shm_bytes = 1 << 16;    // one host: envelopes this large go through shared memory (0 = never)
   bool recover = true;                 // a lost process: its generators restart on process 0 (false: the run fails)
   // [[faults]] kind "kill" on "process:P" (launch/commands/rl.cpp): this

@@ -91,7 +91,7 @@ bool latest_mode(const DriverState& s) { return s.sh->opt->train.rl.sync == rl::
 // the fault injector when the run has message faults on them.
 template <class... Ts>
 void to_actor(caf::event_based_actor* self, DriverState& s, const caf::actor& to, Ts&&... xs) {
-  if (s.injector) s.injector->send(-1, to, caf::make_message(std::forward<Ts>(xs)...));
+  if (s.injector) s.injector->send(-1, to, caf::make_message(std::forward<Ts>(xs)...), runtime::Link{});
   else self->send(to, std::forward<Ts>(xs)...);
 }
 

@@ -41,6 +41,7 @@ RuntimeOptions cluster_options(const RlProcesses& p) {
   o.auth_dir = p.auth_dir;
   o.interface = p.interface;
   o.peer_timeout = p.peer_timeout;
+  o.peer_suspicion.floor = p.heartbeat_pause;
   return o;
 }
 

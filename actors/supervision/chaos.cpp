@@ -194,9 +194,10 @@ std::string FaultSummary::str() const {
   }
   char line[256];
   std::snprintf(line, sizeof line,
-                "), %lld recovered; %lld restart(s), %lld replayed attempt(s), %lld damaged message(s) dropped\n",
+                "), %lld recovered; %lld restart(s), %lld replayed attempt(s) (%lld on a deadline, %lld on a "
+                "sequence gap), %lld damaged message(s) dropped\n",
                 static_cast<long long>(recovered), static_cast<long long>(restarts), static_cast<long long>(replays),
-                static_cast<long long>(damaged));
+                static_cast<long long>(suspicions), static_cast<long long>(gaps), static_cast<long long>(damaged));
   s += line;
   std::snprintf(line, sizeof line, "time: %lld step(s) in %.3f s, %.3f s lost to faults, goodput %.1f%%\n",
                 static_cast<long long>(steps), wall_seconds, lost_seconds(), 100.0 * goodput());

@@ -62,6 +62,8 @@ struct FaultSummary {
   int64_t recovered = 0;   // of those, faults whose step then finished
   int64_t restarts = 0;    // actors respawned by the supervisor
   int64_t replays = 0;     // step attempts discarded (an actor died, or the deadline fired)
+  int64_t suspicions = 0;  // of those, deadline replays (nothing reported a loss; in a fault-free run: false ones)
+  int64_t gaps = 0;        // of those, losses found by a sequence gap (interposer.hpp, LossDetector)
   int64_t damaged = 0;     // messages receivers dropped as damaged in flight (corrupt)
   int64_t partitioned = 0; // step messages a partition held back until its window ended
   int64_t steps = 0;       // steps finished

@@ -52,6 +52,11 @@ struct CoordState {
   std::chrono::steady_clock::time_point started;  // of the running attempt
   double slowest = 0.0;          // seconds of the slowest finished step
   uint32_t deadline_replays = 0;  // of the running step
+  uint32_t quiet_replays = 0;     // of those, on the message deadline (not counted against max_restarts)
+  // Adaptive deadlines (RuntimeOptions::step_deadline = 0; suspicion.hpp):
+  // the fault-free steps' lengths and longest silences.
+  Suspicion step_times, silences;
+  bool first_finished = false;  // the runtime's first step (warm-up, kernel compiles) is not a sample
   uint64_t damaged = 0;           // Envelopes receivers dropped as damaged in flight
   // The fault summary's bookkeeping for the running step.
   std::chrono::steady_clock::time_point first_started;  // its first attempt
@@ -130,6 +135,13 @@ void maybe_finish(Self* self) {
   const double lr = model::learning_rate(sh.opt.train.optim, static_cast<int64_t>(s.step), sh.opt.train.steps);
   const auto now = std::chrono::steady_clock::now();
   s.slowest = std::max(s.slowest, std::chrono::duration<double>(now - s.started).count());
+  // A sample of what a fault-free step looks like (no fault armed in it, not
+  // replayed, not the first).
+  if (s.first_finished && s.attempt == 0 && s.armed == 0) {
+    s.step_times.observe(std::chrono::duration<double>(now - s.started).count());
+    if (sh.activity) s.silences.observe(1e-9 * static_cast<double>(sh.activity->longest_silence_ns()));
+  }
+  s.first_finished = true;
   update_stats(sh, [&](FaultSummary& st) {
     ++st.steps;
     st.useful_seconds += std::chrono::duration<double>(now - s.started).count();
@@ -147,6 +159,7 @@ void maybe_finish(Self* self) {
   s.message_fault_role.clear();
   s.repairing = false;
   s.deadline_replays = 0;
+  s.quiet_replays = 0;
   s.running = false;
   s.sup->commit();
   ++s.step;
@@ -173,6 +186,32 @@ void maybe_clip(Self* self) {
     for (const caf::actor& a : all_shards(sh)) post(sh, kNoDevice, a, rt::load_atom_v, s.step, s.attempt, loads);
   }
   for (const caf::actor& a : all_shards(sh)) post(sh, kNoDevice, a, rt::clip_atom_v, s.step, s.attempt, s.norm);
+}
+
+// Seconds as the delayed_send duration.
+std::chrono::microseconds seconds(double t) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::duration<double>(t));
+}
+
+// The running attempt's step deadline: the explicit one, or the adaptive one
+// (RuntimeOptions::step_deadline), doubled by each replay of the step.
+double step_deadline(const CoordState& s) {
+  const RuntimeOptions& o = s.sh->opt;
+  if (o.step_deadline > 0) return o.step_deadline;
+  const double base = s.step_times.ready() ? s.step_times.deadline()
+                      : s.slowest > 0      ? std::max(3.0, 4.0 * s.slowest)
+                                           : 120.0;  // first step: OpenCL kernels may compile
+  return std::ldexp(base, static_cast<int>(std::min<uint32_t>(s.deadline_replays, 16)));
+}
+
+// The running attempt's message deadline: how long the run may stay silent
+// (RuntimeOptions::step_deadline); 0: none (an explicit step_deadline, more
+// than one process, or the first step).
+double message_deadline(const CoordState& s) {
+  const RuntimeOptions& o = s.sh->opt;
+  if (o.step_deadline > 0 || !s.sh->activity) return 0.0;
+  const double base = s.silences.ready() ? s.silences.deadline() : 2.0 * s.slowest;
+  return std::ldexp(base, static_cast<int>(std::min<uint32_t>(s.quiet_replays, 16)));
 }
 
 // Arms the [[faults]] of this step: the target dies on its k-th message.
@@ -266,15 +305,17 @@ void start_step(Self* self) {
   // The step's deadline (a lost message or a frozen actor never ends it).
   s.started = std::chrono::steady_clock::now();
   if (s.attempt == 0) s.first_started = s.started;
-  const double limit = sh.opt.step_deadline > 0 ? sh.opt.step_deadline
-                       : s.slowest > 0          ? std::max(3.0, 4.0 * s.slowest)
-                                                : 120.0;  // first step: OpenCL kernels may compile
   // Across processes a lost or hung peer is the cluster's to report
   // (peer_timeout); replays there are not built yet, so only an explicit
   // step_deadline arms one.
-  if (sh.opt.processes == 1 || sh.opt.step_deadline > 0)
-    self->delayed_send(self, std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::duration<double>(limit)),
-                       rt::deadline_atom_v, s.step, s.attempt, limit);
+  if (sh.opt.processes == 1 || sh.opt.step_deadline > 0) {
+    const double limit = step_deadline(s);
+    self->delayed_send(self, seconds(limit), rt::deadline_atom_v, s.step, s.attempt, limit);
+  }
+  if (sh.activity) sh.activity->reset();
+  if (sh.loss) sh.loss->set_epoch(LossDetector::epoch_of(s.step, s.attempt));
+  if (const double quiet = message_deadline(s); quiet > 0)
+    self->delayed_send(self, seconds(quiet), rt::quiet_atom_v, s.step, s.attempt);
   const int64_t n = Bm * S;
   for (int r = 0; r < sh.opt.data_parallel; ++r) {
     for (int j = 0; j < sh.plan.chunks; ++j) {
@@ -633,15 +674,10 @@ void on_child_down(Self* self, const caf::down_msg& m) {
   }
 }
 
-// The running attempt missed its deadline: no actor died, but a message was
-// lost or an actor is frozen. Discard the attempt and replay the step from
-// its snapshot (messages of the old attempt are dropped wherever they
-// arrive); more than max_restarts replays of one step fail the run.
-void on_deadline(Self* self, uint64_t step, uint32_t attempt, double limit) {
-  auto& s = self->state;
+// The actors that have not reported the running step done.
+std::string waiting_for(const CoordState& s) {
   const auto& sh = *s.sh;
-  if (!s.running || step != s.step || attempt != s.attempt || !s.error.empty()) return;  // it finished
-  std::string waiting;  // the actors that have not reported the step done
+  std::string waiting;
   const auto plan = live_plan(sh);
   for (int r = 0; r < sh.opt.data_parallel; ++r) {
     for (int k = 0; k < sh.plan.sl.num_ranks; ++k)
@@ -651,18 +687,39 @@ void on_deadline(Self* self, uint64_t step, uint32_t attempt, double limit) {
       if (!s.finished.count(std::make_pair(static_cast<uint32_t>(r), kExpertProducerBase + static_cast<uint32_t>(x))))
         waiting += (waiting.empty() ? "" : ", ") + plan->expert(r, x).name;
   }
-  if (waiting.empty()) waiting = "the optimizer shards";
-  char secs[32];
-  std::snprintf(secs, sizeof secs, "%.3g s", limit);
+  return waiting.empty() ? "the optimizer shards" : waiting;
+}
+
+std::string milliseconds_text(double seconds) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.3g ms", 1e3 * seconds);
+  return b;
+}
+
+// The running attempt missed a deadline: no actor died, but a message was
+// lost or an actor is frozen. Discard the attempt and replay the step from
+// its snapshot (messages of the old attempt are dropped wherever they
+// arrive). `quiet`: the message deadline (the run fell silent) rather than
+// the step deadline; more than max_restarts step deadline replays of one
+// step fail the run.
+void replay_on_deadline(Self* self, bool quiet, const std::string& cause) {
+  auto& s = self->state;
+  const auto& sh = *s.sh;
+  const std::string waiting = waiting_for(s);
   const int64_t step1 = static_cast<int64_t>(s.step) + 1;
-  if (static_cast<int>(++s.deadline_replays) > sh.opt.max_restarts) {
-    s.error = "step " + std::to_string(step1) + " made no progress within " + secs + " in " +
-              std::to_string(s.deadline_replays) + " attempt(s); waiting for " + waiting;
+  if (quiet) {
+    ++s.quiet_replays;
+  } else if (static_cast<int>(++s.deadline_replays) > sh.opt.max_restarts) {
+    s.error = "step " + std::to_string(step1) + " made " + cause + " in " + std::to_string(s.deadline_replays) +
+              " attempt(s); waiting for " + waiting;
     s.running = false;
     s.reply.deliver(caf::make_error(caf::sec::runtime_error, s.error));
     return;
   }
-  update_stats(sh, [&](FaultSummary& st) { ++st.replays; });
+  update_stats(sh, [&](FaultSummary& st) {
+    ++st.replays;
+    ++st.suspicions;
+  });
   repair_starts(s, s.message_fault_role);
   ++s.attempt;
   s.sup->restore_all(self, s.step, s.attempt);
@@ -671,9 +728,70 @@ void on_deadline(Self* self, uint64_t step, uint32_t attempt, double limit) {
   ev.step = step1;
   ev.attempt = static_cast<int>(s.attempt) + 1;
   ev.actor = waiting;
-  ev.cause = std::string("no progress within ") + secs;
+  ev.cause = cause;
   ev.replayed = true;
   ev.deadline = true;
+  try {
+    if (sh.on_restart) sh.on_restart(ev);
+  } catch (const std::exception&) {
+  }
+}
+
+void on_deadline(Self* self, uint64_t step, uint32_t attempt, double limit) {
+  auto& s = self->state;
+  if (!s.running || step != s.step || attempt != s.attempt || !s.error.empty()) return;  // it finished
+  char secs[32];
+  std::snprintf(secs, sizeof secs, "%.3g s", limit);
+  replay_on_deadline(self, false, std::string("no progress within ") + secs);
+}
+
+// The message deadline's check: has the run been silent (nothing posted, no
+// device with work) for as long as the deadline allows? If not, look again
+// when it could first have been.
+void on_quiet_check(Self* self, uint64_t step, uint32_t attempt) {
+  auto& s = self->state;
+  if (!s.running || step != s.step || attempt != s.attempt || !s.error.empty()) return;
+  const double limit = message_deadline(s);
+  const double silent = 1e-9 * static_cast<double>(s.sh->activity->silent_ns());
+  if (silent >= limit) {
+    replay_on_deadline(self, true,
+                       "no message for " + milliseconds_text(silent) + " (adaptive message deadline " + milliseconds_text(limit) + ")");
+    return;
+  }
+  self->delayed_send(self, seconds(std::max(limit - silent, 1e-4)), rt::quiet_atom_v, step, attempt);
+}
+
+// The loss detector saw a sequence gap in a message of attempt `epoch`
+// (interposer.hpp): a message of that attempt is lost for sure, so replay it
+// now, as for a damaged message; other attempts' gaps are history.
+void on_gap(Self* self, uint64_t epoch) {
+  auto& s = self->state;
+  const auto& sh = *s.sh;
+  if (!s.running || !s.error.empty() || epoch != LossDetector::epoch_of(s.step, s.attempt)) return;
+  const int64_t step1 = static_cast<int64_t>(s.step) + 1;
+  if (static_cast<int>(++s.deadline_replays) > sh.opt.max_restarts) {
+    s.error = "step " + std::to_string(step1) + " lost messages in " + std::to_string(s.deadline_replays) +
+              " attempt(s), more than max_restarts = " + std::to_string(sh.opt.max_restarts) +
+              " (last: a sequence gap)";
+    s.running = false;
+    s.reply.deliver(caf::make_error(caf::sec::runtime_error, s.error));
+    return;
+  }
+  update_stats(sh, [&](FaultSummary& st) {
+    ++st.replays;
+    ++st.gaps;
+  });
+  repair_starts(s, s.message_fault_role);
+  ++s.attempt;
+  s.sup->restore_all(self, s.step, s.attempt);
+  start_step(self);
+  RestartEvent ev;
+  ev.step = step1;
+  ev.attempt = static_cast<int>(s.attempt) + 1;
+  ev.actor = waiting_for(s);
+  ev.cause = "a gap in a message stream's sequence numbers";
+  ev.replayed = true;
+  ev.gap = true;
   try {
     if (sh.on_restart) sh.on_restart(ev);
   } catch (const std::exception&) {
@@ -728,6 +846,8 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
   if (!sh->opt.loss_head) st.data = model::make_data_source(o.data, o.seed, o.model.seq_len);  // else fed
   st.sup = std::make_unique<Supervisor>(sh);
   st.fault_armed.assign(sh->opt.faults.size(), false);
+  st.step_times = Suspicion(sh->opt.step_suspicion);
+  st.silences = Suspicion(sh->opt.message_suspicion);
   self->set_down_handler([self](caf::down_msg& m) { on_child_down(self, m); });
   return {
       [self](rt::step_atom) -> StepReply {
@@ -840,6 +960,8 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
         return rp;
       },
       [self](rt::deadline_atom, uint64_t step, uint32_t attempt, double limit) { on_deadline(self, step, attempt, limit); },
+      [self](rt::quiet_atom, uint64_t step, uint32_t attempt) { on_quiet_check(self, step, attempt); },
+      [self](rt::gap_atom, uint64_t epoch) { on_gap(self, epoch); },
       // A placement change (Runtime::step, between steps): the expert shards
       // become `shards` per MoE layer, split by `bounds` (empty: evenly),
       // holding the `copies` ((moe layer index, shard, expert) triples;

@@ -59,7 +59,7 @@ Envelope flip_one_bit(const Envelope& e, uint64_t draw) {
 
 }  // namespace
 
-void FaultInjector::send(int from_device, const caf::actor& to, caf::message msg) {
+void FaultInjector::send(int from_device, const caf::actor& to, caf::message msg, Link link) {
   std::unique_lock<std::mutex> lock(mu_);
   const auto now = Clock::now();
   Clock::time_point release{};  // > now: hold until then
@@ -120,23 +120,28 @@ void FaultInjector::send(int from_device, const caf::actor& to, caf::message msg
     it = done ? armed_.erase(it) : it + 1;
     if (copies == 0) return;  // lost
   }
-  // A later message to a target never overtakes one still held for it.
+  // A later message to a target never overtakes one still held for it, not
+  // even one whose time has come but that the release thread has not handed
+  // on yet: it queues behind it.
   if (auto last = last_release_.find(to.address()); last != last_release_.end() && last->second > now)
     release = std::max(release, last->second);
-  if (release > now) {
-    for (int i = 0; i < copies; ++i) held_.emplace(std::make_pair(release, seq_++), Held{from_device, to, msg});
+  const bool behind = unreleased_[to.address()] > 0;
+  if (release > now || behind) {
+    release = std::max(release, now);
+    for (int i = 0; i < copies; ++i) held_.emplace(std::make_pair(release, seq_++), Held{from_device, to, msg, link});
+    unreleased_[to.address()] += copies;
     last_release_[to.address()] = release;
     lock.unlock();
     cv_.notify_all();
     return;
   }
   lock.unlock();
-  for (int i = 1; i < copies; ++i) forward(from_device, to, msg);
-  forward(from_device, to, std::move(msg));
+  for (int i = 1; i < copies; ++i) forward(from_device, to, msg, link);
+  forward(from_device, to, std::move(msg), link);
 }
 
-void FaultInjector::forward(int from_device, const caf::actor& to, caf::message msg) {
-  if (next_) next_->send(from_device, to, std::move(msg));
+void FaultInjector::forward(int from_device, const caf::actor& to, caf::message msg, Link link) {
+  if (next_) next_->send(from_device, to, std::move(msg), link);
   else caf::anon_send(to, std::move(msg));
 }
 
@@ -154,8 +159,10 @@ void FaultInjector::release_loop() {
     }
     auto node = held_.extract(held_.begin());
     lock.unlock();
-    forward(node.mapped().from_device, node.mapped().to, std::move(node.mapped().msg));
+    const caf::actor_addr to = node.mapped().to.address();
+    forward(node.mapped().from_device, node.mapped().to, std::move(node.mapped().msg), node.mapped().link);
     lock.lock();
+    if (auto u = unreleased_.find(to); u != unreleased_.end() && --u->second <= 0) unreleased_.erase(u);
   }
 }
 

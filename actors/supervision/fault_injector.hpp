@@ -40,7 +40,7 @@ class FaultInjector final : public Interposer {
   // Actor `a` runs on device `device` (its partition side); the runtime
   // calls it for every actor it spawns, respawns included.
   void place(const caf::actor& a, int device);
-  void send(int from_device, const caf::actor& to, caf::message msg) override;
+  void send(int from_device, const caf::actor& to, caf::message msg, Link link) override;
   // Envelopes corrupted so far (each one is a message the receiver must drop).
   uint64_t corrupted() const;
   // Messages held back because they crossed a partition, so far.
@@ -56,7 +56,7 @@ class FaultInjector final : public Interposer {
     uint64_t seed = 0;       // corrupt: the bit to flip is drawn from (seed, hits so far)
     int device = -1;         // partition: the device cut off
   };
-  void forward(int from_device, const caf::actor& to, caf::message msg);
+  void forward(int from_device, const caf::actor& to, caf::message msg, Link link);
   void release_loop();
 
   std::shared_ptr<Interposer> next_;
@@ -69,9 +69,11 @@ class FaultInjector final : public Interposer {
     int from_device;
     caf::actor to;
     caf::message msg;
+    Link link;
   };
   std::map<std::pair<Clock::time_point, uint64_t>, Held> held_;
   std::map<caf::actor_addr, Clock::time_point> last_release_;  // per target: the latest release queued
+  std::map<caf::actor_addr, int> unreleased_;  // per target: held messages not yet handed on (due or not)
   uint64_t seq_ = 0;
   uint64_t corrupted_ = 0;
   uint64_t partitioned_ = 0;

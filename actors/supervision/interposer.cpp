@@ -16,10 +16,19 @@ namespace {
 
 class Duplicate final : public Interposer {
  public:
-  void send(int, const caf::actor& to, caf::message msg) override {
+  explicit Duplicate(std::shared_ptr<Interposer> next) : next_(std::move(next)) {}
+  void send(int from_device, const caf::actor& to, caf::message msg, Link link) override {
+    if (next_) {
+      next_->send(from_device, to, msg, link);
+      next_->send(from_device, to, std::move(msg), link);
+      return;
+    }
     caf::anon_send(to, msg);
     caf::anon_send(to, std::move(msg));
   }
+
+ private:
+  std::shared_ptr<Interposer> next_;
 };
 
 class CorruptCombine final : public Interposer {
@@ -27,7 +36,7 @@ class CorruptCombine final : public Interposer {
   CorruptCombine(uint32_t layer, uint32_t shard, std::shared_ptr<Interposer> next)
       : layer_(layer), shard_(shard), next_(std::move(next)) {}
 
-  void send(int from_device, const caf::actor& to, caf::message msg) override {
+  void send(int from_device, const caf::actor& to, caf::message msg, Link link) override {
     if (!done_.load() && msg.size() == 1 && msg.match_element<Envelope>(0)) {
       if (auto r = msg.get_as<Envelope>(0).read<schemas::Combine>()) {
         auto c = r->get();
@@ -38,17 +47,18 @@ class CorruptCombine final : public Interposer {
           for (uint32_t t : c.getTokenIndex()) token_index.push_back(t);
           std::vector<float> weight_grads;
           for (float w : c.getWeightGrads()) weight_grads.push_back(w);
-          forward(from_device, to, caf::make_message(make_combine(id, c.getWidth(), tensor_f32(c.getRows()), token_index, weight_grads)));
+          forward(from_device, to, caf::make_message(make_combine(id, c.getWidth(), tensor_f32(c.getRows()), token_index, weight_grads)),
+                  link);
           return;
         }
       }
     }
-    forward(from_device, to, std::move(msg));
+    forward(from_device, to, std::move(msg), link);
   }
 
  private:
-  void forward(int from_device, const caf::actor& to, caf::message msg) {
-    if (next_) next_->send(from_device, to, std::move(msg));
+  void forward(int from_device, const caf::actor& to, caf::message msg, Link link) {
+    if (next_) next_->send(from_device, to, std::move(msg), link);
     else caf::anon_send(to, std::move(msg));
   }
 
@@ -59,18 +69,20 @@ class CorruptCombine final : public Interposer {
 
 }  // namespace
 
-std::shared_ptr<Interposer> duplicate_sends() { return std::make_shared<Duplicate>(); }
+std::shared_ptr<Interposer> duplicate_sends(std::shared_ptr<Interposer> next) {
+  return std::make_shared<Duplicate>(std::move(next));
+}
 
 std::shared_ptr<Interposer> corrupt_first_combine(uint32_t layer, uint32_t shard, std::shared_ptr<Interposer> next) {
   return std::make_shared<CorruptCombine>(layer, shard, std::move(next));
 }
 
-void StaleReplay::send(int from_device, const caf::actor& to, caf::message msg) {
+void StaleReplay::send(int from_device, const caf::actor& to, caf::message msg, Link link) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    kept_.push_back({from_device, to, msg});
+    kept_.push_back({from_device, to, msg, link});
   }
-  forward(from_device, to, std::move(msg));
+  forward(from_device, to, std::move(msg), link);
 }
 
 uint32_t StaleReplay::replay() {
@@ -79,7 +91,7 @@ uint32_t StaleReplay::replay() {
     std::lock_guard<std::mutex> lock(mu_);
     kept.swap(kept_);
   }
-  for (auto& k : kept) forward(k.from_device, k.to, std::move(k.msg));
+  for (auto& k : kept) forward(k.from_device, k.to, std::move(k.msg), k.link);
   return static_cast<uint32_t>(kept.size());
 }
 
@@ -88,19 +100,70 @@ void StaleReplay::forget() {
   kept_.clear();
 }
 
-void StaleReplay::forward(int from_device, const caf::actor& to, caf::message msg) {
-  if (next_) next_->send(from_device, to, std::move(msg));
+void StaleReplay::forward(int from_device, const caf::actor& to, caf::message msg, Link link) {
+  if (next_) next_->send(from_device, to, std::move(msg), link);
   else caf::anon_send(to, std::move(msg));
 }
 
-Interposers make_interposer(const RuntimeOptions& o, const TestHooks* hooks, int first_moe_layer) {
+class LossDetector::Numbering final : public Interposer {
+ public:
+  Numbering(LossDetector& detector, std::shared_ptr<Interposer> next) : detector_(detector), next_(std::move(next)) {}
+  void send(int from_device, const caf::actor& to, caf::message msg, Link) override {
+    // Numbered and handed on under one lock: the numbers enter the lossy hop
+    // in order.
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& [number, epoch] = last_[to.address()];
+    const Link link{++number, detector_.epoch_.load(std::memory_order_relaxed), epoch};
+    epoch = link.epoch;
+    next_->send(from_device, to, std::move(msg), link);
+  }
+
+ private:
+  LossDetector& detector_;  // owns the chain this is part of
+  std::shared_ptr<Interposer> next_;
+  std::mutex mu_;
+  std::map<caf::actor_addr, std::pair<uint64_t, uint64_t>> last_;  // per receiver: (last number, its epoch)
+};
+
+std::shared_ptr<Interposer> LossDetector::numbering(std::shared_ptr<Interposer> lossy) {
+  return std::make_shared<Numbering>(*this, std::move(lossy));
+}
+
+void LossDetector::send(int, const caf::actor& to, caf::message msg, Link link) {
+  bool gap = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (link.seq > 0) {
+      uint64_t& seen = seen_[to.address()];
+      gap = link.seq > seen + 1;
+      if (gap) ++gaps_;
+      seen = std::max(seen, link.seq);
+    }
+    // Delivered under the lock too: the receiver's mailbox gets them in the order checked.
+    caf::anon_send(to, std::move(msg));
+  }
+  if (gap && on_gap_) on_gap_(link.prev_epoch);
+}
+
+uint64_t LossDetector::gaps() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return gaps_;
+}
+
+Interposers make_interposer(const RuntimeOptions& o, const TestHooks* hooks, int first_moe_layer,
+                            std::function<void(uint64_t epoch)> on_gap) {
   Interposers out;
-  if (hooks && hooks->duplicate_sends) out.chain = duplicate_sends();
+  const bool lossy = std::any_of(o.faults.begin(), o.faults.end(), [](const FaultSpec& f) { return on_messages(f.kind); });
+  // The detector ends the chain: it sees what survived every hop before it.
+  if (lossy && o.processes == 1) out.chain = out.loss = std::make_shared<LossDetector>(std::move(on_gap));
+  if (hooks && hooks->duplicate_sends) out.chain = duplicate_sends(std::move(out.chain));
   if (hooks && hooks->corrupt_combine && first_moe_layer >= 0)
     out.chain = corrupt_first_combine(static_cast<uint32_t>(first_moe_layer), 0, std::move(out.chain));
   if (hooks && hooks->replay_stale) out.chain = out.stale = std::make_shared<StaleReplay>(std::move(out.chain));
-  const bool any = std::any_of(o.faults.begin(), o.faults.end(), [](const FaultSpec& f) { return on_messages(f.kind); });
-  if (any) out.chain = out.injector = std::make_shared<FaultInjector>(std::move(out.chain));
+  if (lossy) {
+    out.chain = out.injector = std::make_shared<FaultInjector>(std::move(out.chain));
+    if (out.loss) out.chain = out.loss->numbering(std::move(out.chain));
+  }
   return out;
 }
 

@@ -63,6 +63,12 @@ CAF_BEGIN_TYPE_ID_BLOCK(troupe, caf::first_custom_type_id)
   CAF_ADD_ATOM(troupe, troupe::rt, rescale_atom, "rt_rescale")
   // A custom loss head's per-token report: last-stage rank -> coordinator.
   CAF_ADD_ATOM(troupe, troupe::rt, head_atom, "rt_head")
+  // The coordinator's own check of the adaptive message deadline (coordinator.cpp).
+  CAF_ADD_ATOM(troupe, troupe::rt, quiet_atom, "rt_quiet")
+  // The loss detector's report of a sequence gap (interposer.hpp): -> coordinator.
+  CAF_ADD_ATOM(troupe, troupe::rt, gap_atom, "rt_gap")
+  // Heartbeats between directories (runtime_cluster.cpp): process p > 0 -> process 0.
+  CAF_ADD_ATOM(troupe, troupe::rt, beat_atom, "rt_beat")
   CAF_ADD_TYPE_ID(troupe, (std::vector<double>))
 
 CAF_END_TYPE_ID_BLOCK(troupe)

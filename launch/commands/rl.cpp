@@ -221,6 +221,7 @@ runtime::RlProcesses rl_processes(const Spec& spec, const RunPlan& plan, const s
   p.auth_dir = spec.topology.auth_dir;
   p.interface = spec.topology.interface;
   p.peer_timeout = spec.topology.peer_timeout;
+  p.heartbeat_pause = spec.topology.heartbeat_pause;
   p.bulk_shm_bytes = spec.topology.bulk_shm_bytes;
   p.recover = spec.topology.process_loss == runtime::ProcessLoss::recover;
   for (const runtime::FaultSpec& f : spec.faults)

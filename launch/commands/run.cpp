@@ -324,6 +324,8 @@ int run_pretrain(const Spec& spec, const RunPlan& plan, const std::shared_ptr<ru
                                .add("recovered", f.recovered)
                                .add("restarts", f.restarts)
                                .add("replays", f.replays)
+                               .add("suspicions", f.suspicions)
+                               .add("gaps", f.gaps)
                                .add("damaged", f.damaged)
                                .add("partitioned", f.partitioned)
                                .add("processes_lost", f.processes_lost)

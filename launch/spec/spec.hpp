@@ -83,6 +83,7 @@ struct TopologyConfig {
   int64_t processes = 1;                // OS processes (mpirun -np)
   std::string interface = "127.0.0.1"; // address that CAF ports bind to
   double peer_timeout = 3.0;            // seconds of silence before a peer process counts as lost
+  double heartbeat_pause = 0.5;         // the least silence of a peer's heartbeats taken for its loss
   runtime::ProcessLoss process_loss = runtime::ProcessLoss::recover;  // what losing a process does
   runtime::ClusterAuth auth = runtime::ClusterAuth::tls;  // processes > 1: mutual TLS between processes
   std::string auth_dir;                 // tls: the cluster key from `troupe keygen DIR`; "" = a fresh key per run

@@ -57,7 +57,13 @@ if(TARGET troupe_runtime)
     LIBS troupe_runtime
     TIMEOUT 60
     LABELS runtime)
-  # The fault injector's partition rule, with plain CAF actors.
+  # Adaptive failure suspicion and the activity clock (no actors).
+  troupe_add_gtest(suspicion_tests
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/suspicion_test.cpp
+    LIBS troupe_runtime
+    TIMEOUT 60
+    LABELS runtime)
+  # The fault injector's partition rule and the loss detector, with plain CAF actors.
   troupe_add_gtest(fault_injector_tests
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/fault_injector_test.cpp
     LIBS troupe_runtime

@@ -98,17 +98,21 @@ TEST(RuntimeFaults, MessageFaultsEndBitwiseEqual) {
         const std::string what = schedule + " " + runtime::fault_kind_name(kind) + " " + target;
         const Outcome got = run(o);
         expect_bitwise_equal(ref, got, what);
-        size_t deadlines = 0, damaged = 0;
+        size_t deadlines = 0, damaged = 0, gaps = 0;
         for (const auto& ev : got.restarts) {
           deadlines += ev.deadline;
           damaged += ev.damaged;
-          EXPECT_TRUE(ev.deadline || ev.damaged) << what << ": no actor died, yet " << ev.str();
+          gaps += ev.gap;
+          EXPECT_TRUE(ev.deadline || ev.damaged || ev.gap) << what << ": no actor died, yet " << ev.str();
           EXPECT_EQ(ev.step, 2) << what << ": " << ev.str();
         }
-        // A drop is noticed by nobody: only the deadline finds it. A damaged
-        // message is reported by its receiver: the step is replayed at once.
-        if (kind == FaultKind::drop) EXPECT_GE(deadlines, 1u) << what << ": a lost message must end in a replay";
-        else if (kind != FaultKind::corrupt) EXPECT_EQ(deadlines, 0u) << what << ": nothing was lost";
+        // A drop is found by the gap it leaves in its receiver's message
+        // numbers when a later message follows it, else by the deadline;
+        // nothing else leaves a gap. A damaged message is reported by its
+        // receiver: the step is replayed at once.
+        if (kind == FaultKind::drop) EXPECT_GE(deadlines + gaps, 1u) << what << ": a lost message must end in a replay";
+        else EXPECT_EQ(gaps, 0u) << what << ": nothing was lost, yet a gap was seen";
+        if (kind != FaultKind::drop && kind != FaultKind::corrupt) EXPECT_EQ(deadlines, 0u) << what << ": nothing was lost";
         if (kind == FaultKind::corrupt) EXPECT_GE(damaged, 1u) << what << ": a dropped damaged message must end in a replay";
         else EXPECT_EQ(damaged, 0u) << what;
         // Each corrupted Envelope was dropped by its receiver as damaged, and
@@ -167,6 +171,78 @@ TEST(RuntimeFaults, PartitionEndsBitwiseEqual) {
       }
     }
   }
+}
+
+// The default, adaptive deadlines (step_deadline = 0). A message to
+// optimizer:0 or stage:1 lost in step 12 (after ten fault-free steps to
+// learn from) is found by its sequence gap or by the message deadline (the
+// run fell silent), never by the step deadline (before them: 3 s at least);
+// the run ends bitwise equal to the fault-free one.
+TEST(RuntimeFaults, AdaptiveDeadlinesFindALostMessage) {
+  runtime::RuntimeOptions base = options("1f1b", 5);
+  base.train.steps = 13;
+  base.expert_shards = 2;
+  const Outcome ref = run(base);
+  EXPECT_EQ(ref.summary.suspicions, 0) << "a fault-free run suspected a loss";
+  for (const std::string target : {"optimizer:0", "stage:1", "expert:1/1"}) {
+    runtime::RuntimeOptions o = base;
+    runtime::FaultSpec f;
+    f.at_step = 12;
+    f.target = target;
+    f.kind = runtime::FaultKind::drop;
+    o.faults = {f};
+    const Outcome got = run(o);
+    expect_bitwise_equal(ref, got, "drop " + target);
+    ASSERT_GE(got.restarts.size(), 1u) << target;
+    for (const auto& ev : got.restarts) {
+      EXPECT_EQ(ev.cause.find("no progress within"), std::string::npos) << target << ": " << ev.str();
+      EXPECT_TRUE(ev.gap || ev.cause.find("adaptive message deadline") != std::string::npos) << target << ": " << ev.str();
+    }
+    EXPECT_EQ(got.summary.suspicions + got.summary.gaps, static_cast<int64_t>(got.restarts.size())) << target;
+  }
+}
+
+// With the step deadline far away (30 s), a message lost in a pipeline's
+// stream with more messages behind it is found by its gap alone: the first
+// message of step 2 to stage:1 is lost, stage:0's activations follow it.
+TEST(RuntimeFaults, ASequenceGapFindsALostMessageAtOnce) {
+  runtime::RuntimeOptions base = options("1f1b", 5);
+  base.step_deadline = 30.0;
+  const Outcome ref = run(base);
+  runtime::RuntimeOptions o = base;
+  runtime::FaultSpec f;
+  f.at_step = 2;
+  f.target = "stage:1";
+  f.kind = runtime::FaultKind::drop;
+  o.faults = {f};
+  const Outcome got = run(o);
+  expect_bitwise_equal(ref, got, "drop stage:1");
+  ASSERT_EQ(got.restarts.size(), 1u);
+  EXPECT_TRUE(got.restarts[0].gap) << got.restarts[0].str();
+  EXPECT_EQ(got.summary.gaps, 1);
+  EXPECT_EQ(got.summary.suspicions, 0);
+}
+
+// A pause longer than many message deadlines (400 ms, against a few ms) is
+// waited out, not replayed until the run fails: each message deadline replay
+// doubles the next, and those replays do not count against max_restarts (0
+// here, so one counted replay would fail the run).
+TEST(RuntimeFaults, ALongPauseIsWaitedOutUnderAdaptiveDeadlines) {
+  runtime::RuntimeOptions base = options("1f1b", 5);
+  base.train.steps = 13;
+  const Outcome ref = run(base);
+  runtime::RuntimeOptions o = base;
+  o.max_restarts = 0;
+  runtime::FaultSpec f;
+  f.at_step = 12;
+  f.target = "optimizer:0";
+  f.kind = runtime::FaultKind::pause;
+  f.duration_ms = 400;
+  o.faults = {f};
+  const Outcome got = run(o);
+  expect_bitwise_equal(ref, got, "pause optimizer:0 400 ms");
+  for (const auto& ev : got.restarts) EXPECT_TRUE(ev.deadline) << ev.str();
+  EXPECT_EQ(got.summary.suspicions, static_cast<int64_t>(got.restarts.size()));
 }
 
 // A straggler: the device of the target runs 4x slower for steps 2..3 of 4

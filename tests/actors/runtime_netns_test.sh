@@ -14,7 +14,8 @@
 #   with its own key, then plain CAF): refused and logged with its address,
 #   and the run's checkpoint equals the un-knocked single-process run's;
 # - a real partition: host B's link is down for 1.5 s mid-run (less than
-#   peer_timeout): the run waits and ends with the same checkpoint;
+#   heartbeat_pause and peer_timeout): the run waits and ends with the same
+#   checkpoint;
 # - the documented one-host launch in a loopback-only namespace (where
 #   mpirun's wildcard listeners reach nothing) gives the same checkpoint;
 # - a subnet that no host has an address in, and a malformed one, are clear
@@ -77,7 +78,7 @@ two_hosts=(ip netns exec "$ns_a" timeout 180 "$mpirun" --allow-run-as-root --ove
 
 tiny=(--set model.d_model=32 --set model.n_layers=2 --set model.n_heads=2 --set model.expert_hidden=32
       --set model.seq_len=32 --set data.batch_size=8 --set data.eval_problems=20 --set run.eval_batches=1
-      --set log.progress=plain --set run.steps=4 --set topology.peer_timeout=5
+      --set log.progress=plain --set run.steps=4 --set topology.peer_timeout=5 --set topology.heartbeat_pause=3
       --set optim.warmup_steps=20 --set 'optim.schedule="cosine"' --set model.tie_embeddings=false
       --set topology.devices=2 --set topology.stages=2 --set topology.threads_per_device=1
       # The built-in default is a two-phase job (run.mode = "sft_rl"): its phase 1
@@ -146,7 +147,7 @@ grep -qF "step 300/300" "$work/knock.log" || fail "knock: the run did not reach 
 expect_checkpoint "$work/knock-1" "$work/knock-2" "knocked run"
 
 # A real partition: host B's link goes down for 1.5 s in the middle of a run
-# (peer_timeout 5 s, so no process counts as lost). TCP holds the messages
+# (heartbeat_pause 3 s, peer_timeout 5 s, so no process counts as lost). TCP holds the messages
 # until the link is back; the step waits, and the run ends with the
 # single-process checkpoint.
 part_start=$(date +%s.%N)
