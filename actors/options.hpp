@@ -169,7 +169,7 @@ struct RuntimeOptions {
   // (a long pause or partition is waited out, not replayed forever); message
   // deadline replays do not count against max_restarts, step deadline ones do.
   double step_deadline = 0.0;
-  SuspicionOptions message_suspicion{256, 8, 8.0, 0.25, 2.0, 0.005, 0.0};
+  SuspicionOptions message_suspicion{256, 8, 8.0, 0.25, 2.0, 0.020, 0.0};
   SuspicionOptions step_suspicion{256, 8, 8.0, 0.25, 4.0, 1.0, 0.0};
   std::function<void(const RestartEvent&)> on_restart;  // called on the coordinator's thread
   // train() ends (or fails) with the fault summary (chaos.hpp) of the run.

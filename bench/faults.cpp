@@ -21,7 +21,7 @@
 // setting of the earlier results tables).
 //
 // --load N forks N processes that spin for the whole bench (a loaded
-// machine: load average >= N).
+// machine) and waits (at most 90 s) until the 1-minute load average is N.
 //
 //   bench_faults [--model bench|tiny|quickstart] [--steps N] [--deadline default|fixed]
 //                [--only NAME,...] [--load N] [--json PATH]
@@ -239,6 +239,9 @@ int main(int argc, char** argv) {
       (deadline_mode != "default" && deadline_mode != "fixed"))
     return usage();
   const std::vector<pid_t> spinners = spin_load(load);
+  if (load > 0) {  // until the 1-minute load average shows them (at most 90 s)
+    for (int i = 0; i < 90 && load_average() < load; ++i) sleep(1);
+  }
 
   runtime::RuntimeOptions base = model == "bench" ? bench_model(steps) : spec_model(model == "tiny", steps);
   base.max_restarts = 1000;

@@ -696,66 +696,71 @@ std::string milliseconds_text(double seconds) {
   return b;
 }
 
-// The running attempt missed a deadline: no actor died, but a message was
-// lost or an actor is frozen. Discard the attempt and replay the step from
-// its snapshot (messages of the old attempt are dropped wherever they
-// arrive). `quiet`: the message deadline (the run fell silent) rather than
-// the step deadline; more than max_restarts step deadline replays of one
-// step fail the run.
-void replay_on_deadline(Self* self, bool quiet, const std::string& cause) {
+// A message of the running attempt is lost for sure, or taken for lost (no
+// actor died): fail the step if `counted` and the step has used up
+// max_restarts such replays (the error: `failure` + " in N attempt(s)..."),
+// else discard the attempt and replay the step from its snapshot now
+// (messages of the old attempt are dropped wherever they arrive). `ev`
+// says why (its flags and cause); `role` is the role the repair is
+// attributed to ("" for the step's first lost-message fault's).
+void replay_lost(Self* self, bool counted, const std::string& failure, RestartEvent ev, const std::string& role) {
   auto& s = self->state;
   const auto& sh = *s.sh;
-  const std::string waiting = waiting_for(s);
   const int64_t step1 = static_cast<int64_t>(s.step) + 1;
-  if (quiet) {
-    ++s.quiet_replays;
-  } else if (static_cast<int>(++s.deadline_replays) > sh.opt.max_restarts) {
-    s.error = "step " + std::to_string(step1) + " made " + cause + " in " + std::to_string(s.deadline_replays) +
-              " attempt(s); waiting for " + waiting;
+  if (counted && static_cast<int>(++s.deadline_replays) > sh.opt.max_restarts) {
+    s.error = "step " + std::to_string(step1) + " " + failure;
+    s.error.replace(s.error.find("{N}"), 3, std::to_string(s.deadline_replays));
     s.running = false;
     s.reply.deliver(caf::make_error(caf::sec::runtime_error, s.error));
     return;
   }
+  if (!counted) ++s.quiet_replays;
   update_stats(sh, [&](FaultSummary& st) {
     ++st.replays;
-    ++st.suspicions;
+    st.suspicions += ev.deadline;
+    st.gaps += ev.gap;
   });
-  repair_starts(s, s.message_fault_role);
+  repair_starts(s, role.empty() ? s.message_fault_role : role);
+  if (ev.actor.empty()) ev.actor = waiting_for(s);
   ++s.attempt;
   s.sup->restore_all(self, s.step, s.attempt);
   start_step(self);
-  RestartEvent ev;
   ev.step = step1;
   ev.attempt = static_cast<int>(s.attempt) + 1;
-  ev.actor = waiting;
-  ev.cause = cause;
   ev.replayed = true;
-  ev.deadline = true;
   try {
     if (sh.on_restart) sh.on_restart(ev);
   } catch (const std::exception&) {
   }
 }
 
+// The running attempt missed its step deadline: no actor died, but a
+// message was lost or an actor is frozen (or computes forever).
 void on_deadline(Self* self, uint64_t step, uint32_t attempt, double limit) {
   auto& s = self->state;
   if (!s.running || step != s.step || attempt != s.attempt || !s.error.empty()) return;  // it finished
   char secs[32];
   std::snprintf(secs, sizeof secs, "%.3g s", limit);
-  replay_on_deadline(self, false, std::string("no progress within ") + secs);
+  RestartEvent ev;
+  ev.deadline = true;
+  ev.cause = std::string("no progress within ") + secs;
+  replay_lost(self, true, "made " + ev.cause + " in {N} attempt(s); waiting for " + waiting_for(s), ev, "");
 }
 
 // The message deadline's check: has the run been silent (nothing posted, no
 // device with work) for as long as the deadline allows? If not, look again
-// when it could first have been.
+// when it could first have been. Its replays double the next deadline and
+// are not counted against max_restarts (a long pause is waited out).
 void on_quiet_check(Self* self, uint64_t step, uint32_t attempt) {
   auto& s = self->state;
   if (!s.running || step != s.step || attempt != s.attempt || !s.error.empty()) return;
   const double limit = message_deadline(s);
   const double silent = 1e-9 * static_cast<double>(s.sh->activity->silent_ns());
   if (silent >= limit) {
-    replay_on_deadline(self, true,
-                       "no message for " + milliseconds_text(silent) + " (adaptive message deadline " + milliseconds_text(limit) + ")");
+    RestartEvent ev;
+    ev.deadline = true;
+    ev.cause = "no message for " + milliseconds_text(silent) + " (adaptive message deadline " + milliseconds_text(limit) + ")";
+    replay_lost(self, false, "", ev, "");
     return;
   }
   self->delayed_send(self, seconds(std::max(limit - silent, 1e-4)), rt::quiet_atom_v, step, attempt);
@@ -766,36 +771,14 @@ void on_quiet_check(Self* self, uint64_t step, uint32_t attempt) {
 // now, as for a damaged message; other attempts' gaps are history.
 void on_gap(Self* self, uint64_t epoch) {
   auto& s = self->state;
-  const auto& sh = *s.sh;
   if (!s.running || !s.error.empty() || epoch != LossDetector::epoch_of(s.step, s.attempt)) return;
-  const int64_t step1 = static_cast<int64_t>(s.step) + 1;
-  if (static_cast<int>(++s.deadline_replays) > sh.opt.max_restarts) {
-    s.error = "step " + std::to_string(step1) + " lost messages in " + std::to_string(s.deadline_replays) +
-              " attempt(s), more than max_restarts = " + std::to_string(sh.opt.max_restarts) +
-              " (last: a sequence gap)";
-    s.running = false;
-    s.reply.deliver(caf::make_error(caf::sec::runtime_error, s.error));
-    return;
-  }
-  update_stats(sh, [&](FaultSummary& st) {
-    ++st.replays;
-    ++st.gaps;
-  });
-  repair_starts(s, s.message_fault_role);
-  ++s.attempt;
-  s.sup->restore_all(self, s.step, s.attempt);
-  start_step(self);
   RestartEvent ev;
-  ev.step = step1;
-  ev.attempt = static_cast<int>(s.attempt) + 1;
-  ev.actor = waiting_for(s);
-  ev.cause = "a gap in a message stream's sequence numbers";
-  ev.replayed = true;
   ev.gap = true;
-  try {
-    if (sh.on_restart) sh.on_restart(ev);
-  } catch (const std::exception&) {
-  }
+  ev.cause = "a gap in a message stream's sequence numbers";
+  replay_lost(self, true,
+              "lost messages in {N} attempt(s), more than max_restarts = " + std::to_string(s.sh->opt.max_restarts) +
+                  " (last: a sequence gap)",
+              ev, "");
 }
 
 // A receiver dropped a message damaged in flight (actors/context.hpp,
@@ -810,32 +793,15 @@ void on_damaged(Self* self, const std::string& who, const std::string& why) {
   ++s.damaged;
   update_stats(sh, [](FaultSummary& st) { ++st.damaged; });
   if (!s.running || !s.error.empty()) return;  // between steps no step message is waited for
-  const int64_t step1 = static_cast<int64_t>(s.step) + 1;
-  if (static_cast<int>(++s.deadline_replays) > sh.opt.max_restarts) {
-    s.error = "step " + std::to_string(step1) + " lost messages in " + std::to_string(s.deadline_replays) +
-              " attempt(s), more than max_restarts = " + std::to_string(sh.opt.max_restarts) + " (last: " + who +
-              " dropped one as damaged: " + why + ")";
-    s.running = false;
-    s.reply.deliver(caf::make_error(caf::sec::runtime_error, s.error));
-    return;
-  }
   const ActorPlan* a = sh.plan.find(who);
-  update_stats(sh, [&](FaultSummary& st) { ++st.replays; });
-  repair_starts(s, a ? role_name(a->role) : "");
-  ++s.attempt;
-  s.sup->restore_all(self, s.step, s.attempt);
-  start_step(self);
   RestartEvent ev;
-  ev.step = step1;
-  ev.attempt = static_cast<int>(s.attempt) + 1;
+  ev.damaged = true;
   ev.actor = who;
   ev.cause = why;
-  ev.replayed = true;
-  ev.damaged = true;
-  try {
-    if (sh.on_restart) sh.on_restart(ev);
-  } catch (const std::exception&) {
-  }
+  replay_lost(self, true,
+              "lost messages in {N} attempt(s), more than max_restarts = " + std::to_string(sh.opt.max_restarts) +
+                  " (last: " + who + " dropped one as damaged: " + why + ")",
+              ev, a ? role_name(a->role) : "unattributed");
 }
 
 caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {

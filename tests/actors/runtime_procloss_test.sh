@@ -2,8 +2,9 @@
 # Surviving the loss of a process (label `mpi`): a 2-process 1F1B run whose
 # process 1 is hit from the spec ([[faults]] target = "process:1") —
 #   kind = "kill": SIGKILLed as step 3 starts;
-#   kind = "stop": SIGSTOPped as step 3 starts, found by the heartbeat
-#                  timeout (peer_timeout), then SIGKILLed by process 0 —
+#   kind = "stop": SIGSTOPped as step 3 starts, found by its missing
+#                  heartbeats (the adaptive deadline, not CAF's peer_timeout
+#                  backstop), then SIGKILLed by process 0 —
 # and a DualPipe run with 2 expert shards per layer, killed, recover:
 # process 1's actors restart on process 0 from the coordinator's committed
 # snapshot, step 3 is replayed, the run finishes on one process and
@@ -72,6 +73,7 @@ for kind in kill stop; do
   expect_output "rank 0 exit 0"
   expect_output "processes lost: 1"
   [ "$kind" = stop ] && expect_output "SIGKILLed pid"
+  [ "$kind" = stop ] && expect_output "no heartbeat for"
   grep -q "exiting now" <<<"$out" && fail "$kind: a backstop fired:\n$out"
   for f in params.f32.zst adam_m.f32.zst adam_v.f32.zst manifest.bin; do
     cmp -s "$work/ref/checkpoint/$f" "$work/$kind/checkpoint/$f" || fail "$kind: $f differs from the fault-free run's\n$out"

@@ -397,7 +397,7 @@ for f in params.f32.zst adam_m.f32.zst adam_v.f32.zst; do
   cmp -s "$work/xpipe/checkpoint/$f" "$work/xfaults/checkpoint/$f" || fail "$f after an expert-shard kill differs from the run without faults"
 done
 # Faults on messages in flight, from the spec: messages to expert:1/1 dropped
-# in step 2 (the step's deadline replays it), to stage:1 duplicated in step 3
+# in step 2 (a 1 s step deadline replays it), to stage:1 duplicated in step 3
 # and to optimizer:0 paused in step 3: the checkpoint equals the fault-free run's.
 cp "$src/launch/specs/default.toml" "$work/mfaults.toml"
 printf '\n[[faults]]\nat_step = 2\ntarget = "expert:1/1"\nkind = "drop"\ncount = 2\n' >> "$work/mfaults.toml"
@@ -409,6 +409,16 @@ expect_output "step 2 missed its deadline (no progress within 1 s; waiting for"
 expect_output "step 4/4"
 for f in params.f32.zst adam_m.f32.zst adam_v.f32.zst; do
   cmp -s "$work/xpipe/checkpoint/$f" "$work/mfaults/checkpoint/$f" || fail "$f after message faults differs from the run without faults"
+done
+# The same at the default, adaptive deadlines (docs/faults.md "Adaptive
+# deadlines"): the drop is found by a sequence gap or by the run falling
+# silent, never by waiting out a step deadline, and nothing else changes.
+expect_exit 0 "$troupe" run "$work/mfaults.toml" "${untied[@]}" "${xargs_[@]}" --set run.out_dir="$work/mfaults_adaptive"
+grep -qE "adaptive message deadline|sequence gap" <<<"$out" || fail "the drop was not found by the adaptive deadlines:\n$out"
+grep -qF "no progress within" <<<"$out" && fail "the drop waited for a step deadline:\n$out"
+expect_output "on a deadline"
+for f in params.f32.zst adam_m.f32.zst adam_v.f32.zst; do
+  cmp -s "$work/xpipe/checkpoint/$f" "$work/mfaults_adaptive/checkpoint/$f" || fail "$f after message faults (adaptive deadlines) differs from the run without faults"
 done
 printf '\n[[faults]]\nat_step = 1\ntarget = "stage:0"\nkind = "delay"\n' >> "$work/mfaults.toml"
 expect_exit 3 "$troupe" validate "$work/mfaults.toml" "${untied[@]}" "${xargs_[@]}"
