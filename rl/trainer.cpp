@@ -280,6 +280,7 @@ struct RlTrainer::Impl {
                                   " offered at step " + std::to_string(step));
     if (static_cast<int64_t>(r.completions.size()) != N || static_cast<int64_t>(r.prompts.size()) != Pn)
       throw std::invalid_argument("RlTrainer::train_on: rollouts do not have prompts_per_step x group_size completions");
+    if (opt.on_rollouts && opt.rollouts_every > 0 && (step + 1) % opt.rollouts_every == 0) opt.on_rollouts(r, sb);
     RlStepMetrics m;
     m.step = step + 1;
     m.sampled_version = r.version;

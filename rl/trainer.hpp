@@ -13,8 +13,8 @@
 #pragma once
 
 #include <atomic>
-#include <functional>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,6 +48,12 @@ struct RlTrainOptions {
   // and optimizer shards: actors/rl/runtime_policy.hpp); rows are then
   // padded to its fixed length.
   PolicyUpdaterFactory make_updater;
+  // Every rollouts_every-th step (0: never), the step's rollouts and their
+  // scores as they are trained on, for people to read (`troupe run` writes
+  // them to rollouts.jsonl: launch/observe/rollouts_log.hpp). Called on the
+  // trainer's thread; an exception from it fails the step.
+  int64_t rollouts_every = 0;
+  std::function<void(const StepRollouts&, const ScoredBatch&)> on_rollouts;
 };
 
 struct RlStepMetrics {

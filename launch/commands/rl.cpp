@@ -16,8 +16,10 @@
 #include "actors/rl/runtime_policy.hpp"
 #include "launch/cli.hpp"
 #include "launch/commands/rl.hpp"
+#include "launch/observe/rollouts_log.hpp"
 #include "launch/run_plan.hpp"
 #include "launch/train_options.hpp"
+#include "model/data.hpp"
 #include "rl/trainer.hpp"
 
 namespace troupe::launch {
@@ -368,6 +370,17 @@ int run_rl(const Spec& spec, const RunPlan& plan, MetricsWriter& metrics, Progre
   RlProgress progress(style, spec.run.steps, spec.log.progress_every, metrics);
   rl::RlTrainOptions options = rl_train_options(spec);
   options.stop = signals.flag();
+  // log.rollouts = N: every N-th step's groups as text to rollouts.jsonl.
+  std::unique_ptr<RolloutLog> rollouts;
+  if (spec.log.rollouts > 0) {
+    std::shared_ptr<const model::DataSource> data =
+        model::make_data_source(options.data, options.seed, options.model.seq_len);
+    rollouts = std::make_unique<RolloutLog>(spec.out_dir() + "/rollouts.jsonl",
+                                            [data](const std::vector<int32_t>& t) { return data->decode(t); });
+    options.rollouts_every = spec.log.rollouts;
+    options.on_rollouts = [log = rollouts.get()](const rl::StepRollouts& r, const rl::ScoredBatch& sb) { log->write(r, sb); };
+    spdlog::info("rollouts: every {} step(s)' groups to {}/rollouts.jsonl", spec.log.rollouts, spec.out_dir());
+  }
   const rl::RlSummary s = rl::decoupled(r.sync) ? run_decoupled(spec, plan, options, progress, metrics, comm)
                                                              : rl::train(options, progress);
   if (out) *out = s;

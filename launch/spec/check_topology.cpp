@@ -239,6 +239,9 @@ void check_warnings(const Spec& s, SpecSites& p, bool from_file) {
   } else {
     warmup(s.optim.warmup_steps, s.run.steps, "optim.warmup_steps", "run.steps");
   }
+  if (s.log.rollouts > 0 && s.run.mode != RunMode::rl && s.run.mode != RunMode::sft_rl)
+    p.warn(p.where("log.rollouts"), "log.rollouts = " + v(s.log.rollouts) +
+                                        " has no effect: only online RL samples rollouts (run.mode = \"rl\" or \"sft_rl\")");
   if (s.topology.processes > 1 && s.topology.interface == "0.0.0.0")
     p.warn(p.where("topology.interface"),
            std::string("topology.interface = \"0.0.0.0\" listens on every interface of each host") +

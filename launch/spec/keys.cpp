@@ -185,6 +185,7 @@ std::vector<KeyDef> build_keys() {
   add({"log", "progress", KeyType::Choice, F(log.progress), "Progress display: \"auto\" (a bar on a terminal, plain lines otherwise), \"bar\", \"plain\" or \"off\".", 0, 0, {} /* the enum's names: bind_choices */});
   add({"log", "progress_every", KeyType::Int, F(log.progress_every), "Plain progress: one line every N steps.", 1, kBig});
   add({"log", "metrics", KeyType::Bool, F(log.metrics), "Write metrics as JSON lines to <out_dir>/metrics.jsonl."});
+  add({"log", "rollouts", KeyType::Int, F(log.rollouts), "Online RL: every N-th step's groups to <out_dir>/rollouts.jsonl, one JSON line per group: the prompt and each completion as text, its reward, advantage, and per token the behaviour log-prob and the policy version that sampled it (docs/rl.md \"Reading rollouts\"). 0: none.", 0, kBig});
   add({"log", "trace", KeyType::String, F(log.trace),
        "Chrome/Perfetto trace JSON written after the run: one track per device with its F, B, optimizer and "
        "parameter-exchange work (gaps are idle time); with sim devices, the virtual clock's F, B, W, wait and idle spans. "

@@ -103,6 +103,7 @@ struct LogConfig {
   int64_t progress_every = 10;     // plain progress: one line every N steps
   bool metrics = true;             // metrics.jsonl in out_dir
   std::string trace;               // Chrome trace file (actor runtime only)
+  int64_t rollouts = 0;            // RL: every N-th step's groups to <out_dir>/rollouts.jsonl (0: none)
 };
 
 // One [[faults]] entry: a fault injected into one actor in one step

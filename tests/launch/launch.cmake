@@ -50,3 +50,8 @@ set_tests_properties(package_consumer PROPERTIES LABELS "package" TIMEOUT 600)
 # and drives a sim run; bad input gets clear errors (no timing asserted).
 add_test(NAME calibrate_script COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/calibrate_test.sh $<TARGET_FILE:troupe>)
 set_tests_properties(calibrate_script PROPERTIES LABELS cli TIMEOUT 300)
+if(TARGET troupe_launch)
+  # rollouts.jsonl from a real RL trainer, read back (log.rollouts).
+  troupe_add_gtest(launch_rollouts_test SOURCES ${CMAKE_CURRENT_LIST_DIR}/launch_rollouts_test.cpp
+    LIBS troupe_launch nlohmann_json::nlohmann_json LABELS launch rl)
+endif()

@@ -125,7 +125,18 @@ grep -q '"type":"rl_actors_end".*"groups_admitted":8,"groups_trained":8,.*"disca
 # and the resumed run ends with the uninterrupted run's checkpoint bytes.
 lag1=(--set rl.sync='"fixed_lag"' --set rl.max_staleness=1 --set rl.generators=2 --set topology.devices=2
       --set checkpoint.every=2)
-expect_exit 0 "$troupe" run "$work/rl.toml" "${lag1[@]}" --set run.out_dir="\"$work/lag1\""
+expect_exit 0 "$troupe" run "$work/rl.toml" "${lag1[@]}" --set run.out_dir="\"$work/lag1\"" --set log.rollouts=2
+# log.rollouts = 2: steps 2 and 4's groups (2 prompts each) as text in
+# rollouts.jsonl, each sampled by a policy version at most 1 behind (eta 1),
+# every token of a completion by that version (fixed_lag never changes it
+# mid-completion).
+rl_lines=$(grep -c '"type":"rollouts"' "$work/lag1/rollouts.jsonl" 2>/dev/null)
+[ "$rl_lines" = 4 ] || fail "rollouts.jsonl has ${rl_lines:-no} group lines, expected 4 (2 steps x 2 prompts)"
+[ "$(grep -c '"step":2,"version":0,' "$work/lag1/rollouts.jsonl")" = 2 ] || fail "step 2's groups were not sampled by version 0"
+[ "$(grep -c '"step":4,"version":2,' "$work/lag1/rollouts.jsonl")" = 2 ] || fail "step 4's groups were not sampled by version 2"
+grep -q '"prompt":"[^"]*="' "$work/lag1/rollouts.jsonl" || fail "no prompt as text (a+b=) in rollouts.jsonl"
+grep '"step":4,' "$work/lag1/rollouts.jsonl" | grep -o '"version":\[[^]]*\]' | grep -vqE '^"version":\[2(,2)*\]$' &&
+  fail "a completion of step 4 has a token of another version than 2"
 expect_exit 0 "$troupe" run "$work/rl.toml" "${lag1[@]}" --set run.steps=2 --set run.out_dir="\"$work/lag1_half\""
 [ -f "$work/lag1_half/checkpoint/rl_versions/v1/manifest.bin" ] || fail "the fixed_lag checkpoint lacks policy version 1"
 expect_exit 0 "$troupe" run "$work/rl.toml" "${lag1[@]}" --set run.out_dir="\"$work/lag1_resumed\"" \
