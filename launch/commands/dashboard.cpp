@@ -106,6 +106,14 @@ void routes(httplib::Server& svr, const std::vector<RunDir>& runs, const std::st
     if (!tail) return void(res.status = 404);
     res.set_content(*tail, "text/plain; charset=utf-8");
   });
+  // The latest groups of rollouts.jsonl (log.rollouts), complete lines.
+  svr.Get("/api/rollouts", [&runs](const httplib::Request& req, httplib::Response& res) {
+    const int i = run_index(req, runs.size());
+    if (i < 0) return void(res.status = 404);
+    const auto tail = read_rollouts_tail(runs[static_cast<size_t>(i)], 256u << 10);
+    if (!tail) return void(res.status = 404);
+    res.set_content(*tail, "application/x-ndjson");
+  });
   svr.Get("/api/trace", [&runs](const httplib::Request& req, httplib::Response& res) {
     const int i = run_index(req, runs.size());
     if (i < 0) return void(res.status = 404);

@@ -104,8 +104,11 @@ MetricsChunk read_metrics(const RunDir& run, uint64_t from, uint64_t max_bytes) 
   return c;
 }
 
-std::optional<std::string> read_log_tail(const RunDir& run, uint64_t max_bytes) {
-  const std::string path = run.path + "/troupe.log";
+namespace {
+
+// The last `max_bytes` of the run's file `name`, from a line start.
+std::optional<std::string> read_tail(const RunDir& run, const char* name, uint64_t max_bytes) {
+  const std::string path = run.path + "/" + name;
   std::error_code ec;
   const auto size = fs::file_size(path, ec);
   if (ec || !regular_file(path)) return std::nullopt;
@@ -119,6 +122,18 @@ std::optional<std::string> read_log_tail(const RunDir& run, uint64_t max_bytes) 
     const auto nl = text.find('\n');
     text.erase(0, nl == std::string::npos ? text.size() : nl + 1);
   }
+  return text;
+}
+
+}  // namespace
+
+std::optional<std::string> read_log_tail(const RunDir& run, uint64_t max_bytes) {
+  return read_tail(run, "troupe.log", max_bytes);
+}
+
+std::optional<std::string> read_rollouts_tail(const RunDir& run, uint64_t max_bytes) {
+  auto text = read_tail(run, "rollouts.jsonl", max_bytes);
+  if (text) text->erase(text->rfind('\n') == std::string::npos ? 0 : text->rfind('\n') + 1);  // a line being written waits
   return text;
 }
 

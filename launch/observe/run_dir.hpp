@@ -38,6 +38,8 @@ MetricsChunk read_metrics(const RunDir& run, uint64_t from, uint64_t max_bytes =
 
 // The last `max_bytes` of troupe.log, from a line start; nullopt when there is none.
 std::optional<std::string> read_log_tail(const RunDir& run, uint64_t max_bytes);
+// The same of rollouts.jsonl (log.rollouts), complete lines only.
+std::optional<std::string> read_rollouts_tail(const RunDir& run, uint64_t max_bytes);
 
 // True when `path` is a regular file inside the run's directory once every
 // symlink is resolved: all the dashboard serves from disk, whatever a

@@ -78,6 +78,18 @@ mkdir "$work/c"
 head -n -4 "$work/a/metrics.jsonl" > "$work/c/metrics.jsonl"
 tail -n 4 "$work/a/metrics.jsonl" | head -n 1 | head -c 40 >> "$work/c/metrics.jsonl"
 sed -i 's/"name":"runA"/"name":"runC"/' "$work/c/metrics.jsonl"
+# Rollouts (log.rollouts) beside run A's metrics: step 2's group, step 4's two
+# groups (completions of 3, 5, 5 and 1 tokens), and a line still being written.
+co() { printf '{"text":"%s","tokens":%d,"reward":%s,"correct":false,"finished":true,"advantage":%s,"logp":[],"version":[]}' "$@"; }
+{
+  printf '{"type":"rollouts","step":2,"version":1,"group":0,"prompt_index":0,"prompt":"1+2=","answer":"3","kept":true,"completions":[%s,%s]}\n' \
+    "$(co 12 2 1 0.5)" "$(co 3 1 0 -0.5)"
+  printf '{"type":"rollouts","step":4,"version":3,"group":0,"prompt_index":5,"prompt":"4+4=","answer":"8","kept":true,"completions":[%s,%s]}\n' \
+    "$(co 812 3 1 0.7)" "$(co 81234 5 0 -0.7)"
+  printf '{"type":"rollouts","step":4,"version":3,"group":1,"prompt_index":6,"prompt":"5+5=","answer":"01","kept":true,"completions":[%s,%s]}\n' \
+    "$(co 01abc 5 1 0.7)" "$(co 0 1 0 -0.7)"
+  printf '{"type":"rollouts","step":6,"ver'
+} > "$work/a/rollouts.jsonl"
 
 # What the page should show, from the files.
 "$py" - "$work/a" "$work/b" "$work/c" > "$work/expected.json" <<'PY'
@@ -208,6 +220,22 @@ else
   # The browser loads the page: charts hold the runs' data.
   browse dump "$url" > "$work/live.html" || fail "chromium failed: $(tail -5 "$work/chromium.err")"
   check_state "$work/live.html" 3 live || fail "live page state (see above)"
+  # Rollouts: complete lines only, and the page shows step 4's two groups
+  # with their length histogram (1, 3, 5, 5 tokens).
+  [ "$(curl -s "${url}api/rollouts?run=0" | grep -c '"type":"rollouts"')" = 3 ] || fail "/api/rollouts: expected 3 complete lines"
+  code=$(curl -s -o /dev/null -w '%{http_code}' "${url}api/rollouts?run=1")
+  [ "$code" = 404 ] || fail "/api/rollouts of a run without rollouts.jsonl: $code, expected 404"
+  "$py" - "$work/live.html" <<'PY' || fail "the rollouts panel (see above)"
+import html, json, re, sys
+dom = open(sys.argv[1]).read()
+state = json.loads(html.unescape(re.search(r'<pre id="troupe-state"[^>]*>(.*?)</pre>', dom, re.S).group(1)))
+r = state.get("rollouts")
+want = {"step": 4, "groups": 2, "completions": 4, "length_counts": [0, 1, 0, 1, 0, 2]}
+if r != want:
+    sys.exit(f"rollouts panel state {r}, expected {want}")
+if "81234" not in dom or "prompt &quot;5+5=&quot;" not in dom.replace('"', "&quot;"):
+    sys.exit("the rollouts panel does not show step 4's groups as text")
+PY
   browse shot "$url" "$work/dashboard.png" || fail "chromium screenshot failed"
   [ "$(head -c 4 "$work/dashboard.png" | od -An -c | tr -d ' ')" = '211PNG' ] || fail "no PNG screenshot"
   [ "$(stat -c %s "$work/dashboard.png")" -gt 20000 ] || fail "screenshot is suspiciously small"

@@ -296,6 +296,44 @@
       svg.append('text').attr('x', 36 + i * 30).attr('y', 145).text(i);
     });
   }
+  // rollouts.jsonl's latest logged step (log.rollouts): a histogram of its
+  // completion lengths (tokens) and its first groups as text.
+  function drawRollouts(run) {
+    const lines = run && run.rollouts ? run.rollouts : [];
+    document.getElementById('p-rollouts').hidden = lines.length === 0;
+    const hist = d3.select('#rollout-lengths');
+    hist.selectAll('*').remove();
+    const list = document.getElementById('rollouts');
+    list.textContent = '';
+    state.rollouts = null;
+    if (!lines.length) return;
+    const step = lines[lines.length - 1].step;
+    const groups = lines.filter((g) => g.step === step);
+    const lengths = [];
+    groups.forEach((g) => g.completions.forEach((c) => lengths.push(c.tokens)));
+    const maxLen = Math.max(1, ...lengths);
+    const counts = new Array(maxLen + 1).fill(0);
+    lengths.forEach((n) => counts[n]++);
+    const top = Math.max(1, ...counts);
+    const w = Math.max(6, Math.min(30, Math.floor(600 / counts.length)));
+    const svg = hist.append('svg').attr('width', 40 + counts.length * w).attr('height', 150);
+    counts.forEach((v, i) => {
+      svg.append('rect').attr('x', 30 + i * w).attr('y', 130 - 120 * v / top).attr('width', w - 2).attr('height', 120 * v / top).attr('fill', '#2ca02c');
+      if (counts.length <= 40 || i % 5 === 0) svg.append('text').attr('x', 30 + i * w).attr('y', 145).text(i);
+    });
+    document.getElementById('rollouts-note').textContent = 'step ' + step + ', sampled by version ' + groups[0].version +
+      ', ' + groups.length + ' group(s), ' + lengths.length + ' completion(s)';
+    groups.slice(0, 4).forEach((g) => {
+      const pre = document.createElement('pre');
+      let text = 'prompt ' + JSON.stringify(g.prompt) + '  answer ' + JSON.stringify(g.answer) + (g.kept ? '' : '  (dropped: equal rewards)') + '\n';
+      g.completions.forEach((c) => {
+        text += '  ' + JSON.stringify(c.text) + '  reward ' + c.reward + '  advantage ' + Number(c.advantage).toFixed(3) + '\n';
+      });
+      pre.textContent = text;
+      list.appendChild(pre);
+    });
+    state.rollouts = { step, groups: groups.length, completions: lengths.length, length_counts: counts };
+  }
   function summarize() {
     const charts = {};
     for (const [id, g] of Object.entries(state.charts)) {
@@ -314,7 +352,7 @@
       polls: state.polls, xaxis: state.xaxis,
       runs: state.runs.map((r) => ({ name: r.name, status: r.status, steps: r.steps.length, rl_steps: r.rl.length,
                                      evals: r.evals.length + r.rlEvals.length, finished: !!r.end, bad_lines: r.badLines })),
-      charts, heatmap: state.heatmap, timeline: state.timeline, actors: state.actors,
+      charts, heatmap: state.heatmap, timeline: state.timeline, actors: state.actors, rollouts: state.rollouts,
     };
     document.getElementById('troupe-state').textContent = JSON.stringify(state.summary);
   }
@@ -326,6 +364,7 @@
     drawTimeline(run);
     drawActors(run);
     drawStaleness(run);
+    drawRollouts(run);
     const log = document.getElementById('log');
     log.textContent = run ? run.log : '';
     log.scrollTop = log.scrollHeight;
@@ -349,6 +388,14 @@
         run.status = run.end ? 'finished' : 'live';
         const l = await fetchText('/api/log?run=' + run.id);
         if (l.status === 200) run.log = l.text;
+        const ro = await fetchText('/api/rollouts?run=' + run.id);
+        if (ro.status === 200) {
+          run.rollouts = [];
+          for (const line of ro.text.split('\n')) {
+            if (!line) continue;
+            try { run.rollouts.push(JSON.parse(line)); } catch (e) { /* skip a damaged line */ }
+          }
+        }
         const t = await fetchText('/api/trace?run=' + run.id + '&key=' + encodeURIComponent(run.traceKey));
         if (t.status === 200) {
           try { run.trace = JSON.parse(t.text); run.traceKey = t.headers.get('X-Trace-Key') || ''; } catch (e) { /* being rewritten */ }
