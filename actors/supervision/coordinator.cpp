@@ -210,7 +210,8 @@ double step_deadline(const CoordState& s) {
 double message_deadline(const CoordState& s) {
   const RuntimeOptions& o = s.sh->opt;
   if (o.step_deadline > 0 || !s.sh->activity) return 0.0;
-  const double base = s.silences.ready() ? s.silences.deadline() : 2.0 * s.slowest;
+  const double base =
+      s.silences.ready() ? s.silences.deadline() : std::max(o.message_suspicion.floor, 2.0 * s.slowest);
   return std::ldexp(base, static_cast<int>(std::min<uint32_t>(s.quiet_replays, 16)));
 }
 

@@ -180,6 +180,7 @@ TEST(RuntimeFaults, PartitionEndsBitwiseEqual) {
 // the run ends bitwise equal to the fault-free one.
 TEST(RuntimeFaults, AdaptiveDeadlinesFindALostMessage) {
   runtime::RuntimeOptions base = options("1f1b", 5);
+  base.step_deadline = 0;  // the default: adaptive
   base.train.steps = 13;
   base.expert_shards = 2;
   const Outcome ref = run(base);
@@ -229,6 +230,7 @@ TEST(RuntimeFaults, ASequenceGapFindsALostMessageAtOnce) {
 // here, so one counted replay would fail the run).
 TEST(RuntimeFaults, ALongPauseIsWaitedOutUnderAdaptiveDeadlines) {
   runtime::RuntimeOptions base = options("1f1b", 5);
+  base.step_deadline = 0;  // the default: adaptive
   base.train.steps = 13;
   const Outcome ref = run(base);
   runtime::RuntimeOptions o = base;
