@@ -8,93 +8,13 @@
 // It is also the supervisor of the ranks and shards (supervisor.hpp): when
 // one goes down it is respawned, and a running step is discarded and run
 // again from its start (attempt + 1) with the same data. It arms the
-// [[faults]] kills at the start of their step.
-#include <algorithm>
-#include <chrono>
-#include <cmath>
-#include <cstdio>
-#include <map>
-#include <set>
-#include <tuple>
-
-#include "actors/context.hpp"
-#include "actors/experts/expert_shard.hpp"
-#include "actors/supervision/supervisor.hpp"
-#include "model/data.hpp"
+// [[faults]] kills at the start of their step. Its deadlines and the replays
+// of lost messages are in coordinator_deadlines.cpp; the state both files
+// share is in coordinator_state.hpp.
+#include "actors/supervision/coordinator_state.hpp"
 
 namespace troupe::runtime {
-namespace {
-
-using StepReply = caf::typed_response_promise<double, double, double, double>;
-
-struct CoordState {
-  std::shared_ptr<const Shared> sh;
-  std::unique_ptr<model::DataSource> data;
-  uint64_t step = 0;
-  uint32_t attempt = 0;  // replay generation of the running step
-  bool running = false;
-  StepReply reply;
-  std::map<std::tuple<int, int>, std::pair<double, double>> losses;  // (global mb, stage) -> loss, aux
-  std::map<uint32_t, double> partials;                               // shard -> sum of squares
-  std::set<std::pair<uint32_t, uint32_t>> finished;                  // (replica, rank or expert producer)
-  std::map<int, std::vector<int64_t>> loads;                         // stage -> summed (load) reports of the step
-  std::set<std::tuple<uint32_t, uint32_t, uint32_t>> load_from;      // (replica, mb, stage) reports counted
-  std::vector<int64_t> last_loads;                                   // the last finished step's, in stage order
-  std::map<int, std::vector<double>> head;                           // global mb -> loss head report (loss_head)
-  double loss_scale = 0.0, aux_scale = 0.0, norm = 0.0;
-  bool clipped = false;  // (clip) sent for the step
-  std::string error;
-  uint64_t dropped = 0;
-  std::unique_ptr<Supervisor> sup;
-  std::vector<bool> fault_armed;                 // [fault] armed once
-  std::map<std::string, std::string> last_phase;  // actor -> phase it died in
-  std::map<caf::actor_addr, caf::response_promise> kill_waiters;  // Runtime::kill callers
-  std::chrono::steady_clock::time_point started;  // of the running attempt
-  double slowest = 0.0;          // seconds of the slowest finished step
-  uint32_t deadline_replays = 0;  // of the running step
-  uint32_t quiet_replays = 0;     // of those, on the message deadline (not counted against max_restarts)
-  // Adaptive deadlines (RuntimeOptions::step_deadline = 0; suspicion.hpp):
-  // the fault-free steps' lengths and longest silences.
-  Suspicion step_times, silences;
-  bool first_finished = false;  // the runtime's first step (warm-up, kernel compiles) is not a sample
-  uint64_t damaged = 0;           // Envelopes receivers dropped as damaged in flight
-  // The fault summary's bookkeeping for the running step.
-  std::chrono::steady_clock::time_point first_started;  // its first attempt
-  int64_t armed = 0;                 // faults armed in it
-  std::string message_fault_role;    // role of its first fault on messages (a deadline's suspect)
-  bool repairing = false;            // a failure was noticed in it
-  std::chrono::steady_clock::time_point repair_from;
-  std::string repair_role;
-  // A placement change waiting for its new expert shards' weights (the
-  // rescale request's answer): the slots (replica, producer) still loading.
-  // A shard that dies while loading is respawned and asked again; a shrink
-  // meanwhile replaces the whole set; an escalation fails the change.
-  struct Loading {
-    caf::response_promise rp;
-    std::map<std::pair<int, int>, caf::actor> left;
-    uint64_t bytes = 0;
-  };
-  std::shared_ptr<Loading> loading;
-  int kill_loading_left = -1;  // TestHooks::kill_while_loading_times not yet spent (-1: not read yet)
-};
-
-// Under the summary's lock (Runtime::fault_summary reads it from another thread).
-template <class F>
-void update_stats(const Shared& sh, F&& f) {
-  std::lock_guard<std::mutex> lock(sh.stats_mu);
-  f(sh.stats);
-}
-
-// A failure was noticed in the running step: its repair starts now (the
-// first failure of a step counts; what follows is the same repair).
-void repair_starts(CoordState& s, const std::string& role) {
-  if (s.repairing) return;
-  s.repairing = true;
-  s.repair_from = std::chrono::steady_clock::now();
-  s.repair_role = role.empty() ? "unattributed" : role;
-}
-
-using Self = caf::stateful_actor<CoordState>;
+namespace coord {
 
 void maybe_finish(Self* self) {
   auto& s = self->state;
@@ -186,33 +106,6 @@ void maybe_clip(Self* self) {
     for (const caf::actor& a : all_shards(sh)) post(sh, kNoDevice, a, rt::load_atom_v, s.step, s.attempt, loads);
   }
   for (const caf::actor& a : all_shards(sh)) post(sh, kNoDevice, a, rt::clip_atom_v, s.step, s.attempt, s.norm);
-}
-
-// Seconds as the delayed_send duration.
-std::chrono::microseconds seconds(double t) {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::duration<double>(t));
-}
-
-// The running attempt's step deadline: the explicit one, or the adaptive one
-// (RuntimeOptions::step_deadline), doubled by each replay of the step.
-double step_deadline(const CoordState& s) {
-  const RuntimeOptions& o = s.sh->opt;
-  if (o.step_deadline > 0) return o.step_deadline;
-  const double base = s.step_times.ready() ? s.step_times.deadline()
-                      : s.slowest > 0      ? std::max(3.0, 4.0 * s.slowest)
-                                           : 120.0;  // first step: OpenCL kernels may compile
-  return std::ldexp(base, static_cast<int>(std::min<uint32_t>(s.deadline_replays, 16)));
-}
-
-// The running attempt's message deadline: how long the run may stay silent
-// (RuntimeOptions::step_deadline); 0: none (an explicit step_deadline, more
-// than one process, or the first step).
-double message_deadline(const CoordState& s) {
-  const RuntimeOptions& o = s.sh->opt;
-  if (o.step_deadline > 0 || !s.sh->activity) return 0.0;
-  const double base =
-      s.silences.ready() ? s.silences.deadline() : std::max(o.message_suspicion.floor, 2.0 * s.slowest);
-  return std::ldexp(base, static_cast<int>(std::min<uint32_t>(s.quiet_replays, 16)));
 }
 
 // Arms the [[faults]] of this step: the target dies on its k-th message.
@@ -675,136 +568,6 @@ void on_child_down(Self* self, const caf::down_msg& m) {
   }
 }
 
-// The actors that have not reported the running step done.
-std::string waiting_for(const CoordState& s) {
-  const auto& sh = *s.sh;
-  std::string waiting;
-  const auto plan = live_plan(sh);
-  for (int r = 0; r < sh.opt.data_parallel; ++r) {
-    for (int k = 0; k < sh.plan.sl.num_ranks; ++k)
-      if (!s.finished.count(std::make_pair(static_cast<uint32_t>(r), static_cast<uint32_t>(k))))
-        waiting += (waiting.empty() ? "" : ", ") + sh.plan.rank(r, k).name;
-    for (int x = 0; x < plan->num_producers(); ++x)
-      if (!s.finished.count(std::make_pair(static_cast<uint32_t>(r), kExpertProducerBase + static_cast<uint32_t>(x))))
-        waiting += (waiting.empty() ? "" : ", ") + plan->expert(r, x).name;
-  }
-  return waiting.empty() ? "the optimizer shards" : waiting;
-}
-
-std::string milliseconds_text(double seconds) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.3g ms", 1e3 * seconds);
-  return b;
-}
-
-// A message of the running attempt is lost for sure, or taken for lost (no
-// actor died): fail the step if `counted` and the step has used up
-// max_restarts such replays (the error: `failure` + " in N attempt(s)..."),
-// else discard the attempt and replay the step from its snapshot now
-// (messages of the old attempt are dropped wherever they arrive). `ev`
-// says why (its flags and cause); `role` is the role the repair is
-// attributed to ("" for the step's first lost-message fault's).
-void replay_lost(Self* self, bool counted, const std::string& failure, RestartEvent ev, const std::string& role) {
-  auto& s = self->state;
-  const auto& sh = *s.sh;
-  const int64_t step1 = static_cast<int64_t>(s.step) + 1;
-  if (counted && static_cast<int>(++s.deadline_replays) > sh.opt.max_restarts) {
-    s.error = "step " + std::to_string(step1) + " " + failure;
-    s.error.replace(s.error.find("{N}"), 3, std::to_string(s.deadline_replays));
-    s.running = false;
-    s.reply.deliver(caf::make_error(caf::sec::runtime_error, s.error));
-    return;
-  }
-  if (!counted) ++s.quiet_replays;
-  update_stats(sh, [&](FaultSummary& st) {
-    ++st.replays;
-    st.suspicions += ev.deadline;
-    st.gaps += ev.gap;
-  });
-  repair_starts(s, role.empty() ? s.message_fault_role : role);
-  if (ev.actor.empty()) ev.actor = waiting_for(s);
-  ++s.attempt;
-  s.sup->restore_all(self, s.step, s.attempt);
-  start_step(self);
-  ev.step = step1;
-  ev.attempt = static_cast<int>(s.attempt) + 1;
-  ev.replayed = true;
-  try {
-    if (sh.on_restart) sh.on_restart(ev);
-  } catch (const std::exception&) {
-  }
-}
-
-// The running attempt missed its step deadline: no actor died, but a
-// message was lost or an actor is frozen (or computes forever).
-void on_deadline(Self* self, uint64_t step, uint32_t attempt, double limit) {
-  auto& s = self->state;
-  if (!s.running || step != s.step || attempt != s.attempt || !s.error.empty()) return;  // it finished
-  char secs[32];
-  std::snprintf(secs, sizeof secs, "%.3g s", limit);
-  RestartEvent ev;
-  ev.deadline = true;
-  ev.cause = std::string("no progress within ") + secs;
-  replay_lost(self, true, "made " + ev.cause + " in {N} attempt(s); waiting for " + waiting_for(s), ev, "");
-}
-
-// The message deadline's check: has the run been silent (nothing posted, no
-// device with work) for as long as the deadline allows? If not, look again
-// when it could first have been. Its replays double the next deadline and
-// are not counted against max_restarts (a long pause is waited out).
-void on_quiet_check(Self* self, uint64_t step, uint32_t attempt) {
-  auto& s = self->state;
-  if (!s.running || step != s.step || attempt != s.attempt || !s.error.empty()) return;
-  const double limit = message_deadline(s);
-  const double silent = 1e-9 * static_cast<double>(s.sh->activity->silent_ns());
-  if (silent >= limit) {
-    RestartEvent ev;
-    ev.deadline = true;
-    ev.cause = "no message for " + milliseconds_text(silent) + " (adaptive message deadline " + milliseconds_text(limit) + ")";
-    replay_lost(self, false, "", ev, "");
-    return;
-  }
-  self->delayed_send(self, seconds(std::max(limit - silent, 1e-4)), rt::quiet_atom_v, step, attempt);
-}
-
-// The loss detector saw a sequence gap in a message of attempt `epoch`
-// (interposer.hpp): a message of that attempt is lost for sure, so replay it
-// now, as for a damaged message; other attempts' gaps are history.
-void on_gap(Self* self, uint64_t epoch) {
-  auto& s = self->state;
-  if (!s.running || !s.error.empty() || epoch != LossDetector::epoch_of(s.step, s.attempt)) return;
-  RestartEvent ev;
-  ev.gap = true;
-  ev.cause = "a gap in a message stream's sequence numbers";
-  replay_lost(self, true,
-              "lost messages in {N} attempt(s), more than max_restarts = " + std::to_string(s.sh->opt.max_restarts) +
-                  " (last: a sequence gap)",
-              ev, "");
-}
-
-// A receiver dropped a message damaged in flight (actors/context.hpp,
-// drop_if_damaged): that message is lost for sure, so the running attempt
-// cannot finish. Replay the step now rather than at its deadline, exactly
-// as the deadline would. The damaged message may have been a stale one of
-// an older attempt; the replay is then wasted, never wrong. Replays of one
-// step count against max_restarts like deadline replays.
-void on_damaged(Self* self, const std::string& who, const std::string& why) {
-  auto& s = self->state;
-  const auto& sh = *s.sh;
-  ++s.damaged;
-  update_stats(sh, [](FaultSummary& st) { ++st.damaged; });
-  if (!s.running || !s.error.empty()) return;  // between steps no step message is waited for
-  const ActorPlan* a = sh.plan.find(who);
-  RestartEvent ev;
-  ev.damaged = true;
-  ev.actor = who;
-  ev.cause = why;
-  replay_lost(self, true,
-              "lost messages in {N} attempt(s), more than max_restarts = " + std::to_string(sh.opt.max_restarts) +
-                  " (last: " + who + " dropped one as damaged: " + why + ")",
-              ev, a ? role_name(a->role) : "unattributed");
-}
-
 caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
   auto& st = self->state;
   st.sh = sh;
@@ -964,10 +727,10 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
   };
 }
 
-}  // namespace
+}  // namespace coord
 
 caf::actor spawn_coordinator(caf::actor_system& sys, std::shared_ptr<const Shared> sh) {
-  return sys.spawn(coordinator, std::move(sh));
+  return sys.spawn(coord::coordinator, std::move(sh));
 }
 
 }  // namespace troupe::runtime
