@@ -50,7 +50,6 @@ class Suspicion {
   // Seconds after which phi reaches the threshold, with the guards above; 0
   // when not ready.
   double deadline() const;
-  const SuspicionOptions& options() const { return o_; }
 
  private:
   SuspicionOptions o_;

@@ -1,10 +1,8 @@
 // rollouts.jsonl (see rollouts_log.hpp).
 #include "launch/observe/rollouts_log.hpp"
 
-#include <cerrno>
 #include <cmath>
-#include <cstring>
-#include <stdexcept>
+#include <cstdio>
 
 #include "launch/observe/progress.hpp"
 
@@ -47,22 +45,10 @@ std::string rollout_group_json(const rl::StepRollouts& r, const rl::ScoredBatch&
   return out + "]}";
 }
 
-RolloutLog::RolloutLog(const std::string& path, Detokenize text) : path_(path), text_(std::move(text)) {
-  file_ = std::fopen(path.c_str(), "a");
-  if (!file_) throw std::runtime_error("cannot open " + path + " for the rollouts log: " + std::strerror(errno));
-}
-
-RolloutLog::~RolloutLog() {
-  if (file_) std::fclose(file_);
-}
+RolloutLog::RolloutLog(const std::string& path, Detokenize text) : text_(std::move(text)) { out_.open(path); }
 
 void RolloutLog::write(const rl::StepRollouts& r, const rl::ScoredBatch& sb) {
-  for (int64_t g = 0; g < sb.groups; ++g) {
-    const std::string line = rollout_group_json(r, sb, g, text_);
-    std::fputs(line.c_str(), file_);
-    std::fputc('\n', file_);
-  }
-  if (std::fflush(file_) != 0) throw std::runtime_error("cannot write " + path_ + ": " + std::strerror(errno));
+  for (int64_t g = 0; g < sb.groups; ++g) out_.write_line(rollout_group_json(r, sb, g, text_));
 }
 
 }  // namespace troupe::launch

@@ -6,16 +6,16 @@
 // that sampled it (rl.sync = "latest" changes versions mid-completion).
 // Rewards, advantages and log-probs are written with 17 significant digits,
 // so they read back as the same doubles (a test recomputes each group's
-// advantages from its rewards). Written line by line and flushed, like
-// metrics.jsonl.
+// advantages from its rewards). Written line by line and flushed by the
+// same writer as metrics.jsonl.
 #pragma once
 
-#include <cstdio>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "launch/observe/progress.hpp"
 #include "rl/rollout.hpp"
 #include "rl/rollout_step.hpp"
 
@@ -33,16 +33,12 @@ class RolloutLog {
   // Opens `path` for appending (a resumed run continues it); throws
   // std::runtime_error naming the path when it cannot.
   RolloutLog(const std::string& path, Detokenize text);
-  ~RolloutLog();
-  RolloutLog(const RolloutLog&) = delete;
-  RolloutLog& operator=(const RolloutLog&) = delete;
   // Every group of the step, one line each.
   void write(const rl::StepRollouts& r, const rl::ScoredBatch& sb);
 
  private:
-  std::string path_;
   Detokenize text_;
-  std::FILE* file_ = nullptr;
+  MetricsWriter out_;
 };
 
 }  // namespace troupe::launch
