@@ -36,10 +36,6 @@ struct TestHooks {
   // change (respawns included): the retry path of a failed migration.
   std::string kill_while_loading;
   int kill_while_loading_times = 0;
-  // Decoupled RL, sync = "latest": a generator that started step s with a
-  // version older than s waits after its first decode step until a newer
-  // version arrives, so the rollout deterministically spans a publication.
-  bool hold_for_publication = false;
   ProcessFault process_fault;
 };
 

@@ -56,8 +56,6 @@ caf::behavior generator_actor(caf::event_based_actor* self, std::shared_ptr<cons
     Job running;
     rlmsg::Rollout out;  // the running job's figures
     Clock::time_point t0, idle_since = Clock::now();
-    int64_t decodes = 0;
-    bool holding = false;
     uint32_t armed = 0;  // kill point for the next job (0: none)
     int64_t drop = 0;    // syncs still to lose
   };
@@ -75,7 +73,7 @@ caf::behavior generator_actor(caf::event_based_actor* self, std::shared_ptr<cons
   };
   // Starts the next job once the weights it needs are in.
   auto try_start = [self, st, sh, index, latest, load]() {
-    if (st->copy->generating() || st->holding || st->jobs.empty()) return;
+    if (st->copy->generating() || st->jobs.empty()) return;
     const Job j = st->jobs.front();
     const rlmsg::Weights* w = nullptr;
     if (latest) {
@@ -93,7 +91,6 @@ caf::behavior generator_actor(caf::event_based_actor* self, std::shared_ptr<cons
     if (st->copy->version() != w->version) load(*w);
     if (!latest) st->have.erase(st->have.begin(), st->have.lower_bound(j.version));
     st->copy->begin(*st->task, sh->opt->train.rl, sh->seed, j.step);
-    st->decodes = 0;
     self->send(self, rlmsg::decode_atom::value);
   };
   return {
@@ -110,10 +107,6 @@ caf::behavior generator_actor(caf::event_based_actor* self, std::shared_ptr<cons
         // queued jobs may need (pruned as jobs start).
         if (latest) st->have.erase(st->have.begin(), st->have.lower_bound(st->have.rbegin()->first));
         self->send(driver, rlmsg::synced_atom::value, index, incarnation, v);
-        if (st->holding && v > st->copy->version()) {
-          st->holding = false;
-          self->send(self, rlmsg::decode_atom::value);
-        }
         try_start();
       },
       [self, st, try_start](rlmsg::job_atom, int64_t step, int64_t version) {
@@ -125,23 +118,14 @@ caf::behavior generator_actor(caf::event_based_actor* self, std::shared_ptr<cons
       [self, st, sh, driver, latest, load, try_start](rlmsg::decode_atom) {
         // The fence: between two decode steps. latest takes the newest
         // version received since the last one; fixed_lag never switches
-        // inside a rollout. (The test hook hold_for_publication pins the first decode step to the
-        // version the rollout started with.)
-        const bool seam = latest && sh->hooks && sh->hooks->hold_for_publication;
-        if (latest && !(seam && st->decodes == 0) && !st->have.empty() &&
-            st->have.rbegin()->first > st->copy->version()) {
+        // inside a rollout (tests/rl/rl_protocol_test.cpp drives it message
+        // by message on CAF's test coordinator).
+        if (latest && !st->have.empty() && st->have.rbegin()->first > st->copy->version()) {
           load(st->have.rbegin()->second);
           ++st->out.switches;
           if (sh->opt->train.rl.recompute_kv) st->copy->recompute();
         }
         const bool more = st->copy->decode();
-        ++st->decodes;
-        if (more && seam && st->decodes == 1 &&
-            st->copy->version() < st->running.step &&
-            (st->have.empty() || st->have.rbegin()->first <= st->copy->version())) {
-          st->holding = true;  // resumed by the next sync (test hook, see TestHooks)
-          return;
-        }
         if (more) return self->send(self, rlmsg::decode_atom::value);
         st->out.r = std::make_shared<const rl::StepRollouts>(st->copy->end(seconds_since(st->t0)));
         st->out.busy_seconds = seconds_since(st->t0);
