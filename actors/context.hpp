@@ -360,7 +360,10 @@ inline caf::actor target_actor(const Shared& sh, const FaultTarget& t) {
       return sh.peers.coordinator;
     }
     case Role::Generator:
-    case Role::Reward: return {};  // RL actors (actors/rl/): not in this runtime
+    case Role::Reward:
+    case Role::RlCoordinator:
+    case Role::Buffer:
+    case Role::Trainer: return {};  // RL actors (actors/rl/): not in this runtime
   }
   return {};
 }

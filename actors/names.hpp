@@ -23,10 +23,10 @@ namespace troupe::runtime {
 // The role of an actor of the topology (actors/plan.hpp names them): the
 // coordinator, a ZeRO-1 optimizer shard, a pipeline rank (the actor running
 // one op list; named "stage:K", and it may hold two model stages), an expert
-// shard; in a decoupled RL run (actors/rl/rl_plan.hpp) a rollout generator
-// ("generator:K") or a reward actor ("reward:K" / "reward_model:K"), which
-// the pre-training plan never has.
-enum class Role { Coordinator, Optimizer, Rank, Expert, Generator, Reward };
+// shard; in a decoupled RL run (Plan::rl_actors) the RL coordinator, the
+// rollout buffer, the trainer, a rollout generator ("generator:K") or a
+// reward actor ("reward:K" / "reward_model:K").
+enum class Role { Coordinator, Optimizer, Rank, Expert, Generator, Reward, RlCoordinator, Buffer, Trainer };
 
 // An actor of the topology by role and index: "stage:1" (pipeline rank 1 of
 // data-parallel replica 0), "stage:1/replica:1", "optimizer:0", or an expert

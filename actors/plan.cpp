@@ -9,6 +9,7 @@
 
 #include "model/stage.hpp"
 #include "moe/placement.hpp"
+#include "rl/config.hpp"
 
 namespace troupe::runtime {
 
@@ -76,6 +77,9 @@ const char* role_name(Role role) {
     case Role::Expert: return "expert";
     case Role::Generator: return "generator";
     case Role::Reward: return "reward";
+    case Role::RlCoordinator: return "rl_coordinator";
+    case Role::Buffer: return "rollout_buffer";
+    case Role::Trainer: return "trainer";
   }
   return "?";
 }
@@ -338,7 +342,10 @@ const ActorPlan* Plan::target(const FaultTarget& t) const {
     }
     case Role::Coordinator: return t.index == 0 ? &coordinator() : nullptr;
     case Role::Generator:
-    case Role::Reward: return nullptr;  // RL actors are in rl_plan.hpp's plan
+    case Role::Reward:
+    case Role::RlCoordinator:
+    case Role::Buffer:
+    case Role::Trainer: return nullptr;  // RL actors (rl_actors) are the RL run's, never this runtime's
   }
   return nullptr;
 }
@@ -533,6 +540,58 @@ Plan make_plan(const RuntimeOptions& o) {
       p.actors.push_back(std::move(a));
     }
   return p;
+}
+
+int rl_generator_device(int generator, int devices, int trainer_devices) {
+  trainer_devices = std::max(1, trainer_devices);
+  if (devices <= trainer_devices) return devices <= 1 ? 0 : generator % devices;
+  return trainer_devices + generator % (devices - trainer_devices);
+}
+
+std::vector<ActorPlan> plan_rl_actors(const rl::RlConfig& c, int devices, int trainer_devices,
+                                      const std::vector<int>& generator_process) {
+  const int on_devices = std::max(1, trainer_devices);
+  const std::string eta = std::to_string(c.max_staleness);
+  const bool latest = c.sync == rl::SyncMode::latest;
+  std::vector<ActorPlan> out;
+  auto add = [&out](std::string name, Role role, int index, int device, std::string detail, int process = 0) {
+    ActorPlan a;
+    a.name = std::move(name);
+    a.role = role;
+    a.index = index;
+    a.device = device;
+    a.process = process;
+    a.detail = std::move(detail);
+    out.push_back(std::move(a));
+  };
+  add("rl_coordinator", Role::RlCoordinator, 0, -1,
+      "deals step s to generator s % " + std::to_string(c.generators) +
+          (latest ? " once version max(0, s - " + eta + ") is out; pushes every version to every generator"
+                  : " with version max(0, s - " + eta + ")") +
+          "; weight-sync deadlines; supervises generators and reward actors");
+  add("rollout_buffer", Role::Buffer, 0, -1,
+      (latest ? "admission (every token's version in [s - " + eta + ", s])"
+              : "admission (version exactly max(0, s - " + eta + "))") +
+          " and the ledger: each group (seed, step, index) admitted and trained once");
+  add("trainer", Role::Trainer, 0, 0,
+      "the policy update (loss " + std::string(loss_kind_name(c.policy.kind)) + ")" +
+          (trainer_devices > 0 ? "; on the actor runtime's pipeline ranks, expert and optimizer shards, devices 0.." +
+                                     std::to_string(on_devices - 1)
+                               : std::string()) +
+          "; publishes version v+1 after each step");
+  for (int k = 0; k < c.generators; ++k)
+    add("generator:" + std::to_string(k), Role::Generator, k, rl_generator_device(k, devices, on_devices),
+        "policy copy + version; samples " + std::to_string(c.prompts_per_step) + " x " + std::to_string(c.group_size) +
+            " completions per step (KV cache" + (latest ? "; takes new versions between decode steps)" : ")"),
+        generator_process.empty() ? 0 : generator_process.at(static_cast<size_t>(k)));
+  for (int k = 0; k < c.reward_actors; ++k) {
+    if (c.reward == rl::RewardSource::model)
+      add("reward_model:" + std::to_string(k), Role::Reward, k, -1,
+          "the learned reward model " + c.reward_model + " (frozen; a step's completions in one batch), group advantages");
+    else
+      add("reward:" + std::to_string(k), Role::Reward, k, -1, "rule verifier and group advantages");
+  }
+  return out;
 }
 
 }  // namespace troupe::runtime

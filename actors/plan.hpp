@@ -33,6 +33,10 @@
 #include "model/params.hpp"
 #include "moe/placement.hpp"
 
+namespace troupe::rl {
+struct RlConfig;
+}
+
 namespace troupe::runtime {
 
 // A contiguous range of the flat parameter buffer.
@@ -134,6 +138,11 @@ struct Plan {
   // Every actor in spawn order: coordinator, optimizer shards, pipeline ranks
   // (replica-major), expert shards (replica-major, producer order).
   std::vector<ActorPlan> actors;
+  // A decoupled RL run's actors (plan_rl_actors; empty otherwise):
+  // rl_coordinator, rollout_buffer, trainer, generator:K, reward:K (or
+  // reward_model:K). When the trainer runs on the actor runtime, `actors`
+  // above are its pipeline ranks, expert and optimizer shards.
+  std::vector<ActorPlan> rl_actors;
 
   bool expert_parallel() const { return !expert_owned.empty(); }
   const ActorPlan& coordinator() const { return actors.front(); }
@@ -184,6 +193,27 @@ bool keeps_expert_shard(const Plan& from, const Plan& to, int replica, int produ
 // Computes the plan; throws std::invalid_argument when the numbers do not
 // make a topology (what validate() checks about the layout and placement).
 Plan make_plan(const RuntimeOptions& o);
+
+// Decoupled RL (rl.sync = "fixed_lag" / "latest"): its actors and where they
+// sit, computed from the [rl] values and the device count, for
+// Plan::rl_actors. The trainer is on device 0 (on devices
+// 0..trainer_devices-1 when it runs on the actor runtime: trainer_devices =
+// its device count, 0 = one in-process trainer actor); generators go
+// round-robin on the devices after the trainer's (rl_generator_device), on
+// the trainer's own when there are none; the coordinator, the buffer and the
+// reward actors (rule verifiers, microseconds per group) are control actors
+// with no device. On host devices a device is a thread, so with 2 devices
+// generation and training run side by side. generator_process: the process
+// of each generator (empty: all on process 0); everything else is on
+// process 0.
+std::vector<ActorPlan> plan_rl_actors(const rl::RlConfig& c, int devices, int trainer_devices = 0,
+                                      const std::vector<int>& generator_process = {});
+// The device of generator `generator` (trainer_devices as above, at least 1).
+int rl_generator_device(int generator, int devices, int trainer_devices = 1);
+
+// Across processes a policy version is one envelope, at most this long
+// (DecodeLimits::max_message_bytes; rl_wire.cpp checks they agree).
+inline constexpr uint64_t kRlMaxMessageBytes = 256ull << 20;
 
 // A plan's expert placement as flat numbers, the form a placement change
 // travels in (Runtime -> coordinator, coordinator -> another process's

@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <sstream>
 
-#include "actors/rl/rl_plan.hpp"
 #include "launch/train_options.hpp"
 
 namespace troupe::launch {
@@ -189,6 +188,10 @@ RunPlan make_run_plan(const Spec& spec) {
     rp.rl_trainer_plan = plan_of(*rp.rl_trainer);
   }
   rp.generator_process = rl_generator_processes(spec);
+  if (spec.run.mode == RunMode::rl && rl::decoupled(spec.rl.sync))
+    rp.plan.rl_actors = runtime::plan_rl_actors(spec.rl, static_cast<int>(spec.topology.devices),
+                                                rl_trainer_on_actors(spec) ? rl_trainer_devices(spec) : 0,
+                                                rp.generator_process);
   return rp;
 }
 

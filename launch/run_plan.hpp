@@ -25,7 +25,9 @@ struct RunPlan {
   // Pretraining on the actor runtime: the [topology], [run] supervision,
   // [experts], [[faults]] and [[elastic]] keys, plus [chaos]'s faults.
   runtime::RuntimeOptions runtime;
-  runtime::Plan plan;                     // the topology plan of `runtime` (what validate lists, the runtime spawns)
+  // The topology plan of `runtime` (what validate lists, the runtime
+  // spawns); with decoupled RL also its actors (plan.rl_actors).
+  runtime::Plan plan;
   std::vector<runtime::FaultSpec> chaos;  // what [chaos] draws (for training, also in runtime.faults)
   // Decoupled RL with rl.trainer = "actors": the trainer's runtime and plan.
   std::optional<runtime::RuntimeOptions> rl_trainer;

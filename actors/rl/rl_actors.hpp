@@ -1,7 +1,7 @@
 // Decoupled online RL on supervised CAF actors (rl.sync = "fixed_lag" or
 // "latest"): the facade, CAF-free so launch/ and tests include it cheaply.
 //
-// Actors (names as `troupe validate` lists them, rl_plan.hpp):
+// Actors (names as `troupe validate` lists them, Plan::rl_actors in plan.hpp):
 //   rl_coordinator  deals RL steps to generators, forwards rollouts to reward
 //                   actors, keeps the published weight versions, supervises
 //                   (monitors and restarts) generators and reward actors and

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <string>
 
-#include "actors/rl/rl_plan.hpp"
+#include "actors/plan.hpp"
 #include "schemas/rl.capnp.h"
 
 namespace troupe::runtime::rlwire {

@@ -12,7 +12,6 @@
 
 #include "actors/cluster/runtime_cluster.hpp"
 #include "actors/rl/rl_actors.hpp"
-#include "actors/rl/rl_plan.hpp"
 #include "actors/rl/runtime_policy.hpp"
 #include "launch/cli.hpp"
 #include "launch/commands/rl.hpp"
@@ -281,8 +280,7 @@ rl::RlSummary run_decoupled(const Spec& spec, const RunPlan& plan, rl::RlTrainOp
   spdlog::info("decoupled online RL ({}, max_staleness {}): {} generator(s), {} reward actor(s), trainer on device 0{}",
                rl::sync_mode_name(r.sync), r.max_staleness, r.generators, r.reward_actors,
                processes > 1 ? fmt::format("; {} process(es): generators on processes 1..{}", processes, processes - 1) : std::string());
-  for (const auto& a : runtime::rl_actor_plan(r, static_cast<int>(spec.topology.devices),
-                                                    rl_trainer_on_actors(spec) ? rl_trainer_devices(spec) : 0, plan.generator_process))
+  for (const runtime::ActorPlan& a : plan.plan.rl_actors)
     spdlog::info("  {} ({}{}): {}", a.name, a.device < 0 ? std::string("control") : "device " + std::to_string(a.device),
                  processes > 1 ? ", process " + std::to_string(a.process) : std::string(), a.detail);
   size_t trainer_faults = 0;

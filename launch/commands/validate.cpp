@@ -8,7 +8,6 @@
 #include <string>
 
 #include "actors/cluster/cluster_tls.hpp"
-#include "actors/rl/rl_plan.hpp"
 
 #include "kernels/blas_core.hpp"
 #include "launch/cli.hpp"
@@ -117,13 +116,12 @@ int check_input_checkpoints(const Spec& spec) {
 namespace {
 
 // The decoupled RL actors by control / device, as format_topology lists the
-// pipeline's (actors/rl/rl_plan.hpp places them).
+// pipeline's (the plan's rl_actors).
 std::string format_rl_actors(const Spec& spec, const RunPlan& rp) {
   const auto& r = spec.rl;
   const int devices = static_cast<int>(spec.topology.devices);
   const int processes = static_cast<int>(spec.topology.processes);
-  const auto actors = runtime::rl_actor_plan(r, devices, rl_trainer_on_actors(spec) ? rl_trainer_devices(spec) : 0,
-                                             rp.generator_process);
+  const auto& actors = rp.plan.rl_actors;
   std::string out = "decoupled online RL (sync \"" + std::string(rl::sync_mode_name(r.sync)) + "\", max_staleness " +
                     std::to_string(r.max_staleness) +
                     "): " + std::to_string(devices) + " " + device_kind_name(spec.topology.device_kind) +
@@ -133,7 +131,7 @@ std::string format_rl_actors(const Spec& spec, const RunPlan& rp) {
                                    : std::string()) + "\n";
   size_t width = 0;
   for (const auto& a : actors) width = std::max(width, a.name.size());
-  auto print = [&](const runtime::RlActorPlacement& a) {
+  auto print = [&](const runtime::ActorPlan& a) {
     out += "    " + a.name + std::string(width + 2 - a.name.size(), ' ') + a.detail + "\n";
   };
   const std::vector<int> dp = processes > 1 ? device_processes(spec) : std::vector<int>(static_cast<size_t>(devices), 0);

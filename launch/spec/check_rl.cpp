@@ -18,7 +18,6 @@
 #include "actors/schedule/schedule.hpp"
 #include "launch/phases.hpp"
 #include "launch/spec/keys.hpp"
-#include "actors/rl/rl_plan.hpp"
 #include "launch/run_plan.hpp"
 #include "model/checkpoint.hpp"
 #include "model/data.hpp"

@@ -194,3 +194,39 @@ TEST(Topology, RuntimeActorsAreTheListedOnes) {
     for (const std::string& n : live) EXPECT_NE(text.find("    " + n + " "), std::string::npos) << n;
   }
 }
+
+// Decoupled RL: its actors are in the run's one plan (Plan::rl_actors), with
+// the training actors' type and names; the trainer holds device 0 and the
+// generators go round-robin on the devices after it. A pre-training run has
+// none.
+TEST(Topology, DecoupledRlActorsAreInTheOnePlan) {
+  Spec s = spec_with(3, 1, 1, 1, 1, 1, "sequential");
+  EXPECT_TRUE(make_run_plan(s).plan.rl_actors.empty());
+  s.run.mode = RunMode::rl;
+  s.rl.sync = troupe::rl::SyncMode::fixed_lag;
+  s.rl_section.sync = s.rl.sync;
+  s.rl.generators = 3;
+  s.rl.reward_actors = 2;
+  const Plan p = make_run_plan(s).plan;
+  std::vector<std::string> names;
+  std::map<std::string, int> device;
+  std::map<Role, int> roles;
+  for (const ActorPlan& a : p.rl_actors) {
+    names.push_back(a.name);
+    device[a.name] = a.device;
+    ++roles[a.role];
+    EXPECT_EQ(a.process, 0) << a.name;
+    EXPECT_FALSE(a.detail.empty()) << a.name;
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"rl_coordinator", "rollout_buffer", "trainer", "generator:0", "generator:1",
+                                             "generator:2", "reward:0", "reward:1"}));
+  EXPECT_EQ(roles[Role::Generator], 3);
+  EXPECT_EQ(roles[Role::Reward], 2);
+  EXPECT_EQ(device["rl_coordinator"], -1);
+  EXPECT_EQ(device["reward:1"], -1);
+  EXPECT_EQ(device["trainer"], 0);
+  EXPECT_EQ(device["generator:0"], 1);
+  EXPECT_EQ(device["generator:1"], 2);
+  EXPECT_EQ(device["generator:2"], 1);
+  EXPECT_STREQ(troupe::runtime::role_name(Role::Buffer), "rollout_buffer");
+}
