@@ -143,7 +143,8 @@ int main(int argc, char** argv) {
           row.config = cfg;
           row.schedule = sched_name;
           row.round = rnd;
-          runtime::RuntimeOptions ro = runtime_options(spec);
+          const RunPlan rp = make_run_plan(spec);  // the spec, translated once
+          runtime::RuntimeOptions ro = rp.runtime;
           ro.trace.clear();
           ro.record_trace = true;
           runtime::Runtime real(ro);
@@ -157,8 +158,8 @@ int main(int argc, char** argv) {
             real_windows.emplace_back(t0, now_ns());
             row.real_steps.push_back(static_cast<double>(real_windows.back().second - t0) / 1e6);
           };
-          row.cal = calibrate(spec, co);
-          row.real = read_op_times(real.device_traces(), real_windows, spec, resolve_topology(spec));
+          row.cal = calibrate(spec, rp, co);
+          row.real = read_op_times(real.device_traces(), real_windows, spec, rp.plan);
           row.predicted = predict(spec, calibrated_costs(row.cal, true));
           row.predicted_alone = predict(spec, calibrated_costs(row.cal, true, true));
           row.predicted_flops = predict(spec, calibrated_costs(row.cal, false));

@@ -88,8 +88,8 @@ void summarize_post(OpTimes& m) {
 
 // The runtime options of one calibration copy: every actor of the spec's
 // pipeline on one device, one replica with the spec's micro-batch size.
-runtime::RuntimeOptions copy_options(const Spec& spec) {
-  runtime::RuntimeOptions o = runtime_options(spec);
+runtime::RuntimeOptions copy_options(const Spec& spec, const RunPlan& plan) {
+  runtime::RuntimeOptions o = plan.runtime;
   o.devices = 1;
   o.data_parallel = 1;
   o.train.microbatches = spec.topology.microbatches;
@@ -110,9 +110,9 @@ runtime::RuntimeOptions copy_options(const Spec& spec) {
 // `copies` calibration copies stepping in lockstep rounds (every copy's step
 // of a round runs at once, on its own device thread), then `between`.
 // Returns the op times of the rounds after the warm-up.
-OpTimes measure(const Spec& spec, const runtime::Plan& placement, int copies, const CalibrateOptions& opt,
-                bool& interrupted) {
-  const runtime::RuntimeOptions o = copy_options(spec);
+OpTimes measure(const Spec& spec, const RunPlan& plan, int copies, const CalibrateOptions& opt, bool& interrupted) {
+  const runtime::Plan& placement = plan.plan;
+  const runtime::RuntimeOptions o = copy_options(spec, plan);
   std::vector<std::unique_ptr<runtime::Runtime>> runs;
   for (int k = 0; k < copies; ++k) runs.push_back(std::make_unique<runtime::Runtime>(o));
   std::vector<std::vector<std::pair<int64_t, int64_t>>> timed(static_cast<size_t>(copies));
@@ -295,13 +295,12 @@ std::string calibrate_refusal(const Spec& spec) {
   return "";
 }
 
-Calibration calibrate(const Spec& spec, const CalibrateOptions& options) {
+Calibration calibrate(const Spec& spec, const RunPlan& plan, const CalibrateOptions& options) {
   Calibration c;
   c.copies = static_cast<int>(std::max<int64_t>(1, spec.topology.devices));
   c.mb_sequences = spec.data.batch_size / (spec.topology.microbatches * spec.topology.data_parallel);
-  const runtime::Plan placement = resolve_topology(spec);
-  c.alone = measure(spec, placement, 1, options, c.interrupted);
-  if (!c.interrupted) c.busy = c.copies > 1 ? measure(spec, placement, c.copies, options, c.interrupted) : c.alone;
+  c.alone = measure(spec, plan, 1, options, c.interrupted);
+  if (!c.interrupted) c.busy = c.copies > 1 ? measure(spec, plan, c.copies, options, c.interrupted) : c.alone;
   if (c.interrupted) return c;
   c.fit = fit_flops(spec, c.busy, c.mb_sequences, copy_bandwidth() / 1e9);
   return c;

@@ -30,6 +30,7 @@
 
 #include "actors/runtime.hpp"
 #include "actors/sim/sim_costs.hpp"
+#include "launch/run_plan.hpp"
 #include "launch/spec/spec.hpp"
 
 namespace troupe::launch {
@@ -88,8 +89,9 @@ struct Calibration {
 // than pretrain, expert shards, several processes.
 std::string calibrate_refusal(const Spec& spec);
 
-// Measures (see the top of this file). Throws what the runtime throws.
-Calibration calibrate(const Spec& spec, const CalibrateOptions& options);
+// Measures (see the top of this file) the spec's run plan (make_run_plan:
+// its runtime options and placement). Throws what the runtime throws.
+Calibration calibrate(const Spec& spec, const RunPlan& plan, const CalibrateOptions& options);
 
 // The [sim] costs of a calibration: `measured` per-stage lists or the flops
 // fit, with link latency and optimizer step; `alone` takes the one-copy times.

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "actors/sim/sim_runtime.hpp"
+#include "launch/run_plan.hpp"
 #include "launch/spec/spec.hpp"
 
 namespace troupe::launch {
@@ -23,7 +24,7 @@ std::string format_sim_plan(const Spec& spec);
 // `troupe run` for a sim spec: runs [run] steps through the sim actors,
 // prints progress and a summary table (stdout), writes metrics lines and the
 // trace ([log] trace). Throws std::runtime_error when the simulation fails.
-int run_sim(const Spec& spec, MetricsWriter& metrics);
+int run_sim(const Spec& spec, const RunPlan& plan, MetricsWriter& metrics);
 
 // run.mode = "rl" on sim devices (launch/commands/rl_sim.cpp, actors/sim/rl_sim.hpp):
 // what validate prints, and run's comparison of synchronous and decoupled RL.

@@ -60,8 +60,7 @@ rl::PolicyUpdaterFactory runtime_policy_updater(RuntimeOptions topology, const r
     o.train.eval_every = 0;
     o.loss_head = head;
     o.start_state = std::make_shared<const model::TrainingState>(start.state);
-    validate(o);
-    return std::make_unique<RuntimeUpdater>(o);
+    return std::make_unique<RuntimeUpdater>(o);  // the Runtime validates o (std::invalid_argument)
   };
 }
 

@@ -55,7 +55,7 @@ int command_calibrate(const CliOptions& opt, const Spec& spec) {
                "busy at once, then a copy-bandwidth test", spec.source, co.warmup, co.repeat, spec.topology.devices);
   Calibration c;
   try {
-    c = calibrate(spec, co);
+    c = calibrate(spec, make_run_plan(spec), co);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "troupe calibrate: %s\n", e.what());
     return kExitRuntime;

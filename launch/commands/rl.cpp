@@ -259,10 +259,10 @@ runtime::RlActorOptions decoupled_options(const Spec& spec, const RunPlan& plan,
   return ao;
 }
 
-int serve_rl_generators(const Spec& spec, const std::shared_ptr<runtime::ClusterComm>& comm) {
+int serve_rl_generators(const Spec& spec, const RunPlan& plan, const std::shared_ptr<runtime::ClusterComm>& comm) {
   StopOnSignal signals;  // mpirun forwards SIGINT/SIGTERM: process 0 ends the run, this one follows
   try {
-    const runtime::RlActorOptions ao = decoupled_options(spec, make_run_plan(spec), rl_train_options(spec), comm, nullptr);
+    const runtime::RlActorOptions ao = decoupled_options(spec, plan, rl_train_options(spec), comm, nullptr);
     runtime::serve_generators(ao);
     spdlog::debug("run ended by process 0");
     return kExitOk;

@@ -30,7 +30,7 @@ int run_rl(const Spec& spec, const RunPlan& plan, MetricsWriter& metrics, Progre
            rl::RlSummary* out = nullptr, const std::shared_ptr<runtime::ClusterComm>& comm = nullptr);
 // A process > 0 of a decoupled RL run: hosts its generators until process 0
 // ends the run. Returns an ExitCode.
-int serve_rl_generators(const Spec& spec, const std::shared_ptr<runtime::ClusterComm>& comm);
+int serve_rl_generators(const Spec& spec, const RunPlan& plan, const std::shared_ptr<runtime::ClusterComm>& comm);
 // run.mode = "pretrain" (launch/commands/run.cpp): the actor runtime (as
 // `plan`, make_run_plan(spec), says) or the single-process trainer; `out`
 // gets the summary. Returns an ExitCode.

@@ -369,12 +369,13 @@ int run_pretrain(const Spec& spec, const RunPlan& plan, const std::shared_ptr<ru
 }
 
 static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterComm>& comm) {
+  const RunPlan plan = make_run_plan(spec);  // the spec, translated once for everything below
   if (comm && comm->rank() != 0) {
     if (spec.run.mode == RunMode::rl) {
       tag_process_logs(spec, comm->rank());
-      return serve_rl_generators(spec, comm);
+      return serve_rl_generators(spec, plan, comm);
     }
-    runtime::RuntimeOptions ro = make_run_plan(spec).runtime;
+    runtime::RuntimeOptions ro = plan.runtime;
     ro.comm = comm;
     return serve_process(spec, std::move(ro));
   }
@@ -387,7 +388,6 @@ static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterC
     return kExitRuntime;
   }
   setup_logging(spec, out_dir);
-  const RunPlan plan = make_run_plan(spec);  // the spec, translated once for everything below
   const runtime::Plan& topo = plan.plan;
   // The kernels OpenBLAS uses (kernels/blas_core.hpp: troupe's portable family unless the spec or the user chose).
   const std::string blas_core = kernels::blas_core();
@@ -422,7 +422,7 @@ static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterC
       if (spec.topology.device_kind != DeviceKind::sim) metrics.write_line(plan_line(spec, topo));
     }
     // Sim devices: timings on a virtual clock, no math (launch/commands/sim.cpp).
-    if (spec.topology.device_kind == DeviceKind::sim) return run_sim(spec, metrics);
+    if (spec.topology.device_kind == DeviceKind::sim) return run_sim(spec, plan, metrics);
     StopOnSignal signals;  // stop after the running step, save, exit 130
     // Online RL: the synchronous generate -> reward -> train loop (rl/trainer.hpp).
     if (spec.run.mode == RunMode::rl) return run_rl(spec, plan, metrics, style, signals, nullptr, comm);

@@ -177,29 +177,21 @@ std::string format_sim_plan(const Spec& s) {
 
 namespace {
 
-// The pipeline ranks the plan places on each device, by the plan's names
-// ("stage:3/replica:1"): the trace labels its tracks with them. Empty when
-// the plan cannot be made (its rules are stricter than the sim's, e.g. on
-// parameters per optimizer shard).
-std::vector<std::string> device_ranks(const Spec& s) {
-  std::vector<std::string> out;
-  try {
-    const runtime::Plan plan = resolve_topology(s);
-    out.resize(plan.devices.size());
-    for (const runtime::ActorPlan& a : plan.actors)
-      if (a.role == runtime::Role::Rank && a.device >= 0) {
-        std::string& x = out[static_cast<size_t>(a.device)];
-        x += (x.empty() ? "" : ", ") + a.name;
-      }
-  } catch (const std::exception&) {
-    out.clear();
-  }
+// The pipeline ranks the run plan places on each device, by the plan's names
+// ("stage:3/replica:1"): the trace labels its tracks with them.
+std::vector<std::string> device_ranks(const runtime::Plan& plan) {
+  std::vector<std::string> out(plan.devices.size());
+  for (const runtime::ActorPlan& a : plan.actors)
+    if (a.role == runtime::Role::Rank && a.device >= 0) {
+      std::string& x = out[static_cast<size_t>(a.device)];
+      x += (x.empty() ? "" : ", ") + a.name;
+    }
   return out;
 }
 
 }  // namespace
 
-int run_sim(const Spec& s, MetricsWriter& metrics) {
+int run_sim(const Spec& s, const RunPlan& plan, MetricsWriter& metrics) {
   if (s.run.mode == RunMode::rl) return run_rl_sim(s, metrics);
   if (is_ep_sim(s)) return run_ep_sim(s, metrics);
   sim::SimOptions o = sim_options(s);
@@ -261,7 +253,7 @@ int run_sim(const Spec& s, MetricsWriter& metrics) {
                          .str());
   if (s.sim.mtbf_hours > 0) report_fault_study(s, devices, static_cast<double>(res.step_ns()) / 1e9, metrics);
   if (!s.log.trace.empty()) {
-    sim::write_sim_trace(s.log.trace, o, res, device_ranks(s));
+    sim::write_sim_trace(s.log.trace, o, res, device_ranks(plan.plan));
     spdlog::info("trace (virtual time, one track per device) written to {}", s.log.trace);
   }
   spdlog::info("done: {} simulated step(s), step time {:.4f} ms (virtual); no parameters were computed, so no checkpoint",

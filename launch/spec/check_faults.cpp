@@ -129,13 +129,7 @@ void check_faults(const Spec& s, SpecSites& p) {
   // would spawn, by their one naming scheme); the message says which
   // setting leaves it out. No plan: the topology itself is invalid and is
   // reported on its keys.
-  std::optional<runtime::Plan> plan;
-  if (uses_runtime(s) && !s.faults.empty()) {
-    try {
-      plan = resolve_topology(s);
-    } catch (const std::exception&) {
-    }
-  }
+  const runtime::Plan* plan = uses_runtime(s) && !s.faults.empty() ? p.topology_plan(s) : nullptr;
   for (size_t i = 0; i < s.faults.size(); ++i) {
     if (!p.fault_ok(i) || rl_target[i]) continue;  // reported while parsing
     const FaultConfig& f = s.faults[i];
@@ -174,7 +168,7 @@ void check_faults(const Spec& s, SpecSites& p) {
       } catch (const std::exception&) {  // a bad event: reported on its keys
       }
     }
-    const runtime::Plan* pl = at_step ? &*at_step : plan ? &*plan : nullptr;
+    const runtime::Plan* pl = at_step ? &*at_step : plan;
     if (!pl || pl->target(*t)) continue;
     const Pos at = p.fault_where(i, "target");
     const std::string gone = "[[faults]] target = \"" + f.target + "\" does not exist: ";
@@ -365,12 +359,8 @@ void check_chaos(const Spec& s, SpecSites& p) {
                     std::to_string(s.topology.processes) + ")");
     return;
   }
-  std::optional<runtime::Plan> plan;
-  try {
-    plan = resolve_topology(s);
-  } catch (const std::exception&) {
-    return;  // the topology itself is reported on its keys
-  }
+  const runtime::Plan* plan = p.topology_plan(s);
+  if (!plan) return;  // the topology itself is reported on its keys
   for (runtime::Role r : chaos_options(s).roles) {
     if (r == runtime::Role::Expert && !s.elastic.empty()) {
       p.error(p.where("chaos.roles"), "[chaos] roles names \"expert\", but [[elastic]] scale events change the expert "

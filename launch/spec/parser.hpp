@@ -8,10 +8,12 @@
 #include <cstddef>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "actors/plan.hpp"
 #include "launch/spec/spec.hpp"
 
 namespace troupe::launch::spec_detail {
@@ -51,6 +53,11 @@ class SpecSites {
   // Position of a key if it was set, else of its section header, else the file.
   Pos where(const std::string& path) const;
 
+  // The topology plan spec `s` would run (resolve_topology), made once for
+  // every check that reads it; null when the topology itself is invalid (it
+  // is reported on its keys).
+  const runtime::Plan* topology_plan(const Spec& s);
+
  protected:
   Spec& spec_;
   std::vector<Diagnostic> diags_;
@@ -60,6 +67,8 @@ class SpecSites {
   std::vector<bool> fault_ok_;
   std::map<std::pair<size_t, std::string>, Pos> elastic_pos_;
   std::vector<bool> elastic_ok_;
+  const Spec* plan_of_ = nullptr;  // the spec topology_plan() was made for
+  std::optional<runtime::Plan> plan_;
 };
 
 // A number as the key table writes ranges: integers without a fraction.

@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "launch/spec/parser.hpp"
+#include "launch/run_plan.hpp"
 
 namespace troupe::launch::spec_detail {
 
@@ -65,6 +66,18 @@ std::string num_text(double v) {
   else if (v == std::floor(v)) os << static_cast<long long>(v);
   else os << v;
   return os.str();
+}
+
+const runtime::Plan* SpecSites::topology_plan(const Spec& s) {
+  if (plan_of_ != &s) {
+    plan_of_ = &s;
+    plan_.reset();
+    try {
+      plan_ = resolve_topology(s);
+    } catch (const std::exception&) {
+    }
+  }
+  return plan_ ? &*plan_ : nullptr;
 }
 
 }  // namespace troupe::launch::spec_detail
