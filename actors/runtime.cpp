@@ -18,6 +18,8 @@
 #include <set>
 #include <stdexcept>
 
+#include <caf/scheduler/test_coordinator.hpp>
+
 #include "actors/experts/expert_shard.hpp"
 #include "actors/transport/caf_scheduler.hpp"
 #include "actors/cluster/runtime_cluster_internal.hpp"
@@ -277,7 +279,13 @@ struct Runtime::Impl {
     return *here[static_cast<size_t>(d) % here.size()];
   }
 
-  explicit Impl(const RuntimeOptions& o) {
+  // deterministic: CAF's test coordinator schedules the actors and the
+  // devices step manually (testing::DeterministicRuntime); one process only.
+  bool deterministic = false;
+
+  explicit Impl(const RuntimeOptions& o, bool on_test_coordinator = false) : deterministic(on_test_coordinator) {
+    if (deterministic && o.processes != 1)
+      throw std::invalid_argument("testing::DeterministicRuntime runs one process (processes = 1)");
     Plan plan = validated_plan(o);
     keep_freed_memory();
     sh = std::make_shared<Shared>();
@@ -326,7 +334,10 @@ struct Runtime::Impl {
     const Placement& place = s.plan.placement;
     const int me = o.processes > 1 ? o.comm->rank() : 0;
     for (int d = 0; d < o.devices; ++d)
-      devices.push_back(place.device_process[d] == me ? std::make_unique<Device>(d, t.backend) : nullptr);
+      devices.push_back(place.device_process[d] == me
+                            ? std::make_unique<Device>(d, t.backend, deterministic ? Device::Stepping::manual
+                                                                                   : Device::Stepping::thread)
+                            : nullptr);
     if (tracing())
       for (auto& d : devices)
         if (d) d->enable_trace(4096);
@@ -338,7 +349,13 @@ struct Runtime::Impl {
 
     cfg = std::make_unique<caf::actor_system_config>();
     register_caf_types(*cfg);
-    configure_scheduler(*cfg);
+    if (deterministic) {
+      cfg->set("scheduler.policy", caf::atom("testing"));
+      cfg->set("scheduler.max-throughput", size_t{1});  // one message per run_once
+      cfg->set("logger.file-verbosity", caf::atom("quiet"));
+    } else {
+      configure_scheduler(*cfg);
+    }
     if (o.processes > 1) cluster_files = configure_cluster(*cfg, o);
     sys = std::make_unique<caf::actor_system>(*cfg);
     // One placement rule, used at start and by the supervisor's respawns:
@@ -426,6 +443,23 @@ struct Runtime::Impl {
     s.init_v = std::move(st.adam_v);
   }
 
+  // Deterministic runs: the test coordinator's ready actors, one message at
+  // a time, and the devices' queued closures (device order), until neither
+  // is left; returns how many of both ran.
+  caf::scheduler::test_coordinator& test_scheduler() {
+    return dynamic_cast<caf::scheduler::test_coordinator&>(sys->scheduler());
+  }
+  size_t settle() {
+    size_t n = 0;
+    for (;;) {
+      size_t k = test_scheduler().run();
+      for (auto& d : devices)
+        while (d && d->run_one()) ++k;
+      if (k == 0) return n;
+      n += k;
+    }
+  }
+
   // This process's optimizer shards and pipeline ranks, spawned through the
   // supervisor's placement rule (the others' stay null until
   // cluster->connect() resolves them).
@@ -478,13 +512,17 @@ struct Runtime::Impl {
     // device work of a failed step may still be running: the peer table
     // stays valid until all of them are done.
     const caf::actor coord = sh->peers.coordinator;
-    if (coord && coord->node() == sys->node()) {
+    if (deterministic) {  // nothing runs unless this thread runs it
+      if (coord) caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
+      settle();
+    } else if (coord && coord->node() == sys->node()) {
       caf::scoped_actor self{*sys};
       self->monitor(coord);
       caf::anon_send_exit(coord, caf::exit_reason::user_shutdown);
       self->receive([](const caf::down_msg&) {});
     }
     for (const caf::actor& a : local_actors()) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+    if (deterministic) settle();
     cluster.reset();
     sys->await_all_actors_done();
     for (auto& d : devices)
@@ -1022,6 +1060,123 @@ model::TrainSummary train(const RuntimeOptions& o, model::TrainObserver& obs) {
   if (o.on_fault_summary) o.on_fault_summary(rt.fault_summary());
   if (!o.trace.empty()) rt.write_trace(o.trace);
   return s;
+}
+
+// ---- testing::DeterministicRuntime (test_hooks.hpp) ----
+
+namespace {
+// What the test's driver actor got back.
+struct DriverBox {
+  bool done = false;
+  testing::StepReply reply;
+  std::string error;
+  std::vector<float> params;
+  size_t params_pending = 0;
+};
+}  // namespace
+
+struct testing::DeterministicRuntime::State {
+  std::unique_ptr<Runtime::Impl> impl;
+  std::shared_ptr<DriverBox> box = std::make_shared<DriverBox>();
+  caf::actor driver;  // asks the coordinator and the shards, as the Runtime's scoped actor would
+};
+
+testing::DeterministicRuntime::DeterministicRuntime(const RuntimeOptions& options) : st_(std::make_unique<State>()) {
+  st_->impl = std::make_unique<Runtime::Impl>(options, true);
+  auto box = st_->box;
+  auto sh = st_->impl->sh;
+  st_->driver = st_->impl->sys->spawn([box, sh](caf::event_based_actor* self) -> caf::behavior {
+    return {
+        [self, box, sh](rt::step_atom) {
+          caf::actor coord;
+          {
+            std::lock_guard<std::mutex> lock(sh->peers_mu);
+            coord = sh->peers.coordinator;
+          }
+          self->request(coord, caf::infinite, rt::step_atom_v)
+              .then(
+                  [box](double loss, double aux, double norm, double lr) {
+                    box->reply = {loss, aux, norm, lr};
+                    box->done = true;
+                  },
+                  [box, self](caf::error& e) {
+                    box->error = self->system().render(e);
+                    box->done = true;
+                  });
+        },
+        [self, box, sh](rt::params_atom) {
+          box->params.assign(static_cast<size_t>(sh->layout.total()), 0.0f);
+          const std::vector<caf::actor> shards = all_shards(*sh);
+          box->params_pending = shards.size();
+          for (const caf::actor& shard : shards)
+            self->request(shard, caf::infinite, rt::params_atom_v)
+                .then(
+                    [box](const Envelope& e) {
+                      auto r = e.read<schemas::ParamSlice>();
+                      if (!r) throw std::runtime_error("parameters: " + to_string(r.error()));
+                      const auto v = tensor_f32((*r)->getParams());
+                      std::copy(v.begin(), v.end(), box->params.begin() + static_cast<int64_t>((*r)->getRange().getOffset()));
+                      --box->params_pending;
+                    },
+                    [box, self](caf::error& e) { box->error = self->system().render(e); });
+        },
+    };
+  });
+  st_->impl->settle();  // bring-up: the actors' first messages and device closures
+}
+
+testing::DeterministicRuntime::~DeterministicRuntime() {
+  caf::anon_send_exit(st_->driver, caf::exit_reason::user_shutdown);
+  st_->impl->settle();
+}
+
+void testing::DeterministicRuntime::start_step() {
+  st_->box->done = false;
+  st_->box->error.clear();
+  caf::anon_send(st_->driver, rt::step_atom_v);
+}
+
+bool testing::DeterministicRuntime::step_done() const { return st_->box->done; }
+
+testing::StepReply testing::DeterministicRuntime::reply() const {
+  if (!st_->box->done) throw std::logic_error("DeterministicRuntime::reply: the step has not ended");
+  if (!st_->box->error.empty()) throw std::runtime_error("runtime step failed: " + st_->box->error);
+  return st_->box->reply;
+}
+
+bool testing::DeterministicRuntime::run_message() { return st_->impl->test_scheduler().try_run_once(); }
+
+bool testing::DeterministicRuntime::run_closure(int device) {
+  auto& d = st_->impl->devices.at(static_cast<size_t>(device));
+  return d && d->run_one();
+}
+
+int testing::DeterministicRuntime::devices() const { return static_cast<int>(st_->impl->devices.size()); }
+
+size_t testing::DeterministicRuntime::settle() { return st_->impl->settle(); }
+
+size_t testing::DeterministicRuntime::fire_timeouts() { return st_->impl->test_scheduler().trigger_timeouts(); }
+
+void testing::DeterministicRuntime::kill(const std::string& target) {
+  const std::optional<FaultTarget> t = parse_fault_target(target);
+  const caf::actor a = t ? target_actor(*st_->impl->sh, *t) : caf::actor{};
+  if (!a) throw std::invalid_argument("DeterministicRuntime::kill: no actor named \"" + target + "\"");
+  caf::anon_send_exit(a, caf::exit_reason::kill);
+}
+
+std::vector<RestartEvent> testing::DeterministicRuntime::restarts() const {
+  std::lock_guard<std::mutex> lock(st_->impl->restarts_mu);
+  return st_->impl->restarts;
+}
+
+std::vector<float> testing::DeterministicRuntime::parameters() {
+  st_->box->error.clear();
+  caf::anon_send(st_->driver, rt::params_atom_v);
+  settle();
+  if (!st_->box->error.empty() || st_->box->params_pending != 0)
+    throw std::runtime_error("DeterministicRuntime::parameters: " +
+                             (st_->box->error.empty() ? std::string("a shard did not answer") : st_->box->error));
+  return st_->box->params;
 }
 
 }  // namespace troupe::runtime

@@ -117,6 +117,7 @@ class Runtime final : public model::TrainingEngine {
  private:
   friend uint64_t testing::dropped_messages(Runtime&);   // test_hooks.hpp
   friend uint32_t testing::inject_stale_messages(Runtime&);
+  friend class testing::DeterministicRuntime;
 
   // One optimizer step through the actors on the data the coordinator takes
   // (loaded, or the batch step_on fed).

@@ -10,6 +10,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include "actors/names.hpp"
+#include "actors/options.hpp"
 
 namespace troupe::runtime {
 
@@ -57,6 +61,55 @@ class ScopedTestHooks {
 
 // Test views of a Runtime built under hooks.
 namespace testing {
+
+// The coordinator's answer to one step request.
+struct StepReply {
+  double loss = 0, aux_loss = 0, grad_norm = 0, lr = 0;
+};
+
+// A Runtime (one process) on CAF's deterministic test coordinator: no
+// scheduler threads, and devices that run a closure only when the test says
+// (Device::Stepping::manual). The test interleaves actor messages, device
+// closures, kills and deadlines one at a time, so a protocol (the
+// coordinator's replay after a kill or a lost message) is checked at every
+// point of a step, with no sleeps. The actors are the runtime's own.
+class DeterministicRuntime {
+ public:
+  explicit DeterministicRuntime(const RuntimeOptions& options);
+  ~DeterministicRuntime();
+  DeterministicRuntime(const DeterministicRuntime&) = delete;
+  DeterministicRuntime& operator=(const DeterministicRuntime&) = delete;
+
+  // Asks the coordinator for the next step, as Runtime::step does; returns at once.
+  void start_step();
+  // Whether the coordinator answered the last start_step (or the step failed).
+  bool step_done() const;
+  // Its answer; std::runtime_error with the coordinator's error when the step
+  // failed, std::logic_error before it is done.
+  StepReply reply() const;
+  // One ready actor message; false when none is ready.
+  bool run_message();
+  // One queued closure of device `device`; false when none is queued.
+  bool run_closure(int device);
+  int devices() const;
+  // Messages and closures (in device order) until neither is left; how many ran.
+  size_t settle();
+  // Every pending delayed message (the coordinator's deadlines, whatever
+  // their length) is delivered now; returns how many.
+  size_t fire_timeouts();
+  // The actor named `target` ("stage:1", "optimizer:0", "expert:1/0") exits
+  // with exit_reason::kill now, as a crash would; the supervisor sees it at
+  // the next messages. Throws std::invalid_argument for an unknown name.
+  void kill(const std::string& target);
+  std::vector<RestartEvent> restarts() const;
+  // The parameters the optimizer shards hold (settles to collect them).
+  std::vector<float> parameters();
+
+ private:
+  struct State;
+  std::unique_ptr<State> st_;
+};
+
 // Messages dropped as duplicates, stale or damaged, over all actors.
 uint64_t dropped_messages(Runtime& rt);
 // Between steps (after at least one; needs TestHooks::replay_stale): sends

@@ -13,7 +13,12 @@ int64_t now_ns() {
 }
 }  // namespace
 
-Device::Device(int id, const kernels::BackendOptions& options) : id_(id), kind_(options.kind) {
+Device::Device(int id, const kernels::BackendOptions& options, Stepping stepping)
+    : id_(id), kind_(options.kind), manual_(stepping == Stepping::manual) {
+  if (manual_) {
+    backend_ = kernels::make_backend(options);
+    return;
+  }
   // The backend is built on the device thread; the constructor waits for it.
   bool ready = false;
   thread_ = std::thread([this, options, &ready] {
@@ -58,7 +63,7 @@ void Device::submit(Work work, OnError on_error, TraceLabel label) {
     if (activity_) activity_->work_queued();
     queue_.push_back(Item{std::move(work), std::move(on_error), label});
   }
-  cv_.notify_one();
+  if (!manual_) cv_.notify_one();
 }
 
 void Device::watch_activity(std::shared_ptr<ActivityClock> clock) {
@@ -67,8 +72,32 @@ void Device::watch_activity(std::shared_ptr<ActivityClock> clock) {
 }
 
 void Device::drain() {
+  if (manual_) {
+    while (run_one()) {
+    }
+    return;
+  }
   std::unique_lock<std::mutex> lk(mu_);
   idle_cv_.wait(lk, [&] { return queue_.empty() && !running_; });
+}
+
+bool Device::run_one() {
+  if (!manual_) throw std::logic_error("Device::run_one: the device runs its own thread");
+  Item item;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (queue_.empty()) return false;
+    item = std::move(queue_.front());
+    queue_.pop_front();
+    running_ = true;
+  }
+  run_item(item);
+  return true;
+}
+
+size_t Device::queued() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return queue_.size();
 }
 
 void Device::enable_trace(size_t reserve) {
@@ -106,8 +135,6 @@ uint64_t Device::completed() const {
 void Device::loop() {
   for (;;) {
     Item item;
-    bool record = false;
-    double factor = 1.0;
     {
       std::unique_lock<std::mutex> lk(mu_);
       cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
@@ -115,42 +142,49 @@ void Device::loop() {
       item = std::move(queue_.front());
       queue_.pop_front();
       running_ = true;
-      record = tracing_ && item.label.kind != TraceLabel::None;
-      if (slow_factor_ > 1 && std::chrono::steady_clock::now() < slow_until_) factor = slow_factor_;
     }
-    const bool timed = record || factor > 1;
-    // Two clock reads per labelled closure; the event is stored under the
-    // lock the loop takes anyway.
-    const int64_t t0 = timed ? now_ns() : 0;
-    try {
-      item.work(*backend_);
-    } catch (const std::exception& e) {
-      if (item.on_error) item.on_error(e.what());
-    } catch (...) {
-      if (item.on_error) item.on_error("unknown exception");
-    }
-    int64_t t1 = timed ? now_ns() : 0;
-    if (factor > 1) {
-      // The straggler: the device stays busy (nothing else runs on it) for
-      // (factor - 1) times what the closure took. The trace shows the
-      // stretched closure, as a slow device would.
-      const auto extra = std::chrono::nanoseconds(static_cast<int64_t>(static_cast<double>(t1 - t0) * (factor - 1)));
-      std::this_thread::sleep_for(extra);
-      const int64_t t2 = now_ns();
-      std::lock_guard<std::mutex> lk(mu_);
-      ++slowed_;
-      slowed_seconds_ += static_cast<double>(t2 - t1) * 1e-9;
-      t1 = t2;
-    }
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      if (record) events_.push_back(TraceEvent{item.label, t0, t1});
-      running_ = false;
-      ++completed_;
-      if (activity_) activity_->work_done();
-    }
+    run_item(item);
     idle_cv_.notify_all();
   }
+}
+
+void Device::run_item(Item& item) {
+  bool record = false;
+  double factor = 1.0;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    record = tracing_ && item.label.kind != TraceLabel::None;
+    if (slow_factor_ > 1 && std::chrono::steady_clock::now() < slow_until_) factor = slow_factor_;
+  }
+  const bool timed = record || factor > 1;
+  // Two clock reads per labelled closure; the event is stored under the
+  // lock taken anyway.
+  const int64_t t0 = timed ? now_ns() : 0;
+  try {
+    item.work(*backend_);
+  } catch (const std::exception& e) {
+    if (item.on_error) item.on_error(e.what());
+  } catch (...) {
+    if (item.on_error) item.on_error("unknown exception");
+  }
+  int64_t t1 = timed ? now_ns() : 0;
+  if (factor > 1) {
+    // The straggler: the device stays busy (nothing else runs on it) for
+    // (factor - 1) times what the closure took. The trace shows the
+    // stretched closure, as a slow device would.
+    const auto extra = std::chrono::nanoseconds(static_cast<int64_t>(static_cast<double>(t1 - t0) * (factor - 1)));
+    std::this_thread::sleep_for(extra);
+    const int64_t t2 = now_ns();
+    std::lock_guard<std::mutex> lk(mu_);
+    ++slowed_;
+    slowed_seconds_ += static_cast<double>(t2 - t1) * 1e-9;
+    t1 = t2;
+  }
+  std::lock_guard<std::mutex> lk(mu_);
+  if (record) events_.push_back(TraceEvent{item.label, t0, t1});
+  running_ = false;
+  ++completed_;
+  if (activity_) activity_->work_done();
 }
 
 }  // namespace troupe::runtime

@@ -43,9 +43,15 @@ struct TraceEvent {
 
 class Device {
  public:
+  // thread: the device's own thread runs the closures as they come (every
+  // run). manual: no thread; a closure runs only when run_one() is called,
+  // on the caller's thread (runtime::testing::DeterministicRuntime, where the
+  // test chooses every interleaving of messages and device work).
+  enum class Stepping { thread, manual };
   // Creates the backend on the device's own thread (an OpenCL context is then
-  // used by one thread only). Throws what make_backend throws.
-  Device(int id, const kernels::BackendOptions& options);
+  // used by one thread only), or on the caller's when manual. Throws what
+  // make_backend throws.
+  Device(int id, const kernels::BackendOptions& options, Stepping stepping = Stepping::thread);
   // Runs what was already submitted, then joins the thread.
   ~Device();
   Device(const Device&) = delete;
@@ -82,13 +88,21 @@ class Device {
   // clock, actors/device/activity.hpp). Call before the first submit.
   void watch_activity(std::shared_ptr<ActivityClock> clock);
 
-  // Blocks until every closure submitted so far has run (tests, shutdown).
+  // Blocks until every closure submitted so far has run (tests, shutdown);
+  // manual: runs them.
   void drain();
+  // Manual stepping: runs the oldest queued closure; false when none is queued.
+  bool run_one();
+  // Closures queued and not yet started.
+  size_t queued() const;
   // Closures run since start.
   uint64_t completed() const;
 
  private:
+  struct Item;
   void loop();
+  // Runs one closure with the trace, straggler and activity bookkeeping.
+  void run_item(Item& item);
 
   int id_;
   kernels::BackendKind kind_;
@@ -104,6 +118,7 @@ class Device {
   bool tracing_ = false;
   std::vector<TraceEvent> events_;
   bool stop_ = false, running_ = false;
+  bool manual_ = false;
   uint64_t completed_ = 0;
   double slow_factor_ = 1.0;
   std::shared_ptr<ActivityClock> activity_;

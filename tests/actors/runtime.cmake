@@ -116,3 +116,13 @@ if(TARGET troupe_runtime)
     TIMEOUT 120
     LABELS runtime)
 endif()
+if(TARGET troupe_runtime)
+  # The coordinator's replay on CAF's deterministic test coordinator: a kill
+  # at every point of a step, a lost message found by its deadline, no sleeps
+  # (tests/actors/runtime_deterministic_test.cpp).
+  troupe_add_gtest(runtime_deterministic_tests
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/runtime_deterministic_test.cpp
+    LIBS troupe_runtime
+    TIMEOUT 300
+    LABELS runtime)
+endif()
