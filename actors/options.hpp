@@ -175,7 +175,7 @@ struct RuntimeOptions {
   // train() ends (or fails) with the fault summary (chaos.hpp) of the run.
   std::function<void(const FaultSummary&)> on_fault_summary;
   // Across processes (actors/cluster/runtime_cluster.hpp): with processes > 1 each
-  // process creates only the devices and actors actors/cluster/placement.hpp gives
+  // process creates only the devices and actors actors/placement.hpp gives
   // it; process 0 drives training, the others serve() until told to stop.
   int processes = 1;
   std::string interface = "127.0.0.1";  // address CAF ports bind to

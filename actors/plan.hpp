@@ -27,7 +27,7 @@
 #include <utility>
 #include <vector>
 
-#include "actors/cluster/placement.hpp"
+#include "actors/placement.hpp"
 #include "actors/options.hpp"
 #include "actors/schedule/schedule.hpp"
 #include "model/params.hpp"
@@ -133,7 +133,7 @@ struct Plan {
   // [moe layer][expert] the weights its rows are split by over its holders
   // (moe::share_rows; empty: evenly). RuntimeOptions::expert_shares.
   std::vector<std::vector<std::vector<int>>> layer_shares;
-  Placement placement;          // processes and devices (actors/cluster/placement.hpp)
+  Placement placement;          // processes and devices (actors/placement.hpp)
   std::vector<DevicePlan> devices;
   // Every actor in spawn order: coordinator, optimizer shards, pipeline ranks
   // (replica-major), expert shards (replica-major, producer order).

@@ -67,8 +67,9 @@ void keep_freed_memory() {
 namespace {
 
 // validate(o), returning the plan it checked the faults against: the
-// runtime's plan, made once at bring-up.
-Plan validated_plan(const RuntimeOptions& o) {
+// runtime's plan, made once at bring-up, or the caller's (`given`, made from
+// the same options by launch/run_plan.cpp) when it made it already.
+Plan validated_plan(const RuntimeOptions& o, const Plan* given = nullptr) {
   require(o.stages >= 1, "stages must be >= 1");
   require(o.devices >= 1, "devices must be >= 1");
   require(o.optimizer_shards >= 1, "optimizer_shards must be >= 1");
@@ -145,7 +146,11 @@ Plan validated_plan(const RuntimeOptions& o) {
             "redundant_experts (" + std::to_string(o.redundant_experts) + ") must be at most n_experts (" +
                 std::to_string(t.model.n_experts) + "): each expert gets at most one second copy");
   }
-  const Plan plan = make_plan(o);
+  if (given && (given->sl.num_ranks != o.stages || given->data_parallel != o.data_parallel ||
+                given->num_shards() != o.optimizer_shards || static_cast<int>(given->devices.size()) != o.devices ||
+                given->parameters != model::build_param_layout(t.model).total()))
+    throw std::logic_error("runtime: the plan given was not made from these options");
+  const Plan plan = given ? *given : make_plan(o);
   for (const FaultSpec& f : o.faults) {
     if (int proc = -1; parse_process_target(f.target, proc)) {  // checked below
       require(f.at_step >= 1 && f.at_step <= t.steps, "fault at_step " + std::to_string(f.at_step) +
@@ -283,10 +288,11 @@ struct Runtime::Impl {
   // devices step manually (testing::DeterministicRuntime); one process only.
   bool deterministic = false;
 
-  explicit Impl(const RuntimeOptions& o, bool on_test_coordinator = false) : deterministic(on_test_coordinator) {
+  explicit Impl(const RuntimeOptions& o, const Plan* given = nullptr, bool on_test_coordinator = false)
+      : deterministic(on_test_coordinator) {
     if (deterministic && o.processes != 1)
       throw std::invalid_argument("testing::DeterministicRuntime runs one process (processes = 1)");
-    Plan plan = validated_plan(o);
+    Plan plan = validated_plan(o, given);
     keep_freed_memory();
     sh = std::make_shared<Shared>();
     Shared& s = *sh;
@@ -535,7 +541,7 @@ struct Runtime::Impl {
   }
 };
 
-Runtime::Runtime(const RuntimeOptions& options) : impl_(std::make_unique<Impl>(options)) {}
+Runtime::Runtime(const RuntimeOptions& options, const Plan* plan) : impl_(std::make_unique<Impl>(options, plan)) {}
 Runtime::~Runtime() = default;
 
 namespace {
@@ -1044,8 +1050,8 @@ void Runtime::save(const std::string& dir) {
   model::save_checkpoint(dir, current_state(), impl_->sh->layout);
 }
 
-model::TrainSummary train(const RuntimeOptions& o, model::TrainObserver& obs) {
-  Runtime rt(o);
+model::TrainSummary train(const RuntimeOptions& o, model::TrainObserver& obs, const Plan* plan) {
+  Runtime rt(o, plan);
   if (o.processes > 1 && o.comm->rank() != 0) {  // process 0 drives; this one serves its actors
     rt.serve();
     return {};
@@ -1082,7 +1088,7 @@ struct testing::DeterministicRuntime::State {
 };
 
 testing::DeterministicRuntime::DeterministicRuntime(const RuntimeOptions& options) : st_(std::make_unique<State>()) {
-  st_->impl = std::make_unique<Runtime::Impl>(options, true);
+  st_->impl = std::make_unique<Runtime::Impl>(options, nullptr, true);
   auto box = st_->box;
   auto sh = st_->impl->sh;
   st_->driver = st_->impl->sys->spawn([box, sh](caf::event_based_actor* self) -> caf::behavior {

@@ -30,6 +30,8 @@
 
 namespace troupe::runtime {
 
+struct Plan;  // actors/plan.hpp
+
 // Checks the topology against the model and schedule; throws
 // std::invalid_argument naming the rule that was broken.
 void validate(const RuntimeOptions& options);
@@ -37,7 +39,11 @@ void validate(const RuntimeOptions& options);
 // An engine of the one training loop (model/training_loop.hpp).
 class Runtime final : public model::TrainingEngine {
  public:
-  explicit Runtime(const RuntimeOptions& options);
+  // `plan`: make_plan(options) when the caller made it already (launch's
+  // RunPlan, the plan `troupe validate` lists), so the spec's plan is made
+  // once; null: the runtime makes it. Throws std::invalid_argument for
+  // options validate() rejects.
+  explicit Runtime(const RuntimeOptions& options, const Plan* plan = nullptr);
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -136,6 +142,7 @@ class Runtime final : public model::TrainingEngine {
 // train.steps, bitwise as if it had not stopped. With options.trace set,
 // writes the device trace there after the last step. Processes other than 0
 // of a multi-process run serve their actors until process 0 ends the run.
-model::TrainSummary train(const RuntimeOptions& options, model::TrainObserver& observer);
+// `plan` as for Runtime's constructor.
+model::TrainSummary train(const RuntimeOptions& options, model::TrainObserver& observer, const Plan* plan = nullptr);
 
 }  // namespace troupe::runtime

@@ -8,7 +8,7 @@
 //      (host, port) through ClusterComm::exchange;
 //   2. every process connects to every other directory; the others take the
 //      coordinator's handle from process 0's directory;
-//   3. each process spawns its own actors (actors/cluster/placement.hpp) and
+//   3. each process spawns its own actors (actors/placement.hpp) and
 //      registers them; after a barrier each resolves the others' actors by
 //      name and watches them; a last barrier, then process 0 drives steps.
 // Placement changes of expert shards ([[elastic]], eplb, shrink;

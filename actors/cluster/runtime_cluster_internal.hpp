@@ -15,7 +15,7 @@
 
 #include <caf/all.hpp>
 
-#include "actors/cluster/placement.hpp"
+#include "actors/placement.hpp"
 #include "actors/cluster/runtime_cluster.hpp"
 #include "actors/context.hpp"
 

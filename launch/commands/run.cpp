@@ -182,14 +182,14 @@ void tag_process_logs(const Spec& spec, int rank) {
   spdlog::set_default_logger(logger);
 }
 
-int serve_process(const Spec& spec, runtime::RuntimeOptions ro) {
+int serve_process(const Spec& spec, runtime::RuntimeOptions ro, const runtime::Plan& plan) {
   tag_process_logs(spec, ro.comm->rank());
   model::TrainObserver quiet;  // process 0 reports progress
   // mpirun forwards SIGINT/SIGTERM to every process: this one keeps serving
   // until process 0 has finished its step and ended the run.
   StopOnSignal signals;
   try {
-    runtime::train(ro, quiet);
+    runtime::train(ro, quiet, &plan);
     spdlog::debug("run ended by process 0");
     return kExitOk;
   } catch (const std::exception& e) {
@@ -338,7 +338,7 @@ int run_pretrain(const Spec& spec, const RunPlan& plan, const std::shared_ptr<ru
                                .add_raw("mttr", mttr.str())
                                .str());
       };
-    summary = runtime::train(ro, observer);
+    summary = runtime::train(ro, observer, &plan.plan);  // the plan made once, from these options
   } else {
     model::TrainOptions to = train_options(spec);
     to.stop = signals.flag();
@@ -377,7 +377,7 @@ static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterC
     }
     runtime::RuntimeOptions ro = plan.runtime;
     ro.comm = comm;
-    return serve_process(spec, std::move(ro));
+    return serve_process(spec, std::move(ro), plan.plan);
   }
   if (const int rc = check_input_checkpoints(spec); rc != kExitOk) return rc;
   const std::string out_dir = spec.out_dir();

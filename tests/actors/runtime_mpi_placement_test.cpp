@@ -1,4 +1,4 @@
-// Placement of runtime actors on processes and devices (actors/cluster/placement.hpp):
+// Placement of runtime actors on processes and devices (actors/placement.hpp):
 // contiguous device blocks per process, actors follow their device, the
 // coordinator on process 0, and bad counts rejected; [topology] interface
 // given as a subnet.
@@ -8,7 +8,7 @@
 #include <stdexcept>
 
 #include "actors/cluster/interface_address.hpp"
-#include "actors/cluster/placement.hpp"
+#include "actors/placement.hpp"
 
 using troupe::runtime::make_placement;
 

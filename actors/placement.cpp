@@ -1,5 +1,5 @@
 // Placement of runtime actors on processes and devices (see placement.hpp).
-#include "actors/cluster/placement.hpp"
+#include "actors/placement.hpp"
 
 #include <stdexcept>
 
