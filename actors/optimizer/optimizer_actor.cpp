@@ -209,7 +209,9 @@ void reduce(Self* self) {
   }, [] {}, owner_label(TraceLabel::Reduce, st.shard));
 }
 
-caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* dev, int shard) {
+// The shard's state from the plan: its range, its AdamW pieces and router
+// bias entries, and its parameters and moments uploaded on its device.
+void init_shard(Self* self, std::shared_ptr<const Shared> sh, Device* dev, int shard) {
   auto& st = self->state;
   st.sh = sh;
   st.dev = dev;
@@ -251,7 +253,212 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
     comp->v = be.from_f32({range.count}, (*init)[2]);
     comp->acc.assign(static_cast<size_t>(range.count), 0.0f);
   }, [] {}, owner_label(TraceLabel::ShardInit, shard));
+}
 
+// Back to the snapshot a step starts from (replay, or a fresh shard).
+// Device work of the aborted attempt still queued runs first; its
+// sends carry the old attempt and are dropped.
+void restore_snapshot(Self* self, uint64_t step, uint32_t attempt, const Envelope& p, const Envelope& m,
+                      const Envelope& v) {
+  auto& s = self->state;
+  s.step = step;
+  s.attempt = attempt;
+  s.reduced = false;
+  s.inbox.clear();
+  auto comp = s.comp;
+  submit(self, *s.dev, [comp, p, m, v](kernels::Backend& be) {
+    const Envelope* src[3] = {&p, &m, &v};
+    kernels::Tensor* dst[3] = {&comp->params, &comp->m, &comp->v};
+    for (int i = 0; i < 3; ++i) {
+      auto r = src[i]->read<schemas::ParamSlice>();
+      if (!r) throw std::runtime_error("bad snapshot: " + to_string(r.error()));
+      const auto x = tensor_f32((*r)->getParams());
+      if (static_cast<int64_t>(x.size()) != dst[i]->numel()) throw std::runtime_error("snapshot of the wrong size");
+      // Host moments are only read from (the next update writes new
+      // messages), so they borrow the snapshot's memory (below).
+      if (!comp->host || i == 0) be.upload_f32(*dst[i], x);
+    }
+    if (comp->host) adopt_moments(be, *comp, m, v);
+  }, [] {}, owner_label(TraceLabel::ShardInit, s.shard));
+}
+
+// A gradient slice of the step: checked, kept once per (replica, rank,
+// offset); the last one expected starts the reduction.
+void take_gradient_slice(Self* self, const Envelope& e) {
+  auto& s = self->state;
+  if (kill_switch_fires(self, shard_phase(s))) return;
+  if (drop_if_damaged(self, e)) return;
+  auto fail = [&](const std::string& why) {
+    ++s.dropped;
+    caf::anon_send(s.sh->peers.coordinator, rt::fail_atom_v, s.name + ": rejected message: " + why);
+  };
+  auto r = e.read<schemas::GradSlice>();
+  if (!r) return fail(to_string(r.error()));
+  const uint64_t off = (*r)->getRange().getOffset(), cnt = (*r)->getRange().getCount();
+  if ((*r)->getStep() != s.step || (*r)->getAttempt() != s.attempt || s.reduced) {
+    ++s.dropped;  // stale (older step or attempt) or duplicate after the reduction
+    return;
+  }
+  if ((*r)->getShard() != static_cast<uint32_t>(s.shard) ||
+      off < static_cast<uint64_t>(s.range.offset) ||
+      cnt > static_cast<uint64_t>(s.range.offset + s.range.count) - off ||
+      tensor_f32((*r)->getGrads()).size() != cnt)
+    return fail("gradient slice [" + std::to_string(off) + ", +" + std::to_string(cnt) +
+                ") outside shard range [" + std::to_string(s.range.offset) + ", +" +
+                std::to_string(s.range.count) + ")");
+  const SliceKey k{(*r)->getReplica(), (*r)->getStage(), off};
+  if (s.inbox.count(k)) {
+    ++s.dropped;
+    return;
+  }
+  s.inbox.emplace(k, e);
+  // Counted from the plan in force: a scale event between steps
+  // changes how many expert-shard producers meet the range.
+  if (s.inbox.size() == static_cast<size_t>(s.sh->opt.data_parallel) * live_plan(*s.sh)->gradient_slices(s.range)) reduce(self);
+}
+
+// The coordinator's (clip, norm): AdamW on the reduced gradients with the
+// global norm, the router bias, the new parameters to every rank and expert
+// shard that meets the range, then the snapshot the next step starts from.
+void clip_and_update(Self* self, uint64_t step, uint32_t attempt, double norm) {
+  auto& s = self->state;
+  if (kill_switch_fires(self, shard_phase(s))) return;
+  if (step != s.step || attempt != s.attempt || !s.reduced) {
+    ++s.dropped;
+    return;
+  }
+  const auto& o = s.sh->opt;
+  const model::OptimConfig optim = o.train.optim;
+  const int64_t total = o.train.steps;
+  auto comp = s.comp;
+  auto pieces = s.pieces;
+  const Range range = s.range;
+  const uint32_t shard = static_cast<uint32_t>(s.shard);
+  auto sh = s.sh;
+  if (!s.bias.empty() && s.loads_step != std::make_pair(step, attempt)) {
+    caf::anon_send(sh->peers.coordinator, rt::fail_atom_v, s.name + ": no expert loads for the router bias");
+    return;
+  }
+  auto bias = s.bias;
+  auto loads = s.loads;
+  auto snap = std::make_shared<std::vector<Envelope>>();
+  submit(self, *s.dev, [comp, pieces, optim, total, norm, range, shard, step, attempt, sh, snap, bias, loads, device = s.dev->id()](kernels::Backend& be) mutable {
+    // The Trainer's rules (model/update_rules.hpp), with the global norm
+    // (its clip factor is applied inside AdamW).
+    auto hp = [&](const OptPiece& p) {
+      return model::adamw_params(optim, static_cast<int64_t>(step), total, p.decay, norm);
+    };
+    if (comp->host) {
+      // The new moments go straight into the snapshot's m and v messages.
+      *snap = {Envelope{}, Envelope{}, Envelope{}};
+      std::tie((*snap)[1], (*snap)[2]) = build_moments(be, *comp, [&](const kernels::Tensor& m_out, const kernels::Tensor& v_out) {
+        for (const OptPiece& p : pieces)
+          be.adamw_to(comp->params.view(p.offset, {p.count}), comp->grads.view(p.offset, {p.count}),
+                      comp->m.view(p.offset, {p.count}), comp->v.view(p.offset, {p.count}),
+                      m_out.view(p.offset, {p.count}), v_out.view(p.offset, {p.count}), hp(p));
+        // Moments outside every AdamW piece (the router bias) carry over.
+        int64_t at = 0;
+        auto carry = [&](int64_t end) {
+          if (end > at) {
+            be.copy(m_out.view(at, {end - at}), comp->m.view(at, {end - at}));
+            be.copy(v_out.view(at, {end - at}), comp->v.view(at, {end - at}));
+          }
+        };
+        for (const OptPiece& p : pieces) {
+          carry(p.offset);
+          at = std::max(at, p.offset + p.count);
+        }
+        carry(range.count);
+      }, step, shard, range);
+    } else {
+      for (const OptPiece& p : pieces)
+        be.adamw(comp->params.view(p.offset, {p.count}), comp->grads.view(p.offset, {p.count}),
+                 comp->m.view(p.offset, {p.count}), comp->v.view(p.offset, {p.count}), hp(p));
+    }
+    // Aux-loss-free balancing after the update, as model::Trainer does:
+    // the layer's whole bias row through moe::update_router_bias.
+    const auto& c = sh->opt.train.model;
+    const size_t E = static_cast<size_t>(c.n_experts);
+    for (const BiasPiece& b : bias) {
+      const size_t at = static_cast<size_t>(b.layer) * (E + 1);
+      if (loads.size() < at + E) throw std::runtime_error("expert loads miss layer " + std::to_string(b.layer));
+      std::vector<float> row(E, 0.0f);
+      const kernels::Tensor v = comp->params.view(b.offset, {b.count});
+      be.download(row.data() + b.first, v, static_cast<size_t>(b.count) * sizeof(float));
+      moe::update_router_bias(row, std::span<const int64_t>(loads.data() + at, E), c.bias_update_rate);
+      be.upload(v, row.data() + b.first, static_cast<size_t>(b.count) * sizeof(float));
+    }
+    const Envelope e = param_slice_of(be, comp->params, step, shard, range, attempt);
+    if (comp->host)
+      (*snap)[0] = e;
+    else
+      *snap = {e};
+    for (const caf::actor& r : all_ranks(*sh)) post(*sh, device, r, e);
+    // Expert shards whose weights meet this range.
+    const auto plan = live_plan(*sh);
+    for (int rep = 0; rep < sh->opt.data_parallel; ++rep)
+      for (size_t p = 0; p < plan->expert_owned.size(); ++p) {
+        bool meets = false;
+        for (const Range& o : plan->expert_owned[p]) meets = meets || intersect(o, range).count > 0;
+        if (meets) post(*sh, device, expert_of(*sh, rep, static_cast<int>(p)), e);
+      }
+  }, [] {}, owner_label(TraceLabel::Update, s.shard));
+  // The kill-and-replay snapshot's m and v, as their own closure right
+  // after the update (the device runs closures in order): the new
+  // parameters are already on their way to the ranks, and the trace
+  // shows what the snapshot costs.
+  submit(self, *s.dev, [comp, snap, step, shard, range](kernels::Backend& be) {
+    if (comp->host) return;  // the update wrote them already
+    snap->push_back(param_slice_of(be, comp->m, step, shard, range));
+    snap->push_back(param_slice_of(be, comp->v, step, shard, range));
+  }, [self, snap, step, attempt, shard] {
+    // Sent by the actor once the snapshot is taken, so the step (which
+    // waits for every snapshot) ends only after the shard's last message.
+    const auto& x = *snap;
+    post(*self->state.sh, self->state.dev->id(), self->state.sh->peers.coordinator, rt::snapshot_atom_v, step, attempt, shard, x[0], x[1], x[2]);
+  }, owner_label(TraceLabel::Snapshot, s.shard));
+  s.reduced = false;
+  ++s.step;
+  s.attempt = 0;
+}
+
+// The current parameters of the range, read on the device after any
+// pending update.
+caf::result<Envelope> read_params(Self* self) {
+  auto& s = self->state;
+  auto rp = self->make_response_promise<Envelope>();
+  auto holder = std::make_shared<Envelope>();
+  auto comp = s.comp;
+  const Range range = s.range;
+  const uint32_t shard = static_cast<uint32_t>(s.shard);
+  const uint64_t step = s.step;
+  submit(self, *s.dev, [comp, holder, range, shard, step](kernels::Backend& be) {
+    *holder = param_slice_of(be, comp->params, step, shard, range);
+  }, [rp, holder]() mutable { rp.deliver(*holder); }, owner_label(TraceLabel::ParamRead, s.shard));
+  return rp;
+}
+
+// The parameters and AdamW moments (m, v) of the range, for a
+// checkpoint: three ParamSlices, read on the device after any pending
+// update.
+caf::result<Envelope, Envelope, Envelope> read_state(Self* self) {
+  auto& s = self->state;
+  auto rp = self->make_response_promise<Envelope, Envelope, Envelope>();
+  auto holder = std::make_shared<std::vector<Envelope>>();
+  auto comp = s.comp;
+  const Range range = s.range;
+  const uint32_t shard = static_cast<uint32_t>(s.shard);
+  const uint64_t step = s.step;
+  submit(self, *s.dev, [comp, holder, range, shard, step](kernels::Backend& be) {
+    for (const kernels::Tensor* t : {&comp->params, &comp->m, &comp->v})
+      holder->push_back(param_slice_of(be, *t, step, shard, range));
+  }, [rp, holder]() mutable { rp.deliver((*holder)[0], (*holder)[1], (*holder)[2]); },
+     owner_label(TraceLabel::ParamRead, s.shard));
+  return rp;
+}
+
+caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* dev, int shard) {
+  init_shard(self, std::move(sh), dev, shard);
   return {
       [self](rt::done_atom, uint64_t ticket) {
         if (kill_switch_fires(self, shard_phase(self->state))) return;
@@ -261,165 +468,11 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
         self->state.kill.left = k;
         self->state.armed_step = step;
       },
-      // Back to the snapshot a step starts from (replay, or a fresh shard).
-      // Device work of the aborted attempt still queued runs first; its
-      // sends carry the old attempt and are dropped.
-      [self](rt::restore_atom, uint64_t step, uint32_t attempt, const Envelope& p, const Envelope& m,
-             const Envelope& v) {
-        auto& s = self->state;
-        s.step = step;
-        s.attempt = attempt;
-        s.reduced = false;
-        s.inbox.clear();
-        auto comp = s.comp;
-        submit(self, *s.dev, [comp, p, m, v](kernels::Backend& be) {
-          const Envelope* src[3] = {&p, &m, &v};
-          kernels::Tensor* dst[3] = {&comp->params, &comp->m, &comp->v};
-          for (int i = 0; i < 3; ++i) {
-            auto r = src[i]->read<schemas::ParamSlice>();
-            if (!r) throw std::runtime_error("bad snapshot: " + to_string(r.error()));
-            const auto x = tensor_f32((*r)->getParams());
-            if (static_cast<int64_t>(x.size()) != dst[i]->numel()) throw std::runtime_error("snapshot of the wrong size");
-            // Host moments are only read from (the next update writes new
-            // messages), so they borrow the snapshot's memory (below).
-            if (!comp->host || i == 0) be.upload_f32(*dst[i], x);
-          }
-          if (comp->host) adopt_moments(be, *comp, m, v);
-        }, [] {}, owner_label(TraceLabel::ShardInit, s.shard));
+      [self](rt::restore_atom, uint64_t step, uint32_t attempt, const Envelope& p, const Envelope& m, const Envelope& v) {
+        restore_snapshot(self, step, attempt, p, m, v);
       },
-      [self](const Envelope& e) {
-        auto& s = self->state;
-        if (kill_switch_fires(self, shard_phase(s))) return;
-        if (drop_if_damaged(self, e)) return;
-        auto fail = [&](const std::string& why) {
-          ++s.dropped;
-          caf::anon_send(s.sh->peers.coordinator, rt::fail_atom_v, s.name + ": rejected message: " + why);
-        };
-        auto r = e.read<schemas::GradSlice>();
-        if (!r) return fail(to_string(r.error()));
-        const uint64_t off = (*r)->getRange().getOffset(), cnt = (*r)->getRange().getCount();
-        if ((*r)->getStep() != s.step || (*r)->getAttempt() != s.attempt || s.reduced) {
-          ++s.dropped;  // stale (older step or attempt) or duplicate after the reduction
-          return;
-        }
-        if ((*r)->getShard() != static_cast<uint32_t>(s.shard) ||
-            off < static_cast<uint64_t>(s.range.offset) ||
-            cnt > static_cast<uint64_t>(s.range.offset + s.range.count) - off ||
-            tensor_f32((*r)->getGrads()).size() != cnt)
-          return fail("gradient slice [" + std::to_string(off) + ", +" + std::to_string(cnt) +
-                      ") outside shard range [" + std::to_string(s.range.offset) + ", +" +
-                      std::to_string(s.range.count) + ")");
-        const SliceKey k{(*r)->getReplica(), (*r)->getStage(), off};
-        if (s.inbox.count(k)) {
-          ++s.dropped;
-          return;
-        }
-        s.inbox.emplace(k, e);
-        // Counted from the plan in force: a scale event between steps
-        // changes how many expert-shard producers meet the range.
-        if (s.inbox.size() == static_cast<size_t>(s.sh->opt.data_parallel) * live_plan(*s.sh)->gradient_slices(s.range)) reduce(self);
-      },
-      [self](rt::clip_atom, uint64_t step, uint32_t attempt, double norm) {
-        auto& s = self->state;
-        if (kill_switch_fires(self, shard_phase(s))) return;
-        if (step != s.step || attempt != s.attempt || !s.reduced) {
-          ++s.dropped;
-          return;
-        }
-        const auto& o = s.sh->opt;
-        const model::OptimConfig optim = o.train.optim;
-        const int64_t total = o.train.steps;
-        auto comp = s.comp;
-        auto pieces = s.pieces;
-        const Range range = s.range;
-        const uint32_t shard = static_cast<uint32_t>(s.shard);
-        auto sh = s.sh;
-        if (!s.bias.empty() && s.loads_step != std::make_pair(step, attempt)) {
-          caf::anon_send(sh->peers.coordinator, rt::fail_atom_v, s.name + ": no expert loads for the router bias");
-          return;
-        }
-        auto bias = s.bias;
-        auto loads = s.loads;
-        auto snap = std::make_shared<std::vector<Envelope>>();
-        submit(self, *s.dev, [comp, pieces, optim, total, norm, range, shard, step, attempt, sh, snap, bias, loads, device = s.dev->id()](kernels::Backend& be) mutable {
-          // The Trainer's rules (model/update_rules.hpp), with the global norm
-          // (its clip factor is applied inside AdamW).
-          auto hp = [&](const OptPiece& p) {
-            return model::adamw_params(optim, static_cast<int64_t>(step), total, p.decay, norm);
-          };
-          if (comp->host) {
-            // The new moments go straight into the snapshot's m and v messages.
-            *snap = {Envelope{}, Envelope{}, Envelope{}};
-            std::tie((*snap)[1], (*snap)[2]) = build_moments(be, *comp, [&](const kernels::Tensor& m_out, const kernels::Tensor& v_out) {
-              for (const OptPiece& p : pieces)
-                be.adamw_to(comp->params.view(p.offset, {p.count}), comp->grads.view(p.offset, {p.count}),
-                            comp->m.view(p.offset, {p.count}), comp->v.view(p.offset, {p.count}),
-                            m_out.view(p.offset, {p.count}), v_out.view(p.offset, {p.count}), hp(p));
-              // Moments outside every AdamW piece (the router bias) carry over.
-              int64_t at = 0;
-              auto carry = [&](int64_t end) {
-                if (end > at) {
-                  be.copy(m_out.view(at, {end - at}), comp->m.view(at, {end - at}));
-                  be.copy(v_out.view(at, {end - at}), comp->v.view(at, {end - at}));
-                }
-              };
-              for (const OptPiece& p : pieces) {
-                carry(p.offset);
-                at = std::max(at, p.offset + p.count);
-              }
-              carry(range.count);
-            }, step, shard, range);
-          } else {
-            for (const OptPiece& p : pieces)
-              be.adamw(comp->params.view(p.offset, {p.count}), comp->grads.view(p.offset, {p.count}),
-                       comp->m.view(p.offset, {p.count}), comp->v.view(p.offset, {p.count}), hp(p));
-          }
-          // Aux-loss-free balancing after the update, as model::Trainer does:
-          // the layer's whole bias row through moe::update_router_bias.
-          const auto& c = sh->opt.train.model;
-          const size_t E = static_cast<size_t>(c.n_experts);
-          for (const BiasPiece& b : bias) {
-            const size_t at = static_cast<size_t>(b.layer) * (E + 1);
-            if (loads.size() < at + E) throw std::runtime_error("expert loads miss layer " + std::to_string(b.layer));
-            std::vector<float> row(E, 0.0f);
-            const kernels::Tensor v = comp->params.view(b.offset, {b.count});
-            be.download(row.data() + b.first, v, static_cast<size_t>(b.count) * sizeof(float));
-            moe::update_router_bias(row, std::span<const int64_t>(loads.data() + at, E), c.bias_update_rate);
-            be.upload(v, row.data() + b.first, static_cast<size_t>(b.count) * sizeof(float));
-          }
-          const Envelope e = param_slice_of(be, comp->params, step, shard, range, attempt);
-          if (comp->host)
-            (*snap)[0] = e;
-          else
-            *snap = {e};
-          for (const caf::actor& r : all_ranks(*sh)) post(*sh, device, r, e);
-          // Expert shards whose weights meet this range.
-          const auto plan = live_plan(*sh);
-          for (int rep = 0; rep < sh->opt.data_parallel; ++rep)
-            for (size_t p = 0; p < plan->expert_owned.size(); ++p) {
-              bool meets = false;
-              for (const Range& o : plan->expert_owned[p]) meets = meets || intersect(o, range).count > 0;
-              if (meets) post(*sh, device, expert_of(*sh, rep, static_cast<int>(p)), e);
-            }
-        }, [] {}, owner_label(TraceLabel::Update, s.shard));
-        // The kill-and-replay snapshot's m and v, as their own closure right
-        // after the update (the device runs closures in order): the new
-        // parameters are already on their way to the ranks, and the trace
-        // shows what the snapshot costs.
-        submit(self, *s.dev, [comp, snap, step, shard, range](kernels::Backend& be) {
-          if (comp->host) return;  // the update wrote them already
-          snap->push_back(param_slice_of(be, comp->m, step, shard, range));
-          snap->push_back(param_slice_of(be, comp->v, step, shard, range));
-        }, [self, snap, step, attempt, shard] {
-          // Sent by the actor once the snapshot is taken, so the step (which
-          // waits for every snapshot) ends only after the shard's last message.
-          const auto& x = *snap;
-          post(*self->state.sh, self->state.dev->id(), self->state.sh->peers.coordinator, rt::snapshot_atom_v, step, attempt, shard, x[0], x[1], x[2]);
-        }, owner_label(TraceLabel::Snapshot, s.shard));
-        s.reduced = false;
-        ++s.step;
-        s.attempt = 0;
-      },
+      [self](const Envelope& e) { take_gradient_slice(self, e); },
+      [self](rt::clip_atom, uint64_t step, uint32_t attempt, double norm) { clip_and_update(self, step, attempt, norm); },
       // The step's expert loads (coordinator, before its clip): per MoE
       // layer E routed counts then the dropped count.
       [self](rt::load_atom, uint64_t step, uint32_t attempt, const std::vector<int64_t>& loads) {
@@ -427,39 +480,8 @@ caf::behavior shard_actor(Self* self, std::shared_ptr<const Shared> sh, Device* 
         s.loads = loads;
         s.loads_step = {step, attempt};
       },
-      // The current parameters of the range, read on the device after any
-      // pending update.
-      [self](rt::params_atom) -> caf::result<Envelope> {
-        auto& s = self->state;
-        auto rp = self->make_response_promise<Envelope>();
-        auto holder = std::make_shared<Envelope>();
-        auto comp = s.comp;
-        const Range range = s.range;
-        const uint32_t shard = static_cast<uint32_t>(s.shard);
-        const uint64_t step = s.step;
-        submit(self, *s.dev, [comp, holder, range, shard, step](kernels::Backend& be) {
-          *holder = param_slice_of(be, comp->params, step, shard, range);
-        }, [rp, holder]() mutable { rp.deliver(*holder); }, owner_label(TraceLabel::ParamRead, s.shard));
-        return rp;
-      },
-      // The parameters and AdamW moments (m, v) of the range, for a
-      // checkpoint: three ParamSlices, read on the device after any pending
-      // update.
-      [self](rt::params_atom, bool) -> caf::result<Envelope, Envelope, Envelope> {
-        auto& s = self->state;
-        auto rp = self->make_response_promise<Envelope, Envelope, Envelope>();
-        auto holder = std::make_shared<std::vector<Envelope>>();
-        auto comp = s.comp;
-        const Range range = s.range;
-        const uint32_t shard = static_cast<uint32_t>(s.shard);
-        const uint64_t step = s.step;
-        submit(self, *s.dev, [comp, holder, range, shard, step](kernels::Backend& be) {
-          for (const kernels::Tensor* t : {&comp->params, &comp->m, &comp->v})
-            holder->push_back(param_slice_of(be, *t, step, shard, range));
-        }, [rp, holder]() mutable { rp.deliver((*holder)[0], (*holder)[1], (*holder)[2]); },
-           owner_label(TraceLabel::ParamRead, s.shard));
-        return rp;
-      },
+      [self](rt::params_atom) { return read_params(self); },
+      [self](rt::params_atom, bool) { return read_state(self); },
       [self](rt::dropped_atom) { return self->state.dropped; },
       [self](rt::name_atom) { return self->state.name; },
   };
