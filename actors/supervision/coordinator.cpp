@@ -568,6 +568,102 @@ void on_child_down(Self* self, const caf::down_msg& m) {
   }
 }
 
+// Whether a message of (step, attempt) belongs to the running attempt; one
+// that does not (stale, or after the step ended) is counted and dropped.
+bool current(CoordState& s, uint64_t step, uint32_t attempt) {
+  if (step == s.step && attempt == s.attempt && s.running) return true;
+  ++s.dropped;
+  return false;
+}
+
+// The driver's (step): starts the next step, answered once it finished.
+StepReply begin_step(Self* self) {
+  auto& s = self->state;
+  s.reply = self->make_response_promise<double, double, double, double>();
+  if (!s.error.empty()) {
+    s.reply.deliver(caf::make_error(caf::sec::runtime_error, s.error));
+  } else if (s.running) {
+    s.reply.deliver(caf::make_error(caf::sec::runtime_error, std::string("a step is already running")));
+  } else {
+    s.sup->watch(self);
+    start_step(self);
+  }
+  return s.reply;
+}
+
+// An actor reported a failure: the run fails with its text.
+void on_failure(Self* self, const std::string& what) {
+  auto& s = self->state;
+  if (s.error.empty()) s.error = what;
+  fail_loading(self);
+  if (s.running) {
+    s.running = false;
+    s.reply.deliver(caf::make_error(caf::sec::runtime_error, s.error));
+  }
+}
+
+// Runtime::kill: kill a supervised actor now; the answer comes once the
+// supervisor has handled its going down (restart, replay or escalation).
+caf::result<bool> kill_now(Self* self, const std::string& target) {
+  auto& s = self->state;
+  const std::optional<FaultTarget> t = parse_fault_target(target);
+  const caf::actor a = t && t->replica < s.sh->opt.data_parallel ? target_actor(*s.sh, *t) : caf::actor{};
+  if (!a) return caf::make_error(caf::sec::runtime_error, "no actor " + target);
+  if (!s.error.empty()) return caf::make_error(caf::sec::runtime_error, s.error);
+  s.sup->watch(self);
+  auto rp = self->make_response_promise();
+  s.kill_waiters[a.address()] = rp;
+  self->send_exit(a, caf::exit_reason::kill);
+  return rp;
+}
+
+// A placement change (Runtime::step, between steps): the expert shards
+// become `shards` per MoE layer, split by `bounds` (empty: evenly), holding
+// the `copies` ((moe layer index, shard, expert) triples; empty: none) with
+// the `shares` of their rows ((moe layer index, expert, n, n weights) runs;
+// empty: even splits); the answer (the bytes of weights the new shards
+// loaded) comes once every new shard has its weights.
+caf::result<uint64_t> rescale(Self* self, const ExpertLayout& layout) {
+  auto& s = self->state;
+  if (!s.error.empty()) return caf::make_error(caf::sec::runtime_error, s.error);
+  if (s.running) return caf::make_error(caf::sec::runtime_error, std::string("rescale: a step is running"));
+  if (!s.sh->plan.expert_parallel())
+    return caf::make_error(caf::sec::runtime_error, std::string("rescale: the run has no expert shards"));
+  s.sup->watch(self);
+  std::vector<Supervisor::NewShard> fresh;
+  try {
+    const RuntimeOptions o = with_expert_layout(s.sh->opt, layout, s.sh->plan.moe_layers.size());
+    fresh = s.sup->rescale_experts(self, make_plan(o), s.step, s.attempt);
+  } catch (const std::exception& e) {
+    return caf::make_error(caf::sec::runtime_error, std::string("rescale: ") + e.what());
+  }
+  s.loading = std::make_shared<CoordState::Loading>();
+  auto rp = self->make_response_promise();
+  s.loading->rp = rp;
+  await_loads(self, fresh);
+  return rp;
+}
+
+// Expert load of micro-batch mb at a stage: per MoE layer of the stage, E
+// routed counts then the dropped count. Sent before the stage's loss report
+// of the same micro-batch, so a finished step has all of them.
+void add_loads(Self* self, uint64_t step, uint32_t attempt, uint32_t replica, uint32_t mb, uint32_t stage,
+               const std::vector<int64_t>& v) {
+  auto& s = self->state;
+  if (!current(s, step, attempt)) return;
+  if (!s.load_from.emplace(replica, mb, stage).second) {
+    ++s.dropped;  // a duplicate
+    return;
+  }
+  auto& sum = s.loads[static_cast<int>(stage)];
+  if (sum.empty()) sum.assign(v.size(), 0);
+  if (sum.size() != v.size()) {
+    ++s.dropped;
+    return;
+  }
+  for (size_t i = 0; i < v.size(); ++i) sum[i] += v[i];
+}
+
 caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
   auto& st = self->state;
   st.sh = sh;
@@ -579,147 +675,56 @@ caf::behavior coordinator(Self* self, std::shared_ptr<const Shared> sh) {
   st.step_times = Suspicion(sh->opt.step_suspicion);
   st.silences = Suspicion(sh->opt.message_suspicion);
   self->set_down_handler([self](caf::down_msg& m) { on_child_down(self, m); });
+  // A step's reports are kept once each (a duplicate is counted and dropped).
+  auto once = [self](bool inserted) {
+    if (!inserted) ++self->state.dropped;
+    return inserted;
+  };
   return {
-      [self](rt::step_atom) -> StepReply {
-        auto& s = self->state;
-        s.reply = self->make_response_promise<double, double, double, double>();
-        if (!s.error.empty()) {
-          s.reply.deliver(caf::make_error(caf::sec::runtime_error, s.error));
-        } else if (s.running) {
-          s.reply.deliver(caf::make_error(caf::sec::runtime_error, std::string("a step is already running")));
-        } else {
-          s.sup->watch(self);
-          start_step(self);
-        }
-        return s.reply;
-      },
-      [self](rt::loss_atom, uint64_t step, uint32_t attempt, uint32_t replica, uint32_t mb, uint32_t stage,
-             double loss, double aux) {
+      [self](rt::step_atom) { return begin_step(self); },
+      [self, once](rt::loss_atom, uint64_t step, uint32_t attempt, uint32_t replica, uint32_t mb, uint32_t stage,
+                   double loss, double aux) {
         auto& s = self->state;
         const int g = static_cast<int>(replica) * s.sh->plan.chunks + static_cast<int>(mb);
-        if (step != s.step || attempt != s.attempt || !s.running || !s.losses.emplace(std::make_tuple(g, static_cast<int>(stage)), std::make_pair(loss, aux)).second) {
-          ++s.dropped;
+        if (!current(s, step, attempt) ||
+            !once(s.losses.emplace(std::make_tuple(g, static_cast<int>(stage)), std::make_pair(loss, aux)).second))
           return;
-        }
         maybe_clip(self);
         maybe_finish(self);
       },
       // The loss head's per-token report of micro-batch mb (last stage).
-      [self](rt::head_atom, uint64_t step, uint32_t attempt, uint32_t replica, uint32_t mb,
-             const std::vector<double>& report) {
+      [self, once](rt::head_atom, uint64_t step, uint32_t attempt, uint32_t replica, uint32_t mb,
+                   const std::vector<double>& report) {
         auto& s = self->state;
         const int g = static_cast<int>(replica) * s.sh->plan.chunks + static_cast<int>(mb);
-        if (step != s.step || attempt != s.attempt || !s.running || !s.head.emplace(g, report).second) {
-          ++s.dropped;
-          return;
-        }
-        maybe_finish(self);
+        if (current(s, step, attempt) && once(s.head.emplace(g, report).second)) maybe_finish(self);
       },
-      [self](rt::gnorm_atom, uint64_t step, uint32_t attempt, uint32_t shard, double sq) {
+      [self, once](rt::gnorm_atom, uint64_t step, uint32_t attempt, uint32_t shard, double sq) {
         auto& s = self->state;
-        if (step != s.step || attempt != s.attempt || !s.running || !s.partials.emplace(shard, sq).second) {
-          ++s.dropped;
-          return;
-        }
-        maybe_clip(self);
+        if (current(s, step, attempt) && once(s.partials.emplace(shard, sq).second)) maybe_clip(self);
       },
-      [self](rt::stepok_atom, uint64_t step, uint32_t attempt, uint32_t replica, uint32_t rank) {
+      [self, once](rt::stepok_atom, uint64_t step, uint32_t attempt, uint32_t replica, uint32_t rank) {
         auto& s = self->state;
-        if (step != s.step || attempt != s.attempt || !s.running || !s.finished.emplace(replica, rank).second) {
-          ++s.dropped;
-          return;
-        }
-        maybe_finish(self);
+        if (current(s, step, attempt) && once(s.finished.emplace(replica, rank).second)) maybe_finish(self);
       },
       // The cluster's directory found process 1 lost (runtime_cluster.cpp).
       [self](rt::lost_atom, const std::string& what) { on_process_lost(self, what); },
-      [self](rt::fail_atom, const std::string& what) {
-        auto& s = self->state;
-        if (s.error.empty()) s.error = what;
-        fail_loading(self);
-        if (s.running) {
-          s.running = false;
-          s.reply.deliver(caf::make_error(caf::sec::runtime_error, s.error));
-        }
-      },
-      // Expert load of micro-batch mb at a stage: per MoE layer of the stage,
-      // E routed counts then the dropped count. Sent before the stage's loss
-      // report of the same micro-batch, so a finished step has all of them.
+      [self](rt::fail_atom, const std::string& what) { on_failure(self, what); },
       [self](rt::load_atom, uint64_t step, uint32_t attempt, uint32_t replica, uint32_t mb, uint32_t stage,
-             const std::vector<int64_t>& v) {
-        auto& s = self->state;
-        if (step != s.step || attempt != s.attempt || !s.running || !s.load_from.emplace(replica, mb, stage).second) {
-          ++s.dropped;  // stale or a duplicate
-          return;
-        }
-        auto& sum = s.loads[static_cast<int>(stage)];
-        if (sum.empty()) sum.assign(v.size(), 0);
-        if (sum.size() != v.size()) {
-          ++s.dropped;
-          return;
-        }
-        for (size_t i = 0; i < v.size(); ++i) sum[i] += v[i];
-      },
+             const std::vector<int64_t>& v) { add_loads(self, step, attempt, replica, mb, stage, v); },
       [self](rt::load_atom) { return self->state.last_loads; },
-      [self](rt::snapshot_atom, uint64_t step, uint32_t attempt, uint32_t shard, const Envelope& p,
-             const Envelope& m, const Envelope& v) {
+      [self, once](rt::snapshot_atom, uint64_t step, uint32_t attempt, uint32_t shard, const Envelope& p,
+                   const Envelope& m, const Envelope& v) {
         auto& s = self->state;
-        if (step != s.step || attempt != s.attempt || !s.running) {
-          ++s.dropped;
-          return;
-        }
-        if (!s.sup->stage(shard, p, m, v)) {
-          ++s.dropped;  // a duplicate
-          return;
-        }
-        maybe_finish(self);
+        if (current(s, step, attempt) && once(s.sup->stage(shard, p, m, v))) maybe_finish(self);
       },
       [self](rt::fault_atom, const std::string& who, const std::string& phase) { self->state.last_phase[who] = phase; },
-      // Runtime::kill: kill a supervised actor now; the answer comes once the
-      // supervisor has handled its going down (restart, replay or escalation).
-      [self](rt::fault_atom, const std::string& target) -> caf::result<bool> {
-        auto& s = self->state;
-        const std::optional<FaultTarget> t = parse_fault_target(target);
-        const caf::actor a = t && t->replica < s.sh->opt.data_parallel ? target_actor(*s.sh, *t) : caf::actor{};
-        if (!a) return caf::make_error(caf::sec::runtime_error, "no actor " + target);
-        if (!s.error.empty()) return caf::make_error(caf::sec::runtime_error, s.error);
-        s.sup->watch(self);
-        auto rp = self->make_response_promise();
-        s.kill_waiters[a.address()] = rp;
-        self->send_exit(a, caf::exit_reason::kill);
-        return rp;
-      },
+      [self](rt::fault_atom, const std::string& target) { return kill_now(self, target); },
       [self](rt::deadline_atom, uint64_t step, uint32_t attempt, double limit) { on_deadline(self, step, attempt, limit); },
       [self](rt::quiet_atom, uint64_t step, uint32_t attempt) { on_quiet_check(self, step, attempt); },
       [self](rt::gap_atom, uint64_t epoch) { on_gap(self, epoch); },
-      // A placement change (Runtime::step, between steps): the expert shards
-      // become `shards` per MoE layer, split by `bounds` (empty: evenly),
-      // holding the `copies` ((moe layer index, shard, expert) triples;
-      // empty: none) with the `shares` of their rows ((moe layer index,
-      // expert, n, n weights) runs; empty: even splits); the answer (the bytes of weights the
-      // new shards loaded) comes once every new shard has its weights.
-      [self](rt::rescale_atom, int32_t shards, const std::vector<int64_t>& bounds,
-             const std::vector<int64_t>& copies, const std::vector<int64_t>& shares) -> caf::result<uint64_t> {
-        auto& s = self->state;
-        if (!s.error.empty()) return caf::make_error(caf::sec::runtime_error, s.error);
-        if (s.running) return caf::make_error(caf::sec::runtime_error, std::string("rescale: a step is running"));
-        if (!s.sh->plan.expert_parallel())
-          return caf::make_error(caf::sec::runtime_error, std::string("rescale: the run has no expert shards"));
-        s.sup->watch(self);
-        std::vector<Supervisor::NewShard> fresh;
-        try {
-          const RuntimeOptions o = with_expert_layout(s.sh->opt, ExpertLayout{shards, bounds, copies, shares},
-                                                      s.sh->plan.moe_layers.size());
-          fresh = s.sup->rescale_experts(self, make_plan(o), s.step, s.attempt);
-        } catch (const std::exception& e) {
-          return caf::make_error(caf::sec::runtime_error, std::string("rescale: ") + e.what());
-        }
-        s.loading = std::make_shared<CoordState::Loading>();
-        auto rp = self->make_response_promise();
-        s.loading->rp = rp;
-        await_loads(self, fresh);
-        return rp;
-      },
+      [self](rt::rescale_atom, int32_t shards, const std::vector<int64_t>& bounds, const std::vector<int64_t>& copies,
+             const std::vector<int64_t>& shares) { return rescale(self, ExpertLayout{shards, bounds, copies, shares}); },
       [self](rt::dropped_atom) { return self->state.dropped; },
       [self](rt::corrupt_atom, const std::string& who, const std::string& why) { on_damaged(self, who, why); },
       [self](rt::corrupt_atom) { return self->state.damaged; },
