@@ -252,6 +252,155 @@ void respawn_buffer(caf::event_based_actor* self, DriverState& s, const caf::dow
   s.ctx->unreported.push_back(e);
 }
 
+using DriverSelf = caf::stateful_actor<DriverState>;
+
+// Supervision, one_for_one: a generator or reward actor that goes down is
+// respawned alone under the same name, and every step routed through it
+// that the ledger has not admitted is dealt again; rollouts are pure
+// functions of (seed, step, index, version), so the re-run reproduces them
+// and the ledger drops whatever the dead actor had delivered already.
+void on_child_down(DriverSelf* self, caf::down_msg& dm) {
+  DriverState& s = self->state;
+  if (s.ending) {
+    // Shutting down: each child's down is awaited, so an actor that died
+    // just before the end (after delivering its last result) is still
+    // counted, deterministically; nothing is respawned any more.
+    s.awaiting.erase(dm.source);
+    if (dm.reason != caf::exit_reason::user_shutdown && dm.source != s.buffer.address()) {
+      RestartEvent e;
+      e.step = s.next;
+      e.attempt = 1;
+      e.actor = "?";
+      for (size_t k = 0; k < s.gens.size(); ++k)
+        if (s.gens[k].address() == dm.source) e.actor = "generator:" + std::to_string(k);
+      for (size_t k = 0; k < s.rewards.size(); ++k)
+        if (s.rewards[k].address() == dm.source)
+          e.actor = rl_reward_actor_name(s.sh->opt->train.rl.reward == rl::RewardSource::model, static_cast<int>(k));
+      e.cause = dm.reason == caf::exit_reason::kill ? "killed" : caf::to_string(dm.reason);
+      e.phase = "the run had ended: not respawned";
+      std::lock_guard<std::mutex> lock(s.ctx->mu);
+      s.ctx->restarts.push_back(e);
+      s.ctx->unreported.push_back(e);
+    }
+    if (s.awaiting.empty()) self->quit(s.end_reason);
+    return;
+  }
+  if (dm.reason == caf::exit_reason::user_shutdown) return;
+  s.gone.insert(dm.source);  // dead for good: a respawn gets a new address
+  if (s.remote)
+    for (size_t p = 1; p < s.remote->hosts.size(); ++p)
+      if (s.remote->hosts[p].address() == dm.source) return note_process_lost(self, s, static_cast<int>(p));
+  bool generator = false;
+  int index = -1;
+  for (size_t k = 0; k < s.gens.size(); ++k)
+    if (s.gens[k].address() == dm.source) generator = true, index = static_cast<int>(k);
+  for (size_t k = 0; k < s.rewards.size() && index < 0; ++k)
+    if (s.rewards[k].address() == dm.source) index = static_cast<int>(k);
+  if (index < 0) {
+    if (s.buffer.address() == dm.source) respawn_buffer(self, s, dm);
+    return;
+  }
+  const std::string name = generator ? "generator:" + std::to_string(index)
+                                     : rl_reward_actor_name(s.sh->opt->train.rl.reward == rl::RewardSource::model, index);
+  // Only a proxy goes down with this reason: its process is gone (the
+  // host's own down may have said so already). process_loss governs that,
+  // not the restart budget: a process holding more generators than
+  // max_restarts must not fail a run that recovers from its loss (each
+  // generator moves to process 0 once, so this cannot repeat).
+  const bool link_lost = generator && s.remote && dm.reason == caf::exit_reason::remote_link_unreachable;
+  if (!link_lost && ++s.restarts > s.sh->opt->max_restarts) {
+    fail(self, s, name + " went down (" + caf::to_string(dm.reason) + ") after " +
+                      std::to_string(s.sh->opt->max_restarts) + " restarts in this run: giving up");
+    return;
+  }
+  const bool missed_sync = generator && s.sync_kill[static_cast<size_t>(index)];
+  const int was_on = link_lost ? s.gen_process[static_cast<size_t>(index)] : 0;
+  if (link_lost) note_process_lost(self, s, was_on);
+  if (link_lost && !s.sh->opt->processes.recover) return;
+  if (generator) s.gens[static_cast<size_t>(index)] = spawn_generator(self, s, index);
+  else s.rewards[static_cast<size_t>(index)] = spawn_reward(self, s, index);
+  const size_t n = generator ? s.gens.size() : s.rewards.size();
+  int64_t first = -1;
+  for (int64_t step = s.sh->first_step; step < s.next; ++step) {
+    if (s.admitted.count(step) || static_cast<size_t>(step) % n != static_cast<size_t>(index)) continue;
+    if (first < 0) first = step;
+    deal(self, s, step, true);
+  }
+  RestartEvent e;
+  e.step = (first < 0 ? s.next : first) + 1;
+  e.attempt = 1;
+  e.actor = name;
+  e.cause = missed_sync ? "weight sync deadline missed twice"
+            : link_lost ? "process " + std::to_string(was_on) + " lost; restarted on process 0"
+            : dm.reason == caf::exit_reason::kill ? "killed" : caf::to_string(dm.reason);
+  e.phase = first < 0 ? "idle" : "its in-flight steps dealt again from step " + std::to_string(first + 1);
+  std::lock_guard<std::mutex> lock(s.ctx->mu);
+  s.ctx->restarts.push_back(e);
+  s.ctx->unreported.push_back(e);
+}
+
+// The end of the run (the facade's exit): children go down with it.
+void on_end(DriverSelf* self, caf::exit_msg& m) {
+  DriverState& s = self->state;
+  if (s.ending) return;
+  s.ending = true;
+  s.end_reason = m.reason;
+  for (auto& a : s.gens) s.awaiting.insert(a.address());
+  for (auto& a : s.rewards) s.awaiting.insert(a.address());
+  s.awaiting.insert(s.buffer.address());
+  for (const auto& a : s.gone) s.awaiting.erase(a);
+  if (s.awaiting.empty()) return self->quit(s.end_reason);
+  for (auto& a : s.gens) self->send_exit(a, caf::exit_reason::user_shutdown);
+  for (auto& a : s.rewards) self->send_exit(a, caf::exit_reason::user_shutdown);
+  self->send_exit(s.buffer, caf::exit_reason::user_shutdown);
+}
+
+// A version the trainer published: kept while a step may need it, pushed
+// to every generator under latest; steps it unblocks are dealt.
+void on_publish(DriverSelf* self, rlmsg::Weights& w) {
+  DriverState& s = self->state;
+  if (!s.trainer) s.trainer = caf::actor_cast<caf::actor>(self->current_sender());
+  {
+    std::lock_guard<std::mutex> lock(s.ctx->mu);
+    s.ctx->events.push_back("publish " + std::to_string(w.version));
+  }
+  s.published = w.version;
+  s.versions[w.version] = std::move(w);
+  // Versions no undelivered step can need any more are dropped.
+  int64_t lowest = s.next;
+  for (int64_t step = s.sh->first_step; step < s.next; ++step)
+    if (!s.admitted.count(step)) lowest = std::min(lowest, step);
+  const int64_t keep = std::min(version_for(s, lowest), s.published);
+  s.versions.erase(s.versions.begin(), s.versions.lower_bound(keep));
+  // latest: every generator gets each version as it is published and
+  // takes it at its next fence, mid-rollout or not.
+  if (latest_mode(s))
+    for (size_t k = 0; k < s.gens.size(); ++k) send_sync(self, s, k, s.published);
+  deal_ready(self, s);
+}
+
+// A sync not confirmed in time: sent again once, then the generator is
+// restarted (the down handler deals its unadmitted steps again).
+void on_sync_deadline(DriverSelf* self, int k, int64_t incarnation, int64_t v, int attempt) {
+  DriverState& s = self->state;
+  const auto i = static_cast<size_t>(k);
+  if (incarnation != s.incarnation[i] || s.sync_kill[i]) return;
+  const auto it = s.unconfirmed[i].find(v);
+  if (it == s.unconfirmed[i].end() || it->second != attempt) return;
+  std::lock_guard<std::mutex> lock(s.ctx->mu);
+  if (attempt == 1) {
+    ++s.ctx->report.sync_retries;
+    s.ctx->events.push_back("sync retry generator:" + std::to_string(k) + " " + std::to_string(v));
+    if (!s.versions.count(v)) return;  // no step needs it any more
+    send_sync(self, s, i, v, 2);
+  } else {
+    ++s.ctx->report.sync_restarts;
+    s.ctx->events.push_back("sync restart generator:" + std::to_string(k) + " " + std::to_string(v));
+    s.sync_kill[i] = 1;
+    self->send_exit(s.gens[i], caf::exit_reason::kill);
+  }
+}
+
 caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_ptr<const RlShared> sh,
                            std::shared_ptr<RunContext> ctx, std::shared_ptr<RlLedger> ledger,
                            std::shared_ptr<RemoteGenerators> remote) {
@@ -272,127 +421,10 @@ caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_p
   s.buffer = spawn_buffer(self, s);
   for (int k = 0; k < rl.generators; ++k) s.gens.push_back(spawn_generator(self, s, k));
   for (int k = 0; k < rl.reward_actors; ++k) s.rewards.push_back(spawn_reward(self, s, k));
-  // Supervision, one_for_one: a generator or reward actor that goes down is
-  // respawned alone under the same name, and every step routed through it
-  // that the ledger has not admitted is dealt again; rollouts are pure
-  // functions of (seed, step, index, version), so the re-run reproduces them
-  // and the ledger drops whatever the dead actor had delivered already.
-  self->set_down_handler([self](caf::down_msg& dm) {
-    DriverState& s = self->state;
-    if (s.ending) {
-      // Shutting down: each child's down is awaited, so an actor that died
-      // just before the end (after delivering its last result) is still
-      // counted, deterministically; nothing is respawned any more.
-      s.awaiting.erase(dm.source);
-      if (dm.reason != caf::exit_reason::user_shutdown && dm.source != s.buffer.address()) {
-        RestartEvent e;
-        e.step = s.next;
-        e.attempt = 1;
-        e.actor = "?";
-        for (size_t k = 0; k < s.gens.size(); ++k)
-          if (s.gens[k].address() == dm.source) e.actor = "generator:" + std::to_string(k);
-        for (size_t k = 0; k < s.rewards.size(); ++k)
-          if (s.rewards[k].address() == dm.source)
-            e.actor = rl_reward_actor_name(s.sh->opt->train.rl.reward == rl::RewardSource::model, static_cast<int>(k));
-        e.cause = dm.reason == caf::exit_reason::kill ? "killed" : caf::to_string(dm.reason);
-        e.phase = "the run had ended: not respawned";
-        std::lock_guard<std::mutex> lock(s.ctx->mu);
-        s.ctx->restarts.push_back(e);
-        s.ctx->unreported.push_back(e);
-      }
-      if (s.awaiting.empty()) self->quit(s.end_reason);
-      return;
-    }
-    if (dm.reason == caf::exit_reason::user_shutdown) return;
-    s.gone.insert(dm.source);  // dead for good: a respawn gets a new address
-    if (s.remote)
-      for (size_t p = 1; p < s.remote->hosts.size(); ++p)
-        if (s.remote->hosts[p].address() == dm.source) return note_process_lost(self, s, static_cast<int>(p));
-    bool generator = false;
-    int index = -1;
-    for (size_t k = 0; k < s.gens.size(); ++k)
-      if (s.gens[k].address() == dm.source) generator = true, index = static_cast<int>(k);
-    for (size_t k = 0; k < s.rewards.size() && index < 0; ++k)
-      if (s.rewards[k].address() == dm.source) index = static_cast<int>(k);
-    if (index < 0) {
-      if (s.buffer.address() == dm.source) respawn_buffer(self, s, dm);
-      return;
-    }
-    const std::string name = generator ? "generator:" + std::to_string(index)
-                                       : rl_reward_actor_name(s.sh->opt->train.rl.reward == rl::RewardSource::model, index);
-    // Only a proxy goes down with this reason: its process is gone (the
-    // host's own down may have said so already). process_loss governs that,
-    // not the restart budget: a process holding more generators than
-    // max_restarts must not fail a run that recovers from its loss (each
-    // generator moves to process 0 once, so this cannot repeat).
-    const bool link_lost = generator && s.remote && dm.reason == caf::exit_reason::remote_link_unreachable;
-    if (!link_lost && ++s.restarts > s.sh->opt->max_restarts) {
-      fail(self, s, name + " went down (" + caf::to_string(dm.reason) + ") after " +
-                        std::to_string(s.sh->opt->max_restarts) + " restarts in this run: giving up");
-      return;
-    }
-    const bool missed_sync = generator && s.sync_kill[static_cast<size_t>(index)];
-    const int was_on = link_lost ? s.gen_process[static_cast<size_t>(index)] : 0;
-    if (link_lost) note_process_lost(self, s, was_on);
-    if (link_lost && !s.sh->opt->processes.recover) return;
-    if (generator) s.gens[static_cast<size_t>(index)] = spawn_generator(self, s, index);
-    else s.rewards[static_cast<size_t>(index)] = spawn_reward(self, s, index);
-    const size_t n = generator ? s.gens.size() : s.rewards.size();
-    int64_t first = -1;
-    for (int64_t step = s.sh->first_step; step < s.next; ++step) {
-      if (s.admitted.count(step) || static_cast<size_t>(step) % n != static_cast<size_t>(index)) continue;
-      if (first < 0) first = step;
-      deal(self, s, step, true);
-    }
-    RestartEvent e;
-    e.step = (first < 0 ? s.next : first) + 1;
-    e.attempt = 1;
-    e.actor = name;
-    e.cause = missed_sync ? "weight sync deadline missed twice"
-              : link_lost ? "process " + std::to_string(was_on) + " lost; restarted on process 0"
-              : dm.reason == caf::exit_reason::kill ? "killed" : caf::to_string(dm.reason);
-    e.phase = first < 0 ? "idle" : "its in-flight steps dealt again from step " + std::to_string(first + 1);
-    std::lock_guard<std::mutex> lock(s.ctx->mu);
-    s.ctx->restarts.push_back(e);
-    s.ctx->unreported.push_back(e);
-  });
-  // The end of the run (the facade's exit): children go down with it.
-  self->set_exit_handler([self](caf::exit_msg& m) {
-    DriverState& s = self->state;
-    if (s.ending) return;
-    s.ending = true;
-    s.end_reason = m.reason;
-    for (auto& a : s.gens) s.awaiting.insert(a.address());
-    for (auto& a : s.rewards) s.awaiting.insert(a.address());
-    s.awaiting.insert(s.buffer.address());
-    for (const auto& a : s.gone) s.awaiting.erase(a);
-    if (s.awaiting.empty()) return self->quit(s.end_reason);
-    for (auto& a : s.gens) self->send_exit(a, caf::exit_reason::user_shutdown);
-    for (auto& a : s.rewards) self->send_exit(a, caf::exit_reason::user_shutdown);
-    self->send_exit(s.buffer, caf::exit_reason::user_shutdown);
-  });
+  self->set_down_handler([self](caf::down_msg& dm) { on_child_down(self, dm); });
+  self->set_exit_handler([self](caf::exit_msg& m) { on_end(self, m); });
   return {
-      [self](rlmsg::publish_atom, rlmsg::Weights& w) {
-        DriverState& s = self->state;
-        if (!s.trainer) s.trainer = caf::actor_cast<caf::actor>(self->current_sender());
-        {
-          std::lock_guard<std::mutex> lock(s.ctx->mu);
-          s.ctx->events.push_back("publish " + std::to_string(w.version));
-        }
-        s.published = w.version;
-        s.versions[w.version] = std::move(w);
-        // Versions no undelivered step can need any more are dropped.
-        int64_t lowest = s.next;
-        for (int64_t step = s.sh->first_step; step < s.next; ++step)
-          if (!s.admitted.count(step)) lowest = std::min(lowest, step);
-        const int64_t keep = std::min(version_for(s, lowest), s.published);
-        s.versions.erase(s.versions.begin(), s.versions.lower_bound(keep));
-        // latest: every generator gets each version as it is published and
-        // takes it at its next fence, mid-rollout or not.
-        if (latest_mode(s))
-          for (size_t k = 0; k < s.gens.size(); ++k) send_sync(self, s, k, s.published);
-        deal_ready(self, s);
-      },
+      [self](rlmsg::publish_atom, rlmsg::Weights& w) { on_publish(self, w); },
       [self](rlmsg::synced_atom, int k, int64_t incarnation, int64_t v) {
         DriverState& s = self->state;
         if (incarnation != s.incarnation[static_cast<size_t>(k)]) return;  // from a dead incarnation
@@ -402,26 +434,8 @@ caf::behavior driver_actor(caf::stateful_actor<DriverState>* self, std::shared_p
         if (latest_mode(s)) open.erase(open.begin(), open.upper_bound(v));
         else open.erase(v);
       },
-      // A sync not confirmed in time: sent again once, then the generator is
-      // restarted (the down handler deals its unadmitted steps again).
       [self](rlmsg::deadline_atom, int k, int64_t incarnation, int64_t v, int attempt) {
-        DriverState& s = self->state;
-        const auto i = static_cast<size_t>(k);
-        if (incarnation != s.incarnation[i] || s.sync_kill[i]) return;
-        const auto it = s.unconfirmed[i].find(v);
-        if (it == s.unconfirmed[i].end() || it->second != attempt) return;
-        std::lock_guard<std::mutex> lock(s.ctx->mu);
-        if (attempt == 1) {
-          ++s.ctx->report.sync_retries;
-          s.ctx->events.push_back("sync retry generator:" + std::to_string(k) + " " + std::to_string(v));
-          if (!s.versions.count(v)) return;  // no step needs it any more
-          send_sync(self, s, i, v, 2);
-        } else {
-          ++s.ctx->report.sync_restarts;
-          s.ctx->events.push_back("sync restart generator:" + std::to_string(k) + " " + std::to_string(v));
-          s.sync_kill[i] = 1;
-          self->send_exit(s.gens[i], caf::exit_reason::kill);
-        }
+        on_sync_deadline(self, k, incarnation, v, attempt);
       },
       [self](rlmsg::rollout_atom, rlmsg::Rollout& r) {
         DriverState& s = self->state;
