@@ -762,7 +762,10 @@ void try_run(Self* self) {
   }
 }
 
-caf::behavior rank_actor(Self* self, std::shared_ptr<const Shared> sh, Device* dev, int replica, int rank) {
+// The rank's state from the plan: its op list, the stages it holds with the
+// most micro-batches each keeps in flight, and its parameters and stages made
+// on its device.
+void init_rank(Self* self, std::shared_ptr<const Shared> sh, Device* dev, int replica, int rank) {
   auto& st = self->state;
   st.sh = sh;
   st.dev = dev;
@@ -806,29 +809,108 @@ caf::behavior rank_actor(Self* self, std::shared_ptr<const Shared> sh, Device* d
                                                         id.second == last, n);
     }
   }, [] {}, owner_label(TraceLabel::RankInit, rank));
+}
 
+// A message the rank cannot take: counted, and the run fails with why.
+void reject(Self* self, const std::string& why) {
+  auto& s = self->state;
+  ++s.dropped;
+  caf::anon_send(s.sh->peers.coordinator, rt::fail_atom_v, s.name + ": rejected message: " + why);
+}
+
+// The coordinator's (start): the rank runs its op list for (step, attempt).
+void start_ops(Self* self, uint64_t step, uint32_t attempt, double loss_scale, double aux_scale) {
+  auto& s = self->state;
+  if (kill_switch_fires(self, rank_phase(s))) return;
+  if (step != s.step || attempt != s.attempt || s.running) {
+    ++s.dropped;
+    return;
+  }
+  s.running = true;
+  s.next = 0;
+  s.backwards = 0;
+  s.loss_scale = loss_scale;
+  s.aux_scale = aux_scale;
+  s.slices_from.clear();
+  s.slices_loaded = 0;
+  // Forget dedupe keys of finished steps and attempts.
+  s.consumed.erase(s.consumed.begin(), s.consumed.lower_bound(Key{step, attempt, 0, 0, 0, 0}));
+  try_run(self);
+}
+
+// Activations (forward) or gradients (backward) from the neighbouring rank
+// or the data loader: kept once per key, then the ops that can run do.
+void take_pipeline_message(Self* self, const Envelope& e, bool fwd) {
+  auto& s = self->state;
+  schemas::PipelineTag::Reader tag;
+  caf::expected<Read<schemas::Activations>> a = caf::error{};
+  caf::expected<Read<schemas::Gradients>> g = caf::error{};
+  if (fwd) {
+    a = e.read<schemas::Activations>();
+    if (!a) return reject(self, to_string(a.error()));
+    tag = (*a)->getTag();
+  } else {
+    g = e.read<schemas::Gradients>();
+    if (!g) return reject(self, to_string(g.error()));
+    tag = (*g)->getTag();
+  }
+  const uint32_t from = tag.getStage();
+  const int consumer = fwd ? (from == kDataStage ? 0 : static_cast<int>(from) + 1)
+                           : static_cast<int>(from) - 1;
+  const Key k{tag.getStep(), tag.getAttempt(), fwd ? 0 : 1, static_cast<int>(tag.getChunk()), consumer,
+              static_cast<int>(tag.getMicrobatch())};
+  if (std::make_pair(tag.getStep(), tag.getAttempt()) < std::make_pair(s.step, s.attempt) ||
+      tag.getReplica() != static_cast<uint32_t>(s.replica) || s.inbox.count(k) || s.consumed.count(k)) {
+    ++s.dropped;  // stale (older step or attempt), misaddressed or duplicate
+    return;
+  }
+  s.inbox.emplace(k, e);
+  try_run(self);
+}
+
+// An optimizer shard's updated slice, after the step's last op: uploaded on
+// the device; once every shard's is in, the rank reports the step done.
+void load_param_slice(Self* self, const Envelope& e) {
+  auto& s = self->state;
+  auto p = e.read<schemas::ParamSlice>();
+  if (!p) return reject(self, to_string(p.error()));
+  const uint32_t shard = (*p)->getShard();
+  if ((*p)->getStep() != s.step || (*p)->getAttempt() != s.attempt || !s.running || s.next != s.ops.size() ||
+      shard >= s.sh->plan.shard_ranges.size() || s.slices_from.count(shard)) {
+    ++s.dropped;
+    return;
+  }
+  const Range want = s.sh->plan.shard_ranges[shard];
+  if (static_cast<int64_t>((*p)->getRange().getOffset()) != want.offset ||
+      static_cast<int64_t>((*p)->getRange().getCount()) != want.count)
+    return reject(self, "parameter slice range does not match shard " + std::to_string(shard));
+  s.slices_from.insert(shard);
+  auto comp = s.comp;
+  submit(self, *s.dev, [comp, e, want](kernels::Backend& be) {
+    auto r = e.read<schemas::ParamSlice>();
+    const auto v = tensor_f32((*r)->getParams());
+    be.upload_f32(comp->params.view(want.offset, {want.count}), v);
+  }, [self] {
+    auto& s2 = self->state;
+    if (++s2.slices_loaded < static_cast<int>(s2.sh->plan.shard_ranges.size())) return;
+    s2.running = false;
+    post(*s2.sh, s2.dev->id(), s2.sh->peers.coordinator, rt::stepok_atom_v, s2.step, s2.attempt,
+         static_cast<uint32_t>(s2.replica), static_cast<uint32_t>(s2.rank));
+    ++s2.step;
+    s2.attempt = 0;
+    s2.next = 0;
+  }, owner_label(TraceLabel::ParamLoad, s.rank));
+}
+
+caf::behavior rank_actor(Self* self, std::shared_ptr<const Shared> sh, Device* dev, int replica, int rank) {
+  init_rank(self, std::move(sh), dev, replica, rank);
   return {
       [self](rt::done_atom, uint64_t ticket) {
         if (kill_switch_fires(self, rank_phase(self->state))) return;
         run_ticket(self->state.tickets, ticket);
       },
       [self](rt::start_atom, uint64_t step, uint32_t attempt, double loss_scale, double aux_scale) {
-        auto& s = self->state;
-        if (kill_switch_fires(self, rank_phase(s))) return;
-        if (step != s.step || attempt != s.attempt || s.running) {
-          ++s.dropped;
-          return;
-        }
-        s.running = true;
-        s.next = 0;
-        s.backwards = 0;
-        s.loss_scale = loss_scale;
-        s.aux_scale = aux_scale;
-        s.slices_from.clear();
-        s.slices_loaded = 0;
-        // Forget dedupe keys of finished steps and attempts.
-        s.consumed.erase(s.consumed.begin(), s.consumed.lower_bound(Key{step, attempt, 0, 0, 0, 0}));
-        try_run(self);
+        start_ops(self, step, attempt, loss_scale, aux_scale);
       },
       [self](rt::arm_atom, uint64_t, uint32_t k) { self->state.kill.left = k; },
       [self](rt::restore_atom, uint64_t step, uint32_t attempt) { abort_to(self, step, attempt); },
@@ -839,76 +921,17 @@ caf::behavior rank_actor(Self* self, std::shared_ptr<const Shared> sh, Device* d
         restore_params(self, e, s.comp, {}, owner_label(TraceLabel::ParamLoad, s.rank));  // its own coordinates
       },
       [self](const Envelope& e) {
-        auto& s = self->state;
-        if (kill_switch_fires(self, rank_phase(s))) return;
+        if (kill_switch_fires(self, rank_phase(self->state))) return;
         if (drop_if_damaged(self, e)) return;
-        auto kind = e.kind();
-        auto fail = [&](const std::string& why) {
-          ++s.dropped;
-          caf::anon_send(s.sh->peers.coordinator, rt::fail_atom_v, s.name + ": rejected message: " + why);
-        };
-        if (!kind) return fail(to_string(kind.error()));
-        if (*kind == Envelope::Kind::ACTIVATIONS || *kind == Envelope::Kind::GRADIENTS) {
-          const bool fwd = *kind == Envelope::Kind::ACTIVATIONS;
-          schemas::PipelineTag::Reader tag;
-          caf::expected<Read<schemas::Activations>> a = caf::error{};
-          caf::expected<Read<schemas::Gradients>> g = caf::error{};
-          if (fwd) {
-            a = e.read<schemas::Activations>();
-            if (!a) return fail(to_string(a.error()));
-            tag = (*a)->getTag();
-          } else {
-            g = e.read<schemas::Gradients>();
-            if (!g) return fail(to_string(g.error()));
-            tag = (*g)->getTag();
-          }
-          const uint32_t from = tag.getStage();
-          const int consumer = fwd ? (from == kDataStage ? 0 : static_cast<int>(from) + 1)
-                                   : static_cast<int>(from) - 1;
-          const Key k{tag.getStep(), tag.getAttempt(), fwd ? 0 : 1, static_cast<int>(tag.getChunk()), consumer,
-                      static_cast<int>(tag.getMicrobatch())};
-          if (std::make_pair(tag.getStep(), tag.getAttempt()) < std::make_pair(s.step, s.attempt) ||
-              tag.getReplica() != static_cast<uint32_t>(s.replica) || s.inbox.count(k) || s.consumed.count(k)) {
-            ++s.dropped;  // stale (older step or attempt), misaddressed or duplicate
-            return;
-          }
-          s.inbox.emplace(k, e);
-          try_run(self);
-          return;
+        const auto kind = e.kind();
+        if (!kind) return reject(self, to_string(kind.error()));
+        switch (*kind) {
+          case Envelope::Kind::ACTIVATIONS: return take_pipeline_message(self, e, true);
+          case Envelope::Kind::GRADIENTS: return take_pipeline_message(self, e, false);
+          case Envelope::Kind::COMBINE: return on_combine(self, e);
+          case Envelope::Kind::PARAM_SLICE: return load_param_slice(self, e);
+          default: return reject(self, std::string("unexpected message kind ") + kind_name(*kind));
         }
-        if (*kind == Envelope::Kind::COMBINE) return on_combine(self, e);
-        if (*kind == Envelope::Kind::PARAM_SLICE) {
-          auto p = e.read<schemas::ParamSlice>();
-          if (!p) return fail(to_string(p.error()));
-          const uint32_t shard = (*p)->getShard();
-          if ((*p)->getStep() != s.step || (*p)->getAttempt() != s.attempt || !s.running || s.next != s.ops.size() ||
-              shard >= s.sh->plan.shard_ranges.size() || s.slices_from.count(shard)) {
-            ++s.dropped;
-            return;
-          }
-          const Range want = s.sh->plan.shard_ranges[shard];
-          if (static_cast<int64_t>((*p)->getRange().getOffset()) != want.offset ||
-              static_cast<int64_t>((*p)->getRange().getCount()) != want.count)
-            return fail("parameter slice range does not match shard " + std::to_string(shard));
-          s.slices_from.insert(shard);
-          auto comp = s.comp;
-          submit(self, *s.dev, [comp, e, want](kernels::Backend& be) {
-            auto r = e.read<schemas::ParamSlice>();
-            const auto v = tensor_f32((*r)->getParams());
-            be.upload_f32(comp->params.view(want.offset, {want.count}), v);
-          }, [self] {
-            auto& s2 = self->state;
-            if (++s2.slices_loaded < static_cast<int>(s2.sh->plan.shard_ranges.size())) return;
-            s2.running = false;
-            post(*s2.sh, s2.dev->id(), s2.sh->peers.coordinator, rt::stepok_atom_v, s2.step, s2.attempt,
-                 static_cast<uint32_t>(s2.replica), static_cast<uint32_t>(s2.rank));
-            ++s2.step;
-            s2.attempt = 0;
-            s2.next = 0;
-          }, owner_label(TraceLabel::ParamLoad, s.rank));
-          return;
-        }
-        fail(std::string("unexpected message kind ") + kind_name(*kind));
       },
       [self](rt::dropped_atom) { return self->state.dropped; },
       [self](rt::name_atom) { return self->state.name; },
