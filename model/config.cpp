@@ -18,6 +18,7 @@ const char* data_kind_name(DataKind kind) {
     case DataKind::addition: return "addition";
     case DataKind::addition_plain: return "addition_plain";
     case DataKind::text: return "text";
+    case DataKind::scratchpad: return "scratchpad";
   }
   return "?";
 }
@@ -29,10 +30,10 @@ Ffn parse_ffn(std::string_view name) {
 }
 
 DataKind parse_data_kind(std::string_view name) {
-  for (DataKind k : {DataKind::addition, DataKind::addition_plain, DataKind::text})
+  for (DataKind k : {DataKind::addition, DataKind::addition_plain, DataKind::text, DataKind::scratchpad})
     if (name == data_kind_name(k)) return k;
   throw std::runtime_error("data: unknown source '" + std::string(name) +
-                           "' (expected \"text\", \"addition\" or \"addition_plain\")");
+                           "' (expected \"text\", \"addition\", \"addition_plain\" or \"scratchpad\")");
 }
 
 }  // namespace troupe::model

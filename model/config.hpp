@@ -16,7 +16,8 @@ namespace troupe::model {
 
 enum class Ffn : uint8_t { dense, moe };                           // "dense" (SwiGLU), "moe"
 enum class LrSchedule : uint8_t { cosine, constant };              // "cosine", "constant"
-enum class DataKind : uint8_t { addition, addition_plain, text };  // "addition", "addition_plain", "text"
+// "addition", "addition_plain", "text", "scratchpad" (append-only: manifests store them)
+enum class DataKind : uint8_t { addition, addition_plain, text, scratchpad };
 
 const char* ffn_name(Ffn ffn);
 const char* lr_schedule_name(LrSchedule schedule);

@@ -7,8 +7,9 @@
 
 namespace troupe::model {
 
-// Defined in data_text.cpp and data_addition.cpp.
+// Defined in data_text.cpp, data_addition.cpp and data_scratchpad.cpp.
 namespace detail {
+std::unique_ptr<DataSource> make_scratchpad_source(const DataConfig& config, uint64_t seed, int64_t seq_len);
 std::unique_ptr<DataSource> make_text_source(const DataConfig& config, uint64_t seed, int64_t seq_len);
 std::unique_ptr<DataSource> make_addition_source(const DataConfig& config, uint64_t seed,
                                                  int64_t seq_len, bool reverse_answer, bool padded);
@@ -106,6 +107,7 @@ std::unique_ptr<DataSource> make_data_source(const DataConfig& config, uint64_t 
     case DataKind::text: return detail::make_text_source(config, seed, seq_len);
     case DataKind::addition: return detail::make_addition_source(config, seed, seq_len, true, true);
     case DataKind::addition_plain: return detail::make_addition_source(config, seed, seq_len, false, false);
+    case DataKind::scratchpad: return detail::make_scratchpad_source(config, seed, seq_len);
   }
   throw std::logic_error("data: unknown source kind");
 }

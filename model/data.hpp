@@ -111,7 +111,12 @@ class DataSource {
 //                    digits when it is set, width >= digits), and the answer
 //                    zero-padded to one digit more, least-significant digit
 //                    first: 12+345= -> "012+345=7530" (see data_addition.cpp);
-//   "addition_plain" the same problems in plain form: "12+345=357".
+//   "addition_plain" the same problems in plain form: "12+345=357";
+//   "scratchpad"     long addition with written work: operands of the same
+//                    width, long-tailed over 1..config.digits (training rows
+//                    up to config.width, 0 = digits), completion one line per
+//                    column "x+y+c=ks;", then '#', the sum and EOS: its length
+//                    grows with the problem (data_scratchpad.cpp).
 // seq_len > 0 also checks up front that sequences of that length can be made,
 // and lets the addition task's eval prompts follow as many earlier problems
 // as a training row of seq_len holds (with 0, every prompt starts a row).

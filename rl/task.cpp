@@ -9,7 +9,8 @@
 
 namespace troupe::rl {
 
-RuleVerifier::RuleVerifier(int32_t eos_token, const VerifierOptions& options) : eos_(eos_token), opt_(options) {
+RuleVerifier::RuleVerifier(int32_t eos_token, const VerifierOptions& options, int32_t answer_marker)
+    : eos_(eos_token), opt_(options), marker_(answer_marker) {
   if (!(opt_.partial_credit >= 0 && opt_.partial_credit < 1))
     throw std::invalid_argument("rl: partial_credit must be in [0, 1), got " + std::to_string(opt_.partial_credit));
   if (!(opt_.format_penalty >= 0))
@@ -21,15 +22,24 @@ Verdict RuleVerifier::score(const Prompt& prompt, std::span<const int32_t> compl
   Verdict v;
   v.finished = eos_at != completion.end();
   // Up to and including the first EOS: what the model answered.
-  const std::span<const int32_t> said(completion.begin(), v.finished ? eos_at + 1 : completion.end());
-  v.correct = std::equal(said.begin(), said.end(), prompt.answer.begin(), prompt.answer.end());
+  std::span<const int32_t> said(completion.begin(), v.finished ? eos_at + 1 : completion.end());
+  std::span<const int32_t> expected(prompt.answer);
+  if (marker_ >= 0) {  // only what follows the last marker (none said: nothing)
+    auto after_last = [&](std::span<const int32_t> x) {
+      const auto r = std::find(x.rbegin(), x.rend(), marker_);
+      return r == x.rend() ? x.subspan(x.size()) : x.subspan(static_cast<size_t>(x.rend() - r));
+    };
+    said = after_last(said);
+    expected = after_last(expected);
+  }
+  v.correct = std::equal(said.begin(), said.end(), expected.begin(), expected.end());
   if (v.correct) {
     v.reward = 1.0;
   } else if (opt_.partial_credit > 0) {
     // Answer tokens right in place, the answer's closing EOS not counted.
-    const size_t n = prompt.answer.size() - (!prompt.answer.empty() && prompt.answer.back() == eos_ ? 1 : 0);
+    const size_t n = expected.size() - (!expected.empty() && expected.back() == eos_ ? 1 : 0);
     size_t right = 0;
-    for (size_t i = 0; i < n && i < said.size(); ++i) right += said[i] == prompt.answer[i] ? 1 : 0;
+    for (size_t i = 0; i < n && i < said.size(); ++i) right += said[i] == expected[i] ? 1 : 0;
     if (n > 0) v.reward = opt_.partial_credit * static_cast<double>(right) / static_cast<double>(n);
   }
   if (!v.finished) v.reward -= opt_.format_penalty;
@@ -40,8 +50,12 @@ namespace {
 
 class AdditionTask final : public Task {
  public:
-  AdditionTask(std::unique_ptr<model::DataSource> source, const VerifierOptions& verifier, int64_t width)
-      : source_(std::move(source)), verifier_(source_->eos_token(), verifier), max_prompt_(2 * width + 3) {}
+  // marker: the answer marker the verifier scores after (-1: the whole completion).
+  // max_answer: the longest right completion (-1: unknown).
+  AdditionTask(std::unique_ptr<model::DataSource> source, const VerifierOptions& verifier, int64_t width,
+               int32_t marker = -1, int64_t max_answer = -1)
+      : source_(std::move(source)), verifier_(source_->eos_token(), verifier, marker), max_prompt_(2 * width + 3),
+        max_answer_(max_answer) {}
 
   std::string describe() const override { return "RL prompts of " + source_->describe(); }
 
@@ -64,11 +78,13 @@ class AdditionTask final : public Task {
   int32_t eos_token() const override { return source_->eos_token(); }
   // "EOS a+b=" with operands of at most `width` written digits.
   int64_t max_prompt_tokens() const override { return max_prompt_; }
+  int64_t max_answer_tokens() const override { return max_answer_; }
 
  private:
   std::unique_ptr<model::DataSource> source_;
   RuleVerifier verifier_;
   int64_t max_prompt_;
+  int64_t max_answer_;
 };
 
 class MixedTask final : public Task {
@@ -95,6 +111,10 @@ class MixedTask final : public Task {
   int32_t eos_token() const override { return main_->eos_token(); }
   int64_t max_prompt_tokens() const override {
     const int64_t a = main_->max_prompt_tokens(), b = side_->max_prompt_tokens();
+    return a < 0 || b < 0 ? -1 : std::max(a, b);
+  }
+  int64_t max_answer_tokens() const override {
+    const int64_t a = main_->max_answer_tokens(), b = side_->max_answer_tokens();
     return a < 0 || b < 0 ? -1 : std::max(a, b);
   }
 
@@ -134,9 +154,15 @@ std::unique_ptr<Task> make_sft_side_task(const model::DataConfig& data, uint64_t
 
 std::unique_ptr<Task> make_addition_task(const model::DataConfig& data, uint64_t seed,
                                          const VerifierOptions& verifier) {
+  if (data.source == model::DataKind::scratchpad) {  // "#": the answer after the written work
+    auto source = model::make_data_source(data, seed);
+    const int32_t marker = source->encode("#").front();
+    // n lines of 9 tokens, '#', at most n + 1 sum digits, EOS.
+    return std::make_unique<AdditionTask>(std::move(source), verifier, data.digits, marker, 10 * data.digits + 3);
+  }
   if (data.source != model::DataKind::addition && data.source != model::DataKind::addition_plain)
-    throw std::runtime_error(std::string("rl: the addition task needs data.source = \"addition\" or \"addition_plain\", got \"") +
-                             model::data_kind_name(data.source) + "\"");
+    throw std::runtime_error(std::string("rl: the addition task needs data.source = \"addition\", \"addition_plain\" or "
+                                         "\"scratchpad\", got \"") + model::data_kind_name(data.source) + "\"");
   return std::make_unique<AdditionTask>(model::make_data_source(data, seed), verifier,
                                         data.width > 0 ? data.width : data.digits);
 }

@@ -44,15 +44,19 @@ class Verifier {
 };
 
 // Exact match 1, else partial credit and format penalty (VerifierOptions).
+// With an answer marker (the scratchpad task's '#'), only what follows the
+// last marker is scored, in the completion and in the expected answer: the
+// work before it is the model's own.
 class RuleVerifier final : public Verifier {
  public:
   // Throws std::invalid_argument for options outside their ranges.
-  RuleVerifier(int32_t eos_token, const VerifierOptions& options);
+  RuleVerifier(int32_t eos_token, const VerifierOptions& options, int32_t answer_marker = -1);
   Verdict score(const Prompt& prompt, std::span<const int32_t> completion) const override;
 
  private:
   int32_t eos_;
   VerifierOptions opt_;
+  int32_t marker_;
 };
 
 class Task {
@@ -70,6 +74,9 @@ class Task {
   // The most tokens any training prompt has, or -1 when the task cannot say
   // (the RL trainer on actors then sizes its fixed rows from a sample).
   virtual int64_t max_prompt_tokens() const { return -1; }
+  // The most tokens a right completion takes (EOS included), or -1 when the
+  // task cannot say.
+  virtual int64_t max_answer_tokens() const { return -1; }
 };
 
 // The built-in addition task (data.source "addition" or "addition_plain",

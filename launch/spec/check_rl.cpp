@@ -235,9 +235,9 @@ void convert_rl(Spec& s, SpecSites& p) {
                                  "stages = 1, schedule = \"sequential\", expert_shards = 1, optimizer_shards = 1, "
                                  "data_parallel = 1 (this spec has devices = " + v(s.topology.devices) + ", stages = " +
                                  v(s.topology.stages) + ", schedule = \"" + std::string(sched::to_string(s.topology.schedule)) + "\")");
-  if (s.data.source != model::DataKind::addition && s.data.source != model::DataKind::addition_plain)
-    p.error(p.where("data.source"), "[rl] task = \"" + r.task + "\" draws its problems from [data] source = \"addition\" or "
-                                    "\"addition_plain\" (this spec has \"" + model::data_kind_name(s.data.source) + "\")");
+  if (s.data.source == model::DataKind::text)
+    p.error(p.where("data.source"), "[rl] task = \"" + r.task + "\" draws its problems from [data] source = \"addition\", "
+                                    "\"addition_plain\" or \"scratchpad\" (this spec has \"text\")");
 }
 
 // [rl] against the task and the init checkpoint: prompts and completions fit
@@ -251,14 +251,20 @@ void check_rl_inputs(const Spec& s, SpecSites& p) {
   try {
     const auto task = rl::make_task(s.rl, s.data, static_cast<uint64_t>(s.run.seed));
     const rl::Prompt probe = task->train_prompt(0);
-    const int64_t prompt = static_cast<int64_t>(probe.tokens.size()), answer = static_cast<int64_t>(probe.answer.size());
+    // The longest prompt and answer when the task varies them (scratchpad), else the probe's.
+    const int64_t prompt = std::max<int64_t>(static_cast<int64_t>(probe.tokens.size()), task->max_prompt_tokens());
+    const int64_t answer = std::max<int64_t>(static_cast<int64_t>(probe.answer.size()), task->max_answer_tokens());
     if (prompt + r.max_new_tokens > s.model.seq_len)
       p.error(p.where("rl.max_new_tokens"), "[rl] max_new_tokens = " + v(r.max_new_tokens) + " does not fit: the task's prompts are " +
                                                 v(prompt) + " tokens and [model] seq_len = " + v(s.model.seq_len) +
                                                 " (at most " + v(s.model.seq_len - prompt) + " new tokens)");
     else if (r.max_new_tokens < answer)
-      p.error(p.where("rl.max_new_tokens"), "[rl] max_new_tokens = " + v(r.max_new_tokens) + " is shorter than the task's answers (" +
-                                                v(answer) + " tokens with the EOS): no completion could be right");
+      p.error(p.where("rl.max_new_tokens"),
+              "[rl] max_new_tokens = " + v(r.max_new_tokens) +
+                  (task->max_answer_tokens() > 0
+                       ? " is shorter than the task's longest right completion (" + v(answer) +
+                             " tokens with the EOS): its longest problems could never be answered"
+                       : " is shorter than the task's answers (" + v(answer) + " tokens with the EOS): no completion could be right"));
   } catch (const std::exception& e) {
     p.error(p.where("rl.task"), "[rl] task: " + std::string(e.what()));
   }

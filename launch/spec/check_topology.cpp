@@ -95,13 +95,24 @@ void check_cross_fields(const Spec& s, SpecSites& p) {
     p.error(p.where("model.vocab_size"), "[model] vocab_size = " + v(m.vocab_size) + " is too small for byte-level text (needs 256)");
   if (s.data.source != model::DataKind::text && !s.data.path.empty())
     p.error(p.where("data.path"), "[data] path is only used with source = \"text\"");
-  if (s.data.width != 0 && s.data.source != model::DataKind::addition)
-    p.error(p.where("data.width"), "[data] width = " + v(s.data.width) + " needs source = \"addition\" (the padded format), got source = \"" + model::data_kind_name(s.data.source) + "\"");
-  else if (s.data.width != 0 && s.data.width < s.data.digits)
+  const bool scratchpad = s.data.source == model::DataKind::scratchpad;
+  if (!scratchpad && s.data.digits > 9)
+    p.error(p.where("data.digits"), "[data] digits = " + v(s.data.digits) + " is out of range for source = \"" +
+                                        model::data_kind_name(s.data.source) + "\" (allowed 1 .. 9; \"scratchpad\" allows up to 64)");
+  if (!scratchpad && s.data.width > 9) {
+    p.error(p.where("data.width"), "[data] width = " + v(s.data.width) + " is out of range for source = \"" +
+                                       model::data_kind_name(s.data.source) + "\" (allowed 0 .. 9; \"scratchpad\" allows up to 64)");
+  } else if (scratchpad) {
+    if (s.data.width > s.data.digits)
+      p.error(p.where("data.width"), "[data] width = " + v(s.data.width) + " is the widest operand of the scratchpad task's training rows: at most digits = " + v(s.data.digits) + " (or 0, meaning digits)");
+  } else if (s.data.width != 0 && s.data.source != model::DataKind::addition) {
+    p.error(p.where("data.width"), "[data] width = " + v(s.data.width) + " needs source = \"addition\" (the padded format) or \"scratchpad\", got source = \"" + model::data_kind_name(s.data.source) + "\"");
+  } else if (s.data.width != 0 && s.data.width < s.data.digits) {
     p.error(p.where("data.width"), "[data] width = " + v(s.data.width) + " must be >= digits = " + v(s.data.digits) + " (or 0, meaning digits)");
+  }
   if (!s.data.target_pairs.empty()) {
-    if (s.data.source == model::DataKind::text) {
-      p.error(p.where("data.target_pairs"), "[data] target_pairs needs source = \"addition\" or \"addition_plain\", got source = \"text\"");
+    if (s.data.source == model::DataKind::text || scratchpad) {
+      p.error(p.where("data.target_pairs"), std::string("[data] target_pairs needs source = \"addition\" or \"addition_plain\", got source = \"") + model::data_kind_name(s.data.source) + "\"");
     } else {
       try {
         (void)model::parse_addition_target(s.data.target_pairs, s.data.target_column);

@@ -114,12 +114,12 @@ std::vector<KeyDef> build_keys() {
   add({"model", "init_std", KeyType::Float, F(model.init_std), "Standard deviation of the normal weight initialisation.", 1e-6, 1});
 
   // [data]
-  add({"data", "source", KeyType::Choice, F(data.source), "\"addition\" (built-in multi-digit addition task scored by exact match; operands zero-padded, the answer zero-padded and written least-significant digit first: 12+345 is 012+345=7530), \"addition_plain\" (12+345=357) or \"text\" (byte-level text file).", 0, 0, {} /* the enum's names: bind_choices */});
+  add({"data", "source", KeyType::Choice, F(data.source), "\"addition\" (built-in multi-digit addition task scored by exact match; operands zero-padded, the answer zero-padded and written least-significant digit first: 12+345 is 012+345=7530), \"addition_plain\" (12+345=357), \"text\" (byte-level text file) or \"scratchpad\" (long addition with written work, one line per column, then # and the sum: completions of 12 to 10 x digits + 3 tokens, widths long-tailed; the RL verifier scores only the sum; docs/rl.md).", 0, 0, {} /* the enum's names: bind_choices */});
   add({"data", "path", KeyType::String, F(data.path), "Text file for source = \"text\" (relative paths are relative to the spec file)."});
   add({"data", "val_fraction", KeyType::Float, F(data.val_fraction), "Text: fraction of the file (its tail) held out for validation.", 0.001, 0.5});
   add({"data", "batch_size", KeyType::Int, F(data.batch_size), "Sequences per optimizer step, over all microbatches and replicas.", 1, 1e6});
-  add({"data", "digits", KeyType::Int, F(data.digits), "Addition: maximum digits per operand.", 1, 9});
-  add({"data", "width", KeyType::Int, F(data.width), "Addition: digits each operand is written with (zero-padded; the answer gets one more); 0 means digits. At least digits when set: digits 3, width 4 writes 12+345 as 0012+0345=75300.", 0, 9});
+  add({"data", "digits", KeyType::Int, F(data.digits), "Addition: maximum digits per operand (1 .. 9). Scratchpad: the widest operand of RL prompts and evaluation, widths long-tailed over 1..digits (up to 64).", 1, 64});
+  add({"data", "width", KeyType::Int, F(data.width), "Addition: digits each operand is written with (zero-padded; the answer gets one more); 0 means digits. At least digits when set: digits 3, width 4 writes 12+345 as 0012+0345=75300. Scratchpad: the widest operand of training rows (0 means digits): SFT sees the short part of the distribution.", 0, 64});
   add({"data", "target_pairs", KeyType::String, F(data.target_pairs), "Addition: a target split, unordered digit pairs \"x+y, ...\" at target_column (a side may be a range: \"6-9+0-9\" is every pair with a digit in 6..9). Training rows never show a problem whose operand digits there form such a pair; RL prompts and the task evaluation are only such problems (the RL task of launch/specs/rl_addition.toml). Empty means no split."});
   add({"data", "target_column", KeyType::Int, F(data.target_column), "Addition: the operand column target_pairs looks at (0 = units; below digits), or -1: any column (the pairs' cells of the addition table are never shown).", -1, 8});
   add({"data", "eval_problems", KeyType::Int, F(data.eval_problems), "Addition: held-out problems scored for exact-match accuracy.", 1, 1e6});
@@ -366,7 +366,7 @@ void bind_choices(std::vector<KeyDef>& k) {
               run_mode_name);
   bind_choice(k, "model.ffn", std::vector{model::Ffn::moe, model::Ffn::dense}, model::ffn_name);
   bind_choice(k, "model.balance", std::vector{moe::Balance::aux_loss, moe::Balance::bias, moe::Balance::none}, moe::balance_name);
-  bind_choice(k, "data.source", std::vector{model::DataKind::addition, model::DataKind::addition_plain, model::DataKind::text},
+  bind_choice(k, "data.source", std::vector{model::DataKind::addition, model::DataKind::addition_plain, model::DataKind::text, model::DataKind::scratchpad},
        model::data_kind_name);
   bind_choice(k, "optim.schedule", std::vector{model::LrSchedule::cosine, model::LrSchedule::constant}, model::lr_schedule_name);
   bind_choice(k, "topology.device_kind", std::vector{DeviceKind::host, DeviceKind::opencl, DeviceKind::sim}, device_kind_name);

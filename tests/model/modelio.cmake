@@ -3,6 +3,7 @@
 if(TARGET troupe_model)
   troupe_add_gtest(modelio_data_test
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/data_addition_test.cpp
+            ${CMAKE_CURRENT_LIST_DIR}/data_scratchpad_test.cpp
             ${CMAKE_CURRENT_LIST_DIR}/data_text_test.cpp
     LIBS troupe_model
     LABELS modelio)

@@ -583,3 +583,36 @@ TEST(RlSftSide, MixedTaskSpreadsTheShareEvenlyAndRepeatsNoPrompt) {
   EXPECT_THROW(make_mixed_task(make_addition_task(split3(), 1, {}), make_sft_side_task(split3(), 1, {}), 1.0),
                std::invalid_argument);
 }
+
+// The scratchpad task (data.source = "scratchpad"): the verifier scores only
+// the answer after the last '#'; the written work before it is the model's.
+TEST(RlScratchpadTask, TheVerifierScoresOnlyTheFinalAnswer) {
+  VerifierOptions vo;
+  vo.partial_credit = 0.5;
+  const auto task = make_addition_task(addition(12, 0, "scratchpad"), 5, vo);
+  const auto src = model::make_data_source(addition(12, 0, "scratchpad"), 5);
+  EXPECT_EQ(task->max_prompt_tokens(), 2 * 12 + 3);
+  EXPECT_EQ(task->max_answer_tokens(), 10 * 12 + 3);
+  const Prompt p = task->train_prompt(0);
+  const std::string right = src->decode(p.answer);
+  auto score = [&](const std::string& text) { return task->verifier().score(p, src->encode(text)); };
+  const Verdict exact = score(right);
+  EXPECT_TRUE(exact.correct);
+  EXPECT_EQ(exact.reward, 1.0);
+  // Wrong work, right answer: right. (The work is whatever the model wrote.)
+  const size_t hash = right.rfind('#');
+  EXPECT_TRUE(score("9+9+9=99;" + right.substr(hash)).correct);
+  EXPECT_TRUE(score(right.substr(hash)).correct) << "no work at all";
+  // The answer is what follows the LAST '#'.
+  EXPECT_TRUE(score("#0;" + right).correct);
+  // Right work, wrong answer: wrong; partial credit counts the answer's digits only.
+  std::string wrong = right;
+  wrong[hash + 1] = wrong[hash + 1] == '9' ? '8' : static_cast<char>(wrong[hash + 1] + 1);
+  const Verdict w = score(wrong);
+  EXPECT_FALSE(w.correct);
+  const double digits = static_cast<double>(right.size() - hash - 2);
+  EXPECT_DOUBLE_EQ(w.reward, 0.5 * (digits - 1) / digits);
+  // No answer marker, or no EOS: not right.
+  EXPECT_FALSE(score(right.substr(0, hash)).correct);
+  EXPECT_FALSE(score(right.substr(0, right.size() - 1)).correct);
+}
