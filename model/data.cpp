@@ -67,7 +67,7 @@ TaskScore DataSource::score_task(const GenerateFn& generate, int64_t n_problems)
   TaskScore s;
   s.problems = static_cast<int64_t>(problems.size());
   int64_t correct = 0;
-  std::vector<int64_t> digit_right, digit_seen, ctx_right, ctx_seen;
+  std::vector<int64_t> digit_right, digit_seen, ctx_right, ctx_seen, size_right, size_seen;
   for (const TaskProblem& p : problems) {
     const std::vector<int32_t> out = generate(p.prompt, static_cast<int64_t>(p.answer.size()));
     bool ok = out.size() >= p.answer.size();
@@ -83,6 +83,12 @@ TaskScore DataSource::score_task(const GenerateFn& generate, int64_t n_problems)
     if (ctx_seen.size() <= c) ctx_seen.resize(c + 1), ctx_right.resize(c + 1);
     ++ctx_seen[c];
     ctx_right[c] += ok ? 1 : 0;
+    if (p.size > 0) {
+      const auto z = static_cast<size_t>(p.size);
+      if (size_seen.size() <= z) size_seen.resize(z + 1), size_right.resize(z + 1);
+      ++size_seen[z];
+      size_right[z] += ok ? 1 : 0;
+    }
   }
   auto share = [](int64_t right, int64_t seen) {
     return seen > 0 ? static_cast<double>(right) / static_cast<double>(seen)
@@ -91,6 +97,7 @@ TaskScore DataSource::score_task(const GenerateFn& generate, int64_t n_problems)
   s.exact_match = share(correct, s.problems);
   for (size_t i = 0; i < digit_seen.size(); ++i) s.digit_accuracy.push_back(share(digit_right[i], digit_seen[i]));
   for (size_t c = 0; c < ctx_seen.size(); ++c) s.context_accuracy.push_back(share(ctx_right[c], ctx_seen[c]));
+  for (size_t z = 0; z < size_seen.size(); ++z) s.size_accuracy.push_back(share(size_right[z], size_seen[z]));
   return s;
 }
 

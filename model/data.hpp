@@ -38,6 +38,9 @@ struct TaskProblem {
   std::vector<int32_t> prompt;
   std::vector<int32_t> answer;
   int64_t context = 0;
+  // The problem's size where the task varies it (scratchpad: the operands'
+  // width, 1..digits); 0 where it does not.
+  int64_t size = 0;
 };
 
 // How well a model answers held-out task problems (greedy generation).
@@ -51,6 +54,9 @@ struct TaskScore {
   // [context] exact match over the problems with that many earlier problems
   // in their prompt (NaN where there are none).
   std::vector<double> context_accuracy;
+  // [size] exact match over the problems of that size (TaskProblem::size;
+  // NaN where there are none); empty when no problem has a size.
+  std::vector<double> size_accuracy;
 };
 
 class DataSource {

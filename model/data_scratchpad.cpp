@@ -234,6 +234,7 @@ class ScratchpadSource final : public DataSource {
 
   static TaskProblem task_problem(const Problem& p) {
     TaskProblem t;
+    t.size = static_cast<int64_t>(p.a.size());
     t.prompt.push_back(kEos);
     push_question(t.prompt, p);
     push_completion(t.answer, p);

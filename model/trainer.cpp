@@ -202,6 +202,7 @@ struct Trainer::Impl {
       e.accuracy = score.exact_match;
       e.digit_accuracy = std::move(score.digit_accuracy);
       e.context_accuracy = std::move(score.context_accuracy);
+      e.size_accuracy = std::move(score.size_accuracy);
     }
     return e;
   }

@@ -56,6 +56,7 @@ struct EvalMetrics {
   int64_t problems = 0;   // task problems scored (0 without a task)
   std::vector<double> digit_accuracy;    // TaskScore::digit_accuracy (empty without a task)
   std::vector<double> context_accuracy;  // TaskScore::context_accuracy (empty without a task)
+  std::vector<double> size_accuracy;     // TaskScore::size_accuracy (empty unless the task sizes its problems)
 };
 
 class TrainObserver {

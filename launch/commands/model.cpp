@@ -81,6 +81,11 @@ int command_eval(const CliOptions& o, const Spec& spec) {
       std::printf("  (per answer position, in the order generated)\ncontext_accuracy");
       for (double c : m.context_accuracy) std::printf(" %.4f", c);
       std::printf("  (after 0, 1, ... earlier problems)\n");
+      if (!m.size_accuracy.empty()) {
+        std::printf("size_accuracy");
+        for (double z : m.size_accuracy) std::printf(" %.4f", z);
+        std::printf("  (by problem size 0, 1, ...: the scratchpad task's operand width; nan: none drawn)\n");
+      }
     }
     return static_cast<int>(kExitOk);
   });

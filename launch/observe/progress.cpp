@@ -222,6 +222,7 @@ void ProgressObserver::on_eval(const model::EvalMetrics& m) {
                              .add("problems", m.problems)
                              .add_raw("digit_accuracy", list_json(m.digit_accuracy))
                              .add_raw("context_accuracy", list_json(m.context_accuracy))
+                             .add_raw("size_accuracy", list_json(m.size_accuracy))
                              .add("wall_seconds", wall_seconds())
                              .str());
   if (style_ == ProgressStyle::off) return;

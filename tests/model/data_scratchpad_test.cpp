@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <set>
 #include <string>
@@ -160,6 +161,30 @@ TEST(ScratchpadData, HeldOutProblemsNeverTrainAndDrawsArePureFunctionsOfTheSeed)
   }
   EXPECT_LT(same_as_other_seed, 4000) << "another seed draws other problems";
   EXPECT_EQ(a->eval_problems(50)[49].prompt, b->eval_problems(50)[49].prompt) << "evaluation does not depend on the seed";
+}
+
+// Evaluation scores each width apart (TaskProblem::size, TaskScore::size_accuracy).
+TEST(ScratchpadData, EvaluationReportsExactMatchByWidth) {
+  const auto src = make_data_source(scratchpad(12), 7);
+  const std::vector<TaskProblem> problems = src->eval_problems(400);
+  // A model that gets every problem of width <= 3 right and no other.
+  auto model = [&](const std::vector<int32_t>& prompt, int64_t max_new) {
+    for (const TaskProblem& p : problems)
+      if (p.prompt == prompt) return p.size <= 3 ? p.answer : std::vector<int32_t>(static_cast<size_t>(max_new), 0);
+    ADD_FAILURE() << "unknown prompt";
+    return std::vector<int32_t>{};
+  };
+  const TaskScore score = src->score_task(model, 400);
+  ASSERT_EQ(score.size_accuracy.size(), 13u);  // sizes 0 (none) .. 12
+  EXPECT_TRUE(std::isnan(score.size_accuracy[0]));
+  int64_t short_ones = 0;
+  for (const TaskProblem& p : problems) {
+    EXPECT_EQ(static_cast<size_t>(p.size), operands(*src, p).first.size());
+    short_ones += p.size <= 3;
+  }
+  for (size_t z = 1; z < score.size_accuracy.size(); ++z)
+    if (!std::isnan(score.size_accuracy[z])) EXPECT_EQ(score.size_accuracy[z], z <= 3 ? 1.0 : 0.0) << "width " << z;
+  EXPECT_DOUBLE_EQ(score.exact_match, static_cast<double>(short_ones) / 400.0);
 }
 
 }  // namespace
