@@ -56,6 +56,7 @@
 #include <utility>
 
 #include "model/data.hpp"
+#include "model/data_synthetic.hpp"
 
 namespace troupe::model {
 namespace {
@@ -69,21 +70,8 @@ constexpr uint64_t kEvalSalt = 0x6164'6465'7661'6c73ull;
 constexpr uint64_t kTaskSalt = 0x6164'6470'726f'6d70ull;  // train_problem(): RL prompts
 constexpr uint64_t kEvalContextSalt = 0x6164'6463'6f6e'7478ull;
 
-uint64_t mix64(uint64_t x) {  // splitmix64 finalizer
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-// A splitmix64 stream: a pure function of its starting state.
-struct Stream {
-  uint64_t s;
-  uint64_t next() { return mix64(s += 0x9e3779b97f4a7c15ull); }
-  int64_t below(int64_t n) {
-    return static_cast<int64_t>((static_cast<unsigned __int128>(next()) * static_cast<uint64_t>(n)) >> 64);
-  }
-};
+using synthetic::mix64;
+using synthetic::Stream;
 
 int64_t pow10(int64_t d) {
   int64_t p = 1;
@@ -290,29 +278,13 @@ class AdditionSource final : public DataSource {
   template <class Draw>
   void pack(int32_t* inputs, int32_t* targets, int64_t seq, Draw draw) const {
     check_seq(seq);
-    std::vector<int32_t> tok{kEos};
-    std::vector<uint8_t> loss{0};  // 1 = this token is a target (answer digit or its EOS)
-    tok.reserve(static_cast<size_t>(seq + 1));
-    loss.reserve(static_cast<size_t>(seq + 1));
-    std::vector<int32_t> problem;
-    for (;;) {
+    synthetic::pack_problems(inputs, targets, seq, kEos, kPad, [&](std::vector<int32_t>& problem) {
       const auto [a, b] = draw();
-      problem.clear();
       push_question(problem, a, b);
       const size_t answer_at = problem.size();
       push_answer(problem, a + b);
-      if (static_cast<int64_t>(tok.size() + problem.size()) > seq + 1) break;
-      for (size_t i = 0; i < problem.size(); ++i) {
-        tok.push_back(problem[i]);
-        loss.push_back(i >= answer_at ? 1 : 0);
-      }
-    }
-    tok.resize(static_cast<size_t>(seq + 1), kPad);
-    loss.resize(static_cast<size_t>(seq + 1), 0);
-    for (int64_t t = 0; t < seq; ++t) {
-      inputs[t] = tok[static_cast<size_t>(t)];
-      targets[t] = loss[static_cast<size_t>(t + 1)] ? tok[static_cast<size_t>(t + 1)] : -1;
-    }
+      return answer_at;
+    });
   }
 
   int64_t digits_;

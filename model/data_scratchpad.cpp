@@ -34,6 +34,7 @@
 #include <stdexcept>
 
 #include "model/data.hpp"
+#include "model/data_synthetic.hpp"
 
 namespace troupe::model {
 namespace {
@@ -47,21 +48,8 @@ constexpr uint64_t kValSalt = 0x7363'7261'7476'6c31ull;
 constexpr uint64_t kEvalSalt = 0x7363'7261'7465'7631ull;
 constexpr uint64_t kTaskSalt = 0x7363'7261'7470'7231ull;
 
-uint64_t mix64(uint64_t x) {  // splitmix64 finalizer
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-struct Stream {
-  uint64_t s;
-  uint64_t next() { return mix64(s += 0x9e3779b97f4a7c15ull); }
-  int64_t below(int64_t n) {
-    return static_cast<int64_t>((static_cast<unsigned __int128>(next()) * static_cast<uint64_t>(n)) >> 64);
-  }
-  double unit() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
-};
+using synthetic::mix64;
+using synthetic::Stream;
 
 // Digits most significant first.
 using Number = std::vector<int32_t>;
@@ -244,29 +232,13 @@ class ScratchpadSource final : public DataSource {
   template <class Draw>
   void pack(int32_t* inputs, int32_t* targets, int64_t seq, Draw next) const {
     check_seq(seq);
-    std::vector<int32_t> tok{kEos};
-    std::vector<uint8_t> loss{0};
-    tok.reserve(static_cast<size_t>(seq + 1));
-    loss.reserve(static_cast<size_t>(seq + 1));
-    std::vector<int32_t> problem;
-    for (;;) {
+    synthetic::pack_problems(inputs, targets, seq, kEos, kPad, [&](std::vector<int32_t>& problem) {
       const Problem p = next();
-      problem.clear();
       push_question(problem, p);
       const size_t answer_at = problem.size();
       push_completion(problem, p);
-      if (static_cast<int64_t>(tok.size() + problem.size()) > seq + 1) break;
-      for (size_t i = 0; i < problem.size(); ++i) {
-        tok.push_back(problem[i]);
-        loss.push_back(i >= answer_at ? 1 : 0);
-      }
-    }
-    tok.resize(static_cast<size_t>(seq + 1), kPad);
-    loss.resize(static_cast<size_t>(seq + 1), 0);
-    for (int64_t t = 0; t < seq; ++t) {
-      inputs[t] = tok[static_cast<size_t>(t)];
-      targets[t] = loss[static_cast<size_t>(t + 1)] ? tok[static_cast<size_t>(t + 1)] : -1;
-    }
+      return answer_at;
+    });
   }
 
   int64_t digits_;       // widest operand of RL prompts and evaluation
