@@ -420,6 +420,7 @@ struct Runtime::Impl {
     } catch (...) {
       // No ~Impl after a throw here: stop the actors, or the actor system waits for them forever.
       for (const caf::actor& a : local_actors()) caf::anon_send_exit(a, caf::exit_reason::user_shutdown);
+      if (deterministic) settle();  // no scheduler thread runs the exits otherwise
       cluster.reset();
       throw;
     }
@@ -1119,16 +1120,29 @@ testing::DeterministicRuntime::DeterministicRuntime(const RuntimeOptions& option
                 .then(
                     [box](const Envelope& e) {
                       auto r = e.read<schemas::ParamSlice>();
-                      if (!r) throw std::runtime_error("parameters: " + to_string(r.error()));
+                      if (!r) {
+                        box->error = "a parameter slice does not read: " + to_string(r.error());
+                        return;
+                      }
                       const auto v = tensor_f32((*r)->getParams());
-                      std::copy(v.begin(), v.end(), box->params.begin() + static_cast<int64_t>((*r)->getRange().getOffset()));
+                      const uint64_t at = (*r)->getRange().getOffset();
+                      if (at > box->params.size() || v.size() > box->params.size() - at) {
+                        box->error = "a parameter slice lies outside the parameters";
+                        return;
+                      }
+                      std::copy(v.begin(), v.end(), box->params.begin() + static_cast<int64_t>(at));
                       --box->params_pending;
                     },
                     [box, self](caf::error& e) { box->error = self->system().render(e); });
         },
     };
   });
-  st_->impl->settle();  // bring-up: the actors' first messages and device closures
+  try {
+    st_->impl->settle();  // bring-up: the actors' first messages and device closures
+  } catch (...) {
+    caf::anon_send_exit(st_->driver, caf::exit_reason::user_shutdown);  // ~Impl would wait for it
+    throw;
+  }
 }
 
 testing::DeterministicRuntime::~DeterministicRuntime() {

@@ -95,7 +95,9 @@ class DeterministicRuntime {
   // Messages and closures (in device order) until neither is left; how many ran.
   size_t settle();
   // Every pending delayed message (the coordinator's deadlines, whatever
-  // their length) is delivered now; returns how many.
+  // their length) is delivered now; returns how many. A fixed
+  // run.step_deadline acts on delivery; the adaptive checks (step_deadline
+  // 0) also compare the real time elapsed, so deterministic tests fix it.
   size_t fire_timeouts();
   // The actor named `target` ("stage:1", "optimizer:0", "expert:1/0") exits
   // with exit_reason::kill now, as a crash would; the supervisor sees it at

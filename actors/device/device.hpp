@@ -52,7 +52,8 @@ class Device {
   // used by one thread only), or on the caller's when manual. Throws what
   // make_backend throws.
   Device(int id, const kernels::BackendOptions& options, Stepping stepping = Stepping::thread);
-  // Runs what was already submitted, then joins the thread.
+  // Runs what was already submitted, then joins the thread. Manual: what
+  // the test never ran is dropped (the actors it would answer are gone).
   ~Device();
   Device(const Device&) = delete;
   Device& operator=(const Device&) = delete;
