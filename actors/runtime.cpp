@@ -829,6 +829,22 @@ int Runtime::expert_shards() const { return live_plan(*impl_->sh)->expert_shards
 
 int64_t Runtime::steps_done() const { return impl_->steps_done; }
 
+namespace {
+
+// Copies ParamSlice `e` into the flat buffer `out` at its offset; returns ""
+// or what is wrong with it.
+std::string place_slice(const Envelope& e, std::vector<float>& out) {
+  auto r = e.read<schemas::ParamSlice>();
+  if (!r) return to_string(r.error());
+  const auto x = tensor_f32((*r)->getParams());
+  const uint64_t off = (*r)->getRange().getOffset();
+  if (off > out.size() || x.size() > out.size() - off) return "slice outside the parameter buffer";
+  std::copy(x.begin(), x.end(), out.begin() + static_cast<int64_t>(off));
+  return "";
+}
+
+}  // namespace
+
 std::vector<float> Runtime::parameters() {
   std::vector<float> out(static_cast<size_t>(impl_->sh->layout.total()), 0.0f);
   caf::scoped_actor self{*impl_->sys};
@@ -836,15 +852,7 @@ std::vector<float> Runtime::parameters() {
     std::string err;
     self->request(shard, caf::infinite, rt::params_atom_v)
         .receive(
-            [&](const Envelope& e) {
-              auto r = e.read<schemas::ParamSlice>();
-              if (!r) {
-                err = to_string(r.error());
-                return;
-              }
-              const auto v = tensor_f32((*r)->getParams());
-              std::copy(v.begin(), v.end(), out.begin() + static_cast<int64_t>((*r)->getRange().getOffset()));
-            },
+            [&](const Envelope& e) { err = place_slice(e, out); },
             [&](caf::error& e) { err = impl_->sys->render(e); });
     if (!err.empty()) throw std::runtime_error("runtime: reading parameters failed: " + err);
   }
@@ -870,20 +878,7 @@ model::TrainingState Runtime::state() {
             [&](const Envelope& p, const Envelope& m, const Envelope& v) {
               std::vector<float>* dst[3] = {&st.params, &st.adam_m, &st.adam_v};
               const Envelope* src[3] = {&p, &m, &v};
-              for (int i = 0; i < 3; ++i) {
-                auto r = src[i]->read<schemas::ParamSlice>();
-                if (!r) {
-                  err = to_string(r.error());
-                  return;
-                }
-                const auto x = tensor_f32((*r)->getParams());
-                const uint64_t off = (*r)->getRange().getOffset();
-                if (off > P || x.size() > P - off) {
-                  err = "slice outside the parameter buffer";
-                  return;
-                }
-                std::copy(x.begin(), x.end(), dst[i]->begin() + static_cast<int64_t>(off));
-              }
+              for (int i = 0; i < 3 && err.empty(); ++i) err = place_slice(*src[i], *dst[i]);
             },
             [&](caf::error& e) { err = impl_->sys->render(e); });
     if (!err.empty()) throw std::runtime_error("runtime: reading the optimizer state failed: " + err);
@@ -1119,19 +1114,9 @@ testing::DeterministicRuntime::DeterministicRuntime(const RuntimeOptions& option
             self->request(shard, caf::infinite, rt::params_atom_v)
                 .then(
                     [box](const Envelope& e) {
-                      auto r = e.read<schemas::ParamSlice>();
-                      if (!r) {
-                        box->error = "a parameter slice does not read: " + to_string(r.error());
-                        return;
-                      }
-                      const auto v = tensor_f32((*r)->getParams());
-                      const uint64_t at = (*r)->getRange().getOffset();
-                      if (at > box->params.size() || v.size() > box->params.size() - at) {
-                        box->error = "a parameter slice lies outside the parameters";
-                        return;
-                      }
-                      std::copy(v.begin(), v.end(), box->params.begin() + static_cast<int64_t>(at));
-                      --box->params_pending;
+                      const std::string err = place_slice(e, box->params);
+                      if (!err.empty()) box->error = "a parameter slice: " + err;
+                      else --box->params_pending;
                     },
                     [box, self](caf::error& e) { box->error = self->system().render(e); });
         },

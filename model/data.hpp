@@ -97,6 +97,12 @@ class DataSource {
   // prompts: drawn from the training split only (never a held-out problem), a
   // pure function of (seed, index). Sources without a task throw std::logic_error.
   virtual TaskProblem train_problem(int64_t index) const;
+  // Tasks whose answers follow written work (scratchpad): the token after
+  // whose last occurrence the answer stands, and the most tokens a right
+  // answer (work included, EOS included) takes. -1 where the whole answer
+  // counts / the task cannot say.
+  virtual int32_t answer_marker() const { return -1; }
+  virtual int64_t max_answer_tokens() const { return -1; }
   // Scores the first n_problems held-out problems: generate(prompt,
   // answer.size()) is compared token by token with the expected answer.
   TaskScore score_task(const GenerateFn& generate, int64_t n_problems) const;

@@ -82,7 +82,7 @@ class ScratchpadSource final : public DataSource {
     std::ostringstream os;
     os << "scratchpad addition: operands of 1.." << digits_ << " digits (long-tailed, P(n) ~ n^-" << kTail
        << "), one scratchpad line per column then '#' and the sum, completions of " << completion_tokens(1)
-       << ".." << completion_tokens(digits_) + 1 << " tokens; training rows up to " << train_width_
+       << ".." << max_answer_tokens() << " tokens; training rows up to " << train_width_
        << " digits; vocab " << kVocab << ", ~1 in 10 problems held out for evaluation";
     return os.str();
   }
@@ -121,6 +121,9 @@ class ScratchpadSource final : public DataSource {
 
   int32_t eos_token() const override { return kEos; }
   bool has_task() const override { return true; }
+  int32_t answer_marker() const override { return kHash; }
+  // n lines of 9 tokens, '#', at most n + 1 sum digits, EOS.
+  int64_t max_answer_tokens() const override { return completion_tokens(digits_) + 1; }
 
   // Problem i: the first held-out draw of its own stream, widths from the
   // whole distribution; independent of the seed. No context problems.

@@ -50,12 +50,11 @@ namespace {
 
 class AdditionTask final : public Task {
  public:
-  // marker: the answer marker the verifier scores after (-1: the whole completion).
-  // max_answer: the longest right completion (-1: unknown).
-  AdditionTask(std::unique_ptr<model::DataSource> source, const VerifierOptions& verifier, int64_t width,
-               int32_t marker = -1, int64_t max_answer = -1)
-      : source_(std::move(source)), verifier_(source_->eos_token(), verifier, marker), max_prompt_(2 * width + 3),
-        max_answer_(max_answer) {}
+  // The verifier scores what follows the source's answer marker (the whole
+  // completion without one).
+  AdditionTask(std::unique_ptr<model::DataSource> source, const VerifierOptions& verifier, int64_t width)
+      : source_(std::move(source)), verifier_(source_->eos_token(), verifier, source_->answer_marker()),
+        max_prompt_(2 * width + 3) {}
 
   std::string describe() const override { return "RL prompts of " + source_->describe(); }
 
@@ -78,13 +77,12 @@ class AdditionTask final : public Task {
   int32_t eos_token() const override { return source_->eos_token(); }
   // "EOS a+b=" with operands of at most `width` written digits.
   int64_t max_prompt_tokens() const override { return max_prompt_; }
-  int64_t max_answer_tokens() const override { return max_answer_; }
+  int64_t max_answer_tokens() const override { return source_->max_answer_tokens(); }
 
  private:
   std::unique_ptr<model::DataSource> source_;
   RuleVerifier verifier_;
   int64_t max_prompt_;
-  int64_t max_answer_;
 };
 
 class MixedTask final : public Task {
@@ -154,12 +152,8 @@ std::unique_ptr<Task> make_sft_side_task(const model::DataConfig& data, uint64_t
 
 std::unique_ptr<Task> make_addition_task(const model::DataConfig& data, uint64_t seed,
                                          const VerifierOptions& verifier) {
-  if (data.source == model::DataKind::scratchpad) {  // "#": the answer after the written work
-    auto source = model::make_data_source(data, seed);
-    const int32_t marker = source->encode("#").front();
-    // n lines of 9 tokens, '#', at most n + 1 sum digits, EOS.
-    return std::make_unique<AdditionTask>(std::move(source), verifier, data.digits, marker, 10 * data.digits + 3);
-  }
+  if (data.source == model::DataKind::scratchpad)  // operands of the same width, up to digits
+    return std::make_unique<AdditionTask>(model::make_data_source(data, seed), verifier, data.digits);
   if (data.source != model::DataKind::addition && data.source != model::DataKind::addition_plain)
     throw std::runtime_error(std::string("rl: the addition task needs data.source = \"addition\", \"addition_plain\" or "
                                          "\"scratchpad\", got \"") + model::data_kind_name(data.source) + "\"");

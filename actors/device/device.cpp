@@ -83,21 +83,14 @@ void Device::drain() {
 
 bool Device::run_one() {
   if (!manual_) throw std::logic_error("Device::run_one: the device runs its own thread");
-  Item item;
+  Popped p;
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (queue_.empty()) return false;
-    item = std::move(queue_.front());
-    queue_.pop_front();
-    running_ = true;
+    p = pop_locked();
   }
-  run_item(item);
+  run_item(p);
   return true;
-}
-
-size_t Device::queued() const {
-  std::lock_guard<std::mutex> lk(mu_);
-  return queue_.size();
 }
 
 void Device::enable_trace(size_t reserve) {
@@ -132,47 +125,48 @@ uint64_t Device::completed() const {
   return completed_;
 }
 
+Device::Popped Device::pop_locked() {
+  Popped p;
+  p.item = std::move(queue_.front());
+  queue_.pop_front();
+  running_ = true;
+  p.record = tracing_ && p.item.label.kind != TraceLabel::None;
+  if (slow_factor_ > 1 && std::chrono::steady_clock::now() < slow_until_) p.factor = slow_factor_;
+  return p;
+}
+
 void Device::loop() {
   for (;;) {
-    Item item;
+    Popped p;
     {
       std::unique_lock<std::mutex> lk(mu_);
       cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stop requested and nothing left
-      item = std::move(queue_.front());
-      queue_.pop_front();
-      running_ = true;
+      p = pop_locked();
     }
-    run_item(item);
+    run_item(p);
     idle_cv_.notify_all();
   }
 }
 
-void Device::run_item(Item& item) {
-  bool record = false;
-  double factor = 1.0;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    record = tracing_ && item.label.kind != TraceLabel::None;
-    if (slow_factor_ > 1 && std::chrono::steady_clock::now() < slow_until_) factor = slow_factor_;
-  }
-  const bool timed = record || factor > 1;
+void Device::run_item(Popped& p) {
+  const bool timed = p.record || p.factor > 1;
   // Two clock reads per labelled closure; the event is stored under the
   // lock taken anyway.
   const int64_t t0 = timed ? now_ns() : 0;
   try {
-    item.work(*backend_);
+    p.item.work(*backend_);
   } catch (const std::exception& e) {
-    if (item.on_error) item.on_error(e.what());
+    if (p.item.on_error) p.item.on_error(e.what());
   } catch (...) {
-    if (item.on_error) item.on_error("unknown exception");
+    if (p.item.on_error) p.item.on_error("unknown exception");
   }
   int64_t t1 = timed ? now_ns() : 0;
-  if (factor > 1) {
+  if (p.factor > 1) {
     // The straggler: the device stays busy (nothing else runs on it) for
     // (factor - 1) times what the closure took. The trace shows the
     // stretched closure, as a slow device would.
-    const auto extra = std::chrono::nanoseconds(static_cast<int64_t>(static_cast<double>(t1 - t0) * (factor - 1)));
+    const auto extra = std::chrono::nanoseconds(static_cast<int64_t>(static_cast<double>(t1 - t0) * (p.factor - 1)));
     std::this_thread::sleep_for(extra);
     const int64_t t2 = now_ns();
     std::lock_guard<std::mutex> lk(mu_);
@@ -181,7 +175,7 @@ void Device::run_item(Item& item) {
     t1 = t2;
   }
   std::lock_guard<std::mutex> lk(mu_);
-  if (record) events_.push_back(TraceEvent{item.label, t0, t1});
+  if (p.record) events_.push_back(TraceEvent{p.item.label, t0, t1});
   running_ = false;
   ++completed_;
   if (activity_) activity_->work_done();

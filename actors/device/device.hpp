@@ -94,16 +94,11 @@ class Device {
   void drain();
   // Manual stepping: runs the oldest queued closure; false when none is queued.
   bool run_one();
-  // Closures queued and not yet started.
-  size_t queued() const;
   // Closures run since start.
   uint64_t completed() const;
 
  private:
-  struct Item;
   void loop();
-  // Runs one closure with the trace, straggler and activity bookkeeping.
-  void run_item(Item& item);
 
   int id_;
   kernels::BackendKind kind_;
@@ -116,6 +111,16 @@ class Device {
     TraceLabel label;
   };
   std::deque<Item> queue_;
+  // A closure taken off the queue, with whether to trace it and its
+  // straggler factor, read under the same lock (pop_locked: mu_ held).
+  struct Popped {
+    Item item;
+    bool record = false;
+    double factor = 1.0;
+  };
+  Popped pop_locked();
+  // Runs a popped closure with the trace, straggler and activity bookkeeping.
+  void run_item(Popped& p);
   bool tracing_ = false;
   std::vector<TraceEvent> events_;
   bool stop_ = false, running_ = false;

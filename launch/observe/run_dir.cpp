@@ -133,7 +133,10 @@ std::optional<std::string> read_log_tail(const RunDir& run, uint64_t max_bytes) 
 
 std::optional<std::string> read_rollouts_tail(const RunDir& run, uint64_t max_bytes) {
   auto text = read_tail(run, "rollouts.jsonl", max_bytes);
-  if (text) text->erase(text->rfind('\n') == std::string::npos ? 0 : text->rfind('\n') + 1);  // a line being written waits
+  if (text) {  // a line being written waits
+    const size_t end = text->rfind('\n');
+    text->erase(end == std::string::npos ? 0 : end + 1);
+  }
   return text;
 }
 

@@ -49,6 +49,26 @@ std::vector<runtime::testing::StepReply> run_steps(DeterministicRuntime& rt, int
   return out;
 }
 
+// What a run ends with: the parameters after step 3 and every restart.
+struct RunEnd {
+  std::vector<float> params;
+  std::vector<runtime::RestartEvent> restarts;
+};
+
+// Once step 2 has ended (`what` says how it was hit): step 3, then the end.
+RunEnd finish(DeterministicRuntime& rt, const std::string& what) {
+  EXPECT_NO_THROW(rt.reply()) << what;
+  run_steps(rt, 1);
+  return {rt.parameters(), rt.restarts()};
+}
+
+// The parameters of the fault-free run of `o`, 3 steps.
+std::vector<float> clean_parameters(const runtime::RuntimeOptions& o) {
+  DeterministicRuntime rt(o);
+  run_steps(rt, 3);
+  return rt.parameters();
+}
+
 TEST(DeterministicRuntime, EqualsTheThreadedRuntimeBitForBit) {
   const runtime::RuntimeOptions o = pipeline(3);
   runtime::Runtime threaded(o);
@@ -64,9 +84,7 @@ TEST(DeterministicRuntime, EqualsTheThreadedRuntimeBitForBit) {
 
 // Step 1 clean, then step 2 with `target` killed after its k-th message of the
 // run's step-2 traffic (k counts every actor's messages), then step 3 clean.
-struct KillRun {
-  std::vector<float> params;
-  std::vector<runtime::RestartEvent> restarts;
+struct KillRun : RunEnd {
   size_t step_messages = 0;  // messages step 2 took (kill at k past this: after the step)
   bool killed = false;
 };
@@ -91,20 +109,15 @@ KillRun kill_after(const runtime::RuntimeOptions& o, const std::string& target, 
     if (!ran) break;  // quiet and not done: the supervisor failed to recover
   }
   out.step_messages = n;
-  EXPECT_TRUE(rt.step_done()) << target << " killed after " << k << " messages: the step never ended";
-  if (!rt.step_done()) return out;
-  EXPECT_NO_THROW(rt.reply()) << target << " killed after " << k << " messages";
-  run_steps(rt, 1);
-  out.params = rt.parameters();
-  out.restarts = rt.restarts();
+  const std::string what = target + " killed after " + std::to_string(k) + " messages";
+  EXPECT_TRUE(rt.step_done()) << what << ": the step never ended";
+  if (rt.step_done()) static_cast<RunEnd&>(out) = finish(rt, what);
   return out;
 }
 
 TEST(DeterministicRuntime, AKillAtEveryPointOfAStepIsReplayedToTheSameBits) {
   const runtime::RuntimeOptions o = pipeline(3);
-  DeterministicRuntime clean_rt(o);
-  run_steps(clean_rt, 3);
-  const std::vector<float> clean = clean_rt.parameters();
+  const std::vector<float> clean = clean_parameters(o);
   for (const std::string target : {"stage:1", "optimizer:0"}) {
     // The step's length without a kill: k runs over all of it, every 7th
     // message (the test's time), plus its first and last.
@@ -130,11 +143,9 @@ TEST(DeterministicRuntime, AKillAtEveryPointOfAStepIsReplayedToTheSameBits) {
 }
 
 // Step 2 with `count` step messages to stage:1 lost ([[faults]] kind drop).
-struct LossRun {
+struct LossRun : RunEnd {
   bool stalled = false;  // the step could not end without a deadline
   size_t fired = 0;      // timeouts the test fired
-  std::vector<float> params;
-  std::vector<runtime::RestartEvent> restarts;
 };
 
 LossRun lose(runtime::RuntimeOptions o, int64_t count) {
@@ -156,22 +167,16 @@ LossRun lose(runtime::RuntimeOptions o, int64_t count) {
     rt.settle();
   }
   EXPECT_TRUE(rt.step_done()) << "no deadline ended the stall (" << out.fired << " timeouts fired)";
-  if (!rt.step_done()) return out;
-  EXPECT_NO_THROW(rt.reply());
-  run_steps(rt, 1);
-  out.params = rt.parameters();
-  out.restarts = rt.restarts();
+  if (rt.step_done()) static_cast<RunEnd&>(out) = finish(rt, "losing " + std::to_string(count) + " message(s)");
   return out;
 }
 
 TEST(DeterministicRuntime, ALostMessageWithMessagesBehindItIsFoundByTheSequenceGap) {
   const runtime::RuntimeOptions o = pipeline(3);
-  DeterministicRuntime clean_rt(o);
-  run_steps(clean_rt, 3);
   const LossRun r = lose(o, 1);
   EXPECT_FALSE(r.stalled) << "the next message to stage:1 shows the gap: no deadline is needed";
   EXPECT_EQ(r.fired, 0u);
-  EXPECT_TRUE(same_bits(r.params, clean_rt.parameters()));
+  EXPECT_TRUE(same_bits(r.params, clean_parameters(o)));
   ASSERT_EQ(r.restarts.size(), 1u);
   EXPECT_EQ(r.restarts[0].step, 2);
   EXPECT_TRUE(r.restarts[0].gap);
@@ -180,9 +185,7 @@ TEST(DeterministicRuntime, ALostMessageWithMessagesBehindItIsFoundByTheSequenceG
 
 TEST(DeterministicRuntime, ALostLastMessageIsFoundByTheDeadline) {
   const runtime::RuntimeOptions o = pipeline(3);
-  DeterministicRuntime clean_rt(o);
-  run_steps(clean_rt, 3);
-  const std::vector<float> clean = clean_rt.parameters();
+  const std::vector<float> clean = clean_parameters(o);
   // Losing the first c messages stage:1 gets in step 2: while one of the
   // attempt's messages still reaches it, the gap shows the loss at once; the
   // smallest c that loses them all leaves the run quiet with the step
