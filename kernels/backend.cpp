@@ -21,6 +21,11 @@ Tensor Backend::zeros(Shape shape, DType dtype) {
   return t;
 }
 
+bool Backend::set_batch_invariant(bool on) {
+  if (on) throw std::logic_error("the " + name() + " backend has no batch-invariant GEMM");
+  return false;
+}
+
 // Overwrite variants, for backends without a one-pass kernel: zero, then add.
 void Backend::rmsnorm_backward_overwrite(const Tensor& dx, const Tensor& dw, const Tensor& dout,
                                          const Tensor& x, const Tensor& w, const Tensor& rstd) {

@@ -90,6 +90,15 @@ class Backend {
                             const Tensor& b, float beta, const Tensor& c,
                             std::span<const GemmGroup> groups) = 0;
 
+  // Batch-invariant GEMMs: while on, every GEMM computes each element of C
+  // with a summation order fixed by k alone, so a row's bits do not depend on
+  // m, on its position or on the other rows of the call (a continuous batch
+  // relies on it, model/continuous_batch.hpp). Slower than BLAS at large m.
+  // Returns the previous setting. Only the host backend has it; the others
+  // throw std::logic_error when asked to turn it on.
+  virtual bool supports_batch_invariant() const { return false; }
+  virtual bool set_batch_invariant(bool on);
+
   // ---- embedding ------------------------------------------------------------
   // out[T,D] = table[ids[t]]; ids is i32 [T], each in [0, V).
   virtual void embedding_forward(const Tensor& out, const Tensor& table, const Tensor& ids) = 0;

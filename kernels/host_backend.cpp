@@ -14,6 +14,7 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "kernels/host_ops.hpp"
 #include "kernels/host_pool.hpp"
@@ -213,6 +214,9 @@ class HostBackend final : public Backend {
   }
 
   // ---- GEMM ----
+  bool supports_batch_invariant() const override { return true; }
+  bool set_batch_invariant(bool on) override { return std::exchange(invariant_, on); }
+
   void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const Tensor& a,
             const Tensor& b, float beta, const Tensor& c) override {
     const char* op = "gemm";
@@ -220,8 +224,12 @@ class HostBackend final : public Backend {
     expect_numel(op, "a", a, m * k, "m*k");
     expect_numel(op, "b", b, k * n, "k*n");
     expect_numel(op, "c", c, m * n, "m*n");
-    host::sgemm_rows(pool_, ta, tb, m, n, k, alpha, F(op, "a", a), ta ? m : k, F(op, "b", b), tb ? k : n, beta,
-                     F(op, "c", c), n);
+    if (invariant_)
+      host::sgemm_invariant_split(pool_, ta, tb, m, n, k, alpha, F(op, "a", a), ta ? m : k, F(op, "b", b),
+                                  tb ? k : n, beta, F(op, "c", c), n);
+    else
+      host::sgemm_rows(pool_, ta, tb, m, n, k, alpha, F(op, "a", a), ta ? m : k, F(op, "b", b), tb ? k : n, beta,
+                       F(op, "c", c), n);
   }
 
   void gemm_strided_batched(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
@@ -242,8 +250,8 @@ class HostBackend final : public Backend {
     check_span(op, "b", b, (batch - 1) * stride_b, k * n);
     check_span(op, "c", c, (batch - 1) * stride_c, m * n);
     for (int64_t i = 0; i < batch; ++i)
-      host::sgemm(ta, tb, m, n, k, alpha, pa + i * stride_a, ta ? m : k, pb + i * stride_b,
-                  tb ? k : n, beta, pc + i * stride_c, n);
+      (invariant_ ? host::sgemm_invariant : host::sgemm)(ta, tb, m, n, k, alpha, pa + i * stride_a, ta ? m : k,
+                                                         pb + i * stride_b, tb ? k : n, beta, pc + i * stride_c, n);
   }
 
   void gemm_grouped(bool ta, bool tb, float alpha, const Tensor& a, const Tensor& b, float beta,
@@ -262,7 +270,7 @@ class HostBackend final : public Backend {
     for (const GemmGroup& g : groups)
       if (g.m != 0 && g.n != 0) work.push_back(&g);
     auto one = [&](const GemmGroup& g) {
-      host::sgemm(ta, tb, g.m, g.n, g.k, alpha, pa + g.a_offset, ta ? g.m : g.k, pb + g.b_offset,
+      (invariant_ ? host::sgemm_invariant : host::sgemm)(ta, tb, g.m, g.n, g.k, alpha, pa + g.a_offset, ta ? g.m : g.k, pb + g.b_offset,
                   tb ? g.k : g.n, beta, pc + g.c_offset, g.n);
     };
     // Concurrently, one group per thread (see HostPool), when the groups are
@@ -764,6 +772,7 @@ class HostBackend final : public Backend {
   // The backend's threads: row blocks of a GEMM, grouped GEMM groups, attention
   // heads, parts of elementwise ops.
   host::HostPool pool_;
+  bool invariant_ = false;  // set_batch_invariant
 };
 
 }  // namespace

@@ -117,6 +117,16 @@ inline constexpr int64_t kGemmMinPartFlops = int64_t{1} << 20;
 void sgemm_rows(HostPool& pool, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                 const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
+// Batch-invariant GEMM (host_gemm_invariant.cpp): the same C, with every
+// element's summation order fixed by k alone, so a row's bits never depend on
+// m, its position or the other rows. No FMA, no OpenBLAS.
+void sgemm_invariant(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                     int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+// Split across `pool`'s threads by blocks of columns of C (same bits at any size).
+void sgemm_invariant_split(HostPool& pool, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                           int64_t ldc);
+
 // ---- attention (host_attention.cpp) ---------------------------------------------------
 // q, k, v, out: [B,S,H,hd]; lse: [B,H,S]. The (batch, head) pairs run as items
 // of `pool` (host_pool.hpp); the result does not depend on the pool's size.

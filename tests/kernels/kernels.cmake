@@ -15,6 +15,7 @@ troupe_add_gtest(kernels_tests
     ${CMAKE_CURRENT_LIST_DIR}/kernels_overwrite_test.cpp
     ${CMAKE_CURRENT_LIST_DIR}/kernels_determinism_test.cpp
     ${CMAKE_CURRENT_LIST_DIR}/kernels_pool_test.cpp
+    ${CMAKE_CURRENT_LIST_DIR}/kernels_invariant_test.cpp
   LIBS troupe_kernels
   TIMEOUT 300
   LABELS kernels)
@@ -22,4 +23,4 @@ troupe_add_gtest(kernels_tests
 # runs, GEMM) under each kernel family: the bitwise matrix (tests/CMakeLists.txt).
 troupe_add_bitwise(kernels_bitwise LABELS kernels
   COMMAND $<TARGET_FILE:kernels_tests>
-          --gtest_filter=HostThreads.*:HostPool.*:Backends/KernelsDeterminism.*/host:Backends/KernelsGemm.*/host)
+          --gtest_filter=HostThreads.*:HostPool.*:Backends/KernelsDeterminism.*/host:Backends/KernelsGemm.*/host:BatchInvariantGemm.*)
