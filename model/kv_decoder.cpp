@@ -49,13 +49,25 @@ int64_t KvDecoder::cache_elements() const {
   return n;
 }
 
-KvDecoder::Work& KvDecoder::work_for(int64_t width) {
-  auto& slot = work_[width];
+void KvDecoder::move_sequence(int64_t from, int64_t to, int64_t length) {
+  if (from < 0 || from >= batch_ || to < 0 || to >= batch_ || length < 0 || length > cfg_.seq_len)
+    throw std::invalid_argument("KvDecoder::move_sequence: row " + std::to_string(from) + " to " + std::to_string(to) +
+                                ", " + std::to_string(length) + " positions, in a cache of " + std::to_string(batch_) +
+                                " x " + std::to_string(cfg_.seq_len));
+  if (from == to || length == 0) return;
+  const int64_t D = cfg_.d_model, C = cfg_.seq_len;
+  for (size_t l = 0; l < k_cache_.size(); ++l)
+    for (auto* cache : {&k_cache_[l], &v_cache_[l]})
+      be_.copy(cache->view(to * C * D, {length * D}), cache->view(from * C * D, {length * D}));
+}
+
+KvDecoder::Work& KvDecoder::work_for(int64_t width, int64_t rows) {
+  auto& slot = work_[{width, rows}];
   if (slot) return *slot;
   slot = std::make_unique<Work>(be_);
   Work& wk = *slot;
   auto& a = wk.arena;
-  const int64_t B = batch_, T = B * width, D = cfg_.d_model, H = cfg_.n_heads, hd = D / H;
+  const int64_t B = rows, T = B * width, D = cfg_.d_model, H = cfg_.n_heads, hd = D / H;
   wk.ids = a.i32({T});
   wk.x = a.f32({T, D});
   wk.mid = a.f32({T, D});
@@ -78,14 +90,16 @@ KvDecoder::Work& KvDecoder::work_for(int64_t width) {
 
 const Tensor& KvDecoder::forward(const ModelWeights& w, std::span<const int32_t> tokens,
                                  int64_t width, std::span<const int32_t> pos) {
-  const int64_t B = batch_, C = cfg_.seq_len, V = cfg_.vocab_size;
+  const int64_t B = static_cast<int64_t>(pos.size()), C = cfg_.seq_len, V = cfg_.vocab_size;
+  if (B < 1 || B > batch_)
+    throw std::invalid_argument("KvDecoder::forward: " + std::to_string(B) + " sequences for a cache of " +
+                                std::to_string(batch_));
   if (width < 1 || width > C)
     throw std::invalid_argument("KvDecoder::forward: width " + std::to_string(width) +
                                 " outside [1, " + std::to_string(C) + "]");
-  if (static_cast<int64_t>(tokens.size()) != B * width || static_cast<int64_t>(pos.size()) != B)
-    throw std::invalid_argument("KvDecoder::forward: expected " + std::to_string(B * width) +
-                                " tokens and " + std::to_string(B) + " positions, got " +
-                                std::to_string(tokens.size()) + " and " + std::to_string(pos.size()));
+  if (static_cast<int64_t>(tokens.size()) != B * width)
+    throw std::invalid_argument("KvDecoder::forward: expected " + std::to_string(B * width) + " tokens for " +
+                                std::to_string(B) + " sequences, got " + std::to_string(tokens.size()));
   for (int32_t t : tokens)
     if (t < 0 || t >= V)
       throw std::invalid_argument("KvDecoder::forward: token " + std::to_string(t) +
@@ -95,7 +109,7 @@ const Tensor& KvDecoder::forward(const ModelWeights& w, std::span<const int32_t>
       throw std::invalid_argument("KvDecoder::forward: sequence " + std::to_string(b) + " at position " +
                                   std::to_string(pos[b]) + " with " + std::to_string(width) +
                                   " new tokens does not fit the context of " + std::to_string(C));
-  Work& wk = work_for(width);
+  Work& wk = work_for(width, B);
   const int64_t T = B * width, D = cfg_.d_model, hd = D / cfg_.n_heads;
   const float eps = static_cast<float>(cfg_.norm_eps), theta = static_cast<float>(cfg_.rope_theta);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -110,8 +124,10 @@ const Tensor& KvDecoder::forward(const ModelWeights& w, std::span<const int32_t>
     be_.gemm(false, true, T, D, D, 1.0f, wk.xn, W.wv, 0.0f, wk.v);
     // RoPE at each sequence's own positions, and this chunk's keys and
     // values into the cache rows at pos[b]: one op for the whole batch.
-    be_.rope_kv_append(wk.q, wk.k, wk.v, k_cache_[l], v_cache_[l], pos, theta);
-    be_.attention_cached(wk.att, wk.q, k_cache_[l], v_cache_[l], pos, scale);
+    const Tensor kc = B == batch_ ? k_cache_[l] : k_cache_[l].rows(0, B);
+    const Tensor vc = B == batch_ ? v_cache_[l] : v_cache_[l].rows(0, B);
+    be_.rope_kv_append(wk.q, wk.k, wk.v, kc, vc, pos, theta);
+    be_.attention_cached(wk.att, wk.q, kc, vc, pos, scale);
     be_.copy(wk.mid, wk.x);
     be_.gemm(false, true, T, D, D, 1.0f, wk.att, W.wo, 1.0f, wk.mid);
     be_.rmsnorm_forward(wk.xn, wk.rstd, wk.mid, W.ln2, eps);

@@ -36,8 +36,9 @@ class KvDecoder {
   int64_t batch() const { return batch_; }
   int64_t capacity() const { return cfg_.seq_len; }
 
-  // Runs `width` new tokens per sequence. tokens: [batch*width] row-major
-  // [batch, width]; sequence b's tokens sit at positions pos[b] ..
+  // Runs `width` new tokens per sequence for the first n = pos.size() <=
+  // batch() sequences (rows of the cache; the rest are left alone). tokens:
+  // [n*width] row-major [n, width]; sequence b's tokens sit at positions pos[b] ..
   // pos[b]+width-1, and its cache must already hold positions < pos[b] (rows
   // at and past pos[b] are overwritten). Returns the logits [batch*width, V]
   // of every new token (valid until the next call). Throws
@@ -46,19 +47,24 @@ class KvDecoder {
   const kernels::Tensor& forward(const ModelWeights& w, std::span<const int32_t> tokens,
                                  int64_t width, std::span<const int32_t> pos);
 
+  // Copies sequence `from`'s cached keys and values at positions < length
+  // into row `to` (a continuous batch closing a gap). Throws
+  // std::invalid_argument for rows or a length out of range.
+  void move_sequence(int64_t from, int64_t to, int64_t length);
+
   // Cache memory in floats (keys and values of every layer), for reports.
   int64_t cache_elements() const;
 
  private:
   struct Work;  // activations of one chunk width
-  Work& work_for(int64_t width);
+  Work& work_for(int64_t width, int64_t rows);
 
   kernels::Backend& be_;
   ModelConfig cfg_;
   int64_t batch_;
   bool is_moe_;
   std::vector<kernels::Tensor> k_cache_, v_cache_;  // per layer [B, seq_len, H, hd]
-  std::map<int64_t, std::unique_ptr<Work>> work_;   // by chunk width
+  std::map<std::pair<int64_t, int64_t>, std::unique_ptr<Work>> work_;  // by (chunk width, rows)
 };
 
 }  // namespace troupe::model

@@ -33,6 +33,7 @@ if(TARGET troupe_model)
   # KV-cache decoding and batched sampling against the full recompute.
   troupe_add_gtest(model_kv_tests
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_kv_test.cpp
+            ${CMAKE_CURRENT_LIST_DIR}/continuous_batch_test.cpp
     LIBS troupe_model
     LABELS model)
   # The policy-gradient head against the float64 reference.
