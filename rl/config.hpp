@@ -126,6 +126,11 @@ struct RlConfig {
   // latest: after taking a new version mid-rollout, recompute the KV cache of
   // the tokens so far under it (false: keep the keys and values of the old one).
   bool recompute_kv = true;
+  // Continuous batching (model/continuous_batch.hpp): the most sequences a
+  // generator (or the synchronous loop) decodes at once; a finished one's
+  // slot goes at once to the next. 0 = prompts_per_step * group_size, a
+  // whole step's. Decoupled generators refill with the next step's prompts.
+  int64_t slots = 0;
   // run.mode = "reward_model" (rl/rm_trainer.hpp): training prompts whose
   // group_size completions are labelled, and completions scored per
   // optimizer step (bradley_terry: rm_batch / 2 pairs, so rm_batch is even).
@@ -138,6 +143,11 @@ struct RlConfig {
   PolicyLossOptions policy;
   VerifierOptions verifier;
 };
+
+// rl.slots resolved: slots, or a whole step's sequences when 0.
+inline int64_t generation_slots(const RlConfig& c) {
+  return c.slots > 0 ? c.slots : c.prompts_per_step * c.group_size;
+}
 
 // The published settings of each kind (see LossKind); max_new_tokens is Dr.
 // GRPO's constant normaliser. Explicit spec keys override the preset's values.

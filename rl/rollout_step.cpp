@@ -1,6 +1,7 @@
 // A step's rollouts as a value (see rollout_step.hpp).
 #include "rl/rollout_step.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 #include <string>
@@ -16,7 +17,7 @@ int64_t StepRollouts::tokens() const {
   return n;
 }
 
-void begin_step(StepDecode& d, model::BatchGenerator& gen, const Task& task, const RlConfig& rl, uint64_t seed,
+void begin_step(StepDecode& d, model::ContinuousBatch& gen, const Task& task, const RlConfig& rl, uint64_t seed,
                 int64_t step, int64_t version) {
   const int64_t Pn = rl.prompts_per_step, G = rl.group_size;
   d.out = StepRollouts{};
@@ -39,21 +40,17 @@ void begin_step(StepDecode& d, model::BatchGenerator& gen, const Task& task, con
   go.sampling.temperature = rl.temperature;
   go.sampling.top_p = rl.top_p;
   go.eos = task.eos_token();
-  // Step-wise decoding: the same arithmetic as BatchGenerator::generate, with
-  // the policy version recorded on every token.
   gen.start(rows, std::span<model::SamplerRng>(d.rngs), go);
-  d.live = true;
 }
 
-StepRollouts end_step(StepDecode& d, model::BatchGenerator& gen, double seconds) {
+StepRollouts end_step(StepDecode& d, model::ContinuousBatch& gen, double seconds) {
   d.out.completions = gen.finish();
   d.out.gen_seconds = seconds;
-  d.live = false;
   return std::move(d.out);
 }
 
-StepRollouts sample_step(model::BatchGenerator& gen, const model::ModelWeights& w, const Task& task, const RlConfig& rl,
-                         uint64_t seed, int64_t step, int64_t version) {
+StepRollouts sample_step(model::ContinuousBatch& gen, const model::ModelWeights& w, const Task& task,
+                         const RlConfig& rl, uint64_t seed, int64_t step, int64_t version) {
   const auto t0 = std::chrono::steady_clock::now();
   StepDecode d;
   begin_step(d, gen, task, rl, seed, step, version);
@@ -71,47 +68,136 @@ ScoredBatch score_step(const Task& task, const RlConfig& rl, const StepRollouts&
   return score_groups(task, r.prompts, scored, rl.group_size, rl.advantage);
 }
 
-PolicyCopy::PolicyCopy(const model::ModelConfig& config, const kernels::BackendOptions& backend)
-    : config_(config), be_(kernels::make_backend(backend)) {
-  const model::ParamLayout layout = model::build_param_layout(config);
-  params_ = be_->zeros({layout.total()});
-  w_ = model::bind_weights(layout, config, params_);
-  gen_ = std::make_unique<model::BatchGenerator>(*be_, config);
+// One version's parameters on the copy's backend, shared by the jobs using it.
+struct PolicyCopy::Weights {
+  kernels::Tensor params;
+  model::ModelWeights w;
+  int64_t version = -1;
+};
+
+// A running step: its batch (its own slots' cache), its layout and seeds,
+// the weights it decodes with, and when it began.
+struct PolicyCopy::Job {
+  std::unique_ptr<model::ContinuousBatch> batch;
+  StepDecode decode;
+  std::shared_ptr<Weights> weights;
+  std::chrono::steady_clock::time_point t0;
+  int64_t ticket = 0;
+  bool done = false;
+};
+
+PolicyCopy::PolicyCopy(const model::ModelConfig& config, const kernels::BackendOptions& backend, int64_t slots)
+    : config_(config), slots_(slots), be_(kernels::make_backend(backend)) {
+  if (slots < 1) throw std::invalid_argument("PolicyCopy: slots must be >= 1, got " + std::to_string(slots));
+  model::build_param_layout(config);  // validates the config
 }
 
 PolicyCopy::~PolicyCopy() = default;
 
+// A parameter buffer for a new version: one no job holds, or a new one.
+std::shared_ptr<PolicyCopy::Weights> PolicyCopy::weights_for_load() {
+  spare_.erase(std::remove_if(spare_.begin(), spare_.end(), [](const auto& w) { return w.use_count() > 1; }),
+               spare_.end());
+  if (newest_ && newest_.use_count() == 1) return newest_;  // no job uses it: overwrite in place
+  if (!spare_.empty()) {
+    auto w = spare_.back();
+    spare_.pop_back();
+    return w;
+  }
+  auto w = std::make_shared<Weights>();
+  const model::ParamLayout layout = model::build_param_layout(config_);
+  w->params = be_->zeros({layout.total()});
+  w->w = model::bind_weights(layout, config_, w->params);
+  return w;
+}
+
 void PolicyCopy::load(std::span<const float> params, int64_t version) {
-  if (static_cast<int64_t>(params.size()) != params_.numel())
+  const model::ParamLayout layout = model::build_param_layout(config_);
+  if (static_cast<int64_t>(params.size()) != layout.total())
     throw std::invalid_argument("PolicyCopy::load: " + std::to_string(params.size()) + " parameters for a model of " +
-                                std::to_string(params_.numel()));
-  be_->upload_f32(params_, params);
+                                std::to_string(layout.total()));
+  std::shared_ptr<Weights> w = weights_for_load();
+  if (newest_ && newest_ != w) spare_.push_back(newest_);  // still held by a job: reused once it lets go
+  be_->upload_f32(w->params, params);
+  w->version = version;
+  newest_ = std::move(w);
   version_ = version;
 }
 
 StepRollouts PolicyCopy::sample(const Task& task, const RlConfig& rl, uint64_t seed, int64_t step) {
-  if (version_ < 0) throw std::logic_error("PolicyCopy::sample: no weights loaded");
-  return sample_step(*gen_, w_, task, rl, seed, step, version_);
+  if (!jobs_.empty()) throw std::logic_error("PolicyCopy::sample: jobs are running");
+  begin(task, rl, seed, step);
+  while (decode()) {
+  }
+  return std::move(take_finished()->rollouts);
 }
 
-void PolicyCopy::begin(const Task& task, const RlConfig& rl, uint64_t seed, int64_t step) {
-  if (version_ < 0) throw std::logic_error("PolicyCopy::begin: no weights loaded");
-  begin_step(decoding_, *gen_, task, rl, seed, step, version_);
+bool PolicyCopy::can_begin() const {
+  return jobs_.size() < 2 && (jobs_.empty() || jobs_.back()->batch->queued() == 0);
+}
+
+int64_t PolicyCopy::begin(const Task& task, const RlConfig& rl, uint64_t seed, int64_t step) {
+  if (!newest_) throw std::logic_error("PolicyCopy::begin: no weights loaded");
+  if (!can_begin()) throw std::logic_error("PolicyCopy::begin: no room for another job");
+  auto j = std::make_unique<Job>();
+  // The batch (and its cache) of a finished job is reused when there is one.
+  if (free_batches_.empty()) {
+    j->batch = std::make_unique<model::ContinuousBatch>(*be_, config_, slots_);
+  } else {
+    j->batch = std::move(free_batches_.back());
+    free_batches_.pop_back();
+  }
+  j->weights = newest_;
+  j->t0 = std::chrono::steady_clock::now();
+  begin_step(j->decode, *j->batch, task, rl, seed, step, newest_->version);
+  j->done = j->batch->done();
+  j->ticket = tickets_++;
+  jobs_.push_back(std::move(j));
+  return jobs_.back()->ticket;
 }
 
 bool PolicyCopy::decode() {
-  if (!decoding_.live) throw std::logic_error("PolicyCopy::decode: no generation in progress");
-  return gen_->step(w_, version_);
+  if (jobs_.empty()) throw std::logic_error("PolicyCopy::decode: no generation in progress");
+  int64_t used = 0;
+  bool more = false;
+  for (auto& j : jobs_) {
+    if (j->done) continue;
+    j->done = !j->batch->step(j->weights->w, j->weights->version, slots_ - used);
+    used += j->batch->live();
+    more = more || !j->done;
+  }
+  return more;
 }
 
-void PolicyCopy::recompute() {
-  if (!decoding_.live) throw std::logic_error("PolicyCopy::recompute: no generation in progress");
-  gen_->recompute(w_);
+int64_t PolicyCopy::adopt_newest(bool recompute) {
+  int64_t switched = 0;
+  for (auto& j : jobs_) {
+    if (j->done || j->weights == newest_) continue;
+    j->weights = newest_;
+    if (recompute) j->batch->recompute(newest_->w);
+    ++switched;
+  }
+  return switched;
+}
+
+std::optional<PolicyCopy::Finished> PolicyCopy::take_finished() {
+  for (auto it = jobs_.begin(); it != jobs_.end(); ++it) {
+    if (!(*it)->done) continue;
+    Job& j = **it;
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - j.t0).count();
+    Finished f{j.ticket, end_step(j.decode, *j.batch, seconds)};
+    free_batches_.push_back(std::move(j.batch));
+    jobs_.erase(it);
+    return f;
+  }
+  return std::nullopt;
 }
 
 StepRollouts PolicyCopy::end(double seconds) {
-  if (!decoding_.live) throw std::logic_error("PolicyCopy::end: no generation in progress");
-  return end_step(decoding_, *gen_, seconds);
+  if (jobs_.size() != 1 || !jobs_.front()->done) throw std::logic_error("PolicyCopy::end: no single finished job");
+  StepRollouts r = std::move(take_finished()->rollouts);
+  r.gen_seconds = seconds;
+  return r;
 }
 
 }  // namespace troupe::rl

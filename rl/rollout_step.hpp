@@ -9,12 +9,15 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "kernels/backend.hpp"
 #include "model/config.hpp"
+#include "model/continuous_batch.hpp"
 #include "model/kv_generate.hpp"
 #include "rl/config.hpp"
 #include "rl/group.hpp"
@@ -38,67 +41,91 @@ struct StepRollouts {
 
 // Samples step `step`'s groups with weights `w` (policy version `version`):
 // prompts and sampler seeds are pure functions of (seed, step, group, member)
-// (rl/group.hpp), decoding runs step-wise through the KV cache with `version`
-// recorded on every token.
-StepRollouts sample_step(model::BatchGenerator& gen, const model::ModelWeights& w, const Task& task, const RlConfig& rl,
-                         uint64_t seed, int64_t step, int64_t version);
+// (rl/group.hpp), decoding runs through the continuous batch (its slots:
+// rl.slots) with `version` recorded on every token. Whatever the slots, the
+// bits are the same on the host backend (model/continuous_batch.hpp).
+StepRollouts sample_step(model::ContinuousBatch& gen, const model::ModelWeights& w, const Task& task,
+                         const RlConfig& rl, uint64_t seed, int64_t step, int64_t version);
 
 // The rule verifier's verdicts, rewards, advantages and per-token layout of a
 // step's rollouts (score_groups over its groups).
 ScoredBatch score_step(const Task& task, const RlConfig& rl, const StepRollouts& rollouts);
 
-// One step's generation in progress, decoded one token per sequence at a
-// time so the weights may change between decode steps (rl.sync = "latest").
-// begin() lays out the step's prompts and sampler seeds exactly as
-// sample_step does; sample_step is begin, decode until false, end.
+// One step's generation in progress. begin_step lays out the step's prompts
+// and sampler seeds and queues them on `gen`; sample_step is begin, step until
+// done, end.
 struct StepDecode {
   StepRollouts out;
-  std::vector<model::SamplerRng> rngs;  // [prompts_per_step * group_size]; the generator reads them in place
-  bool live = false;
+  std::vector<model::SamplerRng> rngs;  // [prompts_per_step * group_size]; the batch reads them in place
 };
-void begin_step(StepDecode& d, model::BatchGenerator& gen, const Task& task, const RlConfig& rl, uint64_t seed,
+void begin_step(StepDecode& d, model::ContinuousBatch& gen, const Task& task, const RlConfig& rl, uint64_t seed,
                 int64_t step, int64_t version);
 // Finishes the step: the completions (each token with the version that
-// sampled it) and the seconds since begin_step.
-StepRollouts end_step(StepDecode& d, model::BatchGenerator& gen, double seconds);
+// sampled it) and `seconds` as its generation time.
+StepRollouts end_step(StepDecode& d, model::ContinuousBatch& gen, double seconds);
 
-// A generator's copy of the policy: its own backend, parameter buffer and KV
-// cache. load() is the fence at which it switches versions: between
-// generations (fixed_lag), or between two decode steps of one (latest),
-// never inside a decode step.
+// A generator's copy of the policy: its own backend, the weights of the
+// versions its jobs use, and up to two jobs (RL steps) decoding side by side
+// in one set of rl.slots slots. A job begins once the previous one has every
+// sequence in a slot, so the next step's prompts take the slots the previous
+// step's finished sequences free (its tail no longer leaves them idle). Each
+// job decodes with its own version's weights (fixed_lag: two versions at
+// once at most; latest: adopt_newest moves every job to the newest). The
+// slot and the job mix never change a sequence's bits on the host backend.
 class PolicyCopy {
  public:
-  PolicyCopy(const model::ModelConfig& config, const kernels::BackendOptions& backend);
+  PolicyCopy(const model::ModelConfig& config, const kernels::BackendOptions& backend, int64_t slots);
   ~PolicyCopy();
   PolicyCopy(const PolicyCopy&) = delete;
   PolicyCopy& operator=(const PolicyCopy&) = delete;
 
   // Copies `params` (the flat buffer of model::build_param_layout) in as
-  // version `version`. Throws std::invalid_argument on a size mismatch.
+  // version `version`, the newest. Jobs running with older versions keep
+  // theirs. Throws std::invalid_argument on a size mismatch.
   void load(std::span<const float> params, int64_t version);
-  int64_t version() const { return version_; }
+  int64_t version() const { return version_; }  // the newest loaded (-1: none)
+  // One whole step with the newest version, alone (the job slots are free).
   StepRollouts sample(const Task& task, const RlConfig& rl, uint64_t seed, int64_t step);
 
-  // Step-wise: begin a step with the loaded version, then decode() one token
-  // per live sequence with whatever version is loaded at that moment (the
-  // caller may load() a newer one between calls) until it returns false,
-  // then end(). The bits equal sample() when no load() comes in between.
-  void begin(const Task& task, const RlConfig& rl, uint64_t seed, int64_t step);
+  // Step-wise. can_begin: fewer than two jobs, and the newest one has no
+  // sequence waiting for a slot. begin starts step `step` with the newest
+  // loaded version. decode runs one step of every unfinished job (oldest
+  // first, the newer one gets the slots the older leaves) and returns whether
+  // any job still has sequences; a finished job waits in take_finished.
+  bool can_begin() const;
+  // Returns the job's ticket (0, 1, 2, ... per copy): a step dealt twice
+  // (after a restart elsewhere) may run twice, so the step does not name a job.
+  int64_t begin(const Task& task, const RlConfig& rl, uint64_t seed, int64_t step);
   bool decode();
-  // After a load() mid-generation: recompute the cached keys and values of
-  // the tokens so far under the loaded weights (model::BatchGenerator::recompute).
-  void recompute();
-  bool generating() const { return decoding_.live; }
+  // latest: every running job continues with the newest version from the
+  // next decode step; with `recompute`, their cached keys and values are
+  // recomputed under it. Returns how many jobs switched.
+  int64_t adopt_newest(bool recompute);
+  bool generating() const { return !jobs_.empty(); }
+  int64_t running_steps() const { return static_cast<int64_t>(jobs_.size()); }
+  // The oldest finished job's ticket and rollouts, gen_seconds its time
+  // since begin; nullopt while none is finished.
+  struct Finished {
+    int64_t ticket = 0;
+    StepRollouts rollouts;
+  };
+  std::optional<Finished> take_finished();
+  // Single-job form (tests, the synchronous use): the only job, finished.
   StepRollouts end(double seconds);
 
  private:
+  struct Weights;
+  struct Job;
+  std::shared_ptr<Weights> weights_for_load();
   model::ModelConfig config_;
+  int64_t slots_;
   std::unique_ptr<kernels::Backend> be_;
-  kernels::Tensor params_;
-  model::ModelWeights w_;
-  std::unique_ptr<model::BatchGenerator> gen_;
-  int64_t version_ = -1;  // nothing loaded yet
-  StepDecode decoding_;
+  std::shared_ptr<Weights> newest_;
+  int64_t version_ = -1;
+  int64_t tickets_ = 0;
+  std::vector<std::shared_ptr<Weights>> spare_;  // buffers no job holds, for reuse
+  std::deque<std::unique_ptr<Job>> jobs_;        // oldest first
+  std::vector<std::unique_ptr<model::ContinuousBatch>> free_batches_;  // of finished jobs, cache kept
 };
 
 }  // namespace troupe::rl

@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "model/checkpoint.hpp"
+#include "model/continuous_batch.hpp"
 #include "model/kv_generate.hpp"
 #include "model/params.hpp"
 #include "model/policy_head.hpp"
@@ -119,7 +120,8 @@ struct RlTrainer::Impl {
   Tensor params, ref_params, grads, adam_m, adam_v;
   model::ModelWeights w, ref_w, g;
   std::vector<model::OptimizerRange> ranges;
-  std::unique_ptr<model::BatchGenerator> gen;
+  std::unique_ptr<model::ContinuousBatch> gen;     // the step's rollouts (rl.slots)
+  std::unique_ptr<model::BatchGenerator> eval_gen;  // evaluation: whole chunks at once
   std::map<int64_t, std::unique_ptr<model::PolicyHead>> heads;  // by row length
   std::unique_ptr<ModelReward> model_reward;  // rl.reward = "model": the frozen RM
   std::unique_ptr<PolicyUpdater> updater;     // the update elsewhere (options.make_updater), or null
@@ -177,7 +179,8 @@ struct RlTrainer::Impl {
     ref_w = model::bind_weights(layout, o.model, ref_params);
     g = model::bind_weights(layout, o.model, grads);
     ranges = model::optimizer_ranges(layout);
-    gen = std::make_unique<model::BatchGenerator>(*be, o.model);
+    gen = std::make_unique<model::ContinuousBatch>(*be, o.model, generation_slots(o.rl));
+    eval_gen = std::make_unique<model::BatchGenerator>(*be, o.model);
     if (o.rl.reward == RewardSource::model) {
       const int64_t rows = o.rl.prompts_per_step * o.rl.group_size;
       const int64_t longest = static_cast<int64_t>(task->train_prompt(0).tokens.size()) + o.rl.max_new_tokens + 1;
@@ -450,7 +453,7 @@ struct RlTrainer::Impl {
       std::vector<std::vector<int32_t>> ps;
       std::vector<model::SamplerRng> rngs(n, model::SamplerRng(0));
       for (size_t i = 0; i < n; ++i) ps.push_back(probs[at + i].tokens);
-      const auto comps = gen->generate(w, ps, std::span<model::SamplerRng>(rngs), generate_options(0.0));
+      const auto comps = eval_gen->generate(w, ps, std::span<model::SamplerRng>(rngs), generate_options(0.0));
       for (size_t i = 0; i < n; ++i) {
         const Verdict v = t.verifier().score(probs[at + i], comps[i].tokens);
         exact += v.correct;
@@ -474,7 +477,7 @@ struct RlTrainer::Impl {
           rngs.emplace_back(sampler_seed(GroupId{0, -1 - static_cast<int64_t>(at + i), 0}, k));
         }
       const double temp = opt.rl.temperature > 0 ? opt.rl.temperature : 1.0;
-      const auto comps = gen->generate(w, ps, std::span<model::SamplerRng>(rngs), generate_options(temp));
+      const auto comps = eval_gen->generate(w, ps, std::span<model::SamplerRng>(rngs), generate_options(temp));
       for (size_t i = 0; i < n; ++i)
         for (int64_t k = 0; k < K; ++k)
           if (t.verifier().score(probs[at + i], comps[i * K + k].tokens).correct) solved[at + i] = 1;

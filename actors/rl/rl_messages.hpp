@@ -74,7 +74,7 @@ struct Weights {
 struct Rollout {
   std::shared_ptr<const rl::StepRollouts> r;
   int generator = 0;
-  double busy_seconds = 0.0;       // sampling plus the weight copies
+  double busy_seconds = 0.0;       // the generator's busy time since its previous delivery (sampling, weight copies; overlapping steps counted once)
   double sync_seconds = 0.0;       // the weight copies at the fences (0 when it had the version)
   int64_t sync_bytes = 0;
   int64_t loads = 0;               // weight copies in (at the start and mid-rollout)

@@ -2,6 +2,8 @@
 // rl_actors.hpp and the protocol in rl_messages.hpp).
 #include <chrono>
 #include <deque>
+#include <map>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -48,50 +50,67 @@ caf::behavior generator_actor(caf::event_based_actor* self, std::shared_ptr<cons
     int64_t step = 0, version = 0;  // fixed_lag: exactly `version`; latest: at least
     uint32_t kill = 0;              // the kill point armed for it
   };
+  struct Running {
+    Job job;
+    rlmsg::Rollout out;  // its figures
+  };
   struct State {
     std::unique_ptr<rl::Task> task;
-    std::unique_ptr<rl::PolicyCopy> copy;  // this generator's weights and their version
+    std::unique_ptr<rl::PolicyCopy> copy;    // this generator's weights, versions and running steps
     std::map<int64_t, rlmsg::Weights> have;  // confirmed versions not yet needed or superseded
-    std::deque<Job> jobs;                    // dealt, not started (waiting for a running one or weights)
-    Job running;
-    rlmsg::Rollout out;  // the running job's figures
-    Clock::time_point t0, idle_since = Clock::now();
-    uint32_t armed = 0;  // kill point for the next job (0: none)
-    int64_t drop = 0;    // syncs still to lose
+    std::deque<Job> jobs;                    // dealt, not started (no room in the slots yet, or no weights)
+    std::map<int64_t, Running> running;      // by the copy's ticket: at most two, side by side in the slots
+    Clock::time_point idle_since = Clock::now();
+    // Busy time is split between delivered rollouts: each gets the time since
+    // the previous delivery (or since the generator last went busy), so
+    // overlapping steps are not counted twice.
+    Clock::time_point accounted_until = Clock::now();
+    bool decoding = false;  // a decode message is on its way
+    uint32_t armed = 0;     // kill point for the next job (0: none)
+    int64_t drop = 0;       // syncs still to lose
   };
   auto st = std::make_shared<State>();
+  const rl::RlConfig& rl = sh->opt->train.rl;
   st->task = task_for(*sh);
-  st->copy = std::make_unique<rl::PolicyCopy>(sh->opt->train.model, sh->opt->train.backend);
-  const bool latest = sh->opt->train.rl.sync == rl::SyncMode::latest;
-  // Copies `w` in (the fence) and counts it against the running job.
-  auto load = [st](const rlmsg::Weights& w) {
+  st->copy = std::make_unique<rl::PolicyCopy>(sh->opt->train.model, sh->opt->train.backend, rl::generation_slots(rl));
+  const bool latest = rl.sync == rl::SyncMode::latest;
+  // Copies `w` in (the fence) and counts it against `r`.
+  auto load = [st](const rlmsg::Weights& w, Running& r) {
     const auto ts = Clock::now();
     st->copy->load(w.values(), w.version);
-    st->out.sync_seconds += seconds_since(ts);
-    st->out.sync_bytes += static_cast<int64_t>(w.size * sizeof(float));
-    ++st->out.loads;
+    r.out.sync_seconds += seconds_since(ts);
+    r.out.sync_bytes += static_cast<int64_t>(w.size * sizeof(float));
+    ++r.out.loads;
   };
-  // Starts the next job once the weights it needs are in.
+  // Starts dealt jobs while the slots have room for one (the running step
+  // has every sequence in a slot) and the weights it needs are in.
   auto try_start = [self, st, sh, index, latest, load]() {
-    if (st->copy->generating() || st->jobs.empty()) return;
-    const Job j = st->jobs.front();
-    const rlmsg::Weights* w = nullptr;
-    if (latest) {
-      if (!st->have.empty() && st->have.rbegin()->first >= j.version) w = &st->have.rbegin()->second;
-    } else if (auto it = st->have.find(j.version); it != st->have.end()) {
-      w = &it->second;
+    while (st->copy->can_begin() && !st->jobs.empty()) {
+      const Job j = st->jobs.front();
+      const rlmsg::Weights* w = nullptr;
+      if (latest) {
+        if (!st->have.empty() && st->have.rbegin()->first >= j.version) w = &st->have.rbegin()->second;
+      } else if (auto it = st->have.find(j.version); it != st->have.end()) {
+        w = &it->second;
+      }
+      if (!w) break;  // paused until the sync arrives
+      st->jobs.pop_front();
+      Running r;
+      r.job = j;
+      r.out.generator = index;
+      if (st->running.empty()) {
+        r.out.paused_seconds = seconds_since(st->idle_since);
+        st->accounted_until = Clock::now();
+      }
+      if (st->copy->version() != w->version) load(*w, r);
+      if (!latest) st->have.erase(st->have.begin(), st->have.lower_bound(j.version));
+      const int64_t ticket = st->copy->begin(*st->task, sh->opt->train.rl, sh->seed, j.step);
+      st->running.emplace(ticket, std::move(r));
     }
-    if (!w) return;  // paused until the sync arrives
-    st->jobs.pop_front();
-    st->running = j;
-    st->out = rlmsg::Rollout{};
-    st->out.generator = index;
-    st->t0 = Clock::now();
-    st->out.paused_seconds = std::chrono::duration<double>(st->t0 - st->idle_since).count();
-    if (st->copy->version() != w->version) load(*w);
-    if (!latest) st->have.erase(st->have.begin(), st->have.lower_bound(j.version));
-    st->copy->begin(*st->task, sh->opt->train.rl, sh->seed, j.step);
-    self->send(self, rlmsg::decode_atom::value);
+    if (!st->decoding && st->copy->generating()) {
+      st->decoding = true;
+      self->send(self, rlmsg::decode_atom::value);
+    }
   };
   return {
       [st](rlmsg::arm_atom, uint32_t point) { st->armed = point; },
@@ -116,24 +135,29 @@ caf::behavior generator_actor(caf::event_based_actor* self, std::shared_ptr<cons
         try_start();
       },
       [self, st, sh, driver, latest, load, try_start](rlmsg::decode_atom) {
+        st->decoding = false;
         // The fence: between two decode steps. latest takes the newest
-        // version received since the last one; fixed_lag never switches
-        // inside a rollout (tests/rl/rl_protocol_test.cpp drives it message
-        // by message on CAF's test coordinator).
-        if (latest && !st->have.empty() && st->have.rbegin()->first > st->copy->version()) {
-          load(st->have.rbegin()->second);
-          ++st->out.switches;
-          if (sh->opt->train.rl.recompute_kv) st->copy->recompute();
+        // version received since the last one, for every running step;
+        // fixed_lag never switches inside a rollout (tests/rl/rl_protocol_test.cpp
+        // drives it message by message on CAF's test coordinator).
+        if (latest && !st->have.empty() && st->have.rbegin()->first > st->copy->version() && !st->running.empty()) {
+          load(st->have.rbegin()->second, st->running.begin()->second);
+          st->copy->adopt_newest(sh->opt->train.rl.recompute_kv);
+          for (auto& [ticket, r] : st->running) ++r.out.switches;
         }
-        const bool more = st->copy->decode();
-        if (more) return self->send(self, rlmsg::decode_atom::value);
-        st->out.r = std::make_shared<const rl::StepRollouts>(st->copy->end(seconds_since(st->t0)));
-        st->out.busy_seconds = seconds_since(st->t0);
-        st->idle_since = Clock::now();
-        const uint32_t kill = st->running.kill;
-        if (kill == 2) return self->quit(caf::exit_reason::kill);  // the work is lost with the actor
-        self->send(driver, rlmsg::rollout_atom::value, std::move(st->out));
-        if (kill == 3) return self->quit(caf::exit_reason::kill);  // died after delivering
+        st->copy->decode();
+        while (std::optional<rl::PolicyCopy::Finished> done = st->copy->take_finished()) {
+          const auto it = st->running.find(done->ticket);
+          Running r = std::move(it->second);
+          st->running.erase(it);
+          r.out.busy_seconds = seconds_since(st->accounted_until);
+          st->accounted_until = Clock::now();
+          r.out.r = std::make_shared<const rl::StepRollouts>(std::move(done->rollouts));
+          if (st->running.empty()) st->idle_since = Clock::now();
+          if (r.job.kill == 2) return self->quit(caf::exit_reason::kill);  // the work is lost with the actor
+          self->send(driver, rlmsg::rollout_atom::value, std::move(r.out));
+          if (r.job.kill == 3) return self->quit(caf::exit_reason::kill);  // died after delivering
+        }
         try_start();
       },
   };

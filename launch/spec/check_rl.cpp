@@ -156,6 +156,7 @@ void convert_rl(Spec& s, SpecSites& p) {
   c.reward_actors = r.reward_actors;
   c.sync_deadline_ms = r.sync_deadline_ms;
   c.recompute_kv = r.recompute_kv;
+  c.slots = r.slots;
   c.rm_prompts = r.rm_prompts;
   c.rm_batch = r.rm_batch;
   c.rm_loss = r.rm_loss;

@@ -349,6 +349,51 @@ TEST(RlActors, RewardModelActorsEqualTheSynchronousLoopWithTheRm) {
   expect_exactly_once(r->rep, o);
 }
 
+// Continuous batching (rl.slots): neither the slots a sequence decodes in,
+// nor a generator mixing two steps in its slots, nor a generator killed
+// mid-rollout changes a bit. The synchronous loop with 2 slots equals it with
+// a whole step's; fixed_lag with 3 slots and 2 generators, and again with a
+// generator killed while its step was in flight, equals 1 generator with a
+// whole step's slots; latest with 3 slots keeps exactly-once and the bound
+// under the same kill.
+TEST(RlActors, SlotsStepMixingAndKillsChangeNoBit) {
+  rl::RlTrainOptions o = small(4);
+  o.rl.max_new_tokens = 6;  // completions of different lengths: slots free at different steps
+  auto sync_params = [](rl::RlTrainOptions opt, int64_t slots) {
+    opt.rl.slots = slots;
+    rl::RlTrainer tr(opt, std::make_unique<FirstTokenTask>());
+    for (int64_t i = 0; i < opt.steps; ++i) tr.step();
+    return tr.parameters();
+  };
+  EXPECT_EQ(sync_params(o, 2), sync_params(o, 0)) << "synchronous: 2 slots against a whole step's";
+  auto with_slots = [](runtime::RlActorOptions a, int64_t slots) {
+    a.train.rl.slots = slots;
+    return a;
+  };
+  auto killed = [](runtime::RlActorOptions a, const std::string& target) {
+    runtime::FaultSpec f;
+    f.at_step = 2;
+    f.target = target;
+    f.kind = runtime::FaultKind::kill;
+    f.at_message = 2;  // the rollout is lost with the generator
+    a.faults.push_back(f);
+    return a;
+  };
+  const auto ref = run(with_slots(decoupled(o, 1, 1, 1), 0));
+  const auto mixed = run(with_slots(decoupled(o, 1, 2, 1), 3));
+  EXPECT_EQ(mixed->rep.parameters, ref->rep.parameters) << "fixed_lag: 3 slots, 2 generators";
+  EXPECT_EQ(mixed->rec.steps, ref->rec.steps);
+  expect_exactly_once(mixed->rep, o);
+  const auto hit = run(killed(with_slots(decoupled(o, 1, 2, 1), 3), "generator:0"));
+  ASSERT_EQ(hit->rep.restarts.size(), 1u);
+  EXPECT_EQ(hit->rep.parameters, ref->rep.parameters) << "fixed_lag: 3 slots, a generator killed mid-rollout";
+  expect_exactly_once(hit->rep, o);
+  const auto late = run(killed(with_slots(latest(o, 1, 2, 1), 3), "generator:1"));
+  ASSERT_EQ(late->rep.restarts.size(), 1u);
+  expect_within_bound(late->rec.actor_steps, 1);
+  expect_exactly_once(late->rep, o);
+}
+
 // kill faults on every kill point of a generator, the reward actor and the
 // rollout buffer (a respawned buffer goes on from its store).
 struct FaultCase {

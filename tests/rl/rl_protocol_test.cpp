@@ -246,8 +246,11 @@ TEST(RlGeneratorFence, LatestSwitchesBetweenTwoDecodeStepsAndFixedLagNever) {
     EXPECT_EQ(synced, (std::vector<int64_t>{0, 1})) << what << ": both syncs confirmed";
     ASSERT_TRUE(got.has_value()) << what << ": no rollout";
     // The fence: the queued decode step (the third) still ran on version 0,
-    // the sync came next, and the fourth took version 1.
-    const size_t switch_at = mode == rl::SyncMode::latest ? static_cast<size_t>(before) + 1 : 100;
+    // the sync came next, and the fourth took version 1. Each decode step
+    // feeds one prompt token (chunked prefill, chunk 1), so step d samples
+    // token d - (prompt - 1).
+    const size_t prompt = FirstTokenTask().train_prompt(0).tokens.size();
+    const size_t switch_at = mode == rl::SyncMode::latest ? static_cast<size_t>(before) + 1 - (prompt - 1) : 100;
     int spanning = 0;
     for (const model::Completion& c : got->r->completions) {
       ASSERT_EQ(c.versions.size(), c.tokens.size()) << what;

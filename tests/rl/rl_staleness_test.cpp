@@ -71,7 +71,7 @@ struct CopyFixture {
 
 TEST(RlStaleness, StepwiseDecodingEqualsSampleWithoutALoad) {
   CopyFixture f;
-  rl::PolicyCopy a(f.o.model, f.o.backend), b(f.o.model, f.o.backend);
+  rl::PolicyCopy a(f.o.model, f.o.backend, rl::generation_slots(f.o.rl)), b(f.o.model, f.o.backend, rl::generation_slots(f.o.rl));
   a.load(f.p0, 0);
   b.load(f.p0, 0);
   const rl::StepRollouts whole = a.sample(f.task, f.o.rl, 9, 2);
@@ -92,13 +92,17 @@ TEST(RlStaleness, StepwiseDecodingEqualsSampleWithoutALoad) {
 
 TEST(RlStaleness, LoadBetweenDecodeStepsSwitchesTheRestOfTheRollout) {
   CopyFixture f;
-  rl::PolicyCopy old_only(f.o.model, f.o.backend), mixed(f.o.model, f.o.backend);
+  rl::PolicyCopy old_only(f.o.model, f.o.backend, rl::generation_slots(f.o.rl)), mixed(f.o.model, f.o.backend, rl::generation_slots(f.o.rl));
   old_only.load(f.p0, 0);
   const rl::StepRollouts ref = old_only.sample(f.task, f.o.rl, 9, 1);
   mixed.load(f.p0, 0);
   mixed.begin(f.task, f.o.rl, 9, 1);
-  ASSERT_TRUE(mixed.decode());  // the first token of every sequence, by version 0
-  mixed.load(f.p1, 1);          // the fence: version 1 for the rest
+  // Each decode step feeds one prompt token (chunked prefill, chunk 1): the
+  // step that feeds the last one samples every sequence's first token, by version 0.
+  const size_t prompt = f.task.train_prompt(0).tokens.size();
+  for (size_t i = 0; i < prompt; ++i) ASSERT_TRUE(mixed.decode());
+  mixed.load(f.p1, 1);  // the fence: version 1 for the rest
+  EXPECT_EQ(mixed.adopt_newest(false), 1);
   while (mixed.decode()) {
   }
   const rl::StepRollouts r = mixed.end(0.0);
