@@ -47,6 +47,14 @@ def summarize(run_dir):
     if end:
         out.update(trainer_idle=end.get("trainer_idle"), generator_idle=end.get("generator_idle"),
                    staleness=end.get("staleness"))
+        hist = {int(k): v for k, v in (end.get("staleness") or {}).items()}
+        n = sum(hist.values())
+        if n:
+            # AReaL's comparison: how fresh the trained tokens are. fixed_lag
+            # trains every token eta versions old (after the first steps);
+            # latest's tokens taken mid-rollout are fresher.
+            out["mean_lag"] = sum(k * v for k, v in hist.items()) / n
+            out["lag0_share"] = hist.get(0, 0) / n
     return out
 
 
@@ -57,13 +65,14 @@ def main():
     rows = {label: summarize(f"{out_dir}/{label}") for label in labels}
     base = rows[labels[0]]["steps_per_s"]
     print(f"\n| run | steps/s | vs {labels[0]} | gen tokens/s | final exact match | mean length | "
-          "trainer idle | generator idle | staleness (lag: tokens) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "trainer idle | generator idle | mean lag | lag-0 tokens | staleness (lag: tokens) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for label, r in rows.items():
         pct = lambda x: f"{100 * x:.1f}%" if x is not None else "-"
         print(f"| {label} | {r['steps_per_s']:.3f} | {r['steps_per_s'] / base:.2f}x | {r['gen_tokens_per_s']:.0f} | "
               f"{pct(r['final_exact_match'])} | {r['mean_response_length']:.1f} | {pct(r.get('trainer_idle'))} | "
-              f"{pct(r.get('generator_idle'))} | {r.get('staleness', '-')} |")
+              f"{pct(r.get('generator_idle'))} | {r.get('mean_lag', 0):.2f} | {pct(r.get('lag0_share'))} | "
+              f"{r.get('staleness', '-')} |")
     with open(f"{out_dir}/summary.json", "w") as f:
         json.dump(rows, f, indent=1)
 

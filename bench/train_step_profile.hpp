@@ -32,6 +32,11 @@ class ProfilingBackend final : public kernels::Backend {
   void upload(const T& dst, const void* src, size_t n) override { time("upload", [&] { in_->upload(dst, src, n); }); }
   void download(void* dst, const T& src, size_t n) override { time("download", [&] { in_->download(dst, src, n); }); }
   void synchronize() override { in_->synchronize(); }
+  // Batch-invariant GEMMs pass through, unless `invariant` was turned off
+  // (bench_rollouts: the same continuous batch with BLAS's GEMMs).
+  bool supports_batch_invariant() const override { return invariant_ && in_->supports_batch_invariant(); }
+  bool set_batch_invariant(bool on) override { return in_->set_batch_invariant(on); }
+  void allow_batch_invariant(bool yes) { invariant_ = yes; }
   void fill(const T& x, float v) override { time("fill", [&] { in_->fill(x, v); }); }
   void copy(const T& d, const T& s) override { time("copy", [&] { in_->copy(d, s); }); }
   void add(const T& o, const T& a, const T& b) override { time("add", [&] { in_->add(o, a, b); }); }
@@ -149,6 +154,7 @@ class ProfilingBackend final : public kernels::Backend {
   }
   std::unique_ptr<kernels::Backend> in_;
   std::map<std::string, OpStat> stats_;
+  bool invariant_ = true;
 };
 
 }  // namespace troupe::bench
