@@ -15,7 +15,9 @@
 # It prints steps/s, tokens/s, held-out exact match against wall time and the
 # time to TARGET (bench/rl_curves.py), each device's idle share and the
 # staleness histogram, and writes OUT/summary.json.
-# usage: bench/rl_async.sh BUILD_DIR OUT_DIR [STEPS] [INIT] [TARGET] [SLOTS]
+# ROW_BUCKETS (default 4) sorts each step's training rows by length into that
+# many buckets (rl.row_buckets), each padded to its own longest row.
+# usage: bench/rl_async.sh BUILD_DIR OUT_DIR [STEPS] [INIT] [TARGET] [SLOTS] [ROW_BUCKETS]
 set -euo pipefail
 build=$1
 out=$2
@@ -23,12 +25,13 @@ steps=${3:-40}
 init=${4:-runs/reasoning_sft/checkpoint}
 target=${5:-0.75}
 slots=${6:-0}
+buckets=${7:-4}
 here=$(cd "$(dirname "$0")/.." && pwd)
 spec="$here/bench/results/reasoning_rl.toml"
 [ -d "$init" ] || { echo "no SFT checkpoint at $init: run bench/results/reasoning_sft.toml first (bench/results/reasoning.md)"; exit 1; }
 mkdir -p "$out"
 common=(--set run.steps="$steps" --set run.eval_every=10 --set log.progress='"off"' --set log.rollouts=0
-        --set rl.init="\"$init\"" --set rl.loss='"decoupled_ppo"' --set rl.slots="$slots")
+        --set rl.init="\"$init\"" --set rl.loss='"decoupled_ppo"' --set rl.slots="$slots" --set rl.row_buckets="$buckets")
 run() {
   local name=$1; shift
   echo "== $name: $*"

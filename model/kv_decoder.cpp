@@ -62,8 +62,13 @@ void KvDecoder::move_sequence(int64_t from, int64_t to, int64_t length) {
 }
 
 KvDecoder::Work& KvDecoder::work_for(int64_t width, int64_t rows) {
+  if (auto it = work_.find({width, rows}); it != work_.end()) return *it->second;
+  // Width-1 workspaces (decode steps: one per live-row count, at most
+  // batch()) are kept; of the wider ones (prefills, recomputes: widths times
+  // row counts) only the newest, or a continuous batch's recomputes would
+  // keep one per combination.
+  if (width > 1) std::erase_if(work_, [](const auto& e) { return e.first.first > 1; });
   auto& slot = work_[{width, rows}];
-  if (slot) return *slot;
   slot = std::make_unique<Work>(be_);
   Work& wk = *slot;
   auto& a = wk.arena;

@@ -126,6 +126,8 @@ std::vector<ConfigProblem> check_config(const RlConfig& c) {
     bad("temperature", "temperature = " + num(c.temperature) +
                            " must be > 0 (greedy decoding would make every completion of a group the same)");
   if (!(c.top_p > 0 && c.top_p <= 1)) bad("top_p", "top_p = " + num(c.top_p) + " must be in (0, 1]");
+  if (c.row_buckets < 1)
+    bad("row_buckets", "row_buckets = " + std::to_string(c.row_buckets) + " must be >= 1 (1: one batch of rows)");
   if (c.slots < 0) bad("slots", "slots = " + std::to_string(c.slots) + " must be >= 0 (0: a whole step's sequences)");
   if (c.rm_prompts < 1) bad("rm_prompts", "rm_prompts = " + std::to_string(c.rm_prompts) + " must be >= 1");
   if (c.rm_batch < 1) bad("rm_batch", "rm_batch = " + std::to_string(c.rm_batch) + " must be >= 1");

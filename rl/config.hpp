@@ -131,6 +131,13 @@ struct RlConfig {
   // slot goes at once to the next. 0 = prompts_per_step * group_size, a
   // whole step's. Decoupled generators refill with the next step's prompts.
   int64_t slots = 0;
+  // The in-process policy update (sync loop, trainer = "single"): the step's
+  // rows sorted by length into this many buckets, each padded to its own
+  // longest row instead of every row to the step's longest (long-tailed
+  // completions). 1 = one batch in sample order, the math the actors
+  // trainer (one row length) reproduces bit for bit; more buckets change
+  // the rounding, not the loss.
+  int64_t row_buckets = 1;
   // run.mode = "reward_model" (rl/rm_trainer.hpp): training prompts whose
   // group_size completions are labelled, and completions scored per
   // optimizer step (bradley_terry: rm_batch / 2 pairs, so rm_batch is even).

@@ -122,7 +122,9 @@ struct RlTrainer::Impl {
   std::vector<model::OptimizerRange> ranges;
   std::unique_ptr<model::ContinuousBatch> gen;     // the step's rollouts (rl.slots)
   std::unique_ptr<model::BatchGenerator> eval_gen;  // evaluation: whole chunks at once
-  std::map<int64_t, std::unique_ptr<model::PolicyHead>> heads;  // by row length
+  std::map<int64_t, std::unique_ptr<model::PolicyHead>> heads;  // by row length and rows (head_for)
+  std::map<int64_t, int64_t> head_used;                          // when each was last used
+  int64_t head_clock = 0;
   std::unique_ptr<ModelReward> model_reward;  // rl.reward = "model": the frozen RM
   std::unique_ptr<PolicyUpdater> updater;     // the update elsewhere (options.make_updater), or null
   int64_t step = 0;
@@ -222,14 +224,27 @@ struct RlTrainer::Impl {
 
   // A policy head for rows of `len` tokens (prompt + completion): causal
   // attention makes a short row's log-probs those of a seq_len row's prefix.
-  model::PolicyHead& head_for(int64_t len, int64_t rows) {
-    const int64_t key = len * 1000003 + rows;
+  // A head per (chunk, row length, rows) in use: each chunk of a step keeps
+  // its own activations from forward to backward. Row lengths follow each
+  // step's completions, so long-tailed tasks see many: only the 2 x
+  // rl.row_buckets used last are kept (keeping every length held 3.3 GB after 8
+  // steps of the reasoning task).
+  model::PolicyHead& head_for(int64_t chunk, int64_t len, int64_t rows) {
+    const int64_t key = (chunk * 100003 + len) * 1000003 + rows;
     auto it = heads.find(key);
     if (it == heads.end()) {
+      if (heads.size() >= static_cast<size_t>(2 * std::max<int64_t>(1, opt.rl.row_buckets))) {
+        auto oldest = heads.begin();
+        for (auto h = heads.begin(); h != heads.end(); ++h)
+          if (head_used[h->first] < head_used[oldest->first]) oldest = h;
+        head_used.erase(oldest->first);
+        heads.erase(oldest);
+      }
       model::ModelConfig c = opt.model;
       c.seq_len = len;
       it = heads.emplace(key, std::make_unique<model::PolicyHead>(*be, c, rows)).first;
     }
+    head_used[key] = ++head_clock;
     return *it->second;
   }
 
@@ -262,6 +277,70 @@ struct RlTrainer::Impl {
         be->upload_f32(b, host);
       }
     }
+  }
+
+  // One length bucket of training rows (train_on): rows x S tokens, the
+  // head that runs them (its activations kept from forward to backward).
+  struct RowChunk {
+    int64_t rows = 0, S = 0;
+    double share = 1.0;  // rows / all rows: the chunk's weight of the MoE aux loss
+    std::vector<int32_t> inputs, targets;
+    model::PolicyHead* head = nullptr;
+  };
+  // Where each completion token (score_groups' order) sits: its chunk and
+  // its flat position in that chunk's rows (filled by layout_rows).
+  std::vector<size_t> tok_chunk_, tok_at_;
+
+  std::vector<RowChunk> layout_rows(const std::vector<std::vector<int32_t>>& prompts,
+                                    const std::vector<model::Completion>& comps, const std::vector<int64_t>& offsets) {
+    const int64_t N = static_cast<int64_t>(prompts.size());
+    auto length = [&](int64_t i) {
+      return static_cast<int64_t>(prompts[static_cast<size_t>(i)].size() + comps[static_cast<size_t>(i)].tokens.size());
+    };
+    std::vector<int64_t> order(static_cast<size_t>(N));
+    for (int64_t i = 0; i < N; ++i) order[static_cast<size_t>(i)] = i;
+    // The updater's rows are one fixed length, in order; in process, by length.
+    const int64_t buckets = updater ? 1 : std::max<int64_t>(1, opt.rl.row_buckets);
+    if (buckets > 1) std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return length(a) < length(b); });
+    const int64_t per = std::max<int64_t>(1, (N + buckets - 1) / buckets);
+    const int32_t pad = task->eos_token() >= 0 ? task->eos_token() : 0;
+    const size_t T = static_cast<size_t>(offsets.empty() ? 0 : offsets.back());
+    tok_chunk_.assign(T, 0);
+    tok_at_.assign(T, 0);
+    std::vector<RowChunk> chunks;
+    for (int64_t c0 = 0; c0 < N; c0 += per) {
+      RowChunk ch;
+      ch.rows = std::min(per, N - c0);
+      int64_t longest = 1;
+      for (int64_t r = 0; r < ch.rows; ++r) longest = std::max(longest, length(order[static_cast<size_t>(c0 + r)]));
+      ch.S = updater ? updater->seq_len() : std::min<int64_t>(opt.model.seq_len, (longest + 7) / 8 * 8);
+      if (longest > ch.S)
+        throw std::invalid_argument("RlTrainer::train_on: a row of " + std::to_string(longest) +
+                                    " tokens (prompt + completion) does not fit the rows of " + std::to_string(ch.S));
+      ch.share = static_cast<double>(ch.rows) / static_cast<double>(N);
+      ch.inputs.assign(static_cast<size_t>(ch.rows * ch.S), pad);
+      ch.targets.assign(static_cast<size_t>(ch.rows * ch.S), -1);
+      const size_t b = chunks.size();
+      for (int64_t r = 0; r < ch.rows; ++r) {
+        const int64_t i = order[static_cast<size_t>(c0 + r)];
+        const auto& p = prompts[static_cast<size_t>(i)];
+        const auto& c = comps[static_cast<size_t>(i)].tokens;
+        int32_t* row = ch.inputs.data() + r * ch.S;
+        int64_t t = 0;
+        for (int32_t x : p) row[t++] = x;
+        for (size_t j = 0; j + 1 < c.size() && t < ch.S; ++j) row[t++] = c[j];
+        for (size_t j = 0; j < c.size(); ++j) {
+          const size_t at = static_cast<size_t>(r * ch.S + static_cast<int64_t>(p.size()) - 1 + static_cast<int64_t>(j));
+          ch.targets[at] = c[j];
+          const size_t k = static_cast<size_t>(offsets[static_cast<size_t>(i)]) + j;
+          tok_chunk_[k] = b;
+          tok_at_[k] = at;
+        }
+      }
+      ch.head = &head_for(static_cast<int64_t>(b), ch.S, ch.rows);
+      chunks.push_back(std::move(ch));
+    }
+    return chunks;
   }
 
   RlStepMetrics run_step() {
@@ -304,71 +383,72 @@ struct RlTrainer::Impl {
     m.gen_tokens_per_s = m.gen_seconds > 0 ? static_cast<double>(m.gen_tokens) / m.gen_seconds : 0.0;
 
     // 4. Training rows: row i is prompt_i + completion_i; completion token j
-    //    is the target at position len(prompt_i) - 1 + j.
+    //    is the target at position len(prompt_i) - 1 + j. In process, with
+    //    rl.row_buckets > 1, the rows go in length buckets (sorted by length,
+    //    each padded to its own longest row), so a long-tailed task does not
+    //    pad every row to the step's longest completion; the updater takes
+    //    one chunk of its fixed row length, in order.
     auto tt = Clock::now();
-    int64_t longest = 1;
-    for (int64_t i = 0; i < N; ++i)
-      longest = std::max<int64_t>(longest, static_cast<int64_t>(prompts[i].size() + comps[i].tokens.size()));
-    const int64_t S = updater ? updater->seq_len() : std::min<int64_t>(opt.model.seq_len, (longest + 7) / 8 * 8);
-    if (longest > S)
-      throw std::invalid_argument("RlTrainer::train_on: a row of " + std::to_string(longest) +
-                                  " tokens (prompt + completion) does not fit the updater's rows of " +
-                                  std::to_string(S));
-    std::vector<int32_t> inputs(static_cast<size_t>(N * S), task->eos_token() >= 0 ? task->eos_token() : 0);
-    std::vector<int32_t> targets(static_cast<size_t>(N * S), -1);
-    std::vector<size_t> pos;  // flat row position of each completion token, in score_groups' order
-    for (int64_t i = 0; i < N; ++i) {
-      const auto& p = prompts[i];
-      const auto& c = comps[i].tokens;
-      int32_t* row = inputs.data() + i * S;
-      int64_t t = 0;
-      for (int32_t x : p) row[t++] = x;
-      for (size_t j = 0; j + 1 < c.size() && t < S; ++j) row[t++] = c[j];
-      for (size_t j = 0; j < c.size(); ++j) {
-        const size_t at = static_cast<size_t>(i * S + static_cast<int64_t>(p.size()) - 1 + static_cast<int64_t>(j));
-        targets[at] = c[j];
-        pos.push_back(at);
-      }
-    }
+    const std::vector<RowChunk> chunks = layout_rows(prompts, comps, sb.offsets);
     const std::vector<double>& mask = sb.mask;
-    const size_t T = pos.size();
-    model::PolicyHead& head = head_for(S, N);
+    const size_t T = tok_chunk_.size();
     const double temp = train_temperature();
+    int64_t padded = 0;
+    for (const RowChunk& c : chunks) padded += c.rows * c.S;
 
     // The frozen reference's log-probs: the KL penalty and its metric.
     std::vector<double> logp_ref(T);
-    {
-      const model::PolicyForward& f = head.forward(ref_w, inputs, targets, temp);
-      for (size_t k = 0; k < T; ++k) logp_ref[k] = f.logprobs[pos[k]];
+    for (size_t b = 0; b < chunks.size(); ++b) {
+      const model::PolicyForward& f = chunks[b].head->forward(ref_w, chunks[b].inputs, chunks[b].targets, temp);
+      for (size_t k = 0; k < T; ++k)
+        if (tok_chunk_[k] == b) logp_ref[k] = f.logprobs[tok_at_[k]];
     }
     const int64_t U = rl.updates_per_batch;
     if (updater) {
-      update_elsewhere(m, inputs, targets, pos, sb, logp_ref);
+      update_elsewhere(m, chunks[0].inputs, chunks[0].targets, tok_at_, sb, logp_ref);
     } else {
       std::vector<double> logp(T), logp_prox, entropy(T), grad(T);
-      std::vector<float> coef(static_cast<size_t>(N * S), 0.0f);
+      std::vector<std::vector<float>> coef(chunks.size());
       for (int64_t u = 0; u < U; ++u) {
         be->fill(grads, 0.0f);
-        const model::PolicyForward& f = head.forward(w, inputs, targets, temp);
-        for (size_t k = 0; k < T; ++k) {
-          logp[k] = f.logprobs[pos[k]];
-          entropy[k] = f.entropy[pos[k]];
+        double aux = 0.0;
+        for (size_t b = 0; b < chunks.size(); ++b) {
+          const model::PolicyForward& f = chunks[b].head->forward(w, chunks[b].inputs, chunks[b].targets, temp);
+          for (size_t k = 0; k < T; ++k)
+            if (tok_chunk_[k] == b) {
+              logp[k] = f.logprobs[tok_at_[k]];
+              entropy[k] = f.entropy[tok_at_[k]];
+            }
+          aux += f.aux_loss * chunks[b].share;
         }
         if (u == 0) logp_prox = logp;  // the policy that sampled, recomputed (PPO's "old" policy)
         const PolicyTokens in = policy_tokens(logp, logp_prox, logp_ref, sb);
         const PolicyMetrics pm = policy_loss_forward(in, rl.policy);
         policy_loss_backward(grad, in, rl.policy);
-        for (size_t k = 0; k < T; ++k) coef[pos[k]] = static_cast<float>(grad[k]);
-        head.backward(w, g, coef, 1.0);
+        // Each chunk's backward, from its own head's forward above; the MoE
+        // aux loss weighted by the chunk's share of the rows (its mean over
+        // the batch), the expert loads summed for bias balancing.
+        std::vector<std::vector<int64_t>> load;
+        for (size_t b = 0; b < chunks.size(); ++b) {
+          coef[b].assign(chunks[b].inputs.size(), 0.0f);
+          for (size_t k = 0; k < T; ++k)
+            if (tok_chunk_[k] == b) coef[b][tok_at_[k]] = static_cast<float>(grad[k]);
+          chunks[b].head->backward(w, g, coef[b], chunks[b].share);
+          const auto l = chunks[b].head->decoder().expert_load();
+          if (load.empty()) load = l;
+          else
+            for (size_t i = 0; i < l.size() && i < load.size(); ++i)
+              for (size_t e = 0; e < l[i].size() && e < load[i].size(); ++e) load[i][e] += l[i][e];
+        }
         if (u == 0) first_update_metrics(m, mask, logp, logp_ref, sb.logp_behav, entropy);
         loss_metrics(m, pm);
-        m.aux_loss = f.aux_loss;
-        optimizer_step(m, step * U + u, opt.steps * U, head.decoder().expert_load());
+        m.aux_loss = aux;
+        optimizer_step(m, step * U + u, opt.steps * U, load);
       }
     }
+    m.train_tokens = padded * U;
     be->synchronize();
     m.train_seconds = seconds_since(tt);
-    m.train_tokens = N * S * U;
     m.train_tokens_per_s = m.train_seconds > 0 ? static_cast<double>(m.train_tokens) / m.train_seconds : 0.0;
     ++step;
     m.step_seconds = seconds_since(t0) + m.gen_seconds + m.reward_seconds;

@@ -192,10 +192,12 @@ void describe(const Spec& spec) {
                   "(s - 1) x %lld + 1):\n%s",
                   static_cast<long long>(spec.rl.updates_per_batch),
                   format_topology(spec, *rp.rl_trainer_plan).c_str());
-    std::printf("each step samples %lld prompts x %lld completions (KV cache, temperature %g, top_p %g, at most %lld new "
+    std::printf("each step samples %lld prompts x %lld completions (KV cache, %lld slots per generator, refilled as "
+                "sequences finish, the next step's included; temperature %g, top_p %g, at most %lld new "
                 "tokens) by policy version %smax(0, step - %lld), scores them with the %s task's rule verifier and trains "
                 "with loss \"%s\" (%lld update(s) per batch) in the trainer actor; policy from %s\n",
-                static_cast<long long>(r.prompts_per_step), static_cast<long long>(r.group_size), r.temperature, r.top_p,
+                static_cast<long long>(r.prompts_per_step), static_cast<long long>(r.group_size),
+                static_cast<long long>(rl::generation_slots(r)), r.temperature, r.top_p,
                 static_cast<long long>(r.max_new_tokens),
                 r.sync == rl::SyncMode::latest ? "newest published (taken between decode steps), at least " : "",
                 static_cast<long long>(r.max_staleness), r.task.c_str(),
@@ -230,9 +232,10 @@ void describe(const Spec& spec) {
   if (spec.run.mode == RunMode::rl) {
     const auto& r = spec.rl;
     std::printf("online RL (synchronous, one process): each step samples %lld prompts x %lld completions "
-                "(KV cache, temperature %g, top_p %g, at most %lld new tokens), scores them with %s and trains with "
-                "loss \"%s\" (%lld update(s) per batch); policy from %s\n",
-                static_cast<long long>(r.prompts_per_step), static_cast<long long>(r.group_size), r.temperature, r.top_p,
+                "(KV cache, %lld slots refilled as sequences finish; temperature %g, top_p %g, at most %lld new tokens), "
+                "scores them with %s and trains with loss \"%s\" (%lld update(s) per batch); policy from %s\n",
+                static_cast<long long>(r.prompts_per_step), static_cast<long long>(r.group_size),
+                static_cast<long long>(rl::generation_slots(r)), r.temperature, r.top_p,
                 static_cast<long long>(r.max_new_tokens),
                 (r.reward == rl::RewardSource::model
                      ? "the frozen learned reward model " + r.reward_model + " (reward = sigmoid(score))"

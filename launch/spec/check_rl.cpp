@@ -95,6 +95,9 @@ void check_rl_trainer(const Spec& s, SpecSites& p) {
                                    "reward actors: it needs sync = \"fixed_lag\" or \"latest\"");
     return;
   }
+  if (s.rl.row_buckets > 1)
+    p.error(p.where("rl.row_buckets"), "[rl] row_buckets = " + v(s.rl.row_buckets) + " with trainer = \"actors\": the "
+                                       "actors' policy update takes rows of one length; use 1 (or trainer = \"single\")");
   const int trainer = rl_trainer_devices(s);
   if (trainer > s.topology.devices)
     p.error(p.where(r.trainer_devices > 0 ? "rl.trainer_devices" : "topology.devices"),
@@ -157,6 +160,7 @@ void convert_rl(Spec& s, SpecSites& p) {
   c.sync_deadline_ms = r.sync_deadline_ms;
   c.recompute_kv = r.recompute_kv;
   c.slots = r.slots;
+  c.row_buckets = r.row_buckets;
   c.rm_prompts = r.rm_prompts;
   c.rm_batch = r.rm_batch;
   c.rm_loss = r.rm_loss;

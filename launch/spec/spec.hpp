@@ -143,6 +143,7 @@ struct RlSection {
   double sync_deadline_ms = 10000.0;  // decoupled: a generator confirms each weight sync within this
   bool recompute_kv = true;           // latest: recompute the KV cache after a mid-rollout switch
   int64_t slots = 0;                  // sequences a generator decodes at once (0: a whole step's)
+  int64_t row_buckets = 1;            // in-process update: rows in this many length buckets
   std::string trainer = "single";  // decoupled: "single" (one actor, in-process update) or "actors" ([topology]'s runtime)
   int64_t trainer_devices = 0;     // trainer = "actors": its devices 0..N-1 (0: stages x data_parallel)
   int64_t rm_prompts = 256;  // run.mode = "reward_model": training prompts to label

@@ -76,6 +76,70 @@ TEST(RlTrainer, TwoRunsAreIdentical) {
   EXPECT_EQ(params[0], params[1]);
 }
 
+// rl.row_buckets: the rows sorted by length into buckets, each padded to
+// its own longest row, change the rounding, not the update, for a dense
+// model: the same losses, KL, gradient norms and parameters within float
+// rounding, with fewer padded tokens trained; an uneven split (5 buckets of
+// 12 rows: 3, 3, 3, 3) too. (MoE routes the padding too: its aux loss and
+// balancing loads are over each bucket's tokens, so fewer padding tokens
+// change them; the next test.)
+TEST(RlTrainer, RowBucketsChangeTheRoundingNotTheUpdate) {
+  rl::RlTrainOptions o = tiny_options("dense");
+  o.steps = 3;
+  o.rl.max_new_tokens = 6;  // completions of different lengths
+  o.rl.policy.kl_coef = 0.01;
+  o.rl.updates_per_batch = 2;
+  auto run = [&](int64_t buckets, std::vector<rl::RlStepMetrics>& steps) {
+    rl::RlTrainOptions b = o;
+    b.rl.row_buckets = buckets;
+    rl::RlTrainer tr(b, std::make_unique<FirstTokenTask>());
+    for (int i = 0; i < b.steps; ++i) steps.push_back(tr.step());
+    return tr.parameters();
+  };
+  std::vector<rl::RlStepMetrics> one;
+  const std::vector<float> p1 = run(1, one);
+  int64_t fewer = 0;  // steps that padded fewer tokens (rows round up to 8)
+  for (int64_t buckets : {3, 4, 5}) {
+    SCOPED_TRACE("row_buckets " + std::to_string(buckets));
+    std::vector<rl::RlStepMetrics> many;
+    const std::vector<float> pb = run(buckets, many);
+    ASSERT_EQ(many.size(), one.size());
+    for (size_t i = 0; i < one.size(); ++i) {
+      EXPECT_NEAR(many[i].loss, one[i].loss, 1e-5 * (1 + std::abs(one[i].loss))) << "step " << i;
+      EXPECT_NEAR(many[i].kl_ref, one[i].kl_ref, 1e-5) << "step " << i;
+      EXPECT_NEAR(many[i].grad_norm, one[i].grad_norm, 1e-4 * (1 + one[i].grad_norm)) << "step " << i;
+      EXPECT_EQ(many[i].reward_mean, one[i].reward_mean) << "same rollouts";
+      EXPECT_LE(many[i].train_tokens, one[i].train_tokens);
+      fewer += many[i].train_tokens < one[i].train_tokens;
+    }
+    ASSERT_EQ(pb.size(), p1.size());
+    double worst = 0;
+    for (size_t i = 0; i < p1.size(); ++i) worst = std::max(worst, std::abs(double(pb[i]) - double(p1[i])));
+    EXPECT_LT(worst, 1e-4) << "parameters after 3 steps";
+  }
+  EXPECT_GT(fewer, 0) << "buckets must pad fewer tokens somewhere";
+}
+
+// MoE with buckets: each bucket's aux loss counts by its share of the rows
+// and the expert loads are summed. The first step's rollouts are the same, and
+// its policy loss (the aux loss apart) agrees to rounding.
+TEST(RlTrainer, RowBucketsWithMoeWeighTheAuxLossByRows) {
+  rl::RlTrainOptions o = tiny_options("moe");
+  o.steps = 1;
+  o.rl.max_new_tokens = 6;
+  std::vector<rl::RlStepMetrics> m;
+  for (int64_t buckets : {1, 4}) {
+    o.rl.row_buckets = buckets;
+    rl::RlTrainer tr(o, std::make_unique<FirstTokenTask>());
+    m.push_back(tr.step());
+  }
+  EXPECT_EQ(m[0].reward_mean, m[1].reward_mean);
+  EXPECT_NEAR(m[0].pg_loss, m[1].pg_loss, 1e-5 * (1 + std::abs(m[0].pg_loss)));
+  EXPECT_GT(m[1].aux_loss, 0.0);
+  EXPECT_NEAR(m[1].aux_loss, m[0].aux_loss, 0.5 * m[0].aux_loss) << "the same order of size";
+  EXPECT_LT(m[1].train_tokens, m[0].train_tokens);
+}
+
 TEST(RlTrainer, ResumeEqualsStraightRun) {
   rl::RlTrainOptions o = tiny_options("moe");
   o.steps = 4;
