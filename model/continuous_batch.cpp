@@ -40,22 +40,8 @@ ContinuousBatch::~ContinuousBatch() = default;
 
 void ContinuousBatch::start(const std::vector<std::vector<int32_t>>& prompts, std::span<SamplerRng> rngs,
                             const GenerateOptions& o) {
-  const int64_t B = static_cast<int64_t>(prompts.size()), C = cfg_.seq_len, V = cfg_.vocab_size;
-  if (static_cast<int64_t>(rngs.size()) != B)
-    throw std::invalid_argument("generate: " + std::to_string(prompts.size()) + " prompts but " +
-                                std::to_string(rngs.size()) + " RNGs (one per sequence)");
-  for (int64_t b = 0; b < B; ++b) {
-    const auto& p = prompts[static_cast<size_t>(b)];
-    const std::string who = "generate: prompt " + std::to_string(b);
-    if (p.empty()) throw std::invalid_argument(who + " is empty");
-    if (static_cast<int64_t>(p.size()) >= C)
-      throw std::invalid_argument(who + " has " + std::to_string(p.size()) +
-                                  " tokens, leaving no room in the context of " + std::to_string(C));
-    for (int32_t t : p)
-      if (t < 0 || t >= V)
-        throw std::invalid_argument(who + ": token " + std::to_string(t) + " outside the vocabulary of " +
-                                    std::to_string(V));
-  }
+  const int64_t B = static_cast<int64_t>(prompts.size());
+  check_generation_input(prompts, rngs.size(), cfg_);
   prompts_ = prompts;
   rngs_ = rngs;
   opt_ = o;
@@ -71,20 +57,10 @@ int64_t ContinuousBatch::length(const Row& r) const {
                               out_[static_cast<size_t>(r.seq)].tokens.size());
 }
 
-// Samples row r's next token (as BatchGenerator::take); false when it stops.
+// Samples row r's next token; false when its sequence stops.
 bool ContinuousBatch::take(Row& r, const float* row, int64_t version) {
   const size_t i = static_cast<size_t>(r.seq);
-  const int64_t V = cfg_.vocab_size;
-  const int32_t tok = sample_token(row, V, opt_.sampling, rngs_[i]);
-  Completion& c = out_[i];
-  c.tokens.push_back(tok);
-  c.logprobs.push_back(static_cast<float>(token_logprob(row, V, tok, opt_.sampling.temperature)));
-  c.versions.push_back(version);
-  if (opt_.eos >= 0 && tok == opt_.eos) c.stop = StopReason::eos;
-  else if (static_cast<int64_t>(c.tokens.size()) >= opt_.max_new_tokens) c.stop = StopReason::max_new_tokens;
-  else if (length(r) >= cfg_.seq_len) c.stop = StopReason::context_full;
-  else return true;
-  return false;
+  return append_sampled_token(out_[i], row, cfg_, opt_, rngs_[i], version, length(r) + 1);
 }
 
 bool ContinuousBatch::step(const ModelWeights& w, int64_t version, int64_t max_live) {

@@ -19,6 +19,39 @@ const char* stop_reason_name(StopReason r) {
   return "?";
 }
 
+void check_generation_input(const std::vector<std::vector<int32_t>>& prompts, size_t rngs, const ModelConfig& cfg) {
+  const int64_t C = cfg.seq_len, V = cfg.vocab_size;
+  if (rngs != prompts.size())
+    throw std::invalid_argument("generate: " + std::to_string(prompts.size()) + " prompts but " +
+                                std::to_string(rngs) + " RNGs (one per sequence)");
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    const auto& p = prompts[b];
+    const std::string who = "generate: prompt " + std::to_string(b);
+    if (p.empty()) throw std::invalid_argument(who + " is empty");
+    if (static_cast<int64_t>(p.size()) >= C)
+      throw std::invalid_argument(who + " has " + std::to_string(p.size()) +
+                                  " tokens, leaving no room in the context of " + std::to_string(C));
+    for (int32_t t : p)
+      if (t < 0 || t >= V)
+        throw std::invalid_argument(who + ": token " + std::to_string(t) + " outside the vocabulary of " +
+                                    std::to_string(V));
+  }
+}
+
+bool append_sampled_token(Completion& c, const float* row, const ModelConfig& cfg, const GenerateOptions& o,
+                          SamplerRng& rng, int64_t version, int64_t length) {
+  const int64_t V = cfg.vocab_size;
+  const int32_t tok = sample_token(row, V, o.sampling, rng);
+  c.tokens.push_back(tok);
+  c.logprobs.push_back(static_cast<float>(token_logprob(row, V, tok, o.sampling.temperature)));
+  c.versions.push_back(version);
+  if (o.eos >= 0 && tok == o.eos) c.stop = StopReason::eos;
+  else if (static_cast<int64_t>(c.tokens.size()) >= o.max_new_tokens) c.stop = StopReason::max_new_tokens;
+  else if (length >= cfg.seq_len) c.stop = StopReason::context_full;
+  else return true;
+  return false;
+}
+
 BatchGenerator::BatchGenerator(kernels::Backend& be, const ModelConfig& c) : be_(be), cfg_(c) {}
 BatchGenerator::~BatchGenerator() = default;
 
@@ -40,22 +73,8 @@ std::vector<Completion> BatchGenerator::generate(const ModelWeights& w,
 
 void BatchGenerator::start(const std::vector<std::vector<int32_t>>& prompts,
                            std::span<SamplerRng> rngs, const GenerateOptions& o) {
-  const int64_t B = static_cast<int64_t>(prompts.size()), C = cfg_.seq_len, V = cfg_.vocab_size;
-  if (static_cast<int64_t>(rngs.size()) != B)
-    throw std::invalid_argument("generate: " + std::to_string(prompts.size()) + " prompts but " +
-                                std::to_string(rngs.size()) + " RNGs (one per sequence)");
-  for (int64_t b = 0; b < B; ++b) {
-    const auto& p = prompts[static_cast<size_t>(b)];
-    const std::string who = "generate: prompt " + std::to_string(b);
-    if (p.empty()) throw std::invalid_argument(who + " is empty");
-    if (static_cast<int64_t>(p.size()) >= C)
-      throw std::invalid_argument(who + " has " + std::to_string(p.size()) +
-                                  " tokens, leaving no room in the context of " + std::to_string(C));
-    for (int32_t t : p)
-      if (t < 0 || t >= V)
-        throw std::invalid_argument(who + ": token " + std::to_string(t) +
-                                    " outside the vocabulary of " + std::to_string(V));
-  }
+  const int64_t B = static_cast<int64_t>(prompts.size());
+  check_generation_input(prompts, rngs.size(), cfg_);
   prompts_ = prompts;
   rngs_ = rngs;
   opt_ = o;
@@ -78,19 +97,9 @@ std::vector<Completion> BatchGenerator::finish() {
 // records it; returns whether b goes on.
 bool BatchGenerator::take(int64_t b, const float* row, int64_t version) {
   const size_t i = static_cast<size_t>(b);
-  const int64_t V = cfg_.vocab_size;
-  const int32_t tok = sample_token(row, V, opt_.sampling, rngs_[i]);
-  Completion& c = out_[i];
-  c.tokens.push_back(tok);
-  c.logprobs.push_back(static_cast<float>(token_logprob(row, V, tok, opt_.sampling.temperature)));
-  c.versions.push_back(version);
-  ++len_[i];
-  if (opt_.eos >= 0 && tok == opt_.eos) c.stop = StopReason::eos;
-  else if (static_cast<int64_t>(c.tokens.size()) >= opt_.max_new_tokens) c.stop = StopReason::max_new_tokens;
-  else if (len_[i] >= cfg_.seq_len) c.stop = StopReason::context_full;
-  else return true;
-  active_[i] = 0;
-  return false;
+  const bool more = append_sampled_token(out_[i], row, cfg_, opt_, rngs_[i], version, ++len_[i]);
+  if (!more) active_[i] = 0;
+  return more;
 }
 
 bool BatchGenerator::step(const ModelWeights& w, int64_t version) {

@@ -51,6 +51,15 @@ struct Completion {
   StopReason stop = StopReason::max_new_tokens;
 };
 
+// Shared by BatchGenerator and ContinuousBatch (model/continuous_batch.hpp):
+// the input check of a generation (std::invalid_argument naming the prompt),
+// and one sampled token appended to `c` from logits `row` (its log-prob and
+// `version` recorded, the stop reason set); `length` is the sequence's
+// prompt + new tokens after it. Returns whether the sequence goes on.
+void check_generation_input(const std::vector<std::vector<int32_t>>& prompts, size_t rngs, const ModelConfig& config);
+bool append_sampled_token(Completion& c, const float* row, const ModelConfig& config, const GenerateOptions& options,
+                          SamplerRng& rng, int64_t version, int64_t length);
+
 class BatchGenerator {
  public:
   BatchGenerator(kernels::Backend& backend, const ModelConfig& config);
