@@ -10,6 +10,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -125,6 +126,49 @@ TEST(RlStaleness, LoadBetweenDecodeStepsSwitchesTheRestOfTheRollout) {
   }
   EXPECT_GT(spanning, 0) << "some rollout spans the publication";
   EXPECT_TRUE(other_logp) << "the behaviour log-prob after the switch is the new policy's";
+}
+
+// A generator's copy runs two steps side by side in its slots, each with its
+// own version's weights (fixed_lag: step 2 by version 1 while step 1 by
+// version 0 finishes): each step's rollouts are the same bits as the step
+// sampled alone with all the slots it wants, and the second step began
+// before the first one ended.
+TEST(RlStaleness, TwoStepsSideBySideEqualEachAlone) {
+  CopyFixture f;
+  f.o.rl.max_new_tokens = 6;  // lengths differ: the first step's tail frees slots
+  rl::PolicyCopy alone(f.o.model, f.o.backend, rl::generation_slots(f.o.rl));
+  alone.load(f.p0, 0);
+  const rl::StepRollouts want1 = alone.sample(f.task, f.o.rl, 9, 1);
+  alone.load(f.p1, 1);
+  const rl::StepRollouts want2 = alone.sample(f.task, f.o.rl, 9, 2);
+
+  rl::PolicyCopy shared(f.o.model, f.o.backend, 3);
+  shared.load(f.p0, 0);
+  const int64_t t1 = shared.begin(f.task, f.o.rl, 9, 1);
+  while (!shared.can_begin()) ASSERT_TRUE(shared.decode());
+  shared.load(f.p1, 1);  // the running step keeps version 0
+  const int64_t t2 = shared.begin(f.task, f.o.rl, 9, 2);
+  EXPECT_EQ(shared.running_steps(), 2);
+  std::map<int64_t, rl::StepRollouts> got;
+  bool overlapped = false;
+  for (int guard = 0; got.size() < 2; ++guard) {
+    ASSERT_LT(guard, 1000) << "the steps never finished";
+    shared.decode();
+    while (auto done = shared.take_finished()) got.emplace(done->ticket, std::move(done->rollouts));
+    overlapped = overlapped || (got.empty() && shared.running_steps() == 2);
+  }
+  EXPECT_TRUE(overlapped);
+  for (const auto& [want, ticket] : {std::pair{&want1, t1}, std::pair{&want2, t2}}) {
+    const rl::StepRollouts& r = got.at(ticket);
+    EXPECT_EQ(r.step, want->step);
+    EXPECT_EQ(r.version, want->version);
+    ASSERT_EQ(r.completions.size(), want->completions.size());
+    for (size_t i = 0; i < r.completions.size(); ++i) {
+      EXPECT_EQ(r.completions[i].tokens, want->completions[i].tokens) << "step " << r.step << ", completion " << i;
+      EXPECT_EQ(r.completions[i].logprobs, want->completions[i].logprobs);
+      EXPECT_EQ(r.completions[i].versions, want->completions[i].versions);
+    }
+  }
 }
 
 TEST(RlStaleness, VersionStoreRoundTripsAndNamesAMissingVersion) {
