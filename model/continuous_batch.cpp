@@ -87,14 +87,12 @@ bool ContinuousBatch::step(const ModelWeights& w, int64_t version, int64_t max_l
   ++counters_.steps;
   counters_.rows += n;
   // Sample where the fed token was the sequence's newest; mark the finished.
-  std::vector<char> finished(static_cast<size_t>(n), 0);
+  std::vector<char>& finished = finished_;
+  finished.assign(static_cast<size_t>(n), 0);
   for (int64_t i = 0; i < n; ++i) {
     Row& r = rows_[static_cast<size_t>(i)];
     ++r.fed;
-    if (r.fed < length(r)) {
-      ++counters_.prefill_rows;
-      continue;
-    }
+    if (r.fed < length(r)) continue;  // still feeding its prompt
     finished[static_cast<size_t>(i)] = take(r, logits_host_.data() + i * V, version) ? 0 : 1;
   }
   // Close the gaps: the last live row moves into each finished one.

@@ -42,8 +42,6 @@ class ContinuousBatch {
   ContinuousBatch(const ContinuousBatch&) = delete;
   ContinuousBatch& operator=(const ContinuousBatch&) = delete;
 
-  int64_t slots() const { return slots_; }
-
   // Queues one sequence per prompt, in order (checked like
   // BatchGenerator::start); `rngs` must outlive the job.
   void start(const std::vector<std::vector<int32_t>>& prompts, std::span<SamplerRng> rngs,
@@ -65,10 +63,9 @@ class ContinuousBatch {
   // The job's completions, in prompt order (moved out).
   std::vector<Completion> finish();
 
-  // Counters of the job so far: forwards run, and the rows they carried
-  // (prefill rows feed a prompt token and sample nothing).
+  // Counters of the job so far: forwards run, and the rows they carried.
   struct Counters {
-    int64_t steps = 0, rows = 0, prefill_rows = 0;
+    int64_t steps = 0, rows = 0;
   };
   const Counters& counters() const { return counters_; }
 
@@ -91,6 +88,7 @@ class ContinuousBatch {
   std::vector<Row> rows_;  // the live sequences, row i of the cache
   std::vector<Completion> out_;
   std::vector<int32_t> tokens_, pos_;
+  std::vector<char> finished_;  // per row, this step
   std::vector<float> logits_host_;
   Counters counters_;
 };

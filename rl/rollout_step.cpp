@@ -1,7 +1,6 @@
 // A step's rollouts as a value (see rollout_step.hpp).
 #include "rl/rollout_step.hpp"
 
-#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 #include <string>
@@ -87,41 +86,32 @@ struct PolicyCopy::Job {
 };
 
 PolicyCopy::PolicyCopy(const model::ModelConfig& config, const kernels::BackendOptions& backend, int64_t slots)
-    : config_(config), slots_(slots), be_(kernels::make_backend(backend)) {
+    : config_(config), slots_(slots), be_(kernels::make_backend(backend)), layout_(model::build_param_layout(config)) {
   if (slots < 1) throw std::invalid_argument("PolicyCopy: slots must be >= 1, got " + std::to_string(slots));
-  model::build_param_layout(config);  // validates the config
 }
 
 PolicyCopy::~PolicyCopy() = default;
 
-// A parameter buffer for a new version: one no job holds, or a new one.
-std::shared_ptr<PolicyCopy::Weights> PolicyCopy::weights_for_load() {
-  spare_.erase(std::remove_if(spare_.begin(), spare_.end(), [](const auto& w) { return w.use_count() > 1; }),
-               spare_.end());
-  if (newest_ && newest_.use_count() == 1) return newest_;  // no job uses it: overwrite in place
-  if (!spare_.empty()) {
-    auto w = spare_.back();
-    spare_.pop_back();
-    return w;
-  }
-  auto w = std::make_shared<Weights>();
-  const model::ParamLayout layout = model::build_param_layout(config_);
-  w->params = be_->zeros({layout.total()});
-  w->w = model::bind_weights(layout, config_, w->params);
-  return w;
-}
+int64_t PolicyCopy::version() const { return newest_ ? newest_->version : -1; }
 
 void PolicyCopy::load(std::span<const float> params, int64_t version) {
-  const model::ParamLayout layout = model::build_param_layout(config_);
-  if (static_cast<int64_t>(params.size()) != layout.total())
+  if (static_cast<int64_t>(params.size()) != layout_.total())
     throw std::invalid_argument("PolicyCopy::load: " + std::to_string(params.size()) + " parameters for a model of " +
-                                std::to_string(layout.total()));
-  std::shared_ptr<Weights> w = weights_for_load();
-  if (newest_ && newest_ != w) spare_.push_back(newest_);  // still held by a job: reused once it lets go
+                                std::to_string(layout_.total()));
+  // A buffer no job holds (held only here, and by newest_ when it is that
+  // one), or a new one: a running step keeps the weights it began with.
+  std::shared_ptr<Weights> w;
+  for (const auto& b : buffers_)
+    if (b.use_count() == 1 + (b == newest_ ? 1 : 0)) w = b;
+  if (!w) {
+    w = std::make_shared<Weights>();
+    w->params = be_->zeros({layout_.total()});
+    w->w = model::bind_weights(layout_, config_, w->params);
+    buffers_.push_back(w);
+  }
   be_->upload_f32(w->params, params);
   w->version = version;
   newest_ = std::move(w);
-  version_ = version;
 }
 
 StepRollouts PolicyCopy::sample(const Task& task, const RlConfig& rl, uint64_t seed, int64_t step) {
@@ -191,13 +181,6 @@ std::optional<PolicyCopy::Finished> PolicyCopy::take_finished() {
     return f;
   }
   return std::nullopt;
-}
-
-StepRollouts PolicyCopy::end(double seconds) {
-  if (jobs_.size() != 1 || !jobs_.front()->done) throw std::logic_error("PolicyCopy::end: no single finished job");
-  StepRollouts r = std::move(take_finished()->rollouts);
-  r.gen_seconds = seconds;
-  return r;
 }
 
 }  // namespace troupe::rl

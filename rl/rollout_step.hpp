@@ -19,6 +19,7 @@
 #include "model/config.hpp"
 #include "model/continuous_batch.hpp"
 #include "model/kv_generate.hpp"
+#include "model/params.hpp"
 #include "rl/config.hpp"
 #include "rl/group.hpp"
 #include "rl/rollout.hpp"
@@ -83,7 +84,7 @@ class PolicyCopy {
   // version `version`, the newest. Jobs running with older versions keep
   // theirs. Throws std::invalid_argument on a size mismatch.
   void load(std::span<const float> params, int64_t version);
-  int64_t version() const { return version_; }  // the newest loaded (-1: none)
+  int64_t version() const;  // the newest loaded (-1: none)
   // One whole step with the newest version, alone (the job slots are free).
   StepRollouts sample(const Task& task, const RlConfig& rl, uint64_t seed, int64_t step);
 
@@ -110,20 +111,19 @@ class PolicyCopy {
     StepRollouts rollouts;
   };
   std::optional<Finished> take_finished();
-  // Single-job form (tests, the synchronous use): the only job, finished.
-  StepRollouts end(double seconds);
 
  private:
   struct Weights;
   struct Job;
-  std::shared_ptr<Weights> weights_for_load();
   model::ModelConfig config_;
   int64_t slots_;
   std::unique_ptr<kernels::Backend> be_;
+  model::ParamLayout layout_;
+  // Every parameter buffer of this copy (three at most: two running steps'
+  // versions and a newer one); a job holds the one it decodes with.
+  std::vector<std::shared_ptr<Weights>> buffers_;
   std::shared_ptr<Weights> newest_;
-  int64_t version_ = -1;
   int64_t tickets_ = 0;
-  std::vector<std::shared_ptr<Weights>> spare_;  // buffers no job holds, for reuse
   std::deque<std::unique_ptr<Job>> jobs_;        // oldest first
   std::vector<std::unique_ptr<model::ContinuousBatch>> free_batches_;  // of finished jobs, cache kept
 };

@@ -224,7 +224,7 @@ struct RlTrainer::Impl {
 
   // A policy head for rows of `len` tokens (prompt + completion): causal
   // attention makes a short row's log-probs those of a seq_len row's prefix.
-  // A head per (chunk, row length, rows) in use: each chunk of a step keeps
+  // One per (chunk, row length, rows) in use: each chunk of a step keeps
   // its own activations from forward to backward. Row lengths follow each
   // step's completions, so long-tailed tasks see many: only the 2 x
   // rl.row_buckets used last are kept (keeping every length held 3.3 GB after 8
@@ -285,11 +285,12 @@ struct RlTrainer::Impl {
     int64_t rows = 0, S = 0;
     double share = 1.0;  // rows / all rows: the chunk's weight of the MoE aux loss
     std::vector<int32_t> inputs, targets;
+    // Its completion tokens: index k in score_groups' order, and the flat
+    // position in these rows where token k is the target (both ascending in
+    // k within a row; with one chunk in sample order, tok is 0, 1, 2, ...).
+    std::vector<size_t> tok, at;
     model::PolicyHead* head = nullptr;
   };
-  // Where each completion token (score_groups' order) sits: its chunk and
-  // its flat position in that chunk's rows (filled by layout_rows).
-  std::vector<size_t> tok_chunk_, tok_at_;
 
   std::vector<RowChunk> layout_rows(const std::vector<std::vector<int32_t>>& prompts,
                                     const std::vector<model::Completion>& comps, const std::vector<int64_t>& offsets) {
@@ -304,9 +305,6 @@ struct RlTrainer::Impl {
     if (buckets > 1) std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return length(a) < length(b); });
     const int64_t per = std::max<int64_t>(1, (N + buckets - 1) / buckets);
     const int32_t pad = task->eos_token() >= 0 ? task->eos_token() : 0;
-    const size_t T = static_cast<size_t>(offsets.empty() ? 0 : offsets.back());
-    tok_chunk_.assign(T, 0);
-    tok_at_.assign(T, 0);
     std::vector<RowChunk> chunks;
     for (int64_t c0 = 0; c0 < N; c0 += per) {
       RowChunk ch;
@@ -320,7 +318,6 @@ struct RlTrainer::Impl {
       ch.share = static_cast<double>(ch.rows) / static_cast<double>(N);
       ch.inputs.assign(static_cast<size_t>(ch.rows * ch.S), pad);
       ch.targets.assign(static_cast<size_t>(ch.rows * ch.S), -1);
-      const size_t b = chunks.size();
       for (int64_t r = 0; r < ch.rows; ++r) {
         const int64_t i = order[static_cast<size_t>(c0 + r)];
         const auto& p = prompts[static_cast<size_t>(i)];
@@ -332,12 +329,11 @@ struct RlTrainer::Impl {
         for (size_t j = 0; j < c.size(); ++j) {
           const size_t at = static_cast<size_t>(r * ch.S + static_cast<int64_t>(p.size()) - 1 + static_cast<int64_t>(j));
           ch.targets[at] = c[j];
-          const size_t k = static_cast<size_t>(offsets[static_cast<size_t>(i)]) + j;
-          tok_chunk_[k] = b;
-          tok_at_[k] = at;
+          ch.tok.push_back(static_cast<size_t>(offsets[static_cast<size_t>(i)]) + j);
+          ch.at.push_back(at);
         }
       }
-      ch.head = &head_for(static_cast<int64_t>(b), ch.S, ch.rows);
+      ch.head = &head_for(static_cast<int64_t>(chunks.size()), ch.S, ch.rows);
       chunks.push_back(std::move(ch));
     }
     return chunks;
@@ -391,35 +387,33 @@ struct RlTrainer::Impl {
     auto tt = Clock::now();
     const std::vector<RowChunk> chunks = layout_rows(prompts, comps, sb.offsets);
     const std::vector<double>& mask = sb.mask;
-    const size_t T = tok_chunk_.size();
+    const size_t T = sb.mask.size();
     const double temp = train_temperature();
     int64_t padded = 0;
     for (const RowChunk& c : chunks) padded += c.rows * c.S;
 
     // The frozen reference's log-probs: the KL penalty and its metric.
     std::vector<double> logp_ref(T);
-    for (size_t b = 0; b < chunks.size(); ++b) {
-      const model::PolicyForward& f = chunks[b].head->forward(ref_w, chunks[b].inputs, chunks[b].targets, temp);
-      for (size_t k = 0; k < T; ++k)
-        if (tok_chunk_[k] == b) logp_ref[k] = f.logprobs[tok_at_[k]];
+    for (const RowChunk& c : chunks) {
+      const model::PolicyForward& f = c.head->forward(ref_w, c.inputs, c.targets, temp);
+      for (size_t x = 0; x < c.tok.size(); ++x) logp_ref[c.tok[x]] = f.logprobs[c.at[x]];
     }
     const int64_t U = rl.updates_per_batch;
     if (updater) {
-      update_elsewhere(m, chunks[0].inputs, chunks[0].targets, tok_at_, sb, logp_ref);
+      update_elsewhere(m, chunks[0].inputs, chunks[0].targets, chunks[0].at, sb, logp_ref);
     } else {
       std::vector<double> logp(T), logp_prox, entropy(T), grad(T);
       std::vector<std::vector<float>> coef(chunks.size());
       for (int64_t u = 0; u < U; ++u) {
         be->fill(grads, 0.0f);
         double aux = 0.0;
-        for (size_t b = 0; b < chunks.size(); ++b) {
-          const model::PolicyForward& f = chunks[b].head->forward(w, chunks[b].inputs, chunks[b].targets, temp);
-          for (size_t k = 0; k < T; ++k)
-            if (tok_chunk_[k] == b) {
-              logp[k] = f.logprobs[tok_at_[k]];
-              entropy[k] = f.entropy[tok_at_[k]];
-            }
-          aux += f.aux_loss * chunks[b].share;
+        for (const RowChunk& c : chunks) {
+          const model::PolicyForward& f = c.head->forward(w, c.inputs, c.targets, temp);
+          for (size_t x = 0; x < c.tok.size(); ++x) {
+            logp[c.tok[x]] = f.logprobs[c.at[x]];
+            entropy[c.tok[x]] = f.entropy[c.at[x]];
+          }
+          aux += f.aux_loss * c.share;
         }
         if (u == 0) logp_prox = logp;  // the policy that sampled, recomputed (PPO's "old" policy)
         const PolicyTokens in = policy_tokens(logp, logp_prox, logp_ref, sb);
@@ -431,8 +425,8 @@ struct RlTrainer::Impl {
         std::vector<std::vector<int64_t>> load;
         for (size_t b = 0; b < chunks.size(); ++b) {
           coef[b].assign(chunks[b].inputs.size(), 0.0f);
-          for (size_t k = 0; k < T; ++k)
-            if (tok_chunk_[k] == b) coef[b][tok_at_[k]] = static_cast<float>(grad[k]);
+          for (size_t x = 0; x < chunks[b].tok.size(); ++x)
+            coef[b][chunks[b].at[x]] = static_cast<float>(grad[chunks[b].tok[x]]);
           chunks[b].head->backward(w, g, coef[b], chunks[b].share);
           const auto l = chunks[b].head->decoder().expert_load();
           if (load.empty()) load = l;

@@ -80,7 +80,9 @@ TEST(RlStaleness, StepwiseDecodingEqualsSampleWithoutALoad) {
   EXPECT_TRUE(b.generating());
   while (b.decode()) {
   }
-  const rl::StepRollouts steps = b.end(0.0);
+  auto finished = b.take_finished();
+  ASSERT_TRUE(finished.has_value());
+  const rl::StepRollouts steps = std::move(finished->rollouts);
   EXPECT_FALSE(b.generating());
   ASSERT_EQ(whole.completions.size(), steps.completions.size());
   for (size_t i = 0; i < whole.completions.size(); ++i) {
@@ -106,7 +108,9 @@ TEST(RlStaleness, LoadBetweenDecodeStepsSwitchesTheRestOfTheRollout) {
   EXPECT_EQ(mixed.adopt_newest(false), 1);
   while (mixed.decode()) {
   }
-  const rl::StepRollouts r = mixed.end(0.0);
+  auto finished = mixed.take_finished();
+  ASSERT_TRUE(finished.has_value());
+  const rl::StepRollouts r = std::move(finished->rollouts);
   EXPECT_EQ(r.version, 0) << "the version the step started with";
   int64_t spanning = 0;
   bool other_logp = false;
