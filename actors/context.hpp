@@ -67,6 +67,7 @@
 #include <caf/all.hpp>
 
 #include "actors/transport/caf_types.hpp"
+#include "actors/transport/ring_transport.hpp"
 #include "actors/device/device.hpp"
 #include "actors/plan.hpp"
 #include "actors/supervision/chaos.hpp"
@@ -208,12 +209,14 @@ inline constexpr int kNoDevice = -1;
 // Sends a step message, through the run's interposer when it has one (the
 // test seam: actors/supervision/interposer.hpp). `from_device`: the
 // sender's device (kNoDevice for the coordinator); a partition fault holds
-// the messages that cross between a cut-off device and the rest.
+// the messages that cross between a cut-off device and the rest. To another
+// process on this host the message takes the shared-memory ring
+// (actors/transport/ring_transport.hpp).
 template <class... Ts>
 void post(const Shared& sh, int from_device, const caf::actor& to, const Ts&... xs) {
   if (sh.activity) sh.activity->event();
   if (sh.interposer) sh.interposer->send(from_device, to, caf::make_message(xs...), Link{});
-  else caf::anon_send(to, xs...);
+  else send_anon(to, caf::make_message(xs...));
 }
 
 // Fault injection on the target's side: armed by (arm, step, k), the actor

@@ -194,6 +194,9 @@ struct RuntimeOptions {
   std::string auth_dir;
   int64_t bulk_shm_bytes = 1 << 16;     // all processes on one host: envelopes this large go through
                                         // shared memory (actors/transport/envelope_shm.hpp); 0 = never
+  int64_t ring_bytes = 1 << 22;         // all processes on one host: each pair's step messages go through a
+                                        // shared-memory ring of this many bytes (ring_transport.hpp); 0 = CAF's TCP
+  int64_t ring_spin_us = 50;            // a ring's receiver spins this long on an empty ring before it sleeps
   std::vector<int> device_process;      // explicit process of each device; empty: contiguous blocks
   std::shared_ptr<ClusterComm> comm;    // required when processes > 1
   // A custom loss head on the last stage instead of the cross-entropy (RL's

@@ -14,6 +14,9 @@
 //    rank r sends the rows of its own shard's experts to its local shard
 //    (in-process, shared segments) and the rest to the other rank's shard
 //    (CAF middleman, ports exchanged over MPI); both ranks run at once.
+//    The same forward exchanges again through the shared-memory rings
+//    (actors/transport/ring_transport.hpp: anonymous dispatches, combines
+//    sent back to the stage, as a one-host run sends step messages).
 //    Next to it, in the same run: MPI_Alltoallv of the same payload bytes
 //    (dispatch, then combine), between the same two ranks.
 // tokens/s = all stages' tokens / time; GB/s = payload bytes of all
@@ -54,7 +57,9 @@
 #include "actors/transport/caf_middleman.hpp"
 #include "actors/transport/caf_scheduler.hpp"
 #include "actors/transport/envelope_shm.hpp"
+#include "actors/transport/ring_transport.hpp"
 #include "actors/transport/tcp_nodelay.hpp"
+#include "bench/ring_setup.hpp"
 #include "launch/mpi_bootstrap.hpp"
 #include "moe/dispatch.hpp"
 
@@ -137,18 +142,32 @@ std::vector<Part> route(int64_t D, uint64_t seed) {
 size_t dispatch_bytes(size_t n, int64_t D) { return n * (static_cast<size_t>(D) * 4 + 12); }
 size_t combine_bytes(size_t n, int64_t D) { return n * (static_cast<size_t>(D) * 4 + 4); }
 
-// Echo shard: checks the dispatch, answers a Combine of the same rows.
-caf::behavior echo_shard(caf::event_based_actor*, ShardView v) {
-  return {[v](const Envelope& e) -> caf::result<Envelope> {
-    auto d = check_dispatch(e, v);
-    if (!d) return d.error();
-    std::vector<uint32_t> ti;
-    const auto list = d->msg->getTokenIndex();
-    ti.reserve(list.size());
-    for (uint32_t t : list) ti.push_back(t);
-    const std::vector<float> wg(d->id.backward ? ti.size() : 0, 0.0f);
-    return make_combine(d->id, v.width, tensor_f32(d->msg->getRows()), ti, wg);
-  }};
+// Echo shard: checks the dispatch, answers a Combine of the same rows: as
+// the response to a request, or, for an anonymous dispatch (the ring, as
+// post() sends), anonymously to the stage registered for its chunk.
+caf::behavior echo_shard(caf::event_based_actor* self, ShardView v) {
+  auto stages = std::make_shared<std::vector<caf::actor>>(2);
+  return {
+      [self, v, stages](const Envelope& e) -> caf::result<Envelope> {
+        auto d = check_dispatch(e, v);
+        if (!d) return d.error();
+        std::vector<uint32_t> ti;
+        const auto list = d->msg->getTokenIndex();
+        ti.reserve(list.size());
+        for (uint32_t t : list) ti.push_back(t);
+        const std::vector<float> wg(d->id.backward ? ti.size() : 0, 0.0f);
+        Envelope c = make_combine(d->id, v.width, tensor_f32(d->msg->getRows()), ti, wg);
+        if (!self->current_sender() && d->id.chunk < stages->size()) {
+          send_anon((*stages)[d->id.chunk], caf::make_message(std::move(c)));
+          return caf::unit;  // no one to respond to
+        }
+        return c;
+      },
+      [stages](uint32_t chunk, const caf::actor& stage) {
+        if (chunk < stages->size()) (*stages)[chunk] = stage;
+        return true;
+      },
+  };
 }
 
 ShardView view_of(int shard, int replica, int64_t D) {
@@ -167,7 +186,7 @@ ShardView view_of(int shard, int replica, int64_t D) {
 // One exchange from a stage: dispatches to both shards, waits for both
 // combines and checks them. False on any error.
 bool exchange(caf::scoped_actor& self, const std::vector<caf::actor>& shards, const std::vector<Part>& parts,
-              int64_t D, uint64_t it, uint32_t chunk, bool backward) {
+              int64_t D, uint64_t it, uint32_t chunk, bool backward, bool ring = false) {
   std::vector<MoeKey> keys(kShards);
   for (int s = 0; s < kShards; ++s) {
     MoeKey& k = keys[static_cast<size_t>(s)];
@@ -177,8 +196,9 @@ bool exchange(caf::scoped_actor& self, const std::vector<caf::actor>& shards, co
     k.shard = static_cast<uint32_t>(s);
     k.dispatch_id = (it * kShards + static_cast<uint64_t>(s)) * 2 + (backward ? 1 : 0);
     const Part& p = parts[static_cast<size_t>(s)];
-    self->send(shards[static_cast<size_t>(s)],
-               make_dispatch(k, static_cast<uint32_t>(D), p.rows, p.experts, p.weights, p.tokens));
+    Envelope d = make_dispatch(k, static_cast<uint32_t>(D), p.rows, p.experts, p.weights, p.tokens);
+    if (ring) send_anon(shards[static_cast<size_t>(s)], caf::make_message(std::move(d)));
+    else self->send(shards[static_cast<size_t>(s)], std::move(d));
   }
   bool ok = true;
   for (int i = 0; i < kShards; ++i) {
@@ -261,6 +281,7 @@ struct Row {
   size_t bytes = 0;     // payload bytes per exchange, all stages
   double caf_s = 0;     // seconds per exchange through the actors
   double mpi_s = 0;     // seconds per MPI_Alltoallv pair (cross-process only)
+  double ring_s = 0;    // seconds per exchange with the dispatches and combines through the rings (cross-process only)
   double remote_share = 0;  // fraction of the bytes that crossed the process boundary
 };
 
@@ -347,6 +368,22 @@ Row run_cross(caf::actor_system& sys, int rank, int64_t D) {
     for (int i = 0; i < row.iters; ++i) ok &= round_trip(self, shards, parts, D, static_cast<uint64_t>(i + 1), chunk);
     quiet_barrier();
     row.msg_rt_s = mpi::all_ok(ok) ? secs_since(t0) / row.iters : -1;
+    // The same forward exchanges through the shared-memory rings
+    // (actors/transport/ring_transport.hpp): anonymous dispatches, combines
+    // back to this stage, as post() sends them in a run.
+    {
+      const caf::actor stage = caf::actor_cast<caf::actor>(self);
+      for (const caf::actor& sh : shards)
+        self->request(sh, std::chrono::seconds(30), chunk, stage).receive([](bool) {}, [](caf::error&) {});
+      auto rings = bench::rings_between_ranks(sys, rank, remote->node(), bench::ring_options_from_env());
+      quiet_barrier();
+      ok &= exchange(self, shards, parts, D, 0, chunk, false, true);
+      quiet_barrier();
+      t0 = Clock::now();
+      for (int i = 0; i < row.iters; ++i) ok &= exchange(self, shards, parts, D, static_cast<uint64_t>(i + 1), chunk, false, true);
+      quiet_barrier();
+      row.ring_s = mpi::all_ok(ok) ? secs_since(t0) / row.iters : -1;
+    }
     self->send_exit(local, caf::exit_reason::user_shutdown);
   }
   // Real expert shards, one per rank, published and connected the same way.
@@ -418,15 +455,15 @@ Row run_cross(caf::actor_system& sys, int rank, int64_t D) {
 void print(const char* title, const std::vector<Row>& rows, int stages, bool mpi) {
   std::printf("\n%s\n", title);
   std::printf("%6s %6s %10s %10s %12s %8s", "D", "iters", "MiB/exch", "ms/exch", "tokens/s", "GB/s");
-  if (mpi) std::printf(" %9s %9s %8s %7s", "MPI ms", "MPI GB/s", "CAF/MPI", "remote");
+  if (mpi) std::printf(" %9s %9s %8s %7s %9s %9s", "MPI ms", "MPI GB/s", "CAF/MPI", "remote", "ring ms", "ring/MPI");
   std::printf(" %11s %11s %7s\n", "msg fwd+bwd", "expert f+b", "msg %");
   for (const Row& r : rows) {
     const double mib = static_cast<double>(r.bytes) / (1 << 20);
     std::printf("%6lld %6d %10.2f %10.3f %12.0f %8.3f", static_cast<long long>(r.D), r.iters, mib, r.caf_s * 1e3,
                 static_cast<double>(kTokens * stages) / r.caf_s, static_cast<double>(r.bytes) / r.caf_s / 1e9);
     if (mpi)
-      std::printf(" %9.3f %9.3f %8.1f %6.0f%%", r.mpi_s * 1e3, static_cast<double>(r.bytes) / r.mpi_s / 1e9,
-                  r.caf_s / r.mpi_s, r.remote_share * 100);
+      std::printf(" %9.3f %9.3f %8.1f %6.0f%% %9.3f %9.2f", r.mpi_s * 1e3, static_cast<double>(r.bytes) / r.mpi_s / 1e9,
+                  r.caf_s / r.mpi_s, r.remote_share * 100, r.ring_s * 1e3, r.ring_s / r.mpi_s);
     std::printf(" %9.2fms %9.2fms %6.1f%%\n", r.msg_rt_s * 1e3, r.expert_rt_s * 1e3, 100.0 * r.msg_rt_s / r.expert_rt_s);
   }
   std::printf("(ms/exch, tokens/s, GB/s: one forward dispatch+combine through echo shards. msg fwd+bwd: forward +\n"
@@ -490,7 +527,7 @@ int main(int argc, char** argv) {
           << ", \"expert_fwd_bwd_s\": " << r.expert_rt_s << ", \"expert_hidden\": " << r.D / 2
           << ", \"expert_iters\": " << r.compute_iters;
         if (r.mpi_s > 0)
-          j << ", \"mpi_alltoallv_s\": " << r.mpi_s << ", \"mpi_gb_s\": " << static_cast<double>(r.bytes) / r.mpi_s / 1e9
+          j << ", \"ring_s\": " << r.ring_s << ", \"mpi_alltoallv_s\": " << r.mpi_s << ", \"mpi_gb_s\": " << static_cast<double>(r.bytes) / r.mpi_s / 1e9
             << ", \"remote_share\": " << r.remote_share;
         j << "}" << (i + 1 < v.size() ? "," : "") << "\n";
       }

@@ -82,6 +82,8 @@ runtime::RuntimeOptions base_options(const Spec& spec) {
   r.auth = spec.topology.auth;
   r.auth_dir = spec.topology.auth_dir;
   r.bulk_shm_bytes = spec.topology.bulk_shm_bytes;
+  r.ring_bytes = spec.topology.ring_bytes;
+  r.ring_spin_us = spec.topology.ring_spin_us;
   r.device_process = device_process_list(spec);
   return r;
 }

@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <random>
 #include <set>
 #include <stdexcept>
 #include <thread>
@@ -504,6 +505,7 @@ void Cluster::bring_up() {
   if (!comm.all_ok(err.empty()))
     throw std::runtime_error(err.empty() ? "another process could not connect to its peers" : err);
   set_tcp_nodelay_on_all_sockets();  // the connections this process opened
+  if (one_host && o.ring_bytes > 0) start_rings(comm);
   for (size_t p = 0; p < dirs_.size(); ++p)
     if (static_cast<int>(p) != me_)
       caf::anon_send(dir_, rt::watch_atom_v, static_cast<int32_t>(p), std::string("its directory"), dirs_[p]);
@@ -522,7 +524,47 @@ void Cluster::bring_up() {
   }
 }
 
+void Cluster::start_rings(ClusterComm& comm) {
+  const RuntimeOptions& o = sh_->opt;
+  std::random_device rd;
+  const uint64_t nonce = ((static_cast<uint64_t>(rd()) << 32) | rd()) % 1000000000000ull;
+  const std::string run = comm.broadcast(std::to_string(nonce));  // names this run's rings on every process
+  RingOptions ro;
+  ro.capacity = static_cast<size_t>(o.ring_bytes);
+  ro.spin_ns = o.ring_spin_us * 1000;
+  std::string err;
+  try {
+    ring_ = std::make_unique<RingTransport>(sys_, me_, static_cast<int>(dirs_.size()), run, ro);
+  } catch (const std::exception& e) {
+    err = e.what();
+  }
+  if (comm.all_ok(err.empty())) {
+    std::vector<caf::node_id> nodes;
+    for (const caf::actor& d : dirs_) nodes.push_back(d.node());
+    try {
+      ring_->connect(nodes);
+    } catch (const std::exception& e) {
+      err = e.what();
+    }
+    if (comm.all_ok(err.empty())) {
+      ring_->unlink_names();  // every process has mapped its rings: nothing stays in /dev/shm
+      return;
+    }
+  }
+  std::fprintf(stderr, "troupe[process %d]: no shared-memory rings (%s); step messages take CAF's TCP stream\n", me_,
+               err.empty() ? "another process could not make or open its rings" : err.c_str());
+  ring_.reset();
+}
+
 Cluster::~Cluster() {
+  if (ring_) {
+    const RingStats st = ring_->stats();
+    std::fprintf(stderr, "troupe[process %d]: shared-memory rings: sent %llu, received %llu messages (%llu queued on a full ring, %llu bad, %llu for gone actors)\n",
+                 me_, static_cast<unsigned long long>(st.sent), static_cast<unsigned long long>(st.received),
+                 static_cast<unsigned long long>(st.queued), static_cast<unsigned long long>(st.bad_frames),
+                 static_cast<unsigned long long>(st.no_actor));
+    ring_.reset();
+  }
   if (dir_) caf::anon_send_exit(dir_, caf::exit_reason::user_shutdown);
   if (bulk_shm_) {
     const BulkShmStats st = bulk_shm_stats();

@@ -18,6 +18,7 @@
 #include "actors/placement.hpp"
 #include "actors/cluster/runtime_cluster.hpp"
 #include "actors/context.hpp"
+#include "actors/transport/ring_transport.hpp"
 
 namespace troupe::runtime {
 
@@ -78,6 +79,10 @@ class Cluster {
  private:
   void bring_up();  // the constructor's work
 
+  // One host: opens the shared-memory rings between every pair of processes
+  // (collective); on any failure every process keeps CAF's TCP stream.
+  void start_rings(ClusterComm& comm);
+
   caf::actor_system& sys_;
   std::shared_ptr<Shared> sh_;
   Placement place_;
@@ -88,6 +93,7 @@ class Cluster {
   std::vector<caf::actor> dirs_;   // [process] its directory (dirs_[me_] == dir_)
   bool shut_ = false;
   bool bulk_shm_ = false;  // this run uses the shared-memory bulk path
+  std::unique_ptr<RingTransport> ring_;  // step messages through shared-memory rings (one host); null: TCP
 };
 
 }  // namespace troupe::runtime

@@ -149,7 +149,8 @@ void arm_faults(Self* self) {
     const uint32_t n = target->messages_per_step;
     const uint32_t k = f.at_message > 0 ? static_cast<uint32_t>(std::min<int64_t>(f.at_message, n))
                                         : kill_point(sh.opt.train.seed, s.step, fault_key(f.target), n);
-    self->send(target_actor(sh, *t), rt::arm_atom_v, s.step, k);
+    // The same path as the step's messages (post), so it arrives before them.
+    send_anon(target_actor(sh, *t), caf::make_message(rt::arm_atom_v, s.step, k));
   }
 }
 
@@ -251,11 +252,14 @@ void request_load(Self* self, const caf::actor& a, int replica, int producer) {
   if (s.kill_loading_left < 0) s.kill_loading_left = hooks ? hooks->kill_while_loading_times : 0;
   if (s.kill_loading_left > 0 && live_plan(*s.sh)->expert(replica, producer).name == hooks->kill_while_loading) {
     --s.kill_loading_left;
-    self->send(a, rt::arm_atom_v, rt::rescale_atom_v);
+    send_anon(a, caf::make_message(rt::arm_atom_v, rt::rescale_atom_v));
   }
   const auto w = s.loading;
   const auto slot = std::make_pair(replica, producer);
   w->left[slot] = a;
+  // The restore went through the ring to a's process (send_anon); this
+  // request goes through CAF and must not overtake it.
+  fence_ring(a, std::chrono::milliseconds(static_cast<int64_t>(s.sh->opt.peer_timeout * 1000.0)));
   self->request(a, caf::infinite, rt::rescale_atom_v)
       .then(
           [self, w, slot, a](uint64_t b) {

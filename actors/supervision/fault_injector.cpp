@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "actors/transport/caf_types.hpp"
+#include "actors/transport/ring_transport.hpp"
 
 namespace troupe::runtime {
 
@@ -142,7 +143,7 @@ void FaultInjector::send(int from_device, const caf::actor& to, caf::message msg
 
 void FaultInjector::forward(int from_device, const caf::actor& to, caf::message msg, Link link) {
   if (next_) next_->send(from_device, to, std::move(msg), link);
-  else caf::anon_send(to, std::move(msg));
+  else send_anon(to, std::move(msg));
 }
 
 void FaultInjector::release_loop() {

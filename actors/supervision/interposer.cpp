@@ -9,6 +9,7 @@
 #include "actors/supervision/fault_injector.hpp"
 #include "actors/transport/caf_types.hpp"
 #include "actors/transport/moe_messages.hpp"
+#include "actors/transport/ring_transport.hpp"
 
 namespace troupe::runtime {
 
@@ -23,8 +24,8 @@ class Duplicate final : public Interposer {
       next_->send(from_device, to, std::move(msg), link);
       return;
     }
-    caf::anon_send(to, msg);
-    caf::anon_send(to, std::move(msg));
+    send_anon(to, msg);
+    send_anon(to, std::move(msg));
   }
 
  private:
@@ -59,7 +60,7 @@ class CorruptCombine final : public Interposer {
  private:
   void forward(int from_device, const caf::actor& to, caf::message msg, Link link) {
     if (next_) next_->send(from_device, to, std::move(msg), link);
-    else caf::anon_send(to, std::move(msg));
+    else send_anon(to, std::move(msg));
   }
 
   uint32_t layer_, shard_;
@@ -102,7 +103,7 @@ void StaleReplay::forget() {
 
 void StaleReplay::forward(int from_device, const caf::actor& to, caf::message msg, Link link) {
   if (next_) next_->send(from_device, to, std::move(msg), link);
-  else caf::anon_send(to, std::move(msg));
+  else send_anon(to, std::move(msg));
 }
 
 class LossDetector::Numbering final : public Interposer {
@@ -140,7 +141,7 @@ void LossDetector::send(int, const caf::actor& to, caf::message msg, Link link) 
       seen = std::max(seen, link.seq);
     }
     // Delivered under the lock too: the receiver's mailbox gets them in the order checked.
-    caf::anon_send(to, std::move(msg));
+    send_anon(to, std::move(msg));
   }
   if (gap && on_gap_) on_gap_(link.prev_epoch);
 }

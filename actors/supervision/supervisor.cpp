@@ -184,13 +184,15 @@ void Supervisor::commit() {
 void Supervisor::restore_shard(caf::event_based_actor* self, const caf::actor& to, size_t shard, uint64_t step,
                                uint32_t attempt) const {
   const auto& c = committed_[shard];
-  self->send(to, rt::restore_atom_v, step, attempt, c[0], c[1], c[2]);
+  // Restores take the step messages' path (post), so they arrive before the
+  // step that follows them.
+  send_anon(to, caf::make_message(rt::restore_atom_v, step, attempt, c[0], c[1], c[2]));
 }
 
 void Supervisor::restore_rank(caf::event_based_actor* self, const caf::actor& rank, uint64_t step,
                               uint32_t attempt) const {
-  self->send(rank, rt::restore_atom_v, step, attempt);
-  for (const auto& c : committed_) self->send(rank, rt::restore_atom_v, c[0]);
+  send_anon(rank, caf::make_message(rt::restore_atom_v, step, attempt));
+  for (const auto& c : committed_) send_anon(rank, caf::make_message(rt::restore_atom_v, c[0]));
 }
 
 // Expert shards take the same messages as ranks: (restore, s, attempt), then

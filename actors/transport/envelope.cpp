@@ -22,6 +22,7 @@
 
 #include "actors/transport/envelope_bulk.hpp"
 #include "actors/transport/envelope_internal.hpp"
+#include "actors/transport/envelope_shm.hpp"
 
 namespace troupe {
 
@@ -450,7 +451,11 @@ void set_encode_options(caf::actor_system_config& cfg, const EncodeOptions& opts
 caf::error save_envelope(caf::serializer& f, const Envelope& x) {
   CafWriter w{f};
   // The sending actor system's settings, when the serializer knows it.
-  const EncodeOptions opts = f.context() ? encode_options(f.context()->system().config()) : EncodeOptions{};
+  EncodeOptions opts = f.context() ? encode_options(f.context()->system().config()) : EncodeOptions{};
+  if (MemoryFrames::active()) {  // the shared-memory ring: no wire to compress for or to damage bytes
+    opts.compress_threshold = SIZE_MAX;
+    opts.checksum = false;
+  }
   // Large envelopes to another process on this host: shared memory (envelope_shm.hpp).
   if (detail::bulk_wanted(x.data().get()))
     if (auto done = detail::save_bulk(x.data().get(), opts, w)) return *done;

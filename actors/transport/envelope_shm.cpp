@@ -210,6 +210,13 @@ void bulk_shm_cleanup() {
 
 BulkShmStats bulk_shm_stats() { return {g_sent, g_received}; }
 
+namespace {
+thread_local int t_memory_frames = 0;
+}
+MemoryFrames::MemoryFrames() { ++t_memory_frames; }
+MemoryFrames::~MemoryFrames() { --t_memory_frames; }
+bool MemoryFrames::active() { return t_memory_frames > 0; }
+
 namespace detail {
 
 bool bulk_wanted(const EnvelopeData* d) {

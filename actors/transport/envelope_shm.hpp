@@ -28,6 +28,19 @@ size_t bulk_shm_threshold();
 // make new slots.
 void bulk_shm_cleanup();
 
+// While one is alive on a thread, Envelopes serialized on that thread are
+// written as the bulk path writes them: no compression, no CRC-32 trailer
+// (memory to memory, no wire in between; the shared-memory ring,
+// ring_transport.hpp). The frame is still validated when decoded.
+class MemoryFrames {
+ public:
+  MemoryFrames();
+  ~MemoryFrames();
+  MemoryFrames(const MemoryFrames&) = delete;
+  MemoryFrames& operator=(const MemoryFrames&) = delete;
+  static bool active();
+};
+
 // Segments created and consumed by this process so far (tests, bench).
 struct BulkShmStats {
   uint64_t sent = 0, received = 0;

@@ -85,6 +85,9 @@ void check_cross_fields(const Spec& s, SpecSites& p) {
   }
   if (!t.auth_dir.empty() && t.auth == runtime::ClusterAuth::none)
     p.error(p.where("topology.auth_dir"), "[topology] auth_dir is the key of auth = \"tls\", but auth = \"none\"");
+  if (t.ring_bytes != 0 && (t.ring_bytes < 65536 || (t.ring_bytes & (t.ring_bytes - 1)) != 0))
+    p.error(p.where("topology.ring_bytes"), "[topology] ring_bytes = " + v(t.ring_bytes) +
+                                                " must be 0 (no ring) or a power of two of at least 65536");
   // troupe's placement policy (the runtime could share a device): one device per pipeline rank.
   if (t.stages * t.data_parallel > t.devices)
     p.error(p.where("topology.devices"), "[topology] devices = " + v(t.devices) + " is fewer than stages * data_parallel = " + v(t.stages * t.data_parallel));

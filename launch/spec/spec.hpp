@@ -88,6 +88,8 @@ struct TopologyConfig {
   runtime::ClusterAuth auth = runtime::ClusterAuth::tls;  // processes > 1: mutual TLS between processes
   std::string auth_dir;                 // tls: the cluster key from `troupe keygen DIR`; "" = a fresh key per run
   int64_t bulk_shm_bytes = 1 << 16;     // one host: envelopes this large go through shared memory; 0 = never
+  int64_t ring_bytes = 1 << 22;         // one host: step messages through a shared-memory ring per pair; 0 = TCP
+  int64_t ring_spin_us = 50;            // a ring's receiver spins this long before it sleeps
   std::string device_processes;         // explicit placement: process of each device, "0,0,1"; "" = blocks
 };
 

@@ -78,3 +78,18 @@ if(TARGET troupe AND MPIRUN_EXECUTABLE)
     COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/runtime_elastic_mpi_test.sh $<TARGET_FILE:troupe> ${MPIRUN_EXECUTABLE}
             ${PROJECT_SOURCE_DIR}/launch/specs)
 endif()
+
+# The shared-memory ring between processes of one host (actors/transport/shm_ring.hpp)
+# and the ring transport's decoder as a fuzz surface.
+if(TARGET troupe_messaging_samples)
+  troupe_add_gtest(transport_ring_test
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/transport_ring_test.cpp
+    LIBS troupe_messaging_samples troupe_actors caf
+    TIMEOUT 120
+    LABELS messaging)
+  troupe_add_gtest(transport_ring_actors_test
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/transport_ring_actors_test.cpp
+    LIBS troupe_actors caf
+    TIMEOUT 180
+    LABELS messaging)
+endif()

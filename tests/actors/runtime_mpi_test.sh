@@ -76,6 +76,20 @@ same_run 1f1b --set topology.devices=2 --set topology.stages=2 --set topology.sc
   --set topology.microbatches=2 --set model.tie_embeddings=false
 same_run dualpipe --set topology.devices=2 --set topology.stages=2 --set topology.schedule='"dualpipe"' \
   --set topology.microbatches=4 --set topology.optimizer_shards=2
+# Step messages took the shared-memory rings (actors/transport/ring_transport.hpp),
+# whose names leave /dev/shm as soon as both processes have mapped them.
+grep -Eq 'shared-memory rings: sent [1-9]' <<<"$out" || fail "the 2-process run sent no message through the rings:\n$out"
+for f in /dev/shm/troupe-ring-*; do
+  [ -e "$f" ] || continue
+  pid=$(basename "$f" | cut -d- -f3)
+  kill -0 "$pid" 2>/dev/null || fail "ring segment $f of the ended process $pid left in /dev/shm"
+done
+# The same bits with the rings off: every step message through CAF's TCP stream.
+extra2=(--set topology.ring_bytes=0)
+same_run dualpipe-tcp --set topology.devices=2 --set topology.stages=2 --set topology.schedule='"dualpipe"' \
+  --set topology.microbatches=4 --set topology.optimizer_shards=2
+extra2=()
+grep -q 'shared-memory rings' <<<"$out" && fail "ring_bytes = 0 still used the rings:\n$out"
 # DualPipe again with every envelope >= 1 KiB on the shared-memory bulk path.
 same_run dualpipe-shm --set topology.devices=2 --set topology.stages=2 --set topology.schedule='"dualpipe"' \
   --set topology.microbatches=4 --set topology.optimizer_shards=2 --set topology.bulk_shm_bytes=1024
