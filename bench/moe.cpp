@@ -157,10 +157,9 @@ caf::behavior echo_shard(caf::event_based_actor* self, ShardView v) {
         for (uint32_t t : list) ti.push_back(t);
         const std::vector<float> wg(d->id.backward ? ti.size() : 0, 0.0f);
         Envelope c = make_combine(d->id, v.width, tensor_f32(d->msg->getRows()), ti, wg);
-        if (!self->current_sender() && d->id.chunk < stages->size()) {
-          send_anon((*stages)[d->id.chunk], caf::make_message(std::move(c)));
-          return caf::unit;  // no one to respond to
-        }
+        // Anonymous: the response below goes nowhere (CAF drops it).
+        if (!self->current_sender() && d->id.chunk < stages->size())
+          send_anon((*stages)[d->id.chunk], caf::make_message(c));
         return c;
       },
       [stages](uint32_t chunk, const caf::actor& stage) {

@@ -15,6 +15,7 @@
 // TROUPE_RING_SPIN_US sets the receivers' spin (default: RingOptions).
 #include <mpi.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
@@ -27,6 +28,7 @@
 #include <vector>
 
 #include <caf/actor_system.hpp>
+#include <caf/binary_serializer.hpp>
 #include <caf/actor_system_config.hpp>
 #include <caf/event_based_actor.hpp>
 #include <caf/io/middleman.hpp>
@@ -37,6 +39,7 @@
 #include "actors/transport/caf_types.hpp"
 #include "actors/transport/envelope_shm.hpp"
 #include "actors/transport/ring_transport.hpp"
+#include "actors/transport/shm_ring.hpp"
 #include "actors/transport/tcp_nodelay.hpp"
 #include "bench/bench_stats.hpp"
 #include "bench/ring_setup.hpp"
@@ -219,6 +222,65 @@ double mpi_pings(int rank, std::vector<char>& buf, int n) {
 
 constexpr int kWindow = 64;  // streaming: envelopes per ack (osu_bw's window)
 
+// The pieces of a ring round trip, for the breakdown below the table.
+// Raw rings, no CAF: rank 1 puts `bytes`, rank 0's thread (spinning as the
+// transport's receivers do, then sleeping) answers 12 bytes; seconds per
+// round trip. Collective.
+double raw_ring_rt(int rank, size_t bytes, int iters, uint64_t nonce, int64_t spin_ns) {
+  int pids[2] = {0, 0};
+  const int me = static_cast<int>(::getpid());
+  MPI_Allgather(&me, 1, MPI_INT, pids, 1, MPI_INT, MPI_COMM_WORLD);
+  auto name = [&](int owner) {
+    return "/troupe-ring-" + std::to_string(pids[owner]) + "-" + std::to_string(nonce + 1) + "-" + std::to_string(owner);
+  };
+  ring::Reader in(name(rank), size_t{1} << 22);
+  MPI_Barrier(MPI_COMM_WORLD);
+  ring::Writer out(name(1 - rank));
+  MPI_Barrier(MPI_COMM_WORLD);
+  in.unlink();
+  std::vector<uint8_t> msg(bytes, 7), ack(12, 1), got;
+  auto put = [&](const std::vector<uint8_t>& b) {
+    const ring::Writer::Part part{b.data(), b.size()};
+    while (!out.try_put(&part, 1)) out.wait_space(10);
+  };
+  auto take = [&] {
+    while (in.next(got) != ring::Reader::Got::frame) in.wait(spin_ns, 100);
+  };
+  quiet_barrier();
+  const auto t0 = Clock::now();
+  for (int i = 0; i < iters; ++i) {
+    if (rank == 1) {
+      put(msg);
+      take();
+    } else {
+      take();
+      put(ack);
+    }
+  }
+  const double s = secs_since(t0) / iters;
+  quiet_barrier();
+  return s;
+}
+
+// In one process: serializing a message (Envelope of `bytes`) for the ring
+// and decoding it as the receiver does; seconds per message.
+double codec_s(caf::actor_system& sys, size_t bytes, int iters) {
+  const Envelope env = payload(bytes);
+  const MemoryFrames raw;
+  std::vector<char> buf;
+  const auto t0 = Clock::now();
+  for (int i = 0; i < iters; ++i) {
+    buf.clear();
+    caf::binary_serializer sink{sys, buf};
+    uint64_t id = 1;
+    auto m = caf::make_message(env);
+    if (sink(id, m)) return -1;
+    caf::message back;
+    if (!RingTransport::decode(sys, reinterpret_cast<const uint8_t*>(buf.data()), buf.size(), id, back)) return -1;
+  }
+  return secs_since(t0) / iters;
+}
+
 int iterations_for(size_t bytes) { return static_cast<int>(std::clamp<size_t>((64u << 20) / bytes, 4, 2000)); }
 
 struct Row {
@@ -257,6 +319,7 @@ int main(int argc, char** argv) {
   const RingOptions ro = bench::ring_options_from_env();
   std::vector<Row> rows;
   double idle_cpu[2] = {0, 0};
+  double raw_rt = 0, codec = 0;  // the 1 KiB breakdown
   RingStats stats[2];
   {
     Config cfg;
@@ -306,7 +369,7 @@ int main(int argc, char** argv) {
       r.iters = iterations_for(bytes);
       const Envelope env = rank == 1 ? payload(bytes) : Envelope{};
       std::vector<char> buf(bytes, 1);
-      if (rank == 1) (void)pings(sys, ring_ping, env, 2);  // warm-up: slots and pages
+      if (rank == 1) (void)pings(sys, ring_ping, env, std::min(r.iters, 200));  // warm-up: slots, pages, scheduler
       const uint64_t bulk0 = bulk_shm_stats().sent;
       for (int k = 0; k < reps; ++k) {
         double ring_s = 0, tcp_s = 0;
@@ -336,6 +399,19 @@ int main(int argc, char** argv) {
       r.bulk = bulk;
       rows.push_back(std::move(r));
       if (rank == 0) std::fprintf(stderr, "bench_ring: %s done\n", human(bytes).c_str());
+    }
+    // The breakdown at 1 KiB: raw rings alone, and the CAF codec alone.
+    {
+      uint64_t nonce = rank == 0 ? std::random_device{}() : 0;
+      MPI_Bcast(&nonce, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+      std::vector<double> raws;
+      for (int k = 0; k < reps; ++k) raws.push_back(raw_ring_rt(rank, 1024, 2000, nonce + static_cast<uint64_t>(k), ro.spin_ns));
+      raw_rt = bench::median(raws);
+      if (rank == 0) {
+        std::vector<double> cs;
+        for (int k = 0; k < reps; ++k) cs.push_back(codec_s(sys, 1024, 20000));
+        codec = bench::median(cs);
+      }
     }
     quiet_barrier();
     const RingStats mine = ring.stats();
@@ -376,6 +452,13 @@ int main(int argc, char** argv) {
                 100.0 * mpi / ring, static_cast<unsigned long long>(r.bulk));
   }
   std::printf("(bulk slots: envelopes of this size rank 1 sent through a bulk slot, of all it sent, round trips included)\n");
+  {
+    const Row& k1 = rows[1];
+    std::printf("\n1 KiB round trip, per part (medians): whole %.1f us = raw rings, no CAF (2 hops, spinning receivers) %.1f us\n"
+                " + CAF codec (serialize + decode a 1 KiB envelope message, in one process) 2 x %.1f us\n"
+                " + the rest, %.1f us: the receivers' enqueue and the CAF worker wake-up and dispatch at each end\n",
+                median(k1.ring) * 1e6, raw_rt * 1e6, codec * 1e6, (median(k1.ring) - raw_rt - 2 * codec) * 1e6);
+  }
   std::printf("idle CPU with the rings up (2 s, nothing sent): process 0 %.2f%%, process 1 %.2f%% of one core\n",
               100 * idle_cpu[0], 100 * idle_cpu[1]);
   for (int p = 0; p < 2; ++p)
@@ -386,7 +469,7 @@ int main(int argc, char** argv) {
   if (!json_path.empty()) {
     std::ofstream j(json_path);
     j << "{\n  \"bench\": \"ring\",\n  \"load\": \"" << bench::load_average() << "\",\n  \"spin_us\": " << ro.spin_ns / 1000
-      << ",\n  \"reps\": " << reps << ",\n  \"idle_cpu\": [" << idle_cpu[0] << ", " << idle_cpu[1] << "],\n  \"rows\": [\n";
+      << ",\n  \"reps\": " << reps << ",\n  \"kib_raw_ring_rt_s\": " << raw_rt << ",\n  \"kib_codec_s\": " << codec << ",\n  \"idle_cpu\": [" << idle_cpu[0] << ", " << idle_cpu[1] << "],\n  \"rows\": [\n";
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       j << "    {\"bytes\": " << r.bytes << ", \"iters\": " << r.iters << ", \"ring_s\": " << median(r.ring)
