@@ -40,6 +40,7 @@
 #include "actors/transport/tcp_nodelay.hpp"
 #include "actors/transport/caf_middleman.hpp"
 #include "actors/transport/caf_scheduler.hpp"
+#include "bench/two_ranks.hpp"
 #include "launch/mpi_bootstrap.hpp"
 
 using namespace troupe;
@@ -49,31 +50,8 @@ namespace {
 
 double secs_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-struct Config : caf::actor_system_config {
-  Config() {
-    register_caf_types(*this);
-    load<caf::io::middleman>();
-    set("logger.console", caf::atom("none"));
-    set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(500)});
-    set("middleman.connection-timeout", caf::timespan{std::chrono::seconds(30)});
-    // The runtime's scheduler and middleman settings (TROUPE_CAF_SCHEDULER=stealing,
-    // TROUPE_CAF_MM_WORKERS=1 and TROUPE_TCP_NODELAY=0 give CAF's defaults back).
-    runtime::configure_scheduler(*this);
-    runtime::configure_middleman(*this);
-  }
-};
-
-// Barrier that sleeps instead of spinning, so a waiting rank leaves the CPU
-// to the one being measured (MPI_Barrier busy-polls).
-void quiet_barrier() {
-  MPI_Request req;
-  MPI_Ibarrier(MPI_COMM_WORLD, &req);
-  int done = 0;
-  while (!done) {
-    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-}
+using Config = bench::RuntimeCafConfig;
+using bench::quiet_barrier;
 
 // A Snapshot whose state is `bytes` long: random (incompressible) or a few
 // distinct floats (compressible), to pick the raw or the zstd path.

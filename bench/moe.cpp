@@ -59,7 +59,7 @@
 #include "actors/transport/envelope_shm.hpp"
 #include "actors/transport/ring_transport.hpp"
 #include "actors/transport/tcp_nodelay.hpp"
-#include "bench/ring_setup.hpp"
+#include "bench/two_ranks.hpp"
 #include "launch/mpi_bootstrap.hpp"
 #include "moe/dispatch.hpp"
 
@@ -73,35 +73,18 @@ constexpr int64_t kTokens = 2048, kTopK = 2, kExperts = 8, kShards = 2;
 
 double secs_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-struct Config : caf::actor_system_config {
-  Config() {
-    register_caf_types(*this);
-    load<caf::io::middleman>();
-    set("logger.console", caf::atom("none"));
-    // The runtime's scheduler and middleman settings (TROUPE_CAF_SCHEDULER=stealing
-    // TROUPE_CAF_THREADS=2, TROUPE_CAF_MM_WORKERS=1, TROUPE_TCP_NODELAY=0 and
-    // TROUPE_BULK_SHM_BYTES=0 give the settings of this bench before issue 17 back).
-    configure_scheduler(*this);
-    configure_middleman(*this);
-    set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(500)});
-    set("middleman.connection-timeout", caf::timespan{std::chrono::seconds(60)});
+// The runtime's CAF settings (TROUPE_CAF_SCHEDULER=stealing TROUPE_CAF_THREADS=2,
+// TROUPE_CAF_MM_WORKERS=1, TROUPE_TCP_NODELAY=0 and TROUPE_BULK_SHM_BYTES=0 give
+// the settings of this bench before issue 17 back).
+struct Config : bench::RuntimeCafConfig {
+  Config() : bench::RuntimeCafConfig(std::chrono::seconds(60)) {
     // Hidden states do not compress: skip the zstd sample probe.
     EncodeOptions never;
     never.compress_threshold = SIZE_MAX;
     set_encode_options(*this, never);
   }
 };
-
-// Sleeping barrier (MPI_Barrier busy-polls and would steal a core).
-void quiet_barrier() {
-  MPI_Request req;
-  MPI_Ibarrier(MPI_COMM_WORLD, &req);
-  int done = 0;
-  while (!done) {
-    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-}
+using bench::quiet_barrier;
 
 // One stage's routed tokens, cut per shard.
 struct Part {

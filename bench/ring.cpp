@@ -42,7 +42,7 @@
 #include "actors/transport/shm_ring.hpp"
 #include "actors/transport/tcp_nodelay.hpp"
 #include "bench/bench_stats.hpp"
-#include "bench/ring_setup.hpp"
+#include "bench/two_ranks.hpp"
 #include "launch/mpi_bootstrap.hpp"
 
 using namespace troupe;
@@ -52,26 +52,8 @@ namespace {
 
 double secs_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-struct Config : caf::actor_system_config {
-  Config() {
-    register_caf_types(*this);
-    load<caf::io::middleman>();
-    set("logger.console", caf::atom("none"));
-    set("middleman.heartbeat-interval", caf::timespan{std::chrono::milliseconds(500)});
-    set("middleman.connection-timeout", caf::timespan{std::chrono::seconds(30)});
-    runtime::configure_scheduler(*this);
-    runtime::configure_middleman(*this);
-  }
-};
-
-void quiet_barrier() {  // MPI_Barrier busy-polls; this one sleeps
-  MPI_Request req;
-  MPI_Ibarrier(MPI_COMM_WORLD, &req);
-  for (int done = 0; !done;) {
-    MPI_Test(&req, &done, MPI_STATUS_IGNORE);
-    if (!done) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-}
+using bench::quiet_barrier;
+using Config = bench::RuntimeCafConfig;
 
 double cpu_seconds() {
   rusage u{};
