@@ -4,6 +4,11 @@
 # from its SFT checkpoint. Every run uses decoupled_ppo (the loss latest
 # needs; on-policy its behaviour weight is 1) and continuous batching
 # (rl.slots, model/continuous_batch.hpp). Runs:
+#   sync_dp    rl.sync = "synchronous" data-parallel over both devices, one
+#              core each (devices = data_parallel = 2): each device generates
+#              half of a step's sequences (the same rollouts as one device),
+#              then trains on half of its row buckets; the gradients are
+#              summed. The baseline the others are compared with.
 #   sync       rl.sync = "synchronous": one device with both cores
 #              (threads_per_device = 2): generation (a step's sequences in
 #              its slots, refilled as they finish), then training
@@ -38,6 +43,7 @@ run() {
   "$build/troupe" run "$spec" "${common[@]}" --set run.out_dir="\"$out/$name\"" "$@" 2>&1 |
     grep -E "actors:|done:" || true
 }
+run sync_dp --set topology.devices=2 --set topology.data_parallel=2 --set topology.threads_per_device=1
 run sync --set topology.threads_per_device=2
 for eta in 1 2; do
   run "eta$eta" --set rl.sync='"fixed_lag"' --set rl.max_staleness=$eta --set topology.devices=2 \
@@ -45,5 +51,5 @@ for eta in 1 2; do
 done
 run latest2 --set rl.sync='"latest"' --set rl.max_staleness=2 --set topology.devices=2 --set topology.threads_per_device=1
 python3 "$here/bench/rl_curves.py" --target "$target" --json "$out/curves.json" \
-  sync="$out/sync" eta1="$out/eta1" eta2="$out/eta2" latest2="$out/latest2"
-python3 "$here/bench/rl_async_summary.py" "$out" sync eta1 eta2 latest2
+  sync_dp="$out/sync_dp" sync="$out/sync" eta1="$out/eta1" eta2="$out/eta2" latest2="$out/latest2"
+python3 "$here/bench/rl_async_summary.py" "$out" sync_dp sync eta1 eta2 latest2

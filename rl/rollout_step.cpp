@@ -2,8 +2,10 @@
 #include "rl/rollout_step.hpp"
 
 #include <chrono>
+#include <exception>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "model/params.hpp"
 #include "model/weights.hpp"
@@ -56,6 +58,66 @@ StepRollouts sample_step(model::ContinuousBatch& gen, const model::ModelWeights&
   while (gen.step(w, version)) {
   }
   return end_step(d, gen, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+}
+
+StepRollouts sample_step_parallel(std::span<model::ContinuousBatch* const> gens,
+                                  std::span<const model::ModelWeights* const> ws, const Task& task,
+                                  const RlConfig& rl, uint64_t seed, int64_t step, int64_t version) {
+  if (gens.size() != ws.size() || gens.empty())
+    throw std::invalid_argument("sample_step_parallel: one set of weights per continuous batch");
+  if (gens.size() == 1) return sample_step(*gens[0], *ws[0], task, rl, seed, step, version);
+  const auto t0 = std::chrono::steady_clock::now();
+  // The whole step laid out once (prompts, seeds), then dealt.
+  StepDecode all;
+  const int64_t Pn = rl.prompts_per_step, G = rl.group_size, N = Pn * G;
+  all.out.step = step;
+  all.out.version = version;
+  std::vector<std::vector<int32_t>> rows(static_cast<size_t>(N));
+  for (int64_t gi = 0; gi < Pn; ++gi) {
+    const GroupId id{seed, step, gi};
+    all.out.ids.push_back(id);
+    all.out.prompts.push_back(task.train_prompt(prompt_index(id, Pn)));
+    for (int64_t k = 0; k < G; ++k) {
+      rows[static_cast<size_t>(gi * G + k)] = all.out.prompts.back().tokens;
+      all.rngs.emplace_back(sampler_seed(id, k));
+    }
+  }
+  model::GenerateOptions go;
+  go.max_new_tokens = rl.max_new_tokens;
+  go.sampling.temperature = rl.temperature;
+  go.sampling.top_p = rl.top_p;
+  go.eos = task.eos_token();
+  const size_t D = gens.size();
+  std::vector<std::vector<std::vector<int32_t>>> dealt(D);
+  std::vector<std::vector<model::SamplerRng>> dealt_rngs(D);
+  for (int64_t i = 0; i < N; ++i) {
+    dealt[static_cast<size_t>(i) % D].push_back(rows[static_cast<size_t>(i)]);
+    dealt_rngs[static_cast<size_t>(i) % D].push_back(all.rngs[static_cast<size_t>(i)]);
+  }
+  std::vector<std::vector<model::Completion>> done(D);
+  std::vector<std::exception_ptr> failed(D);
+  auto run = [&](size_t d) {
+    try {
+      if (dealt[d].empty()) return;
+      gens[d]->start(dealt[d], std::span<model::SamplerRng>(dealt_rngs[d]), go);
+      while (gens[d]->step(*ws[d], version)) {
+      }
+      done[d] = gens[d]->finish();
+    } catch (...) {
+      failed[d] = std::current_exception();
+    }
+  };
+  std::vector<std::thread> threads;
+  for (size_t d = 1; d < D; ++d) threads.emplace_back(run, d);
+  run(0);
+  for (auto& t : threads) t.join();
+  for (const auto& e : failed)
+    if (e) std::rethrow_exception(e);
+  all.out.completions.resize(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i)
+    all.out.completions[static_cast<size_t>(i)] = std::move(done[static_cast<size_t>(i) % D][static_cast<size_t>(i) / D]);
+  all.out.gen_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return std::move(all.out);
 }
 
 ScoredBatch score_step(const Task& task, const RlConfig& rl, const StepRollouts& r) {

@@ -48,6 +48,16 @@ struct StepRollouts {
 StepRollouts sample_step(model::ContinuousBatch& gen, const model::ModelWeights& w, const Task& task,
                          const RlConfig& rl, uint64_t seed, int64_t step, int64_t version);
 
+// sample_step with the step's sequences dealt over several continuous
+// batches, one per device (sequence i to batch i mod D), each decoding its
+// share with its own copy of the weights (ws[d], version `version`) on its
+// own thread: the synchronous loop data-parallel over devices. On the host
+// backend the bits equal sample_step's (a sequence's bits do not depend on
+// its batch or slot).
+StepRollouts sample_step_parallel(std::span<model::ContinuousBatch* const> gens,
+                                  std::span<const model::ModelWeights* const> ws, const Task& task,
+                                  const RlConfig& rl, uint64_t seed, int64_t step, int64_t version);
+
 // The rule verifier's verdicts, rewards, advantages and per-token layout of a
 // step's rollouts (score_groups over its groups).
 ScoredBatch score_step(const Task& task, const RlConfig& rl, const StepRollouts& rollouts);

@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <map>
 #include <stdexcept>
+#include <thread>
 
 #include "model/checkpoint.hpp"
 #include "model/continuous_batch.hpp"
@@ -127,6 +129,18 @@ struct RlTrainer::Impl {
   int64_t head_clock = 0;
   std::unique_ptr<ModelReward> model_reward;  // rl.reward = "model": the frozen RM
   std::unique_ptr<PolicyUpdater> updater;     // the update elsewhere (options.make_updater), or null
+  // Devices 1.. of a data-parallel loop (RlTrainOptions::devices); device 0
+  // is the members above. Each has its own backend, a copy of the parameters
+  // and of the reference, its own gradients, heads and continuous batch.
+  struct Replica {
+    std::unique_ptr<kernels::Backend> be;
+    Tensor params, ref_params, grads;
+    model::ModelWeights w, ref_w, g;
+    std::unique_ptr<model::ContinuousBatch> gen;
+    std::map<int64_t, std::unique_ptr<model::PolicyHead>> heads;
+    std::map<int64_t, int64_t> head_used;
+  };
+  std::vector<std::unique_ptr<Replica>> replicas;
   int64_t step = 0;
   bool bias_balance = false;
 
@@ -183,6 +197,21 @@ struct RlTrainer::Impl {
     ranges = model::optimizer_ranges(layout);
     gen = std::make_unique<model::ContinuousBatch>(*be, o.model, generation_slots(o.rl));
     eval_gen = std::make_unique<model::BatchGenerator>(*be, o.model);
+    if (o.devices < 1) throw std::invalid_argument("rl training: devices must be >= 1");
+    if (o.devices > 1 && o.make_updater)
+      throw std::invalid_argument("rl training: devices > 1 is the in-process loop's data parallelism, not an updater's");
+    for (int64_t d = 1; d < o.devices; ++d) {
+      auto r = std::make_unique<Replica>();
+      r->be = kernels::make_backend(o.backend);
+      r->params = r->be->from_f32({P}, start);
+      r->ref_params = r->be->from_f32({P}, init);
+      r->grads = r->be->zeros({P});
+      r->w = model::bind_weights(layout, o.model, r->params);
+      r->ref_w = model::bind_weights(layout, o.model, r->ref_params);
+      r->g = model::bind_weights(layout, o.model, r->grads);
+      r->gen = std::make_unique<model::ContinuousBatch>(*r->be, o.model, generation_slots(o.rl));
+      replicas.push_back(std::move(r));
+    }
     if (o.rl.reward == RewardSource::model) {
       const int64_t rows = o.rl.prompts_per_step * o.rl.group_size;
       const int64_t longest = static_cast<int64_t>(task->train_prompt(0).tokens.size()) + o.rl.max_new_tokens + 1;
@@ -229,7 +258,10 @@ struct RlTrainer::Impl {
   // step's completions, so long-tailed tasks see many: only the 2 x
   // rl.row_buckets used last are kept (keeping every length held 3.3 GB after 8
   // steps of the reasoning task).
-  model::PolicyHead& head_for(int64_t chunk, int64_t len, int64_t rows) {
+  model::PolicyHead& head_for(int64_t device, int64_t chunk, int64_t len, int64_t rows) {
+    auto& heads = device == 0 ? this->heads : replicas[static_cast<size_t>(device - 1)]->heads;
+    auto& head_used = device == 0 ? this->head_used : replicas[static_cast<size_t>(device - 1)]->head_used;
+    kernels::Backend& be = device == 0 ? *this->be : *replicas[static_cast<size_t>(device - 1)]->be;
     const int64_t key = (chunk * 100003 + len) * 1000003 + rows;
     auto it = heads.find(key);
     if (it == heads.end()) {
@@ -242,7 +274,7 @@ struct RlTrainer::Impl {
       }
       model::ModelConfig c = opt.model;
       c.seq_len = len;
-      it = heads.emplace(key, std::make_unique<model::PolicyHead>(*be, c, rows)).first;
+      it = heads.emplace(key, std::make_unique<model::PolicyHead>(be, c, rows)).first;
     }
     head_used[key] = ++head_clock;
     return *it->second;
@@ -290,7 +322,38 @@ struct RlTrainer::Impl {
     // k within a row; with one chunk in sample order, tok is 0, 1, 2, ...).
     std::vector<size_t> tok, at;
     model::PolicyHead* head = nullptr;
+    int64_t device = 0;  // which device's head runs it (data-parallel loop)
   };
+
+  int64_t devices() const { return 1 + static_cast<int64_t>(replicas.size()); }
+  const model::ModelWeights& w_of(int64_t d) const { return d == 0 ? w : replicas[static_cast<size_t>(d - 1)]->w; }
+  const model::ModelWeights& ref_w_of(int64_t d) const { return d == 0 ? ref_w : replicas[static_cast<size_t>(d - 1)]->ref_w; }
+  const model::ModelWeights& g_of(int64_t d) const { return d == 0 ? g : replicas[static_cast<size_t>(d - 1)]->g; }
+
+  // fn(d) for every device d, each on its own thread (device 0 on this one);
+  // the first exception is rethrown once all are done.
+  template <class F>
+  void on_devices(F&& fn) {
+    const int64_t D = devices();
+    if (D == 1) {
+      fn(int64_t{0});
+      return;
+    }
+    std::vector<std::exception_ptr> failed(static_cast<size_t>(D));
+    auto guarded = [&](int64_t d) {
+      try {
+        fn(d);
+      } catch (...) {
+        failed[static_cast<size_t>(d)] = std::current_exception();
+      }
+    };
+    std::vector<std::thread> threads;
+    for (int64_t d = 1; d < D; ++d) threads.emplace_back(guarded, d);
+    guarded(0);
+    for (auto& t : threads) t.join();
+    for (const auto& e : failed)
+      if (e) std::rethrow_exception(e);
+  }
 
   std::vector<RowChunk> layout_rows(const std::vector<std::vector<int32_t>>& prompts,
                                     const std::vector<model::Completion>& comps, const std::vector<int64_t>& offsets) {
@@ -300,8 +363,9 @@ struct RlTrainer::Impl {
     };
     std::vector<int64_t> order(static_cast<size_t>(N));
     for (int64_t i = 0; i < N; ++i) order[static_cast<size_t>(i)] = i;
-    // The updater's rows are one fixed length, in order; in process, by length.
-    const int64_t buckets = updater ? 1 : std::max<int64_t>(1, opt.rl.row_buckets);
+    // The updater's rows are one fixed length, in order; in process, by
+    // length, at least one bucket per device.
+    const int64_t buckets = updater ? 1 : std::max<int64_t>({1, opt.rl.row_buckets, devices()});
     if (buckets > 1) std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return length(a) < length(b); });
     const int64_t per = std::max<int64_t>(1, (N + buckets - 1) / buckets);
     const int32_t pad = task->eos_token() >= 0 ? task->eos_token() : 0;
@@ -333,7 +397,11 @@ struct RlTrainer::Impl {
           ch.at.push_back(at);
         }
       }
-      ch.head = &head_for(static_cast<int64_t>(chunks.size()), ch.S, ch.rows);
+      // Devices in a snake over the length-sorted chunks (0, 1, 1, 0, ...), so
+      // each gets short and long rows.
+      const int64_t b = static_cast<int64_t>(chunks.size()), D = devices();
+      ch.device = (b / D) % 2 == 0 ? b % D : D - 1 - b % D;
+      ch.head = &head_for(ch.device, b, ch.S, ch.rows);
       chunks.push_back(std::move(ch));
     }
     return chunks;
@@ -341,7 +409,13 @@ struct RlTrainer::Impl {
 
   RlStepMetrics run_step() {
     // Generate with the current policy (version = steps done), score, train.
-    const StepRollouts r = sample_step(*gen, w, *task, opt.rl, seed, step, step);
+    std::vector<model::ContinuousBatch*> gens{gen.get()};
+    std::vector<const model::ModelWeights*> ws{&w};
+    for (const auto& rp : replicas) {
+      gens.push_back(rp->gen.get());
+      ws.push_back(&rp->w);
+    }
+    const StepRollouts r = sample_step_parallel(gens, ws, *task, opt.rl, seed, step, step);
     const auto tr = Clock::now();
     const ScoredBatch sb = model_reward ? model_reward->score_step(opt.rl, r) : score_step(*task, opt.rl, r);
     return train_on(r, sb, seconds_since(tr));
@@ -393,28 +467,39 @@ struct RlTrainer::Impl {
     for (const RowChunk& c : chunks) padded += c.rows * c.S;
 
     // The frozen reference's log-probs: the KL penalty and its metric.
+    // Each device runs its own chunks (a chunk's tokens are its own slots of
+    // these arrays, so the devices never write the same element).
     std::vector<double> logp_ref(T);
-    for (const RowChunk& c : chunks) {
-      const model::PolicyForward& f = c.head->forward(ref_w, c.inputs, c.targets, temp);
-      for (size_t x = 0; x < c.tok.size(); ++x) logp_ref[c.tok[x]] = f.logprobs[c.at[x]];
-    }
+    on_devices([&](int64_t d) {
+      for (const RowChunk& c : chunks) {
+        if (c.device != d) continue;
+        const model::PolicyForward& f = c.head->forward(ref_w_of(d), c.inputs, c.targets, temp);
+        for (size_t x = 0; x < c.tok.size(); ++x) logp_ref[c.tok[x]] = f.logprobs[c.at[x]];
+      }
+    });
     const int64_t U = rl.updates_per_batch;
     if (updater) {
       update_elsewhere(m, chunks[0].inputs, chunks[0].targets, chunks[0].at, sb, logp_ref);
     } else {
       std::vector<double> logp(T), logp_prox, entropy(T), grad(T);
       std::vector<std::vector<float>> coef(chunks.size());
+      std::vector<double> chunk_aux(chunks.size());
+      std::vector<std::vector<std::vector<int64_t>>> chunk_load(chunks.size());
       for (int64_t u = 0; u < U; ++u) {
-        be->fill(grads, 0.0f);
-        double aux = 0.0;
-        for (const RowChunk& c : chunks) {
-          const model::PolicyForward& f = c.head->forward(w, c.inputs, c.targets, temp);
-          for (size_t x = 0; x < c.tok.size(); ++x) {
-            logp[c.tok[x]] = f.logprobs[c.at[x]];
-            entropy[c.tok[x]] = f.entropy[c.at[x]];
+        on_devices([&](int64_t d) {
+          for (size_t b = 0; b < chunks.size(); ++b) {
+            const RowChunk& c = chunks[b];
+            if (c.device != d) continue;
+            const model::PolicyForward& f = c.head->forward(w_of(d), c.inputs, c.targets, temp);
+            for (size_t x = 0; x < c.tok.size(); ++x) {
+              logp[c.tok[x]] = f.logprobs[c.at[x]];
+              entropy[c.tok[x]] = f.entropy[c.at[x]];
+            }
+            chunk_aux[b] = f.aux_loss * c.share;
           }
-          aux += f.aux_loss * c.share;
-        }
+        });
+        double aux = 0.0;
+        for (double a : chunk_aux) aux += a;  // in chunk order, whichever device ran it
         if (u == 0) logp_prox = logp;  // the policy that sampled, recomputed (PPO's "old" policy)
         const PolicyTokens in = policy_tokens(logp, logp_prox, logp_ref, sb);
         const PolicyMetrics pm = policy_loss_forward(in, rl.policy);
@@ -422,13 +507,27 @@ struct RlTrainer::Impl {
         // Each chunk's backward, from its own head's forward above; the MoE
         // aux loss weighted by the chunk's share of the rows (its mean over
         // the batch), the expert loads summed for bias balancing.
+        // Data-parallel: each device's gradients over its chunks, then their
+        // sum in device order on device 0 (one fixed order: the same bits
+        // whatever the threads' timing).
+        on_devices([&](int64_t d) {
+          kernels::Backend& dbe = d == 0 ? *be : *replicas[static_cast<size_t>(d - 1)]->be;
+          dbe.fill(d == 0 ? grads : replicas[static_cast<size_t>(d - 1)]->grads, 0.0f);
+          for (size_t b = 0; b < chunks.size(); ++b) {
+            if (chunks[b].device != d) continue;
+            coef[b].assign(chunks[b].inputs.size(), 0.0f);
+            for (size_t x = 0; x < chunks[b].tok.size(); ++x)
+              coef[b][chunks[b].at[x]] = static_cast<float>(grad[chunks[b].tok[x]]);
+            chunks[b].head->backward(w_of(d), g_of(d), coef[b], chunks[b].share);
+            chunk_load[b] = chunks[b].head->decoder().expert_load();
+          }
+        });
+        for (const auto& rp : replicas) {
+          const Tensor part = be->from_f32({grads.numel()}, rp->be->download_f32(rp->grads));
+          be->axpy(grads, 1.0f, part);
+        }
         std::vector<std::vector<int64_t>> load;
-        for (size_t b = 0; b < chunks.size(); ++b) {
-          coef[b].assign(chunks[b].inputs.size(), 0.0f);
-          for (size_t x = 0; x < chunks[b].tok.size(); ++x)
-            coef[b][chunks[b].at[x]] = static_cast<float>(grad[chunks[b].tok[x]]);
-          chunks[b].head->backward(w, g, coef[b], chunks[b].share);
-          const auto l = chunks[b].head->decoder().expert_load();
+        for (const auto& l : chunk_load) {
           if (load.empty()) load = l;
           else
             for (size_t i = 0; i < l.size() && i < load.size(); ++i)
@@ -438,6 +537,7 @@ struct RlTrainer::Impl {
         loss_metrics(m, pm);
         m.aux_loss = aux;
         optimizer_step(m, step * U + u, opt.steps * U, load);
+        broadcast_params();
       }
     }
     m.train_tokens = padded * U;
@@ -447,6 +547,13 @@ struct RlTrainer::Impl {
     ++step;
     m.step_seconds = seconds_since(t0) + m.gen_seconds + m.reward_seconds;
     return m;
+  }
+
+  // Device 0's parameters (after an optimizer step, a load) to the others.
+  void broadcast_params() {
+    if (replicas.empty()) return;
+    const std::vector<float> host = be->download_f32(params);
+    for (const auto& rp : replicas) rp->be->upload_f32(rp->params, host);
   }
 
   // train_on's updates through the updater: per update, the rows and each

@@ -42,6 +42,12 @@ struct RlTrainOptions {
   std::string checkpoint_dir;
   std::string resume_from;       // checkpoint of this RL run to continue from ("" = start at step 0)
   kernels::BackendOptions backend;
+  // The in-process loop data-parallel over this many devices (each its own
+  // backend with backend.threads): a step's sequences are dealt over the
+  // devices' continuous batches (the same rollouts as on one), its training
+  // rows over their policy heads, and the gradients summed in device order
+  // before the optimizer step on device 0. 1: one device. Not with make_updater.
+  int64_t devices = 1;
   const std::atomic<bool>* stop = nullptr;  // set (SIGINT/SIGTERM): stop after the running step, saving there
   // Empty: the policy update runs on the trainer's own backend. Otherwise it
   // builds the updater that runs it (the actor runtime's pipeline, expert

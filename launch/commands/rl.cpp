@@ -360,7 +360,11 @@ int run_rl(const Spec& spec, const RunPlan& plan, MetricsWriter& metrics, Progre
   const auto& r = spec.rl;
   spdlog::info("online RL ({}): task {}, {} prompts x {} completions per step, "
                "{} new tokens max, temperature {}, loss {}, init {}, reward {}",
-               rl::decoupled(r.sync) ? "decoupled actors" : "synchronous, one process", r.task,
+               rl::decoupled(r.sync)       ? std::string("decoupled actors")
+               : sync_data_parallel(spec) ? "synchronous, one process, data-parallel over " +
+                                                std::to_string(spec.topology.data_parallel) + " devices"
+                                          : std::string("synchronous, one process"),
+               r.task,
                r.prompts_per_step, r.group_size, r.max_new_tokens, r.temperature,
                rl::loss_kind_name(r.policy.kind), r.init.empty() ? std::string("(fresh initialisation)") : r.init,
                r.reward == rl::RewardSource::model ? "the learned reward model " + r.reward_model
@@ -368,6 +372,7 @@ int run_rl(const Spec& spec, const RunPlan& plan, MetricsWriter& metrics, Progre
   RlProgress progress(style, spec.run.steps, spec.log.progress_every, metrics);
   rl::RlTrainOptions options = rl_train_options(spec);
   options.stop = signals.flag();
+  if (sync_data_parallel(spec)) options.devices = spec.topology.data_parallel;
   // log.rollouts = N: every N-th step's groups as text to rollouts.jsonl.
   std::unique_ptr<RolloutLog> rollouts;
   if (spec.log.rollouts > 0) {

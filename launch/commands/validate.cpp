@@ -227,10 +227,19 @@ void describe(const Spec& spec) {
                 device_kind_name(spec.topology.device_kind), static_cast<long long>(spec.topology.threads_per_device));
     return;
   }
-  std::printf("%s", format_topology(spec, rp.plan).c_str());
-  std::printf("%s", format_elastic(spec).c_str());
+  if (!(spec.run.mode == RunMode::rl && sync_data_parallel(spec))) {
+    std::printf("%s", format_topology(spec, rp.plan).c_str());
+    std::printf("%s", format_elastic(spec).c_str());
+  }
   if (spec.run.mode == RunMode::rl) {
     const auto& r = spec.rl;
+    if (sync_data_parallel(spec))
+      std::printf("data-parallel over devices 0..%lld (%s, %lld thread(s) each): each generates 1/%lld of a step's "
+                  "sequences (the same rollouts as one device) and trains on its share of the step's rows (row "
+                  "buckets); the gradients are summed in device order and AdamW runs on device 0\n",
+                  static_cast<long long>(spec.topology.devices - 1), device_kind_name(spec.topology.device_kind),
+                  static_cast<long long>(spec.topology.threads_per_device),
+                  static_cast<long long>(spec.topology.devices));
     std::printf("online RL (synchronous, one process): each step samples %lld prompts x %lld completions "
                 "(KV cache, %lld slots refilled as sequences finish; temperature %g, top_p %g, at most %lld new tokens), "
                 "scores them with %s and trains with loss \"%s\" (%lld update(s) per batch); policy from %s\n",
@@ -259,6 +268,9 @@ void describe(const Spec& spec) {
                 : spec.topology.auth_dir.empty()
                     ? "mutual TLS with a key process 0 makes for this run (sent to the others over MPI)"
                     : ("mutual TLS with the cluster key in " + spec.topology.auth_dir).c_str());
+  else if (spec.run.mode == RunMode::rl && sync_data_parallel(spec))
+    std::printf("runs in the single-process RL trainer on %lld devices (no actors)\n",
+                static_cast<long long>(spec.topology.devices));
   else if (uses_runtime(spec) && expert_actors)
     std::printf("runs on the actor runtime (one process; %s)\n", experts);
   else if (uses_runtime(spec))

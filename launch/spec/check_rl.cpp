@@ -234,11 +234,13 @@ void convert_rl(Spec& s, SpecSites& p) {
                                  "\"sequential\", expert_shards = 1, optimizer_shards = 1, data_parallel = 1 "
                                  "(this spec has stages = " + v(s.topology.stages) + ", schedule = \"" +
                                  std::string(sched::to_string(s.topology.schedule)) + "\")");
-  else if (!rl::decoupled(c.sync) && uses_runtime(s))
-    p.error(p.where("run.mode"), "[run] mode = \"rl\" with sync = \"synchronous\" runs the RL loop on one device in one process "
-                                 "(rl.sync = \"fixed_lag\" or \"latest\" runs generator and reward actors); set [topology] devices = 1, "
+  else if (!rl::decoupled(c.sync) && uses_runtime(s) && !sync_data_parallel(s))
+    p.error(p.where("run.mode"), "[run] mode = \"rl\" with sync = \"synchronous\" runs the RL loop in one process, "
+                                 "data-parallel over data_parallel = devices devices "
+                                 "(rl.sync = \"fixed_lag\" or \"latest\" runs generator and reward actors); set [topology] "
                                  "stages = 1, schedule = \"sequential\", expert_shards = 1, optimizer_shards = 1, "
-                                 "data_parallel = 1 (this spec has devices = " + v(s.topology.devices) + ", stages = " +
+                                 "data_parallel = devices (this spec has devices = " + v(s.topology.devices) + ", data_parallel = " +
+                                 v(s.topology.data_parallel) + ", stages = " +
                                  v(s.topology.stages) + ", schedule = \"" + std::string(sched::to_string(s.topology.schedule)) + "\")");
   if (s.data.source == model::DataKind::text)
     p.error(p.where("data.source"), "[rl] task = \"" + r.task + "\" draws its problems from [data] source = \"addition\", "

@@ -131,6 +131,13 @@ bool uses_runtime(const Spec& spec) {
          t.expert_shards > 1;
 }
 
+bool sync_data_parallel(const Spec& spec) {
+  const auto& t = spec.topology;
+  return !rl::decoupled(spec.rl.sync) && t.data_parallel > 1 && t.devices == t.data_parallel && t.stages == 1 &&
+         t.schedule == sched::Kind::sequential && t.optimizer_shards == 1 && t.expert_shards == 1 && t.processes == 1 &&
+         t.device_kind != DeviceKind::sim;
+}
+
 std::vector<std::string> spec_key_paths() {
   std::vector<std::string> out;
   for (const auto& d : spec_keys()) out.push_back(d.path());

@@ -79,11 +79,14 @@ MemoryEstimate estimate_memory(const Spec& s) {
     // (RL runs are validated to have the addition task before this runs).
     const int64_t prompt = rl::make_addition_task(s.data, static_cast<uint64_t>(s.run.seed), r.verifier)->max_prompt_tokens();
     const int64_t len = std::min<int64_t>(m.seq_len, std::max<int64_t>(prompt, 1) + r.max_new_tokens + 1);
-    const double copies = 1.0 + (rl::decoupled(r.sync) ? static_cast<double>(r.generators) : 0.0);  // reference, generators
+    // The synchronous loop data-parallel over D devices keeps a parameter,
+    // reference and gradient copy and a continuous batch per further device.
+    const double dp = s.run.mode == RunMode::rl && sync_data_parallel(s) ? static_cast<double>(s.topology.devices) : 1.0;
+    const double copies = 1.0 + (rl::decoupled(r.sync) ? static_cast<double>(r.generators) : 3.0 * (dp - 1.0));
     // The KV cache: rl.slots rows of seq_len positions per running step; a
     // generator runs up to two steps side by side (rl/rollout_step.hpp).
     const double kv_rows = static_cast<double>(rl::generation_slots(r)) *
-                           (rl::decoupled(r.sync) ? 2.0 * static_cast<double>(r.generators) : 1.0);
+                           (rl::decoupled(r.sync) ? 2.0 * static_cast<double>(r.generators) : dp);
     const double kv = kv_rows * static_cast<double>(m.n_layers) * 2.0 * static_cast<double>(m.seq_len) *
                       static_cast<double>(m.d_model);
     const double update = rows * static_cast<double>(len) * floats_per_token(m, len);

@@ -223,6 +223,12 @@ double memory_limit_bytes(const Spec& spec);  // run.memory_limit, else the mach
 // (actors/runtime.hpp) instead of the single-process model::Trainer.
 bool uses_runtime(const Spec& spec);
 
+// run.mode = "rl" (or its RL phase) with sync = "synchronous" on devices =
+// data_parallel > 1 (stages 1, sequential, one expert and optimizer shard,
+// one process): the in-process loop data-parallel over those devices
+// (rl::RlTrainOptions::devices), not the actor runtime.
+bool sync_data_parallel(const Spec& spec);
+
 // Sim devices with [topology] expert_shards > 1: the expert-parallel model
 // (actors/sim/ep_sim.hpp, launch/commands/ep_sim.cpp), not the pipeline one.
 bool is_ep_sim(const Spec& spec);

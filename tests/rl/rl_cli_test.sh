@@ -54,7 +54,11 @@ expect_output "unknown key 'lss' in [rl]; did you mean 'loss'?"
 expect_exit 3 "$troupe" validate "$work/rl.toml" --set rl.loss='"ppo"'
 expect_output "[rl] loss = \"ppo\" is not one of"
 expect_exit 3 "$troupe" validate "$work/rl.toml" --set topology.devices=2 --set topology.stages=2 --set topology.schedule='"1f1b"'
-expect_output "with sync = \"synchronous\" runs the RL loop on one device in one process"
+expect_output "with sync = \"synchronous\" runs the RL loop in one process, data-parallel over data_parallel = devices devices"
+# Synchronous RL data-parallel over 2 devices (devices = data_parallel): validate says so.
+expect_exit 0 "$troupe" validate "$work/rl.toml" --set topology.devices=2 --set topology.data_parallel=2
+expect_output "data-parallel over devices 0..1"
+expect_output "runs in the single-process RL trainer on 2 devices (no actors)"
 expect_exit 3 "$troupe" validate "$work/pre.toml" --set rl.group_size=4
 expect_output "[rl] keys apply only to [run] mode = \"rl\""
 
@@ -86,6 +90,20 @@ diff <(strip_times "$work/rl1/metrics.jsonl" | grep -v '"type":"start"' | sed 's
   fail "two runs of the same RL spec wrote different metrics"
 for f in "$work/rl1/checkpoint"/*; do
   cmp -s "$f" "$work/rl2/checkpoint/$(basename "$f")" || fail "two RL runs differ in $(basename "$f")"
+done
+
+# Data-parallel over 2 devices: the same step-1 rollouts (reward) as one device;
+# and two such runs write the same checkpoint bytes.
+expect_exit 0 "$troupe" run "$work/rl.toml" --set topology.devices=2 --set topology.data_parallel=2 \
+  --set run.out_dir="\"$work/dp1\""
+expect_output "data-parallel over 2 devices"
+expect_exit 0 "$troupe" run "$work/rl.toml" --set topology.devices=2 --set topology.data_parallel=2 \
+  --set run.out_dir="\"$work/dp2\""
+first_reward() { grep '"type":"rl_step"' "$1/metrics.jsonl" | head -1 | grep -o '"reward_mean":[^,]*'; }
+[ -n "$(first_reward "$work/rl1")" ] && [ "$(first_reward "$work/dp1")" = "$(first_reward "$work/rl1")" ] ||
+  fail "2 devices sampled other step-1 rollouts: $(first_reward "$work/dp1") vs $(first_reward "$work/rl1")"
+for f in "$work/dp1/checkpoint"/*; do
+  cmp -s "$f" "$work/dp2/checkpoint/$(basename "$f")" || fail "two data-parallel RL runs differ in $(basename "$f")"
 done
 
 # Resume halfway: 2 steps, then continue to 4 from that checkpoint.

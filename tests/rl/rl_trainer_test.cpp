@@ -13,6 +13,7 @@
 
 #include "model/checkpoint.hpp"
 #include "model/trainer.hpp"
+#include "rl/rollout_step.hpp"
 #include "rl/task.hpp"
 #include "rl/trainer.hpp"
 #include "tests/rl/rl_test_util.hpp"
@@ -118,6 +119,58 @@ TEST(RlTrainer, RowBucketsChangeTheRoundingNotTheUpdate) {
     EXPECT_LT(worst, 1e-4) << "parameters after 3 steps";
   }
   EXPECT_GT(fewer, 0) << "buckets must pad fewer tokens somewhere";
+}
+
+// The synchronous loop data-parallel over devices (RlTrainOptions::devices):
+// a step's sequences dealt over the devices' continuous batches give exactly
+// one device's rollouts; the update equals one device's to rounding (the
+// chunks' gradients are summed in another grouping); and a data-parallel run
+// is the same bits every time, whatever its threads' timing.
+TEST(RlTrainer, DataParallelDevicesSampleTheSameBitsAndTrainTheSame) {
+  rl::RlTrainOptions o = tiny_options("moe");
+  o.steps = 3;
+  o.rl.max_new_tokens = 6;
+  o.rl.policy.kl_coef = 0.01;
+  o.rl.updates_per_batch = 2;
+  // Every step's completions: tokens and behaviour log-probs, bit for bit.
+  using Sampled = std::vector<std::pair<std::vector<int32_t>, std::vector<float>>>;
+  auto run = [&](int64_t devices, std::vector<rl::RlStepMetrics>& steps, std::vector<Sampled>& sampled) {
+    rl::RlTrainOptions b = o;
+    b.devices = devices;
+    b.rl.row_buckets = 2;  // the chunking the 2-device runs use, so only the gradient grouping differs
+    b.rollouts_every = 1;
+    b.on_rollouts = [&sampled](const rl::StepRollouts& r, const rl::ScoredBatch&) {
+      Sampled s;
+      for (const auto& c : r.completions) s.emplace_back(c.tokens, std::vector<float>(c.logprobs.begin(), c.logprobs.end()));
+      sampled.push_back(std::move(s));
+    };
+    rl::RlTrainer tr(b, std::make_unique<FirstTokenTask>());
+    for (int i = 0; i < b.steps; ++i) steps.push_back(tr.step());
+    return tr.parameters();
+  };
+  std::vector<rl::RlStepMetrics> one, two, again, three;
+  std::vector<Sampled> s1, s2, s2b, s3;
+  const std::vector<float> p1 = run(1, one, s1), p2 = run(2, two, s2), p2b = run(2, again, s2b), p3 = run(3, three, s3);
+  ASSERT_EQ(s1.size(), 3u);
+  EXPECT_TRUE(s1[0] == s2[0] && s1[0] == s3[0]) << "step 1 (the same weights): rollouts must be the same bits";
+  EXPECT_TRUE(s2 == s2b);
+  for (size_t i = 0; i < one.size(); ++i) {
+    EXPECT_EQ(two[i].reward_mean, one[i].reward_mean) << "step " << i << ": the same rollouts";
+    EXPECT_EQ(two[i].gen_tokens, one[i].gen_tokens) << "step " << i;
+    EXPECT_EQ(three[i].reward_mean, one[i].reward_mean) << "step " << i;
+    EXPECT_NEAR(two[i].loss, one[i].loss, 1e-5 * (1 + std::abs(one[i].loss))) << "step " << i;
+    EXPECT_NEAR(two[i].grad_norm, one[i].grad_norm, 1e-4 * (1 + one[i].grad_norm)) << "step " << i;
+    EXPECT_NEAR(two[i].aux_loss, one[i].aux_loss, 1e-5 * (1 + one[i].aux_loss)) << "step " << i;
+  }
+  double worst = 0;
+  for (size_t i = 0; i < p1.size(); ++i) worst = std::max(worst, std::abs(double(p2[i]) - double(p1[i])));
+  EXPECT_LT(worst, 1e-4) << "parameters after 3 steps";
+  EXPECT_EQ(p2, p2b) << "a data-parallel run must be the same bits every time";
+  EXPECT_NE(p2, p1) << "the 2-device update did not run (its gradient grouping differs from one device's)";
+  // The updater path has no devices.
+  rl::RlTrainOptions bad = o;
+  bad.devices = 0;
+  EXPECT_THROW(rl::RlTrainer(bad, std::make_unique<FirstTokenTask>()), std::invalid_argument);
 }
 
 // MoE with buckets: each bucket's aux loss counts by its share of the rows
