@@ -104,14 +104,19 @@ RingTransport::RingTransport(caf::actor_system& sys, int me, int processes, cons
   impl_->me = me;
   impl_->opt = opt;
   ring::remove_stale_rings();  // a killed run's leftovers (never a live process's)
-  for (int p = 0; p < processes; ++p) {
-    if (p == me) continue;
-    auto ib = std::make_unique<Impl::Inbound>();
-    ib->from = p;
-    ib->reader = ring::Reader("/troupe-ring-" + std::to_string(::getpid()) + "-" + run + "-" + std::to_string(p) + "-" +
-                                  std::to_string(me),
-                              opt.capacity);
-    impl_->in.push_back(std::move(ib));
+  try {
+    for (int p = 0; p < processes; ++p) {
+      if (p == me) continue;
+      auto ib = std::make_unique<Impl::Inbound>();
+      ib->from = p;
+      ib->reader = ring::Reader("/troupe-ring-" + std::to_string(::getpid()) + "-" + run + "-" + std::to_string(p) +
+                                    "-" + std::to_string(me),
+                                opt.capacity);
+      impl_->in.push_back(std::move(ib));
+    }
+  } catch (...) {
+    for (auto& ib : impl_->in) ib->reader.unlink();  // no destructor runs: leave nothing in /dev/shm
+    throw;
   }
   impl_->run = run;
 }
