@@ -2,12 +2,11 @@
 #include "rl/rollout_step.hpp"
 
 #include <chrono>
-#include <exception>
 #include <stdexcept>
 #include <string>
-#include <thread>
 
 #include "model/params.hpp"
+#include "rl/parallel.hpp"
 #include "model/weights.hpp"
 
 namespace troupe::rl {
@@ -18,8 +17,13 @@ int64_t StepRollouts::tokens() const {
   return n;
 }
 
-void begin_step(StepDecode& d, model::ContinuousBatch& gen, const Task& task, const RlConfig& rl, uint64_t seed,
-                int64_t step, int64_t version) {
+namespace {
+
+// Lays out step `step`: its groups' ids and prompts into d.out, one sampler
+// seed per sequence into d.rngs; returns the sequences' prompt tokens
+// (group-major, as the completions will be).
+std::vector<std::vector<int32_t>> lay_out_step(StepDecode& d, const Task& task, const RlConfig& rl, uint64_t seed,
+                                               int64_t step, int64_t version) {
   const int64_t Pn = rl.prompts_per_step, G = rl.group_size;
   d.out = StepRollouts{};
   d.out.step = step;
@@ -32,16 +36,28 @@ void begin_step(StepDecode& d, model::ContinuousBatch& gen, const Task& task, co
     d.out.ids.push_back(id);
     d.out.prompts.push_back(task.train_prompt(prompt_index(id, Pn)));
     for (int64_t k = 0; k < G; ++k) {
-      rows[gi * G + k] = d.out.prompts.back().tokens;
+      rows[static_cast<size_t>(gi * G + k)] = d.out.prompts.back().tokens;
       d.rngs.emplace_back(sampler_seed(id, k));
     }
   }
+  return rows;
+}
+
+model::GenerateOptions generate_options(const Task& task, const RlConfig& rl) {
   model::GenerateOptions go;
   go.max_new_tokens = rl.max_new_tokens;
   go.sampling.temperature = rl.temperature;
   go.sampling.top_p = rl.top_p;
   go.eos = task.eos_token();
-  gen.start(rows, std::span<model::SamplerRng>(d.rngs), go);
+  return go;
+}
+
+}  // namespace
+
+void begin_step(StepDecode& d, model::ContinuousBatch& gen, const Task& task, const RlConfig& rl, uint64_t seed,
+                int64_t step, int64_t version) {
+  const std::vector<std::vector<int32_t>> rows = lay_out_step(d, task, rl, seed, step, version);
+  gen.start(rows, std::span<model::SamplerRng>(d.rngs), generate_options(task, rl));
 }
 
 StepRollouts end_step(StepDecode& d, model::ContinuousBatch& gen, double seconds) {
@@ -69,24 +85,9 @@ StepRollouts sample_step_parallel(std::span<model::ContinuousBatch* const> gens,
   const auto t0 = std::chrono::steady_clock::now();
   // The whole step laid out once (prompts, seeds), then dealt.
   StepDecode all;
-  const int64_t Pn = rl.prompts_per_step, G = rl.group_size, N = Pn * G;
-  all.out.step = step;
-  all.out.version = version;
-  std::vector<std::vector<int32_t>> rows(static_cast<size_t>(N));
-  for (int64_t gi = 0; gi < Pn; ++gi) {
-    const GroupId id{seed, step, gi};
-    all.out.ids.push_back(id);
-    all.out.prompts.push_back(task.train_prompt(prompt_index(id, Pn)));
-    for (int64_t k = 0; k < G; ++k) {
-      rows[static_cast<size_t>(gi * G + k)] = all.out.prompts.back().tokens;
-      all.rngs.emplace_back(sampler_seed(id, k));
-    }
-  }
-  model::GenerateOptions go;
-  go.max_new_tokens = rl.max_new_tokens;
-  go.sampling.temperature = rl.temperature;
-  go.sampling.top_p = rl.top_p;
-  go.eos = task.eos_token();
+  const std::vector<std::vector<int32_t>> rows = lay_out_step(all, task, rl, seed, step, version);
+  const model::GenerateOptions go = generate_options(task, rl);
+  const int64_t N = static_cast<int64_t>(rows.size());
   const size_t D = gens.size();
   std::vector<std::vector<std::vector<int32_t>>> dealt(D);
   std::vector<std::vector<model::SamplerRng>> dealt_rngs(D);
@@ -95,24 +96,14 @@ StepRollouts sample_step_parallel(std::span<model::ContinuousBatch* const> gens,
     dealt_rngs[static_cast<size_t>(i) % D].push_back(all.rngs[static_cast<size_t>(i)]);
   }
   std::vector<std::vector<model::Completion>> done(D);
-  std::vector<std::exception_ptr> failed(D);
-  auto run = [&](size_t d) {
-    try {
-      if (dealt[d].empty()) return;
-      gens[d]->start(dealt[d], std::span<model::SamplerRng>(dealt_rngs[d]), go);
-      while (gens[d]->step(*ws[d], version)) {
-      }
-      done[d] = gens[d]->finish();
-    } catch (...) {
-      failed[d] = std::current_exception();
+  on_each_device(static_cast<int64_t>(D), [&](int64_t dev) {
+    const size_t d = static_cast<size_t>(dev);
+    if (dealt[d].empty()) return;
+    gens[d]->start(dealt[d], std::span<model::SamplerRng>(dealt_rngs[d]), go);
+    while (gens[d]->step(*ws[d], version)) {
     }
-  };
-  std::vector<std::thread> threads;
-  for (size_t d = 1; d < D; ++d) threads.emplace_back(run, d);
-  run(0);
-  for (auto& t : threads) t.join();
-  for (const auto& e : failed)
-    if (e) std::rethrow_exception(e);
+    done[d] = gens[d]->finish();
+  });
   all.out.completions.resize(static_cast<size_t>(N));
   for (int64_t i = 0; i < N; ++i)
     all.out.completions[static_cast<size_t>(i)] = std::move(done[static_cast<size_t>(i) % D][static_cast<size_t>(i) / D]);

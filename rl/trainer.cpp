@@ -4,10 +4,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <exception>
 #include <map>
 #include <stdexcept>
-#include <thread>
 
 #include "model/checkpoint.hpp"
 #include "model/continuous_batch.hpp"
@@ -21,6 +19,7 @@
 #include "moe/balance.hpp"
 #include "rl/group.hpp"
 #include "rl/loss.hpp"
+#include "rl/parallel.hpp"
 #include "rl/policy_stage_head.hpp"
 #include "rl/rm_reward.hpp"
 #include "rl/rollout.hpp"
@@ -330,31 +329,6 @@ struct RlTrainer::Impl {
   const model::ModelWeights& ref_w_of(int64_t d) const { return d == 0 ? ref_w : replicas[static_cast<size_t>(d - 1)]->ref_w; }
   const model::ModelWeights& g_of(int64_t d) const { return d == 0 ? g : replicas[static_cast<size_t>(d - 1)]->g; }
 
-  // fn(d) for every device d, each on its own thread (device 0 on this one);
-  // the first exception is rethrown once all are done.
-  template <class F>
-  void on_devices(F&& fn) {
-    const int64_t D = devices();
-    if (D == 1) {
-      fn(int64_t{0});
-      return;
-    }
-    std::vector<std::exception_ptr> failed(static_cast<size_t>(D));
-    auto guarded = [&](int64_t d) {
-      try {
-        fn(d);
-      } catch (...) {
-        failed[static_cast<size_t>(d)] = std::current_exception();
-      }
-    };
-    std::vector<std::thread> threads;
-    for (int64_t d = 1; d < D; ++d) threads.emplace_back(guarded, d);
-    guarded(0);
-    for (auto& t : threads) t.join();
-    for (const auto& e : failed)
-      if (e) std::rethrow_exception(e);
-  }
-
   std::vector<RowChunk> layout_rows(const std::vector<std::vector<int32_t>>& prompts,
                                     const std::vector<model::Completion>& comps, const std::vector<int64_t>& offsets) {
     const int64_t N = static_cast<int64_t>(prompts.size());
@@ -470,7 +444,7 @@ struct RlTrainer::Impl {
     // Each device runs its own chunks (a chunk's tokens are its own slots of
     // these arrays, so the devices never write the same element).
     std::vector<double> logp_ref(T);
-    on_devices([&](int64_t d) {
+    on_each_device(devices(), [&](int64_t d) {
       for (const RowChunk& c : chunks) {
         if (c.device != d) continue;
         const model::PolicyForward& f = c.head->forward(ref_w_of(d), c.inputs, c.targets, temp);
@@ -486,7 +460,7 @@ struct RlTrainer::Impl {
       std::vector<double> chunk_aux(chunks.size());
       std::vector<std::vector<std::vector<int64_t>>> chunk_load(chunks.size());
       for (int64_t u = 0; u < U; ++u) {
-        on_devices([&](int64_t d) {
+        on_each_device(devices(), [&](int64_t d) {
           for (size_t b = 0; b < chunks.size(); ++b) {
             const RowChunk& c = chunks[b];
             if (c.device != d) continue;
@@ -510,7 +484,7 @@ struct RlTrainer::Impl {
         // Data-parallel: each device's gradients over its chunks, then their
         // sum in device order on device 0 (one fixed order: the same bits
         // whatever the threads' timing).
-        on_devices([&](int64_t d) {
+        on_each_device(devices(), [&](int64_t d) {
           kernels::Backend& dbe = d == 0 ? *be : *replicas[static_cast<size_t>(d - 1)]->be;
           dbe.fill(d == 0 ? grads : replicas[static_cast<size_t>(d - 1)]->grads, 0.0f);
           for (size_t b = 0; b < chunks.size(); ++b) {
