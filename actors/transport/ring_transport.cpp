@@ -76,7 +76,6 @@ struct RingTransport::Impl {
     std::thread thread;
   };
   struct Outbound {
-    int to = 0;
     caf::node_id node;
     ring::Writer writer;
     std::mutex mu;
@@ -145,7 +144,6 @@ void RingTransport::connect(const std::vector<caf::node_id>& nodes) {
   for (size_t p = 0; p < nodes.size(); ++p) {
     if (static_cast<int>(p) == m.me) continue;
     auto ob = std::make_unique<Impl::Outbound>();
-    ob->to = static_cast<int>(p);
     ob->node = nodes[p];
     ob->writer = ring::Writer("/troupe-ring-" + std::to_string(process_of(nodes[p])) + "-" + m.run + "-" +
                               std::to_string(m.me) + "-" + std::to_string(p));
@@ -223,8 +221,8 @@ bool RingTransport::send(const caf::actor& to, const caf::message& msg) {
     std::fprintf(stderr, "troupe: cannot serialize a message for the ring: %s\n", m.sys.render(err).c_str());
     return false;  // CAF's own path will report it the same way
   }
-  if (!m.put(*it->second, buf)) ++m.lost_peer;
-  ++m.sent;
+  if (m.put(*it->second, buf)) ++m.sent;
+  else ++m.lost_peer;  // its process is gone: lost, as TCP would lose it
   return true;
 }
 

@@ -236,13 +236,13 @@ TEST(ShmRing, StaleCleanupRemovesDeadRunsOnlyAndWriterRejectsNonRings) {
     l.unlink();
   }
   // A segment of the right name that is not a ring is refused.
-  const std::string fake = ring_name("8");
-  const int fd = ::shm_open(fake.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  const std::string not_a_ring = ring_name("8");
+  const int fd = ::shm_open(not_a_ring.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(::ftruncate(fd, ring::kHeaderBytes + 8192), 0);
   ::close(fd);
-  EXPECT_THROW(ring::Writer{fake}, std::runtime_error);
-  ::shm_unlink(fake.c_str());
+  EXPECT_THROW(ring::Writer{not_a_ring}, std::runtime_error);
+  ::shm_unlink(not_a_ring.c_str());
 }
 
 // The receiver's decoder gets whatever a peer wrote: random bodies and
