@@ -1,5 +1,6 @@
 // Sim calibration from the real runtime's device trace (see calibrate.hpp).
 #include "launch/calibrate.hpp"
+#include "launch/calibrate_rl.hpp"
 
 #include <unistd.h>
 
@@ -35,14 +36,6 @@ double mean(const std::vector<double>& v) {
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-// A number as the table writes it: 6 significant digits, as %g (and so
-// `troupe validate`) prints it back.
-std::string round_sig(double x) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", x);
-  return buf;
 }
 
 // Bytes per second of a large copy (read + write), the median of 5: the
@@ -280,14 +273,21 @@ OpTimes read_op_times(const std::vector<runtime::DeviceTrace>& traces,
   return m;
 }
 
+std::string round_sig(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", x);
+  return buf;
+}
+
 std::string calibrate_refusal(const Spec& spec) {
   const auto& t = spec.topology;
   if (t.device_kind == DeviceKind::sim)
     return "[topology] device_kind = \"sim\": calibrate measures real devices; give it the spec with device_kind = "
            "\"host\" or \"opencl\" (the [sim] table it writes goes into the sim spec)";
+  if (spec.run.mode == RunMode::rl) return calibrate_rl_refusal(spec);
   if (spec.run.mode != RunMode::pretrain)
     return std::string("[run] mode = \"") + run_mode_name(spec.run.mode) +
-           "\": calibrate measures pipeline training steps (mode = \"pretrain\")";
+           "\": calibrate measures pipeline training steps (mode = \"pretrain\") or RL steps (mode = \"rl\")";
   if (t.expert_shards > 1)
     return "[topology] expert_shards = " + std::to_string(t.expert_shards) +
            ": expert-parallel sims use the flops model (docs/sim.md); calibrate the spec with expert_shards = 1";

@@ -85,8 +85,13 @@ struct Calibration {
   bool interrupted = false;
 };
 
+// A number as the [sim] tables write it: 6 significant digits, as %g (and so
+// `troupe validate`) prints it back.
+std::string round_sig(double x);
+
 // Why `spec` cannot be calibrated ("" when it can): a sim spec, a mode other
-// than pretrain, expert shards, several processes.
+// than pretrain or rl, expert shards, several processes (rl: see
+// launch/calibrate_rl.hpp).
 std::string calibrate_refusal(const Spec& spec);
 
 // Measures (see the top of this file) the spec's run plan (make_run_plan:

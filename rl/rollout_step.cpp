@@ -96,6 +96,7 @@ StepRollouts sample_step_parallel(std::span<model::ContinuousBatch* const> gens,
     dealt_rngs[static_cast<size_t>(i) % D].push_back(all.rngs[static_cast<size_t>(i)]);
   }
   std::vector<std::vector<model::Completion>> done(D);
+  DeviceTimes times;
   on_each_device(static_cast<int64_t>(D), [&](int64_t dev) {
     const size_t d = static_cast<size_t>(dev);
     if (dealt[d].empty()) return;
@@ -103,11 +104,12 @@ StepRollouts sample_step_parallel(std::span<model::ContinuousBatch* const> gens,
     while (gens[d]->step(*ws[d], version)) {
     }
     done[d] = gens[d]->finish();
-  });
+  }, &times);
   all.out.completions.resize(static_cast<size_t>(N));
   for (int64_t i = 0; i < N; ++i)
     all.out.completions[static_cast<size_t>(i)] = std::move(done[static_cast<size_t>(i) % D][static_cast<size_t>(i) / D]);
   all.out.gen_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  all.out.device_idle_seconds = times.idle(all.out.gen_seconds);
   return std::move(all.out);
 }
 

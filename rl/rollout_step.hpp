@@ -37,6 +37,10 @@ struct StepRollouts {
   std::vector<Prompt> prompts;                 // [prompts_per_step]
   std::vector<model::Completion> completions;  // [prompts_per_step * group_size]
   double gen_seconds = 0.0;
+  // Data-parallel generation (sample_step_parallel over D > 1 devices): each
+  // device's idle seconds within gen_seconds (waiting for the slowest
+  // device's last sequence, or for the step's layout). Empty on one device.
+  std::vector<double> device_idle_seconds;
   int64_t tokens() const;
 };
 

@@ -335,20 +335,58 @@ struct RlTrainer::Impl {
     auto length = [&](int64_t i) {
       return static_cast<int64_t>(prompts[static_cast<size_t>(i)].size() + comps[static_cast<size_t>(i)].tokens.size());
     };
+    // Groups of rows, one chunk each, with their device.
+    struct Group {
+      std::vector<int64_t> rows;
+      int64_t device = 0;
+    };
+    std::vector<Group> groups;
+    const int64_t D = devices();
+    // Split `rows` (sorted by length) into `buckets` chunks of equal row
+    // counts on `device`.
+    auto bucket = [&](const std::vector<int64_t>& rows, int64_t buckets, int64_t device) {
+      const int64_t n = static_cast<int64_t>(rows.size());
+      const int64_t per = std::max<int64_t>(1, (n + buckets - 1) / buckets);
+      for (int64_t c0 = 0; c0 < n; c0 += per)
+        groups.push_back({std::vector<int64_t>(rows.begin() + c0, rows.begin() + std::min(n, c0 + per)), device});
+    };
     std::vector<int64_t> order(static_cast<size_t>(N));
     for (int64_t i = 0; i < N; ++i) order[static_cast<size_t>(i)] = i;
-    // The updater's rows are one fixed length, in order; in process, by
-    // length, at least one bucket per device.
-    const int64_t buckets = updater ? 1 : std::max<int64_t>({1, opt.rl.row_buckets, devices()});
-    if (buckets > 1) std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return length(a) < length(b); });
-    const int64_t per = std::max<int64_t>(1, (N + buckets - 1) / buckets);
+    const auto shorter = [&](int64_t a, int64_t b) { return length(a) < length(b); };
+    if (updater || D == 1) {
+      // The updater's rows are one fixed length, in order; in process, by
+      // length in rl.row_buckets buckets, each padded to its longest row.
+      const int64_t buckets = updater ? 1 : std::max<int64_t>(1, opt.rl.row_buckets);
+      if (buckets > 1) std::stable_sort(order.begin(), order.end(), shorter);
+      bucket(order, buckets, 0);
+    } else {
+      // Data-parallel: the rows dealt so that every device gets the same
+      // tokens to train, longest first to the device with the fewest so far
+      // (ties: the lower device), then each device's rows in its own
+      // rl.row_buckets length buckets. Dealing length-sorted buckets instead
+      // left one device with the step's longest bucket: the other idled up
+      // to half the training phase (the devices' idle shares in rl_step).
+      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return length(a) > length(b); });
+      std::vector<std::vector<int64_t>> dealt(static_cast<size_t>(D));
+      std::vector<int64_t> load(static_cast<size_t>(D), 0);
+      for (int64_t i : order) {
+        const size_t d = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+        dealt[d].push_back(i);
+        load[d] += length(i);
+      }
+      for (int64_t d = 0; d < D; ++d) {
+        std::vector<int64_t>& mine = dealt[static_cast<size_t>(d)];
+        std::stable_sort(mine.begin(), mine.end(), shorter);
+        bucket(mine, std::max<int64_t>(1, opt.rl.row_buckets), d);
+      }
+    }
     const int32_t pad = task->eos_token() >= 0 ? task->eos_token() : 0;
     std::vector<RowChunk> chunks;
-    for (int64_t c0 = 0; c0 < N; c0 += per) {
+    for (const Group& gr : groups) {
       RowChunk ch;
-      ch.rows = std::min(per, N - c0);
+      ch.rows = static_cast<int64_t>(gr.rows.size());
       int64_t longest = 1;
-      for (int64_t r = 0; r < ch.rows; ++r) longest = std::max(longest, length(order[static_cast<size_t>(c0 + r)]));
+      for (int64_t i : gr.rows) longest = std::max(longest, length(i));
       ch.S = updater ? updater->seq_len() : std::min<int64_t>(opt.model.seq_len, (longest + 7) / 8 * 8);
       if (longest > ch.S)
         throw std::invalid_argument("RlTrainer::train_on: a row of " + std::to_string(longest) +
@@ -357,7 +395,7 @@ struct RlTrainer::Impl {
       ch.inputs.assign(static_cast<size_t>(ch.rows * ch.S), pad);
       ch.targets.assign(static_cast<size_t>(ch.rows * ch.S), -1);
       for (int64_t r = 0; r < ch.rows; ++r) {
-        const int64_t i = order[static_cast<size_t>(c0 + r)];
+        const int64_t i = gr.rows[static_cast<size_t>(r)];
         const auto& p = prompts[static_cast<size_t>(i)];
         const auto& c = comps[static_cast<size_t>(i)].tokens;
         int32_t* row = ch.inputs.data() + r * ch.S;
@@ -371,10 +409,8 @@ struct RlTrainer::Impl {
           ch.at.push_back(at);
         }
       }
-      // Devices in a snake over the length-sorted chunks (0, 1, 1, 0, ...), so
-      // each gets short and long rows.
-      const int64_t b = static_cast<int64_t>(chunks.size()), D = devices();
-      ch.device = (b / D) % 2 == 0 ? b % D : D - 1 - b % D;
+      const int64_t b = static_cast<int64_t>(chunks.size());
+      ch.device = gr.device;
       ch.head = &head_for(ch.device, b, ch.S, ch.rows);
       chunks.push_back(std::move(ch));
     }
@@ -444,13 +480,14 @@ struct RlTrainer::Impl {
     // Each device runs its own chunks (a chunk's tokens are its own slots of
     // these arrays, so the devices never write the same element).
     std::vector<double> logp_ref(T);
+    DeviceTimes times;
     on_each_device(devices(), [&](int64_t d) {
       for (const RowChunk& c : chunks) {
         if (c.device != d) continue;
         const model::PolicyForward& f = c.head->forward(ref_w_of(d), c.inputs, c.targets, temp);
         for (size_t x = 0; x < c.tok.size(); ++x) logp_ref[c.tok[x]] = f.logprobs[c.at[x]];
       }
-    });
+    }, &times);
     const int64_t U = rl.updates_per_batch;
     if (updater) {
       update_elsewhere(m, chunks[0].inputs, chunks[0].targets, chunks[0].at, sb, logp_ref);
@@ -471,7 +508,7 @@ struct RlTrainer::Impl {
             }
             chunk_aux[b] = f.aux_loss * c.share;
           }
-        });
+        }, &times);
         double aux = 0.0;
         for (double a : chunk_aux) aux += a;  // in chunk order, whichever device ran it
         if (u == 0) logp_prox = logp;  // the policy that sampled, recomputed (PPO's "old" policy)
@@ -495,7 +532,7 @@ struct RlTrainer::Impl {
             chunks[b].head->backward(w_of(d), g_of(d), coef[b], chunks[b].share);
             chunk_load[b] = chunks[b].head->decoder().expert_load();
           }
-        });
+        }, &times);
         for (const auto& rp : replicas) {
           const Tensor part = be->from_f32({grads.numel()}, rp->be->download_f32(rp->grads));
           be->axpy(grads, 1.0f, part);
@@ -517,6 +554,12 @@ struct RlTrainer::Impl {
     m.train_tokens = padded * U;
     be->synchronize();
     m.train_seconds = seconds_since(tt);
+    m.train_serial_seconds = std::max(0.0, m.train_seconds - times.in_calls);
+    if (devices() > 1) {
+      m.train_idle_seconds = times.idle(m.train_seconds);
+      m.gen_idle_seconds = r.device_idle_seconds;
+      m.gen_idle_seconds.resize(static_cast<size_t>(devices()), 0.0);  // rollouts sampled elsewhere: none
+    }
     m.train_tokens_per_s = m.train_seconds > 0 ? static_cast<double>(m.train_tokens) / m.train_seconds : 0.0;
     ++step;
     m.step_seconds = seconds_since(t0) + m.gen_seconds + m.reward_seconds;
@@ -739,6 +782,17 @@ RlSummary run_rl_loop(RlTrainer& tr, const RlTrainOptions& o, RlObserver& obs,
   s.steps_done = out.steps_done;
   s.interrupted = out.interrupted;
   return s;
+}
+
+std::vector<double> RlStepMetrics::device_idle_shares() const {
+  const double wall = gen_seconds + reward_seconds + train_seconds;
+  std::vector<double> out(train_idle_seconds.size(), 0.0);
+  if (wall <= 0.0) return out;
+  for (size_t d = 0; d < out.size(); ++d) {
+    const double gen_idle = d < gen_idle_seconds.size() ? gen_idle_seconds[d] : 0.0;
+    out[d] = std::min(1.0, (gen_idle + train_idle_seconds[d] + (d > 0 ? reward_seconds : 0.0)) / wall);
+  }
+  return out;
 }
 
 }  // namespace troupe::rl

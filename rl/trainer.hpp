@@ -85,6 +85,18 @@ struct RlStepMetrics {
   int64_t gen_tokens = 0, train_tokens = 0;
   double gen_seconds = 0.0, reward_seconds = 0.0, train_seconds = 0.0, step_seconds = 0.0;
   double gen_tokens_per_s = 0.0, train_tokens_per_s = 0.0;
+  // Where each device's time went (the data-parallel loop, devices > 1;
+  // empty on one device): its idle seconds within gen_seconds (waiting for
+  // the slowest device's last sequence) and within train_seconds (waiting at
+  // a join, or while device 0 runs the serial parts: the loss, the gradient
+  // sum, AdamW, the parameter copy). Devices 1.. also idle through
+  // reward_seconds (scoring runs on device 0).
+  std::vector<double> gen_idle_seconds, train_idle_seconds;
+  // train_seconds outside the devices' parallel work (any device count):
+  // what does not shrink with more devices.
+  double train_serial_seconds = 0.0;
+  // Each device's idle share of this step (gen + reward + train seconds).
+  std::vector<double> device_idle_shares() const;
 };
 
 struct RlEvalMetrics {

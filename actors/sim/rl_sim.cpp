@@ -33,11 +33,18 @@ class Slots {
   std::priority_queue<int64_t, std::vector<int64_t>, std::greater<int64_t>> free_;
 };
 
-int64_t completion_ns(const RlSimOptions& o, int64_t len) { return len * o.decode_ns_per_token + o.reward_ns; }
+// `generators`: how many devices generate at once (> 1: the parallel cost).
+int64_t completion_ns(const RlSimOptions& o, int64_t len, int generators) {
+  const int64_t per = generators > 1 && o.parallel_decode_ns_per_token > 0 ? o.parallel_decode_ns_per_token
+                                                                           : o.decode_ns_per_token;
+  return len * per + o.reward_ns;
+}
 
 int64_t train_ns(const RlSimOptions& o, int64_t tokens, int trainers) {
+  const int64_t per = trainers > 1 && o.parallel_train_ns_per_token > 0 ? o.parallel_train_ns_per_token
+                                                                      : o.train_ns_per_token;
   // Rounded up: a step never takes less than its share.
-  return (tokens * o.train_ns_per_token + trainers - 1) / trainers;
+  return (tokens * per + trainers - 1) / trainers + o.train_step_ns;
 }
 
 }  // namespace
@@ -53,7 +60,8 @@ void validate(const RlSimOptions& o) {
   require(o.mean_tokens >= 1 && std::isfinite(o.mean_tokens), "mean_tokens must be >= 1");
   require(o.sigma >= 0 && o.sigma <= 4, "sigma must be in [0, 4]");
   require(o.slots >= 1, "slots must be >= 1");
-  require(o.decode_ns_per_token >= 0 && o.reward_ns >= 0 && o.train_ns_per_token >= 0 && o.sync_ns >= 0,
+  require(o.decode_ns_per_token >= 0 && o.reward_ns >= 0 && o.train_ns_per_token >= 0 && o.sync_ns >= 0 &&
+              o.parallel_decode_ns_per_token >= 0 && o.parallel_train_ns_per_token >= 0 && o.train_step_ns >= 0,
           "costs must be >= 0");
 }
 
@@ -85,7 +93,7 @@ RlSimResult simulate_synchronous(const RlSimOptions& o) {
     std::vector<Slots> dev(static_cast<size_t>(o.devices), Slots(o.slots));
     int64_t gen_end = t, tokens = 0;
     for (size_t i = 0; i < lens.size(); ++i) {
-      const int64_t ns = completion_ns(o, lens[i]);
+      const int64_t ns = completion_ns(o, lens[i], o.devices);
       gen_end = std::max(gen_end, dev[i % dev.size()].run(t, ns));
       tokens += lens[i];
       gen_work += static_cast<double>(ns);
@@ -138,7 +146,7 @@ RlSimResult simulate_decoupled(const RlSimOptions& o, int eta, int generators) {
       const std::vector<int64_t> lens = completion_lengths(o, g);
       int64_t end = admit, tok = 0;
       for (int64_t len : lens) {
-        const int64_t ns = completion_ns(o, len);
+        const int64_t ns = completion_ns(o, len, generators);
         end = std::max(end, gen[next_gen].run(admit, ns));
         next_gen = (next_gen + 1) % gen.size();
         tok += len;

@@ -12,7 +12,13 @@
 //     up to `slots` sequences), so a sequence of L tokens occupies its slot
 //     L * decode_ns_per_token, plus `reward_ns` for its verifier/reward call;
 //   train: one step over T trainer devices takes sum(L) * train_ns_per_token / T
-//     (data parallel, perfectly split);
+//     (data parallel, perfectly split) plus `train_step_ns` (the step's
+//     serial part: loss, gradient sum, optimizer step, parameter copy);
+//   devices that share a host slow each other down (cores, caches, memory
+//     bandwidth): `parallel_decode_ns_per_token` and
+//     `parallel_train_ns_per_token`, when set, replace the one-device costs
+//     whenever more than one device runs that phase at once (`troupe
+//     calibrate` measures both: launch/calibrate_rl.hpp);
 //   weight sync (decoupled only): a new policy version reaches the
 //     generators `sync_ns` after the trainer finishes it.
 // Synchronous (colocated): all N devices generate the step's completions
@@ -29,8 +35,10 @@
 // device generates while they all train; decoupled generators start the next
 // steps' completions in those gaps (up to eta versions ahead) and training
 // overlaps generation. What it leaves out: the cost of decode batch size on
-// the decode step, interruption of in-flight sequences ("latest" sync),
-// network contention, and failures.
+// the decode step (up to `slots`), interruption of in-flight sequences
+// ("latest" sync), the slow-down of a decoupled generator and trainer that
+// share a host while both run, imbalance between training devices (a step's
+// tokens split perfectly), network contention, and failures.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +58,9 @@ struct RlSimOptions {
   int64_t decode_ns_per_token = 0;   // one decode step
   int64_t reward_ns = 0;             // per completion, on its slot
   int64_t train_ns_per_token = 0;    // one device's training time per token
+  int64_t parallel_decode_ns_per_token = 0;  // decode step while > 1 device generates (0: decode_ns_per_token)
+  int64_t parallel_train_ns_per_token = 0;   // per device and token while > 1 device trains (0: train_ns_per_token)
+  int64_t train_step_ns = 0;                 // serial part of every training step
   int64_t sync_ns = 0;               // decoupled: publish a version to the generators
   uint64_t seed = 1;
 };

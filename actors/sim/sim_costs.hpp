@@ -67,6 +67,9 @@ struct CostConfig {
   double rl_decode_ms_per_token = 20;  // one decode step
   double rl_reward_ms = 0;             // per completion
   double rl_train_ms_per_token = 0.26; // one device's training time per token
+  double rl_parallel_decode_ms_per_token = 0;  // decode step while > 1 device generates; 0 = rl_decode_ms_per_token
+  double rl_parallel_train_ms_per_token = 0;   // per device and token while > 1 device trains; 0 = rl_train_ms_per_token
+  double rl_train_step_ms = 0;                 // serial part of every training step
   double rl_sync_ms = 0;               // publish a policy version to the generators
   // Expert parallelism on sim devices (expert_shards > 1; actors/sim/ep_sim.hpp).
   int64_t ep_slots_per_device = 0;     // physical expert slots per device; 0 = ceil(n_experts / expert_shards)

@@ -17,6 +17,7 @@
 
 #include "model/atomic_file.hpp"
 #include "launch/calibrate.hpp"
+#include "launch/calibrate_rl.hpp"
 #include "launch/cli.hpp"
 #include "launch/signals.hpp"
 
@@ -33,6 +34,48 @@ void check_writable(const std::string& path) {
 
 double pct(double predicted, double measured) { return 100.0 * (predicted / measured - 1.0); }
 
+// Writes `table` to stdout and, with --out, to the file. Returns an ExitCode.
+int emit_table(const std::string& table, const std::string& out) {
+  std::fputs(table.c_str(), stdout);
+  std::fflush(stdout);
+  if (!out.empty()) {
+    try {
+      model::write_file_atomically(out, table);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "troupe calibrate: %s\n", e.what());
+      return kExitRuntime;
+    }
+    std::fprintf(stderr, "troupe calibrate: wrote %s\n", out.c_str());
+  }
+  return kExitOk;
+}
+
+// run.mode = "rl": the synchronous loop on one device, then data-parallel
+// over the spec's devices (launch/calibrate_rl.hpp).
+int calibrate_rl_command(const CliOptions& opt, const Spec& spec, const StopOnSignal& stop) {
+  if (!opt.cost_model.empty()) {
+    std::fprintf(stderr, "troupe calibrate: --model applies to pipeline specs; an RL spec's table has one model\n");
+    return kExitUsage;
+  }
+  RlCalibrateOptions co;
+  if (opt.repeat > 0) co.repeat = opt.repeat;
+  co.stop = stop.flag();
+  spdlog::info("calibrate {}: the synchronous RL loop, {} warm-up + {} timed step(s) on one device, then data-parallel "
+               "over {} device(s)", spec.source, co.warmup, co.repeat, spec.topology.devices);
+  RlCalibration c;
+  try {
+    c = calibrate_rl(spec, co);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "troupe calibrate: %s\n", e.what());
+    return kExitRuntime;
+  }
+  if (c.interrupted || stop.requested()) {
+    std::fprintf(stderr, "troupe calibrate: interrupted (%s); nothing was written\n", signal_name(stop.signal()));
+    return kExitInterrupted;
+  }
+  return emit_table(rl_sim_table(spec, opt.positional.empty() ? spec.source : opt.positional[0], c, co), opt.file);
+}
+
 }  // namespace
 
 int command_calibrate(const CliOptions& opt, const Spec& spec) {
@@ -48,6 +91,7 @@ int command_calibrate(const CliOptions& opt, const Spec& spec) {
     return kExitBadInput;
   }
   StopOnSignal stop;
+  if (spec.run.mode == RunMode::rl) return calibrate_rl_command(opt, spec, stop);
   CalibrateOptions co;
   if (opt.repeat > 0) co.repeat = opt.repeat;
   co.stop = stop.flag();
@@ -81,19 +125,7 @@ int command_calibrate(const CliOptions& opt, const Spec& spec) {
   for (const auto& [d, ms] : m.post_by_device)
     std::printf(" device %d %.2f / %.2f", d, a.post_by_device.count(d) ? a.post_by_device.at(d) : 0.0, ms);
   std::printf("\n  idle gap between closures (median): %.1f us\n\n", m.gap_us);
-  const std::string table = sim_table(spec, opt.positional.empty() ? spec.source : opt.positional[0], c, measured, co);
-  std::fputs(table.c_str(), stdout);
-  std::fflush(stdout);
-  if (!out.empty()) {
-    try {
-      model::write_file_atomically(out, table);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "troupe calibrate: %s\n", e.what());
-      return kExitRuntime;
-    }
-    std::fprintf(stderr, "troupe calibrate: wrote %s\n", out.c_str());
-  }
-  return kExitOk;
+  return emit_table(sim_table(spec, opt.positional.empty() ? spec.source : opt.positional[0], c, measured, co), out);
 }
 
 }  // namespace troupe::launch

@@ -50,6 +50,16 @@ std::string histogram_json(const std::map<int64_t, int64_t>& h) {
   return out + "}";
 }
 
+std::string number_list_json(const std::vector<double>& xs) {
+  std::string out = "[";
+  for (size_t i = 0; i < xs.size(); ++i) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%s%.4f", i ? "," : "", std::isfinite(xs[i]) ? xs[i] : 0.0);
+    out += b;
+  }
+  return out + "]";
+}
+
 class RlProgress final : public runtime::RlActorObserver {
  public:
   RlProgress(ProgressStyle style, int64_t total, int64_t every, MetricsWriter& metrics)
@@ -57,8 +67,8 @@ class RlProgress final : public runtime::RlActorObserver {
         t0_(std::chrono::steady_clock::now()) {}
 
   void on_step(const rl::RlStepMetrics& m) override {
-    if (metrics_.is_open())
-      metrics_.write_line(JsonObject()
+    if (metrics_.is_open()) {
+      JsonObject line = JsonObject()
                               .add("type", std::string("rl_step"))
                               .add("step", m.step)
                               .add("loss", m.loss)
@@ -96,8 +106,15 @@ class RlProgress final : public runtime::RlActorObserver {
                               .add("reward_seconds", m.reward_seconds)
                               .add("train_seconds", m.train_seconds)
                               .add("step_seconds", m.step_seconds)
-                              .add("wall_seconds", wall())
-                              .str());
+                              .add("train_serial_seconds", m.train_serial_seconds)
+                              .add("wall_seconds", wall());
+      // The data-parallel loop: each device's idle share of the step.
+      if (!m.train_idle_seconds.empty())
+        line.add_raw("device_idle", number_list_json(m.device_idle_shares()))
+            .add_raw("gen_idle_seconds", number_list_json(m.gen_idle_seconds))
+            .add_raw("train_idle_seconds", number_list_json(m.train_idle_seconds));
+      metrics_.write_line(line.str());
+    }
     if (style_ == ProgressStyle::off) return;
     if (m.step % every_ == 0 || m.step == total_ || m.step == 1 || style_ == ProgressStyle::bar)
       std::fprintf(stderr,

@@ -28,6 +28,9 @@ sim::RlSimOptions rl_sim_options(const Spec& s) {
   o.decode_ns_per_token = sim::ms_to_ns(s.sim.rl_decode_ms_per_token);
   o.reward_ns = sim::ms_to_ns(s.sim.rl_reward_ms);
   o.train_ns_per_token = sim::ms_to_ns(s.sim.rl_train_ms_per_token);
+  o.parallel_decode_ns_per_token = sim::ms_to_ns(s.sim.rl_parallel_decode_ms_per_token);
+  o.parallel_train_ns_per_token = sim::ms_to_ns(s.sim.rl_parallel_train_ms_per_token);
+  o.train_step_ns = sim::ms_to_ns(s.sim.rl_train_step_ms);
   o.sync_ns = sim::ms_to_ns(s.sim.rl_sync_ms);
   o.seed = static_cast<uint64_t>(s.run.seed);
   return o;
@@ -40,13 +43,15 @@ std::string format_rl_sim_plan(const Spec& s) {
                 "sim RL (timings only, no math): %d devices, %d step(s) of %lld completions (%lld prompts x %lld), "
                 "lengths log-normal mean %g sigma %g capped at %lld tokens\n"
                 "  decode %g ms per step for up to %lld sequences per device, reward %g ms per completion, "
-                "train %g ms per token per device, weight sync %g ms\n"
+                "train %g ms per token per device + %g ms a step, weight sync %g ms\n"
+                "  with several devices in a phase at once: decode %g ms, train %g ms per token (0: as alone)\n"
                 "  compares: synchronous (all devices generate, then all train) against decoupled fixed-lag "
                 "eta = 0, 1, 2, 4 (generators and trainers split; the best split for each eta)\n",
                 o.devices, o.steps, static_cast<long long>(o.completions), static_cast<long long>(s.rl.prompts_per_step),
                 static_cast<long long>(s.rl.group_size), o.mean_tokens, o.sigma, static_cast<long long>(o.max_tokens),
                 s.sim.rl_decode_ms_per_token, static_cast<long long>(o.slots), s.sim.rl_reward_ms,
-                s.sim.rl_train_ms_per_token, s.sim.rl_sync_ms);
+                s.sim.rl_train_ms_per_token, s.sim.rl_train_step_ms, s.sim.rl_sync_ms,
+                s.sim.rl_parallel_decode_ms_per_token, s.sim.rl_parallel_train_ms_per_token);
   return buf;
 }
 

@@ -272,6 +272,9 @@ std::vector<KeyDef> build_keys() {
   add({"sim", "rl_decode_ms_per_token", KeyType::Float, F(sim.rl_decode_ms_per_token), "Sim RL: one decode step of a generating device, in ms (the same for up to rl_slots sequences).", 0, 1e6});
   add({"sim", "rl_reward_ms", KeyType::Float, F(sim.rl_reward_ms), "Sim RL: reward (verifier or reward model) per completion, in ms, on its generator slot.", 0, 1e6});
   add({"sim", "rl_train_ms_per_token", KeyType::Float, F(sim.rl_train_ms_per_token), "Sim RL: one device's training time per token, in ms (a step over T trainer devices takes tokens x this / T).", 0, 1e6});
+  add({"sim", "rl_parallel_decode_ms_per_token", KeyType::Float, F(sim.rl_parallel_decode_ms_per_token), "Sim RL: the decode step while more than one device generates at once (devices sharing a host slow each other down), in ms; 0 means rl_decode_ms_per_token. `troupe calibrate` measures it.", 0, 1e6});
+  add({"sim", "rl_parallel_train_ms_per_token", KeyType::Float, F(sim.rl_parallel_train_ms_per_token), "Sim RL: one device's training time per token while more than one device trains at once, in ms; 0 means rl_train_ms_per_token. `troupe calibrate` measures it.", 0, 1e6});
+  add({"sim", "rl_train_step_ms", KeyType::Float, F(sim.rl_train_step_ms), "Sim RL: the serial part of every training step (loss, gradient sum, optimizer step, parameter copy), in ms, added to the per-token time.", 0, 1e9});
   add({"sim", "rl_sync_ms", KeyType::Float, F(sim.rl_sync_ms), "Sim RL, decoupled: time to publish a new policy version to the generators, in ms.", 0, 1e9});
   // [sim] for expert parallelism on sim devices: expert_shards > 1 (actors/sim/ep_sim.hpp).
   add({"sim", "ep_slots_per_device", KeyType::Int, F(sim.ep_slots_per_device), "Sim EP: physical expert slots per device for the eplb placement (devices * slots - n_experts are redundant slots for replicas of hot experts); 0 = ceil(n_experts / expert_shards).", 0, 1e6});

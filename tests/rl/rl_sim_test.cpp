@@ -63,6 +63,26 @@ TEST(RlSim, SynchronousClosedForm) {
   EXPECT_EQ(sim::simulate_synchronous(o2).makespan_ns, 5 * (2 * gen + (64 * 100 * 40 + 7) / 8));
 }
 
+TEST(RlSim, SharedHostCostsApplyOnlyWhenDevicesRunAPhaseTogether) {
+  sim::RlSimOptions o = flat();
+  o.parallel_decode_ns_per_token = 1500;  // devices sharing a host slow each other down
+  o.parallel_train_ns_per_token = 60;
+  o.train_step_ns = 900;
+  // Synchronous: all 8 devices generate and train at once: the parallel costs.
+  const int64_t gen = 100 * 1500 + 500, train = (32 * 100 * 60 + 7) / 8 + 900;
+  EXPECT_EQ(sim::simulate_synchronous(o).makespan_ns, 5 * (gen + train));
+  // Decoupled with one generator and 7 trainers: the generator decodes at its
+  // one-device cost (8 rounds of 4 slots), the trainers at the parallel one.
+  // eta = 0: no overlap.
+  const int64_t gen1 = 8 * (100 * 1000 + 500), train7 = (32 * 100 * 60 + 6) / 7 + 900;
+  EXPECT_EQ(sim::simulate_decoupled(o, 0, 1).makespan_ns, 5 * (gen1 + train7) + 4 * o.sync_ns);
+  // One trainer: its one-device cost (7 generators x 4 slots: two rounds).
+  const int64_t gen7 = 2 * (100 * 1500 + 500), train1 = 32 * 100 * 40 + 900;
+  EXPECT_EQ(sim::simulate_decoupled(o, 0, 7).makespan_ns, 5 * (gen7 + train1) + 4 * o.sync_ns);
+  o.train_step_ns = -1;
+  EXPECT_THROW(sim::simulate_synchronous(o), std::invalid_argument);
+}
+
 TEST(RlSim, DecoupledWithoutLagDoesNotOverlap) {
   const sim::RlSimOptions o = flat();
   // 4 generators x 4 slots = 16 completions at once: two rounds for 32.
