@@ -44,6 +44,16 @@ def summarize(run_dir):
         "final_exact_match": evals[-1]["exact_match"] if evals else None,
         "mean_response_length": sum(s.get("response_length", 0.0) for s in steps) / len(steps),
     }
+    # The data-parallel synchronous loop: each device's idle share (waiting
+    # at a join for the slowest device, or while device 0 runs the serial
+    # parts), weighted by the steps' times.
+    dp = [r for r in steps[1:] if r.get("device_idle")]
+    if dp:
+        walls = [r["gen_seconds"] + r.get("reward_seconds", 0.0) + r["train_seconds"] for r in dp]
+        n = len(dp[0]["device_idle"])
+        out["device_idle"] = [sum(r["device_idle"][d] * w for r, w in zip(dp, walls)) / sum(walls) for d in range(n)]
+        out["gen_seconds_per_step"] = sum(r["gen_seconds"] for r in dp) / len(dp)
+        out["train_seconds_per_step"] = sum(r["train_seconds"] for r in dp) / len(dp)
     if end:
         out.update(trainer_idle=end.get("trainer_idle"), generator_idle=end.get("generator_idle"),
                    staleness=end.get("staleness"))
@@ -65,13 +75,14 @@ def main():
     rows = {label: summarize(f"{out_dir}/{label}") for label in labels}
     base = rows[labels[0]]["steps_per_s"]
     print(f"\n| run | steps/s | vs {labels[0]} | gen tokens/s | final exact match | mean length | "
-          "trainer idle | generator idle | mean lag | lag-0 tokens | staleness (lag: tokens) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "trainer idle | generator idle | devices idle (data-parallel) | mean lag | lag-0 tokens | staleness (lag: tokens) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for label, r in rows.items():
         pct = lambda x: f"{100 * x:.1f}%" if x is not None else "-"
         print(f"| {label} | {r['steps_per_s']:.3f} | {r['steps_per_s'] / base:.2f}x | {r['gen_tokens_per_s']:.0f} | "
               f"{pct(r['final_exact_match'])} | {r['mean_response_length']:.1f} | {pct(r.get('trainer_idle'))} | "
-              f"{pct(r.get('generator_idle'))} | {r.get('mean_lag', 0):.2f} | {pct(r.get('lag0_share'))} | "
+              f"{pct(r.get('generator_idle'))} | {' / '.join(pct(x) for x in r.get('device_idle', [])) or '-'} | "
+              f"{r.get('mean_lag', 0):.2f} | {pct(r.get('lag0_share'))} | "
               f"{r.get('staleness', '-')} |")
     with open(f"{out_dir}/summary.json", "w") as f:
         json.dump(rows, f, indent=1)

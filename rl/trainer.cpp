@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <stdexcept>
 
@@ -342,42 +343,64 @@ struct RlTrainer::Impl {
     };
     std::vector<Group> groups;
     const int64_t D = devices();
-    // Split `rows` (sorted by length) into `buckets` chunks of equal row
-    // counts on `device`.
-    auto bucket = [&](const std::vector<int64_t>& rows, int64_t buckets, int64_t device) {
-      const int64_t n = static_cast<int64_t>(rows.size());
-      const int64_t per = std::max<int64_t>(1, (n + buckets - 1) / buckets);
-      for (int64_t c0 = 0; c0 < n; c0 += per)
-        groups.push_back({std::vector<int64_t>(rows.begin() + c0, rows.begin() + std::min(n, c0 + per)), device});
-    };
     std::vector<int64_t> order(static_cast<size_t>(N));
     for (int64_t i = 0; i < N; ++i) order[static_cast<size_t>(i)] = i;
-    const auto shorter = [&](int64_t a, int64_t b) { return length(a) < length(b); };
-    if (updater || D == 1) {
-      // The updater's rows are one fixed length, in order; in process, by
-      // length in rl.row_buckets buckets, each padded to its longest row.
-      const int64_t buckets = updater ? 1 : std::max<int64_t>(1, opt.rl.row_buckets);
-      if (buckets > 1) std::stable_sort(order.begin(), order.end(), shorter);
-      bucket(order, buckets, 0);
+    // The updater's rows are one fixed length, in order. In process, with
+    // K = max(rl.row_buckets, devices) > 1, the rows sorted by length in K
+    // buckets, each padded to its own longest row (a multiple of 8); the
+    // bucket boundaries are those with the fewest padded tokens in all
+    // (dynamic programming over the sorted lengths), so a long tail's few
+    // longest rows get a bucket of their own instead of padding a quarter of
+    // the step to their length. The chunks do not depend on the device count
+    // beyond K, so a data-parallel step trains the same chunks as one device
+    // with row_buckets = K (only the gradients' grouping differs).
+    const int64_t K = updater ? 1 : std::max<int64_t>({1, opt.rl.row_buckets, D});
+    if (K == 1) {
+      groups.push_back({order, 0});
     } else {
-      // Data-parallel: the rows dealt so that every device gets the same
-      // tokens to train, longest first to the device with the fewest so far
-      // (ties: the lower device), then each device's rows in its own
-      // rl.row_buckets length buckets. Dealing length-sorted buckets instead
-      // left one device with the step's longest bucket: the other idled up
-      // to half the training phase (the devices' idle shares in rl_step).
-      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) { return length(a) > length(b); });
-      std::vector<std::vector<int64_t>> dealt(static_cast<size_t>(D));
-      std::vector<int64_t> load(static_cast<size_t>(D), 0);
-      for (int64_t i : order) {
-        const size_t d = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-        dealt[d].push_back(i);
-        load[d] += length(i);
-      }
-      for (int64_t d = 0; d < D; ++d) {
-        std::vector<int64_t>& mine = dealt[static_cast<size_t>(d)];
-        std::stable_sort(mine.begin(), mine.end(), shorter);
-        bucket(mine, std::max<int64_t>(1, opt.rl.row_buckets), d);
+      std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return length(x) < length(y); });
+      auto padded_len = [&](int64_t j) {  // rows order[..j] padded to row j's length
+        return std::min<int64_t>(opt.model.seq_len, (length(order[static_cast<size_t>(j)]) + 7) / 8 * 8);
+      };
+      const int64_t k_max = std::min(K, N);
+      // best[k][j]: fewest padded tokens for the first j rows in k buckets; from[k][j]: where the last begins.
+      const int64_t inf = std::numeric_limits<int64_t>::max() / 4;
+      std::vector<std::vector<int64_t>> best(static_cast<size_t>(k_max + 1), std::vector<int64_t>(static_cast<size_t>(N + 1), inf));
+      std::vector<std::vector<int64_t>> from(best.size(), std::vector<int64_t>(static_cast<size_t>(N + 1), 0));
+      best[0][0] = 0;
+      for (int64_t k = 1; k <= k_max; ++k)
+        for (int64_t j = k; j <= N; ++j)
+          for (int64_t i = k - 1; i < j; ++i) {
+            if (best[k - 1][i] >= inf) continue;
+            const int64_t c = best[k - 1][i] + (j - i) * padded_len(j - 1);
+            if (c < best[k][j]) {
+              best[k][j] = c;
+              from[k][j] = i;
+            }
+          }
+      std::vector<std::pair<int64_t, int64_t>> spans;  // [begin, end) in `order`
+      for (int64_t k = k_max, j = N; k > 0; j = from[k][j], --k) spans.emplace_back(from[k][j], j);
+      std::reverse(spans.begin(), spans.end());
+      for (const auto& [i, j] : spans) groups.push_back({std::vector<int64_t>(order.begin() + i, order.begin() + j), 0});
+      // Data-parallel: the buckets dealt so that every device gets the same
+      // padded tokens, the costliest first to the device with the fewest so
+      // far (ties: the lower bucket, the lower device). Dealing them in a
+      // snake instead left one device with the step's longest bucket and the
+      // other idle up to half the training phase (rl_step's device_idle).
+      if (D > 1) {
+        std::vector<size_t> by_cost(groups.size());
+        for (size_t g = 0; g < groups.size(); ++g) by_cost[g] = g;
+        auto cost = [&](size_t g) {
+          return static_cast<int64_t>(groups[g].rows.size()) *
+                 std::min<int64_t>(opt.model.seq_len, (length(groups[g].rows.back()) + 7) / 8 * 8);
+        };
+        std::stable_sort(by_cost.begin(), by_cost.end(), [&](size_t x, size_t y) { return cost(x) > cost(y); });
+        std::vector<int64_t> load(static_cast<size_t>(D), 0);
+        for (size_t g : by_cost) {
+          const size_t d = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+          groups[g].device = static_cast<int64_t>(d);
+          load[d] += cost(g);
+        }
       }
     }
     const int32_t pad = task->eos_token() >= 0 ? task->eos_token() : 0;

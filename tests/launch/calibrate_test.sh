@@ -102,10 +102,44 @@ expect_exit 2 "$troupe" calibrate "$work/tiny.toml" --model roofline
 expect_output "--model roofline: expected flops or measured"
 expect_exit 2 "$troupe" validate "$work/tiny.toml" --out "$work/x.toml"
 expect_output "--out, --repeat and --model are options of calibrate only"
-expect_exit 3 "$troupe" calibrate "$work/tiny.toml" --set run.mode='"rl"' --set topology.devices=1 --set topology.stages=1 \
-  --set 'topology.schedule="sequential"' --set topology.optimizer_shards=1 --set topology.microbatches=1
-expect_output "calibrate measures pipeline training steps"
+expect_exit 3 "$troupe" calibrate "$work/tiny.toml" --set run.mode='"reward_model"' --set topology.devices=1 \
+  --set topology.stages=1 --set 'topology.schedule="sequential"' --set topology.optimizer_shards=1 --set topology.microbatches=1
+expect_output "calibrate measures pipeline training steps (mode = \"pretrain\") or RL steps (mode = \"rl\")"
 cmp -s "$work/t.toml" "$work/keep.toml" || fail "a failed calibrate changed the earlier table"
+
+# An RL spec: the synchronous loop on one device, then data-parallel over 2;
+# the rl_* table validates in a sim RL spec, round-trips, and the sim runs.
+tiny_model_toml "$work/rl.toml" $'[log]\nprogress = "off"'
+cat >> "$work/rl.toml" <<'TOML'
+[run]
+mode = "rl"
+steps = 10
+[rl]
+prompts_per_step = 2
+group_size = 4
+max_new_tokens = 4
+TOML
+expect_exit 0 "$troupe" calibrate "$work/rl.toml" --repeat 2 --set topology.devices=2 --set topology.data_parallel=2 \
+  --out "$work/rlt.toml"
+expect_output "data-parallel over 2 devices: step"
+expect_output "Completion lengths (16, one-device steps)"
+grep -qF -- "$(cat "$work/rlt.toml")" <<<"$out" || fail "the printed RL table differs from the file"
+for key in rl_mean_tokens rl_sigma rl_decode_ms_per_token rl_train_ms_per_token rl_train_step_ms \
+    rl_parallel_decode_ms_per_token rl_parallel_train_ms_per_token rl_sync_ms; do
+  v=$(value $key "$work/rlt.toml")
+  python3 -c "import sys; x = float(sys.argv[1]); assert x > 0 or (sys.argv[2] == 'rl_sigma' and x >= 0)" "$v" "$key" ||
+    fail "$key = '$v' in the RL table is not a positive number"
+done
+[ "$(value rl_max_tokens "$work/rlt.toml")" = 4 ] || fail "rl_max_tokens is not the spec's max_new_tokens"
+[ "$(value rl_slots "$work/rlt.toml")" = 1 ] || fail "rl_slots is not 1"
+{ cat "$work/rl.toml"; printf '[topology]\ndevice_kind = "sim"\ndevices = 2\n'; cat "$work/rlt.toml"; } > "$work/rlsim.toml"
+expect_exit 0 "$troupe" validate "$work/rlsim.toml"
+expect_output "train $(value rl_train_ms_per_token "$work/rlt.toml") ms per token per device + $(value rl_train_step_ms "$work/rlt.toml") ms a step"
+expect_output "with several devices in a phase at once: decode $(value rl_parallel_decode_ms_per_token "$work/rlt.toml") ms, train $(value rl_parallel_train_ms_per_token "$work/rlt.toml") ms per token"
+expect_exit 0 "$troupe" run "$work/rlsim.toml" --set run.out_dir="\"$work/rlsimrun\""
+expect_output "sim RL summary (virtual time; no math ran): 2 devices"
+expect_exit 2 "$troupe" calibrate "$work/rl.toml" --model flops
+expect_output "--model applies to pipeline specs"
 
 # SIGINT stops it after the running round: exit 130, nothing written.
 "$troupe" calibrate "$work/tiny.toml" --repeat 1000 --out "$work/int.toml" > "$work/int.log" 2>&1 &

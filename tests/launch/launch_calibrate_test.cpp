@@ -4,7 +4,10 @@
 // from a split B. A synthetic two-stage zb1p-like trace with known times.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "launch/calibrate.hpp"
+#include "launch/calibrate_rl.hpp"
 #include "launch/run_plan.hpp"
 
 namespace troupe::launch {
@@ -61,6 +64,19 @@ TEST(Calibrate, SplitBackwardIsBPlusWAndWIsTheWeightPart) {
   EXPECT_DOUBLE_EQ(u.b[0], 3.0);
   EXPECT_DOUBLE_EQ(u.b[1], 5.0);
   EXPECT_TRUE(u.w.empty());
+}
+
+TEST(CalibrateRl, LogNormalFitIsTheMeanAndSdOfTheLogs) {
+  double mean = 0, sigma = 0;
+  fit_log_normal({50, 50, 50}, mean, sigma);
+  EXPECT_NEAR(mean, 50.0, 1e-9);
+  EXPECT_NEAR(sigma, 0.0, 1e-6);
+  // ln 10 and ln 1000: mu = ln 100, sigma = ln 10; the mean is exp(mu + sigma^2 / 2).
+  fit_log_normal({10, 1000}, mean, sigma);
+  EXPECT_NEAR(sigma, std::log(10.0), 1e-9);
+  EXPECT_NEAR(mean, 100.0 * std::exp(0.5 * std::log(10.0) * std::log(10.0)), 1e-6);
+  fit_log_normal({}, mean, sigma);
+  EXPECT_EQ(mean, 0.0);
 }
 
 }  // namespace

@@ -74,7 +74,7 @@ expect_output "$work/damaged/params.f32.zst"
 
 # Two runs of one spec: the same metrics (timings aside) and checkpoint bytes.
 strip_times() {
-  sed -E 's/"(gen_seconds|reward_seconds|train_seconds|step_seconds|wall_seconds|seconds|gen_tokens_per_s|train_tokens_per_s)":[^,}]*,?//g' "$1"
+  sed -E 's/"(gen_seconds|reward_seconds|train_seconds|step_seconds|wall_seconds|seconds|gen_tokens_per_s|train_tokens_per_s|train_serial_seconds)":[^,}]*,?//g; s/"(device_idle|gen_idle_seconds|train_idle_seconds)":\[[^]]*\],?//g' "$1"
 }
 expect_exit 0 "$troupe" run "$work/rl.toml"
 expect_output "done: 4 RL steps; held-out exact match"
@@ -105,6 +105,17 @@ first_reward() { grep '"type":"rl_step"' "$1/metrics.jsonl" | head -1 | grep -o 
 for f in "$work/dp1/checkpoint"/*; do
   cmp -s "$f" "$work/dp2/checkpoint/$(basename "$f")" || fail "two data-parallel RL runs differ in $(basename "$f")"
 done
+# Each rl_step line says each device's idle share of the step (2 shares in
+# [0, 1]) and where it idled (generation, training); one device's lines do not.
+python3 - "$work/dp1/metrics.jsonl" "$work/rl1/metrics.jsonl" <<'PY' || fail "the data-parallel run's rl_step lines lack device idle shares"
+import json, sys
+dp = [json.loads(l) for l in open(sys.argv[1]) if '"rl_step"' in l]
+one = [json.loads(l) for l in open(sys.argv[2]) if '"rl_step"' in l]
+assert dp and all(len(r["device_idle"]) == 2 and all(0 <= x <= 1 for x in r["device_idle"]) for r in dp)
+assert all(len(r["gen_idle_seconds"]) == 2 and len(r["train_idle_seconds"]) == 2 for r in dp)
+assert all(r["train_serial_seconds"] >= 0 for r in dp + one)
+assert one and not any("device_idle" in r for r in one)
+PY
 
 # Resume halfway: 2 steps, then continue to 4 from that checkpoint.
 expect_exit 0 "$troupe" run "$work/rl.toml" --set run.steps=2 --set run.out_dir="\"$work/half\""

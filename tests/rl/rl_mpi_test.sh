@@ -62,7 +62,7 @@ devices = 2
 peer_timeout = 2
 TOML
 strip_times() {
-  sed -E 's/"(gen_seconds|reward_seconds|train_seconds|step_seconds|wall_seconds|seconds|gen_tokens_per_s|train_tokens_per_s)":[^,}]*,?//g' "$1"
+  sed -E 's/"(gen_seconds|reward_seconds|train_seconds|step_seconds|wall_seconds|seconds|gen_tokens_per_s|train_tokens_per_s|train_serial_seconds)":[^,}]*,?//g; s/"(device_idle|gen_idle_seconds|train_idle_seconds)":\[[^]]*\],?//g' "$1"
 }
 same_checkpoint() {  # DIR WHAT
   for f in params.f32.zst adam_m.f32.zst adam_v.f32.zst; do
