@@ -113,8 +113,30 @@ RlSimResult simulate_synchronous(const RlSimOptions& o) {
   return r;
 }
 
+namespace {
+
+// Every step's completion lengths, drawn once for the many splits
+// best_decoupled tries.
+using StepLengths = std::vector<std::vector<int64_t>>;
+
+StepLengths all_lengths(const RlSimOptions& o) {
+  StepLengths out;
+  for (int s = 0; s < o.steps; ++s) out.push_back(completion_lengths(o, s));
+  return out;
+}
+
+RlSimResult decoupled_on(const RlSimOptions& o, int eta, int generators, const StepLengths& step_lengths);
+
+}  // namespace
+
 RlSimResult simulate_decoupled(const RlSimOptions& o, int eta, int generators) {
   validate(o);
+  return decoupled_on(o, eta, generators, all_lengths(o));
+}
+
+namespace {
+
+RlSimResult decoupled_on(const RlSimOptions& o, int eta, int generators, const StepLengths& step_lengths) {
   if (eta < 0) throw std::invalid_argument("rl sim: eta must be >= 0");
   if (generators < 1 || generators >= o.devices)
     throw std::invalid_argument("rl sim: generators must be in [1, devices - 1], got " + std::to_string(generators));
@@ -143,7 +165,7 @@ RlSimResult simulate_decoupled(const RlSimOptions& o, int eta, int generators) {
       const int g = generated;
       const int version = std::max(0, g - eta);
       const int64_t admit = published[static_cast<size_t>(version)];
-      const std::vector<int64_t> lens = completion_lengths(o, g);
+      const std::vector<int64_t>& lens = step_lengths[static_cast<size_t>(g)];
       int64_t end = admit, tok = 0;
       for (int64_t len : lens) {
         const int64_t ns = completion_ns(o, len, generators);
@@ -172,20 +194,29 @@ RlSimResult simulate_decoupled(const RlSimOptions& o, int eta, int generators) {
   return r;
 }
 
+}  // namespace
+
 RlSimResult best_decoupled(const RlSimOptions& o, int eta) {
   validate(o);
+  if (eta < 0) throw std::invalid_argument("rl sim: eta must be >= 0");
+  const StepLengths lens = all_lengths(o);
   auto better = [](const RlSimResult& a, const RlSimResult& b) { return a.makespan_ns < b.makespan_ns; };
-  const int stride = std::max(1, o.devices / 64);
-  RlSimResult best = simulate_decoupled(o, eta, 1);
+  int stride = std::max(1, o.devices / 64);
+  RlSimResult best = decoupled_on(o, eta, 1, lens);
   for (int g = stride; g < o.devices; g += stride) {
-    RlSimResult r = simulate_decoupled(o, eta, g);
+    RlSimResult r = decoupled_on(o, eta, g, lens);
     if (better(r, best)) best = std::move(r);
   }
-  // Refine around the best grid point.
-  const int lo = std::max(1, best.generators - stride), hi = std::min(o.devices - 1, best.generators + stride);
-  for (int g = lo; g <= hi; ++g) {
-    RlSimResult r = simulate_decoupled(o, eta, g);
-    if (better(r, best)) best = std::move(r);
+  // Refine around the best grid point on grids 8x finer each time, down to
+  // single devices (every split within one stride at 1,024 devices or fewer).
+  while (stride > 1) {
+    const int finer = std::max(1, stride / 8);
+    const int lo = std::max(1, best.generators - stride), hi = std::min(o.devices - 1, best.generators + stride);
+    for (int g = lo; g <= hi; g += finer) {
+      RlSimResult r = decoupled_on(o, eta, g, lens);
+      if (better(r, best)) best = std::move(r);
+    }
+    stride = finer;
   }
   return best;
 }

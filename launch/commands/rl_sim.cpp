@@ -107,17 +107,25 @@ int run_rl_sim(const Spec& s, MetricsWriter& metrics) {
     longest = std::max(longest, l);
     tokens += l;
   }
-  const double latency = sec(longest * o.decode_ns_per_token + o.reward_ns);
+  // One step's training on `trainers` devices, and a token's decode on `generators`
+  // (the shared-host costs when more than one device runs the phase).
+  auto train_s = [&](int trainers) {
+    const int64_t per = trainers > 1 && o.parallel_train_ns_per_token > 0 ? o.parallel_train_ns_per_token : o.train_ns_per_token;
+    return sec(tokens * per / trainers + o.train_step_ns);
+  };
+  auto decode_ns = [&](int generators) {
+    return generators > 1 && o.parallel_decode_ns_per_token > 0 ? o.parallel_decode_ns_per_token : o.decode_ns_per_token;
+  };
+  const double latency = sec(longest * decode_ns(o.devices) + o.reward_ns);
   std::printf("  why: step 1's longest completion is %lld tokens (%.1fx the mean of %.0f): %.2f s of decoding that no "
               "synchronous step can shorten, then %.2f s of training on all devices\n",
               static_cast<long long>(longest), static_cast<double>(longest) * static_cast<double>(first.size()) / static_cast<double>(tokens),
-              static_cast<double>(tokens) / static_cast<double>(first.size()), latency,
-              sec(tokens * o.train_ns_per_token / o.devices));
+              static_cast<double>(tokens) / static_cast<double>(first.size()), latency, train_s(o.devices));
   for (size_t i = 1; i < rows.size(); ++i) {
     const auto& r = rows[i];
-    const double lat = (latency + sec(tokens * o.train_ns_per_token / r.trainers) + sec(o.sync_ns)) / (r.eta + 1);
-    const double gen = sec(tokens * o.decode_ns_per_token) / static_cast<double>(r.generators * o.slots);
-    const double tr = sec(tokens * o.train_ns_per_token) / r.trainers;
+    const double tr = train_s(r.trainers);
+    const double lat = (sec(longest * decode_ns(r.generators) + o.reward_ns) + tr + sec(o.sync_ns)) / (r.eta + 1);
+    const double gen = sec(tokens * decode_ns(r.generators)) / static_cast<double>(r.generators * o.slots);
     std::printf("       %-26s bounds per step: latency / (eta+1) %.2f s, generator throughput %.2f s, trainer %.2f s; "
                 "simulated %.2f s\n",
                 r.mode.c_str(), lat, gen, tr, sec(r.makespan_ns) / o.steps);
