@@ -1,31 +1,44 @@
 #!/usr/bin/env bash
-# The RL sim calibrated on this machine (issue 30, item 7): `troupe calibrate`
-# times the real synchronous loop on the reasoning task (the settings of
-# bench/rl_async.sh: its spec, rl.init, decoupled_ppo, row buckets, one core
-# per device; one device, then data-parallel over 2), and the RL sim runs
-# with those costs on 2 devices (the real runs' shape: 16 prompts x 4, STEPS
-# steps) and then on 1,024 and 16,384 devices (32 completions per device, as
-# on 2). With REAL (an OUT_DIR of bench/rl_async.sh) it sets the sim's step
-# times against the real runs': sync_dp against the sim's synchronous loop,
-# eta1 / eta2 against its decoupled eta = 1 / 2 (one generator, one trainer).
-# Writes OUT/costs.toml, OUT/sim_*.toml and their runs, OUT/compare.json.
-# usage: bench/rl_sim_calibrated.sh BUILD_DIR OUT_DIR [INIT] [REAL] [STEPS] [REPEAT] [ROW_BUCKETS]
+# The RL sim calibrated on this machine (issue 30, item 7), against real runs
+# taken in the same minutes (this VM's speed moves 10-20% within the hour):
+#   1. real sync_dp: the synchronous loop data-parallel over 2 devices
+#   2. `troupe calibrate` on the same spec and settings (the synchronous loop
+#      on one device, then data-parallel over 2, then the decoupled loop's
+#      trainer; STEPS steps each, so it sees the runs' own lengths)
+#   3. real eta1 / eta2: fixed_lag 1 / 2, trainer on device 0, a generator on 1
+# The settings are bench/rl_async.sh's (its spec, rl.init, decoupled_ppo,
+# row buckets, one core per device, STEPS steps, held-out evaluation only at
+# the start and the end, taken out of steps/s). Then the RL sim with those
+# costs on 2 devices (the runs' shape: 16 prompts x 4, STEPS steps) against
+# the real step times, and on 1,024 and 16,384 devices (32 completions per
+# device, as on 2; 20 steps). Writes OUT/costs.toml, OUT/sim_*.toml and their
+# runs, the real runs, OUT/summary.json and OUT/compare.json.
+# usage: bench/rl_sim_calibrated.sh BUILD_DIR OUT_DIR [INIT] [STEPS] [ROW_BUCKETS]
 set -euo pipefail
 build=$1
 out=$2
 init=${3:-runs/reasoning_sft/checkpoint}
-real=${4:-}
-steps=${5:-40}
-repeat=${6:-12}
-buckets=${7:-4}
+steps=${4:-40}
+buckets=${5:-4}
 here=$(cd "$(dirname "$0")/.." && pwd)
 spec="$here/bench/results/reasoning_rl.toml"
 [ -d "$init" ] || { echo "no SFT checkpoint at $init: run bench/results/reasoning_sft.toml first (bench/results/reasoning.md)"; exit 1; }
 mkdir -p "$out"
-"$build/troupe" calibrate "$spec" --repeat "$repeat" --out "$out/costs.toml" \
-  --set rl.init="\"$init\"" --set rl.loss='"decoupled_ppo"' --set rl.row_buckets="$buckets" \
-  --set topology.devices=2 --set topology.data_parallel=2 --set topology.threads_per_device=1 2>&1 |
-  grep -v "calibrate rl:" || true
+common=(--set rl.init="\"$init\"" --set rl.loss='"decoupled_ppo"' --set rl.row_buckets="$buckets"
+        --set topology.devices=2 --set topology.threads_per_device=1)
+real() {
+  local name=$1; shift
+  echo "== real $name: $*"
+  "$build/troupe" run "$spec" "${common[@]}" --set run.steps="$steps" --set run.eval_every=0 --set log.progress='"off"' \
+    --set log.rollouts=0 --set run.out_dir="\"$out/$name\"" "$@" 2>&1 | grep -E "actors:|done:" || true
+}
+real sync_dp --set topology.data_parallel=2
+echo "== calibrate"
+"$build/troupe" calibrate "$spec" --repeat $((steps - 2)) --out "$out/costs.toml" "${common[@]}" \
+  --set topology.data_parallel=2 2>&1 | grep -E "^#|^\[sim\]|^rl_" || true
+real eta1 --set rl.sync='"fixed_lag"' --set rl.max_staleness=1
+real eta2 --set rl.sync='"fixed_lag"' --set rl.max_staleness=2
+python3 "$here/bench/rl_async_summary.py" "$out" sync_dp eta1 eta2 > /dev/null
 # sim_spec DEVICES STEPS FILE
 sim_spec() {
   local prompts=$(( $1 * 8 ))  # x 4 completions = 32 per device
@@ -43,8 +56,7 @@ for n in 2 1024 16384; do
   "$build/troupe" run "$out/sim_$n.toml" --set run.out_dir="\"$out/sim_$n\"" --set log.progress='"off"' 2>&1 |
     sed -n '/sim RL summary/,$p'
 done
-[ -n "$real" ] || exit 0
-python3 - "$out/sim_2/metrics.jsonl" "$real/summary.json" "$out/compare.json" <<'PY'
+python3 - "$out/sim_2/metrics.jsonl" "$out/summary.json" "$out/compare.json" <<'PY'
 import json, sys
 sim = {}
 for line in open(sys.argv[1]):

@@ -6,12 +6,19 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <fstream>
+#include <filesystem>
+#include <cstdlib>
+#include <cerrno>
 #include <cstring>
 #include <spdlog/spdlog.h>
 
 #include "kernels/backend.hpp"
 #include "launch/calibrate.hpp"
+#include "launch/cli.hpp"
 #include "launch/commands/rl.hpp"
+#include "launch/observe/progress.hpp"
+#include "launch/run_plan.hpp"
 #include "rl/rollout_step.hpp"
 #include "rl/trainer.hpp"
 
@@ -78,6 +85,62 @@ RlPhaseTimes run_phase(const Spec& spec, int devices, const RlCalibrateOptions& 
   return p;
 }
 
+double json_number(const std::string& line, const std::string& key);
+
+// The decoupled loop (fixed_lag 1: the trainer on device 0, one generator on
+// device 1) for warmup + repeat steps in a temporary directory: its
+// trainer's timed steps, read back from the run's metrics.
+RlPhaseTimes run_decoupled_phase(const Spec& spec, const RlCalibrateOptions& o, bool& interrupted) {
+  Spec s = spec;
+  s.rl.sync = rl::SyncMode::fixed_lag;
+  s.rl_section.sync = rl::SyncMode::fixed_lag;
+  s.rl.max_staleness = s.rl_section.max_staleness = 1;
+  s.rl.generators = s.rl_section.generators = 1;
+  s.topology.data_parallel = 1;
+  s.run.steps = o.warmup + o.repeat;
+  s.run.eval_every = 0;
+  s.log.progress = ProgressStyle::off;
+  s.log.rollouts = 0;
+  std::string tmpl = (std::filesystem::temp_directory_path() / "troupe-calibrate-XXXXXX").string();
+  if (!mkdtemp(tmpl.data())) throw std::runtime_error("calibrate: cannot make a temporary directory: " + std::string(std::strerror(errno)));
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  } cleanup{tmpl};
+  s.run.out_dir = tmpl + "/run";
+  std::filesystem::create_directories(s.run.out_dir);
+  spdlog::info("calibrate rl: the decoupled loop (fixed_lag 1, trainer on device 0, a generator on device 1), {} step(s)",
+               s.run.steps);
+  RlPhaseTimes p;
+  p.devices = 1;
+  {
+    MetricsWriter metrics;
+    metrics.open(tmpl + "/metrics.jsonl");
+    const int rc = run_rl(s, make_run_plan(s), metrics, ProgressStyle::off, *o.signals);
+    if (rc == kExitInterrupted || o.signals->requested()) {
+      interrupted = true;
+      return p;
+    }
+    if (rc != kExitOk) throw std::runtime_error("calibrate: the decoupled run failed (exit " + std::to_string(rc) + ")");
+  }
+  std::ifstream in(tmpl + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.find("\"type\":\"rl_step\"") == std::string::npos) continue;
+    const int64_t step = static_cast<int64_t>(json_number(line, "step"));
+    if (step <= o.warmup) continue;
+    ++p.steps;
+    p.tokens += static_cast<int64_t>(json_number(line, "gen_tokens"));
+    p.train_s += json_number(line, "train_seconds");
+    p.train_serial_s += json_number(line, "train_serial_seconds");
+  }
+  if (p.steps == 0) throw std::runtime_error("calibrate: the decoupled run wrote no timed rl_step lines");
+  return p;
+}
+
 // A parameter download and an upload to a second backend: what publishing
 // a policy version to a generator copies (median of 5).
 double sync_ms(const Spec& spec) {
@@ -95,6 +158,13 @@ double sync_ms(const Spec& spec) {
   }
   std::sort(t.begin(), t.end());
   return t[2];
+}
+
+// The number after "key": in one flat JSON line (0 when absent).
+double json_number(const std::string& line, const std::string& key) {
+  const std::string k = "\"" + key + "\":";
+  const size_t at = line.find(k);
+  return at == std::string::npos ? 0.0 : std::strtod(line.c_str() + at + k.size(), nullptr);
 }
 
 double percentile(std::vector<int64_t> v, double q) {
@@ -134,14 +204,21 @@ RlCalibration calibrate_rl(const Spec& spec, const RlCalibrateOptions& options) 
   c.alone = run_phase(spec, 1, options, &c.lengths, c.interrupted);
   const int D = static_cast<int>(std::max<int64_t>(1, spec.topology.devices));
   if (!c.interrupted && D > 1) c.parallel = run_phase(spec, D, options, nullptr, c.interrupted);
+  if (!c.interrupted && D > 1 && options.signals) c.decoupled = run_decoupled_phase(spec, options, c.interrupted);
   if (c.interrupted) return c;
   c.sync_ms = sync_ms(spec);
   const RlPhaseTimes& a = c.alone;
   const double tokens = static_cast<double>(std::max<int64_t>(a.tokens, 1));
   c.decode_ms = 1e3 * a.gen_s / tokens;
   c.reward_ms = a.completions ? 1e3 * a.reward_s / static_cast<double>(a.completions) : 0.0;
-  c.train_ms = 1e3 * (a.train_s - a.train_serial_s) / tokens;
+  c.sync_train_ms = 1e3 * (a.train_s - a.train_serial_s) / tokens;
+  c.train_ms = c.sync_train_ms;
   c.train_step_ms = a.steps ? 1e3 * a.train_serial_s / static_cast<double>(a.steps) : 0.0;
+  if (c.decoupled.steps > 0) {
+    const RlPhaseTimes& d = c.decoupled;
+    c.train_ms = 1e3 * (d.train_s - d.train_serial_s) / static_cast<double>(std::max<int64_t>(d.tokens, 1));
+    c.train_step_ms = 1e3 * d.train_serial_s / static_cast<double>(d.steps);
+  }
   if (c.parallel.steps > 0) {
     const RlPhaseTimes& p = c.parallel;
     const double pt = static_cast<double>(std::max<int64_t>(p.tokens, 1));
@@ -186,6 +263,11 @@ std::string rl_sim_table(const Spec& spec, const std::string& path, const RlCali
     for (double x : c.parallel.idle_share) t += " " + fixed(100.0 * x, 1) + "%";
   }
   t += ".\n";
+  if (c.decoupled.steps > 0)
+    t += "# rl_train_ms_per_token and rl_train_step_ms: the trainer of a fixed_lag 1 run (" +
+         std::to_string(c.decoupled.steps) + " timed steps, " +
+         fixed(c.decoupled.train_s / static_cast<double>(c.decoupled.steps), 3) +
+         " s a step); the one-device synchronous loop trains a token in " + round_sig(c.sync_train_ms) + " ms.\n";
   t += "# Completion lengths (" + std::to_string(c.lengths.size()) + ", one-device steps): mean " + fixed(sample_mean, 1) +
        ", p50 " + fixed(percentile(c.lengths, 0.5), 0) + ", p99 " + fixed(percentile(c.lengths, 0.99), 0) + ", max " +
        fixed(percentile(c.lengths, 1.0), 0) + "; log-normal fit (mean and sd of ln L) below.\n";

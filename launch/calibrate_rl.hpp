@@ -17,7 +17,11 @@
 //   parallel decode: each device's busy seconds (its share; idle at the join
 //     left out, since the sim models that imbalance from the lengths);
 //   train: the training phase outside its serial part, and the serial part
-//     (layout, loss, optimizer step) as rl_train_step_ms;
+//     (layout, loss, optimizer step) as rl_train_step_ms; with 2+ devices,
+//     measured on a third run, the decoupled loop itself (fixed_lag 1, the
+//     trainer on device 0, one generator on device 1): a trainer that only
+//     trains took up to 13% less a token than the synchronous loop's
+//     training between two generations (bench/results/rl_async.md);
 //   parallel train: the parallel training phase's wall time (its devices'
 //     imbalance included: the sim splits a step's tokens perfectly) beyond
 //     the one-device serial part, times the devices.
@@ -31,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "launch/signals.hpp"
 #include "launch/spec/spec.hpp"
 
 namespace troupe::launch {
@@ -47,10 +52,12 @@ struct RlPhaseTimes {
 
 struct RlCalibration {
   RlPhaseTimes alone, parallel;  // parallel.steps == 0: the spec has one device
+  RlPhaseTimes decoupled;        // the trainer of a fixed_lag run (steps == 0: one device, or no signals given)
   std::vector<int64_t> lengths;  // completion lengths of the timed one-device steps
   double sync_ms = 0;
   // The [sim] costs derived from the two phases (see the top of this file).
   double decode_ms = 0, parallel_decode_ms = 0, train_ms = 0, parallel_train_ms = 0, train_step_ms = 0, reward_ms = 0;
+  double sync_train_ms = 0;  // the one-device synchronous loop's training per token (train_ms when no decoupled run)
   double mean_tokens = 0, sigma = 0;  // log-normal fit of `lengths`
   bool interrupted = false;
 };
@@ -58,6 +65,9 @@ struct RlCalibration {
 struct RlCalibrateOptions {
   int64_t warmup = 2, repeat = 8;           // steps per phase
   const std::atomic<bool>* stop = nullptr;  // set: stop after the running step (interrupted)
+  // The decoupled run's signal handlers (run_rl takes them); null: no
+  // decoupled run, the synchronous loop's training cost is used.
+  const StopOnSignal* signals = nullptr;
 };
 
 // Why an RL spec cannot be calibrated ("" when it can): the actor-runtime

@@ -60,8 +60,9 @@ int calibrate_rl_command(const CliOptions& opt, const Spec& spec, const StopOnSi
   RlCalibrateOptions co;
   if (opt.repeat > 0) co.repeat = opt.repeat;
   co.stop = stop.flag();
+  co.signals = &stop;
   spdlog::info("calibrate {}: the synchronous RL loop, {} warm-up + {} timed step(s) on one device, then data-parallel "
-               "over {} device(s)", spec.source, co.warmup, co.repeat, spec.topology.devices);
+               "over {} device(s), then the decoupled loop's trainer", spec.source, co.warmup, co.repeat, spec.topology.devices);
   RlCalibration c;
   try {
     c = calibrate_rl(spec, co);

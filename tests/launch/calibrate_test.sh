@@ -119,9 +119,12 @@ prompts_per_step = 2
 group_size = 4
 max_new_tokens = 4
 TOML
-expect_exit 0 "$troupe" calibrate "$work/rl.toml" --repeat 2 --set topology.devices=2 --set topology.data_parallel=2 \
-  --out "$work/rlt.toml"
+mkdir -p "$work/tmp"
+TMPDIR="$work/tmp" expect_exit 0 "$troupe" calibrate "$work/rl.toml" --repeat 2 --set topology.devices=2 \
+  --set topology.data_parallel=2 --out "$work/rlt.toml"
 expect_output "data-parallel over 2 devices: step"
+expect_output "rl_train_ms_per_token and rl_train_step_ms: the trainer of a fixed_lag 1 run (2 timed steps"
+[ -z "$(ls -A "$work/tmp")" ] || fail "calibrate left its decoupled run's directory: $(ls "$work/tmp")"
 expect_output "Completion lengths (16, one-device steps)"
 grep -qF -- "$(cat "$work/rlt.toml")" <<<"$out" || fail "the printed RL table differs from the file"
 for key in rl_mean_tokens rl_sigma rl_decode_ms_per_token rl_train_ms_per_token rl_train_step_ms \
