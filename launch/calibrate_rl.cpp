@@ -85,7 +85,12 @@ RlPhaseTimes run_phase(const Spec& spec, int devices, const RlCalibrateOptions& 
   return p;
 }
 
-double json_number(const std::string& line, const std::string& key);
+// The number after "key": in one flat JSON line (0 when absent).
+double json_number(const std::string& line, const std::string& key) {
+  const std::string k = "\"" + key + "\":";
+  const size_t at = line.find(k);
+  return at == std::string::npos ? 0.0 : std::strtod(line.c_str() + at + k.size(), nullptr);
+}
 
 // The decoupled loop (fixed_lag 1: the trainer on device 0, one generator on
 // device 1) for warmup + repeat steps in a temporary directory: its
@@ -158,13 +163,6 @@ double sync_ms(const Spec& spec) {
   }
   std::sort(t.begin(), t.end());
   return t[2];
-}
-
-// The number after "key": in one flat JSON line (0 when absent).
-double json_number(const std::string& line, const std::string& key) {
-  const std::string k = "\"" + key + "\":";
-  const size_t at = line.find(k);
-  return at == std::string::npos ? 0.0 : std::strtod(line.c_str() + at + k.size(), nullptr);
 }
 
 double percentile(std::vector<int64_t> v, double q) {

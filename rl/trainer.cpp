@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <limits>
 #include <map>
 #include <stdexcept>
 
@@ -25,6 +24,7 @@
 #include "rl/rm_reward.hpp"
 #include "rl/rollout.hpp"
 #include "rl/rollout_step.hpp"
+#include "rl/row_buckets.hpp"
 #include "rl/task.hpp"
 #include "model/clock.hpp"
 
@@ -359,28 +359,10 @@ struct RlTrainer::Impl {
       groups.push_back({order, 0});
     } else {
       std::stable_sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return length(x) < length(y); });
-      auto padded_len = [&](int64_t j) {  // rows order[..j] padded to row j's length
-        return std::min<int64_t>(opt.model.seq_len, (length(order[static_cast<size_t>(j)]) + 7) / 8 * 8);
-      };
-      const int64_t k_max = std::min(K, N);
-      // best[k][j]: fewest padded tokens for the first j rows in k buckets; from[k][j]: where the last begins.
-      const int64_t inf = std::numeric_limits<int64_t>::max() / 4;
-      std::vector<std::vector<int64_t>> best(static_cast<size_t>(k_max + 1), std::vector<int64_t>(static_cast<size_t>(N + 1), inf));
-      std::vector<std::vector<int64_t>> from(best.size(), std::vector<int64_t>(static_cast<size_t>(N + 1), 0));
-      best[0][0] = 0;
-      for (int64_t k = 1; k <= k_max; ++k)
-        for (int64_t j = k; j <= N; ++j)
-          for (int64_t i = k - 1; i < j; ++i) {
-            if (best[k - 1][i] >= inf) continue;
-            const int64_t c = best[k - 1][i] + (j - i) * padded_len(j - 1);
-            if (c < best[k][j]) {
-              best[k][j] = c;
-              from[k][j] = i;
-            }
-          }
-      std::vector<std::pair<int64_t, int64_t>> spans;  // [begin, end) in `order`
-      for (int64_t k = k_max, j = N; k > 0; j = from[k][j], --k) spans.emplace_back(from[k][j], j);
-      std::reverse(spans.begin(), spans.end());
+      std::vector<int64_t> padded(static_cast<size_t>(N));
+      for (int64_t j = 0; j < N; ++j)
+        padded[static_cast<size_t>(j)] = std::min<int64_t>(opt.model.seq_len, (length(order[static_cast<size_t>(j)]) + 7) / 8 * 8);
+      const std::vector<std::pair<int64_t, int64_t>> spans = length_buckets(padded, K);
       for (const auto& [i, j] : spans) groups.push_back({std::vector<int64_t>(order.begin() + i, order.begin() + j), 0});
       // Data-parallel: the buckets dealt so that every device gets the same
       // padded tokens, the costliest first to the device with the fewest so
@@ -388,19 +370,10 @@ struct RlTrainer::Impl {
       // snake instead left one device with the step's longest bucket and the
       // other idle up to half the training phase (rl_step's device_idle).
       if (D > 1) {
-        std::vector<size_t> by_cost(groups.size());
-        for (size_t g = 0; g < groups.size(); ++g) by_cost[g] = g;
-        auto cost = [&](size_t g) {
-          return static_cast<int64_t>(groups[g].rows.size()) *
-                 std::min<int64_t>(opt.model.seq_len, (length(groups[g].rows.back()) + 7) / 8 * 8);
-        };
-        std::stable_sort(by_cost.begin(), by_cost.end(), [&](size_t x, size_t y) { return cost(x) > cost(y); });
-        std::vector<int64_t> load(static_cast<size_t>(D), 0);
-        for (size_t g : by_cost) {
-          const size_t d = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-          groups[g].device = static_cast<int64_t>(d);
-          load[d] += cost(g);
-        }
+        std::vector<int64_t> costs;
+        for (const auto& [i, j] : spans) costs.push_back((j - i) * padded[static_cast<size_t>(j - 1)]);
+        const std::vector<int64_t> device = deal_buckets(costs, D);
+        for (size_t g = 0; g < groups.size(); ++g) groups[g].device = device[g];
       }
     }
     const int32_t pad = task->eos_token() >= 0 ? task->eos_token() : 0;

@@ -9,6 +9,7 @@ if(TARGET troupe_rl)
             ${CMAKE_CURRENT_LIST_DIR}/rl_rollout_test.cpp
             ${CMAKE_CURRENT_LIST_DIR}/rl_learning_test.cpp
             ${CMAKE_CURRENT_LIST_DIR}/rl_staleness_test.cpp
+            ${CMAKE_CURRENT_LIST_DIR}/rl_row_buckets_test.cpp
     LIBS troupe_rl
     LABELS rl)
 endif()
