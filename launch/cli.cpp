@@ -37,7 +37,8 @@ usage:
   troupe calibrate SPEC [--out FILE] [--repeat N] [--model flops|measured]
                                     time the spec's per-stage ops on this machine (the real runtime: alone, then
                                     with the spec's devices busy) and print (and write) the [sim] table that makes
-                                    its sim predict it
+                                    its sim predict it; an RL spec: the synchronous loop on one device, then
+                                    data-parallel, then a fixed_lag trainer, for the RL sim's rl_* costs
   troupe launch [-np N] [SPEC] [options]
                                     a multi-process run on this host: mpirun with the flags troupe needs, Ctrl-C /
                                     SIGTERM / SIGHUP forwarded to process 0 (it stops after its step with a
@@ -59,7 +60,8 @@ options:
   --log-level LEVEL         trace, debug, info, warn, error, off (overrides [log] level)
   --port N                  dashboard: the port on 127.0.0.1 (default: a free port, printed)
   --out FILE                calibrate: also write the [sim] table to FILE (temporary file + rename)
-  --repeat N                calibrate: timed rounds after 2 warm-up rounds (default 8; medians are taken)
+  --repeat N                calibrate: timed rounds after 2 warm-up rounds (default 8; medians are taken;
+                            an RL spec: timed steps per phase)
   --model M                 calibrate: the cost model to write, "flops" or "measured" (default: measured
                             unless the flops fit is within 5% on every op)
 
