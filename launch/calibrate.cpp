@@ -279,6 +279,13 @@ std::string round_sig(double x) {
   return buf;
 }
 
+std::string host_name() {
+  std::string host(256, '\0');
+  if (gethostname(host.data(), host.size()) != 0) return "?";
+  host.resize(std::strlen(host.c_str()));
+  return host;
+}
+
 std::string calibrate_refusal(const Spec& spec) {
   const auto& t = spec.topology;
   if (t.device_kind == DeviceKind::sim)
@@ -326,9 +333,7 @@ sim::CostConfig calibrated_costs(const Calibration& c, bool measured, bool alone
 
 std::string sim_table(const Spec& spec, const std::string& path, const Calibration& c, bool measured,
                       const CalibrateOptions& options) {
-  std::string host(256, '\0');
-  if (gethostname(host.data(), host.size()) != 0) host = "?";
-  host.resize(std::strlen(host.c_str()));
+  const std::string host = host_name();
   const sim::CostConfig s = calibrated_costs(c, measured);
   std::string t;
   t += "# troupe calibrate " + path + " on " + host + ": " + std::to_string(spec.topology.stages) + " stage(s), schedule " +

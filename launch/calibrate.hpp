@@ -89,6 +89,9 @@ struct Calibration {
 // `troupe validate`) prints it back.
 std::string round_sig(double x);
 
+// This machine's host name ("?" when it cannot be read): the tables' first comment.
+std::string host_name();
+
 // Why `spec` cannot be calibrated ("" when it can): a sim spec, a mode other
 // than pretrain or rl, expert shards, several processes (rl: see
 // launch/calibrate_rl.hpp).

@@ -1,8 +1,6 @@
 // RL sim calibration on the real synchronous loop (see calibrate_rl.hpp).
 #include "launch/calibrate_rl.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -19,6 +17,7 @@
 #include "launch/commands/rl.hpp"
 #include "launch/observe/progress.hpp"
 #include "launch/run_plan.hpp"
+#include "model/clock.hpp"
 #include "rl/rollout_step.hpp"
 #include "rl/trainer.hpp"
 
@@ -26,8 +25,7 @@ namespace troupe::launch {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+using model::seconds_since;
 
 // warmup + repeat synchronous steps on `devices` devices from the spec's
 // init; the timed steps' sums (and their completion lengths, when asked).
@@ -232,9 +230,7 @@ RlCalibration calibrate_rl(const Spec& spec, const RlCalibrateOptions& options) 
 
 std::string rl_sim_table(const Spec& spec, const std::string& path, const RlCalibration& c,
                          const RlCalibrateOptions& options) {
-  std::string host(256, '\0');
-  if (gethostname(host.data(), host.size()) != 0) host = "?";
-  host.resize(std::strlen(host.c_str()));
+  const std::string host = host_name();
   const rl::RlConfig& r = spec.rl;
   auto fixed = [](double x, int digits) {
     char b[64];

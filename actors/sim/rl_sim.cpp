@@ -35,19 +35,21 @@ class Slots {
 
 // `generators`: how many devices generate at once (> 1: the parallel cost).
 int64_t completion_ns(const RlSimOptions& o, int64_t len, int generators) {
-  const int64_t per = generators > 1 && o.parallel_decode_ns_per_token > 0 ? o.parallel_decode_ns_per_token
-                                                                           : o.decode_ns_per_token;
-  return len * per + o.reward_ns;
+  return len * decode_ns_per_token(o, generators) + o.reward_ns;
 }
 
-int64_t train_ns(const RlSimOptions& o, int64_t tokens, int trainers) {
+}  // namespace
+
+int64_t decode_ns_per_token(const RlSimOptions& o, int generators) {
+  return generators > 1 && o.parallel_decode_ns_per_token > 0 ? o.parallel_decode_ns_per_token : o.decode_ns_per_token;
+}
+
+int64_t train_step_ns(const RlSimOptions& o, int64_t tokens, int trainers) {
   const int64_t per = trainers > 1 && o.parallel_train_ns_per_token > 0 ? o.parallel_train_ns_per_token
                                                                       : o.train_ns_per_token;
   // Rounded up: a step never takes less than its share.
   return (tokens * per + trainers - 1) / trainers + o.train_step_ns;
 }
-
-}  // namespace
 
 void validate(const RlSimOptions& o) {
   auto require = [](bool ok, const char* what) {
@@ -100,7 +102,7 @@ RlSimResult simulate_synchronous(const RlSimOptions& o) {
     }
     r.version_lag[0] += o.completions;  // always the current version
     r.tokens += tokens;
-    const int64_t tr = train_ns(o, tokens, o.devices);
+    const int64_t tr = train_step_ns(o, tokens, o.devices);
     train_work += static_cast<double>(tr);
     t = gen_end + tr;
     r.step_end_ns.push_back(t);
@@ -181,7 +183,7 @@ RlSimResult decoupled_on(const RlSimOptions& o, int eta, int generators, const S
       ++generated;
     }
     const int64_t start = std::max(train_end, ready[static_cast<size_t>(s)]);
-    const int64_t tr = train_ns(o, tokens[static_cast<size_t>(s)], trainers);
+    const int64_t tr = train_step_ns(o, tokens[static_cast<size_t>(s)], trainers);
     train_work += static_cast<double>(tr);
     train_end = start + tr;
     r.step_end_ns.push_back(train_end);

@@ -78,6 +78,13 @@ struct RlSimResult {
   int64_t tokens = 0;                   // generated in all
 };
 
+// One decode step's cost while `generators` devices generate at once, and
+// one training step of `tokens` tokens over `trainers` devices: the costs
+// the model charges (the shared-host ones when more than one device runs
+// the phase).
+int64_t decode_ns_per_token(const RlSimOptions& o, int generators);
+int64_t train_step_ns(const RlSimOptions& o, int64_t tokens, int trainers);
+
 // Lengths of step `step`'s completions (the same for every topology).
 std::vector<int64_t> completion_lengths(const RlSimOptions& o, int step);
 

@@ -107,15 +107,8 @@ int run_rl_sim(const Spec& s, MetricsWriter& metrics) {
     longest = std::max(longest, l);
     tokens += l;
   }
-  // One step's training on `trainers` devices, and a token's decode on `generators`
-  // (the shared-host costs when more than one device runs the phase).
-  auto train_s = [&](int trainers) {
-    const int64_t per = trainers > 1 && o.parallel_train_ns_per_token > 0 ? o.parallel_train_ns_per_token : o.train_ns_per_token;
-    return sec(tokens * per / trainers + o.train_step_ns);
-  };
-  auto decode_ns = [&](int generators) {
-    return generators > 1 && o.parallel_decode_ns_per_token > 0 ? o.parallel_decode_ns_per_token : o.decode_ns_per_token;
-  };
+  auto train_s = [&](int trainers) { return sec(sim::train_step_ns(o, tokens, trainers)); };
+  auto decode_ns = [&](int generators) { return sim::decode_ns_per_token(o, generators); };
   const double latency = sec(longest * decode_ns(o.devices) + o.reward_ns);
   std::printf("  why: step 1's longest completion is %lld tokens (%.1fx the mean of %.0f): %.2f s of decoding that no "
               "synchronous step can shorten, then %.2f s of training on all devices\n",
