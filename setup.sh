@@ -49,7 +49,7 @@ bitwise_summary() {
   local dir=$1 family
   [ -d "$dir" ] || return 0
   echo "bitwise matrix: tests that compare bits, run under each OpenBLAS kernel family:"
-  for family in Prescott Haswell SkylakeX; do
+  for family in Prescott Haswell SkylakeX Cooperlake; do
     cat "$dir"/*."$family".t* 2>/dev/null | awk -F'\t' -v fam="$family" '
       { n++; if ($4 == "passed") p++; else if ($4 ~ /^skipped/) { s++; why = substr($4, 9) } else f++
         if ($2 != "0") t[$2] = 1 }
@@ -86,7 +86,12 @@ case "$cmd" in
     cd "$BUILD_DIR"
     rm -rf Testing/bitwise  # the bitwise matrix's cells write their outcome here
     rc=0
+    # The family every test that does not pick its own runs under: troupe's
+    # choice (the portable one), or OPENBLAS_CORETYPE when it is set.
+    family="OpenBLAS kernels $(./troupe --version | sed -n 's/^OpenBLAS kernels: //p')"
+    echo "test suite: $family"
     ctest --output-on-failure -j "$JOBS" "$@" || rc=$?
+    echo "test suite ran under $family"
     bitwise_summary Testing/bitwise
     exit $rc ;;
   -h|--help|help)

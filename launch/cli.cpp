@@ -109,7 +109,8 @@ int run_cli(int argc, char** argv) {
       return kExitOk;
     }
     if (a == "--version" || a == "-V") {
-      std::printf("troupe %s\n", TROUPE_VERSION);
+      std::printf("troupe %s\nOpenBLAS kernels: %s\n", TROUPE_VERSION,
+                  kernels::describe_host_kernels(kernels::HostKernels::portable).c_str());
       return kExitOk;
     }
     std::string tmp;

@@ -168,15 +168,17 @@ fs::path orphaned_checkpoint(const fs::path& target) {
   return {};
 }
 
-// Before a save: put an orphaned checkpoint back in place, then delete the
-// other leftovers of dead processes. Best effort.
-void recover_and_clean(const fs::path& target) {
+// Before a save, at start-up and on resume: put an orphaned checkpoint back
+// in place, then delete the other leftovers of dead processes. Best effort.
+int recover_and_clean(const fs::path& target) {
   const fs::path orphan = orphaned_checkpoint(target);
   if (!orphan.empty()) std::rename(orphan.c_str(), target.c_str());
+  int removed = 0;
   for (const Leftover& l : dead_leftovers(target)) {
     std::error_code ec;
-    fs::remove_all(l.path, ec);
+    if (fs::remove_all(l.path, ec) > 0 && !ec) ++removed;
   }
+  return removed;
 }
 
 // Removes a temporary directory unless released (exceptions during save).
@@ -512,6 +514,14 @@ uint64_t checkpoint_hash(const void* data, size_t bytes, uint64_t seed) {
     h = rotl(h ^ avalanche(tail ^ (static_cast<uint64_t>(bytes - i) << 56)), 27) * P1 + P4;
   }
   return avalanche(h);
+}
+
+int clean_checkpoint_leftovers(const std::string& dir) {
+  try {
+    return recover_and_clean(normalize(dir));
+  } catch (const CheckpointError&) {
+    return 0;  // not a usable name: nothing of ours can be beside it
+  }
 }
 
 bool checkpoint_exists(const std::string& dir) {

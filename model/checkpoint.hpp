@@ -14,7 +14,8 @@
 // A crash at any point leaves either the old or the new checkpoint: at <dir>,
 // or (fallback only, crash between its two renames) at <dir>.old-<pid>-<n>,
 // which a load then reads and the next save renames back. Other leftovers of
-// dead processes (.tmp-*) are removed by the next save and never read.
+// dead processes (.tmp-*) are never read; they are removed by the next save
+// and, at start-up and on resume, by clean_checkpoint_leftovers.
 #pragma once
 
 #include <cstddef>
@@ -67,6 +68,13 @@ TrainingState load_checkpoint(const std::string& dir);
 
 // True when `dir` holds a manifest (says nothing about its validity).
 bool checkpoint_exists(const std::string& dir);
+
+// Leftovers of processes that no longer exist beside <dir> (a process killed
+// during a save): puts a moved-away complete checkpoint back at <dir> when
+// <dir> is missing, and removes the rest (<dir>.tmp-<pid>-<n>, and .old-* once
+// <dir> exists). A live process's leftovers are never touched (it may be
+// saving right now). Best effort; returns how many it removed.
+int clean_checkpoint_leftovers(const std::string& dir);
 
 // "" when a and b describe the same model; otherwise the first differing
 // field, e.g. "d_model: 128 vs 256". For resume: refuse a checkpoint whose

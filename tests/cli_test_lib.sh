@@ -50,6 +50,7 @@ family_flags() {
     Prescott) echo pni ;;  # SSE3
     Haswell) echo avx2 fma ;;
     SkylakeX) echo avx512f avx512bw avx512dq avx512vl avx512cd ;;
+    Cooperlake) echo avx512f avx512bw avx512dq avx512vl avx512cd avx512_bf16 ;;
     *) return 1 ;;
   esac
 }

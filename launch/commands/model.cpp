@@ -50,8 +50,13 @@ int check_model_overrides(const CliOptions& o, const Spec& spec, const std::stri
   Spec asked = spec, saved = spec;
   saved.model = model::load_checkpoint(dir).config;
   int rc = kExitOk;
-  for (const Override& ov : o.overrides) {
+  for (size_t i = 0; i < o.overrides.size(); ++i) {
+    const Override& ov = o.overrides[i];
     if (ov.path.rfind("model.", 0) != 0) continue;
+    // A key set twice takes its last value: only that one can disagree.
+    bool later = false;
+    for (size_t j = i + 1; j < o.overrides.size(); ++j) later = later || o.overrides[j].path == ov.path;
+    if (later) continue;
     for (const KeyDef& def : spec_keys()) {
       if (def.path() != ov.path) continue;
       const std::string want = key_value_text(def, asked), have = key_value_text(def, saved);

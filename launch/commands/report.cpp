@@ -189,7 +189,8 @@ int command_plot(const CliOptions& opt) {
   auto has_rl_em = [&](const RunSeries& s) { return finite_in(s.rl_evals, [](const auto& p) { return p.target; }); };
   auto has_rl_sft = [&](const RunSeries& s) { return finite_in(s.rl_evals, [](const auto& p) { return p.sft_task; }); };
   if (any(has_em))
-    panels.push_back({"Held-out exact match, pretraining / SFT evaluations", "step", "%", overlay(series, dir, "evals", 4, has_em)});
+    panels.push_back({"Pretraining / SFT phase: held-out exact match, pretraining evaluator (with a target split: the RL target, never in SFT rows)",
+                      "step", "%", overlay(series, dir, "evals", 4, has_em)});
   if (any(has_rl_em))
     panels.push_back({"RL held-out exact match: target (solid), SFT task (dashed)", "RL step", "%",
                       overlay(series, dir, "rl_evals", {{3, ": RL target", has_rl_em}, {4, ": SFT task", has_rl_sft}})});

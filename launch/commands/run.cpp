@@ -24,6 +24,7 @@
 #include "launch/cli.hpp"
 #include "launch/commands/rl.hpp"
 #include "launch/observe/progress.hpp"
+#include "launch/phases.hpp"
 #include "launch/signals.hpp"
 #include "launch/sim_plan.hpp"
 #include "launch/run_plan.hpp"
@@ -368,6 +369,15 @@ int run_pretrain(const Spec& spec, const RunPlan& plan, const std::shared_ptr<ru
   return kExitOk;
 }
 
+// What the pretraining (SFT) evaluator's exact match scores, for the start
+// line (the dashboard prints it beside that chart): with a target split it is
+// the RL target, problems SFT rows never show, not the SFT task.
+static std::string eval_scores(const Spec& spec) {
+  if (spec.data.target_pairs.empty()) return "Exact match over data.eval_problems held-out problems of the task SFT trains on.";
+  return "Exact match over the held-out TARGET problems (data.target_pairs \"" + spec.data.target_pairs +
+         "\"): the RL target, which SFT rows never show, so it stays low after SFT by design.";
+}
+
 static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterComm>& comm) {
   const RunPlan plan = make_run_plan(spec);  // the spec, translated once for everything below
   if (comm && comm->rank() != 0) {
@@ -388,6 +398,15 @@ static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterC
     return kExitRuntime;
   }
   setup_logging(spec, out_dir);
+  // A process killed during a checkpoint save leaves <dir>.tmp-<pid>-<n>
+  // behind: removed here, beside every checkpoint this job writes or resumes
+  // from, as the rings' stale segments are (never a live process's).
+  std::vector<std::string> checkpoints{spec.checkpoint_dir(), spec.checkpoint.resume};
+  if (spec.run.mode == RunMode::sft_rl) checkpoints.push_back(sft_phase_spec(spec).checkpoint_dir());
+  for (const std::string& dir : checkpoints)
+    if (!dir.empty())
+      if (const int n = model::clean_checkpoint_leftovers(dir); n > 0)
+        spdlog::info("removed {} leftover(s) of an interrupted checkpoint save beside {}", n, dir);
   const runtime::Plan& topo = plan.plan;
   // The kernels OpenBLAS uses (kernels/blas_core.hpp: troupe's portable family unless the spec or the user chose).
   const std::string blas_core = kernels::blas_core();
@@ -417,6 +436,7 @@ static int run_process(const Spec& spec, const std::shared_ptr<runtime::ClusterC
                              .add("openblas_core", blas_core)
                              .add("host_kernels", std::string(kernels::host_kernels_name(spec.topology.host_kernels)))
                              .add("openblas_thread_timeout", blas_thread_timeout)
+                             .add("eval_scores", eval_scores(spec))
                              .str());
       // The actor tree for `troupe dashboard` (sim runs have no actors).
       if (spec.topology.device_kind != DeviceKind::sim) metrics.write_line(plan_line(spec, topo));

@@ -210,6 +210,16 @@ struct MemoryEstimate {
   double optimizer = 0.0;    // AdamW moments
   double activations = 0.0;  // a pretraining step's, kept for the backward
   double rl = 0.0;           // RL: reference and generator copies, KV cache, the policy update
+  // The same bytes by the setting that scales them, for the check's advice:
+  // bytes = fixed + per_unit * value, where `value` is the setting's value
+  // (per_unit 0: not one number, e.g. the model's shape).
+  struct Term {
+    std::string key;   // "rl.slots", "rl.prompts_per_step x rl.group_size", "model.*", ...
+    std::string what;  // "the KV cache", ...
+    double bytes = 0.0, fixed = 0.0, per_unit = 0.0;
+    double value = 0.0;
+  };
+  std::vector<Term> terms;
   double total() const;
   std::string describe() const;  // "about 1.2 GiB (weights and gradients ..., ...)"
 };

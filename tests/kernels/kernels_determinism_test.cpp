@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
+#include "kernels/blas_core.hpp"
 #include "tests/kernels/kernels_harness.hpp"
 
 namespace troupe::kernels::testing {
@@ -94,6 +97,22 @@ TEST_P(KernelsDeterminism, LeadingDimensionsFlattenToRows) {
 }
 
 TROUPE_INSTANTIATE_BACKENDS(KernelsDeterminism);
+
+// Test binaries run the kernel family troupe picks at start-up
+// (tests/gtest_main.cpp), not what OpenBLAS detects (Cooperlake on AMD Zen 4):
+// the portable family, or the one OPENBLAS_CORETYPE names when a user (or a
+// bitwise-matrix cell) set it.
+TEST(KernelFamily, TestsRunTheFamilyTroupeChooses) {
+  const char* core = std::getenv("OPENBLAS_CORETYPE");
+  const char* mark = std::getenv("TROUPE_OPENBLAS_CORETYPE");
+  const std::string portable = blas_core_for(HostKernels::portable);
+  if (portable.empty()) GTEST_SKIP() << "this CPU lacks AVX2 or FMA: OpenBLAS picks the family";
+  ASSERT_NE(core, nullptr) << "configure_openblas did not set OPENBLAS_CORETYPE";
+  if (mark && std::strcmp(core, mark) == 0)
+    EXPECT_EQ(blas_core(), portable) << "the tests run OpenBLAS's detection instead of troupe's portable family";
+  else
+    EXPECT_EQ(blas_core(), core) << "OPENBLAS_CORETYPE=" << core << " was not applied";
+}
 
 }  // namespace
 }  // namespace troupe::kernels::testing

@@ -137,12 +137,17 @@ expect_output "(step 0)"
 
 # eval and sample use the checkpoint's model: a --set model.* that disagrees
 # with it is an error naming both values (one that agrees is fine).
-expect_exit 3 "$troupe" eval "${tiny[@]}" --set run.out_dir="$work/a" --set model.d_model=64
-expect_output "--set model.d_model=64 disagrees with the checkpoint"
-expect_output "(model.d_model = 32)"
 expect_exit 3 "$troupe" sample "${tiny[@]}" --set run.out_dir="$work/a" --set model.n_layers=3 --prompt "1+2="
 expect_output "--set model.n_layers=3 disagrees"
 expect_exit 0 "$troupe" eval "${tiny[@]}" --set run.out_dir="$work/a" --set model.n_experts=8
+expect_exit 3 "$troupe" eval "${tiny[@]}" --set run.out_dir="$work/a" --set model.d_model=64
+expect_output "--set model.d_model=64 disagrees with the checkpoint"
+expect_output "(model.d_model = 32)"
+# tiny sets model.d_model=32 and the line above sets it again: the key takes
+# its last value, and only a final value that differs is reported (not the
+# earlier 32, which is the checkpoint's).
+grep -q "model.d_model=32 disagrees" <<<"$out" && fail "eval reported the overridden --set model.d_model=32 as disagreeing"
+expect_exit 0 "$troupe" eval "${tiny[@]}" --set run.out_dir="$work/a" --set model.d_model=64 --set model.d_model=+32
 # A safetensors file holding NaN is refused by import, naming the tensor (exit 4).
 cp "$work/a.safetensors" "$work/nan.safetensors"
 hdr=$(od -An -t u8 -N8 "$work/nan.safetensors" | tr -d ' ')  # header length; the data area follows it

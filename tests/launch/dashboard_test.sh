@@ -377,6 +377,41 @@ if bad: sys.exit("; ".join(bad))
 print("rl: page state matches metrics.jsonl:", json.dumps(state["charts"]["reward"]))
 PY
 
+# A two-phase job (SFT, then RL on a target split): the SFT chart says what it
+# scores (the target split, by the pretraining evaluator) and carries the RL
+# evaluator's SFT-task score of the SFT checkpoint as its own series.
+expect_exit 0 "$troupe" run --set 'run.mode="sft_rl"' --set data.target_pairs='"6-9+6-9"' --set data.target_column=0 \
+  --set rl.sync='"synchronous"' --set rl.trainer='"single"' --set rl.max_staleness=0 --set run.name=two \
+  --set run.out_dir="$work/two" --set run.steps=4 --set run.eval_every=2 --set rl.steps=2 --set rl.eval_every=2 \
+  --set model.d_model=32 --set model.n_layers=2 --set model.n_heads=2 --set model.seq_len=32 \
+  --set model.n_experts=4 --set model.expert_hidden=32 --set data.digits=1 --set data.batch_size=4 \
+  --set data.eval_problems=20 --set rl.prompts_per_step=2 --set rl.group_size=2 --set rl.max_new_tokens=4 \
+  --set log.progress=off --set topology.devices=1 --set topology.stages=1 --set 'topology.schedule="sequential"' \
+  --set topology.microbatches=1 --set topology.expert_shards=1 --set topology.optimizer_shards=1
+expect_exit 0 "$troupe" report "$work/two" --output "$work/two.html"
+browse dump "file://$work/two.html" > "$work/two.dom" || fail "chromium failed on the two-phase report"
+"$py" - "$work/two.dom" "$work/two/metrics.jsonl" <<'PY' || fail "the SFT chart of a two-phase run (see above)"
+import html, json, re, sys
+dom = open(sys.argv[1]).read()
+state = json.loads(html.unescape(re.search(r'<pre id="troupe-state"[^>]*>(.*?)</pre>', dom, re.S).group(1)))
+lines = [json.loads(l) for l in open(sys.argv[2])]
+evals = [l for l in lines if l["type"] == "eval"]
+rl_evals = [l for l in lines if l["type"] == "rl_eval"]
+bad = []
+series = {s["label"]: s for s in state["charts"].get("exact_match", {"series": []})["series"]}
+if series.get("two", {}).get("points") != len(evals) or abs(series["two"]["last"] - 100 * evals[-1]["accuracy"]) > 1e-9:
+    bad.append(f"pretraining evaluator series {series.get('two')} vs {len(evals)} eval lines")
+sft = series.get("two: SFT task (RL evaluator)")
+if not sft or sft["points"] != 1 or abs(sft["last"] - 100 * rl_evals[0]["sft_exact_match"]) > 1e-9:
+    bad.append(f"SFT task series {sft} vs the first rl_eval's sft_exact_match {rl_evals[0].get('sft_exact_match')}")
+note = state.get("em_note", "")
+for want in ("held-out TARGET problems", "which SFT rows never show", "did SFT work"):
+    if want not in note: bad.append(f"the chart's note lacks '{want}': {note!r}")
+if "pretraining evaluator" not in dom: bad.append("the SFT chart's title does not name its evaluator")
+if bad: sys.exit("; ".join(bad))
+print("two-phase: the SFT chart says what it scores:", note)
+PY
+
 # Plots: PNG and SVG through gnuplot.
 expect_exit 0 "$troupe" plot "$work/a" "$work/b" --output "$work/plot.png"
 [ "$(head -c 4 "$work/plot.png" | od -An -c | tr -d ' ')" = '211PNG' ] || fail "plot.png is not a PNG"

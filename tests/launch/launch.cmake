@@ -38,6 +38,9 @@ troupe_add_bitwise(cli_script THREADS 1 2 TIMEOUT 900 LABELS cli
 # spec a run would reject, before any training.
 add_test(NAME validate_run_agreement COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/validate_run_test.sh $<TARGET_FILE:troupe>)
 set_tests_properties(validate_run_agreement PROPERTIES LABELS cli TIMEOUT 300)
+# A SIGKILL during a checkpoint save: the next run removes the dead process's temporary directory.
+add_test(NAME checkpoint_leftovers COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/checkpoint_leftovers_test.sh $<TARGET_FILE:troupe>)
+set_tests_properties(checkpoint_leftovers PROPERTIES LABELS cli TIMEOUT 300)
 # `troupe launch`: mpirun's flags, signals forwarded to process 0, process 0's status returned.
 add_test(NAME launch_script COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/launch_test.sh $<TARGET_FILE:troupe>)
 set_tests_properties(launch_script PROPERTIES LABELS "cli;mpi" TIMEOUT 600 SKIP_RETURN_CODE 77 RUN_SERIAL TRUE)

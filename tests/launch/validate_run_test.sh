@@ -53,6 +53,20 @@ expect_exit 0 "$troupe" validate "${tiny[@]}" --set topology.interface='"localho
 # estimate, by both; validate prints the estimate of a spec that fits.
 agree 3 "the run needs about" --set run.memory_limit=0.001
 agree 3 "RL rollouts, KV cache and policy update" --set run.mode='"rl"' --set rl.group_size=1000000 --set rl.sft_fraction=0
+# The message names the key whose term dominates, at that key, with its size,
+# and the settings that alone would bring the estimate under the limit.
+agree 3 "--set rl.slots=1000000: error: the run needs about" --set run.mode='"rl"' --set rl.slots=1000000 \
+  --set rl.group_size=4 --set rl.sft_fraction=0
+expect_output "the largest part is the generation KV cache (rl.slots = 1000000)"
+expect_output "Any one of these would fit: rl.slots <= "
+grep -q -- "--set rl.group_size=4: error" <<<"$out" && fail "the memory error blamed rl.group_size for rl.slots"
+agree 3 "the largest part is the policy update's activations and logits (rl.prompts_per_step x rl.group_size = " \
+  --set run.mode='"rl"' --set rl.group_size=1000000 --set rl.slots=4 --set rl.sft_fraction=0
+expect_output "rl.prompts_per_step x rl.group_size <= "
+agree 3 "the largest part is a training step's activations (data.batch_size = 4)" --set run.memory_limit=0.01 \
+  --set model.seq_len=512
+expect_output "data.batch_size <= "
+expect_output "or run.memory_limit >= "
 expect_exit 0 "$troupe" validate "${tiny[@]}"
 expect_output "memory: about "
 

@@ -55,9 +55,13 @@
     { id: 'loss', panel: 'p-loss', always: true, series: one((r) => r.steps.map((s) => [s, num(s.loss)])) },
     { id: 'val_loss', panel: 'p-val', always: true, series: one((r) => r.evals.map((e) => [e, num(e.val_loss)])) },
     // Pretraining (SFT) evaluations; an RL run's are on the next chart, on
-    // its own step axis, one line per split.
+    // its own step axis, one line per split. With a target split the
+    // pretraining evaluator scores the RL target (problems SFT never shows),
+    // so the dashed point is the RL evaluator's score of the SFT checkpoint
+    // on the SFT task (phase 2's first evaluation), at the SFT phase's end.
     { id: 'exact_match', panel: 'p-em',
-      series: one((r) => r.evals.filter((e) => num(e.accuracy) != null).map((e) => [e, 100 * e.accuracy])) },
+      series: [{ suffix: '', pts: (r) => r.evals.filter((e) => num(e.accuracy) != null).map((e) => [e, 100 * e.accuracy]) },
+               { suffix: ': SFT task (RL evaluator)', pts: sftTaskAfterSft }] },
     { id: 'rl_exact_match', panel: 'p-rl-em',
       series: [{ suffix: ': RL target', pts: (r) => r.rlEvals.map((e) => [e, num(e.exact_match) == null ? null : 100 * e.exact_match]) },
                { suffix: ': SFT task', pts: (r) => r.rlEvals.filter((e) => num(e.sft_exact_match) != null)
@@ -73,6 +77,28 @@
       series: one((r) => r.steps.filter((s) => Array.isArray(s.shard_load) && s.shard_load.some((l) => l.length > 1))
         .map((s) => [s, num(s.shard_imbalance)])) },
   ];
+
+  // The RL evaluator's SFT-task score of the SFT checkpoint (the first
+  // rl_eval of a two-phase run, RL step 0), placed at the SFT phase's last
+  // evaluation; none without both phases' evaluations.
+  function sftTaskAfterSft(r) {
+    const first = r.rlEvals.length ? r.rlEvals[0] : null;
+    const sft = r.evals.filter((e) => num(e.accuracy) != null);
+    if (!first || first.step !== 0 || num(first.sft_exact_match) == null || !sft.length) return [];
+    const last = sft[sft.length - 1];
+    return [[{ step: last.step, _wall: last._wall }, 100 * first.sft_exact_match]];
+  }
+  // What the pretraining evaluator scores, from the start line (eval_scores).
+  function drawEvalNote() {
+    const notes = state.runs.filter((r) => r.start && r.start.eval_scores && r.evals.some((e) => num(e.accuracy) != null))
+      .map((r) => (state.runs.length > 1 ? r.name + ': ' : '') + r.start.eval_scores);
+    const both = state.runs.some((r) => sftTaskAfterSft(r).length);
+    let text = notes.join(' ');
+    if (both) text += ' The dashed point is the SFT task scored by the RL evaluator after SFT: read it (or the RL chart\'s ' +
+                      'SFT task line) for "did SFT work".';
+    document.getElementById('em-note').textContent = text;
+    state.emNote = text;
+  }
 
   // One table for all runs: x, then one column per run (null where a run has no point).
   function mergedTable(perRun) {
@@ -352,7 +378,7 @@
       polls: state.polls, xaxis: state.xaxis,
       runs: state.runs.map((r) => ({ name: r.name, status: r.status, steps: r.steps.length, rl_steps: r.rl.length,
                                      evals: r.evals.length + r.rlEvals.length, finished: !!r.end, bad_lines: r.badLines })),
-      charts, heatmap: state.heatmap, timeline: state.timeline, actors: state.actors, rollouts: state.rollouts,
+      charts, em_note: state.emNote || '', heatmap: state.heatmap, timeline: state.timeline, actors: state.actors, rollouts: state.rollouts,
     };
     document.getElementById('troupe-state').textContent = JSON.stringify(state.summary);
   }
@@ -360,6 +386,7 @@
     const run = state.runs[state.focus];
     drawRuns();
     drawLineCharts();
+    drawEvalNote();
     drawHeatmap(run);
     drawTimeline(run);
     drawActors(run);
