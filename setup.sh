@@ -22,6 +22,7 @@ PACKAGES=(
   libcpp-httplib-dev nlohmann-json3-dev       # `troupe dashboard`: HTTP server (loopback only), reading metrics.jsonl
   libjs-dygraphs libjs-d3                     # dashboard/report charts, served from /usr/share/javascript
   gnuplot-nox                                 # `troupe plot` images (PNG/SVG)
+  libsentencepiece-dev                        # [tokenizer] kind = "sentencepiece", `troupe tokenizer train`
 )
 # Only for `./setup.sh test`: the dashboard's browser test drives headless Chromium;
 # the two-host test makes network namespaces with iproute2's `ip`.

@@ -46,6 +46,9 @@ usage:
   troupe keygen DIR                 write a cluster key for [topology] auth_dir (DIR/cluster.pem, DIR/cluster.key;
                                     copy DIR to every host of a multi-host run)
   troupe keys                       print every spec key (Markdown table: key, type, default, meaning)
+  troupe tokenizer train --input FILE... --vocab-size N --output FILE.model [--model-type bpe|unigram]
+                                    train a SentencePiece tokenizer (deterministic; written atomically);
+                                    `troupe tokenizer show FILE.model` says what a model file is
   troupe dashboard RUN_DIR... [--port N]
                                     serve a read-only page on 127.0.0.1 that follows the runs live (loss, evals,
                                     RL, expert load, pipeline timeline, actor tree, log); the port is printed
@@ -91,6 +94,7 @@ int run_cli(int argc, char** argv) {
     std::fputs(kHelp, stdout);
     return kExitUsage;
   }
+  if (args[0] == "tokenizer") return command_tokenizer(std::vector<std::string>(args.begin() + 1, args.end()));
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     auto value = [&](const char* flag) -> const std::string* {

@@ -65,5 +65,7 @@ int command_calibrate(const CliOptions& options, const Spec& spec);  // launch/c
 int command_dashboard(const CliOptions& options);  // launch/commands/dashboard.cpp
 int command_report(const CliOptions& options);     // launch/commands/report.cpp
 int command_plot(const CliOptions& options);       // launch/commands/report.cpp
+// `troupe tokenizer train|show ...`: its own arguments (launch/commands/tokenizer.cpp).
+int command_tokenizer(const std::vector<std::string>& args);
 
 }  // namespace troupe::launch

@@ -2,6 +2,7 @@
 // validation of everything read (a checkpoint on disk is untrusted input), and
 // the atomic directory swap. See model/checkpoint.hpp for the on-disk layout.
 #include "model/checkpoint.hpp"
+#include "model/tokenizer.hpp"
 
 #include "model/atomic_file.hpp"
 
@@ -214,6 +215,9 @@ void write_config(schemas::ModelConfigMsg::Builder b, const ModelConfig& c) {
   b.setRopeTheta(c.rope_theta);
   b.setNormEps(c.norm_eps);
   b.setInitStd(c.init_std);
+  b.setTokenizerKind(c.tokenizer_kind);
+  b.setTokenizerModel(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(c.tokenizer_model.data()),
+                                          c.tokenizer_model.size()));
 }
 
 ModelConfig read_config(const std::filesystem::path& path, schemas::ModelConfigMsg::Reader r) {
@@ -243,6 +247,9 @@ ModelConfig read_config(const std::filesystem::path& path, schemas::ModelConfigM
   c.aux_loss_alpha = r.getAuxLossAlpha();
   c.bias_update_rate = r.getBiasUpdateRate();
   c.capacity_factor = r.getCapacityFactor();
+  c.tokenizer_kind = r.getTokenizerKind();
+  const auto tm = r.getTokenizerModel();
+  c.tokenizer_model.assign(reinterpret_cast<const char*>(tm.begin()), tm.size());
   c.tie_embeddings = r.getTieEmbeddings();
   c.rope_theta = r.getRopeTheta();
   c.norm_eps = r.getNormEps();
@@ -680,6 +687,13 @@ std::string config_difference(const ModelConfig& a, const ModelConfig& b) {
   cmp("rope_theta", a.rope_theta, b.rope_theta);
   cmp("norm_eps", a.norm_eps, b.norm_eps);
   cmp("init_std", a.init_std, b.init_std);
+  // The tokenizer, by kind and identity (the hash of its model file).
+  const auto tokenizer = [](const ModelConfig& c) {
+    if (c.tokenizer_kind.empty()) return std::string("the built-in task's own");
+    if (c.tokenizer_kind != "sentencepiece") return c.tokenizer_kind;
+    return "sentencepiece " + tokenizer_hash_hex(tokenizer_hash(c.tokenizer_model));
+  };
+  cmp("tokenizer", tokenizer(a), tokenizer(b));
   return os.str();
 }
 

@@ -19,6 +19,7 @@ const char* data_kind_name(DataKind kind) {
     case DataKind::addition_plain: return "addition_plain";
     case DataKind::text: return "text";
     case DataKind::scratchpad: return "scratchpad";
+    case DataKind::jsonl: return "jsonl";
   }
   return "?";
 }
@@ -30,10 +31,10 @@ Ffn parse_ffn(std::string_view name) {
 }
 
 DataKind parse_data_kind(std::string_view name) {
-  for (DataKind k : {DataKind::addition, DataKind::addition_plain, DataKind::text, DataKind::scratchpad})
+  for (DataKind k : {DataKind::addition, DataKind::addition_plain, DataKind::text, DataKind::scratchpad, DataKind::jsonl})
     if (name == data_kind_name(k)) return k;
   throw std::runtime_error("data: unknown source '" + std::string(name) +
-                           "' (expected \"text\", \"addition\", \"addition_plain\" or \"scratchpad\")");
+                           "' (expected \"text\", \"addition\", \"addition_plain\", \"scratchpad\" or \"jsonl\")");
 }
 
 }  // namespace troupe::model

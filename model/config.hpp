@@ -16,8 +16,8 @@ namespace troupe::model {
 
 enum class Ffn : uint8_t { dense, moe };                           // "dense" (SwiGLU), "moe"
 enum class LrSchedule : uint8_t { cosine, constant };              // "cosine", "constant"
-// "addition", "addition_plain", "text", "scratchpad" (append-only: manifests store them)
-enum class DataKind : uint8_t { addition, addition_plain, text, scratchpad };
+// "addition", "addition_plain", "text", "scratchpad", "jsonl" (append-only: manifests store them)
+enum class DataKind : uint8_t { addition, addition_plain, text, scratchpad, jsonl };
 
 const char* ffn_name(Ffn ffn);
 const char* lr_schedule_name(LrSchedule schedule);
@@ -48,6 +48,11 @@ struct ModelConfig {
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;
   double init_std = 0.02;
+  // The tokenizer of a user's data ([tokenizer], model/tokenizer.hpp), stored
+  // with the weights it gives meaning to: "" (a built-in task's own
+  // vocabulary), "bytes" or "sentencepiece" with the model file's bytes.
+  std::string tokenizer_kind;
+  std::string tokenizer_model;
 };
 
 struct OptimConfig {
@@ -62,9 +67,28 @@ struct OptimConfig {
   double grad_clip = 1.0;      // max global grad norm, 0 = off
 };
 
+// The [tokenizer] section: how a user's text (data.source = "jsonl", rl.prompts)
+// becomes tokens (model/tokenizer.hpp). The built-in tasks keep their own.
+struct TokenizerConfig {
+  std::string kind = "bytes";  // "bytes" (256 bytes + EOS) or "sentencepiece"
+  std::string model;           // sentencepiece: the FILE.model
+  // sentencepiece: the model file's bytes, read once when the spec is
+  // checked, or taken from a checkpoint (which stores them); used instead of
+  // reading `model` again.
+  std::string model_bytes;
+  bool in_use = false;  // the spec's data or RL prompts use it (set by the spec check)
+};
+
 struct DataConfig {
-  DataKind source = DataKind::addition;  // the built-in task (two formats) or a byte-level text file
-  std::string path;                 // text: the file to read
+  DataKind source = DataKind::addition;  // the built-in task (two formats), a byte-level text file or JSONL
+  std::string path;                 // text: the file to read; jsonl: the training records
+  // jsonl: the held-out records: eval_path's, or else the share eval_fraction
+  // taken by a hash of each line (jsonl.hpp), whatever the order of the lines.
+  std::string eval_path;
+  double eval_fraction = 0.1;
+  std::string prompt_field = "prompt";          // jsonl: the field names of a record
+  std::string completion_field = "completion";
+  TokenizerConfig tokenizer;
   double val_fraction = 0.1;        // text: tail fraction held out for validation
   int64_t batch_size = 16;          // sequences per optimizer step (all microbatches together)
   int64_t digits = 3;               // addition: max digits per operand

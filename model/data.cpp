@@ -11,6 +11,7 @@ namespace troupe::model {
 namespace detail {
 std::unique_ptr<DataSource> make_scratchpad_source(const DataConfig& config, uint64_t seed, int64_t seq_len);
 std::unique_ptr<DataSource> make_text_source(const DataConfig& config, uint64_t seed, int64_t seq_len);
+std::unique_ptr<DataSource> make_jsonl_source(const DataConfig& config, uint64_t seed, int64_t seq_len);
 std::unique_ptr<DataSource> make_addition_source(const DataConfig& config, uint64_t seed,
                                                  int64_t seq_len, bool reverse_answer, bool padded);
 }  // namespace detail
@@ -108,13 +109,15 @@ double DataSource::exact_match(const GenerateFn& generate, int64_t n_problems) c
 
 std::unique_ptr<DataSource> make_data_source(const DataConfig& config, uint64_t seed, int64_t seq_len) {
   if (seq_len < 0) throw std::invalid_argument("data: seq_len must be >= 0");
-  if (config.source == DataKind::text && !config.target_pairs.empty())
-    throw std::runtime_error("data: target_pairs is a split of the addition task; source \"text\" has none");
+  if ((config.source == DataKind::text || config.source == DataKind::jsonl) && !config.target_pairs.empty())
+    throw std::runtime_error(std::string("data: target_pairs is a split of the addition task; source \"") +
+                             data_kind_name(config.source) + "\" has none");
   switch (config.source) {
     case DataKind::text: return detail::make_text_source(config, seed, seq_len);
     case DataKind::addition: return detail::make_addition_source(config, seed, seq_len, true, true);
     case DataKind::addition_plain: return detail::make_addition_source(config, seed, seq_len, false, false);
     case DataKind::scratchpad: return detail::make_scratchpad_source(config, seed, seq_len);
+    case DataKind::jsonl: return detail::make_jsonl_source(config, seed, seq_len);
   }
   throw std::logic_error("data: unknown source kind");
 }

@@ -1,5 +1,6 @@
 // The single-process training loop (see trainer.hpp).
 #include "model/trainer.hpp"
+#include "model/tokenizer.hpp"
 #include "model/training_loop.hpp"
 
 #include <chrono>
@@ -237,6 +238,7 @@ EvalMetrics evaluate(const std::string& checkpoint_dir, const DataConfig& data,
   TrainOptions o;
   o.model = st.config;
   o.data = data;
+  o.data.tokenizer = checkpoint_tokenizer(st.config, data.tokenizer, checkpoint_dir);  // the stored one
   o.seed = st.seed;
   o.steps = st.step;
   o.eval_batches = eval_batches;

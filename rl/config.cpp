@@ -68,7 +68,15 @@ SyncMode parse_sync_mode(const std::string& name) {
 }
 
 const char* reward_source_name(RewardSource source) {
-  return source == RewardSource::model ? "model" : "verifier";
+  switch (source) {
+    case RewardSource::verifier: return "verifier";
+    case RewardSource::model: return "model";
+    case RewardSource::exact: return "exact";
+    case RewardSource::numeric: return "numeric";
+    case RewardSource::regex: return "regex";
+    case RewardSource::command: return "command";
+  }
+  return "?";
 }
 
 const char* rm_loss_name(RmLoss loss) { return loss == RmLoss::bradley_terry ? "bradley_terry" : "bce"; }

@@ -62,7 +62,11 @@ inline bool decoupled(SyncMode mode) { return mode != SyncMode::synchronous; }
 //   model     a learned reward model (run.mode = "reward_model", frozen; the
 //             checkpoint rl.reward_model): reward = sigmoid(score), the RM's
 //             probability that the completion is exactly right.
-enum class RewardSource { verifier, model };
+//   exact, numeric, regex, command: a user's task (rl.prompts, rl/task_jsonl.hpp):
+//             the completion's text against the record's answer (trimmed
+//             equality; numbers within reward_tolerance; what answer_pattern
+//             extracts, then equality), or a reward program (rl/reward_command.hpp).
+enum class RewardSource { verifier, model, exact, numeric, regex, command };
 
 // rl.rm_loss: how run.mode = "reward_model" trains its score s (rl/reward_model.hpp).
 //   bce            pointwise: sigmoid(s) against the verifier's label;
@@ -146,6 +150,17 @@ struct RlConfig {
   RmLoss rm_loss = RmLoss::bce;
   RewardSource reward = RewardSource::verifier;
   std::string reward_model;  // reward = model: the RM checkpoint (same model as the policy)
+  // A user's task (rl/task_jsonl.hpp): prompts {prompt, answer, meta?} from
+  // JSONL, held out by eval_prompts or by a hash of the line (the data's
+  // eval_fraction), tokenized by the data's [tokenizer].
+  std::string prompts;        // "" = the built-in task (rl.task)
+  std::string eval_prompts;   // "" = the hash split of `prompts`
+  double reward_tolerance = 1e-6;  // numeric: |x - answer| <= tolerance * max(1, |answer|)
+  std::string answer_pattern;      // regex: a std::regex (ECMAScript) whose group 1 (else whole match) is the answer
+  std::vector<std::string> reward_command;  // command: the program and its arguments
+  std::string reward_dir;          // command: its working directory (the spec file's)
+  double reward_timeout = 30.0;    // command: seconds for one batch before a restart
+  bool reward_errors_zero = false; // command: a bad reply scores 0 (counted) instead of stopping the run
   AdvantageOptions advantage;
   PolicyLossOptions policy;
   VerifierOptions verifier;

@@ -23,17 +23,26 @@ ScoredBatch score_groups(const Task& task, std::span<const Prompt> prompts, std:
   b.advantages.resize(static_cast<size_t>(n));
   b.keep.resize(static_cast<size_t>(groups));
   const int32_t eos = task.eos_token();
+  // One batch for the verifier: a reward program scores the step in one round trip.
+  {
+    std::vector<const Prompt*> ps(static_cast<size_t>(n));
+    std::vector<std::span<const int32_t>> cs(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      const Completion& c = completions[static_cast<size_t>(i)];
+      if (c.logp_behav.size() != c.tokens.size())
+        throw std::invalid_argument("rl: completion " + std::to_string(i) + " has " +
+                                    std::to_string(static_cast<int64_t>(c.tokens.size())) + " tokens but " +
+                                    std::to_string(static_cast<int64_t>(c.logp_behav.size())) + " behaviour log-probs");
+      ps[static_cast<size_t>(i)] = &prompts[static_cast<size_t>(i / group_size)];
+      cs[static_cast<size_t>(i)] = c.tokens;
+    }
+    b.verdicts = task.verifier().score_batch(ps, cs);
+  }
   int64_t correct = 0, finished = 0, passed = 0, length_sum = 0;
   for (int64_t g = 0; g < groups; ++g) {
     bool any = false;
     for (int64_t k = 0; k < group_size; ++k) {
       const auto i = static_cast<size_t>(g * group_size + k);
-      const Completion& c = completions[i];
-      if (c.logp_behav.size() != c.tokens.size())
-        throw std::invalid_argument("rl: completion " + std::to_string(static_cast<int64_t>(i)) + " has " +
-                                    std::to_string(static_cast<int64_t>(c.tokens.size())) + " tokens but " +
-                                    std::to_string(static_cast<int64_t>(c.logp_behav.size())) + " behaviour log-probs");
-      b.verdicts[i] = task.verifier().score(prompts[static_cast<size_t>(g)], c.tokens);
       b.rewards[i] = b.verdicts[i].reward;
       correct += b.verdicts[i].correct ? 1 : 0;
       finished += b.verdicts[i].finished ? 1 : 0;

@@ -46,6 +46,16 @@ Verdict RuleVerifier::score(const Prompt& prompt, std::span<const int32_t> compl
   return v;
 }
 
+std::vector<Verdict> Verifier::score_batch(std::span<const Prompt* const> prompts,
+                                           std::span<const std::span<const int32_t>> completions) const {
+  if (prompts.size() != completions.size())
+    throw std::invalid_argument("rl: score_batch needs one prompt per completion");
+  std::vector<Verdict> out;
+  out.reserve(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) out.push_back(score(*prompts[i], completions[i]));
+  return out;
+}
+
 namespace {
 
 class AdditionTask final : public Task {

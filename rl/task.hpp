@@ -25,6 +25,11 @@ struct Prompt {
   int64_t index = 0;            // training: the prompt index it was drawn for; eval: the problem number
   std::vector<int32_t> tokens;  // fed to the model
   std::vector<int32_t> answer;  // the exact expected completion, ending with the task's EOS
+  // A user's task (rl/task_jsonl.hpp): the prompt and answer as written and
+  // the record's "meta" (JSON text), which text rewards and a reward program
+  // read. Empty for the built-in tasks. Re-derived from the task by whoever
+  // receives a prompt (a pure function of the index), never sent.
+  std::string text, answer_text, meta_json;
 };
 
 // What a verifier says of one completion.
@@ -41,6 +46,11 @@ class Verifier {
   // first EOS are ignored, so a generator that does not stop at EOS is scored
   // as one that does.
   virtual Verdict score(const Prompt& prompt, std::span<const int32_t> completion) const = 0;
+  // A whole batch at once (completion i answers prompts[i]): what a reward
+  // program behind a pipe wants (one round trip per batch). The default
+  // scores one by one.
+  virtual std::vector<Verdict> score_batch(std::span<const Prompt* const> prompts,
+                                           std::span<const std::span<const int32_t>> completions) const;
 };
 
 // Exact match 1, else partial credit and format penalty (VerifierOptions).

@@ -1,5 +1,6 @@
 // The synchronous RL loop (see trainer.hpp): generate -> reward -> train.
 #include "rl/trainer.hpp"
+#include "rl/task_jsonl.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -101,6 +102,7 @@ void loss_metrics(RlStepMetrics& m, const PolicyMetrics& pm) {
 }  // namespace
 
 std::unique_ptr<Task> make_task(const RlConfig& rl, const model::DataConfig& data, uint64_t seed) {
+  if (!rl.prompts.empty()) return make_jsonl_task(rl, data, seed);  // a user's task
   if (rl.task != "addition")
     throw std::invalid_argument("rl.task: unknown task \"" + rl.task + "\" (expected \"addition\")");
   std::unique_ptr<Task> task = make_addition_task(data, seed, rl.verifier);

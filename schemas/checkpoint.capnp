@@ -32,6 +32,8 @@ struct ModelConfigMsg {
   ropeTheta @16 :Float64;    # RoPE base
   normEps @17 :Float64;      # RMSNorm epsilon
   initStd @18 :Float64;      # init standard deviation
+  tokenizerKind @19 :Text;   # a user's tokenizer: "bytes" or "sentencepiece"; "" = the built-in task's own
+  tokenizerModel @20 :Data;  # sentencepiece: the model file's bytes (its hash is the tokenizer's identity)
 }
 
 # What a tensor file holds. Append-only.

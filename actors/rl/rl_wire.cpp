@@ -154,6 +154,7 @@ caf::expected<rlmsg::Rollout> decode_rollout(const Envelope& env, const RolloutB
       if (p.index != want.index || p.tokens != want.tokens || p.answer != want.answer)
         return bad("rlRollout.prompts[" + std::to_string(i) + "]: not the task's prompt " + std::to_string(want.index) +
                    " of group " + std::to_string(i) + " of step " + std::to_string(step));
+      p = want;  // with what is never sent: a user's task's text, answer and meta (rl/task.hpp)
     }
     out->prompts.push_back(std::move(p));
   }

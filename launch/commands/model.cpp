@@ -4,6 +4,7 @@
 // `troupe run S && troupe eval S` evaluates what the run saved.
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <spdlog/spdlog.h>
 
 #include "launch/cli.hpp"
@@ -13,6 +14,9 @@
 #include "model/generate.hpp"
 #include "model/params.hpp"
 #include "model/safetensors.hpp"
+#include "model/tokenizer.hpp"
+#include "model/jsonl.hpp"
+#include "model/atomic_file.hpp"
 
 namespace troupe::launch {
 
@@ -31,6 +35,12 @@ int guarded(const char* what, F&& body) {
     std::fprintf(stderr, "troupe %s: %s\n", what, e.what());
     return kExitBadInput;
   } catch (const model::SafetensorsError& e) {
+    std::fprintf(stderr, "troupe %s: %s\n", what, e.what());
+    return kExitBadInput;
+  } catch (const model::TokenizerError& e) {
+    std::fprintf(stderr, "troupe %s: %s\n", what, e.what());
+    return kExitBadInput;
+  } catch (const model::JsonlError& e) {
     std::fprintf(stderr, "troupe %s: %s\n", what, e.what());
     return kExitBadInput;
   } catch (const std::exception& e) {
@@ -139,6 +149,15 @@ int command_export(const CliOptions& o, const Spec& spec) {
                               {{"format", "pt"}, {"troupe_step", std::to_string(st.step)}});
     std::printf("wrote %zu tensors (%lld parameters) from %s to %s\n", layout.entries().size(),
                 static_cast<long long>(layout.total()), dir.c_str(), o.file.c_str());
+    // A SentencePiece tokenizer the checkpoint stores goes beside the weights:
+    // <dir of FILE>/tokenizer.model, the file SentencePiece itself loads.
+    if (st.config.tokenizer_kind == "sentencepiece") {
+      const std::filesystem::path parent = std::filesystem::path(o.file).parent_path();
+      const std::string tok = (parent.empty() ? std::filesystem::path("tokenizer.model") : parent / "tokenizer.model").string();
+      model::write_file_atomically(tok, st.config.tokenizer_model);
+      std::printf("wrote the checkpoint's tokenizer (sentencepiece, hash %s) to %s\n",
+                  model::tokenizer_hash_hex(model::tokenizer_hash(st.config.tokenizer_model)).c_str(), tok.c_str());
+    }
     return static_cast<int>(kExitOk);
   });
 }

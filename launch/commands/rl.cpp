@@ -15,6 +15,7 @@
 #include "actors/rl/runtime_policy.hpp"
 #include "launch/cli.hpp"
 #include "launch/commands/rl.hpp"
+#include "model/tokenizer.hpp"
 #include "launch/observe/rollouts_log.hpp"
 #include "launch/run_plan.hpp"
 #include "launch/train_options.hpp"
@@ -385,7 +386,8 @@ int run_rl(const Spec& spec, const RunPlan& plan, MetricsWriter& metrics, Progre
                r.prompts_per_step, r.group_size, r.max_new_tokens, r.temperature,
                rl::loss_kind_name(r.policy.kind), r.init.empty() ? std::string("(fresh initialisation)") : r.init,
                r.reward == rl::RewardSource::model ? "the learned reward model " + r.reward_model
-                                                   : std::string("the rule verifier"));
+               : r.prompts.empty()                  ? std::string("the rule verifier")
+                                                    : std::string("the \"") + rl::reward_source_name(r.reward) + "\" reward");
   RlProgress progress(style, spec.run.steps, spec.log.progress_every, metrics);
   rl::RlTrainOptions options = rl_train_options(spec);
   options.stop = signals.flag();
@@ -393,10 +395,17 @@ int run_rl(const Spec& spec, const RunPlan& plan, MetricsWriter& metrics, Progre
   // log.rollouts = N: every N-th step's groups as text to rollouts.jsonl.
   std::unique_ptr<RolloutLog> rollouts;
   if (spec.log.rollouts > 0) {
-    std::shared_ptr<const model::DataSource> data =
-        model::make_data_source(options.data, options.seed, options.model.seq_len);
-    rollouts = std::make_unique<RolloutLog>(spec.out_dir() + "/rollouts.jsonl",
-                                            [data](const std::vector<int32_t>& t) { return data->decode(t); });
+    // The text of a user's task comes from its tokenizer, the built-in task's from its data source.
+    std::function<std::string(const std::vector<int32_t>&)> decode;
+    if (!r.prompts.empty()) {
+      std::shared_ptr<const model::Tokenizer> tok = model::make_tokenizer(options.data.tokenizer);
+      decode = [tok](const std::vector<int32_t>& t) { return tok->decode(t); };
+    } else {
+      std::shared_ptr<const model::DataSource> data =
+          model::make_data_source(options.data, options.seed, options.model.seq_len);
+      decode = [data](const std::vector<int32_t>& t) { return data->decode(t); };
+    }
+    rollouts = std::make_unique<RolloutLog>(spec.out_dir() + "/rollouts.jsonl", decode);
     options.rollouts_every = spec.log.rollouts;
     options.on_rollouts = [log = rollouts.get()](const rl::StepRollouts& r, const rl::ScoredBatch& sb) { log->write(r, sb); };
     spdlog::info("rollouts: every {} step(s)' groups to {}/rollouts.jsonl", spec.log.rollouts, spec.out_dir());

@@ -11,6 +11,10 @@
 
 #include "kernels/blas_core.hpp"
 #include "launch/cli.hpp"
+#include "rl/task.hpp"
+#include "rl/trainer.hpp"
+#include "model/data.hpp"
+#include "model/tokenizer.hpp"
 #include "launch/phases.hpp"
 #include "launch/sim_plan.hpp"
 #include "launch/run_plan.hpp"
@@ -325,6 +329,36 @@ void describe_sft_rl(const Spec& spec) {
               spec.data.target_pairs.empty() ? "" : (" with data.target_pairs \"" + spec.data.target_pairs + "\"").c_str());
 }
 
+// A user's task: the data, tokenizer and reward the run will use (nothing
+// is started: a reward program is only checked).
+void describe_user_task(const Spec& spec) {
+  const bool sft = spec.data.source == model::DataKind::jsonl && spec.run.mode != RunMode::rl;
+  const bool rl = !spec.rl_section.prompts.empty() && spec.run.mode != RunMode::pretrain;
+  if (!sft && !rl) return;
+  try {
+    std::printf("tokenizer: %s\n", model::make_tokenizer(spec.data.tokenizer)->describe().c_str());
+    if (sft)
+      std::printf("data: %s\n", model::make_data_source(spec.data, static_cast<uint64_t>(spec.run.seed), spec.model.seq_len)
+                                      ->describe().c_str());
+    if (rl) {
+      rl::RlConfig probe = spec.rl;
+      if (probe.reward == rl::RewardSource::command) probe.reward = rl::RewardSource::exact;  // do not start it
+      const auto task = rl::make_task(probe, spec.data, static_cast<uint64_t>(spec.run.seed));
+      std::string reward = rl::reward_source_name(spec.rl.reward);
+      if (spec.rl.reward == rl::RewardSource::command) {
+        reward = "command [";
+        for (size_t i = 0; i < spec.rl.reward_command.size(); ++i) reward += (i ? " " : "") + spec.rl.reward_command[i];
+        reward += "] in " + spec.rl.reward_dir + " (one persistent child per reward actor; " +
+                  std::to_string(spec.rl.reward_timeout) + " s per batch; bad replies: " +
+                  (spec.rl.reward_errors_zero ? "score 0" : "stop the run") + ")";
+      }
+      std::printf("rl prompts: %s\nreward: %s\n", task->describe().c_str(), reward.c_str());
+    }
+  } catch (const std::exception& e) {
+    std::printf("user task: %s\n", e.what());  // the spec check reported it already
+  }
+}
+
 }  // namespace
 
 int command_validate(const CliOptions&, const Spec& spec) {
@@ -335,6 +369,7 @@ int command_validate(const CliOptions&, const Spec& spec) {
   }
   if (const int rc = check_input_checkpoints(spec); rc != kExitOk) return rc;
   std::printf("%s: ok\n", spec.source.c_str());
+  describe_user_task(spec);
   if (spec.run.mode == RunMode::sft_rl) describe_sft_rl(spec);
   else describe(spec);
   std::printf("memory: %s, of %.3g GiB (%s)\n", estimate_memory(spec).describe().c_str(),

@@ -1,6 +1,7 @@
 // The spec checks of online RL: [rl] becomes rl::RlConfig (convert_rl), its
 // topology, processes and trainer on actors, its inputs, and the two-phase job.
 #include "launch/spec/parser.hpp"
+#include "rl/reward_command.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -166,6 +167,14 @@ void convert_rl(Spec& s, SpecSites& p) {
   c.rm_loss = r.rm_loss;
   c.reward = r.reward;
   c.reward_model = r.reward_model;
+  c.prompts = r.prompts;
+  c.eval_prompts = r.eval_prompts;
+  c.reward_tolerance = r.reward_tolerance;
+  c.answer_pattern = r.answer_pattern;
+  c.reward_command = r.reward_command;
+  c.reward_dir = r.reward_dir;
+  c.reward_timeout = r.reward_timeout;
+  c.reward_errors_zero = r.reward_errors == "zero";
   s.rl = c;
   if (s.run.mode == RunMode::pretrain) {
     // Phase 1 of a two-phase file alone (--set run.mode="pretrain"): its [rl]
@@ -242,9 +251,10 @@ void convert_rl(Spec& s, SpecSites& p) {
                                  "data_parallel = devices (this spec has devices = " + v(s.topology.devices) + ", data_parallel = " +
                                  v(s.topology.data_parallel) + ", stages = " +
                                  v(s.topology.stages) + ", schedule = \"" + std::string(sched::to_string(s.topology.schedule)) + "\")");
-  if (s.data.source == model::DataKind::text)
+  if (r.prompts.empty() && (s.data.source == model::DataKind::text || s.data.source == model::DataKind::jsonl))
     p.error(p.where("data.source"), "[rl] task = \"" + r.task + "\" draws its problems from [data] source = \"addition\", "
-                                    "\"addition_plain\" or \"scratchpad\" (this spec has \"text\")");
+                                    "\"addition_plain\" or \"scratchpad\" (this spec has \"" +
+                                    model::data_kind_name(s.data.source) + "\"); a user's task gives rl.prompts = FILE.jsonl");
 }
 
 // [rl] against the task and the init checkpoint: prompts and completions fit
@@ -255,8 +265,24 @@ void check_rl_inputs(const Spec& s, SpecSites& p) {
   if (s.run.mode == RunMode::pretrain) return;
   const RlSection& r = s.rl_section;
   auto v = [](int64_t x) { return std::to_string(x); };
+  // A reward program is checked (found, executable), not started: validate runs nothing.
+  rl::RlConfig probe_rl = s.rl;
+  if (probe_rl.reward == rl::RewardSource::command) {
+    probe_rl.reward = rl::RewardSource::exact;
+    if (r.reward_command.empty())
+      p.error(p.where("rl.reward"), "[rl] reward = \"command\" needs rl.reward_command = [\"program\", \"arg\", ...]");
+    else if (const std::string bad = rl::check_reward_command(r.reward_command, r.reward_dir); !bad.empty())
+      p.error(p.where("rl.reward_command"), "[rl] reward_command: " + bad);
+  }
+  const bool user_reward = s.rl.reward == rl::RewardSource::exact || s.rl.reward == rl::RewardSource::numeric ||
+                           s.rl.reward == rl::RewardSource::regex || s.rl.reward == rl::RewardSource::command;
+  if (user_reward && r.prompts.empty())
+    p.error(p.where("rl.reward"), std::string("[rl] reward = \"") + rl::reward_source_name(s.rl.reward) +
+                                      "\" scores a user's task: set rl.prompts = FILE.jsonl (the built-in task takes \"verifier\" or \"model\")");
+  if (s.rl.reward == rl::RewardSource::regex && r.answer_pattern.empty())
+    p.error(p.where("rl.reward"), "[rl] reward = \"regex\" needs rl.answer_pattern (e.g. \"#### (.*)\")");
   try {
-    const auto task = rl::make_task(s.rl, s.data, static_cast<uint64_t>(s.run.seed));
+    const auto task = rl::make_task(probe_rl, s.data, static_cast<uint64_t>(s.run.seed));
     const rl::Prompt probe = task->train_prompt(0);
     // The longest prompt and answer when the task varies them (scratchpad), else the probe's.
     const int64_t prompt = std::max<int64_t>(static_cast<int64_t>(probe.tokens.size()), task->max_prompt_tokens());
@@ -273,7 +299,8 @@ void check_rl_inputs(const Spec& s, SpecSites& p) {
                              " tokens with the EOS): its longest problems could never be answered"
                        : " is shorter than the task's answers (" + v(answer) + " tokens with the EOS): no completion could be right"));
   } catch (const std::exception& e) {
-    p.error(p.where("rl.task"), "[rl] task: " + std::string(e.what()));
+    if (!r.prompts.empty()) p.error(p.where("rl.prompts"), "[rl] prompts: " + std::string(e.what()));
+    else p.error(p.where("rl.task"), "[rl] task: " + std::string(e.what()));
   }
   if (!r.reward_model.empty()) {
     try {

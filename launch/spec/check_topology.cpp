@@ -1,6 +1,7 @@
 // The spec checks of [model], [data], [topology] against each other, the
 // schedule's rules, [[elastic]] events and the checkpoint directory.
 #include "launch/spec/parser.hpp"
+#include "model/tokenizer.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -96,8 +97,19 @@ void check_cross_fields(const Spec& s, SpecSites& p) {
     p.error(p.where("data.source"), "[data] source = \"text\" needs [data] path (the text file to train on)");
   if (s.data.source == model::DataKind::text && m.vocab_size < 256)
     p.error(p.where("model.vocab_size"), "[model] vocab_size = " + v(m.vocab_size) + " is too small for byte-level text (needs 256)");
-  if (s.data.source != model::DataKind::text && !s.data.path.empty())
-    p.error(p.where("data.path"), "[data] path is only used with source = \"text\"");
+  const bool jsonl = s.data.source == model::DataKind::jsonl;
+  if (jsonl && s.data.path.empty())
+    p.error(p.where("data.source"), "[data] source = \"jsonl\" needs [data] path (the JSONL file of prompt/completion records)");
+  if (s.data.source != model::DataKind::text && !jsonl && !s.data.path.empty())
+    p.error(p.where("data.path"), "[data] path is only used with source = \"text\" or \"jsonl\"");
+  if (!jsonl && s.rl_section.prompts.empty())
+    for (const char* key : {"data.eval_path", "data.prompt_field", "data.completion_field", "tokenizer.kind", "tokenizer.model"})
+      if (p.set_at(key))
+      {
+        const std::string k = key;
+        p.error(p.where(key), "[" + k.substr(0, k.find('.')) + "] " + k.substr(k.find('.') + 1) +
+                                  " applies to a user's data: data.source = \"jsonl\" or rl.prompts");
+      }
   const bool scratchpad = s.data.source == model::DataKind::scratchpad;
   if (!scratchpad && s.data.digits > 9)
     p.error(p.where("data.digits"), "[data] digits = " + v(s.data.digits) + " is out of range for source = \"" +
@@ -114,7 +126,7 @@ void check_cross_fields(const Spec& s, SpecSites& p) {
     p.error(p.where("data.width"), "[data] width = " + v(s.data.width) + " must be >= digits = " + v(s.data.digits) + " (or 0, meaning digits)");
   }
   if (!s.data.target_pairs.empty()) {
-    if (s.data.source == model::DataKind::text || scratchpad) {
+    if (s.data.source == model::DataKind::text || scratchpad || jsonl) {
       p.error(p.where("data.target_pairs"), std::string("[data] target_pairs needs source = \"addition\" or \"addition_plain\", got source = \"") + model::data_kind_name(s.data.source) + "\"");
     } else {
       try {
@@ -214,10 +226,40 @@ void check_supported(Spec& s, SpecSites& p) {
 
 // The data source must be buildable (file present, long enough, sequences fit)
 // and its tokens must fit the model's vocabulary.
+void check_tokenizer(Spec& s, SpecSites& p) {
+  if (s.data.source != model::DataKind::jsonl && s.rl_section.prompts.empty()) return;
+  const model::TokenizerConfig& t = s.data.tokenizer;
+  if (t.kind == "sentencepiece" && t.model.empty()) {
+    p.error(p.where("tokenizer.kind"), "[tokenizer] kind = \"sentencepiece\" needs model = FILE.model (`troupe tokenizer train` makes one)");
+    return;
+  }
+  if (t.kind == "bytes" && !t.model.empty()) {
+    p.error(p.where("tokenizer.model"), "[tokenizer] model is a SentencePiece file: set kind = \"sentencepiece\" with it");
+    return;
+  }
+  try {
+    const auto tok = model::make_tokenizer(t);
+    // The model carries the tokenizer into its checkpoints (kind and file bytes).
+    s.model.tokenizer_kind = t.kind;
+    s.model.tokenizer_model = tok->model_bytes();
+    s.data.tokenizer.model_bytes = tok->model_bytes();  // read once: every later user takes these bytes
+    s.data.tokenizer.in_use = true;
+    // model.vocab_size follows from the tokenizer; one set by hand must agree.
+    if (!p.set_at("model.vocab_size")) s.model.vocab_size = tok->vocab_size();
+    else if (s.model.vocab_size != tok->vocab_size())
+      p.error(p.where("model.vocab_size"), "[model] vocab_size = " + std::to_string(s.model.vocab_size) +
+                                               " disagrees with the tokenizer's " + std::to_string(tok->vocab_size()) +
+                                               " (" + tok->describe() + "); leave vocab_size out and it follows the tokenizer");
+  } catch (const std::exception& e) {
+    p.error(p.where(t.model.empty() ? "tokenizer.kind" : "tokenizer.model"), std::string("[tokenizer] ") + e.what());
+  }
+}
+
 void check_data(const Spec& s, SpecSites& p) {
-  const std::string key = s.data.source == model::DataKind::text ? "data.path" : "data.source";
+  const std::string key = s.data.source == model::DataKind::text || s.data.source == model::DataKind::jsonl ? "data.path" : "data.source";
   try {
     const auto source = model::make_data_source(s.data, static_cast<uint64_t>(s.run.seed), s.model.seq_len);
+    if (s.data.source == model::DataKind::jsonl) return;  // its vocabulary is the tokenizer's (check_tokenizer)
     if (source->vocab_size() > s.model.vocab_size)
       p.error(p.where("model.vocab_size"), "[model] vocab_size = " + std::to_string(s.model.vocab_size) +
                                                " is smaller than the data's vocabulary (" +

@@ -49,6 +49,7 @@ const char* key_type_name(KeyType t) {
     case KeyType::String:
     case KeyType::Choice: return "string";
     case KeyType::FloatList: return "array of floats";
+    case KeyType::StringList: return "array of strings";
   }
   return "?";
 }
@@ -114,8 +115,16 @@ std::vector<KeyDef> build_keys() {
   add({"model", "init_std", KeyType::Float, F(model.init_std), "Standard deviation of the normal weight initialisation.", 1e-6, 1});
 
   // [data]
-  add({"data", "source", KeyType::Choice, F(data.source), "\"addition\" (built-in multi-digit addition task scored by exact match; operands zero-padded, the answer zero-padded and written least-significant digit first: 12+345 is 012+345=7530), \"addition_plain\" (12+345=357), \"text\" (byte-level text file) or \"scratchpad\" (long addition with written work, one line per column, then # and the sum: completions of 12 to 10 x digits + 3 tokens, widths long-tailed; the RL verifier scores only the sum; docs/rl.md).", 0, 0, {} /* the enum's names: bind_choices */});
-  add({"data", "path", KeyType::String, F(data.path), "Text file for source = \"text\" (relative paths are relative to the spec file)."});
+  add({"data", "source", KeyType::Choice, F(data.source), "\"addition\" (built-in multi-digit addition task scored by exact match; operands zero-padded, the answer zero-padded and written least-significant digit first: 12+345 is 012+345=7530), \"addition_plain\" (12+345=357), \"text\" (byte-level text file), \"jsonl\" (a user's prompt/completion records at data.path, tokenized by [tokenizer]; loss on the completion only; docs/own_task.md) or \"scratchpad\" (long addition with written work, one line per column, then # and the sum: completions of 12 to 10 x digits + 3 tokens, widths long-tailed; the RL verifier scores only the sum; docs/rl.md).", 0, 0, {} /* the enum's names: bind_choices */});
+  add({"data", "path", KeyType::String, F(data.path), "The file for source = \"text\" or \"jsonl\" (relative paths are relative to the spec file)."});
+  add({"data", "eval_path", KeyType::String, F(data.eval_path), "jsonl: the held-out records (evaluation and validation); empty: the share eval_fraction of data.path, chosen by a hash of each line (never by its position)."});
+  add({"data", "eval_fraction", KeyType::Float, F(data.eval_fraction), "jsonl (and rl.prompts without rl.eval_prompts): the share of records held out, by a hash of each line.", 0.0, 0.9});
+  add({"data", "prompt_field", KeyType::String, F(data.prompt_field), "jsonl: the field of a record that holds the prompt."});
+  add({"data", "completion_field", KeyType::String, F(data.completion_field), "jsonl: the field of a record that holds the completion (the loss is on its tokens and the EOS after them)."});
+
+  // [tokenizer]
+  add({"tokenizer", "kind", KeyType::String, F(data.tokenizer.kind), "How a user's text (data.source = \"jsonl\", rl.prompts) becomes tokens: \"bytes\" (one token per byte, EOS 256: vocab 257) or \"sentencepiece\" (tokenizer.model, e.g. from `troupe tokenizer train`). model.vocab_size follows from it. The checkpoint stores the tokenizer; a different one given later is an error naming both hashes.", 0, 0, {"bytes", "sentencepiece"}});
+  add({"tokenizer", "model", KeyType::String, F(data.tokenizer.model), "kind = \"sentencepiece\": the FILE.model (relative to the spec file)."});
   add({"data", "val_fraction", KeyType::Float, F(data.val_fraction), "Text: fraction of the file (its tail) held out for validation.", 0.001, 0.5});
   add({"data", "batch_size", KeyType::Int, F(data.batch_size), "Sequences per optimizer step, over all microbatches and replicas.", 1, 1e6});
   add({"data", "digits", KeyType::Int, F(data.digits), "Addition: maximum digits per operand (1 .. 9). Scratchpad: the widest operand of RL prompts and evaluation, widths long-tailed over 1..digits (up to 64).", 1, 64});
@@ -335,9 +344,16 @@ std::vector<KeyDef> build_keys() {
   add({"rl", "rm_batch", KeyType::Int, F(rl_section.rm_batch), "run.mode = \"reward_model\": labelled completions scored per optimizer step (rm_loss = \"bradley_terry\": rm_batch / 2 pairs, so even).", 1, 1e6});
   add({"rl", "rm_loss", KeyType::Choice, F(rl_section.rm_loss), "run.mode = \"reward_model\": \"bce\" (pointwise: sigmoid(score) against the verifier's label) or \"bradley_terry\" (pairwise: -log sigmoid(s_accepted - s_rejected) over pairs of one prompt's completions, every accepted one against every rejected one; all-right and all-wrong groups give no pair). Evaluations report pointwise and pairwise accuracy either way.",
        0, 0, {} /* the enum's names: bind_choices */});
-  add({"rl", "reward", KeyType::Choice, F(rl_section.reward), "What rewards a completion: \"verifier\" (the task's rule verifier) or \"model\" (the frozen learned reward model rl.reward_model: reward = sigmoid(score); step metrics still report the verifier's exact match; decoupled runs serve it from reward_model:K actors).",
+  add({"rl", "reward", KeyType::Choice, F(rl_section.reward), "What rewards a completion: \"verifier\" (the task's rule verifier; for rl.prompts: exact), \"model\" (the frozen learned reward model rl.reward_model: reward = sigmoid(score); step metrics still report the verifier's exact match; decoupled runs serve it from reward_model:K actors), and for a user's task (rl.prompts): \"exact\" (trimmed text equals the answer), \"numeric\" (the number within rl.reward_tolerance), \"regex\" (what rl.answer_pattern extracts equals the answer) or \"command\" (the program rl.reward_command; docs/own_task.md).",
        0, 0, {} /* the enum's names: bind_choices */});
   add({"rl", "reward_model", KeyType::String, F(rl_section.reward_model), "reward = \"model\": checkpoint directory of a run.mode = \"reward_model\" run (the same [model])."});
+  add({"rl", "prompts", KeyType::String, F(rl_section.prompts), "A user's RL task: a JSONL file of {\"prompt\", \"answer\", \"meta\"?} records (relative to the spec file), tokenized by [tokenizer]; held out by rl.eval_prompts or data.eval_fraction. Empty: the built-in task (rl.task)."});
+  add({"rl", "eval_prompts", KeyType::String, F(rl_section.eval_prompts), "rl.prompts: the held-out prompts' JSONL file; empty: the share data.eval_fraction of rl.prompts by a hash of each line."});
+  add({"rl", "reward_tolerance", KeyType::Float, F(rl_section.reward_tolerance), "reward = \"numeric\": a completion's number x is right when |x - answer| <= reward_tolerance * max(1, |answer|).", 0, 1e6});
+  add({"rl", "answer_pattern", KeyType::String, F(rl_section.answer_pattern), "reward = \"regex\": an ECMAScript regular expression; the last match's group 1 (or the whole match) is the completion's answer, e.g. \"#### (.*)\" or \"\\\\boxed\\\\{([^}]*)\\\\}\"."});
+  add({"rl", "reward_command", KeyType::StringList, F(rl_section.reward_command), "reward = \"command\": the program and its arguments, e.g. [\"python3\", \"reward.py\"], started in the spec file's directory, one persistent child per reward actor; newline-delimited JSON {id, prompt, completion, answer, meta} in, {id, reward, correct?} out (docs/own_task.md)."});
+  add({"rl", "reward_timeout", KeyType::Float, F(rl_section.reward_timeout), "reward = \"command\": seconds the program has for one batch (a step's completions); past it the program is killed, restarted and sent the batch again.", 0.01, 86400});
+  add({"rl", "reward_errors", KeyType::String, F(rl_section.reward_errors), "reward = \"command\": a bad reply (not JSON, a missing or repeated id, a NaN reward) \"fail\"s the run (exit 1, naming the request and quoting the line) or scores \"zero\" (counted).", 0, 0, {"fail", "zero"}});
   // run.mode = "sft_rl": phase 2's values of keys phase 1 reads from [run] and [optim] (launch/phases.hpp).
   add({"rl", "steps", KeyType::Int, F(rl_section.steps), "run.mode = \"sft_rl\": RL steps of phase 2 (phase 1 trains [run] steps).", 1, kBig});
   add({"rl", "eval_every", KeyType::Int, F(rl_section.eval_every), "run.mode = \"sft_rl\": phase 2's held-out evaluation every N RL steps (0: only before the first and after the last).", 0, kBig});
@@ -373,7 +389,7 @@ void bind_choices(std::vector<KeyDef>& k) {
               run_mode_name);
   bind_choice(k, "model.ffn", std::vector{model::Ffn::moe, model::Ffn::dense}, model::ffn_name);
   bind_choice(k, "model.balance", std::vector{moe::Balance::aux_loss, moe::Balance::bias, moe::Balance::none}, moe::balance_name);
-  bind_choice(k, "data.source", std::vector{model::DataKind::addition, model::DataKind::addition_plain, model::DataKind::text, model::DataKind::scratchpad},
+  bind_choice(k, "data.source", std::vector{model::DataKind::addition, model::DataKind::addition_plain, model::DataKind::text, model::DataKind::scratchpad, model::DataKind::jsonl},
        model::data_kind_name);
   bind_choice(k, "optim.schedule", std::vector{model::LrSchedule::cosine, model::LrSchedule::constant}, model::lr_schedule_name);
   bind_choice(k, "topology.device_kind", std::vector{DeviceKind::host, DeviceKind::opencl, DeviceKind::sim}, device_kind_name);
@@ -393,7 +409,10 @@ void bind_choices(std::vector<KeyDef>& k) {
   bind_choice(k, "topology.process_loss", std::vector{runtime::ProcessLoss::recover, runtime::ProcessLoss::fail}, runtime::process_loss_name);
   bind_choice(k, "rl.sync", std::vector{rl::SyncMode::synchronous, rl::SyncMode::fixed_lag, rl::SyncMode::latest},
        rl::sync_mode_name);
-  bind_choice(k, "rl.reward", std::vector{rl::RewardSource::verifier, rl::RewardSource::model}, rl::reward_source_name);
+  bind_choice(k, "rl.reward",
+              std::vector{rl::RewardSource::verifier, rl::RewardSource::model, rl::RewardSource::exact,
+                          rl::RewardSource::numeric, rl::RewardSource::regex, rl::RewardSource::command},
+              rl::reward_source_name);
   bind_choice(k, "rl.rm_loss", std::vector{rl::RmLoss::bce, rl::RmLoss::bradley_terry}, rl::rm_loss_name);
   bind_choice(k, "experts.policy", std::vector{runtime::ExpertPolicy::static_split, runtime::ExpertPolicy::eplb},
               runtime::expert_policy_name);
@@ -436,6 +455,13 @@ std::string key_value_text(const KeyDef& def, Spec& spec) {
     case KeyType::String: os << '"' << *static_cast<std::string*>(p) << '"'; break;
     case KeyType::Choice: os << '"' << def.choices.at(def.choice_index(p)) << '"'; break;
     case KeyType::FloatList: os << float_list_text(*static_cast<std::vector<double>*>(p)); break;
+    case KeyType::StringList: {
+      const auto& v = *static_cast<std::vector<std::string>*>(p);
+      os << '[';
+      for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << '"' << v[i] << '"';
+      os << ']';
+      break;
+    }
   }
   return os.str();
 }

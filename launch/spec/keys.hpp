@@ -13,7 +13,8 @@ namespace troupe::launch {
 
 // Choice: a string from `choices`, stored as the enum the row names.
 // FloatList: a TOML array of numbers (std::vector<double>), each in [min, max].
-enum class KeyType { Int, Float, Bool, String, Choice, FloatList };
+// StringList: a TOML array of strings (std::vector<std::string>).
+enum class KeyType { Int, Float, Bool, String, Choice, FloatList, StringList };
 const char* key_type_name(KeyType t);
 
 struct KeyDef {

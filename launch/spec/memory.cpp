@@ -82,7 +82,10 @@ MemoryEstimate estimate_memory(const Spec& s) {
                         static_cast<double>(std::max<int64_t>(1, r.group_size));
     // Rows are the task's longest prompt plus the completion, within seq_len
     // (RL runs are validated to have the addition task before this runs).
-    const int64_t prompt = rl::make_addition_task(s.data, static_cast<uint64_t>(s.run.seed), r.verifier)->max_prompt_tokens();
+    // A user's task (rl.prompts) is bounded by seq_len alone (its files are checked elsewhere).
+    const int64_t prompt = r.prompts.empty()
+                               ? rl::make_addition_task(s.data, static_cast<uint64_t>(s.run.seed), r.verifier)->max_prompt_tokens()
+                               : m.seq_len;
     const int64_t len = std::min<int64_t>(m.seq_len, std::max<int64_t>(prompt, 1) + r.max_new_tokens + 1);
     // The synchronous loop data-parallel over D devices keeps a parameter,
     // reference and gradient copy and a continuous batch per further device.

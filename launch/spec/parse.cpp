@@ -31,7 +31,7 @@ namespace troupe::launch::spec_detail {
 
 namespace {
 
-const std::vector<std::string> kSections = {"run", "model", "data", "optim", "topology", "experts", "checkpoint", "log", "sim", "rl", "chaos"};
+const std::vector<std::string> kSections = {"run", "model", "data", "tokenizer", "optim", "topology", "experts", "checkpoint", "log", "sim", "rl", "chaos"};
 
 Pos pos_of(const toml::source_region& r, const std::string& fallback_file) {
   Pos p;
@@ -424,6 +424,18 @@ class Parser : public SpecSites {
         *static_cast<std::vector<double>*>(field) = std::move(xs);
         break;
       }
+      case KeyType::StringList: {
+        const toml::array* arr = value.as_array();
+        if (!arr) return type_error(*def, value, p);
+        std::vector<std::string> xs;
+        for (const toml::node& e : *arr) {
+          auto str = e.as_string();
+          if (!str) return error(p, name + ": expected an array of strings, got " + node_text(value));
+          xs.push_back(str->get());
+        }
+        *static_cast<std::vector<std::string>*>(field) = std::move(xs);
+        break;
+      }
     }
     set_[def->path()] = p;
   }
@@ -442,7 +454,7 @@ class Parser : public SpecSites {
   }
   void type_error(const KeyDef& def, const toml::node& value, const Pos& p) {
     std::string msg = def.label() + ": expected " +
-                      (def.type == KeyType::Int || def.type == KeyType::FloatList ? "an " : "a ") + key_type_name(def.type) +
+                      (def.type == KeyType::Int || def.type == KeyType::FloatList || def.type == KeyType::StringList ? "an " : "a ") + key_type_name(def.type) +
                       ", got " + node_type_name(value) + " " + node_text(value);
     if (def.type == KeyType::Int && value.is_floating_point()) msg += " (write it without a fraction)";
     if (value.is_string() && def.type != KeyType::String && def.type != KeyType::Choice) msg += " (remove the quotes)";
@@ -464,9 +476,18 @@ Spec load(const std::string* text, const std::string& source, const std::vector<
   if (text) parser.parse_document(*text, source);
   parser.file_mode = spec.run.mode;
   for (const auto& o : overrides) parser.apply_override(o);
-  // A relative data path is relative to the spec file, so specs can be run from anywhere.
-  if (!spec.data.path.empty() && std::filesystem::path(spec.data.path).is_relative() && !base_dir.empty())
-    spec.data.path = (base_dir / spec.data.path).lexically_normal().string();
+  // A relative data path is relative to the spec file, so specs can be run
+  // from anywhere; so are a user's task's files, and its reward program runs there.
+  for (std::string* path : {&spec.data.path, &spec.data.eval_path, &spec.data.tokenizer.model, &spec.rl_section.prompts,
+                            &spec.rl_section.eval_prompts})
+    if (!path->empty() && std::filesystem::path(*path).is_relative() && !base_dir.empty())
+      *path = (base_dir / *path).lexically_normal().string();
+  {
+    std::error_code ec;
+    const auto dir = std::filesystem::absolute(base_dir.empty() ? std::filesystem::path(".") : base_dir, ec);
+    spec.rl_section.reward_dir = ec ? base_dir.string() : dir.lexically_normal().string();
+  }
+  check_tokenizer(spec, parser);  // before the checks that read model.vocab_size
   if (spec.run.mode == RunMode::sft_rl) {
     check_sft_rl(spec, parser);
   } else {

@@ -86,6 +86,8 @@ void check_elastic(const Spec& s, SpecSites& p);
 void check_checkpoint_dir(const Spec& s, SpecSites& p);
 void check_supported(Spec& s, SpecSites& p);
 void check_data(const Spec& s, SpecSites& p);
+// A user's tokenizer: loads, and sets model.vocab_size when the spec leaves it out.
+void check_tokenizer(Spec& s, SpecSites& p);
 void check_warnings(const Spec& s, SpecSites& p, bool from_file);
 // memory.cpp
 void check_memory(const Spec& s, SpecSites& p);

@@ -153,6 +153,14 @@ struct RlSection {
   rl::RmLoss rm_loss = rl::RmLoss::bce;  // run.mode = "reward_model": "bce" or "bradley_terry" (pairs)
   rl::RewardSource reward = rl::RewardSource::verifier;  // "verifier", "model" (a learned RM)
   std::string reward_model;  // reward = "model": the RM checkpoint
+  std::string prompts;       // a user's task: JSONL prompts (rl/task_jsonl.hpp)
+  std::string eval_prompts;  // its held-out prompts ("" = the hash split)
+  double reward_tolerance = 1e-6;
+  std::string answer_pattern;
+  std::vector<std::string> reward_command;
+  std::string reward_dir;    // the spec file's directory (set by the parser): where the command runs
+  double reward_timeout = 30.0;
+  std::string reward_errors = "fail";  // "fail" or "zero"
   // run.mode = "sft_rl" only: phase 2's own values of the keys it shares with
   // phase 1 (launch/phases.hpp maps them onto run.steps, run.eval_every,
   // optim.lr and optim.warmup_steps of the RL phase's spec).

@@ -28,6 +28,12 @@ foreach(spec IN LISTS TROUPE_EXAMPLE_SPECS)
   add_test(NAME cli_validate_${spec_name} COMMAND troupe validate ${spec})
   set_tests_properties(cli_validate_${spec_name} PROPERTIES LABELS cli PASS_REGULAR_EXPRESSION "ok")
 endforeach()
+# The own-task example (launch/specs/own_task/): its SFT spec, and its RL spec
+# from a fresh initialisation (its init is the SFT run's checkpoint).
+add_test(NAME cli_validate_own_task_sft COMMAND troupe validate ${PROJECT_SOURCE_DIR}/launch/specs/own_task/sft.toml)
+set_tests_properties(cli_validate_own_task_sft PROPERTIES LABELS cli PASS_REGULAR_EXPRESSION "tokenizer: sentencepiece model [^\n]*words.model [(]bpe, vocab 512")
+add_test(NAME cli_validate_own_task_rl COMMAND troupe validate ${PROJECT_SOURCE_DIR}/launch/specs/own_task/rl.toml --set rl.init=\"\")
+set_tests_properties(cli_validate_own_task_rl PROPERTIES LABELS cli PASS_REGULAR_EXPRESSION "reward: command [[]python3 reward.py[]]")
 # [[elastic]]: validate prints the expert placement before and after each event.
 add_test(NAME cli_validate_elastic_placement COMMAND troupe validate ${PROJECT_SOURCE_DIR}/launch/specs/elastic_experts.toml)
 set_tests_properties(cli_validate_elastic_placement PROPERTIES LABELS cli
@@ -38,6 +44,9 @@ troupe_add_bitwise(cli_script THREADS 1 2 TIMEOUT 900 LABELS cli
 # spec a run would reject, before any training.
 add_test(NAME validate_run_agreement COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/validate_run_test.sh $<TARGET_FILE:troupe>)
 set_tests_properties(validate_run_agreement PROPERTIES LABELS cli TIMEOUT 300)
+# A user's own task through the CLI: tokenizer, JSONL SFT and RL, a reward program.
+add_test(NAME own_task COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/own_task_test.sh $<TARGET_FILE:troupe> ${PROJECT_SOURCE_DIR})
+set_tests_properties(own_task PROPERTIES LABELS "cli;rl" TIMEOUT 600)
 # A SIGKILL during a checkpoint save: the next run removes the dead process's temporary directory.
 add_test(NAME checkpoint_leftovers COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/checkpoint_leftovers_test.sh $<TARGET_FILE:troupe>)
 set_tests_properties(checkpoint_leftovers PROPERTIES LABELS cli TIMEOUT 300)

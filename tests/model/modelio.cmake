@@ -16,6 +16,13 @@ if(TARGET troupe_model)
             ${CMAKE_CURRENT_LIST_DIR}/checkpoint_corruption_test.cpp
     LIBS troupe_model troupe_schemas zstd::libzstd_shared
     LABELS modelio)
+  # A user's data: tokenizers (bytes, SentencePiece: training, loading, bad
+  # files) and JSONL records (strict reading, the split, rows).
+  troupe_add_gtest(modelio_tokenizer_test
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/model_tokenizer_test.cpp
+            ${CMAKE_CURRENT_LIST_DIR}/data_jsonl_test.cpp
+    LIBS troupe_model
+    LABELS modelio)
   troupe_add_gtest(modelio_safetensors_test
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/safetensors_test.cpp
     LIBS troupe_model

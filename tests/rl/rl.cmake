@@ -14,6 +14,15 @@ if(TARGET troupe_rl)
     LABELS rl)
 endif()
 if(TARGET troupe_rl)
+  # A user's task: JSONL prompts, text rewards, and rl.reward = "command" (the
+  # program as a persistent child: protocol, crashes, hangs, bad replies, ...).
+  troupe_add_gtest(rl_reward_command_tests
+    SOURCES ${CMAKE_CURRENT_LIST_DIR}/rl_reward_command_test.cpp
+            ${CMAKE_CURRENT_LIST_DIR}/rl_task_jsonl_test.cpp
+    LIBS troupe_rl
+    LABELS rl)
+endif()
+if(TARGET troupe_rl)
   # The synchronous RL loop: learning, determinism, resume, init checkpoints.
   troupe_add_gtest(rl_trainer_tests
     SOURCES ${CMAKE_CURRENT_LIST_DIR}/rl_trainer_test.cpp
