@@ -5,8 +5,9 @@
 #    "exact" reward against the trivial reward.py through the command
 #    protocol, the same prompts; the share of a step the reward takes.
 # 2. When asynchrony pays: a reward that takes wall time (slow_reward.py: each
-#    completion checked in a child process that runs DELAY_MS, 4 at a time,
-#    as code-execution rewards do), from the example's SFT checkpoint:
+#    completion checked for DELAY_MS, 8 at a time, in a child process as
+#    code-execution rewards do, or by only waiting, as a remote sandbox
+#    service costs), from the example's SFT checkpoint:
 #      sync   rl.sync = "synchronous", one device, both cores: generate, then
 #             reward (waiting for the program), then train
 #      eta1   rl.sync = "fixed_lag", max_staleness 1: the trainer on device 0,
@@ -17,8 +18,8 @@
 set -euo pipefail
 build=$(cd "$1" && pwd)
 out=$2
-steps=${3:-20}
-delay=${4:-40}
+steps=${3:-30}
+delay=${4:-10}
 init=${5:-runs/own_task_sft/checkpoint}
 here=$(cd "$(dirname "$0")/.." && pwd)
 spec="$here/launch/specs/own_task/rl.toml"
@@ -57,21 +58,28 @@ print(f"\nthe program's overhead over the built-in reward: {100 * over:.2f}% of 
 json.dump({"rows": rows, "overhead_share": over}, open(f"{out}/overhead.json", "w"), indent=1)
 PY
 
-# 2. A reward that takes wall time: synchronous against fixed_lag.
+# 2. A reward that takes wall time: synchronous against fixed_lag, for a
+#    reward whose checks run local child processes (CPU: fork and exec on the
+#    same 2 cores) and one that only waits (a remote sandbox service).
 slow=(--set rl.init="\"$init\"" --set rl.reward_command='["python3", "slow_reward.py"]' --set run.steps="$steps"
       --set run.eval_every="$steps")
-export TROUPE_REWARD_DELAY_MS=$delay TROUPE_REWARD_WORKERS=4
-run sync "${slow[@]}" --set topology.threads_per_device=2
-run eta1 "${slow[@]}" --set rl.sync='"fixed_lag"' --set rl.max_staleness=1 --set topology.devices=2 \
-  --set topology.threads_per_device=1
-python3 "$here/bench/rl_async_summary.py" "$out" sync eta1
+export TROUPE_REWARD_DELAY_MS=$delay TROUPE_REWARD_WORKERS=8
+for mode in subprocess wait; do
+  export TROUPE_REWARD_MODE=$mode
+  run "$mode-sync" "${slow[@]}" --set topology.threads_per_device=2
+  run "$mode-eta1" "${slow[@]}" --set rl.sync='"fixed_lag"' --set rl.max_staleness=1 --set topology.devices=2 \
+    --set topology.threads_per_device=1
+done
+python3 "$here/bench/rl_async_summary.py" "$out" subprocess-sync subprocess-eta1 wait-sync wait-eta1
 python3 - "$out" <<'PY'
 import json, sys
 out = sys.argv[1]
-for name in ("sync", "eta1"):
-    ev = [json.loads(l) for l in open(f"{out}/{name}/metrics.jsonl") if '"type":"rl_eval"' in l]
-    steps = [json.loads(l) for l in open(f"{out}/{name}/metrics.jsonl") if '"type":"rl_step"' in l]
-    rs = sum(s["reward_seconds"] for s in steps[1:]) / max(1, len(steps) - 1)
+for name in ("subprocess-sync", "subprocess-eta1", "wait-sync", "wait-eta1"):
+    recs = [json.loads(l) for l in open(f"{out}/{name}/metrics.jsonl")]
+    ev = [r for r in recs if r.get("type") == "rl_eval"]
+    steps = [r for r in recs if r.get("type") == "rl_step"][1:]
+    per = lambda k: sum(s[k] for s in steps) / len(steps)
     print(f"{name}: held-out mean reward {ev[0]['mean_reward']:.3f} -> {ev[-1]['mean_reward']:.3f}, exact match "
-          f"{ev[0]['exact_match']:.3f} -> {ev[-1]['exact_match']:.3f} at step {ev[-1]['step']}; reward seconds per step {rs:.2f}")
+          f"{ev[0]['exact_match']:.3f} -> {ev[-1]['exact_match']:.3f} at step {ev[-1]['step']}; per step: generation "
+          f"{per('gen_seconds'):.3f} s, reward {per('reward_seconds'):.3f} s, training {per('train_seconds'):.3f} s")
 PY

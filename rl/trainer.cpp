@@ -650,8 +650,10 @@ struct RlTrainer::Impl {
       std::vector<model::SamplerRng> rngs(n, model::SamplerRng(0));
       for (size_t i = 0; i < n; ++i) ps.push_back(probs[at + i].tokens);
       const auto comps = eval_gen->generate(w, ps, std::span<model::SamplerRng>(rngs), generate_options(0.0));
-      for (size_t i = 0; i < n; ++i) {
-        const Verdict v = t.verifier().score(probs[at + i], comps[i].tokens);
+      std::vector<const Prompt*> pp(n);
+      std::vector<std::span<const int32_t>> cc(n);
+      for (size_t i = 0; i < n; ++i) pp[i] = &probs[at + i], cc[i] = comps[i].tokens;
+      for (const Verdict& v : t.verifier().score_batch(pp, cc)) {  // one batch: a reward program's round trip
         exact += v.correct;
         reward += v.reward;
       }
@@ -674,9 +676,13 @@ struct RlTrainer::Impl {
         }
       const double temp = opt.rl.temperature > 0 ? opt.rl.temperature : 1.0;
       const auto comps = eval_gen->generate(w, ps, std::span<model::SamplerRng>(rngs), generate_options(temp));
+      std::vector<const Prompt*> pp;
+      std::vector<std::span<const int32_t>> cc;
       for (size_t i = 0; i < n; ++i)
-        for (int64_t k = 0; k < K; ++k)
-          if (t.verifier().score(probs[at + i], comps[i * K + k].tokens).correct) solved[at + i] = 1;
+        for (int64_t k = 0; k < K; ++k) pp.push_back(&probs[at + i]), cc.push_back(comps[i * static_cast<size_t>(K) + static_cast<size_t>(k)].tokens);
+      const std::vector<Verdict> v = t.verifier().score_batch(pp, cc);
+      for (size_t j = 0; j < v.size(); ++j)
+        if (v[j].correct) solved[at + j / static_cast<size_t>(K)] = 1;
     }
     int64_t pass = 0;
     for (uint8_t x : solved) pass += x;

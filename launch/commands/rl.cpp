@@ -382,7 +382,7 @@ int run_rl(const Spec& spec, const RunPlan& plan, MetricsWriter& metrics, Progre
                : sync_data_parallel(spec) ? "synchronous, one process, data-parallel over " +
                                                 std::to_string(spec.topology.data_parallel) + " devices"
                                           : std::string("synchronous, one process"),
-               r.task,
+               r.prompts.empty() ? r.task : "the prompts of " + r.prompts,
                r.prompts_per_step, r.group_size, r.max_new_tokens, r.temperature,
                rl::loss_kind_name(r.policy.kind), r.init.empty() ? std::string("(fresh initialisation)") : r.init,
                r.reward == rl::RewardSource::model ? "the learned reward model " + r.reward_model
