@@ -161,6 +161,7 @@ struct RlConfig {
   std::string reward_dir;          // command: its working directory (the spec file's)
   double reward_timeout = 30.0;    // command: seconds for one batch before a restart
   bool reward_errors_zero = false; // command: a bad reply scores 0 (counted) instead of stopping the run
+  std::string reward_log_name = "reward";  // command: the prefix of its stderr lines in the run's log ("reward:K")
   AdvantageOptions advantage;
   PolicyLossOptions policy;
   VerifierOptions verifier;

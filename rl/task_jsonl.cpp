@@ -9,6 +9,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include <spdlog/spdlog.h>
+
 #include "model/jsonl.hpp"
 #include "model/tokenizer.hpp"
 #include "rl/reward_command.hpp"
@@ -74,7 +76,8 @@ class JsonlVerifier final : public Verifier {
       o.timeout_seconds = rl.reward_timeout;
       o.startup_seconds = rl.reward_timeout;  // the first batch may also wait for the interpreter and imports
       o.errors = rl.reward_errors_zero ? RewardErrors::zero : RewardErrors::fail;
-      o.on_stderr = [](const std::string& line) { std::fprintf(stderr, "reward program: %s\n", line.c_str()); };
+      // Into the run's log (troupe.log and the console), named for its actor.
+      o.on_stderr = [name = rl.reward_log_name](const std::string& line) { spdlog::warn("{}: {}", name, line); };
       command_ = std::make_unique<RewardCommand>(std::move(o));
     }
   }

@@ -22,9 +22,13 @@ using model::Clock;
 using model::seconds_since;
 
 
-std::unique_ptr<rl::Task> task_for(const RlShared& sh) {
+// `log_name` names a reward program's stderr lines in the run's log.
+std::unique_ptr<rl::Task> task_for(const RlShared& sh, const std::string& log_name = "reward") {
   const rl::RlTrainOptions& o = sh.opt->train;
-  return sh.opt->make_task ? sh.opt->make_task() : rl::make_task(o.rl, o.data, sh.seed);
+  if (sh.opt->make_task) return sh.opt->make_task();
+  rl::RlConfig rl = o.rl;
+  rl.reward_log_name = log_name;
+  return rl::make_task(rl, o.data, sh.seed);
 }
 
 // An exception in a handler ends the actor with its text as the exit reason,
@@ -163,7 +167,7 @@ caf::behavior generator_actor(caf::event_based_actor* self, std::shared_ptr<cons
   };
 }
 
-caf::behavior reward_actor(caf::event_based_actor* self, std::shared_ptr<const RlShared> sh, int) {
+caf::behavior reward_actor(caf::event_based_actor* self, std::shared_ptr<const RlShared> sh, int index) {
   report_exceptions(self);
   struct State {
     std::unique_ptr<rl::Task> task;
@@ -174,7 +178,7 @@ caf::behavior reward_actor(caf::event_based_actor* self, std::shared_ptr<const R
     uint32_t armed = 0;
   };
   auto st = std::make_shared<State>();
-  st->task = task_for(*sh);
+  st->task = task_for(*sh, rl_reward_actor_name(false, index));
   const rl::RlTrainOptions& o = sh->opt->train;
   if (o.rl.reward == rl::RewardSource::model) {
     st->be = kernels::make_backend(o.backend);

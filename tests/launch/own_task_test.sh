@@ -149,6 +149,20 @@ expect_output "reward: command [python3 reward.py] in $work"
 expect_exit 0 "$troupe" run "$work/rl.toml" "${init[@]}" --set run.out_dir='"rl_sync"'
 [ "$(grep -c '"type":"rl_step"' "$work/rl_sync/metrics.jsonl")" = 3 ] || fail "the synchronous RL run wrote no 3 rl_step lines"
 # Reward program problems: named before anything runs, or stop the run naming the request.
+# The program's stderr goes to the run's log, named for its actor.
+cat > "$work/chatty.py" <<'PY'
+import json, sys
+for line in sys.stdin:
+    q = json.loads(line)
+    print("chatty checked", q["id"], file=sys.stderr, flush=True)
+    print(json.dumps({"id": q["id"], "reward": float(q["completion"].strip() == q["answer"])}), flush=True)
+PY
+expect_exit 0 "$troupe" run "$work/rl.toml" "${init[@]}" --set rl.reward_command='["python3", "chatty.py"]' \
+  --set run.steps=1 --set run.out_dir='"rl_chatty"'
+grep -q "reward: chatty checked " "$work/rl_chatty/troupe.log" || fail "the reward program's stderr is not in troupe.log as 'reward: ...'"
+expect_exit 0 "$troupe" run "$work/rl.toml" "${init[@]}" --set rl.reward_command='["python3", "chatty.py"]' \
+  --set run.steps=2 --set rl.sync='"fixed_lag"' --set rl.max_staleness=1 --set run.out_dir='"rl_chatty_actors"'
+grep -q "reward:0: chatty checked " "$work/rl_chatty_actors/troupe.log" || fail "a reward actor's program's stderr is not in troupe.log as 'reward:0: ...'"
 expect_exit 3 "$troupe" validate "$work/rl.toml" "${init[@]}" --set rl.reward_command='["./nope.py"]'
 expect_output "nope.py"
 printf 'print("hi")\n' > "$work/noexec.py"
