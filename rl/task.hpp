@@ -51,6 +51,9 @@ class Verifier {
   // scores one by one.
   virtual std::vector<Verdict> score_batch(std::span<const Prompt* const> prompts,
                                            std::span<const std::span<const int32_t>> completions) const;
+  // Times a reward program behind this verifier was restarted after a crash,
+  // a hang or a bad reply (0 for the rules): the run's fault summary counts them.
+  virtual int64_t program_restarts() const { return 0; }
 };
 
 // Exact match 1, else partial credit and format penalty (VerifierOptions).

@@ -140,6 +140,12 @@ class JsonlVerifier final : public Verifier {
 
   std::string describe() const { return reward_text(rl_); }
 
+  int64_t program_restarts() const override {
+    if (!command_) return 0;
+    const std::lock_guard<std::mutex> lock(mutex_);
+    return command_->stats().restarts;
+  }
+
  private:
   RlConfig rl_;
   const model::Tokenizer& tok_;

@@ -122,6 +122,7 @@ struct RlActorReport {
   int64_t mixed_completions = 0;   // latest: completions that span a publication
   int64_t sync_retries = 0;        // syncs sent again after a missed deadline
   int64_t sync_restarts = 0;       // generators restarted after a second miss
+  int64_t reward_program_restarts = 0;  // reward programs restarted (crash, hang, bad reply) and their batch resent
   int64_t max_buffer_depth = 0;
   // Weight syncs to generators on other processes, per version sent: the
   // round trip (encode, transfer, decode, an acknowledgement back) and its parts, and a

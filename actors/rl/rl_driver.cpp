@@ -640,6 +640,7 @@ rl::RlSummary train_decoupled(const RlActorOptions& options, RlActorObserver& ob
   rep.ledger = *ledger;
   rep.restarts = ctx->restarts;
   rep.events = ctx->events;
+  rep.reward_program_restarts = sh->reward_program_restarts->load();
   const double gens = static_cast<double>(rl.generators);
   rep.generator_idle = rep.wall_seconds > 0 ? std::max(0.0, 1.0 - rep.generator_busy_seconds / (gens * rep.wall_seconds)) : 0;
   rep.trainer_idle = rep.wall_seconds > 0 ? rep.trainer_wait_seconds / rep.wall_seconds : 0;

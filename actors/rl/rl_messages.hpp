@@ -27,6 +27,7 @@
 
 #include <caf/all.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <set>
@@ -122,6 +123,9 @@ struct RlShared {
   // steps first .. first + eta - 1 are sampled by (rl/version_store.hpp).
   int64_t first_step = 0;
   std::map<int64_t, std::shared_ptr<const std::vector<float>>> resume_versions;
+  // Reward programs restarted by the reward actors (rl.reward = "command"),
+  // summed over actors and their incarnations, for the fault summary.
+  std::shared_ptr<std::atomic<int64_t>> reward_program_restarts = std::make_shared<std::atomic<int64_t>>(0);
 };
 
 // Behaviours (actors/rl/rl_roles.cpp); the coordinator spawns them. `driver` receives results; a kill

@@ -176,6 +176,7 @@ caf::behavior reward_actor(caf::event_based_actor* self, std::shared_ptr<const R
     std::unique_ptr<kernels::Backend> be;
     std::unique_ptr<rl::ModelReward> rm;
     uint32_t armed = 0;
+    int64_t program_restarts = 0;  // of this incarnation's reward program, already counted
   };
   auto st = std::make_shared<State>();
   st->task = task_for(*sh, rl_reward_actor_name(false, index));
@@ -197,6 +198,11 @@ caf::behavior reward_actor(caf::event_based_actor* self, std::shared_ptr<const R
         out.scored = std::make_shared<const rl::ScoredBatch>(
             st->rm ? st->rm->score_step(sh->opt->train.rl, *r.r) : rl::score_step(*st->task, sh->opt->train.rl, *r.r));
         out.reward_seconds = seconds_since(t0);
+        if (!st->rm) {  // a reward program's restarts during this batch
+          const int64_t now = st->task->verifier().program_restarts();
+          sh->reward_program_restarts->fetch_add(now - st->program_restarts);
+          st->program_restarts = now;
+        }
         if (kill == 2) return self->quit(caf::exit_reason::kill);
         self->send(buffer, rlmsg::admit_atom::value, std::move(out));
         if (kill == 3) self->quit(caf::exit_reason::kill);

@@ -214,9 +214,9 @@ static void write_rl_fault_summary(const std::vector<runtime::FaultSpec>& faults
     text += (text.empty() ? "" : ", ") + std::to_string(n) + " " + kind;
   }
   spdlog::info("faults: {} injected ({}); {} restart(s), {} weight sync(s) retried, {} generator restart(s) for a "
-               "missed sync; ledger: {} duplicate(s) dropped, {} discarded, {} trained twice",
+               "missed sync, {} reward program restart(s); ledger: {} duplicate(s) dropped, {} discarded, {} trained twice",
                total, text.empty() ? "none" : text, rep.restarts.size(), rep.sync_retries, rep.sync_restarts,
-               rep.ledger.duplicates, rep.ledger.discarded, rep.ledger.double_trained);
+               rep.reward_program_restarts, rep.ledger.duplicates, rep.ledger.discarded, rep.ledger.double_trained);
   metrics.write_line(JsonObject()
                          .add("type", std::string("faults"))
                          .add_raw("injected", kinds.str())
@@ -224,6 +224,7 @@ static void write_rl_fault_summary(const std::vector<runtime::FaultSpec>& faults
                          .add("restarts", static_cast<int64_t>(rep.restarts.size()))
                          .add("sync_retries", rep.sync_retries)
                          .add("sync_restarts", rep.sync_restarts)
+                         .add("reward_program_restarts", rep.reward_program_restarts)
                          .add("duplicates_dropped", rep.ledger.duplicates)
                          .add("discarded", rep.ledger.discarded)
                          .add("double_trained", rep.ledger.double_trained)
@@ -316,7 +317,7 @@ rl::RlSummary run_decoupled(const Spec& spec, const RunPlan& plan, rl::RlTrainOp
                  ao.faults.size(), chaos, spec.run.max_restarts);
   runtime::RlActorReport rep;
   const rl::RlSummary s = runtime::train_decoupled(ao, progress, &rep);
-  if (!ao.faults.empty()) write_rl_fault_summary(ao.faults, rep, s.steps_done, metrics);
+  if (!ao.faults.empty() || rep.reward_program_restarts > 0) write_rl_fault_summary(ao.faults, rep, s.steps_done, metrics);
   metrics.write_line(JsonObject()
                          .add("type", std::string("rl_actors_end"))
                          .add("sync", std::string(rl::sync_mode_name(r.sync)))

@@ -187,6 +187,32 @@ cp "$work/rl.toml" "$work/rl_kill.toml"
 printf '\n[[faults]]\nat_step = 2\ntarget = "reward:0"\nkind = "kill"\n' >> "$work/rl_kill.toml"
 expect_exit 0 "$troupe" run "$work/rl_kill.toml" "${init[@]}" "${fixed[@]}" --set run.out_dir='"fk"'
 expect_output "reward:0"
+# A program that crashes on its first batch: restarted, the batch sent again,
+# the same bits, and the fault summary counts the restart.
+cat > "$work/crash_once.py" <<'PY'
+import json, os, sys
+if not os.path.exists("crashed.flag"):
+    open("crashed.flag", "w").close()
+    sys.exit(3)
+for line in sys.stdin:
+    q = json.loads(line)
+    print(json.dumps({"id": q["id"], "reward": float(q["completion"].strip() == q["answer"])}), flush=True)
+PY
+cat > "$work/same.py" <<'PY'
+import json, sys
+for line in sys.stdin:
+    q = json.loads(line)
+    print(json.dumps({"id": q["id"], "reward": float(q["completion"].strip() == q["answer"])}), flush=True)
+PY
+expect_exit 0 "$troupe" run "$work/rl.toml" "${init[@]}" "${fixed[@]}" --set rl.reward_command='["python3", "same.py"]' --set run.out_dir='"fs"'
+rm -f "$work/crashed.flag"
+expect_exit 0 "$troupe" run "$work/rl.toml" "${init[@]}" "${fixed[@]}" --set rl.reward_command='["python3", "crash_once.py"]' --set run.out_dir='"fc"'
+expect_output "1 reward program restart(s)"
+grep -q '"reward_program_restarts":1' "$work/fc/metrics.jsonl" || fail "the faults line does not count the reward program's restart"
+for d in fs fc; do
+  expect_exit 0 "$troupe" export "$work/rl.toml" --checkpoint "$work/$d/checkpoint" --format safetensors --output "$work/$d.safetensors"
+done
+cmp -s "$work/fs.safetensors" "$work/fc.safetensors" || fail "a reward program restarted mid-run changed the training"
 for d in fa fb fk; do
   expect_exit 0 "$troupe" export "$work/rl.toml" --checkpoint "$work/$d/checkpoint" --format safetensors --output "$work/$d.safetensors"
 done
