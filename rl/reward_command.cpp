@@ -619,6 +619,7 @@ std::vector<RewardReply> RewardCommand::score(const std::vector<RewardRequest>& 
         return std::move(a.replies);
       }
       if (failures == opt_.max_restarts) {
+        stop(0);  // reaped (or killed), then its stderr read to the end: the message quotes all of it
         std::string msg = "reward command " + failure + " (gave up after " + std::to_string(failures) +
                           (failures == 1 ? " restart)" : " restarts)");
         if (!last_stderr_.empty()) {

@@ -187,15 +187,25 @@ cp "$work/rl.toml" "$work/rl_kill.toml"
 printf '\n[[faults]]\nat_step = 2\ntarget = "reward:0"\nkind = "kill"\n' >> "$work/rl_kill.toml"
 expect_exit 0 "$troupe" run "$work/rl_kill.toml" "${init[@]}" "${fixed[@]}" --set run.out_dir='"fk"'
 expect_output "reward:0"
-# A program that crashes on its first batch: restarted, the batch sent again,
-# the same bits, and the fault summary counts the restart.
+# A program that crashes on its first training batch (the held-out prompts
+# are tagged in their meta: the trainer's evaluation runs a program of its
+# own): restarted, the batch sent again, the same bits, and the fault summary
+# counts the restart.
+"$py" - "$work/eval.jsonl" "$work/eval_tagged.jsonl" <<'PY'
+import json, sys
+with open(sys.argv[2], "w") as out:
+    for line in open(sys.argv[1]):
+        r = json.loads(line)
+        r["meta"] = {"eval": True}
+        out.write(json.dumps(r) + "\n")
+PY
 cat > "$work/crash_once.py" <<'PY'
 import json, os, sys
-if not os.path.exists("crashed.flag"):
-    open("crashed.flag", "w").close()
-    sys.exit(3)
 for line in sys.stdin:
     q = json.loads(line)
+    if not (q["meta"] or {}).get("eval") and not os.path.exists("crashed.flag"):
+        open("crashed.flag", "w").close()
+        sys.exit(3)
     print(json.dumps({"id": q["id"], "reward": float(q["completion"].strip() == q["answer"])}), flush=True)
 PY
 cat > "$work/same.py" <<'PY'
@@ -204,9 +214,10 @@ for line in sys.stdin:
     q = json.loads(line)
     print(json.dumps({"id": q["id"], "reward": float(q["completion"].strip() == q["answer"])}), flush=True)
 PY
-expect_exit 0 "$troupe" run "$work/rl.toml" "${init[@]}" "${fixed[@]}" --set rl.reward_command='["python3", "same.py"]' --set run.out_dir='"fs"'
+tagged=(--set rl.eval_prompts='"eval_tagged.jsonl"')
+expect_exit 0 "$troupe" run "$work/rl.toml" "${init[@]}" "${fixed[@]}" "${tagged[@]}" --set rl.reward_command='["python3", "same.py"]' --set run.out_dir='"fs"'
 rm -f "$work/crashed.flag"
-expect_exit 0 "$troupe" run "$work/rl.toml" "${init[@]}" "${fixed[@]}" --set rl.reward_command='["python3", "crash_once.py"]' --set run.out_dir='"fc"'
+expect_exit 0 "$troupe" run "$work/rl.toml" "${init[@]}" "${fixed[@]}" "${tagged[@]}" --set rl.reward_command='["python3", "crash_once.py"]' --set run.out_dir='"fc"'
 expect_output "1 reward program restart(s)"
 grep -q '"reward_program_restarts":1' "$work/fc/metrics.jsonl" || fail "the faults line does not count the reward program's restart"
 for d in fs fc; do
