@@ -25,8 +25,9 @@ PACKAGES=(
   libsentencepiece-dev                        # [tokenizer] kind = "sentencepiece", `troupe tokenizer train`
 )
 # Only for `./setup.sh test`: the dashboard's browser test drives headless Chromium;
-# the two-host test makes network namespaces with iproute2's `ip`.
-TEST_PACKAGES=(chromium iproute2)
+# the two-host test makes network namespaces with iproute2's `ip`; the own-task
+# test reads an exported tokenizer.model back with SentencePiece's Python module.
+TEST_PACKAGES=(chromium iproute2 python3-sentencepiece)
 
 install_missing() {
   local missing=()
