@@ -33,7 +33,17 @@ expect_output "nope.txt"
 expect_exit 2 "$troupe" tokenizer train --input "$work/corpus.txt" --output "$work/x.model"
 expect_output "train needs --vocab-size N"
 
-cat > "$work/sft.toml" <<'TOML'
+# The small model both specs share ([tokenizer] gives its vocab_size).
+model_toml='[model]
+d_model = 32
+n_layers = 2
+n_heads = 2
+seq_len = 32
+n_experts = 4
+expert_hidden = 32
+tie_embeddings = false'
+with_model() { awk -v m="$model_toml" '{ if ($0 == "@MODEL@") print m; else print }' > "$1"; }
+with_model "$work/sft.toml" <<'TOML'
 spec_version = 1
 [run]
 name = "sft"
@@ -41,14 +51,7 @@ mode = "pretrain"
 seed = 1
 steps = 20
 eval_every = 0
-[model]
-d_model = 32
-n_layers = 2
-n_heads = 2
-seq_len = 32
-n_experts = 4
-expert_hidden = 32
-tie_embeddings = false
+@MODEL@
 [data]
 source = "jsonl"
 path = "sft.jsonl"
@@ -106,7 +109,7 @@ expect_exit 4 "$troupe" eval "$work/sft.toml" --checkpoint "$work/sft/checkpoint
 expect_output "is not the one the checkpoint $work/sft/checkpoint was trained with"
 
 # RL on JSONL prompts rewarded by the Python program.
-cat > "$work/rl.toml" <<'TOML'
+with_model "$work/rl.toml" <<'TOML'
 spec_version = 1
 [run]
 name = "rl"
@@ -114,14 +117,7 @@ mode = "rl"
 seed = 1
 steps = 3
 eval_every = 0
-[model]
-d_model = 32
-n_layers = 2
-n_heads = 2
-seq_len = 32
-n_experts = 4
-expert_hidden = 32
-tie_embeddings = false
+@MODEL@
 [data]
 eval_problems = 8
 [tokenizer]

@@ -342,7 +342,10 @@ TEST(RlRewardCommand, GivesUpAfterMaxRestartsNamingExitStatusOrSignal) {
     EXPECT_NE(e.find("exited with status 3 before replying to 2 of 2 requests (gave up after 2 restarts)"),
               std::string::npos) << e;
     EXPECT_NE(e.find("cannot load model"), std::string::npos) << e;
-    EXPECT_EQ(rc.stats().restarts, 2);
+    // Two restarts for the batch; one more when the first child had already
+    // exited before the batch reached it (found dead, started again): timing.
+    EXPECT_GE(rc.stats().restarts, 2);
+    EXPECT_LE(rc.stats().restarts, 3);
     EXPECT_EQ(rc.pid(), -1);
   }
   o.argv = {"false"};
