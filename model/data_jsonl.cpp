@@ -120,9 +120,7 @@ class JsonlSource final : public DataSource {
 
   const Example& train_example(int64_t index) const {
     if (index < 0) throw std::invalid_argument("data: training index must be >= 0");
-    const auto n = static_cast<int64_t>(train_.size());
-    const uint64_t epoch = static_cast<uint64_t>(index / n);
-    return train_[static_cast<size_t>(jsonl_permute(seed_ * 0x100000001b3ull + epoch, n, index % n))];
+    return train_[static_cast<size_t>(jsonl_training_record(seed_, 0, static_cast<int64_t>(train_.size()), index))];
   }
 
   static TaskProblem problem(const Example& e) {

@@ -73,36 +73,34 @@ std::vector<int32_t> Generator::generate(const ModelWeights& w, const std::vecto
 
 SampleResult sample(const SampleOptions& o) {
   const TrainingState st = load_checkpoint(o.checkpoint_dir);
-  SampleResult r;
+  // A model trained on a user's data reads its stored tokenizer (no data file
+  // needed); a built-in task's model its data source's vocabulary.
+  std::unique_ptr<Tokenizer> tok;
+  std::unique_ptr<DataSource> data;
   if (!st.config.tokenizer_kind.empty()) {
-    // A model trained on a user's data: its stored tokenizer, no data file needed.
-    const auto tok = make_tokenizer(checkpoint_tokenizer(st.config, o.data.tokenizer, o.checkpoint_dir));
-    auto be = kernels::make_backend(o.backend);
-    const ParamLayout layout = build_param_layout(st.config);
-    const kernels::Tensor p = be->from_f32({layout.total()}, st.params);
-    const ModelWeights w = bind_weights(layout, st.config, p);
+    tok = make_tokenizer(checkpoint_tokenizer(st.config, o.data.tokenizer, o.checkpoint_dir));
+  } else {
+    data = make_data_source(o.data, st.seed);
+    if (data->vocab_size() > st.config.vocab_size)
+      throw std::invalid_argument("sample: data source '" + data->describe() + "' needs vocab " +
+                                  std::to_string(data->vocab_size()) + " but the model has " +
+                                  std::to_string(st.config.vocab_size));
+  }
+  SampleResult r;
+  if (tok) {
     r.prompt_tokens.push_back(tok->eos_id());
     for (int32_t t : tok->encode(o.prompt)) r.prompt_tokens.push_back(t);
-    Generator gen(*be, st.config);
-    SamplerRng rng(o.seed);
-    r.tokens = gen.generate(w, r.prompt_tokens, o.max_new_tokens, o.sampling, rng, tok->eos_id());
-    r.text = tok->decode(r.tokens);
-    return r;
+  } else {
+    r.prompt_tokens = data->encode_prompt(o.prompt);
   }
-  auto data = make_data_source(o.data, st.seed);
-  if (data->vocab_size() > st.config.vocab_size)
-    throw std::invalid_argument("sample: data source '" + data->describe() + "' needs vocab " +
-                                std::to_string(data->vocab_size()) + " but the model has " +
-                                std::to_string(st.config.vocab_size));
   auto be = kernels::make_backend(o.backend);
   const ParamLayout layout = build_param_layout(st.config);
   const kernels::Tensor p = be->from_f32({layout.total()}, st.params);
   const ModelWeights w = bind_weights(layout, st.config, p);
-  r.prompt_tokens = data->encode_prompt(o.prompt);
   Generator gen(*be, st.config);
   SamplerRng rng(o.seed);
-  r.tokens = gen.generate(w, r.prompt_tokens, o.max_new_tokens, o.sampling, rng, data->eos_token());
-  r.text = data->decode(r.tokens);
+  r.tokens = gen.generate(w, r.prompt_tokens, o.max_new_tokens, o.sampling, rng, tok ? tok->eos_id() : data->eos_token());
+  r.text = tok ? tok->decode(r.tokens) : data->decode(r.tokens);
   return r;
 }
 

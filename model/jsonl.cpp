@@ -128,6 +128,11 @@ bool jsonl_held_out(const JsonlRecord& r, double fraction) {
   return static_cast<double>(x >> 11) * 0x1.0p-53 < fraction;
 }
 
+int64_t jsonl_training_record(uint64_t seed, uint64_t salt, int64_t n, int64_t index) {
+  const uint64_t epoch = static_cast<uint64_t>(index / n);
+  return jsonl_permute(seed * 0x100000001b3ull + epoch + salt, n, index % n);
+}
+
 int64_t jsonl_permute(uint64_t key, int64_t n, int64_t i) {
   if (n <= 1) return 0;
   int bits = 1;

@@ -45,4 +45,10 @@ bool jsonl_held_out(const JsonlRecord& r, double fraction);
 // next power of two, cycle-walking back into [0, n)).
 int64_t jsonl_permute(uint64_t key, int64_t n, int64_t i);
 
+// The record training index `index` (0, 1, ...) takes from n training
+// records: epoch index / n visits every record once, in the permutation of
+// (seed, salt, epoch). A pure function of its arguments; `salt` keeps SFT rows
+// and RL prompts of one seed in different orders.
+int64_t jsonl_training_record(uint64_t seed, uint64_t salt, int64_t n, int64_t index);
+
 }  // namespace troupe::model

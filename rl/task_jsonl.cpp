@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <regex>
@@ -42,20 +43,25 @@ double number_in(const std::string& text) {
   return last;
 }
 
-// One line for describe() and validate: which reward, with its settings.
-std::string reward_text(const RlConfig& r) {
+}  // namespace
+
+std::string describe_reward(const RlConfig& r) {
   switch (r.reward) {
     case RewardSource::numeric: return "numeric (within " + std::to_string(r.reward_tolerance) + " x max(1, |answer|))";
     case RewardSource::regex: return "regex (answer_pattern \"" + r.answer_pattern + "\")";
     case RewardSource::command: {
       std::string c;
       for (const auto& a : r.reward_command) c += (c.empty() ? "" : " ") + a;
-      return "command [" + c + "] in " + r.reward_dir + " (one batch per step, " + std::to_string(r.reward_timeout) +
-             " s each)";
+      char timeout[32];
+      std::snprintf(timeout, sizeof timeout, "%g", r.reward_timeout);
+      return "command [" + c + "] in " + r.reward_dir + " (one persistent child per reward actor; " + timeout +
+             " s per batch; bad replies: " + (r.reward_errors_zero ? "score 0" : "stop the run") + ")";
     }
     default: return "exact (trimmed text equality)";
   }
 }
+
+namespace {
 
 class JsonlVerifier final : public Verifier {
  public:
@@ -138,8 +144,6 @@ class JsonlVerifier final : public Verifier {
     return out;
   }
 
-  std::string describe() const { return reward_text(rl_); }
-
   int64_t program_restarts() const override {
     if (!command_) return 0;
     const std::lock_guard<std::mutex> lock(mutex_);
@@ -171,23 +175,23 @@ class JsonlTask final : public Task {
     rl_ = rl;
     if (rl_.reward == RewardSource::verifier) rl_.reward = RewardSource::exact;  // a user's task: its rule is exact match
     if (rl_.reward == RewardSource::regex) JsonlVerifier check(rl_, *tok_);  // a bad pattern fails here, not mid-run
-    for (const auto& rec : train_) max_prompt_ = std::max<int64_t>(max_prompt_, 1 + static_cast<int64_t>(tok_->encode(rec.first).size()));
-    for (const auto& rec : train_) max_answer_ = std::max<int64_t>(max_answer_, 1 + static_cast<int64_t>(tok_->encode(rec.second).size()));
+    for (const auto& rec : train_) {
+      max_prompt_ = std::max<int64_t>(max_prompt_, 1 + static_cast<int64_t>(tok_->encode(rec.first).size()));
+      max_answer_ = std::max<int64_t>(max_answer_, 1 + static_cast<int64_t>(tok_->encode(rec.second).size()));
+    }
   }
 
   std::string describe() const override {
     std::ostringstream os;
     os << "RL prompts from '" << path_ << "': " << train_.size() << " for training, " << eval_.size()
-       << " held out; reward " << reward_text(rl_) << "; tokenizer " << tok_->describe();
+       << " held out; reward " << describe_reward(rl_) << "; tokenizer " << tok_->describe();
     return os.str();
   }
 
   Prompt train_prompt(int64_t index) const override {
     if (index < 0) throw std::invalid_argument("rl: train_prompt needs index >= 0, got " + std::to_string(index));
-    const auto n = static_cast<int64_t>(train_.size());
-    const uint64_t epoch = static_cast<uint64_t>(index / n);
-    const auto& r = train_[static_cast<size_t>(model::jsonl_permute(seed_ * 0x100000001b3ull + epoch + 0x5bd1e995ull, n, index % n))];
-    return make(index, r);
+    const int64_t n = static_cast<int64_t>(train_.size());
+    return make(index, train_[static_cast<size_t>(model::jsonl_training_record(seed_, 0x5bd1e995ull, n, index))]);
   }
 
   std::vector<Prompt> eval_prompts(int64_t n) const override {

@@ -28,6 +28,10 @@ namespace troupe::rl {
 // Throws model::JsonlError / model::TokenizerError (bad files),
 // RewardCommandError (a reward program that cannot start) or
 // std::invalid_argument (a bad answer_pattern, a reward kind the task lacks).
+// Making the task starts no program: its verifier is made on first use.
 std::unique_ptr<Task> make_jsonl_task(const RlConfig& rl, const model::DataConfig& data, uint64_t seed);
+
+// One line naming the reward a user's task uses, with its settings.
+std::string describe_reward(const RlConfig& rl);
 
 }  // namespace troupe::rl

@@ -12,6 +12,7 @@
 #include "kernels/blas_core.hpp"
 #include "launch/cli.hpp"
 #include "rl/task.hpp"
+#include "rl/task_jsonl.hpp"
 #include "rl/trainer.hpp"
 #include "model/data.hpp"
 #include "model/tokenizer.hpp"
@@ -341,17 +342,8 @@ void describe_user_task(const Spec& spec) {
       std::printf("data: %s\n", model::make_data_source(spec.data, static_cast<uint64_t>(spec.run.seed), spec.model.seq_len)
                                       ->describe().c_str());
     if (rl) {
-      rl::RlConfig probe = spec.rl;
-      if (probe.reward == rl::RewardSource::command) probe.reward = rl::RewardSource::exact;  // do not start it
-      const auto task = rl::make_task(probe, spec.data, static_cast<uint64_t>(spec.run.seed));
-      std::string reward = rl::reward_source_name(spec.rl.reward);
-      if (spec.rl.reward == rl::RewardSource::command) {
-        reward = "command [";
-        for (size_t i = 0; i < spec.rl.reward_command.size(); ++i) reward += (i ? " " : "") + spec.rl.reward_command[i];
-        reward += "] in " + spec.rl.reward_dir + " (one persistent child per reward actor; " +
-                  std::to_string(spec.rl.reward_timeout) + " s per batch; bad replies: " +
-                  (spec.rl.reward_errors_zero ? "score 0" : "stop the run") + ")";
-      }
+      const auto task = rl::make_task(spec.rl, spec.data, static_cast<uint64_t>(spec.run.seed));  // starts nothing
+      const std::string reward = rl::describe_reward(spec.rl);
       std::printf("rl prompts: %s\nreward: %s\n", task->describe().c_str(), reward.c_str());
     }
   } catch (const std::exception& e) {

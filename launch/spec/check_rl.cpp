@@ -265,10 +265,9 @@ void check_rl_inputs(const Spec& s, SpecSites& p) {
   if (s.run.mode == RunMode::pretrain) return;
   const RlSection& r = s.rl_section;
   auto v = [](int64_t x) { return std::to_string(x); };
-  // A reward program is checked (found, executable), not started: validate runs nothing.
-  rl::RlConfig probe_rl = s.rl;
-  if (probe_rl.reward == rl::RewardSource::command) {
-    probe_rl.reward = rl::RewardSource::exact;
+  // A reward program is checked (found, executable), not started: validate
+  // runs nothing, and making the task below starts no program either.
+  if (s.rl.reward == rl::RewardSource::command) {
     if (r.reward_command.empty())
       p.error(p.where("rl.reward"), "[rl] reward = \"command\" needs rl.reward_command = [\"program\", \"arg\", ...]");
     else if (const std::string bad = rl::check_reward_command(r.reward_command, r.reward_dir); !bad.empty())
@@ -282,7 +281,7 @@ void check_rl_inputs(const Spec& s, SpecSites& p) {
   if (s.rl.reward == rl::RewardSource::regex && r.answer_pattern.empty())
     p.error(p.where("rl.reward"), "[rl] reward = \"regex\" needs rl.answer_pattern (e.g. \"#### (.*)\")");
   try {
-    const auto task = rl::make_task(probe_rl, s.data, static_cast<uint64_t>(s.run.seed));
+    const auto task = rl::make_task(s.rl, s.data, static_cast<uint64_t>(s.run.seed));
     const rl::Prompt probe = task->train_prompt(0);
     // The longest prompt and answer when the task varies them (scratchpad), else the probe's.
     const int64_t prompt = std::max<int64_t>(static_cast<int64_t>(probe.tokens.size()), task->max_prompt_tokens());
